@@ -1,0 +1,22 @@
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(12345)
+
+
+@pytest.fixture
+def data_dir():
+    """The NLTCS/Adult folder: $VERTISYNTH_DATA or ../shared/data; skips when absent."""
+    path = Path(os.environ.get("VERTISYNTH_DATA", SHARED_DATA))
+    if not (path / "nltcs").is_dir():
+        pytest.skip(f"benchmark data folder not found at {path}")
+    return path

@@ -1,0 +1,108 @@
+"""The `vertisynth` command line."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import attrs
+import click
+
+from .. import __version__
+from .config import DEFAULT_CONFIG_TOML, default_config, load_config
+from .errors import VertisynthError
+
+
+def _fail(exc: VertisynthError) -> None:
+    click.secho(f"error: {exc}", fg="red", err=True)
+    sys.exit(2)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="vertisynth")
+def main() -> None:
+    """Differentially private synthetic data for parties that hold different columns of the same people.
+
+    Start with `vertisynth run` (no arguments): it synthesises the built-in census-like data for two
+    parties and writes the synthetic CSV, a report and the privacy ledger to ./vertisynth-output.
+    """
+
+
+@main.command()
+@click.argument("config", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Output folder (default: the config's `output`, else ./vertisynth-output).")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA",
+              help="Folder with the NLTCS/Adult benchmark data (or set VERTISYNTH_DATA).")
+@click.option("--seed", type=int, default=None, help="Override the config's seed.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def run(config: Path | None, out: Path | None, data_dir: str | None, seed: int | None, quiet: bool) -> None:
+    """Run one pipeline from a TOML CONFIG (default: the built-in offline example)."""
+    from .pipeline import make_plan, execute
+
+    try:
+        cfg = load_config(config) if config else default_config()
+        if seed is not None:
+            cfg = attrs.evolve(cfg, seed=seed)
+        plan = make_plan(cfg, data_dir=data_dir)
+        click.echo(f"plan fits the budget: ε={plan.ledger.planned_epsilon():.4g} of {plan.ledger.budget.epsilon:.4g} "
+                   f"(δ={plan.ledger.budget.delta:.3g}), {len(plan.ledger.planned)} charges, "
+                   f"{len(plan.partition)} parties", err=True)
+        out_dir = out or Path(cfg.output or "vertisynth-output")
+        result = execute(plan, out_dir, progress=not quiet)
+    except VertisynthError as exc:
+        _fail(exc)
+        return
+    for ev, metrics in result.metrics.items():
+        for m, v in metrics.items():
+            click.echo(f"{ev}.{m} = {v:.4f}")
+    click.echo(f"privacy: spent ε = {result.ledger.spent_epsilon():.4g} of {result.ledger.budget.epsilon:.4g}")
+    click.echo(f"wrote {out_dir}/synthetic.csv, report.json, ledger.json, summary.md")
+
+
+@main.command()
+@click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA")
+def validate(config: Path, data_dir: str | None) -> None:
+    """Check a CONFIG (keys, plugins, params, party split, budget plan) without reading any data rows."""
+    from .pipeline import make_plan
+
+    try:
+        plan = make_plan(load_config(config), data_dir=data_dir)
+    except VertisynthError as exc:
+        _fail(exc)
+        return
+    click.echo(f"{config}: valid. Planned privacy spend:")
+    click.echo(plan.ledger.table(plan.ledger.planned))
+
+
+@main.command()
+@click.option("--strict", is_flag=True, help="Fail on the first broken plugin instead of skipping it.")
+def plugins(strict: bool) -> None:
+    """List installed plugins: distribution, version and the components each provides."""
+    from .registry import Registry
+
+    try:
+        reg = Registry.load(strict=strict)
+    except VertisynthError as exc:
+        _fail(exc)
+        return
+    for p in sorted(reg.plugins, key=lambda p: (p.distribution, p.name)):
+        click.echo(f"{p.distribution} {p.version}  [{p.name}] {p.module}")
+        for kind, names in sorted(p.components.items()):
+            for name in names:
+                spec = reg.get(kind, name) if len(reg._specs[kind][name]) == 1 else None
+                summary = f" - {spec.summary}" if spec is not None and spec.summary else ""
+                click.echo(f"    {kind:<12} {name}{summary}")
+    for b in reg.broken:
+        click.secho(f"BROKEN {b.distribution} [{b.name}]: {b.error}", fg="yellow")
+
+
+@main.command()
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path), default="vertisynth.toml")
+def init(path: Path) -> None:
+    """Write the default config to PATH (default: vertisynth.toml) as a starting point."""
+    if path.exists():
+        click.secho(f"error: {path} exists; not overwriting", fg="red", err=True)
+        sys.exit(2)
+    path.write_text(DEFAULT_CONFIG_TOML)
+    click.echo(f"wrote {path}; edit it, then run: vertisynth run {path}")

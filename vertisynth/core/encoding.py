@@ -1,0 +1,319 @@
+"""Raw tables ⇄ integer codes: categorical columns, binned numeric columns, explicit missing values.
+
+Privacy of the schema: a column's categories and a numeric column's bounds are *public* facts here
+(given in the config or by the dataset's documented schema). Two things would leak otherwise and
+are handled explicitly:
+  * `binning = "quantile"` places bin edges at quantiles of the data. Quantiles of raw data are
+    not DP, so they are computed with the exponential mechanism (Smith 2011) inside public bounds,
+    spending `quantile_epsilon` per column (pure ε, charged to the ledger's "preprocessing" stage).
+  * `infer_schema` reads categories and bounds off the data. That is NOT DP; the pipeline says
+    so in the report. Give a public schema for a DP guarantee on the schema too.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+import pandas as pd
+
+from .dataset import Dataset
+from .domain import Domain
+from .errors import ConfigError, DataError, DomainError
+from .privacy import Charge, PrivacyLedger, PureDP
+
+MISSING_LABEL = "<missing>"
+PREPROCESSING_STAGE = "preprocessing"
+
+
+@attrs.frozen
+class ColumnSchema:
+    """Public description of one raw column.
+
+    kind: "categorical" (needs `categories`) or "numeric" (needs `bounds` or `edges`).
+    binning: "equal_width" (edges from public bounds), "quantile" (DP quantiles, costs budget)
+             or "edges" (public edges given).
+    missing: "error" (missing values are refused) or "category" (an explicit extra code).
+    """
+
+    name: str
+    kind: str = attrs.field(validator=attrs.validators.in_(["categorical", "numeric"]))
+    categories: tuple[Any, ...] | None = attrs.field(default=None, converter=attrs.converters.optional(tuple))
+    bins: int = 8
+    binning: str = attrs.field(default="equal_width", validator=attrs.validators.in_(["equal_width", "quantile", "edges"]))
+    bounds: tuple[float, float] | None = attrs.field(default=None, converter=attrs.converters.optional(tuple))
+    edges: tuple[float, ...] | None = attrs.field(default=None, converter=attrs.converters.optional(tuple))
+    integer: bool = False
+    missing: str = attrs.field(default="error", validator=attrs.validators.in_(["error", "category"]))
+    clip: bool = False
+    quantile_epsilon: float = 0.0
+
+    def __attrs_post_init__(self) -> None:
+        where = f"column {self.name!r}"
+        if self.kind == "categorical":
+            if not self.categories:
+                raise ConfigError(f"{where}: a categorical column needs a non-empty list of categories")
+            if len(set(map(str, self.categories))) != len(self.categories):
+                raise ConfigError(f"{where}: categories repeat a value")
+            return
+        if self.binning == "edges":
+            e = self.edges
+            if not e or len(e) < 2 or any(not b > a for a, b in zip(e, e[1:])):
+                raise ConfigError(f"{where}: edges must be at least two strictly increasing numbers")
+        else:
+            if self.bounds is None or len(self.bounds) != 2 or not self.bounds[0] < self.bounds[1]:
+                raise ConfigError(f"{where}: numeric binning {self.binning!r} needs public bounds [low, high] with low < high")
+            if self.bins < 1:
+                raise ConfigError(f"{where}: bins must be >= 1, got {self.bins}")
+        if self.binning == "quantile" and not self.quantile_epsilon > 0:
+            raise ConfigError(
+                f"{where}: quantile binning on raw data is not DP by itself; set quantile_epsilon > 0 "
+                "(DP quantiles) or use binning = 'edges' with public edges"
+            )
+
+    def planned_charges(self) -> list[Charge]:
+        if self.kind == "numeric" and self.binning == "quantile":
+            return [Charge(PREPROCESSING_STAGE, "exponential_quantiles", PureDP(self.quantile_epsilon), None,
+                           f"{self.bins - 1} DP quantiles of {self.name!r}")]
+        return []
+
+
+def dp_quantiles(values: np.ndarray, qs: Sequence[float], bounds: tuple[float, float], epsilon: float,
+                 rng: np.random.Generator) -> np.ndarray:
+    """ε-DP quantiles by the exponential mechanism over a public range (Smith 2011), ε/len(qs) each.
+
+    Utility of the interval between the i-th and (i+1)-th sorted value is −|i − q·n| (sensitivity 1);
+    an interval is picked with probability ∝ width · exp(ε_q · utility / 2), then a point in it uniformly.
+    """
+    lo, hi = bounds
+    x = np.sort(np.clip(np.asarray(values, float), lo, hi))
+    pts = np.concatenate([[lo], x, [hi]])
+    widths = np.diff(pts)
+    ranks = np.arange(len(widths))
+    eps_q = epsilon / len(qs)
+    out = np.empty(len(qs))
+    with np.errstate(divide="ignore"):
+        logw = np.log(widths)
+    for k, q in enumerate(qs):
+        score = logw - eps_q * np.abs(ranks - q * len(x)) / 2
+        i = int(np.argmax(score + rng.gumbel(size=score.shape)))  # Gumbel-max = exponential mechanism
+        out[k] = rng.uniform(pts[i], pts[i + 1])
+    return np.sort(out)
+
+
+@attrs.frozen(eq=False)
+class ColumnCodec:
+    """How one column maps to codes: categories, or bin edges, plus the missing code if any."""
+
+    schema: ColumnSchema
+    labels: tuple[str, ...]
+    edges: np.ndarray | None  # numeric only
+    dtype: str
+
+    @property
+    def size(self) -> int:
+        return len(self.labels)
+
+    def encode(self, col: pd.Series) -> np.ndarray:
+        s = self.schema
+        miss = col.isna().to_numpy()
+        if miss.any() and s.missing == "error":
+            raise DataError(
+                f"column {s.name!r} has {int(miss.sum())} missing value(s) (first at row {int(np.argmax(miss))}); "
+                f"declare missing = 'category' for this column or clean the data"
+            )
+        codes = np.empty(len(col), dtype=np.int64)
+        if s.kind == "categorical":
+            lookup = {str(c): i for i, c in enumerate(s.categories)}
+            keys = col[~miss].astype(str)
+            mapped = keys.map(lookup)
+            if mapped.isna().any():
+                unknown = sorted(set(keys[mapped.isna()]))[:5]
+                raise DomainError(
+                    f"column {s.name!r} has value(s) {unknown} outside its declared categories {list(map(str, s.categories))[:20]}"
+                )
+            codes[~miss] = mapped.to_numpy(dtype=np.int64)
+        else:
+            try:
+                vals = pd.to_numeric(col[~miss]).to_numpy(dtype=float)
+            except (TypeError, ValueError) as exc:
+                raise DomainError(f"numeric column {s.name!r} has non-numeric values: {exc}") from None
+            lo, hi = self.edges[0], self.edges[-1]
+            out = (vals < lo) | (vals > hi)
+            if out.any():
+                if not s.clip:
+                    bad = vals[out][:5].tolist()
+                    raise DomainError(
+                        f"column {s.name!r} has value(s) {bad} outside its public range [{lo}, {hi}]; "
+                        "widen the bounds or set clip = true"
+                    )
+                vals = np.clip(vals, lo, hi)
+            nb = len(self.edges) - 1
+            codes[~miss] = np.clip(np.searchsorted(self.edges, vals, side="right") - 1, 0, nb - 1)
+        if s.missing == "category":
+            codes[miss] = self.size - 1
+        return codes
+
+    def decode(self, codes: np.ndarray, rng: np.random.Generator) -> pd.Series:
+        s = self.schema
+        has_missing_code = s.missing == "category"
+        miss = codes == self.size - 1 if has_missing_code else np.zeros(len(codes), bool)
+        if s.kind == "categorical":
+            # the categories carry the column's type (ints stay ints, labels stay strings)
+            cats = pd.Series(list(s.categories))
+            out = pd.Series(cats.to_numpy()[np.minimum(codes, len(cats) - 1)], name=s.name).astype(cats.dtype)
+            if miss.any():
+                out = out.astype(object if cats.dtype.kind not in "iu" else "Int64")
+                out[miss] = None
+            return out
+        e = self.edges
+        nb = len(e) - 1
+        b = np.minimum(codes, nb - 1)
+        lo, hi = e[b], e[b + 1]
+        if s.integer:
+            ilo = np.ceil(lo)
+            ihi = np.where(b == nb - 1, np.floor(hi), np.ceil(hi) - 1)  # last bin is closed
+            ihi = np.maximum(ihi, ilo)
+            vals = np.floor(rng.uniform(ilo, ihi + 1)).clip(ilo, ihi)
+        else:
+            vals = rng.uniform(lo, hi)
+        if miss.any():
+            vals = vals.astype(float)
+            vals[miss] = np.nan
+            return pd.Series(vals, name=s.name).astype("Int64" if s.integer else float)
+        return pd.Series(vals.astype(np.int64) if s.integer else vals, name=s.name)
+
+
+@attrs.frozen(eq=False)
+class TableCodec:
+    """The fitted encoding of a whole table. `domain` is the domain of the codes."""
+
+    columns: tuple[ColumnCodec, ...]
+
+    @property
+    def domain(self) -> Domain:
+        return Domain(
+            [c.schema.name for c in self.columns],
+            [c.size for c in self.columns],
+            {c.schema.name: c.labels for c in self.columns},
+        )
+
+    def encode(self, frame: pd.DataFrame) -> Dataset:
+        if len(frame) == 0:
+            raise DataError("the table is empty: there is nothing to synthesise")
+        missing = [c.schema.name for c in self.columns if c.schema.name not in frame.columns]
+        if missing:
+            raise DataError(f"table lacks columns {missing}; it has {list(map(str, frame.columns))}")
+        codes = np.column_stack([c.encode(frame[c.schema.name]) for c in self.columns])
+        return Dataset(codes, self.domain)
+
+    def decode(self, data: Dataset, rng: np.random.Generator) -> pd.DataFrame:
+        cols = {c.schema.name: c.decode(data.column(c.schema.name), rng) for c in self.columns}
+        return pd.DataFrame(cols)
+
+
+@attrs.frozen
+class TableSchema:
+    columns: tuple[ColumnSchema, ...] = attrs.field(converter=tuple)
+    inferred: bool = False  # True when read off the data: the schema itself is then not DP
+
+    def __attrs_post_init__(self) -> None:
+        names = [c.name for c in self.columns]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"schema lists a column twice: {sorted({n for n in names if names.count(n) > 1})}")
+        if not names:
+            raise ConfigError("schema has no columns")
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def planned_charges(self) -> list[Charge]:
+        return [ch for c in self.columns for ch in c.planned_charges()]
+
+    def preview_domain(self) -> Domain:
+        """The code domain, known before any data is read (sizes are public)."""
+        sizes = []
+        for c in self.columns:
+            if c.kind == "categorical":
+                k = len(c.categories)
+            else:
+                k = len(c.edges) - 1 if c.binning == "edges" else c.bins
+            sizes.append(k + (1 if c.missing == "category" else 0))
+        return Domain(self.names, sizes)
+
+    def fit(self, frame: pd.DataFrame, ledger: PrivacyLedger | None, rng: np.random.Generator) -> TableCodec:
+        out = []
+        for c in self.columns:
+            if c.name not in frame.columns:
+                raise DataError(f"table lacks column {c.name!r}; it has {list(map(str, frame.columns))}")
+            dtype = str(frame[c.name].dtype)
+            if c.kind == "categorical":
+                labels = tuple(str(x) for x in c.categories)
+                edges = None
+            else:
+                if c.binning == "edges":
+                    edges = np.asarray(c.edges, float)
+                elif c.binning == "equal_width":
+                    edges = np.linspace(c.bounds[0], c.bounds[1], c.bins + 1)
+                else:
+                    if ledger is None:
+                        raise DataError(f"column {c.name!r}: DP quantile binning needs a privacy ledger")
+                    for ch in c.planned_charges():
+                        ledger.spend(ch)
+                    vals = pd.to_numeric(frame[c.name], errors="coerce").dropna().to_numpy(float)
+                    inner = dp_quantiles(vals, np.arange(1, c.bins) / c.bins, c.bounds, c.quantile_epsilon, rng)
+                    edges = np.concatenate([[c.bounds[0]], inner, [c.bounds[1]]])
+                labels = tuple(_bin_label(a, b, c.integer) for a, b in zip(edges[:-1], edges[1:]))
+            if c.missing == "category":
+                labels = labels + (MISSING_LABEL,)
+            out.append(ColumnCodec(c, labels, edges, dtype))
+        return TableCodec(tuple(out))
+
+    @classmethod
+    def infer(cls, frame: pd.DataFrame, max_categories: int = 50, bins: int = 8) -> TableSchema:
+        """Schema read off the data (NOT DP: reveals categories and ranges). For convenience only."""
+        if len(frame) == 0:
+            raise DataError("the table is empty: there is nothing to synthesise")
+        cols = []
+        for name in frame.columns:
+            s = frame[name]
+            missing = "category" if s.isna().any() else "error"
+            vals = s.dropna()
+            numeric = pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s)
+            if numeric and vals.nunique() > max_categories:
+                lo, hi = float(vals.min()), float(vals.max())
+                integer = pd.api.types.is_integer_dtype(vals) or bool(np.all(np.mod(vals, 1) == 0))
+                cols.append(ColumnSchema(str(name), "numeric", bins=bins, bounds=(lo, hi + (1 if integer else 0)),
+                                         integer=integer, missing=missing))
+            else:
+                cats = sorted(vals.unique().tolist(), key=lambda v: (str(type(v)), v))
+                if len(cats) == 0:
+                    raise DataError(f"column {name!r} holds only missing values")
+                cols.append(ColumnSchema(str(name), "categorical", categories=tuple(cats), missing=missing))
+        return cls(tuple(cols), inferred=True)
+
+    @classmethod
+    def from_config(cls, columns: Mapping[str, Mapping[str, Any]]) -> TableSchema:
+        out = []
+        allowed = {f.name for f in attrs.fields(ColumnSchema)} - {"name"}
+        for name, spec in columns.items():
+            unknown = set(spec) - allowed
+            if unknown:
+                raise ConfigError(f"schema column {name!r}: unknown key(s) {sorted(unknown)}; valid: {sorted(allowed)}")
+            try:
+                out.append(ColumnSchema(name=name, **spec))
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"schema column {name!r}: {exc}") from None
+        return cls(tuple(out))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {c.name: {k: v for k, v in attrs.asdict(c).items() if k != "name"} for c in self.columns}
+
+
+def _bin_label(a: float, b: float, integer: bool) -> str:
+    if integer:
+        return f"[{math.ceil(a)}, {math.ceil(b)})"
+    return f"[{a:.4g}, {b:.4g})"

@@ -1,0 +1,129 @@
+"""The abstract interfaces every plugin implements, and the context they are planned in.
+
+Life of a component in a pipeline run:
+  1. constructed from its attrs config (`Component(config)`), before any data is loaded;
+  2. `plan(ctx)` returns the privacy charges it will make, computed from public facts only;
+  3. the ledger checks the plan against the budget; only then is data loaded;
+  4. the component runs, spending exactly the charges it planned (via `vertisynth.core.mechanisms`).
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import attrs
+import numpy as np
+
+from .dataset import Dataset, VerticalPartition, join_views
+from .domain import Domain
+from .factor import Factor
+from .messages import Message
+from .errors import BudgetError
+from .privacy import Budget, Charge, Composition, Cost, PrivacyLedger, remaining_rho
+
+
+@attrs.frozen
+class PlanContext:
+    """Public facts a component may use to plan its privacy spend (no data).
+
+    `planned_before` holds the costs that earlier stages (preprocessing, alignment) already planned;
+    `rho` and `epsilon` are what is left of the budget for this component.
+    """
+
+    domain: Domain
+    partition: VerticalPartition
+    budget: Budget
+    planned_before: tuple[Cost, ...] = ()
+    n_public: int | None = None  # a public bound on the record count, when the config gives one
+
+    @property
+    def rho(self) -> float:
+        """The largest zCDP ρ this component may spend so that everything fits the budget."""
+        return remaining_rho(self.budget, self.planned_before)
+
+    @property
+    def epsilon(self) -> float:
+        """The pure ε left for this component (basic composition with what is planned before)."""
+        if not self.planned_before:
+            return self.budget.epsilon
+        used = Composition.of(self.planned_before).epsilon(self.budget.delta)
+        left = self.budget.epsilon - used
+        if left <= 0:
+            raise BudgetError(f"earlier stages already plan ε={used:.4g} of the budget ε={self.budget.epsilon:.4g}")
+        return left
+
+
+@attrs.frozen(eq=False)
+class VerticalData:
+    """Row-aligned column blocks, one per party, as the synthesizer receives them."""
+
+    partition: VerticalPartition
+    views: Mapping[str, Dataset]
+
+    @property
+    def domain(self) -> Domain:
+        dom = None
+        for name in self.partition.names:
+            d = self.views[name].domain
+            dom = d if dom is None else dom.merge(d)
+        return dom
+
+    def joined(self) -> Dataset:
+        """All columns in one table. Only centralised baselines call this (the report says so)."""
+        return join_views({n: self.views[n] for n in self.partition.names})
+
+
+class Component(ABC):
+    """Base of all plugin components: holds its structured config."""
+
+    def __init__(self, config: Any = None) -> None:
+        self.config = config
+
+    def plan(self, ctx: PlanContext) -> list[Charge]:
+        """Privacy charges this component will make. Default: none (post-processing only)."""
+        return []
+
+
+class Synthesizer(Component):
+    """Fits on the parties' data (spending its planned budget) and samples synthetic records."""
+
+    stage: ClassVar[str] = "synthesizer"
+
+    @abstractmethod
+    def fit(self, data: VerticalData, ledger: PrivacyLedger, rng: np.random.Generator) -> None: ...
+
+    @abstractmethod
+    def sample(self, n: int | None, rng: np.random.Generator) -> Dataset:
+        """Draw `n` records (None: the synthesizer's own DP estimate of the record count)."""
+
+    def timings(self) -> dict[str, float]:
+        """Per-phase wall-clock seconds of the last fit, for the report."""
+        return {}
+
+
+class Evaluator(Component):
+    """Scores a synthetic table against a real one. Reads real data: its numbers are not DP."""
+
+    @abstractmethod
+    def evaluate(self, real: Dataset, synthetic: Dataset, rng: np.random.Generator) -> dict[str, float]: ...
+
+
+class Aligner(Component):
+    """Brings the parties' tables into one common row order (e.g. PSI/PSU on an ID column)."""
+
+    @abstractmethod
+    def align(
+        self, views: Mapping[str, Dataset], ledger: PrivacyLedger, rng: np.random.Generator
+    ) -> tuple[dict[str, Dataset], dict[str, Any]]:
+        """Return the aligned views and a JSON-able info dict (sizes revealed, fill rates...)."""
+
+
+class Encoder(Component):
+    """Two halves on opposite sides of the party boundary: `encode` at a party, `estimate` at the server."""
+
+    @abstractmethod
+    def encode(self, party: str, view: Dataset, ledger: PrivacyLedger, rng: np.random.Generator) -> Message: ...
+
+    @abstractmethod
+    def estimate(self, messages: Sequence[Message], attrs_: Sequence[str]) -> Factor: ...

@@ -1,0 +1,370 @@
+"""Privacy accounting: costs, their composition and conversion, budgets, and the ledger.
+
+Unit of privacy: one person, i.e. one whole record *across all parties* (add/remove neighbours).
+A mechanism run by party A on A's columns and one run by party B on B's columns touch the same
+person, so their costs compose (add up) exactly like two mechanisms run by one curator.
+
+Conversions used (all standard):
+  * pure ε-DP  ⇒ (ε²/2)-zCDP (Bun & Steinke 2016, Prop. 1.4), and RDP ε(α) = min(ε, α ε²/2).
+  * ρ-zCDP     ⇒ RDP ε(α) = ρ α for all α > 1 (definition).
+  * RDP curve  ⇒ (ε, δ)-DP: ε = min_α R(α) + log((α-1)/α) − (log δ + log α)/(α − 1)
+    (Canonne, Kamath & Steinke 2020, Prop. 12 / Balle et al. 2020), tighter than ρ + 2√(ρ log 1/δ).
+  * (ε, δ) costs have no RDP curve; they compose by basic composition and their δ is taken
+    out of the budget's δ before the RDP part is converted.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from .errors import BudgetError
+
+# Rényi orders on which curves are tracked: dense near 1 (where small ρ is optimal) and up to 1e4.
+ORDERS: np.ndarray = np.unique(np.concatenate([1.0 + np.geomspace(1e-3, 1e4, 1500)]))
+
+
+def _positive(name: str):
+    def check(_inst: Any, _attr: Any, value: float) -> None:
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise BudgetError(f"{name} must be a positive finite number, got {value!r}")
+
+    return check
+
+
+def _delta_ok(_inst: Any, _attr: Any, value: float) -> None:
+    if not (isinstance(value, (int, float)) and 0 <= value < 1):
+        raise BudgetError(f"delta must be in [0, 1), got {value!r}")
+
+
+# -- costs ------------------------------------------------------------------------------------
+@attrs.frozen
+class PureDP:
+    epsilon: float = attrs.field(converter=float, validator=_positive("epsilon"))
+
+    def rdp(self, orders: np.ndarray = ORDERS) -> np.ndarray:
+        return np.minimum(self.epsilon, orders * self.epsilon**2 / 2)
+
+    def describe(self) -> str:
+        return f"ε={self.epsilon:.4g}"
+
+
+@attrs.frozen
+class ApproxDP:
+    epsilon: float = attrs.field(converter=float, validator=_positive("epsilon"))
+    delta: float = attrs.field(converter=float, validator=_delta_ok)
+
+    def rdp(self, orders: np.ndarray = ORDERS) -> None:
+        return None
+
+    def describe(self) -> str:
+        return f"(ε={self.epsilon:.4g}, δ={self.delta:.3g})"
+
+
+@attrs.frozen
+class ZCDP:
+    rho: float = attrs.field(converter=float, validator=_positive("rho"))
+
+    def rdp(self, orders: np.ndarray = ORDERS) -> np.ndarray:
+        return self.rho * orders
+
+    def describe(self) -> str:
+        return f"ρ={self.rho:.4g} (zCDP)"
+
+
+@attrs.frozen
+class RDP:
+    """An arbitrary Rényi-DP curve given on `orders` (interpolated onto ORDERS; +inf outside)."""
+
+    orders: tuple[float, ...] = attrs.field(converter=lambda v: tuple(float(x) for x in v))
+    epsilons: tuple[float, ...] = attrs.field(converter=lambda v: tuple(float(x) for x in v))
+
+    def __attrs_post_init__(self) -> None:
+        if len(self.orders) != len(self.epsilons) or not self.orders:
+            raise BudgetError("an RDP curve needs as many epsilons as orders (at least one)")
+        if min(self.orders) <= 1 or min(self.epsilons) < 0:
+            raise BudgetError("RDP orders must be > 1 and epsilons >= 0")
+
+    def rdp(self, orders: np.ndarray = ORDERS) -> np.ndarray:
+        o = np.asarray(self.orders)
+        e = np.asarray(self.epsilons)
+        idx = np.argsort(o)
+        # RDP is non-decreasing in α: a curve known at α0 bounds every α <= α0 by ε(α0).
+        out = np.full(orders.shape, np.inf)
+        for a, eps in zip(o[idx][::-1], e[idx][::-1]):
+            out = np.where(orders <= a, np.minimum(out, eps), out)
+        return out
+
+    def describe(self) -> str:
+        return f"RDP curve on {len(self.orders)} orders"
+
+
+Cost = PureDP | ApproxDP | ZCDP | RDP
+
+
+def rdp_to_approx(curve: np.ndarray, delta: float, orders: np.ndarray = ORDERS) -> float:
+    """Smallest ε such that the RDP curve implies (ε, δ)-DP."""
+    if delta <= 0:
+        return math.inf
+    with np.errstate(invalid="ignore", over="ignore"):
+        eps = curve + np.log((orders - 1) / orders) - (math.log(delta) + np.log(orders)) / (orders - 1)
+    eps = eps[np.isfinite(eps)]
+    return float(max(eps.min(), 0.0)) if eps.size else math.inf
+
+
+def zcdp_to_approx(rho: float, delta: float) -> float:
+    return rdp_to_approx(rho * ORDERS, delta)
+
+
+@attrs.frozen
+class Composition:
+    """The composed cost of several mechanisms, reported as (ε, δ) at a chosen δ."""
+
+    rdp_curve: np.ndarray | None = attrs.field(eq=False)
+    pure_epsilon: float | None  # Σε when every RDP-capable cost is pure DP
+    zcdp_rho: float | None  # Σρ when every cost is pure or zCDP
+    approx_epsilon: float
+    approx_delta: float
+
+    @classmethod
+    def of(cls, costs: Iterable[Cost]) -> Composition:
+        costs = list(costs)
+        curve = None
+        pure = 0.0
+        rho = 0.0
+        all_pure = True
+        zcdp_ok = True
+        a_eps = a_delta = 0.0
+        for c in costs:
+            if isinstance(c, ApproxDP):
+                a_eps += c.epsilon
+                a_delta += c.delta
+                zcdp_ok = False
+                continue
+            r = c.rdp()
+            curve = r if curve is None else curve + r
+            if isinstance(c, PureDP):
+                pure += c.epsilon
+                rho += c.epsilon**2 / 2
+            else:
+                all_pure = False
+                if isinstance(c, ZCDP):
+                    rho += c.rho
+                else:
+                    zcdp_ok = False
+        return cls(
+            curve,
+            pure if (curve is not None and all_pure) else None,
+            rho if (curve is not None and zcdp_ok) else None,
+            a_eps,
+            a_delta,
+        )
+
+    def epsilon(self, delta: float) -> float:
+        """Total ε at total failure probability `delta` (∞ if impossible)."""
+        if self.rdp_curve is None:
+            return self.approx_epsilon if self.approx_delta <= delta + 1e-15 else math.inf
+        rest = delta - self.approx_delta
+        best = math.inf
+        if self.pure_epsilon is not None:
+            best = self.pure_epsilon if rest >= -1e-15 else math.inf
+        if rest > 0:
+            best = min(best, rdp_to_approx(self.rdp_curve, rest))
+        return self.approx_epsilon + best
+
+
+# -- budget -----------------------------------------------------------------------------------
+@attrs.frozen
+class Budget:
+    """A total (ε, δ) privacy budget."""
+
+    epsilon: float = attrs.field(converter=float, validator=_positive("budget epsilon"))
+    delta: float = attrs.field(default=0.0, converter=float, validator=_delta_ok)
+
+    def allows(self, costs: Iterable[Cost], slack: float = 1e-9) -> bool:
+        return Composition.of(costs).epsilon(self.delta) <= self.epsilon * (1 + slack)
+
+    def rho(self) -> float:
+        """The largest ρ whose zCDP guarantee fits inside (ε, δ): the budget for Gaussian mechanisms."""
+        if self.delta <= 0:
+            raise BudgetError(
+                "Gaussian (zCDP) mechanisms need delta > 0; set budget.delta (e.g. 1e-5 or 1/n)"
+            )
+        lo, hi = 0.0, max(self.epsilon, 1.0)
+        while zcdp_to_approx(hi, self.delta) < self.epsilon:
+            hi *= 2
+        for _ in range(100):
+            mid = (lo + hi) / 2
+            if zcdp_to_approx(mid, self.delta) <= self.epsilon:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def split(self, fractions: dict[str, float]) -> dict[str, float]:
+        """Split the budget's ρ into named fractions (which must be positive and sum to <= 1)."""
+        check_fractions(fractions)
+        rho = self.rho()
+        return {k: rho * f for k, f in fractions.items()}
+
+    def to_dict(self) -> dict[str, float]:
+        return {"epsilon": self.epsilon, "delta": self.delta}
+
+
+def remaining_rho(budget: Budget, planned: Sequence[Cost]) -> float:
+    """Largest ρ such that `planned` plus a ρ-zCDP mechanism still fit inside `budget`."""
+    if not planned:
+        return budget.rho()
+    planned = list(planned)
+    if Composition.of(planned).epsilon(budget.delta) >= budget.epsilon:
+        raise BudgetError("earlier stages already plan the whole budget; nothing is left for this stage")
+    lo, hi = 0.0, budget.rho()
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if mid > 0 and Composition.of(planned + [ZCDP(mid)]).epsilon(budget.delta) <= budget.epsilon:
+            lo = mid
+        else:
+            hi = mid
+    if lo <= 0:
+        raise BudgetError("no zCDP budget is left after the earlier stages' plans")
+    return lo
+
+
+def check_fractions(fractions: dict[str, float]) -> None:
+    for k, f in fractions.items():
+        if not (0 < f <= 1):
+            raise BudgetError(f"budget fraction {k!r} must be in (0, 1], got {f}")
+    total = sum(fractions.values())
+    if total > 1 + 1e-9:
+        raise BudgetError(f"budget fractions sum to {total:.4g} > 1: {fractions}")
+
+
+# -- ledger -----------------------------------------------------------------------------------
+@attrs.frozen
+class Charge:
+    """One mechanism's cost, attributed to a pipeline stage and (optionally) a party."""
+
+    stage: str
+    mechanism: str
+    cost: Cost
+    party: str | None = None
+    note: str = ""
+
+    def key(self) -> tuple[str, str, str | None]:
+        return (self.stage, self.mechanism, self.party)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {"stage": self.stage, "mechanism": self.mechanism, "party": self.party,
+             "cost_type": type(self.cost).__name__, **attrs.asdict(self.cost)}
+        if self.note:
+            d["note"] = self.note
+        return d
+
+
+def _same_cost(a: Cost, b: Cost) -> bool:
+    if type(a) is not type(b):
+        return False
+    da, db = attrs.asdict(a), attrs.asdict(b)
+    for k in da:
+        va, vb = np.asarray(da[k], float), np.asarray(db[k], float)
+        if va.shape != vb.shape or not np.allclose(va, vb, rtol=1e-9, atol=0):
+            return False
+    return True
+
+
+@attrs.define
+class PrivacyLedger:
+    """Records what every stage plans to spend (before data is touched) and what it actually spends.
+
+    * `plan` registers charges; `check_plan` refuses a plan whose composition exceeds the budget.
+    * `spend` is called by a mechanism right before it adds noise; it must match a planned,
+      not yet spent charge (same stage, mechanism, party and cost), so nothing unplanned is spent.
+    """
+
+    budget: Budget
+    planned: list[Charge] = attrs.field(factory=list)
+    spent: list[Charge] = attrs.field(factory=list)
+
+    def plan(self, charges: Iterable[Charge]) -> None:
+        self.planned.extend(charges)
+
+    def planned_epsilon(self) -> float:
+        return Composition.of(c.cost for c in self.planned).epsilon(self.budget.delta)
+
+    def spent_epsilon(self) -> float:
+        if not self.spent:
+            return 0.0
+        return Composition.of(c.cost for c in self.spent).epsilon(self.budget.delta)
+
+    def check_plan(self) -> None:
+        eps = self.planned_epsilon()
+        if eps > self.budget.epsilon * (1 + 1e-9):
+            raise BudgetError(
+                f"the plan spends ε={eps:.4g} at δ={self.budget.delta:.3g}, more than the budget "
+                f"ε={self.budget.epsilon:.4g}. Per-stage split:\n{self.table(self.planned)}"
+            )
+
+    def spend(self, charge: Charge) -> None:
+        def matches(c: Charge) -> bool:
+            return c.key() == charge.key() and _same_cost(c.cost, charge.cost)
+
+        if sum(map(matches, self.spent)) < sum(map(matches, self.planned)):
+            self.spent.append(charge)
+            return
+        raise BudgetError(
+            f"unplanned privacy spend: stage {charge.stage!r}, mechanism {charge.mechanism!r}, "
+            f"party {charge.party!r}, cost {charge.cost.describe()}; every spend must be declared in the plan"
+        )
+
+    def unspent(self) -> list[Charge]:
+        remaining = list(self.spent)
+        out = []
+        for c in self.planned:
+            for i, s in enumerate(remaining):
+                if s.key() == c.key() and _same_cost(s.cost, c.cost):
+                    del remaining[i]
+                    break
+            else:
+                out.append(c)
+        return out
+
+    def by_stage(self, charges: Sequence[Charge]) -> dict[str, float]:
+        stages: dict[str, list[Cost]] = defaultdict(list)
+        for c in charges:
+            stages[c.stage].append(c.cost)
+        return {s: Composition.of(cs).epsilon(self.budget.delta) for s, cs in stages.items()}
+
+    def table(self, charges: Sequence[Charge] | None = None) -> str:
+        charges = self.spent if charges is None else charges
+        rows = [f"  {'stage':<28} {'charges':>7} {'ε alone (at budget δ)':>22}"]
+        counts: dict[str, int] = defaultdict(int)
+        for c in charges:
+            counts[c.stage] += 1
+        for stage, eps in self.by_stage(charges).items():
+            rows.append(f"  {stage:<28} {counts[stage]:>7} {eps:>22.4g}")
+        total = Composition.of(c.cost for c in charges).epsilon(self.budget.delta) if charges else 0.0
+        rows.append(f"  {'total (composed)':<28} {len(charges):>7} {total:>22.4g}")
+        rows.append(f"  {'budget':<28} {'':>7} {self.budget.epsilon:>22.4g}")
+        return "\n".join(rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        comp = Composition.of(c.cost for c in self.spent) if self.spent else None
+        return {
+            "unit_of_privacy": "one person's whole record across all parties (add/remove neighbours)",
+            "budget": self.budget.to_dict(),
+            "spent_epsilon": self.spent_epsilon(),
+            "planned_epsilon": self.planned_epsilon() if self.planned else 0.0,
+            "spent_zcdp_rho": comp.zcdp_rho if comp else 0.0,
+            "within_budget": self.spent_epsilon() <= self.budget.epsilon * (1 + 1e-9),
+            "per_stage_epsilon": self.by_stage(self.spent),
+            "per_party_epsilon": {
+                str(p): Composition.of(c.cost for c in self.spent if c.party == p).epsilon(self.budget.delta)
+                for p in sorted({c.party for c in self.spent}, key=str)
+            },
+            "charges": [c.to_dict() for c in self.spent],
+            "planned_but_unspent": [c.to_dict() for c in self.unspent()],
+        }

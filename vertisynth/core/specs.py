@@ -1,0 +1,85 @@
+"""Descriptors that plugins return from their hooks. `factory` may be "module:attr" to keep imports lazy."""
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import attrs
+
+from .errors import PluginError
+
+
+def resolve(ref: Any, what: str) -> Any:
+    """Import "module:attr" strings; pass objects through."""
+    if not isinstance(ref, str):
+        return ref
+    module, _, attr = ref.partition(":")
+    if not module or not attr:
+        raise PluginError(f"{what} reference {ref!r} must look like 'package.module:Name'")
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise PluginError(f"cannot load {what} {ref!r}: {exc}") from exc
+    return obj
+
+
+@attrs.frozen
+class ComponentSpec:
+    kind: ClassVar[str] = "component"
+    name: str
+    factory: Callable[..., Any] | str
+    config_cls: type | str | None = None
+    summary: str = ""
+    capabilities: frozenset[str] = attrs.field(factory=frozenset, converter=frozenset)
+
+    def load_factory(self) -> Callable[..., Any]:
+        return resolve(self.factory, f"{self.kind} {self.name!r} factory")
+
+    def load_config_cls(self) -> type | None:
+        return resolve(self.config_cls, f"{self.kind} {self.name!r} config class") if self.config_cls else None
+
+
+@attrs.frozen
+class EncoderSpec(ComponentSpec):
+    kind: ClassVar[str] = "encoder"
+
+
+@attrs.frozen
+class AlignerSpec(ComponentSpec):
+    kind: ClassVar[str] = "aligner"
+
+
+@attrs.frozen
+class SynthesizerSpec(ComponentSpec):
+    """capabilities: "vertical" (works party-wise) or "centralized" (needs the joined table)."""
+
+    kind: ClassVar[str] = "synthesizer"
+
+
+@attrs.frozen
+class EvaluatorSpec(ComponentSpec):
+    """Metric metadata as in SDMetrics: which direction is better and the range of values."""
+
+    kind: ClassVar[str] = "evaluator"
+    goal: str = attrs.field(default="minimize", validator=attrs.validators.in_(["minimize", "maximize"]))
+    min_value: float = 0.0
+    max_value: float = float("inf")
+
+
+@attrs.frozen
+class DatasetSpec(ComponentSpec):
+    """factory(config, data_dir) -> LoadedData. `config_cls` structures [dataset] params."""
+
+    kind: ClassVar[str] = "dataset"
+
+
+SPEC_KINDS: dict[str, tuple[str, type[ComponentSpec]]] = {
+    "encoder": ("vertisynth_encoders", EncoderSpec),
+    "aligner": ("vertisynth_aligners", AlignerSpec),
+    "synthesizer": ("vertisynth_synthesizers", SynthesizerSpec),
+    "evaluator": ("vertisynth_evaluators", EvaluatorSpec),
+    "dataset": ("vertisynth_datasets", DatasetSpec),
+}

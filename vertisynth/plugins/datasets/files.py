@@ -1,0 +1,165 @@
+"""Datasets read from files: the NLTCS / Adult benchmark folder, and any CSV.
+
+The benchmark folder (`nltcs/nltcs.csv` + `nltcs.json`, `adult/adult.csv` + `adult.json` +
+`adult_int_to_str.json`) is found from, in order: the dataset's `data_dir` param, the CLI's
+`--data-dir`, the environment variable VERTISYNTH_DATA.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+import pandas as pd
+
+from vertisynth.core.encoding import ColumnSchema, TableSchema
+from vertisynth.core.errors import ConfigError, DataError
+from vertisynth.core.loaded import DatasetSource, LoadedData
+
+ENV_VAR = "VERTISYNTH_DATA"
+ADULT_COLUMNS = ("age", "workclass", "fnlwgt", "education", "education-num", "marital-status", "occupation",
+                 "relationship", "race", "sex", "capital-gain", "capital-loss", "hours-per-week",
+                 "native-country", "income")
+
+
+def resolve_data_dir(explicit: str | None, cli: str | None) -> Path:
+    raw = explicit or cli or os.environ.get(ENV_VAR)
+    if not raw:
+        raise DataError(
+            "benchmark data folder not given: pass --data-dir DIR, set dataset params data_dir, "
+            f"or set the environment variable {ENV_VAR} (e.g. {ENV_VAR}=../shared/data)"
+        )
+    path = Path(raw).expanduser()
+    if not path.is_dir():
+        raise DataError(f"benchmark data folder {str(path)!r} does not exist (from {'config' if explicit else '--data-dir' if cli else ENV_VAR})")
+    return path
+
+
+def read_domain_json(path: Path) -> dict[str, int]:
+    """The PrivMRF JSON domain: {"0": {"type": "discrete", "domain": 16}, ...}."""
+    try:
+        raw = json.loads(path.read_text())
+        return {str(k): int(v["domain"]) for k, v in raw.items()}
+    except FileNotFoundError:
+        raise DataError(f"domain file {str(path)!r} does not exist") from None
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise DataError(f"domain file {str(path)!r} is malformed: {exc}") from None
+
+
+def read_codes_csv(path: Path, sizes: dict[str, int]) -> pd.DataFrame:
+    if not path.is_file():
+        raise DataError(f"data file {str(path)!r} does not exist")
+    frame = pd.read_csv(path, dtype=str)
+    frame.columns = [str(c) for c in frame.columns]
+    missing = [c for c in sizes if c not in frame.columns]
+    if missing:
+        raise DataError(f"{str(path)!r} lacks the domain's columns {missing}")
+    if frame[list(sizes)].isna().any().any():
+        raise DataError(f"{str(path)!r} has missing values")
+    try:
+        codes = frame[list(sizes)].astype(np.int64)
+    except ValueError as exc:
+        raise DataError(f"{str(path)!r} must hold integer codes: {exc}") from None
+    for c, k in sizes.items():
+        bad = codes[c][(codes[c] < 0) | (codes[c] >= k)]
+        if len(bad):
+            raise DataError(f"{str(path)!r}: column {c!r} has value {int(bad.iloc[0])} outside its domain 0..{k - 1}")
+    return codes
+
+
+@attrs.frozen
+class BenchmarkConfig:
+    """data_dir: the benchmark folder (else --data-dir or $VERTISYNTH_DATA); sample: keep a random subset of rows."""
+
+    data_dir: str | None = None
+    sample: int | None = None
+    sample_seed: int = 0
+
+
+def _subsample(frame: pd.DataFrame, config: BenchmarkConfig) -> pd.DataFrame:
+    if config.sample is None or config.sample >= len(frame):
+        return frame
+    if config.sample < 1:
+        raise ConfigError(f"dataset sample must be >= 1, got {config.sample}")
+    idx = np.random.default_rng(config.sample_seed).choice(len(frame), config.sample, replace=False)
+    return frame.iloc[np.sort(idx)].reset_index(drop=True)
+
+
+def nltcs(config: BenchmarkConfig, data_dir: str | None = None) -> DatasetSource:
+    root = resolve_data_dir(config.data_dir, data_dir) / "nltcs"
+    sizes = read_domain_json(root / "nltcs.json")
+    schema = TableSchema(tuple(ColumnSchema(c, "categorical", categories=tuple(range(k))) for c, k in sizes.items()))
+    cols = list(sizes)
+    parties = [cols[:8], cols[8:]]
+
+    def load() -> LoadedData:
+        frame = _subsample(read_codes_csv(root / "nltcs.csv", sizes), config)
+        return LoadedData(frame, schema, parties, None, f"NLTCS ({len(frame)} x {len(cols)}, binary)",
+                          None, {"source": str(root)})
+
+    return DatasetSource(schema, parties, load, None, "NLTCS benchmark (binary)")
+
+
+def adult(config: BenchmarkConfig, data_dir: str | None = None) -> DatasetSource:
+    root = resolve_data_dir(config.data_dir, data_dir) / "adult"
+    sizes = read_domain_json(root / "adult.json")
+    try:
+        labels = json.loads((root / "adult_int_to_str.json").read_text())
+        names = list(ADULT_COLUMNS) if len(sizes) == len(ADULT_COLUMNS) else list(sizes)
+        cats = [[labels[j][str(i)] for i in range(k)] for j, k in enumerate(sizes.values())]
+    except (FileNotFoundError, json.JSONDecodeError, KeyError, IndexError) as exc:
+        raise DataError(f"Adult label map {str(root / 'adult_int_to_str.json')!r} unreadable: {exc}") from None
+    schema = TableSchema(tuple(ColumnSchema(n, "categorical", categories=tuple(c)) for n, c in zip(names, cats)))
+    parties = [names[:8], names[8:]]
+
+    def load() -> LoadedData:
+        codes = _subsample(read_codes_csv(root / "adult.csv", sizes), config)
+        frame = pd.DataFrame({n: np.asarray(c, dtype=object)[codes[col].to_numpy()]
+                              for n, c, col in zip(names, cats, sizes)})
+        return LoadedData(frame, schema, parties, None,
+                          f"Adult ({len(frame)} x {len(names)}, discretised as in PrivMRF)", None, {"source": str(root)})
+
+    return DatasetSource(schema, parties, load, None, "Adult benchmark (discretised as in PrivMRF)")
+
+
+@attrs.frozen
+class CsvConfig:
+    """path: the CSV. schema: per-column public schema (see ColumnSchema), or domain: a PrivMRF-style JSON
+    domain for integer-coded CSVs. With neither, the schema is read off the data (NOT DP; the report says so)."""
+
+    path: str
+    schema: dict[str, dict[str, Any]] | None = None
+    domain: str | None = None
+    parties: list[list[str]] | None = None
+
+
+def csv(config: CsvConfig, data_dir: str | None = None) -> DatasetSource:
+    loaded = _load_csv(config)
+    return DatasetSource(loaded.schema, loaded.default_parties, lambda: loaded, None, loaded.description)
+
+
+def _load_csv(config: CsvConfig) -> LoadedData:
+    path = Path(config.path).expanduser()
+    if not path.is_file():
+        raise DataError(f"CSV file {str(path)!r} does not exist")
+    if config.domain:
+        sizes = read_domain_json(Path(config.domain).expanduser())
+        frame = read_codes_csv(path, sizes)
+        schema = TableSchema(tuple(ColumnSchema(c, "categorical", categories=tuple(range(k))) for c, k in sizes.items()))
+    else:
+        try:
+            frame = pd.read_csv(path)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+            raise DataError(f"cannot read CSV {str(path)!r}: {exc}") from None
+        if len(frame) == 0:
+            raise DataError(f"CSV {str(path)!r} has no rows: there is nothing to synthesise")
+        frame.columns = [str(c) for c in frame.columns]
+        schema = TableSchema.from_config(config.schema) if config.schema else TableSchema.infer(frame)
+    names = schema.names
+    half = (len(names) + 1) // 2
+    parties = config.parties or [names[:half], names[half:]]
+    return LoadedData(frame, schema, parties, None, f"CSV {path.name} ({len(frame)} rows)", None,
+                      {"source": str(path), "schema_inferred_from_data": schema.inferred})

@@ -1,0 +1,13 @@
+"""Built-in evaluators."""
+from vertisynth.core.hookspecs import hookimpl
+from vertisynth.core.specs import EvaluatorSpec
+
+
+@hookimpl
+def vertisynth_evaluators():
+    return [
+        EvaluatorSpec("tvd", "vertisynth.plugins.evaluators.tvd:TVDEvaluator",
+                      "vertisynth.plugins.evaluators.tvd:TVDConfig",
+                      "average total variation distance over random k-way marginals",
+                      goal="minimize", min_value=0.0, max_value=1.0),
+    ]

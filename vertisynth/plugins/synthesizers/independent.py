@@ -1,0 +1,115 @@
+"""`independent`: the honest baseline. Each party releases DP 1-way marginals of its own columns;
+the server samples every column independently. It keeps no correlation, so any synthesizer worth
+using must beat it (the "independent columns" line of DESIGN.md's table).
+
+Privacy: d noisy histograms, one per attribute, each with L2 (and L1) sensitivity 1 under
+add/remove of one person. Gaussian: ρ/d zCDP each, total ρ. Laplace: ε/d each, total ε.
+The record count n̂ is post-processing: the inverse-variance weighted mean of the noisy totals.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import attrs
+import numpy as np
+
+from vertisynth.core.dataset import Dataset
+from vertisynth.core.domain import Domain
+from vertisynth.core.errors import ConfigError, DataError
+from vertisynth.core.interfaces import PlanContext, Synthesizer, VerticalData
+from vertisynth.core.mechanisms import gaussian_mechanism, gaussian_sigma, laplace_mechanism, laplace_scale
+from vertisynth.core.messages import NoisyMarginals
+from vertisynth.core.privacy import Charge, PrivacyLedger, PureDP, ZCDP
+
+STAGE = "synthesizer"
+
+
+@attrs.frozen
+class IndependentConfig:
+    """mechanism: "gaussian" (zCDP, needs δ > 0) or "laplace" (pure ε)."""
+
+    mechanism: str = "gaussian"
+
+    def __attrs_post_init__(self) -> None:
+        if self.mechanism not in ("gaussian", "laplace"):
+            raise ConfigError(f"independent: mechanism must be 'gaussian' or 'laplace', got {self.mechanism!r}")
+
+
+class IndependentSynthesizer(Synthesizer):
+    def __init__(self, config: IndependentConfig | None = None) -> None:
+        super().__init__(config or IndependentConfig())
+        self._probs: dict[str, np.ndarray] = {}
+        self._domain: Domain | None = None
+        self._n_hat: int | None = None
+        self._timings: dict[str, float] = {}
+        self._per_attr: float | None = None
+
+    # -- privacy plan -------------------------------------------------------------------------
+    def _charge(self, party: str, amount: float) -> Charge:
+        if self.config.mechanism == "gaussian":
+            return Charge(STAGE, "gaussian_1way", ZCDP(amount), party)
+        return Charge(STAGE, "laplace_1way", PureDP(amount), party)
+
+    def plan(self, ctx: PlanContext) -> list[Charge]:
+        d = len(ctx.domain)
+        self._per_attr = (ctx.rho if self.config.mechanism == "gaussian" else ctx.epsilon) / d
+        return [self._charge(p.name, self._per_attr) for p in ctx.partition for _ in p.attributes]
+
+    # -- party side ---------------------------------------------------------------------------
+    def measure_party(self, party: str, view: Dataset, ledger: PrivacyLedger, rng: np.random.Generator) -> NoisyMarginals:
+        """Runs at the party: noisy 1-way marginals of its own columns, as a message."""
+        if self._per_attr is None:
+            raise DataError("independent: plan() must run before measuring (the budget is unknown)")
+        out = {}
+        for a in view.attributes:
+            counts = view.counts([a]).values
+            if self.config.mechanism == "gaussian":
+                out[a] = gaussian_mechanism(counts, self._per_attr, rng, ledger, STAGE, party, mechanism="gaussian_1way")
+            else:
+                out[a] = laplace_mechanism(counts, self._per_attr, rng, ledger, STAGE, party, mechanism="laplace_1way")
+        return NoisyMarginals(party=party, domain=view.domain, marginals=out).validate()
+
+    # -- server side --------------------------------------------------------------------------
+    def fit_messages(self, messages: Sequence[NoisyMarginals]) -> None:
+        """Runs at the server on messages only."""
+        if self._per_attr is None:
+            raise DataError("independent: plan() must run before fitting")
+        var1 = (gaussian_sigma(self._per_attr) ** 2 if self.config.mechanism == "gaussian"
+                else 2 * laplace_scale(self._per_attr) ** 2)
+        domain = None
+        totals, weights = [], []
+        for m in messages:
+            domain = m.domain if domain is None else domain.merge(m.domain)
+            for key, noisy in m.marginals.items():
+                totals.append(float(noisy.sum()))
+                weights.append(1.0 / (var1 * noisy.size))  # variance of a noisy total: k cells x var
+                clipped = np.clip(noisy, 0, None)
+                s = clipped.sum()
+                self._probs[key] = clipped / s if s > 0 else np.full(noisy.shape, 1.0 / noisy.size)
+        self._domain = domain
+        self._n_hat = max(1, int(round(np.average(totals, weights=weights))))
+
+    def fit(self, data: VerticalData, ledger: PrivacyLedger, rng: np.random.Generator) -> None:
+        t0 = time.perf_counter()
+        messages = [self.measure_party(p, data.views[p], ledger, rng) for p in data.partition.names]
+        t1 = time.perf_counter()
+        self.fit_messages(messages)
+        self._timings = {"measure (parties)": t1 - t0, "fit (server)": time.perf_counter() - t1}
+
+    def sample(self, n: int | None, rng: np.random.Generator) -> Dataset:
+        if self._domain is None:
+            raise DataError("independent: fit() before sample()")
+        n = self._n_hat if n is None else int(n)
+        cols = []
+        for a in self._domain.attributes:
+            p = self._probs[a]
+            cols.append(np.minimum(np.searchsorted(np.cumsum(p), rng.random(n) * p.sum(), side="right"), len(p) - 1))
+        return Dataset(np.column_stack(cols).astype(np.int64), self._domain)
+
+    @property
+    def n_hat(self) -> int | None:
+        return self._n_hat
+
+    def timings(self) -> dict[str, float]:
+        return dict(self._timings)
