@@ -42,7 +42,11 @@ def update_once(codes: np.ndarray, axes: Sequence[int], shape: Sequence[int], ta
     if total == 0 or deficit.sum() <= 0:
         return 0
     # records grouped by cell in random order; the first remove[c] of cell c are moved
-    order = np.argsort(cell + rng.random(n), kind="stable")  # by cell, random order within a cell
+    # records grouped by cell, in random order within a cell: a random permutation, then a stable
+    # sort on small integer keys (numpy uses radix sort for <= 16-bit keys: O(n), no float sort)
+    perm = rng.permutation(n)
+    key = cell[perm].astype(np.int16 if k < 2**15 else np.int32)
+    order = perm[np.argsort(key, kind="stable")]
     sorted_cells = cell[order]
     starts = np.searchsorted(sorted_cells, np.arange(k))
     rank = np.arange(n) - starts[sorted_cells]
