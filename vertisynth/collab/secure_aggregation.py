@@ -82,8 +82,8 @@ def share_counts(custodian: str, query: str, counts: np.ndarray, n_servers: int,
     if n_servers < 2:
         raise DataError("secure aggregation needs at least 2 servers")
     x = np.asarray(counts)
-    if x.dtype.kind not in "iu" or (x < 0).any():
-        raise DataError(f"custodian {custodian!r}: counts for {query!r} must be non-negative integers")
+    if x.dtype.kind not in "iu" or (x < 0).any() or (x.size and int(x.max()) >= 2**62):
+        raise DataError(f"custodian {custodian!r}: counts for {query!r} must be non-negative integers below 2^62")
     x = x.astype(np.uint64)
     shares = [rng.integers(0, 2**64, size=x.shape, dtype=np.uint64, endpoint=False) for _ in range(n_servers - 1)]
     last = x.copy()
@@ -94,9 +94,10 @@ def share_counts(custodian: str, query: str, counts: np.ndarray, n_servers: int,
             for i, s in enumerate(shares)]
 
 
-def planned_charge(query: str, sigma: float) -> Charge:
-    """The release of one noisy aggregate: sensitivity 1, noise N(0, σ²) from any single server ⇒ 1/(2σ²)-zCDP."""
-    return Charge(STAGE, "distributed_gaussian", ZCDP(1.0 / (2 * sigma**2)), None, f"query {query!r}")
+def planned_charge(query: str, sigma: float, sensitivity: float = 1.0) -> Charge:
+    """The release of one noisy aggregate with L2 sensitivity Δ and noise N(0, σ²) from any single
+    server: Δ²/(2σ²)-zCDP (counts: Δ = 1)."""
+    return Charge(STAGE, "distributed_gaussian", ZCDP(sensitivity**2 / (2 * sigma**2)), None, f"query {query!r}")
 
 
 def sigma_for_rho(rho: float) -> float:
@@ -126,7 +127,7 @@ def aggregate_at_server(server: int, shares: Sequence[CountShare], sigma: float,
 
 
 def reconstruct(noisy: Sequence[NoisyShare], ledger: PrivacyLedger | None = None,
-                sigma: float | None = None) -> np.ndarray:
+                sigma: float | None = None, sensitivity: float = 1.0) -> np.ndarray:
     """Analyst side: add all servers' noisy shares; the result is Σ counts + Σ noise as signed integers.
 
     When a ledger is given, the release is charged to it (it must have been planned).
@@ -144,7 +145,7 @@ def reconstruct(noisy: Sequence[NoisyShare], ledger: PrivacyLedger | None = None
     if ledger is not None:
         if sigma is None:
             raise DataError("reconstruct: pass sigma with the ledger")
-        ledger.spend(planned_charge(first.query, sigma))
+        ledger.spend(planned_charge(first.query, sigma, sensitivity))
     total = np.zeros(tuple(first.shape), np.uint64)
     for s in noisy:
         total += s.share
