@@ -90,3 +90,12 @@ def test_example_plugin_config_errors(example_plugin):
                                                                     "params": {"min_record": 10}}})
     with pytest.raises(Exception, match="unknown key 'min_record'.*did you mean 'min_records'"):
         make_plan(cfg, registry=Registry.load())
+
+
+def test_params_for_a_component_without_config_class_are_refused(example_plugin):
+    from vertisynth.core.errors import ConfigError
+
+    cfg = parse_config({"budget": {"epsilon": 0.5}, "synthesizer": {"use": "example_uniform"},
+                        "evaluators": [{"use": "oneway_tvd", "params": {"x": 1}}]})
+    with pytest.raises(ConfigError, match="takes no params"):
+        make_plan(cfg, registry=Registry.load())

@@ -23,7 +23,7 @@ from .. import __version__
 from .config import CONVERTER, RunConfig, structure
 from .dataset import Dataset, VerticalPartition
 from .encoding import TableCodec
-from .errors import BudgetError, DataError
+from .errors import BudgetError, ConfigError, DataError
 from .interfaces import Aligner, Evaluator, PlanContext, Synthesizer, VerticalData
 from .loaded import DatasetSource
 from .privacy import PrivacyLedger
@@ -80,7 +80,7 @@ def _component(registry: Registry, kind: str, name: str, params: dict[str, Any],
     cls = spec.load_config_cls()
     config = structure(params, cls, f"{where}.params of {name!r}") if cls is not None else None
     if cls is None and params:
-        raise BudgetError(f"{where}: {kind} {name!r} takes no params, got {sorted(params)}")
+        raise ConfigError(f"{where}: {kind} {name!r} takes no params, got {sorted(params)}")
     factory = spec.load_factory()
     instance = factory(config) if cls is not None else factory()
     return Component(spec, config, instance, registry.provider(kind, name))
