@@ -133,17 +133,25 @@ class Subject:
 
 def registry_subjects(registry: Registry | None = None, kinds: Iterable[str] = KINDS,
                       params: dict[tuple[str, str], Sequence[dict[str, Any]]] | None = None,
-                      **overrides: Any) -> list[Subject]:
-    """A Subject for every registered component of `kinds` (default configs, or each params dict in
-    `params[(kind, name)]`); `overrides` set Subject fields (e.g. measure=..., audit_samples=...)."""
+                      distribution: str | None = None,
+                      overrides: dict[tuple[str, str], dict[str, Any]] | None = None,
+                      **common: Any) -> list[Subject]:
+    """A Subject for every registered component of `kinds` (from `distribution` only, when given:
+    e.g. "vertisynth" for the built-ins, or your own package's name), with the default config or each
+    params dict in `params[(kind, name)]`. `common` sets Subject fields for all (e.g. audit_samples=...),
+    `overrides[(kind, name)]` for one component (e.g. its measure=... hook)."""
     registry = registry or default_registry()
     params = params or {}
+    overrides = overrides or {}
     out = []
     for kind in kinds:
         for name in registry.names(kind):
+            if distribution is not None and registry.provider(kind, name) != distribution:
+                continue
             spec = registry.get(kind, name)
+            fields = {**common, **overrides.get((kind, name), {})}
             for p in params.get((kind, name), [{}]):
-                out.append(Subject(kind, name, spec.load_factory(), spec.load_config_cls(), dict(p), spec, **overrides))
+                out.append(Subject(kind, name, spec.load_factory(), spec.load_config_cls(), dict(p), spec, **fields))
     return out
 
 

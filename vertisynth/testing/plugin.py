@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
-from . import audit as _audit
+from .audit import AUDIT_LEVELS, audit, set_default_level
 from .checks import DEFAULT_DOMAIN, correlated_dataset
 
 CI_PROFILE = "vertisynth-ci"
@@ -42,18 +42,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--vertisynth-audit",
         action="store",
         default=os.environ.get("VERTISYNTH_AUDIT", "smoke"),
-        choices=sorted(_audit.AUDIT_LEVELS),
+        choices=sorted(AUDIT_LEVELS),
         help="privacy audit level: smoke (~2e4), standard (~1e5) or thorough (~1e6) samples per pair",
     )
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    _audit.set_default_level(config.getoption("--vertisynth-audit"))
+    set_default_level(config.getoption("--vertisynth-audit"))
 
 
 def pytest_report_header(config: pytest.Config) -> str:
     level = config.getoption("--vertisynth-audit")
-    return f"vertisynth privacy audit level: {level} ({_audit.AUDIT_LEVELS[level]} samples per side per pair)"
+    return f"vertisynth privacy audit level: {level} ({AUDIT_LEVELS[level]} samples per side per pair)"
 
 
 @pytest.fixture
@@ -64,7 +64,7 @@ def audit_level(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def privacy_audit(audit_level: str):
     """`privacy_audit(mechanism, pairs, epsilon, delta=0.0, **kw)` at the session's audit level."""
-    return functools.partial(_audit.audit, level=audit_level)
+    return functools.partial(audit, level=audit_level)
 
 
 @pytest.fixture
