@@ -4,6 +4,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# The DP conformance kit's fixtures, --vertisynth-audit option and Hypothesis CI profile.
+pytest_plugins = ["vertisynth.testing.plugin"]
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 

@@ -1,0 +1,235 @@
+"""The conformance kit applied to every built-in plugin, and proof that it catches broken ones."""
+from collections.abc import Sequence
+
+import attrs
+import numpy as np
+import pytest
+
+from vertisynth.core.dataset import Dataset
+from vertisynth.core.domain import Domain
+from vertisynth.core.errors import ConfigError, DataError
+from vertisynth.core.factor import Factor
+from vertisynth.core.interfaces import Encoder, PlanContext, VerticalData
+from vertisynth.core.mechanisms import laplace_mechanism
+from vertisynth.core.messages import NoisyMarginals
+from vertisynth.core.privacy import Budget, Charge, PrivacyLedger, PureDP, ZCDP, zcdp_to_approx
+from vertisynth.plugins.synthesizers.independent import IndependentConfig, IndependentSynthesizer
+from vertisynth.testing.audit import PrivacyViolation, audit, looped
+from vertisynth.testing.checks import (AuditLedger, ConformanceError, Subject, check_declares_cost,
+                                       check_encoder_contract, check_ledger_matches_plan, check_no_global_rng,
+                                       check_privacy_audit, component_checks, parametrize_with_checks,
+                                       registry_subjects)
+from vertisynth.testing.strategies import adversarial_pairs
+
+
+def independent_measure(synth, data: VerticalData, ledger, rng):
+    """The independent synthesizer's measurement step: every party's noisy 1-way marginals (real code)."""
+    msgs = [synth.measure_party(p, data.views[p], ledger, rng) for p in data.partition.names]
+    return np.concatenate([m.marginals[a] for m in msgs for a in m.domain.attributes])
+
+
+# The default run audits the real (looped) code path with 4,000 samples per side: enough to catch gross
+# bugs in seconds; `pytest -m slow --vertisynth-audit=standard` runs the full-size audit below.
+BUILTINS = registry_subjects(
+    distribution="vertisynth",
+    params={("synthesizer", "independent"): [{"mechanism": "gaussian"}, {"mechanism": "laplace"}]},
+    overrides={("synthesizer", "independent"): {"measure": independent_measure}},
+    audit_samples=4000, audit_pairs=1,
+)
+
+
+def test_every_builtin_kind_is_covered():
+    names = {(s.kind, s.name) for s in BUILTINS}
+    assert {("synthesizer", "independent"), ("evaluator", "tvd"), ("aligner", "positional")} <= names
+
+
+@parametrize_with_checks(BUILTINS)
+def test_builtin_conformance(subject, check):
+    check(subject)
+
+
+# -- the audit of independent's Gaussian measurement step ---------------------------------------
+def _independent_gaussian_audit(level: str, n_samples: int | None, config: IndependentConfig,
+                                budget: Budget, synth_cls=IndependentSynthesizer):
+    """Audit the measurement step on neighbours that differ in one person's record (all parties'
+    columns), against the declared ρ converted to (ε, δ) at the budget's δ."""
+    subject = Subject("synthesizer", "independent", synth_cls, IndependentConfig,
+                      attrs.asdict(config), budget=budget, measure=independent_measure)
+    synth = subject.build()
+    charges = synth.plan(subject.context())
+    rho = sum(c.cost.rho for c in charges)
+    eps = zcdp_to_approx(rho, budget.delta)
+    part = subject.partition
+
+    def one(data, rng):
+        return independent_measure(synth, VerticalData(part, part.views(data)), AuditLedger(budget), rng)
+
+    return audit(looped(one), adversarial_pairs(subject.domain, subject.data())[:2], eps, budget.delta,
+                 level=level, n_samples=n_samples, seed=99, name="independent gaussian measurement")
+
+
+@pytest.mark.slow
+def test_independent_gaussian_measurement_audit_full(audit_level):
+    report = _independent_gaussian_audit(audit_level, None, IndependentConfig("gaussian"), Budget(1.0, 1e-5))
+    assert report.passed, report.message()
+
+
+class IndependentNoSplit(IndependentSynthesizer):
+    """BROKEN: declares (and charges) ρ/d per attribute but noises at 50 ρ/d (σ about 7x too small).
+    Milder Gaussian bugs need the standard/thorough levels: zCDP's (ε, δ) conversion is loose."""
+
+    def measure_party(self, party, view, ledger, rng):
+        per = self._per_attr
+        self._per_attr = per * 50
+        try:
+            out = super().measure_party(party, view, AuditLedger(ledger.budget), rng)
+        finally:
+            self._per_attr = per
+        for _ in view.attributes:
+            ledger.spend(Charge("synthesizer", "gaussian_1way", ZCDP(per), party))
+        return out
+
+
+def test_audit_catches_broken_gaussian_measurement():
+    report = _independent_gaussian_audit("smoke", 2000, IndependentConfig("gaussian"), Budget(1.0, 1e-5),
+                                         synth_cls=IndependentNoSplit)
+    assert not report.passed
+
+
+# -- deliberately broken encoders ------------------------------------------------------------------
+TWO = Domain(("a0", "a1"), (3, 2))
+TWO_PARTIES = (("a0",), ("a1",))
+
+
+@attrs.frozen
+class HistConfig:
+    epsilon_scale: float = 1.0  # fraction of the component's ε to use
+
+    def __attrs_post_init__(self):
+        if not 0 < self.epsilon_scale <= 1:
+            raise ConfigError(f"epsilon_scale must be in (0, 1], got {self.epsilon_scale}")
+
+
+class LaplaceHistogramEncoder(Encoder):
+    """A correct toy encoder: each party releases Laplace 1-way histograms (ε/d per attribute, L1
+    sensitivity 1 each, so ε in total under add/remove of one person); the server multiplies
+    normalised marginals (independence) for multi-attribute estimates."""
+
+    STAGE = "encoder"
+
+    def __init__(self, config=None):
+        super().__init__(config or HistConfig())
+        self.per_attr = None
+
+    def plan(self, ctx: PlanContext):
+        self.per_attr = ctx.epsilon * self.config.epsilon_scale / len(ctx.domain)
+        return [Charge(self.STAGE, "laplace_hist", PureDP(self.per_attr), p.name)
+                for p in ctx.partition for _ in p.attributes]
+
+    def noise(self, counts, party, ledger, rng):
+        return laplace_mechanism(counts, self.per_attr, rng, ledger, self.STAGE, party, mechanism="laplace_hist")
+
+    def encode(self, party, view, ledger, rng):
+        out = {a: self.noise(view.counts([a]).values, party, ledger, rng) for a in view.attributes}
+        return NoisyMarginals(party=party, domain=view.domain, marginals=out).validate()
+
+    def estimate(self, messages: Sequence[NoisyMarginals], attrs_):
+        dom = None
+        probs, totals = {}, []
+        for m in messages:
+            dom = m.domain if dom is None else dom.merge(m.domain)
+            for a, v in m.marginals.items():
+                c = np.clip(v, 0, None)
+                probs[a] = c / c.sum() if c.sum() > 0 else np.full(v.shape, 1 / v.size)
+                totals.append(v.sum())
+        if dom is None or any(a not in probs for a in attrs_):
+            raise DataError(f"no message measures all of {list(attrs_)}")
+        f = Factor(dom.project([attrs_[0]]), probs[attrs_[0]])
+        for a in attrs_[1:]:
+            f = f * Factor(dom.project([a]), probs[a])
+        return f * max(float(np.mean(totals)), 0.0)
+
+
+class OverspendingEncoder(LaplaceHistogramEncoder):
+    """BROKEN: declares and charges ε, but calibrates its noise to 1.25 ε."""
+
+    def noise(self, counts, party, ledger, rng):
+        ledger.spend(Charge(self.STAGE, "laplace_hist", PureDP(self.per_attr), party))
+        return counts + rng.laplace(0, 1 / (1.25 * self.per_attr), counts.shape)
+
+
+class GlobalRngEncoder(LaplaceHistogramEncoder):
+    """BROKEN: draws its noise from numpy's global RNG."""
+
+    def noise(self, counts, party, ledger, rng):
+        ledger.spend(Charge(self.STAGE, "laplace_hist", PureDP(self.per_attr), party))
+        return counts + np.random.laplace(0, 1 / self.per_attr, counts.shape)
+
+
+class MisdeclaredEncoder(LaplaceHistogramEncoder):
+    """BROKEN: the plan declares ε/d per attribute but the ledger is charged (and noise drawn) at 2ε/d."""
+
+    def noise(self, counts, party, ledger, rng):
+        return laplace_mechanism(counts, 2 * self.per_attr, rng, ledger, self.STAGE, party, mechanism="laplace_hist")
+
+
+class SilentEncoder(LaplaceHistogramEncoder):
+    """BROKEN: declares its cost but never tells the ledger what it spends."""
+
+    def noise(self, counts, party, ledger, rng):
+        return counts + rng.laplace(0, 1 / self.per_attr, counts.shape)
+
+
+def encoder_subject(cls, **kw):
+    return Subject("encoder", cls.__name__, cls, HistConfig, {}, domain=TWO, parties=TWO_PARTIES,
+                   budget=Budget(1.0, 0.0), **kw)
+
+
+CORRECT_ENCODER = encoder_subject(LaplaceHistogramEncoder, audit_samples=4000, audit_pairs=1)
+
+
+@parametrize_with_checks([CORRECT_ENCODER])
+def test_correct_toy_encoder_passes_every_check(subject, check):
+    check(subject)
+
+
+def test_kit_catches_encoder_claiming_eps_1_but_spending_1_25():
+    subject = encoder_subject(OverspendingEncoder, audit_samples=20_000, audit_pairs=1)
+    check_ledger_matches_plan(subject)  # the books look fine...
+    with pytest.raises(PrivacyViolation, match=r"ε_lb exceeds the claimed ε = 1"):
+        check_privacy_audit(subject)  # ...but the noise does not
+
+
+def test_kit_catches_global_numpy_rng():
+    with pytest.raises(ConformanceError, match="global RNG"):
+        check_no_global_rng(encoder_subject(GlobalRngEncoder))
+
+
+def test_kit_catches_declared_cost_disagreeing_with_ledger():
+    with pytest.raises(ConformanceError, match="did not declare"):
+        check_ledger_matches_plan(encoder_subject(MisdeclaredEncoder))
+    with pytest.raises(ConformanceError, match="planned but not spent"):
+        check_ledger_matches_plan(encoder_subject(SilentEncoder))
+
+
+def test_kit_catches_plan_without_charges_and_broken_contract():
+    class Free(LaplaceHistogramEncoder):
+        def plan(self, ctx):
+            super().plan(ctx)
+            return []
+
+    with pytest.raises(ConformanceError, match="declares no privacy charges"):
+        check_declares_cost(encoder_subject(Free))
+
+    class WrongParty(LaplaceHistogramEncoder):
+        def encode(self, party, view, ledger, rng):
+            return attrs.evolve(super().encode(party, view, ledger, rng), party="someone-else")
+
+    with pytest.raises(ConformanceError, match="says it comes from"):
+        check_encoder_contract(encoder_subject(WrongParty))
+
+
+def test_component_checks_cover_each_kind():
+    names = {c.__name__ for _, c in component_checks(CORRECT_ENCODER)}
+    assert {"check_privacy_audit", "check_ledger_matches_plan", "check_no_global_rng",
+            "check_encoder_contract", "check_config_roundtrip", "check_declares_cost"} == names

@@ -1,0 +1,535 @@
+"""Per-kind conformance checks, in the style of scikit-learn's `parametrize_with_checks`.
+
+    from vertisynth.testing.checks import parametrize_with_checks, registry_subjects
+
+    @parametrize_with_checks(registry_subjects())
+    def test_conformance(subject, check):
+        check(subject)
+
+A `Subject` names one component (kind, name, how to build a fresh instance, its config) and the
+small public test bed it runs on (domain, parties, budget). `component_checks(subject)` yields
+the checks that apply to its kind:
+
+  all kinds     config round-trip (cattrs unstructure → structure) and unknown keys rejected;
+                no global RNG (same seed → same output, different seeds → different output,
+                np.random seeded globally to different values changes nothing and its state is untouched)
+  synthesizer,  declared privacy cost present and within budget; plan() charges == charges spent
+  encoder       after fit/encode (through the ledger); the empirical privacy audit of the
+                measurement step against the declared cost (vertisynth.testing.audit)
+  encoder       encode/estimate contract across the party boundary (messages validate, survive
+                save/load, and the server's estimate from loaded messages equals the original)
+  evaluator     no privacy charges; values within the declared [min, max]; real-vs-real is the best
+                score and adding noise records never improves it; symmetry when "symmetric" is declared
+  aligner       outputs row-aligned with domains unchanged; identical inputs give back the same
+                multiset of records (the intersection and union of equal sets are that set);
+                unequal inputs give aligned output or a clear vertisynth error
+
+A failing check raises `ConformanceError` (or `PrivacyViolation` from the audit) naming the problem.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from vertisynth.core.config import CONVERTER, structure
+from vertisynth.core.dataset import Dataset, VerticalPartition
+from vertisynth.core.domain import Domain
+from vertisynth.core.errors import BudgetError, ConfigError, VertisynthError
+from vertisynth.core.factor import Factor
+from vertisynth.core.interfaces import Aligner, Encoder, Evaluator, PlanContext, Synthesizer, VerticalData
+from vertisynth.core.messages import Message
+from vertisynth.core.privacy import Budget, Charge, PrivacyLedger
+from vertisynth.core.registry import Registry, default_registry
+
+from .audit import AUDIT_LEVELS, AuditableMechanism, NeighbourPair, audit, claimed_epsilon, default_level, looped
+from .strategies import adversarial_pairs
+
+KINDS = ("synthesizer", "encoder", "evaluator", "aligner")
+
+
+class ConformanceError(AssertionError):
+    """A component breaks the contract of its kind."""
+
+
+def _fail(subject: Subject, text: str) -> ConformanceError:
+    return ConformanceError(f"{subject.kind} {subject.name!r}: {text}")
+
+
+# -- the test bed ---------------------------------------------------------------------------------
+# Six attributes (so 5-way evaluators apply), 288 cells, two parties: small enough to audit quickly.
+DEFAULT_DOMAIN = Domain(("a0", "a1", "a2", "a3", "a4", "a5"), (2, 3, 4, 2, 3, 2))
+DEFAULT_PARTIES = (("a0", "a1", "a2"), ("a3", "a4", "a5"))
+
+
+def correlated_dataset(domain: Domain, n: int, seed: int = 0) -> Dataset:
+    """A public test table with correlated columns (each column copies the previous one 60% of the time)."""
+    rng = np.random.default_rng(seed)
+    cols = [rng.integers(0, domain.shape[0], n)]
+    for s in domain.shape[1:]:
+        copy = rng.random(n) < 0.6
+        cols.append(np.where(copy, cols[-1] % s, rng.integers(0, s, n)))
+    return Dataset(np.column_stack(cols).astype(np.int64), domain)
+
+
+@attrs.frozen
+class Subject:
+    """One component under test and its test bed.
+
+    measure: (component, data: VerticalData, ledger, rng) -> array, the component's measurement
+        step on the real code path (for synthesizers; default: fit then release the counts of a
+        100-record sample, which is post-processing and so also auditable, but weaker).
+    audit_mechanism: component -> AuditableMechanism, a vectorised sampling hook on Dataset inputs
+        (replaces the looped real path; prove elsewhere that it matches it).
+    audit_samples: fresh samples per side per pair (default: the audit level's count).
+    audit_pairs: how many of the adversarial pairs to audit (they are ordered by suspicion).
+    """
+
+    kind: str = attrs.field(validator=attrs.validators.in_(KINDS))
+    name: str
+    factory: Callable[[Any], Any]
+    config_cls: type | None = None
+    params: dict[str, Any] = attrs.field(factory=dict)
+    spec: Any = None
+    domain: Domain = DEFAULT_DOMAIN
+    parties: tuple[tuple[str, ...], ...] = DEFAULT_PARTIES
+    budget: Budget = Budget(1.0, 1e-5)
+    n_records: int = 200
+    measure: Callable[..., np.ndarray] | None = None
+    audit_mechanism: Callable[[Any], AuditableMechanism] | None = None
+    audit_samples: int | None = None
+    audit_pairs: int = 2
+    audit_seed: int = 20261122
+
+    @property
+    def config(self) -> Any:
+        if self.config_cls is None:
+            return None
+        return structure(self.params, self.config_cls, f"{self.kind} {self.name!r} params")
+
+    def build(self) -> Any:
+        return self.factory(self.config) if self.config_cls is not None else self.factory()
+
+    @property
+    def partition(self) -> VerticalPartition:
+        return VerticalPartition.from_lists([list(p) for p in self.parties]).validate(self.domain)
+
+    def context(self) -> PlanContext:
+        return PlanContext(self.domain, self.partition, self.budget)
+
+    def data(self, seed: int = 0) -> Dataset:
+        return correlated_dataset(self.domain, self.n_records, seed)
+
+    def vertical(self, data: Dataset) -> VerticalData:
+        return VerticalData(self.partition, self.partition.views(data))
+
+    def label(self) -> str:
+        extra = ",".join(f"{k}={v}" for k, v in sorted(self.params.items()))
+        return f"{self.kind}:{self.name}" + (f"[{extra}]" if extra else "")
+
+
+def registry_subjects(registry: Registry | None = None, kinds: Iterable[str] = KINDS,
+                      params: dict[tuple[str, str], Sequence[dict[str, Any]]] | None = None,
+                      distribution: str | None = None,
+                      overrides: dict[tuple[str, str], dict[str, Any]] | None = None,
+                      **common: Any) -> list[Subject]:
+    """A Subject for every registered component of `kinds` (from `distribution` only, when given:
+    e.g. "vertisynth" for the built-ins, or your own package's name), with the default config or each
+    params dict in `params[(kind, name)]`. `common` sets Subject fields for all (e.g. audit_samples=...),
+    `overrides[(kind, name)]` for one component (e.g. its measure=... hook)."""
+    registry = registry or default_registry()
+    params = params or {}
+    overrides = overrides or {}
+    out = []
+    for kind in kinds:
+        for name in registry.names(kind):
+            if distribution is not None and registry.provider(kind, name) != distribution:
+                continue
+            spec = registry.get(kind, name)
+            fields = {**common, **overrides.get((kind, name), {})}
+            for p in params.get((kind, name), [{}]):
+                out.append(Subject(kind, name, spec.load_factory(), spec.load_config_cls(), dict(p), spec, **fields))
+    return out
+
+
+# -- helpers --------------------------------------------------------------------------------------
+class AuditLedger(PrivacyLedger):
+    """Accepts every spend without matching it to a plan: the audit draws thousands of outputs and
+    checks the *noise*, while the ledger contract is checked separately."""
+
+    def spend(self, charge: Charge) -> None:
+        self.spent.append(charge)
+
+
+def _plan(subject: Subject, component: Any) -> list[Charge]:
+    charges = component.plan(subject.context())
+    if not isinstance(charges, list) or not all(isinstance(c, Charge) for c in charges):
+        raise _fail(subject, f"plan() must return a list of Charge objects, got {charges!r}")
+    return charges
+
+
+def _arrays(obj: Any) -> list[np.ndarray]:
+    """Every numeric array inside a message / list of messages / dataset / factor, in a fixed order."""
+    if isinstance(obj, Message):
+        out = []
+        for f in attrs.fields(type(obj)):
+            out += _arrays(getattr(obj, f.name))
+        return out
+    if isinstance(obj, Dataset):
+        return [obj.codes]
+    if isinstance(obj, Factor):
+        return [obj.values]
+    if isinstance(obj, np.ndarray):
+        return [obj] if obj.dtype.kind in "biuf" else []
+    if isinstance(obj, dict):
+        return [a for k in obj for a in _arrays(obj[k])]
+    if isinstance(obj, (list, tuple)):
+        return [a for v in obj for a in _arrays(v)]
+    if isinstance(obj, (int, float)) and not isinstance(obj, bool):
+        return [np.asarray([obj], float)]
+    return []
+
+
+def _flat(obj: Any) -> np.ndarray:
+    arrays = _arrays(obj)
+    return np.concatenate([a.astype(float).ravel() for a in arrays]) if arrays else np.zeros(0)
+
+
+def _run_once(subject: Subject, seed: int) -> np.ndarray:
+    """Build a fresh component, plan, run it on the test bed with rng(seed); its output, flattened."""
+    component = subject.build()
+    data = subject.data()
+    rng = np.random.default_rng(seed)
+    if subject.kind == "synthesizer":
+        ledger = AuditLedger(subject.budget)
+        ledger.plan(_plan(subject, component))
+        component.fit(subject.vertical(data), ledger, rng)
+        return _flat(component.sample(50, rng))
+    if subject.kind == "encoder":
+        ledger = AuditLedger(subject.budget)
+        ledger.plan(_plan(subject, component))
+        views = subject.partition.views(data)
+        return _flat([component.encode(p, views[p], ledger, rng) for p in subject.partition.names])
+    if subject.kind == "evaluator":
+        component.plan(subject.context())
+        other = correlated_dataset(subject.domain, subject.n_records, seed=1)
+        return _flat(list(component.evaluate(data, other, rng).values()))
+    views = subject.partition.views(data)
+    ledger = AuditLedger(subject.budget)
+    ledger.plan(_plan(subject, component))
+    aligned, _info = component.align(views, ledger, rng)
+    return _flat([aligned[p] for p in subject.partition.names])
+
+
+# -- checks for every kind ------------------------------------------------------------------------
+def check_config_roundtrip(subject: Subject) -> None:
+    """Config unstructures to TOML-able data and structures back to an equal config; unknown keys fail."""
+    if subject.config_cls is None:
+        return
+    config = subject.config
+    data = CONVERTER.unstructure(config)
+    try:
+        back = structure(data, subject.config_cls, "round-trip")
+    except ConfigError as exc:
+        raise _fail(subject, f"config does not survive unstructure/structure: {exc}") from None
+    if back != config:
+        raise _fail(subject, f"config round-trip changed it: {config!r} -> {data!r} -> {back!r}")
+    try:
+        structure({**data, "no_such_key_xyz": 1}, subject.config_cls, "probe")
+    except ConfigError:
+        pass
+    else:
+        raise _fail(subject, "config accepts an unknown key 'no_such_key_xyz'; structure with forbid_extra_keys")
+
+
+def check_no_global_rng(subject: Subject) -> None:
+    """Same explicit seed → same output whatever np.random's global seed; different seeds → different
+    output (for randomised kinds); np.random's global state is left untouched."""
+    np.random.seed(1)
+    state = np.random.get_state()[1].copy()
+    first = _run_once(subject, 7)
+    if not np.array_equal(np.random.get_state()[1], state):
+        raise _fail(subject, "it draws from numpy's global RNG (np.random.*); take the explicit Generator instead")
+    np.random.seed(2)
+    second = _run_once(subject, 7)
+    if first.shape != second.shape or not np.array_equal(first, second):
+        raise _fail(subject, "the same seed gave different outputs (global RNG, unseeded default_rng(), or "
+                             "other hidden state)")
+    if subject.kind in ("synthesizer", "encoder"):
+        other = _run_once(subject, 8)
+        if first.shape == other.shape and np.array_equal(first, other):
+            raise _fail(subject, "different seeds gave identical outputs: the rng argument is ignored")
+
+
+# -- privacy checks (synthesizers, encoders) ------------------------------------------------------
+def check_declares_cost(subject: Subject) -> None:
+    """plan() declares a positive privacy cost from public facts only, within the budget, per known party."""
+    component = subject.build()
+    charges = _plan(subject, component)
+    if not charges:
+        raise _fail(subject, "plan() declares no privacy charges, but a component that reads data must")
+    parties = set(subject.partition.names) | {None}
+    for c in charges:
+        if c.party not in parties:
+            raise _fail(subject, f"charge {c} names party {c.party!r}, not one of {sorted(map(str, parties - {None}))}")
+    eps = claimed_epsilon([c.cost for c in charges], subject.budget.delta)
+    if not eps <= subject.budget.epsilon * (1 + 1e-9):
+        raise _fail(subject, f"plan() declares ε={eps:.4g}, more than the budget ε={subject.budget.epsilon:.4g}")
+    again = _plan(subject, subject.build())
+    if again != charges:
+        raise _fail(subject, "plan() is not a function of the public context: two calls gave different charges")
+
+
+def check_ledger_matches_plan(subject: Subject) -> None:
+    """Run on real data with a strict ledger: every spend matches a planned charge and all are spent."""
+    component = subject.build()
+    ledger = PrivacyLedger(subject.budget)
+    charges = _plan(subject, component)
+    ledger.plan(charges)
+    ledger.check_plan()
+    data = subject.data()
+    rng = np.random.default_rng(0)
+    try:
+        if subject.kind == "synthesizer":
+            component.fit(subject.vertical(data), ledger, rng)
+        else:
+            views = subject.partition.views(data)
+            for p in subject.partition.names:
+                component.encode(p, views[p], ledger, rng)
+    except BudgetError as exc:
+        raise _fail(subject, f"spent something its plan did not declare: {exc}") from None
+    unspent = ledger.unspent()
+    if unspent or len(ledger.spent) != len(charges):
+        raise _fail(subject, f"declared {len(charges)} charges but spent {len(ledger.spent)}; planned but not "
+                             f"spent: {[c.to_dict() for c in unspent]}")
+
+
+def _measurement(subject: Subject, component: Any) -> AuditableMechanism:
+    """The measurement step as an audit sampler over joined Datasets (one person = one full row)."""
+    if subject.audit_mechanism is not None:
+        return subject.audit_mechanism(component)
+    part = subject.partition
+
+    if subject.kind == "encoder":
+        def one(data: Dataset, rng: np.random.Generator) -> np.ndarray:
+            views = part.views(data)
+            ledger = AuditLedger(subject.budget)
+            return _flat([component.encode(p, views[p], ledger, rng) for p in part.names])
+    elif subject.measure is not None:
+        def one(data: Dataset, rng: np.random.Generator) -> np.ndarray:
+            return _flat(subject.measure(component, VerticalData(part, part.views(data)), AuditLedger(subject.budget), rng))
+    else:
+        def one(data: Dataset, rng: np.random.Generator) -> np.ndarray:
+            component.fit(VerticalData(part, part.views(data)), AuditLedger(subject.budget), rng)
+            return component.sample(100, rng).counts(subject.domain.attributes).values.ravel()
+    return looped(one)
+
+
+def check_privacy_audit(subject: Subject) -> None:
+    """Empirical audit of the measurement step on adversarial neighbouring pairs against the declared cost."""
+    component = subject.build()
+    charges = _plan(subject, component)
+    delta = subject.budget.delta
+    eps = claimed_epsilon([c.cost for c in charges], delta)
+    if not np.isfinite(eps):
+        delta = 0.0
+        eps = claimed_epsilon([c.cost for c in charges], delta)
+    pairs = adversarial_pairs(subject.domain)[: subject.audit_pairs]
+    level = default_level()
+    n = subject.audit_samples or AUDIT_LEVELS[level]
+    report = audit(_measurement(subject, component), pairs, eps, delta, level=level, n_samples=n,
+                   seed=subject.audit_seed, name=subject.label())
+    report.assert_ok()
+
+
+# -- encoders -------------------------------------------------------------------------------------
+def check_encoder_contract(subject: Subject) -> None:
+    """Messages validate, carry their party, survive save/load; the server estimates from messages only."""
+    import tempfile
+    from pathlib import Path
+
+    component = subject.build()
+    ledger = AuditLedger(subject.budget)
+    ledger.plan(_plan(subject, component))
+    views = subject.partition.views(subject.data())
+    rng = np.random.default_rng(0)
+    messages = []
+    for p in subject.partition.names:
+        msg = component.encode(p, views[p], ledger, rng)
+        if not isinstance(msg, Message):
+            raise _fail(subject, f"encode() returned {type(msg).__name__}, not a vertisynth Message")
+        if msg.party != p:
+            raise _fail(subject, f"the message from party {p!r} says it comes from {msg.party!r}")
+        msg.validate()
+        messages.append(msg)
+    with tempfile.TemporaryDirectory() as tmp:
+        loaded = [Message.load(m.save(Path(tmp) / f"{i}.npz")) for i, m in enumerate(messages)]
+    first = [subject.parties[0][0]]
+    queries = [first]
+    if len(subject.parties) > 1:
+        queries.append([subject.parties[0][0], subject.parties[1][0]])  # a cross-party marginal
+    for attrs_ in queries:
+        est = component.estimate(messages, attrs_)
+        if not isinstance(est, Factor) or set(est.domain.attributes) != set(attrs_):
+            raise _fail(subject, f"estimate(messages, {attrs_}) must return a Factor on {attrs_}, got {est!r}")
+        if est.values.shape != est.domain.shape or not np.all(np.isfinite(est.values)):
+            raise _fail(subject, f"estimate on {attrs_} has shape {est.values.shape} or non-finite values")
+        again = component.estimate(loaded, attrs_)
+        if not np.allclose(again.transpose(est.domain.attributes).values, est.values, equal_nan=False):
+            raise _fail(subject, f"estimate on {attrs_} from messages loaded from disk differs from the original")
+
+
+# -- evaluators -----------------------------------------------------------------------------------
+def _scores(component: Any, real: Dataset, synth: Dataset, seed: int = 0) -> dict[str, float]:
+    return component.evaluate(real, synth, np.random.default_rng(seed))
+
+
+def _noise_rows(domain: Domain, n: int) -> np.ndarray:
+    """Records far from `correlated_dataset`: every attribute at its last code (a corner cell)."""
+    return np.tile(np.array(domain.shape, dtype=np.int64) - 1, (n, 1))
+
+
+def check_evaluator_no_charges(subject: Subject) -> None:
+    """Evaluators read real data for scoring only; they may not declare privacy charges."""
+    if subject.build().plan(subject.context()):
+        raise _fail(subject, "declares privacy charges; evaluators are not DP and may not spend budget")
+
+
+def check_evaluator_range(subject: Subject) -> None:
+    """Every value is finite and within the spec's [min_value, max_value]."""
+    component = subject.build()
+    lo = getattr(subject.spec, "min_value", -np.inf)
+    hi = getattr(subject.spec, "max_value", np.inf)
+    real = subject.data(0)
+    cases = {"independent table": correlated_dataset(subject.domain, subject.n_records, 1),
+             "itself": real,
+             "a single corner cell": Dataset(_noise_rows(subject.domain, 30), subject.domain)}
+    for what, synth in cases.items():
+        for key, v in _scores(component, real, synth).items():
+            if not (np.isfinite(v) and lo - 1e-12 <= v <= hi + 1e-12):
+                raise _fail(subject, f"{key} = {v} against {what} is outside the declared range [{lo}, {hi}]")
+
+
+def check_evaluator_ordering(subject: Subject) -> None:
+    """The real table scores best against itself, and mixing in more noise records never improves a score."""
+    component = subject.build()
+    goal = getattr(subject.spec, "goal", "minimize")
+    sign = 1.0 if goal == "minimize" else -1.0
+    real = subject.data(0)
+    chain = []
+    for k in (0, real.n // 4, real.n, 4 * real.n):
+        synth = Dataset(np.vstack([real.codes, _noise_rows(subject.domain, k)]), subject.domain)
+        chain.append((k, _scores(component, real, synth)))
+    for (k0, a), (k1, b) in zip(chain, chain[1:]):
+        for key in a:
+            if sign * b[key] < sign * a[key] - 1e-9:
+                raise _fail(subject, f"{key} improved from {a[key]:.6g} to {b[key]:.6g} when noise records grew "
+                                     f"from {k0} to {k1} (goal: {goal})")
+
+
+def check_evaluator_symmetry(subject: Subject) -> None:
+    """For evaluators declaring the "symmetric" capability: score(A, B) == score(B, A)."""
+    if "symmetric" not in getattr(subject.spec, "capabilities", ()):
+        return
+    component = subject.build()
+    a, b = subject.data(0), correlated_dataset(subject.domain, subject.n_records // 2, 3)
+    ab, ba = _scores(component, a, b), _scores(component, b, a)
+    for key in ab:
+        if not np.isclose(ab[key], ba[key], rtol=1e-9, atol=1e-12):
+            raise _fail(subject, f"declares 'symmetric' but {key}(A, B) = {ab[key]} != {key}(B, A) = {ba[key]}")
+
+
+def check_evaluator_rejects_mismatched_domains(subject: Subject) -> None:
+    """Tables on different domains give a clear vertisynth error, not a numpy traceback."""
+    component = subject.build()
+    real = subject.data(0)
+    other = Domain(real.domain.attributes, tuple(s + 1 for s in real.domain.shape))
+    try:
+        _scores(component, real, Dataset(real.codes, other))
+    except VertisynthError:
+        return
+    except Exception as exc:  # noqa: BLE001 — the point is to report the wrong kind of error
+        raise _fail(subject, f"mismatched domains raised {type(exc).__name__}: {exc} (expected a VertisynthError)")
+    raise _fail(subject, "scored tables with different domains without complaint")
+
+
+# -- aligners -------------------------------------------------------------------------------------
+def _records_multiset(views: dict[str, Dataset], names: Sequence[str]) -> list[tuple[int, ...]]:
+    joined = np.hstack([views[p].codes for p in names])
+    return sorted(map(tuple, joined.tolist()))
+
+
+def check_aligner_set_semantics(subject: Subject) -> None:
+    """Outputs are row-aligned with unchanged domains and JSON-able info; identical, already aligned
+    inputs come back as the same multiset of joined records (A ∩ A = A ∪ A = A)."""
+    component = subject.build()
+    data = subject.data()
+    views = subject.partition.views(data)
+    ledger = AuditLedger(subject.budget)
+    ledger.plan(_plan(subject, component))
+    out, info = component.align(views, ledger, np.random.default_rng(0))
+    names = subject.partition.names
+    if set(out) != set(names):
+        raise _fail(subject, f"returned views for {sorted(out)}, expected {sorted(names)}")
+    sizes = {p: out[p].n for p in names}
+    if len(set(sizes.values())) != 1:
+        raise _fail(subject, f"output is not row-aligned: row counts {sizes}")
+    for p in names:
+        if out[p].domain != views[p].domain:
+            raise _fail(subject, f"changed party {p!r}'s domain from {views[p].domain} to {out[p].domain}")
+    try:
+        json.dumps(info)
+    except TypeError as exc:
+        raise _fail(subject, f"info is not JSON-able: {exc}") from None
+    if _records_multiset(out, names) != _records_multiset(views, names):
+        raise _fail(subject, "identical, aligned inputs did not come back as the same set of records")
+
+
+def check_aligner_unequal_inputs(subject: Subject) -> None:
+    """Parties with different row counts: row-aligned output, or a clear vertisynth error."""
+    component = subject.build()
+    views = subject.partition.views(subject.data())
+    first = subject.partition.names[0]
+    views[first] = views[first].take(np.arange(views[first].n - 5))
+    ledger = AuditLedger(subject.budget)
+    ledger.plan(_plan(subject, component))
+    try:
+        out, _ = component.align(views, ledger, np.random.default_rng(0))
+    except VertisynthError:
+        return
+    except Exception as exc:  # noqa: BLE001
+        raise _fail(subject, f"unequal inputs raised {type(exc).__name__}: {exc} (expected a VertisynthError)")
+    if len({v.n for v in out.values()}) != 1:
+        raise _fail(subject, "unequal inputs gave output that is not row-aligned")
+
+
+# -- the collection -------------------------------------------------------------------------------
+CHECKS: dict[str, tuple[Callable[[Subject], None], ...]] = {
+    "synthesizer": (check_config_roundtrip, check_declares_cost, check_ledger_matches_plan,
+                    check_no_global_rng, check_privacy_audit),
+    "encoder": (check_config_roundtrip, check_declares_cost, check_ledger_matches_plan,
+                check_no_global_rng, check_encoder_contract, check_privacy_audit),
+    "evaluator": (check_config_roundtrip, check_evaluator_no_charges, check_evaluator_range,
+                  check_evaluator_ordering, check_evaluator_symmetry,
+                  check_evaluator_rejects_mismatched_domains, check_no_global_rng),
+    "aligner": (check_config_roundtrip, check_aligner_set_semantics, check_aligner_unequal_inputs,
+                check_no_global_rng),
+}
+
+
+def component_checks(subject: Subject) -> Iterator[tuple[Subject, Callable[[Subject], None]]]:
+    """(subject, check) pairs for every check that applies to the subject's kind."""
+    for check in CHECKS[subject.kind]:
+        yield subject, check
+
+
+def parametrize_with_checks(subjects: Iterable[Subject]):
+    """A pytest.mark.parametrize("subject, check", ...) over every subject's checks, with readable ids."""
+    import pytest
+
+    cases = [pair for s in subjects for pair in component_checks(s)]
+    return pytest.mark.parametrize("subject, check", cases,
+                                   ids=[f"{s.label()}-{c.__name__}" for s, c in cases])

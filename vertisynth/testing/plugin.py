@@ -1,0 +1,82 @@
+"""Opt-in pytest plugin of the vertisynth conformance kit.
+
+Enable it in a conftest.py at your test root:
+
+    pytest_plugins = ["vertisynth.testing.plugin"]
+
+It adds
+  * the option `--vertisynth-audit=smoke|standard|thorough` (about 2e4 / 1e5 / 1e6 fresh samples per
+    side per neighbouring pair; default smoke, or $VERTISYNTH_AUDIT), used by every audit that is not
+    given an explicit level;
+  * fixtures: `audit_level` (the chosen level), `privacy_audit` (audit() with that level and a fixed
+    seed), `vs_rng` (a seeded numpy Generator), `test_domain`, `test_dataset` (the check test bed);
+  * a Hypothesis profile "vertisynth-ci" (derandomised, no deadline, 200 examples, failure blobs
+    printed): select it with `--hypothesis-profile=vertisynth-ci`.
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+from .audit import AUDIT_LEVELS, audit, set_default_level
+from .checks import DEFAULT_DOMAIN, correlated_dataset
+
+CI_PROFILE = "vertisynth-ci"
+settings.register_profile(
+    CI_PROFILE,
+    derandomize=True,  # the same examples on every CI run: a red build is reproducible
+    deadline=None,  # shared CI machines have noisy timings
+    max_examples=200,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("vertisynth", "vertisynth DP conformance kit")
+    group.addoption(
+        "--vertisynth-audit",
+        action="store",
+        default=os.environ.get("VERTISYNTH_AUDIT", "smoke"),
+        choices=sorted(AUDIT_LEVELS),
+        help="privacy audit level: smoke (~2e4), standard (~1e5) or thorough (~1e6) samples per pair",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    set_default_level(config.getoption("--vertisynth-audit"))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    level = config.getoption("--vertisynth-audit")
+    return f"vertisynth privacy audit level: {level} ({AUDIT_LEVELS[level]} samples per side per pair)"
+
+
+@pytest.fixture
+def audit_level(request: pytest.FixtureRequest) -> str:
+    return request.config.getoption("--vertisynth-audit")
+
+
+@pytest.fixture
+def privacy_audit(audit_level: str):
+    """`privacy_audit(mechanism, pairs, epsilon, delta=0.0, **kw)` at the session's audit level."""
+    return functools.partial(audit, level=audit_level)
+
+
+@pytest.fixture
+def vs_rng() -> np.random.Generator:
+    return np.random.default_rng(20261122)
+
+
+@pytest.fixture
+def test_domain():
+    return DEFAULT_DOMAIN
+
+
+@pytest.fixture
+def test_dataset(test_domain):
+    return correlated_dataset(test_domain, 200, seed=0)
