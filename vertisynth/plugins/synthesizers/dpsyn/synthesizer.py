@@ -165,35 +165,39 @@ class DPSynSynthesizer(Synthesizer):
                 covered.update(self._pairs[best])
         return [p for p, c in zip(self._pairs, chosen) if c]
 
-    def fit(self, data: VerticalData, ledger: PrivacyLedger, rng: np.random.Generator) -> None:
+    def measure(self, data: VerticalData, ledger: PrivacyLedger, rng: np.random.Generator) -> np.ndarray:
+        """The DP part: (selection and) the noisy vector of all chosen 2-way marginals, spending the plan."""
         t0 = time.perf_counter()
         table = data.joined().project(self._domain.attributes)
-        if table.n == 0:
-            raise DataError("dpsyn: the table is empty")
         pairs = self._select(table, ledger, rng) if self._greedy else self._pairs
         t1 = time.perf_counter()
         theta = self.config.max_records_per_individual
         k = len(pairs)
-        exact = [table.counts(list(p)) for p in pairs]
-        flat = np.concatenate([f.values.ravel() for f in exact])
-        noisy, var = self._noisy(flat, self._measure_budget, theta * math.sqrt(k), theta * k,
-                                 f"{self._noise}_2way_marginals", ledger, rng)
-        t2 = time.perf_counter()
+        self._exact_shapes = [table.domain.project(list(p)) for p in pairs]
+        flat = np.concatenate([table.counts(list(p)).values.ravel() for p in pairs])
+        noisy, self._var = self._noisy(flat, self._measure_budget, theta * math.sqrt(k), theta * k,
+                                       f"{self._noise}_2way_marginals", ledger, rng)
+        self._selected = pairs
         self.noisy_vector = noisy  # the DP measurement itself (kept for inspection and audits)
+        self._timings = {"select": t1 - t0, "measure": time.perf_counter() - t1}
+        return noisy
+
+    def fit(self, data: VerticalData, ledger: PrivacyLedger, rng: np.random.Generator) -> None:
+        noisy = self.measure(data, ledger, rng)
+        t2 = time.perf_counter()
         facs, offset = [], 0
         totals, weights = [], []
-        for f in exact:
-            size = f.values.size
-            vals = noisy[offset:offset + size].reshape(f.values.shape)
+        for dom in self._exact_shapes:
+            size = dom.size()
+            vals = noisy[offset:offset + size].reshape(dom.shape)
             offset += size
-            facs.append(Factor(f.domain, vals))
+            facs.append(Factor(dom, vals))
             totals.append(vals.sum())
-            weights.append(1.0 / (var * size))
+            weights.append(1.0 / (self._var * size))
         self._n_hat = max(1, int(round(np.average(totals, weights=weights))))
-        self._marginals = make_consistent(facs, [var] * len(facs), float(self._n_hat), self.config.consistency_rounds)
-        self._selected = pairs
-        t3 = time.perf_counter()
-        self._timings = {"select": t1 - t0, "measure": t2 - t1, "consistency": t3 - t2}
+        self._marginals = make_consistent(facs, [self._var] * len(facs), float(self._n_hat),
+                                          self.config.consistency_rounds)
+        self._timings["consistency"] = time.perf_counter() - t2
 
     # -- sample -------------------------------------------------------------------------------
     def sample(self, n: int | None, rng: np.random.Generator) -> Dataset:
