@@ -26,6 +26,7 @@ The noisy count n̂ is the Gaussian mechanism (sensitivity 1) on its own slice �
 from __future__ import annotations
 
 import math
+from functools import partial
 from collections.abc import Iterable, Sequence
 from typing import ClassVar
 
@@ -41,6 +42,7 @@ from vertisynth.core.mechanisms import gaussian_mechanism, gaussian_sigma
 from vertisynth.core.messages import Message
 from vertisynth.core.privacy import Budget, Charge, PrivacyLedger, ZCDP, zcdp_to_approx
 
+from .chunked import ChunkJob
 from .common import Estimate, agree, owners, query_domain
 from .fm_sketch import EMPTY, cardinality, finalize, fm_parameters, group_max
 from .keys import KeyParty, agree_keys
@@ -205,20 +207,8 @@ class DPFMEncoder(Encoder):
             raise DomainError(f"dpfm: party {party!r} does not hold attribute(s) {extra}; it holds {list(self._attributes[party])}")
 
     def raw_maxima(self, key: bytes, view: Dataset, ids: np.ndarray) -> dict[str, np.ndarray]:
-        """max_{x: A_j(x)=v} H_ξh(id_x) for every h, attribute and value (EMPTY if no record): the
-        data-dependent part of the sketches, mergeable across record chunks by element-wise max."""
-        ids = np.asarray(ids)
-        if ids.shape != (view.n,) or ids.dtype.kind not in "iu" or (ids.size and ids.min() < 0):
-            raise DataError(f"dpfm: need {view.n} non-negative integer record ids, got shape {ids.shape} {ids.dtype}")
-        t, gamma, block = self.params.t, self.params.gamma, self.config.rep_block
-        out = {a: np.empty((t, view.domain.size(a)), dtype=np.int16) for a in view.attributes}
-        cols = {a: view.column(a) for a in view.attributes}
-        for h0 in range(0, t, block):
-            reps = np.arange(h0, min(h0 + block, t))
-            values = fm_geometric(key, reps, ids, gamma)  # (block, n): one PRF pass for all attributes
-            for a in view.attributes:
-                out[a][h0:h0 + reps.size] = group_max(values, cols[a], view.domain.size(a))
-        return out
+        """See `sketch_maxima`; uses the planned t and γ."""
+        return sketch_maxima(key, view, ids, self.params.t, self.params.gamma, self.config.rep_block)
 
     def finish(self, party: str, domain: Domain, raw: dict[str, np.ndarray], n: int,
                ledger: PrivacyLedger, rng: np.random.Generator) -> DPFMMessage:
@@ -255,23 +245,22 @@ class DPFMEncoder(Encoder):
         raw = self.raw_maxima(key, view, ids)
         return self.finish(party, view.domain, raw, view.n, ledger, rng)
 
-    def encode_chunks(self, party: str, domain: Domain, chunks: Iterable[tuple[np.ndarray, Dataset]],
-                      ledger: PrivacyLedger, rng: np.random.Generator) -> DPFMMessage:
-        """Like `encode`, one (global ids, rows) chunk at a time: maxima merge by max, so the result
-        equals the one-shot encoding bit for bit while memory holds one chunk."""
+    def chunk_job(self, party: str, domain: Domain, ledger: PrivacyLedger, rng: np.random.Generator) -> ChunkJob:
+        """Chunked encoding (see `chunked.py`): keys and the ledger charge first, then per chunk the
+        raw maxima (a picklable function, runnable on Dask workers), merged by element-wise max, then
+        phantoms and floor once. Equals the one-shot `encode` bit for bit."""
         self._check_view(party, Dataset(np.zeros((0, len(domain)), dtype=np.int64), domain))
+        if set(domain.attributes) != set(self._attributes[party]):
+            raise DomainError(f"dpfm: party {party!r} must encode all its planned attributes {list(self._attributes[party])}")
         key = self.party_key(party, rng)
         self._spend_sketches(party, domain, ledger)
-        raw = {a: np.full((self.params.t, domain.size(a)), EMPTY, dtype=np.int16) for a in domain.attributes}
-        n = 0
-        for ids, chunk in chunks:
-            if chunk.domain != domain:
-                raise DomainError(f"dpfm: chunk domain {chunk.domain} differs from {domain}")
-            part = self.raw_maxima(key, chunk, ids)
-            for a in domain.attributes:
-                np.maximum(raw[a], part[a], out=raw[a])
-            n += chunk.n
-        return self.finish(party, domain, raw, n, ledger, rng)
+        mapper = partial(sketch_maxima, key, t=self.params.t, gamma=self.params.gamma, rep_block=self.config.rep_block)
+        return ChunkJob(domain, mapper, _max_merge, lambda raw, n: self.finish(party, domain, raw, n, ledger, rng))
+
+    def encode_chunks(self, party: str, domain: Domain, chunks: Iterable[tuple[np.ndarray, Dataset]],
+                      ledger: PrivacyLedger, rng: np.random.Generator) -> DPFMMessage:
+        """Like `encode`, one (global ids, rows) chunk at a time; memory holds one chunk."""
+        return self.chunk_job(party, domain, ledger, rng).run_local(chunks)
 
     # -- server side --------------------------------------------------------------------------
     def estimate(self, messages: Sequence[Message], attrs_: Sequence[str]) -> Factor:
@@ -318,6 +307,27 @@ class DPFMEncoder(Encoder):
     def noisy_count(self, messages: Sequence[Message]) -> tuple[float, float]:
         """(n̂, Var[n̂]) from the messages."""
         return _noisy_count(list(messages))
+
+
+def sketch_maxima(key: bytes, view: Dataset, ids: np.ndarray, t: int, gamma: float, rep_block: int) -> dict[str, np.ndarray]:
+    """max_{x: A_j(x)=v} H_ξh(id_x) for every repetition h, attribute and value (EMPTY if no record):
+    the data-dependent part of the sketches, mergeable across record chunks by element-wise max.
+    A plain function of picklable arguments, so Dask workers can run it on their chunk."""
+    ids = np.asarray(ids)
+    if ids.shape != (view.n,) or ids.dtype.kind not in "iu" or (ids.size and ids.min() < 0):
+        raise DataError(f"dpfm: need {view.n} non-negative integer record ids, got shape {ids.shape} {ids.dtype}")
+    out = {a: np.empty((t, view.domain.size(a)), dtype=np.int16) for a in view.attributes}
+    cols = {a: view.column(a) for a in view.attributes}
+    for h0 in range(0, t, rep_block):
+        reps = np.arange(h0, min(h0 + rep_block, t))
+        values = fm_geometric(key, reps, ids, gamma)  # (block, n): one PRF pass serves all attributes
+        for a in view.attributes:
+            out[a][h0:h0 + reps.size] = group_max(values, cols[a], view.domain.size(a))
+    return out
+
+
+def _max_merge(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {k: np.maximum(a[k], b[k]) for k in a}
 
 
 def _noisy_count(messages: Sequence[DPFMMessage]) -> tuple[float, float]:

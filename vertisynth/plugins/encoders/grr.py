@@ -33,7 +33,8 @@ record id): chunked and one-shot encodings are identical, and the key never leav
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from functools import partial
 from itertools import combinations
 from typing import ClassVar
 
@@ -48,6 +49,7 @@ from vertisynth.core.interfaces import Encoder, PlanContext
 from vertisynth.core.messages import Message
 from vertisynth.core.privacy import Charge, Composition, PrivacyLedger, PureDP
 
+from .chunked import ChunkJob
 from .common import Estimate, agree, owners, project_to_simplex, query_domain
 from .prf import TAG_GRR, prf_words, uniform_open0
 
@@ -88,6 +90,15 @@ def grr_perturb(codes: np.ndarray, size: int, epsilon: float, key: bytes, attr_i
     keep = uniform_open0(words[:, 0]) <= p
     shift = 1 + np.minimum((uniform_open0(words[:, 1]) * (size - 1)).astype(np.int64), size - 2)
     return np.where(keep, codes, (codes + shift) % size)
+
+
+def perturb_view(view: Dataset, ids: np.ndarray, *, epsilon: float, key: bytes, index: dict[str, int]) -> dict[str, np.ndarray]:
+    """Every column of `view` through Eq. (6); `index` numbers the party's attributes for the PRF."""
+    return {a: grr_perturb(view.column(a), view.domain.size(a), epsilon, key, index[a], ids) for a in view.attributes}
+
+
+def _concat(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {k: np.concatenate([a[k], b[k]]) for k in a}
 
 
 def calibrate_epsilon0(d: int, ctx: PlanContext, epsilon: float | None) -> float:
@@ -177,14 +188,31 @@ class GRREncoder(Encoder):
         if ids.shape != (view.n,):
             raise DataError(f"grr: {ids.size} record ids for {view.n} rows")
         index = {a: i for i, a in enumerate(self._attributes[party])}
-        return {a: grr_perturb(view.column(a), view.domain.size(a), self.epsilon0, key, index[a], ids)
-                for a in view.attributes}
+        return perturb_view(view, ids, epsilon=self.epsilon0, key=key, index=index)
+
+    def chunk_job(self, party: str, domain: Domain, ledger: PrivacyLedger, rng: np.random.Generator) -> ChunkJob:
+        """Chunked encoding (see `chunked.py`): charge first, perturb chunk by chunk with global ids
+        (a picklable function, runnable on Dask workers), concatenate in order. Equals `encode`."""
+        self._check_view(party, Dataset(np.zeros((0, len(domain)), dtype=np.int64), domain))
+        key = rng.bytes(32)
+        self.spend(party, domain, ledger)
+        index = {a: i for i, a in enumerate(self._attributes[party])}
+        mapper = partial(perturb_view, epsilon=self.epsilon0, key=key, index=index)
+
+        def finish(cols: dict[str, np.ndarray], n: int) -> GRRMessage:
+            return GRRMessage(party=party, domain=domain, epsilon=float(self.epsilon0), n=n, columns=cols).validate()
+
+        return ChunkJob(domain, mapper, _concat, finish)
+
+    def encode_chunks(self, party: str, domain: Domain, chunks: Iterable[tuple[np.ndarray, Dataset]],
+                      ledger: PrivacyLedger, rng: np.random.Generator) -> GRRMessage:
+        return self.chunk_job(party, domain, ledger, rng).run_local(chunks)
 
     def encode(self, party: str, view: Dataset, ledger: PrivacyLedger, rng: np.random.Generator,
                ids: np.ndarray | None = None) -> GRRMessage:
         """Runs at the party on its own columns; charges the ledger before perturbing."""
         self._check_view(party, view)
-        key = rng.bytes(32)  # party-local secret; never leaves the party
+        key = rng.bytes(32)  # party-local secret PRF key; never leaves the party
         self.spend(party, view.domain, ledger)
         ids = np.arange(view.n, dtype=np.int64) if ids is None else ids
         cols = self.perturb(party, view, key, ids)
