@@ -28,13 +28,29 @@ def independent_measure(synth, data: VerticalData, ledger, rng):
     return np.concatenate([m.marginals[a] for m in msgs for a in m.domain.attributes])
 
 
+def pgm_release(synth, measurements):
+    """private_pgm's release in a fixed layout: every 1-way and every possible pair, zeros where a pair was
+    not selected, plus the selection indicators (the chosen pairs are part of what is released)."""
+    import itertools
+
+    got = {m.attributes: m.values.ravel() for m in measurements}
+    dom = synth._domain
+    parts = [got[(a,)] for a in dom.attributes]
+    for pair in itertools.combinations(dom.attributes, 2):
+        parts.append(got.get(pair, np.zeros(dom.project(pair).size())))
+        parts.append(np.array([float(pair in got)]))
+    return np.concatenate(parts)
+
+
 # The default run audits the real (looped) code path with 4,000 samples per side: enough to catch gross
 # bugs in seconds; `pytest -m slow --vertisynth-audit=standard` runs the full-size audit below.
 BUILTINS = registry_subjects(
     distribution="vertisynth",
     params={("synthesizer", "independent"): [{"mechanism": "gaussian"}, {"mechanism": "laplace"}]},
     overrides={("synthesizer", "independent"): {"measure": independent_measure},
-               ("synthesizer", "dpsyn"): {"measure": lambda synth, data, ledger, rng: synth.measure(data, ledger, rng)}},
+               ("synthesizer", "dpsyn"): {"measure": lambda synth, data, ledger, rng: synth.measure(data, ledger, rng)},
+               ("synthesizer", "private_pgm"): {"measure": lambda synth, data, ledger, rng: pgm_release(
+                   synth, synth.measure(data, ledger, rng))}},
     audit_samples=4000, audit_pairs=1,
 )
 
