@@ -307,3 +307,12 @@ def test_dpfm_sketch_audit_and_miscalibrated_variant():
     assert 0.25 < lb <= eps
     lb_bad = epsilon_lower_bound(sketch_samples(0, n, k_p - 1, floor, 3), sketch_samples(1, n, k_p - 1, floor, 4), events)
     assert lb_bad > eps
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=50))
+def test_bit_trick_geometric_equals_the_logarithm(words):
+    from vertisynth.plugins.encoders.prf import geometric_from_uniform, geometric_from_words, uniform_open0
+
+    w = np.array(words + [0, 2**64 - 1, 2**11, 2**63, (2**53 - 1) << 11], dtype=np.uint64)
+    assert np.array_equal(geometric_from_words(w, 1.0), geometric_from_uniform(uniform_open0(w), 1.0))

@@ -44,9 +44,9 @@ from vertisynth.core.privacy import Budget, Charge, PrivacyLedger, ZCDP, zcdp_to
 
 from .chunked import ChunkJob
 from .common import Estimate, agree, owners, query_domain
-from .fm_sketch import EMPTY, cardinality, finalize, fm_parameters, group_max
+from .fm_sketch import EMPTY, cardinality, finalize, fm_parameters, group_max, grouping
 from .keys import KeyParty, agree_keys
-from .prf import fm_geometric
+from .prf import FMStream
 
 STAGE = "encoder"
 SKETCH = "dpfm_sketches"
@@ -317,12 +317,13 @@ def sketch_maxima(key: bytes, view: Dataset, ids: np.ndarray, t: int, gamma: flo
     if ids.shape != (view.n,) or ids.dtype.kind not in "iu" or (ids.size and ids.min() < 0):
         raise DataError(f"dpfm: need {view.n} non-negative integer record ids, got shape {ids.shape} {ids.dtype}")
     out = {a: np.empty((t, view.domain.size(a)), dtype=np.int16) for a in view.attributes}
-    cols = {a: view.column(a) for a in view.attributes}
+    groups = {a: grouping(view.column(a)) for a in view.attributes}  # sort once, reuse in every block
+    stream = FMStream(key, ids, gamma, min(rep_block, t))
     for h0 in range(0, t, rep_block):
         reps = np.arange(h0, min(h0 + rep_block, t))
-        values = fm_geometric(key, reps, ids, gamma)  # (block, n): one PRF pass serves all attributes
+        values = stream.values(reps)  # (block, n): one PRF pass serves all attributes
         for a in view.attributes:
-            out[a][h0:h0 + reps.size] = group_max(values, cols[a], view.domain.size(a))
+            out[a][h0:h0 + reps.size] = group_max(values, None, view.domain.size(a), groups[a])
     return out
 
 
