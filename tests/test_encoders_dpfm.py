@@ -147,7 +147,7 @@ def test_estimates_have_calibrated_variance_and_clip():
     queries = (["a", "b"], ["c", "d"], ["a", "d"], ["a"], ["a", "b", "d"])
     zs = {tuple(q): [] for q in queries}
     for run in range(40):
-        enc = DPFMEncoder(DPFMConfig(t=400, calibration="tight", clip=False))
+        enc = DPFMEncoder(DPFMConfig(t=400, calibration="tight", postprocess="none"))
         rng = np.random.default_rng(run)
         msgs = encode_all(enc, data, part, planned(enc, data, part, 4.0, n_public=data.n), rng)
         for q in queries:
@@ -157,9 +157,11 @@ def test_estimates_have_calibrated_variance_and_clip():
         z = np.array(z)  # (runs, cells)
         assert np.abs(z.mean(axis=0)).max() < 4.5 / math.sqrt(z.shape[0]), q
         assert 0.75 < z.std() < 1.3, q
-    clipped = DPFMEncoder(DPFMConfig(t=400, rescale=True)).estimate(msgs, ["a", "b", "c", "d"])
+    clipped = DPFMEncoder(DPFMConfig(t=400, postprocess="clip_rescale")).estimate(msgs, ["a", "b", "c", "d"])
     assert clipped.values.min() >= 0
     assert clipped.total() == pytest.approx(enc.noisy_count(msgs)[0])
+    projected = DPFMEncoder(DPFMConfig(t=400, postprocess="project")).estimate(msgs, ["a", "d"])
+    assert projected.values.min() >= 0 and projected.total() == pytest.approx(enc.noisy_count(msgs)[0])
 
 
 def test_error_within_theorem3_bound(rng):
@@ -182,7 +184,7 @@ def test_error_within_theorem3_bound(rng):
 
 def test_one_attribute_union_is_everyone(rng):
     data, part = toy_data(2000)
-    enc = DPFMEncoder(attrs.evolve(SMALL, clip=False))
+    enc = DPFMEncoder(attrs.evolve(SMALL, postprocess="none"))
     msgs = encode_all(enc, data, part, planned(enc, data, part, 2.0), rng)
     f = enc.estimate(msgs, ["a"])
     assert f.values.shape == (3,) and np.all(np.isfinite(f.values))
@@ -281,6 +283,8 @@ def test_bad_inputs_raise_clear_errors(tmp_path, rng):
         DPFMConfig(calibration="loose")
     with pytest.raises(ConfigError):
         DPFMConfig(t=0)
+    with pytest.raises(ConfigError, match="postprocess"):
+        DPFMConfig(postprocess="round")
 
 
 # -- privacy audit ------------------------------------------------------------------------------------
