@@ -320,3 +320,17 @@ def test_bit_trick_geometric_equals_the_logarithm(words):
 
     w = np.array(words + [0, 2**64 - 1, 2**11, 2**63, (2**53 - 1) << 11], dtype=np.uint64)
     assert np.array_equal(geometric_from_words(w, 1.0), geometric_from_uniform(uniform_open0(w), 1.0))
+
+
+def test_configs_structure_from_toml_like_dicts_and_reject_unknown_keys():
+    from vertisynth.core.config import structure
+    from vertisynth.core.registry import default_registry
+    from vertisynth.plugins.encoders.grr import GRRConfig
+
+    reg = default_registry()
+    assert {"dpfm", "grr"} <= set(reg.names("encoder"))
+    cfg = structure({"t": 500, "gamma": 0.5, "calibration": "tight", "dask_scheduler": "tcp://h:8786"}, DPFMConfig, "dpfm")
+    assert cfg.t == 500 and cfg.gamma == 0.5 and cfg.delta is None
+    assert structure({"epsilon": 0.3, "postprocess": "project"}, GRRConfig, "grr").epsilon == 0.3
+    with pytest.raises(ConfigError):
+        structure({"repetitions": 5}, DPFMConfig, "dpfm")

@@ -63,7 +63,9 @@ class DPFMConfig:
     moves by the same amount before clipping, so small cells are not inflated as by clipping alone;
     much lower TVD in the benchmark) or "none" (unbiased up to O(1/t)), rep_block: repetitions hashed per
     vectorised step (memory ≈ rep_block × n × 18 bytes), reproducible_keys: draw the X25519 keys from
-    the seeded Generator (simulation) rather than the OS (deployment)."""
+    the seeded Generator (simulation) rather than the OS (deployment); chunk_rows / dask_scheduler: how
+    `chunked.encode_csv` reads a party's CSV (a scheduler address such as "tcp://host:8786" runs the
+    chunks on that Dask cluster)."""
 
     t: int = 2000
     gamma: float = 1.0
@@ -74,6 +76,8 @@ class DPFMConfig:
     postprocess: str = "clip"
     rep_block: int = 64
     reproducible_keys: bool = True
+    chunk_rows: int = 100_000
+    dask_scheduler: str | None = None
 
     def __attrs_post_init__(self) -> None:
         if not (isinstance(self.t, int) and self.t >= 1):
@@ -90,6 +94,8 @@ class DPFMConfig:
             raise ConfigError(f"dpfm: epsilon must be positive, got {self.epsilon!r}")
         if self.postprocess not in ("clip", "clip_rescale", "project", "none"):
             raise ConfigError(f"dpfm: postprocess must be 'clip', 'clip_rescale', 'project' or 'none', got {self.postprocess!r}")
+        if not (isinstance(self.chunk_rows, int) and self.chunk_rows >= 1):
+            raise ConfigError(f"dpfm: chunk_rows must be a positive integer, got {self.chunk_rows!r}")
         if not (isinstance(self.rep_block, int) and self.rep_block >= 1):
             raise ConfigError(f"dpfm: rep_block must be a positive integer, got {self.rep_block!r}")
 
