@@ -106,3 +106,16 @@ def init(path: Path) -> None:
         sys.exit(2)
     path.write_text(DEFAULT_CONFIG_TOML)
     click.echo(f"wrote {path}; edit it, then run: vertisynth run {path}")
+
+
+def _register_subgroups() -> None:
+    from vertisynth.collab.cli import collab
+
+    main.add_command(collab)
+
+
+_register_subgroups()
+
+
+if __name__ == "__main__":
+    main()

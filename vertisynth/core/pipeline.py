@@ -23,7 +23,7 @@ from .. import __version__
 from .config import CONVERTER, RunConfig, structure
 from .dataset import Dataset, VerticalPartition
 from .encoding import TableCodec
-from .errors import BudgetError, DataError
+from .errors import BudgetError, ConfigError, DataError
 from .interfaces import Aligner, Evaluator, PlanContext, Synthesizer, VerticalData
 from .loaded import DatasetSource
 from .privacy import PrivacyLedger
@@ -61,6 +61,7 @@ class Plan:
     evaluators: list[Component]
     ledger: PrivacyLedger
     dataset_name: str
+    registry: Registry
 
 
 @attrs.define
@@ -79,18 +80,23 @@ def _component(registry: Registry, kind: str, name: str, params: dict[str, Any],
     cls = spec.load_config_cls()
     config = structure(params, cls, f"{where}.params of {name!r}") if cls is not None else None
     if cls is None and params:
-        raise BudgetError(f"{where}: {kind} {name!r} takes no params, got {sorted(params)}")
+        raise ConfigError(f"{where}: {kind} {name!r} takes no params, got {sorted(params)}")
     factory = spec.load_factory()
     instance = factory(config) if cls is not None else factory()
     return Component(spec, config, instance, registry.provider(kind, name))
 
 
-def make_plan(config: RunConfig, registry: Registry | None = None, data_dir: str | None = None) -> Plan:
-    """Resolve plugins, structure params, split parties and plan the privacy spend (no data read)."""
+def make_plan(config: RunConfig, registry: Registry | None = None, data_dir: str | None = None,
+              source: DatasetSource | None = None) -> Plan:
+    """Resolve plugins, structure params, split parties and plan the privacy spend (no data read).
+
+    `source` replaces the config's [dataset] (the Python API passes in-memory DataFrames this way).
+    """
     registry = registry or default_registry()
-    ds_spec = registry.get("dataset", config.dataset.name)
-    ds_cls = ds_spec.load_config_cls()
-    ds_config = structure(config.dataset.params, ds_cls, "dataset.params") if ds_cls else None
+    if source is None:
+        ds_spec = registry.get("dataset", config.dataset.name)
+        ds_cls = ds_spec.load_config_cls()
+        ds_config = structure(config.dataset.params, ds_cls, "dataset.params") if ds_cls else None
     aligner = _component(registry, "aligner", config.alignment.use, config.alignment.params, "alignment")
     synth = _component(registry, "synthesizer", config.synthesizer.use, config.synthesizer.params, "synthesizer")
     evals = [_component(registry, "evaluator", e.use, e.params, f"evaluators[{i}]") for i, e in enumerate(config.evaluators)]
@@ -98,7 +104,8 @@ def make_plan(config: RunConfig, registry: Registry | None = None, data_dir: str
         if not isinstance(comp.instance, base):
             raise DataError(f"{comp.spec.kind} {comp.spec.name!r} from {comp.provider} is not a {base.__name__}")
 
-    source: DatasetSource = ds_spec.load_factory()(ds_config, data_dir)
+    if source is None:
+        source = ds_spec.load_factory()(ds_config, data_dir)
     domain = source.schema.preview_domain()
     if config.parties:
         names = [p.name or f"party{i + 1}" for i, p in enumerate(config.parties)]
@@ -111,13 +118,18 @@ def make_plan(config: RunConfig, registry: Registry | None = None, data_dir: str
     ledger = PrivacyLedger(budget)
     ledger.plan(source.schema.planned_charges())
     for comp in [aligner, synth, *evals]:
+        ledger.check_plan()  # an earlier stage may already exceed the budget: say so with the split
         ctx = PlanContext(domain, partition, budget, tuple(c.cost for c in ledger.planned))
-        charges = comp.instance.plan(ctx)
+        try:
+            charges = comp.instance.plan(ctx)
+        except BudgetError as exc:
+            raise BudgetError(f"{comp.spec.kind} {comp.spec.name!r} cannot plan its spend: {exc}. "
+                              f"Planned before it:\n{ledger.table(ledger.planned)}") from None
         if isinstance(comp.instance, Evaluator) and charges:
             raise BudgetError(f"evaluator {comp.spec.name!r} declares privacy charges; evaluators may not spend budget")
         ledger.plan(charges)
     ledger.check_plan()
-    return Plan(config, source, partition, aligner, synth, evals, ledger, config.dataset.name)
+    return Plan(config, source, partition, aligner, synth, evals, ledger, config.dataset.name, registry)
 
 
 @contextlib.contextmanager
@@ -186,7 +198,7 @@ def build_report(plan: Plan, loaded: Any, real: Dataset, synthetic: Dataset, met
                  timings: dict[str, float]) -> dict[str, Any]:
     synth = plan.synthesizer
     centralized = "centralized" in synth.spec.capabilities and len(plan.partition) > 1
-    reg = default_registry()
+    reg = plan.registry
     return {
         "vertisynth_version": __version__,
         "python": platform.python_version(),

@@ -24,9 +24,9 @@ from vertisynth.core.loaded import DatasetSource, LoadedData
 
 _CPT_SEED = 20261122  # fixes the network's tables; part of the dataset's definition
 
-AGE_EDGES = (17, 25, 30, 35, 40, 50, 60, 70, 91)
-HOURS_EDGES = (1, 20, 35, 40, 41, 50, 60, 100)
-GAIN_EDGES = (0, 1, 5000, 15000, 100000)
+AGE_EDGES = (17, 25, 30, 35, 40, 50, 60, 70, 90)  # last bin closed: ages 70-90
+HOURS_EDGES = (1, 20, 35, 40, 41, 50, 60, 99)
+GAIN_EDGES = (0, 1, 5000, 15000, 99999)
 COUNTRIES = (
     "United-States", "Mexico", "Philippines", "Germany", "Canada", "Puerto-Rico", "El-Salvador", "India",
     "Cuba", "England", "Jamaica", "South-Korea", "China", "Italy", "Dominican-Republic", "Vietnam",

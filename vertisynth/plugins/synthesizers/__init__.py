@@ -13,4 +13,11 @@ def vertisynth_synthesizers():
             "baseline: DP 1-way marginals per party, columns sampled independently",
             {"vertical"},
         ),
+        SynthesizerSpec(
+            "dpsyn",
+            "vertisynth.plugins.synthesizers.dpsyn.synthesizer:DPSynSynthesizer",
+            "vertisynth.plugins.synthesizers.dpsyn.synthesizer:DPSynConfig",
+            "DPSyn: noisy 2-way marginals, consistency, gradual record updates (centralised)",
+            {"centralized"},
+        ),
     ]

@@ -1,0 +1,91 @@
+"""Chunked encoding from CSV (global record ids) and on a Dask LocalCluster equals one-shot encoding."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from encoder_helpers import planned, toy_data
+from vertisynth.core.errors import DataError
+from vertisynth.core.privacy import PrivacyLedger
+from vertisynth.plugins.encoders.chunked import csv_chunks, csv_row_count, encode_csv
+from vertisynth.plugins.encoders.dpfm import DPFMConfig, DPFMEncoder
+from vertisynth.plugins.encoders.grr import GRREncoder
+
+PARTY = "bob"
+
+
+def setup(encoder, tmp_path, n=700):
+    data, part = toy_data(n, seed=2)
+    ledger = planned(encoder, data, part, 1.0)
+    view = part.views(data)[PARTY]
+    path = tmp_path / "bob.csv"
+    view.to_frame().to_csv(path, index=False)
+    return data, part, view, path, ledger
+
+
+def fresh_ledger(ledger: PrivacyLedger) -> PrivacyLedger:
+    out = PrivacyLedger(ledger.budget)
+    out.plan(ledger.planned)
+    return out
+
+
+def same_message(a, b) -> None:
+    fields = a.sketches if hasattr(a, "sketches") else a.columns
+    other = b.sketches if hasattr(b, "sketches") else b.columns
+    assert set(fields) == set(other)
+    for k in fields:
+        assert fields[k].dtype == other[k].dtype and np.array_equal(fields[k], other[k])
+    assert getattr(a, "n_hat", None) == getattr(b, "n_hat", None)
+
+
+@pytest.mark.parametrize("make", [lambda: DPFMEncoder(DPFMConfig(t=150, rep_block=40)), GRREncoder], ids=["dpfm", "grr"])
+def test_csv_chunks_equal_one_shot(make, tmp_path):
+    enc = make()
+    data, part, view, path, ledger = setup(enc, tmp_path)
+    if isinstance(enc, DPFMEncoder):
+        enc.agree_keys(np.random.default_rng(9))
+    one = enc.encode(PARTY, view, fresh_ledger(ledger), np.random.default_rng(4))
+    led = fresh_ledger(ledger)
+    chunked = encode_csv(enc, PARTY, path, view.domain, led, np.random.default_rng(4), chunk_rows=97)
+    same_message(one, chunked)
+    assert led.spent and all(c.party == PARTY for c in led.spent)
+
+
+def test_csv_row_count_and_bad_files(tmp_path):
+    enc = GRREncoder()
+    data, part, view, path, ledger = setup(enc, tmp_path, n=250)
+    assert csv_row_count(path) == 250
+    assert sum(rows.n for _, rows in csv_chunks(path, view.domain, 64)) == 250
+    with pytest.raises(DataError, match="does not exist"):
+        list(csv_chunks(tmp_path / "nope.csv", view.domain, 10))
+    (tmp_path / "other.csv").write_text("x,y\n1,2\n")
+    with pytest.raises(DataError, match="lacks the party's columns"):
+        list(csv_chunks(tmp_path / "other.csv", view.domain, 10))
+
+
+@pytest.mark.parametrize("make", [lambda: DPFMEncoder(DPFMConfig(t=120)), GRREncoder], ids=["dpfm", "grr"])
+def test_dask_local_cluster_equals_one_shot(make, tmp_path):
+    distributed = pytest.importorskip("distributed")
+    enc = make()
+    data, part, view, path, ledger = setup(enc, tmp_path, n=500)
+    if isinstance(enc, DPFMEncoder):
+        enc.agree_keys(np.random.default_rng(9))
+    one = enc.encode(PARTY, view, fresh_ledger(ledger), np.random.default_rng(4))
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+        via_address = encode_csv(enc, PARTY, path, view.domain, fresh_ledger(ledger), np.random.default_rng(4),
+                                 chunk_rows=120, scheduler=cluster.scheduler_address)
+    same_message(one, via_address)
+
+
+@pytest.mark.slow
+def test_dask_worker_processes_equal_one_shot(tmp_path):
+    """Same with real worker processes (the map function and its key are pickled to the workers)."""
+    distributed = pytest.importorskip("distributed")
+    enc = DPFMEncoder(DPFMConfig(t=100))
+    data, part, view, path, ledger = setup(enc, tmp_path, n=400)
+    enc.agree_keys(np.random.default_rng(9))
+    one = enc.encode(PARTY, view, fresh_ledger(ledger), np.random.default_rng(4))
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        got = encode_csv(enc, PARTY, path, view.domain, fresh_ledger(ledger), np.random.default_rng(4),
+                         chunk_rows=90, scheduler=cluster.scheduler_address)
+    same_message(one, got)

@@ -1,0 +1,353 @@
+"""`dpfm`: the sketch-based encoder of VertiMRF (Sec. 4.3: Sketch-based LocEnc, Alg. 3, and CarEst, Alg. 4).
+
+Party side. With the t hash keys ξ_h agreed among the parties (`keys.py`) and unknown to the server,
+every party hashes every record id to a geometric value H_ξh(id) (`prf.py`: the same value at every
+party and for every attribute) and, for each attribute A_j and value v, sends the DP FM sketch of the
+id set {records with A_j = v} (`fm_sketch.py`). Vectorised: per block of repetitions one PRF call over
+all records, then a sorted group-max per attribute. One party also sends a Gaussian noisy count n̂.
+
+Server side. The count of cell v = (v_1..v_l) of marginal M is n̂ minus the union of the complements:
+the complement sketch of v_i is the max over A_i's other values, the union of complements is the max
+over i, its cardinality comes from the harmonic-mean estimator, and the union holds
+P = k_p Σ_i (u_i − 1) phantoms (each attribute's own u_i; the reference code used u_1 for all):
+    T̂[v] = n̂ − (K̂[v] − P),  Var[T̂[v]] ≈ Var[n̂] + Var[K̂[v]],  then clipped at 0 (Alg. 4 line 9).
+
+Privacy (Theorem 2, App. A.3). Each sketch is ε'-DP (Lemma 4). In one repetition a record touches one
+sketch per attribute, d in all across the parties; App. A.3 bounds the repetition's Rényi divergence by
+the product of the d per-sketch terms, and t repetitions compose. The paper bounds each ε'-DP term by
+RDP 2λε'²; the tight bound is λε'²/2 (pure ε ⇒ ε²/2-zCDP, Bun & Steinke 2016 Prop. 1.4), so a party
+holding d_p attributes is charged ZCDP(t · d_p · ε'² / 2), and the parties' charges compose to
+ZCDP(t d ε'²/2). Two calibrations of ε' from the sketches' slice of the encoder budget:
+  * "paper" (default, Alg. 3 line 2): ε' = ε_s / (4 √(t d ln(1/δ))), with δ = 1/n when n is public;
+    the ledger then records the (smaller) true cost above;
+  * "tight": the largest ε' whose true cost fits the slice, ε' = √(2 ρ_s / (t d)) — fewer phantoms.
+The noisy count n̂ is the Gaussian mechanism (sensitivity 1) on its own slice ρ_n = count_fraction · ρ.
+"""
+from __future__ import annotations
+
+import math
+from functools import partial
+from collections.abc import Iterable, Sequence
+from typing import ClassVar
+
+import attrs
+import numpy as np
+
+from vertisynth.core.dataset import Dataset
+from vertisynth.core.domain import Domain
+from vertisynth.core.errors import BudgetError, ConfigError, DataError, DomainError, MessageError
+from vertisynth.core.factor import Factor
+from vertisynth.core.interfaces import Encoder, PlanContext
+from vertisynth.core.mechanisms import gaussian_mechanism, gaussian_sigma
+from vertisynth.core.messages import Message
+from vertisynth.core.privacy import Budget, Charge, PrivacyLedger, ZCDP, zcdp_to_approx
+
+from .chunked import ChunkJob
+from .common import Estimate, agree, owners, query_domain
+from .fm_sketch import EMPTY, cardinality, finalize, fm_parameters, group_max
+from .keys import KeyParty, agree_keys
+from .prf import fm_geometric
+
+STAGE = "encoder"
+SKETCH = "dpfm_sketches"
+COUNT = "gaussian_count"
+
+
+@attrs.frozen
+class DPFMConfig:
+    """t repetitions, geometric parameter γ, δ of Alg. 3 (None: 1/n when the config gives n, else the
+    budget's δ), count_fraction of the encoder's ρ for n̂, calibration "paper" | "tight", epsilon: the
+    encoder's ε (None: all that is left), clip/rescale of estimates, rep_block: repetitions hashed per
+    vectorised step (memory ≈ rep_block × n × 18 bytes), reproducible_keys: draw the X25519 keys from
+    the seeded Generator (simulation) rather than the OS (deployment)."""
+
+    t: int = 2000
+    gamma: float = 1.0
+    delta: float | None = None
+    count_fraction: float = 0.1
+    calibration: str = "paper"
+    epsilon: float | None = None
+    clip: bool = True
+    rescale: bool = False
+    rep_block: int = 64
+    reproducible_keys: bool = True
+
+    def __attrs_post_init__(self) -> None:
+        if not (isinstance(self.t, int) and self.t >= 1):
+            raise ConfigError(f"dpfm: t must be a positive integer, got {self.t!r}")
+        if not (isinstance(self.gamma, (int, float)) and 0 < self.gamma <= 10):
+            raise ConfigError(f"dpfm: gamma must be in (0, 10], got {self.gamma!r}")
+        if self.delta is not None and not (0 < self.delta < 1):
+            raise ConfigError(f"dpfm: delta must be in (0, 1), got {self.delta!r}")
+        if not (0 < self.count_fraction < 1):
+            raise ConfigError(f"dpfm: count_fraction must be in (0, 1), got {self.count_fraction!r}")
+        if self.calibration not in ("paper", "tight"):
+            raise ConfigError(f"dpfm: calibration must be 'paper' or 'tight', got {self.calibration!r}")
+        if self.epsilon is not None and not (math.isfinite(self.epsilon) and self.epsilon > 0):
+            raise ConfigError(f"dpfm: epsilon must be positive, got {self.epsilon!r}")
+        if not (isinstance(self.rep_block, int) and self.rep_block >= 1):
+            raise ConfigError(f"dpfm: rep_block must be a positive integer, got {self.rep_block!r}")
+
+
+@attrs.frozen
+class SketchParams:
+    """Everything the two sides must agree on, derived from public facts in plan()."""
+
+    t: int
+    gamma: float
+    eps_prime: float
+    k_p: int
+    floor: int
+    rho_count: float
+    count_party: str
+
+
+# -- messages ----------------------------------------------------------------------------------------
+@attrs.frozen(eq=False)
+class DPFMMessage(Message):
+    """One party's t × u_j sketches per attribute, the sketch parameters and (from one party) n̂."""
+
+    kind: ClassVar[str] = "dpfm_sketches"
+    domain: Domain = attrs.field(default=None)
+    t: int = 0
+    gamma: float = 0.0
+    eps_prime: float = 0.0
+    k_p: int = 0
+    floor: int = 0
+    n_hat: float | None = None
+    n_hat_variance: float | None = None
+    sketches: dict[str, np.ndarray] = attrs.field(factory=dict)
+
+    def validate(self) -> DPFMMessage:
+        super().validate()
+        if not isinstance(self.domain, Domain):
+            raise self._fail("domain is missing")
+        if not (isinstance(self.t, int) and self.t >= 1):
+            raise self._fail(f"t must be a positive integer, got {self.t!r}")
+        try:
+            k_p, floor = fm_parameters(float(self.eps_prime), float(self.gamma))
+        except (ConfigError, TypeError, ValueError) as exc:
+            raise self._fail(f"bad sketch parameters: {exc}") from None
+        if (k_p, floor) != (self.k_p, self.floor):
+            raise self._fail(f"k_p={self.k_p}, floor={self.floor} do not match ε'={self.eps_prime}, γ={self.gamma} "
+                             f"(expected {k_p}, {floor})")
+        if (self.n_hat is None) != (self.n_hat_variance is None):
+            raise self._fail("n_hat and n_hat_variance must be given together")
+        if self.n_hat is not None and not (math.isfinite(self.n_hat) and self.n_hat_variance > 0):
+            raise self._fail(f"bad noisy count {self.n_hat!r} (variance {self.n_hat_variance!r})")
+        if set(self.sketches) != set(self.domain.attributes):
+            raise self._fail(f"sketches {sorted(self.sketches)} do not match the domain {list(self.domain.attributes)}")
+        for a, s in self.sketches.items():
+            shape = (self.t, self.domain.size(a))
+            if not isinstance(s, np.ndarray) or s.shape != shape or s.dtype.kind not in "iu":
+                raise self._fail(f"sketch of {a!r} must be integers of shape {shape}, got "
+                                 f"{getattr(s, 'shape', None)} {getattr(s, 'dtype', None)}")
+            if s.size and s.min() < self.floor:
+                raise self._fail(f"sketch of {a!r} has values below the floor b={self.floor}")
+        return self
+
+
+# -- the encoder -------------------------------------------------------------------------------------
+class DPFMEncoder(Encoder):
+    stage = STAGE
+
+    def __init__(self, config: DPFMConfig | None = None) -> None:
+        super().__init__(config or DPFMConfig())
+        self.params: SketchParams | None = None
+        self._attributes: dict[str, tuple[str, ...]] = {}
+        self._keys: dict[str, KeyParty] | None = None
+
+    # -- plan (public facts only) -------------------------------------------------------------
+    def plan(self, ctx: PlanContext) -> list[Charge]:
+        cfg = self.config
+        d = len(ctx.domain)
+        rho = ctx.rho if cfg.epsilon is None else Budget(min(cfg.epsilon, ctx.budget.epsilon), ctx.budget.delta).rho()
+        rho_count, rho_sketch = cfg.count_fraction * rho, (1 - cfg.count_fraction) * rho
+        if cfg.calibration == "tight":
+            eps_prime = math.sqrt(2 * rho_sketch / (cfg.t * d))
+        else:
+            delta = cfg.delta or (1.0 / ctx.n_public if ctx.n_public else ctx.budget.delta)
+            if not delta or delta <= 0:
+                raise BudgetError("dpfm: Alg. 3 needs δ > 0: set budget.delta, dataset n, or dpfm delta")
+            eps_sketch = zcdp_to_approx(rho_sketch, ctx.budget.delta)  # the slice as (ε, δ)
+            eps_prime = eps_sketch / (4 * math.sqrt(cfg.t * d * math.log(1 / delta)))
+        k_p, floor = fm_parameters(eps_prime, cfg.gamma)
+        names = [p.name for p in ctx.partition]
+        self.params = SketchParams(cfg.t, float(cfg.gamma), eps_prime, k_p, floor, rho_count, names[0])
+        self._attributes = {p.name: tuple(p.attributes) for p in ctx.partition}
+        charges = [Charge(STAGE, SKETCH, self._sketch_cost(len(p.attributes)), p.name,
+                          note=f"t={cfg.t} × {len(p.attributes)} attributes at ε'={eps_prime:.4g}")
+                   for p in ctx.partition]
+        charges.append(Charge(STAGE, COUNT, ZCDP(rho_count), names[0], note="noisy record count n̂"))
+        return charges
+
+    def _sketch_cost(self, d_p: int) -> ZCDP:
+        # ε'-DP sketch ⇒ (ε'²/2)-zCDP; t repetitions × d_p attributes compose (Theorem 2, tight form).
+        return ZCDP(self.params.t * d_p * self.params.eps_prime**2 / 2)
+
+    # -- keys ---------------------------------------------------------------------------------
+    def agree_keys(self, rng: np.random.Generator | None) -> dict[str, KeyParty]:
+        """Run the key agreement among the planned parties (simulated here; see `keys.py`)."""
+        if not self._attributes:
+            raise DataError("dpfm: plan() must run before the key agreement")
+        self._keys = agree_keys(list(self._attributes), rng if self.config.reproducible_keys else None)
+        return self._keys
+
+    def set_keys(self, keys: dict[str, KeyParty]) -> None:
+        self._keys = dict(keys)
+
+    # -- party side ---------------------------------------------------------------------------
+    def _check_view(self, party: str, view: Dataset) -> None:
+        if self.params is None:
+            raise DataError("dpfm: plan() must run before encode() (the budget is unknown)")
+        if party not in self._attributes:
+            raise DataError(f"dpfm: unknown party {party!r}; planned parties: {sorted(self._attributes)}")
+        extra = [a for a in view.attributes if a not in self._attributes[party]]
+        if extra:
+            raise DomainError(f"dpfm: party {party!r} does not hold attribute(s) {extra}; it holds {list(self._attributes[party])}")
+
+    def raw_maxima(self, key: bytes, view: Dataset, ids: np.ndarray) -> dict[str, np.ndarray]:
+        """See `sketch_maxima`; uses the planned t and γ."""
+        return sketch_maxima(key, view, ids, self.params.t, self.params.gamma, self.config.rep_block)
+
+    def finish(self, party: str, domain: Domain, raw: dict[str, np.ndarray], n: int,
+               ledger: PrivacyLedger, rng: np.random.Generator) -> DPFMMessage:
+        """Phantoms and floor (Alg. 1 line 4) on the merged maxima, plus n̂ at the counting party."""
+        p = self.params
+        sketches = {a: finalize(raw[a], rng, p.k_p, p.floor, p.gamma) for a in domain.attributes}
+        n_hat = n_var = None
+        if party == p.count_party:
+            n_hat = float(gaussian_mechanism(np.array(float(n)), p.rho_count, rng, ledger, STAGE, party, mechanism=COUNT))
+            n_var = gaussian_sigma(p.rho_count) ** 2
+        return DPFMMessage(party=party, domain=domain, t=p.t, gamma=p.gamma, eps_prime=p.eps_prime, k_p=p.k_p,
+                           floor=p.floor, n_hat=n_hat, n_hat_variance=n_var, sketches=sketches).validate()
+
+    def _spend_sketches(self, party: str, domain: Domain, ledger: PrivacyLedger) -> None:
+        ledger.spend(Charge(STAGE, SKETCH, self._sketch_cost(len(self._attributes[party])), party,
+                            note=f"t={self.params.t} × {len(self._attributes[party])} attributes at ε'={self.params.eps_prime:.4g}"))
+
+    def party_key(self, party: str, rng: np.random.Generator) -> bytes:
+        if self._keys is None:
+            self.agree_keys(rng)
+        if party not in self._keys:
+            raise DataError(f"dpfm: no agreed key for party {party!r}")
+        return self._keys[party].fm_key()
+
+    def encode(self, party: str, view: Dataset, ledger: PrivacyLedger, rng: np.random.Generator,
+               ids: np.ndarray | None = None) -> DPFMMessage:
+        """Runs at the party on its own columns (rows carry global ids `ids`, default 0..n-1)."""
+        self._check_view(party, view)
+        if set(view.attributes) != set(self._attributes[party]):
+            raise DomainError(f"dpfm: party {party!r} must encode all its planned attributes {list(self._attributes[party])}")
+        key = self.party_key(party, rng)
+        self._spend_sketches(party, view.domain, ledger)
+        ids = np.arange(view.n, dtype=np.int64) if ids is None else ids
+        raw = self.raw_maxima(key, view, ids)
+        return self.finish(party, view.domain, raw, view.n, ledger, rng)
+
+    def chunk_job(self, party: str, domain: Domain, ledger: PrivacyLedger, rng: np.random.Generator) -> ChunkJob:
+        """Chunked encoding (see `chunked.py`): keys and the ledger charge first, then per chunk the
+        raw maxima (a picklable function, runnable on Dask workers), merged by element-wise max, then
+        phantoms and floor once. Equals the one-shot `encode` bit for bit."""
+        self._check_view(party, Dataset(np.zeros((0, len(domain)), dtype=np.int64), domain))
+        if set(domain.attributes) != set(self._attributes[party]):
+            raise DomainError(f"dpfm: party {party!r} must encode all its planned attributes {list(self._attributes[party])}")
+        key = self.party_key(party, rng)
+        self._spend_sketches(party, domain, ledger)
+        mapper = partial(sketch_maxima, key, t=self.params.t, gamma=self.params.gamma, rep_block=self.config.rep_block)
+        return ChunkJob(domain, mapper, _max_merge, lambda raw, n: self.finish(party, domain, raw, n, ledger, rng))
+
+    def encode_chunks(self, party: str, domain: Domain, chunks: Iterable[tuple[np.ndarray, Dataset]],
+                      ledger: PrivacyLedger, rng: np.random.Generator) -> DPFMMessage:
+        """Like `encode`, one (global ids, rows) chunk at a time; memory holds one chunk."""
+        return self.chunk_job(party, domain, ledger, rng).run_local(chunks)
+
+    # -- server side --------------------------------------------------------------------------
+    def estimate(self, messages: Sequence[Message], attrs_: Sequence[str]) -> Factor:
+        return self.estimate_with_variance(messages, attrs_).counts
+
+    def estimate_with_variance(self, messages: Sequence[Message], attrs_: Sequence[str]) -> Estimate:
+        """Alg. 4 on the messages alone (no keys, no rows)."""
+        by_attr = owners(messages, DPFMMessage, "dpfm")
+        dom = query_domain(by_attr, attrs_, "dpfm")
+        msgs = list({m.party: m for m in messages}.values())
+        t = agree(msgs, "t", "dpfm")
+        gamma = float(agree(msgs, "gamma", "dpfm", rel=1e-12))
+        agree(msgs, "eps_prime", "dpfm", rel=1e-12)
+        k_p, floor = msgs[0].k_p, msgs[0].floor
+        n_hat, n_var = _noisy_count(msgs)
+        q = 1.0 / (1.0 + gamma)
+        comps = [_complement(by_attr[a].sketches[a]) for a in dom.attributes]
+        qpow = q ** np.arange(np.iinfo(np.int16).max + 1, dtype=float)
+        qpow_floor = q**floor
+        # Σ_h q^{max(max_i C_i[h, v_i], b)}, in blocks of repetitions to bound memory.
+        cells = dom.size()
+        block = max(1, min(t, (1 << 22) // max(cells, 1)))
+        acc = np.zeros(dom.shape)
+        l = len(dom)
+        for h0 in range(0, t, block):
+            union = None
+            for i, c in enumerate(comps):
+                shape = [c.shape[0]] + [dom.shape[i] if j == i else 1 for j in range(l)]
+                ci = c[h0:h0 + block].reshape([min(block, t - h0)] + shape[1:])
+                union = ci if union is None else np.maximum(union, ci)
+            union = np.broadcast_to(union, (union.shape[0],) + dom.shape)
+            vals = np.where(union < floor, qpow_floor, qpow[np.maximum(union, 0)])
+            acc += vals.sum(axis=0)
+        k_hat, k_var = cardinality(acc / t, t, gamma, floor)
+        phantoms = k_p * sum(u - 1 for u in dom.shape)
+        est = n_hat - (k_hat - phantoms)
+        var = n_var + k_var
+        if self.config.clip:
+            est = np.clip(est, 0, None)
+        if self.config.rescale and est.sum() > 0:
+            est = est * (max(n_hat, 0.0) / est.sum())
+        return Estimate(Factor(dom, est), Factor(dom, np.broadcast_to(var, dom.shape).copy()))
+
+    def noisy_count(self, messages: Sequence[Message]) -> tuple[float, float]:
+        """(n̂, Var[n̂]) from the messages."""
+        return _noisy_count(list(messages))
+
+
+def sketch_maxima(key: bytes, view: Dataset, ids: np.ndarray, t: int, gamma: float, rep_block: int) -> dict[str, np.ndarray]:
+    """max_{x: A_j(x)=v} H_ξh(id_x) for every repetition h, attribute and value (EMPTY if no record):
+    the data-dependent part of the sketches, mergeable across record chunks by element-wise max.
+    A plain function of picklable arguments, so Dask workers can run it on their chunk."""
+    ids = np.asarray(ids)
+    if ids.shape != (view.n,) or ids.dtype.kind not in "iu" or (ids.size and ids.min() < 0):
+        raise DataError(f"dpfm: need {view.n} non-negative integer record ids, got shape {ids.shape} {ids.dtype}")
+    out = {a: np.empty((t, view.domain.size(a)), dtype=np.int16) for a in view.attributes}
+    cols = {a: view.column(a) for a in view.attributes}
+    for h0 in range(0, t, rep_block):
+        reps = np.arange(h0, min(h0 + rep_block, t))
+        values = fm_geometric(key, reps, ids, gamma)  # (block, n): one PRF pass serves all attributes
+        for a in view.attributes:
+            out[a][h0:h0 + reps.size] = group_max(values, cols[a], view.domain.size(a))
+    return out
+
+
+def _max_merge(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {k: np.maximum(a[k], b[k]) for k in a}
+
+
+def _noisy_count(messages: Sequence[DPFMMessage]) -> tuple[float, float]:
+    counts = {m.party: (m.n_hat, m.n_hat_variance) for m in messages if m.n_hat is not None}
+    if not counts:
+        raise MessageError("dpfm: no message carries the noisy record count n̂ (the counting party's message is missing)")
+    values = set(counts.values())
+    if len(values) > 1:
+        raise MessageError(f"dpfm: parties report different noisy counts n̂: {counts}")
+    return values.pop()
+
+
+def _complement(sketch: np.ndarray) -> np.ndarray:
+    """C[h, v] = max_{w ≠ v} S[h, w]: the sketch of the records whose value is not v (EMPTY if u = 1)."""
+    t, u = sketch.shape
+    if u == 1:
+        return np.full((t, 1), EMPTY, dtype=np.int16)
+    arg = sketch.argmax(axis=1)
+    top1 = sketch[np.arange(t), arg]
+    masked = sketch.copy()
+    masked[np.arange(t), arg] = np.iinfo(np.int16).min
+    top2 = masked.max(axis=1)
+    return np.where(np.arange(u)[None, :] == arg[:, None], top2[:, None], top1[:, None]).astype(np.int16)

@@ -1,0 +1,270 @@
+"""`grr`: the frequency-oracle encoder (VertiMRF Sec. 4.2, "FO-based LocEnc / CarEst"; App. A.2).
+
+Party side (LocEnc). Every value of every local attribute A_j (domain size u_j) is perturbed by
+generalized randomized response, Eq. (6):
+    Pr[v' = v] = e^ε₀ / (e^ε₀ + u_j − 1)   (keep)      Pr[v' = w] = 1 / (e^ε₀ + u_j − 1)   (each w ≠ v),
+and the perturbed columns (row-aligned, global record order) are sent to the server.
+
+Server side (CarEst). For a marginal M = (A_1..A_l) the server counts the perturbed tuples, T̂, and
+returns P⁻¹ T̂, which is unbiased because E[T̂] = P T with P = ⊗_i P_i. Each P_i = (p_i − q_i) I + q_i 11ᵀ
+has the closed-form inverse P_i⁻¹ x = (x − q_i Σx) / (p_i − q_i), applied along axis i, so the
+Π u_i × Π u_i matrix is never built. Variance of every cell (exact for the estimator, plug-in):
+per record the estimator adds Π_i P_i⁻¹[c_i, y_i], whose second moment is a_i (attribute matches c_i)
+or b_i (it does not), with a_i = p_i A_i² + (1−p_i) B_i², b_i = q_i A_i² + (1−q_i) B_i²,
+A_i = (1−q_i)/(p_i−q_i), B_i = −q_i/(p_i−q_i). Summing over records and expanding the product,
+    Var[T̂_M[c]] = Σ_{S ⊆ M} Π_{i∈S}(a_i − b_i) Π_{i∉S} b_i · T_S[c_S]  −  T_M[c],
+with T_∅ = n. Its leading term n Π b_i = n Π q_i(1−q_i)/(p_i−q_i)² is Theorem 1's O(n / ε'^{2l}).
+The unknown true sub-marginals T_S are replaced by the (clipped) estimates.
+
+Privacy (Theorem 1, App. A.2). Each perturbation is ε₀-DP for its record's attribute (the ratio of
+any output's probability under two inputs is at most e^ε₀). A record's d reports compose: the
+party-wise charges are PureDP(ε₀) per attribute, and the ledger composes them across parties by
+the better of basic composition (d ε₀, δ = 0) and the RDP route (pure ε₀ ⇒ RDP α ε₀²/2, summed and
+converted at δ) — Theorem 1's min{basic, RDP} with the exact RDP curve instead of its 2ε₀√(2d log 1/δ)
+shortcut. ε₀ is the largest value whose composition fits the encoder's budget.
+Neighbouring: GRR releases one row per aligned record, so the record count is public (as after
+PSI alignment); its guarantee is the replace-one (bounded) one. Appendix A.2 halves ε₀ to convert
+to add/remove, but that implication runs the other way (add/remove ε ⇒ replace 2ε), so no halving
+is applied here: the ledger is charged the full ε₀ per attribute.
+
+Per-record randomness comes from a party-local secret PRF key (`prf.py`), keyed by (attribute, global
+record id): chunked and one-shot encodings are identical, and the key never leaves the party.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from functools import partial
+from itertools import combinations
+from typing import ClassVar
+
+import attrs
+import numpy as np
+
+from vertisynth.core.dataset import Dataset
+from vertisynth.core.domain import Domain
+from vertisynth.core.errors import BudgetError, ConfigError, DataError, DomainError
+from vertisynth.core.factor import Factor
+from vertisynth.core.interfaces import Encoder, PlanContext
+from vertisynth.core.messages import Message
+from vertisynth.core.privacy import Charge, Composition, PrivacyLedger, PureDP
+
+from .chunked import ChunkJob
+from .common import Estimate, agree, owners, project_to_simplex, query_domain
+from .prf import TAG_GRR, prf_words, uniform_open0
+
+STAGE = "encoder"
+MECHANISM = "grr"
+
+
+@attrs.frozen
+class GRRConfig:
+    """epsilon: the encoder's ε (None: all the budget left); postprocess of estimates:
+    "none" (unbiased), "clip" (negatives to 0) or "project" (nearest non-negative table summing to n)."""
+
+    epsilon: float | None = None
+    postprocess: str = "none"
+
+    def __attrs_post_init__(self) -> None:
+        if self.epsilon is not None and not (math.isfinite(self.epsilon) and self.epsilon > 0):
+            raise ConfigError(f"grr: epsilon must be a positive number, got {self.epsilon!r}")
+        if self.postprocess not in ("none", "clip", "project"):
+            raise ConfigError(f"grr: postprocess must be 'none', 'clip' or 'project', got {self.postprocess!r}")
+
+
+# -- the mechanism ------------------------------------------------------------------------------
+def keep_probability(epsilon: float, size: int) -> tuple[float, float]:
+    """(p, q) of Eq. (6): keep the true value w.p. p, report each other value w.p. q."""
+    denom = math.exp(epsilon) + size - 1
+    return math.exp(epsilon) / denom, 1.0 / denom
+
+
+def grr_perturb(codes: np.ndarray, size: int, epsilon: float, key: bytes, attr_index: int, ids: np.ndarray) -> np.ndarray:
+    """Eq. (6) on one column, randomness from PRF(key, attribute, record id): 128 bits per record,
+    the first 64 decide keep/flip, the second 64 pick one of the u − 1 other values uniformly."""
+    codes = np.asarray(codes, dtype=np.int64)
+    if size == 1:
+        return codes.copy()
+    p, _ = keep_probability(epsilon, size)
+    words = prf_words(key, TAG_GRR, np.array([attr_index]), ids)[0]
+    keep = uniform_open0(words[:, 0]) <= p
+    shift = 1 + np.minimum((uniform_open0(words[:, 1]) * (size - 1)).astype(np.int64), size - 2)
+    return np.where(keep, codes, (codes + shift) % size)
+
+
+def perturb_view(view: Dataset, ids: np.ndarray, *, epsilon: float, key: bytes, index: dict[str, int]) -> dict[str, np.ndarray]:
+    """Every column of `view` through Eq. (6); `index` numbers the party's attributes for the PRF."""
+    return {a: grr_perturb(view.column(a), view.domain.size(a), epsilon, key, index[a], ids) for a in view.attributes}
+
+
+def _concat(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {k: np.concatenate([a[k], b[k]]) for k in a}
+
+
+def calibrate_epsilon0(d: int, ctx: PlanContext, epsilon: float | None) -> float:
+    """Largest per-attribute ε₀ such that d PureDP(ε₀) (plus earlier stages) fit the budget (Theorem 1)."""
+    target = ctx.budget.epsilon if epsilon is None else min(epsilon, ctx.budget.epsilon)
+    before = list(ctx.planned_before)
+    if epsilon is not None:  # an explicit slice: the encoder alone must fit inside it
+        before = []
+
+    def fits(e0: float) -> bool:
+        return Composition.of(before + [PureDP(e0)] * d).epsilon(ctx.budget.delta) <= target * (1 + 1e-12)
+
+    lo, hi = 0.0, target  # composition of d charges is at least ε₀, so ε₀ <= target
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    if lo <= target * 1e-9:
+        raise BudgetError("grr: no budget is left for the encoder after the earlier stages")
+    return lo
+
+
+# -- messages -------------------------------------------------------------------------------------
+@attrs.frozen(eq=False)
+class GRRMessage(Message):
+    """One party's perturbed columns in global record order, and the ε₀ they were perturbed with."""
+
+    kind: ClassVar[str] = "grr_columns"
+    domain: Domain = attrs.field(default=None)
+    epsilon: float = 0.0
+    n: int = 0
+    columns: dict[str, np.ndarray] = attrs.field(factory=dict)
+
+    def validate(self) -> GRRMessage:
+        super().validate()
+        if not isinstance(self.domain, Domain):
+            raise self._fail("domain is missing")
+        if not (isinstance(self.epsilon, (int, float)) and self.epsilon > 0 and math.isfinite(self.epsilon)):
+            raise self._fail(f"epsilon must be positive, got {self.epsilon!r}")
+        if not isinstance(self.n, int) or self.n < 0:
+            raise self._fail(f"n must be a non-negative integer, got {self.n!r}")
+        if set(self.columns) != set(self.domain.attributes):
+            raise self._fail(f"columns {sorted(self.columns)} do not match the domain {list(self.domain.attributes)}")
+        for a, col in self.columns.items():
+            if not isinstance(col, np.ndarray) or col.shape != (self.n,) or col.dtype.kind not in "iu":
+                raise self._fail(f"column {a!r} must be {self.n} integer codes, got {getattr(col, 'shape', None)} "
+                                 f"{getattr(col, 'dtype', None)}")
+            if col.size and (col.min() < 0 or col.max() >= self.domain.size(a)):
+                raise self._fail(f"column {a!r} holds codes outside 0..{self.domain.size(a) - 1}")
+        return self
+
+
+# -- the encoder ------------------------------------------------------------------------------------
+class GRREncoder(Encoder):
+    stage = STAGE
+
+    def __init__(self, config: GRRConfig | None = None) -> None:
+        super().__init__(config or GRRConfig())
+        self.epsilon0: float | None = None
+        self._attributes: dict[str, tuple[str, ...]] = {}
+
+    # -- plan (public facts only) -------------------------------------------------------------
+    def plan(self, ctx: PlanContext) -> list[Charge]:
+        d = len(ctx.domain)
+        self.epsilon0 = calibrate_epsilon0(d, ctx, self.config.epsilon)
+        self._attributes = {p.name: tuple(p.attributes) for p in ctx.partition}
+        return [Charge(STAGE, MECHANISM, PureDP(self.epsilon0), p.name, note=f"GRR ε₀ on {a!r}")
+                for p in ctx.partition for a in p.attributes]
+
+    # -- party side ---------------------------------------------------------------------------
+    def _check_view(self, party: str, view: Dataset) -> None:
+        if self.epsilon0 is None:
+            raise DataError("grr: plan() must run before encode() (the budget is unknown)")
+        if party not in self._attributes:
+            raise DataError(f"grr: unknown party {party!r}; planned parties: {sorted(self._attributes)}")
+        extra = [a for a in view.attributes if a not in self._attributes[party]]
+        if extra:
+            raise DomainError(f"grr: party {party!r} does not hold attribute(s) {extra}; it holds {list(self._attributes[party])}")
+
+    def spend(self, party: str, view_domain: Domain, ledger: PrivacyLedger) -> None:
+        for a in view_domain.attributes:
+            ledger.spend(Charge(STAGE, MECHANISM, PureDP(self.epsilon0), party, note=f"GRR ε₀ on {a!r}"))
+
+    def perturb(self, party: str, view: Dataset, key: bytes, ids: np.ndarray) -> dict[str, np.ndarray]:
+        """The perturbed columns of `view` (rows with global ids `ids`); no ledger involved (see `encode`)."""
+        self._check_view(party, view)
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.shape != (view.n,):
+            raise DataError(f"grr: {ids.size} record ids for {view.n} rows")
+        index = {a: i for i, a in enumerate(self._attributes[party])}
+        return perturb_view(view, ids, epsilon=self.epsilon0, key=key, index=index)
+
+    def chunk_job(self, party: str, domain: Domain, ledger: PrivacyLedger, rng: np.random.Generator) -> ChunkJob:
+        """Chunked encoding (see `chunked.py`): charge first, perturb chunk by chunk with global ids
+        (a picklable function, runnable on Dask workers), concatenate in order. Equals `encode`."""
+        self._check_view(party, Dataset(np.zeros((0, len(domain)), dtype=np.int64), domain))
+        key = rng.bytes(32)
+        self.spend(party, domain, ledger)
+        index = {a: i for i, a in enumerate(self._attributes[party])}
+        mapper = partial(perturb_view, epsilon=self.epsilon0, key=key, index=index)
+
+        def finish(cols: dict[str, np.ndarray], n: int) -> GRRMessage:
+            return GRRMessage(party=party, domain=domain, epsilon=float(self.epsilon0), n=n, columns=cols).validate()
+
+        return ChunkJob(domain, mapper, _concat, finish)
+
+    def encode_chunks(self, party: str, domain: Domain, chunks: Iterable[tuple[np.ndarray, Dataset]],
+                      ledger: PrivacyLedger, rng: np.random.Generator) -> GRRMessage:
+        return self.chunk_job(party, domain, ledger, rng).run_local(chunks)
+
+    def encode(self, party: str, view: Dataset, ledger: PrivacyLedger, rng: np.random.Generator,
+               ids: np.ndarray | None = None) -> GRRMessage:
+        """Runs at the party on its own columns; charges the ledger before perturbing."""
+        self._check_view(party, view)
+        key = rng.bytes(32)  # party-local secret PRF key; never leaves the party
+        self.spend(party, view.domain, ledger)
+        ids = np.arange(view.n, dtype=np.int64) if ids is None else ids
+        cols = self.perturb(party, view, key, ids)
+        return GRRMessage(party=party, domain=view.domain, epsilon=float(self.epsilon0), n=view.n, columns=cols).validate()
+
+    # -- server side --------------------------------------------------------------------------
+    def estimate(self, messages: Sequence[Message], attrs_: Sequence[str]) -> Factor:
+        return self.estimate_with_variance(messages, attrs_).counts
+
+    def estimate_with_variance(self, messages: Sequence[Message], attrs_: Sequence[str]) -> Estimate:
+        by_attr = owners(messages, GRRMessage, "grr")
+        dom = query_domain(by_attr, attrs_, "grr")
+        n = agree(list(by_attr.values()), "n", "grr")
+        eps = float(agree(list(by_attr.values()), "epsilon", "grr", rel=1e-9))
+        cols = [by_attr[a].columns[a] for a in dom.attributes]
+        counts = np.bincount(np.ravel_multi_index(cols, dom.shape), minlength=dom.size()).astype(float).reshape(dom.shape)
+        pq = [keep_probability(eps, u) for u in dom.shape]
+        est = unbias(counts, pq)
+        variance = grr_variance(dom, pq, n, lambda axes: np.clip(est.sum(axis=tuple(i for i in range(len(dom)) if i not in axes)), 0, None))
+        if self.config.postprocess == "clip":
+            est = np.clip(est, 0, None)
+        elif self.config.postprocess == "project":
+            est = project_to_simplex(est, float(n))
+        return Estimate(Factor(dom, est), Factor(dom, variance))
+
+
+def unbias(counts: np.ndarray, pq: list[tuple[float, float]]) -> np.ndarray:
+    """P⁻¹ T̂ with P = ⊗ P_i: along each axis, P_i⁻¹ x = (x − q_i Σx) / (p_i − q_i) (as p_i + (u_i−1) q_i = 1)."""
+    est = np.asarray(counts, float)
+    for axis, (p, q) in enumerate(pq):
+        est = (est - q * est.sum(axis=axis, keepdims=True)) / (p - q)
+    return est
+
+
+def grr_variance(dom: Domain, pq: list[tuple[float, float]], n: int, marginal) -> np.ndarray:
+    """Var of every cell of P⁻¹T̂ (formula in the module docstring). `marginal(axes)` returns the
+    (true or estimated) marginal on those axes of `dom`, axes kept in increasing order."""
+    l = len(dom)
+    a, b = [], []
+    for p, q in pq:
+        big_a, big_b = (1 - q) / (p - q), -q / (p - q)
+        a.append(p * big_a**2 + (1 - p) * big_b**2)
+        b.append(q * big_a**2 + (1 - q) * big_b**2)
+    var = np.zeros(dom.shape)
+    for k in range(l + 1):
+        for subset in combinations(range(l), k):
+            coef = math.prod(a[i] - b[i] if i in subset else b[i] for i in range(l))
+            if k == 0:
+                var = var + coef * n
+                continue
+            m = np.asarray(marginal(subset), float)
+            shape = [dom.shape[i] if i in subset else 1 for i in range(l)]
+            var = var + coef * m.reshape(shape)
+    full = np.asarray(marginal(tuple(range(l))), float)
+    return np.maximum(var - full, 0.0)

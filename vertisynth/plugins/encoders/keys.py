@@ -1,0 +1,118 @@
+"""Hash-key agreement among the parties, hidden from the server (VertiMRF Sec. 4.3, Alg. 3 line 1).
+
+The DPFM hash keys must be common to all parties and unknown to the server, which relays every
+message. The protocol (X25519 Diffie-Hellman + HKDF-SHA256, AES-GCM key wrapping):
+  1. every party makes an X25519 key pair and publishes its public key (through the server);
+  2. two parties: both compute the DH shared secret and derive the group key with HKDF;
+     more parties: the leader (first party) draws a random 32-byte group key and sends it to each
+     other party wrapped with AES-GCM under the HKDF of their pairwise DH secret;
+  3. each party derives the FM PRF key from the group key with HKDF (info names the purpose),
+     and the t hash keys are ξ_h = (PRF key, h) (see `prf.py`).
+The server sees public keys and wrapped ciphertexts only; recovering a key from them is the
+computational Diffie-Hellman problem on Curve25519. Nothing on the server path takes a key.
+
+`reproducible=True` draws the private keys and the leader's group key from the numpy Generator so a
+seeded simulation repeats exactly; a real deployment sets it False to use the OS entropy source.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+import numpy as np
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from vertisynth.core.errors import DataError, MessageError
+
+INFO_PAIR = b"vertisynth/dpfm/pairwise-wrap-key/v1"
+INFO_GROUP = b"vertisynth/dpfm/group-key/v1"
+INFO_FM = b"vertisynth/dpfm/fm-prf-key/v1"
+
+
+def hkdf(secret: bytes, info: bytes, salt: bytes = b"") -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=salt or None, info=info).derive(secret)
+
+
+@attrs.define(eq=False)
+class KeyParty:
+    """One party's side of the protocol. Its private key and group key never leave this object."""
+
+    name: str
+    _private: X25519PrivateKey = attrs.field(repr=False)
+    _group: bytes | None = attrs.field(default=None, repr=False)
+
+    @classmethod
+    def create(cls, name: str, rng: np.random.Generator | None = None) -> KeyParty:
+        priv = X25519PrivateKey.from_private_bytes(rng.bytes(32)) if rng is not None else X25519PrivateKey.generate()
+        return cls(name, priv)
+
+    def public_bytes(self) -> bytes:
+        return self._private.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+    def _pair_key(self, other_public: bytes, names: tuple[str, str]) -> bytes:
+        try:
+            shared = self._private.exchange(X25519PublicKey.from_public_bytes(other_public))
+        except ValueError as exc:
+            raise MessageError(f"key agreement: bad public key from {names}: {exc}") from None
+        return hkdf(shared, INFO_PAIR, salt="|".join(sorted(names)).encode())
+
+    # two parties: the group key is the HKDF of the DH secret itself
+    def derive_pair_group(self, other: str, other_public: bytes) -> None:
+        shared = self._private.exchange(X25519PublicKey.from_public_bytes(other_public))
+        self._group = hkdf(shared, INFO_GROUP, salt="|".join(sorted((self.name, other))).encode())
+
+    # three or more: the leader wraps a fresh group key for each member
+    def wrap_group_for(self, members: dict[str, bytes], rng: np.random.Generator | None) -> dict[str, bytes]:
+        self._group = rng.bytes(32) if rng is not None else _os_random(32)
+        out = {}
+        for name, pub in members.items():
+            nonce = rng.bytes(12) if rng is not None else _os_random(12)
+            aead = AESGCM(self._pair_key(pub, (self.name, name)))
+            out[name] = nonce + aead.encrypt(nonce, self._group, f"{self.name}->{name}".encode())
+        return out
+
+    def unwrap_group(self, leader: str, leader_public: bytes, wrapped: bytes) -> None:
+        aead = AESGCM(self._pair_key(leader_public, (leader, self.name)))
+        try:
+            self._group = aead.decrypt(wrapped[:12], wrapped[12:], f"{leader}->{self.name}".encode())
+        except InvalidTag:
+            raise MessageError(f"key agreement: the group key wrapped by {leader!r} for {self.name!r} does not verify") from None
+
+    def fm_key(self) -> bytes:
+        """The 32-byte PRF key behind the t hash keys ξ_h."""
+        if self._group is None:
+            raise DataError(f"key agreement: party {self.name!r} has not finished the protocol")
+        return hkdf(self._group, INFO_FM)
+
+
+def _os_random(k: int) -> bytes:
+    import os
+
+    return os.urandom(k)
+
+
+def agree_keys(names: Sequence[str], rng: np.random.Generator | None = None) -> dict[str, KeyParty]:
+    """Run the protocol among `names` (simulated in one process; every step uses only what that
+    party may know: its own private key plus what was published). Returns each party's state."""
+    names = list(names)
+    if not names or len(set(names)) != len(names):
+        raise DataError(f"key agreement needs distinct party names, got {names}")
+    parties = {n: KeyParty.create(n, rng) for n in names}
+    published = {n: p.public_bytes() for n, p in parties.items()}  # what the server relays
+    if len(names) == 1:
+        only = parties[names[0]]
+        only._group = rng.bytes(32) if rng is not None else _os_random(32)
+    elif len(names) == 2:
+        a, b = names
+        parties[a].derive_pair_group(b, published[b])
+        parties[b].derive_pair_group(a, published[a])
+    else:
+        leader, *rest = names
+        wrapped = parties[leader].wrap_group_for({n: published[n] for n in rest}, rng)  # relayed by the server
+        for n in rest:
+            parties[n].unwrap_group(leader, published[leader], wrapped[n])
+    return parties

@@ -1,0 +1,1 @@
+"""DPSyn: noisy 2-way marginals, consistency post-processing, gradual-update record synthesis."""
