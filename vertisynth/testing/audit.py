@@ -204,6 +204,21 @@ def _summaries(x1: np.ndarray, x2: np.ndarray) -> list[Summary | None]:
     return [Summary("linear", w, mid, np.zeros_like(w)), Summary("clipped", w, mid, np.abs(w * diff) / 2)]
 
 
+def _informative_columns(x1: np.ndarray, x2: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Columns that vary in phase 1 (constants such as a message's declared ε carry no evidence), and
+    whether they are all integer-valued (then single outcomes are candidate events too)."""
+    both = np.concatenate([x1, x2])
+    cols = np.flatnonzero(np.any(both != both[:1], axis=0))
+    sub = both[:, cols]
+    as_int = sub.dtype.kind in "iu" or bool(np.all(np.abs(sub) < 2**53) and np.all(sub == np.round(sub)))
+    return cols, as_int
+
+
+def _prepare(x: np.ndarray, cols: np.ndarray, as_int: bool) -> np.ndarray:
+    x = x[:, cols]
+    return np.round(x).astype(np.int64) if as_int and x.dtype.kind == "f" else x
+
+
 def _candidates(x1: np.ndarray, x2: np.ndarray, n_thresholds: int, max_outcomes: int) -> tuple[list[Event], np.ndarray, np.ndarray]:
     """Candidate events and their counts on the phase-1 samples of both sides."""
     events: list[Event] = []
@@ -367,14 +382,20 @@ def audit(
         x2 = _as_2d(mechanism.sample(pair.neighbour, m, r_sel2), m)
         if x1.shape[1] != x2.shape[1]:
             raise DataError(f"audit: outputs on the two datasets have different widths {x1.shape[1]} and {x2.shape[1]}")
+        cols, as_int = _informative_columns(x1, x2)
+        if not cols.size:  # the output never varies: no event can tell the datasets apart
+            results.append(PairResult(pair.describe(), "(output is constant)", False, m, m, m, 1.0, 1.0, 0.0,
+                                      float(epsilon), float(delta), a))
+            continue
+        x1, x2 = _prepare(x1, cols, as_int), _prepare(x2, cols, as_int)
         cands, c1, c2 = _candidates(x1, x2, n_thresholds, max_outcomes)
         scores = np.concatenate([_projected(c1, c2, m, n, a, delta), _projected(c2, c1, m, n, a, delta)])
         best = int(np.argmax(scores))
         swapped = best >= len(cands)
         event = cands[best % len(cands)]
         # Phase 2: fresh samples, one pre-chosen event, one test.
-        y1 = _as_2d(mechanism.sample(pair.base, n, r_test1), n)
-        y2 = _as_2d(mechanism.sample(pair.neighbour, n, r_test2), n)
+        y1 = _prepare(_as_2d(mechanism.sample(pair.base, n, r_test1), n), cols, as_int)
+        y2 = _prepare(_as_2d(mechanism.sample(pair.neighbour, n, r_test2), n), cols, as_int)
         k1, k2 = int(event.indicator(y1).sum()), int(event.indicator(y2).sum())
         if swapped:
             k1, k2 = k2, k1
