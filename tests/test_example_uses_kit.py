@@ -14,5 +14,4 @@ def test_example_plugin_suite_passes_with_the_kit():
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rx", str(EXAMPLE / "tests")],
                          cwd=EXAMPLE, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "check_privacy_audit" in run.stdout or "passed" in run.stdout
     assert "1 xfailed" in run.stdout  # the known oneway_tvd domain check, declared as a strict xfail
