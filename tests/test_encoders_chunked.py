@@ -1,6 +1,7 @@
 """Chunked encoding from CSV (global record ids) and on a Dask LocalCluster equals one-shot encoding."""
 from __future__ import annotations
 
+import attrs
 import numpy as np
 import pytest
 
@@ -74,7 +75,12 @@ def test_dask_local_cluster_equals_one_shot(make, tmp_path):
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
         via_address = encode_csv(enc, PARTY, path, view.domain, fresh_ledger(ledger), np.random.default_rng(4),
                                  chunk_rows=120, scheduler=cluster.scheduler_address)
+        # the same through the config: a scheduler address configured on the encoder
+        configured = type(enc)(attrs.evolve(enc.config, dask_scheduler=cluster.scheduler_address, chunk_rows=90))
+        configured.__dict__.update({k: v for k, v in enc.__dict__.items() if k != "config"})
+        via_config = encode_csv(configured, PARTY, path, view.domain, fresh_ledger(ledger), np.random.default_rng(4))
     same_message(one, via_address)
+    same_message(one, via_config)
 
 
 @pytest.mark.slow

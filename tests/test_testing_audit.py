@@ -193,3 +193,32 @@ def test_false_alarm_rate_below_alpha():
         alarms += not audit(ReferenceGRR(4, 1.0), GRR_PAIR, 1.0, level="smoke", seed=seed, alpha=0.05).passed
         alarms += not audit(ReferenceLaplaceCount(1.0), COUNT_PAIR, 1.0, level="smoke", seed=seed, alpha=0.05).passed
     assert alarms <= stats.binom.ppf(1 - 1e-4, 200, 0.05)
+
+
+# -- properties ----------------------------------------------------------------------------------
+@given(st.integers(0, 2000), st.integers(0, 2000), st.integers(1, 400), st.floats(1e-9, 0.1), st.floats(0, 0.05))
+@settings(max_examples=80, deadline=None)
+def test_bound_is_monotone_in_the_counts_and_in_delta(k1, k2, step, alpha, delta):
+    n = 2400
+    lb = epsilon_lower_bound(k1, k2, n, alpha, delta)
+    assert epsilon_lower_bound(min(k1 + step, n), k2, n, alpha, delta) >= lb  # more hits under D: more evidence
+    assert epsilon_lower_bound(k1, min(k2 + step, n), n, alpha, delta) <= lb  # more hits under D': less
+    assert epsilon_lower_bound(k1, k2, n, alpha, delta + 0.01) <= lb  # a larger δ explains more away
+
+
+@given(st.floats(0.1, 3.0), st.integers(2, 12), st.integers(0, 2**32 - 1))
+@settings(max_examples=25, deadline=None)
+def test_correct_grr_never_flagged(eps, k, seed):
+    # Each example is a fresh audit at α = 1e-6: a flag here would be a one-in-a-million event
+    # (or a bug in the auditor), so the property is safe to assert for every example.
+    report = audit(ReferenceGRR(k, eps), GRR_PAIR, eps, n_samples=5000, seed=seed)
+    assert report.passed, report.message()
+    assert report.epsilon_lb <= eps
+
+
+@given(st.floats(0.1, 3.0), st.integers(0, 2**32 - 1))
+@settings(max_examples=25, deadline=None)
+def test_correct_laplace_never_flagged_and_tripled_epsilon_always_caught(eps, seed):
+    assert audit(ReferenceLaplaceCount(eps), COUNT_PAIR, eps, n_samples=5000, seed=seed).passed
+    # A mechanism that really runs at 3ε: P[count ≤ 0] is 1/2 vs e^{-3ε}/2, far past the sampling error.
+    assert not audit(ReferenceLaplaceCount(eps, overclaim=3.0), COUNT_PAIR, eps, n_samples=20_000, seed=seed).passed

@@ -63,7 +63,9 @@ def test_adversarial_pairs_come_first_and_are_neighbours():
     assert sub.relation == "substitute" and np.all(sub.base.codes != sub.neighbour.codes)  # every attribute
     base = Dataset(np.array([[0, 0, 0], [0, 1, 1], [1, 0, 0]]), dom)
     pairs = vst.adversarial_pairs(dom, base)
-    assert pairs[1].neighbour.codes[-1].tolist() == [1, 2, 2]  # the least-populated code per attribute
+    assert len(pairs) == 4
+    assert pairs[2].neighbour.codes[-1].tolist() == [1, 2, 2]  # the least-populated code per attribute
+    assert pairs[3].relation == "substitute" and np.all(pairs[3].base.codes[0] != pairs[3].neighbour.codes[0])
     assert all(_is_neighbour(p) for p in pairs)
 
 

@@ -81,11 +81,14 @@ def _shift_all(record: np.ndarray, domain: Domain) -> np.ndarray:
 
 
 def adversarial_pairs(domain: Domain, base: Dataset | None = None) -> list[NeighbourPair]:
-    """The pairs tried first: empty vs one rare record; rare record added to `base`; one record of
-    `base` (or of a one-record table) changed in every attribute."""
+    """The pairs tried first, most suspicious first: empty vs one record in a rare cell (add/remove);
+    that record vs the same record changed in every attribute (substitute); and, given a `base`
+    table, the rarest record added to it and its first record changed in every attribute."""
     rare = _rarest_cell(base, domain)
     one = Dataset(rare[None, :], domain)
-    pairs = [NeighbourPair(_empty(domain), one, "add_remove", f"empty vs one record {rare.tolist()} in a rare cell")]
+    pairs = [NeighbourPair(_empty(domain), one, "add_remove", f"empty vs one record {rare.tolist()} in a rare cell"),
+             NeighbourPair(one, Dataset(_shift_all(rare, domain)[None, :], domain), "substitute",
+                           "one record changed in every attribute")]
     if base is not None and base.n:
         pairs.append(NeighbourPair(base, Dataset(np.vstack([base.codes, rare]), domain), "add_remove",
                                    f"{base.n} records vs plus one in the rarest cell {rare.tolist()}"))
@@ -93,9 +96,6 @@ def adversarial_pairs(domain: Domain, base: Dataset | None = None) -> list[Neigh
         changed[0] = _shift_all(changed[0], domain)
         pairs.append(NeighbourPair(base, Dataset(changed, domain), "substitute",
                                    f"record 0 of {base.n} changed in every attribute"))
-    else:
-        pairs.append(NeighbourPair(one, Dataset(_shift_all(rare, domain)[None, :], domain), "substitute",
-                                   "one record changed in every attribute"))
     return pairs
 
 

@@ -64,10 +64,14 @@ class GRRConfig:
 
     epsilon: float | None = None
     postprocess: str = "none"
+    chunk_rows: int = 100_000  # chunked.encode_csv: rows per chunk
+    dask_scheduler: str | None = None  # chunked.encode_csv: run the chunks on this Dask cluster
 
     def __attrs_post_init__(self) -> None:
         if self.epsilon is not None and not (math.isfinite(self.epsilon) and self.epsilon > 0):
             raise ConfigError(f"grr: epsilon must be a positive number, got {self.epsilon!r}")
+        if not (isinstance(self.chunk_rows, int) and self.chunk_rows >= 1):
+            raise ConfigError(f"grr: chunk_rows must be a positive integer, got {self.chunk_rows!r}")
         if self.postprocess not in ("none", "clip", "project"):
             raise ConfigError(f"grr: postprocess must be 'none', 'clip' or 'project', got {self.postprocess!r}")
 
