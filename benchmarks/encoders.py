@@ -207,7 +207,9 @@ def versus_pure_ldp(data_dir: Path, repeats: int) -> None:
     print(f"encode+estimate one attribute (median of {per}): vertisynth {o * 1e3:8.2f} ms   pure-ldp {t_ * 1e3:8.1f} ms   "
           f"speed-up {t_ / o:6.1f}x   ({n / o / 1e6:.1f} M vs {n / t_ / 1e6:.3f} M records/s)")
     oe, te = float(np.mean(ours_err)), float(np.mean(theirs_err))
-    print(f"mean |count error| per value           : vertisynth {oe:8.2f}      pure-ldp {te:8.2f}      ratio {oe / te:5.2f}")
+    se = lambda v: float(np.std(v, ddof=1) / np.sqrt(len(v)))
+    print(f"mean |count error| per value           : vertisynth {oe:8.2f} ± {se(ours_err):.1f}  pure-ldp {te:8.2f} ± {se(theirs_err):.1f}  "
+          f"ratio {oe / te:5.2f} (same mechanism and estimator: 1 expected; ± = 1 standard error over {per} runs)")
 
 
 def main() -> None:

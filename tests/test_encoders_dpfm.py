@@ -288,28 +288,30 @@ def test_bad_inputs_raise_clear_errors(tmp_path, rng):
 
 
 # -- privacy audit ------------------------------------------------------------------------------------
-def sketch_samples(n_records_with_value: int, samples: int, k_p: int, floor: int, seed: int) -> np.ndarray:
+def sketch_samples(n_records_with_value: int, samples: int, k_p: int, floor: int, seed: int, gamma: float = 1.0) -> np.ndarray:
     """The DP sketch of value 1 of a one-attribute table, once per repetition: repetition h hashes
     with its own key ξ_h = (K, h), so every sample uses a fresh hash key (and fresh phantoms)."""
     dom = Domain(["x"], [2])
     codes = np.array([[0]] + [[1]] * n_records_with_value, dtype=np.int64)
     enc = DPFMEncoder(DPFMConfig(t=samples, rep_block=samples))
-    enc.params = SketchParams(samples, 1.0, 0.5, k_p, floor, 1.0, "p")
+    enc.params = SketchParams(samples, gamma, 0.5, k_p, floor, 1.0, "p")
     r = np.random.default_rng(seed)
     raw = enc.raw_maxima(r.bytes(32), Dataset(codes, dom), np.arange(codes.shape[0]))
-    return finalize(raw["x"], r, k_p, floor, 1.0)[:, 1]
+    return finalize(raw["x"], r, k_p, floor, gamma)[:, 1]
 
 
-def test_dpfm_sketch_audit_and_miscalibrated_variant():
+@pytest.mark.parametrize("gamma", [1.0, 0.5])
+def test_dpfm_sketch_audit_and_miscalibrated_variant(gamma):
     """Neighbours: the set of value 1 is empty in D and holds one record in D' (add one person).
-    ε' = 0.5 ⇒ k_p = 2, b = 2. Events {α >= m}. The calibrated sketch certifies < ε' (but more than
+    ε' = 0.5 ⇒ k_p = 2 (b = 2 at γ = 1, 3 at γ = 0.5). Events {α >= m}. The calibrated sketch certifies < ε' (but more than
     half of it: the audit has power); with one phantom too few (k_p = 1) the audit exceeds ε'."""
     eps, n = 0.5, 150_000
-    k_p, floor = fm_parameters(eps, 1.0)
+    k_p, floor = fm_parameters(eps, gamma)
     events = [lambda a, m=m: a >= m for m in range(floor + 1, floor + 7)] + [lambda a: a == floor]
-    lb = epsilon_lower_bound(sketch_samples(0, n, k_p, floor, 1), sketch_samples(1, n, k_p, floor, 2), events)
+    lb = epsilon_lower_bound(sketch_samples(0, n, k_p, floor, 1, gamma), sketch_samples(1, n, k_p, floor, 2, gamma), events)
     assert 0.25 < lb <= eps
-    lb_bad = epsilon_lower_bound(sketch_samples(0, n, k_p - 1, floor, 3), sketch_samples(1, n, k_p - 1, floor, 4), events)
+    lb_bad = epsilon_lower_bound(sketch_samples(0, n, k_p - 1, floor, 3, gamma),
+                                 sketch_samples(1, n, k_p - 1, floor, 4, gamma), events)
     assert lb_bad > eps
 
 

@@ -186,6 +186,8 @@ class DPFMEncoder(Encoder):
         names = [p.name for p in ctx.partition]
         self.params = SketchParams(cfg.t, float(cfg.gamma), eps_prime, k_p, floor, rho_count, names[0])
         self._attributes = {p.name: tuple(p.attributes) for p in ctx.partition}
+        if self._keys is not None and set(self._keys) != set(names):
+            self._keys = None  # a different set of parties must agree on new keys
         charges = [Charge(STAGE, SKETCH, self._sketch_cost(len(p.attributes)), p.name,
                           note=f"t={cfg.t} × {len(p.attributes)} attributes at ε'={eps_prime:.4g}")
                    for p in ctx.partition]

@@ -235,7 +235,11 @@ class GRREncoder(Encoder):
         counts = np.bincount(np.ravel_multi_index(cols, dom.shape), minlength=dom.size()).astype(float).reshape(dom.shape)
         pq = [keep_probability(eps, u) for u in dom.shape]
         est = unbias(counts, pq)
-        variance = grr_variance(dom, pq, n, lambda axes: np.clip(est.sum(axis=tuple(i for i in range(len(dom)) if i not in axes)), 0, None))
+
+        def estimated_marginal(axes: tuple[int, ...]) -> np.ndarray:  # plug-in for the unknown true T_S
+            return np.clip(est.sum(axis=tuple(i for i in range(len(dom)) if i not in axes)), 0, None)
+
+        variance = grr_variance(dom, pq, n, estimated_marginal)
         if self.config.postprocess == "clip":
             est = np.clip(est, 0, None)
         elif self.config.postprocess == "project":
