@@ -198,7 +198,7 @@ def test_dp_quantile_binning_is_charged_in_the_ledger(tmp_path):
                               "quantile_epsilon": 0.2}}
     res = run(_csv_cfg(_csv(tmp_path, frame), schema))
     stages = res.report["privacy"]["per_stage_epsilon"]
-    assert stages["preprocessing"] == pytest.approx(0.2)
+    assert stages["preprocessing"] == pytest.approx(0.2, rel=1e-3)  # at δ > 0 the RDP route may be a hair lower
     assert res.ledger.spent_epsilon() <= 1.0 + 1e-9
 
 

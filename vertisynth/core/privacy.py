@@ -24,8 +24,10 @@ import numpy as np
 
 from .errors import BudgetError
 
-# Rényi orders on which curves are tracked: dense near 1 (where small ρ is optimal) and up to 1e4.
-ORDERS: np.ndarray = np.unique(np.concatenate([1.0 + np.geomspace(1e-3, 1e4, 1500)]))
+# Rényi orders on which curves are tracked: dense near 1 (optimal for large ρ) up to 1e4. Larger orders
+# would only help budgets with ε below about 1e-3 (Budget.rho() then says it is too small), and they let
+# a pure-ε charge convert to a hair under ε at δ > 0, which surprises more than it helps.
+ORDERS: np.ndarray = np.unique(1.0 + np.geomspace(1e-4, 1e4, 2000))
 
 
 def _number(value: Any) -> float:
@@ -204,12 +206,14 @@ class Budget:
         lo, hi = 0.0, max(self.epsilon, 1.0)
         while zcdp_to_approx(hi, self.delta) < self.epsilon:
             hi *= 2
-        for _ in range(100):
+        for _ in range(200):
             mid = (lo + hi) / 2
             if zcdp_to_approx(mid, self.delta) <= self.epsilon:
                 lo = mid
             else:
                 hi = mid
+        if lo <= 0:
+            raise BudgetError(f"budget ε={self.epsilon:g}, δ={self.delta:g} is too small for any zCDP mechanism")
         return lo
 
     def split(self, fractions: dict[str, float]) -> dict[str, float]:

@@ -34,4 +34,11 @@ def vertisynth_synthesizers():
             "PrivMRF: DP Markov random field with R-score graph and refinement (centralised)",
             {"centralized"},
         ),
+        SynthesizerSpec(
+            "vertimrf",
+            "vertisynth.plugins.synthesizers.vertimrf.synthesizer:VertiMRFSynthesizer",
+            "vertisynth.plugins.synthesizers.vertimrf.synthesizer:VertiMRFConfig",
+            "VertiMRF: local PrivMRFs + DP FM sketches (or GRR) across parties, global MRF at the server",
+            {"vertical"},
+        ),
     ]

@@ -1,0 +1,346 @@
+"""`vertimrf`: DP vertical data synthesis across m parties (seed 003, Algorithm 2, §§3–6).
+
+Party side (each party sees only its own columns; everything it sends is a Message):
+  Phase 1 LocMRF   PrivMRF on the party's attributes with the local clique limit → LocalModel.
+  Phase 2 LocEnc   attributes with more than `bins` values are binned (equal width, §6.1); the party
+                   sends DP within-bin value distributions (Laplace, `value_fraction` of the budget) and
+                   encodes its (binned) columns with the chosen encoder (`dpfm` = VertiMRF-FM, `grr` = -FO).
+Server side (messages only):
+  Phase 3 GraphCom join the local attribute graphs; estimate every cross-party pair's R-score from the
+                   encoder (CarEst) and add pairs by descending score while the triangulated graph's
+                   largest clique stays within τ (`max_clique_cells`).
+  Phase 4 InitMRF  initial marginal set = union of the local marginal sets, targets inferred from the
+                   local models (knowledge transfer); the global model is estimated by the engine.
+  Phase 5 OptMRF   rounds that add cross-party marginals (pairs inside the global cliques) whose estimate
+                   is usable, choosing where the global model disagrees most (L1) with the encoder's
+                   estimate; each estimate is recovered to raw values (HisRec) and made consistent with the
+                   local models' 1-way tables (§6.2) before it is added; re-estimation from a warm start.
+  Phase 6          sample n̂ records.
+
+Budget (zCDP ρ of the whole run; one person spans all parties, so every party's spend composes):
+`local_fraction` (0.4) split evenly over the parties' PrivMRF runs; `value_fraction` (0.2) for the value
+distributions, as pure ε per binned attribute with Σ ε²/2 equal to its ρ; the encoder plans last and takes
+what is left (`encoder_fraction`, 0.4, up to composition rounding; DPFM keeps 10% of it for n̂); without
+binning the value share goes to the encoder.
+Deviation from the paper: the paper lets each party spend ε₀ on its LocMRF; since the parties' data
+describe the same people, those spends compose, so we split the local share across parties.
+
+`weighting`: "paper" fits every marginal with equal weight and selects cross-party marginals by the
+d^c rule (average count per cell ≥ `d_c`), consistency by plain averaging; "variance" (default)
+weights each measurement by the real variance of its source (the encoder's per-cell variance, the
+local measurement's noise), skips cross-party pairs whose estimated R-score is within its own noise,
+selects only marginals whose average cell count exceeds `z`× their estimate's standard deviation, and
+averages in consistency enforcement by inverse variance. Weights differing by orders of magnitude make
+mirror descent crawl on the weakly weighted marginals (the step size is set by the stiffest ones), so a
+cross-party marginal's std is capped at `max_std_ratio` × the median local measurement std: it still
+weighs up to 25× less than a local marginal, and the fit converges in the iterations we can afford.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from vertisynth.core.config import structure
+from vertisynth.core.dataset import Dataset, VerticalPartition
+from vertisynth.core.domain import Domain
+from vertisynth.core.errors import ConfigError, DataError
+from vertisynth.core.factor import Factor
+from vertisynth.core.interfaces import PlanContext, Synthesizer, VerticalData
+from vertisynth.core.messages import Message
+from vertisynth.core.privacy import Charge, PrivacyLedger
+from vertisynth.core.registry import default_registry
+
+from ..pgm import Measurement, estimate
+from ..pgm.graph import min_fill_cliques
+from ..privmrf.synthesizer import LocalModel, PrivMRFConfig, PrivMRFSynthesizer
+from .dimension import (ValueDistributions, bin_dataset, binned_domain, hisrec, measure_value_distributions,
+                        planned_charges as value_charges, uniform_distributions)
+
+
+@attrs.frozen
+class VertiMRFConfig:
+    encoder: str = "dpfm"
+    encoder_params: dict[str, Any] = attrs.field(factory=dict)
+    local_params: dict[str, Any] = attrs.field(factory=dict)
+    local_fraction: float = 0.4
+    encoder_fraction: float = 0.4
+    value_fraction: float = 0.2
+    bins: int | None = 4
+    recovery: str = "hisrec"
+    max_clique_cells: float = 1e5
+    weighting: str = "variance"
+    d_c: float = 50.0
+    z: float = 3.0
+    consistency: bool = True
+    use_local: bool = True
+    rounds: int = 3
+    per_round: int = 4
+    max_std_ratio: float = 5.0
+    iters: int = 300
+    sampling: str = "round"
+
+    def __attrs_post_init__(self) -> None:
+        fr = [self.local_fraction, self.encoder_fraction, self.value_fraction]
+        if min(fr) < 0 or self.encoder_fraction <= 0 or abs(sum(fr) - 1) > 1e-9:
+            raise ConfigError(f"vertimrf: local/encoder/value fractions must be >= 0 (encoder > 0) and sum to 1, got {fr}")
+        if self.use_local and self.local_fraction <= 0:
+            raise ConfigError("vertimrf: use_local needs local_fraction > 0")
+        if self.bins is not None and self.bins < 2:
+            raise ConfigError(f"vertimrf: bins must be >= 2 or omitted, got {self.bins}")
+        if self.recovery not in ("hisrec", "uniform"):
+            raise ConfigError(f"vertimrf: recovery must be 'hisrec' or 'uniform', got {self.recovery!r}")
+        if self.weighting not in ("paper", "variance"):
+            raise ConfigError(f"vertimrf: weighting must be 'paper' or 'variance', got {self.weighting!r}")
+        if self.sampling not in ("sample", "round"):
+            raise ConfigError(f"vertimrf: sampling must be 'sample' or 'round', got {self.sampling!r}")
+        if self.rounds < 0 or self.per_round < 1 or self.iters < 1 or self.max_clique_cells < 4:
+            raise ConfigError("vertimrf: rounds >= 0, per_round >= 1, iters >= 1, max_clique_cells >= 4")
+
+
+class VertiMRFSynthesizer(Synthesizer):
+    def __init__(self, config: VertiMRFConfig | None = None) -> None:
+        super().__init__(config or VertiMRFConfig())
+        self._timings: dict[str, float] = {}
+
+    # -- plan ---------------------------------------------------------------------------------
+    def plan(self, ctx: PlanContext) -> list[Charge]:
+        c = self.config
+        self._domain, self._partition = ctx.domain, ctx.partition
+        if len(ctx.partition) < 1:
+            raise ConfigError("vertimrf needs at least one party")
+        for a, s in zip(ctx.domain.attributes, ctx.domain.shape):
+            if s < 2:
+                raise ConfigError(f"vertimrf: attribute {a!r} has domain size {s}; every attribute needs >= 2 values")
+        delta = ctx.budget.delta
+        if delta <= 0:
+            raise ConfigError("vertimrf uses zCDP mechanisms: set budget.delta > 0")
+        rho = ctx.rho
+        self._binned = [a for a in ctx.domain.attributes if c.bins is not None and ctx.domain.size(a) > c.bins]
+        value_frac = c.value_fraction if self._binned else 0.0
+        local_frac = c.local_fraction if c.use_local else 0.0
+        enc_frac = 1.0 - value_frac - local_frac
+        self._split = {"local": local_frac, "encoder": enc_frac, "value_distributions": value_frac}
+        charges: list[Charge] = []
+        # Phase 1: PrivMRF per party, the local share split across parties (their outputs compose)
+        self._local: dict[str, PrivMRFSynthesizer] = {}
+        if c.use_local:
+            lp = structure({"max_clique_cells": c.max_clique_cells, **c.local_params}, PrivMRFConfig,
+                           "vertimrf.local_params")
+            for p in ctx.partition:
+                syn = PrivMRFSynthesizer(lp)
+                charges += syn.plan_for(ctx.domain.project(p.attributes), rho * local_frac / len(ctx.partition), p.name)
+                self._local[p.name] = syn
+        # Phase 2: value distributions (pure ε per binned attribute, Σ ε²/2 = their ρ) and the encoder
+        self._eps_value = math.sqrt(2 * rho * value_frac / len(self._binned)) if self._binned else 0.0
+        for p in ctx.partition:
+            mine = [a for a in p.attributes if a in self._binned]
+            charges += value_charges(p.name, mine, self._eps_value)
+        self._low_domain = binned_domain(ctx.domain, c.bins, self._binned) if self._binned else ctx.domain
+        spec = default_registry().get("encoder", c.encoder)
+        enc_cls = spec.load_config_cls()
+        # DPFM defaults measured best (encoders README; benchmarks/vertimrf.py): the tight ε' calibration spends
+        # the whole encoder slice, and projecting estimates onto the simplex beats Alg. 4's clipping
+        defaults = {"calibration": "tight", "postprocess": "project"} if c.encoder == "dpfm" else {}
+        enc_cfg = structure({**defaults, **c.encoder_params}, enc_cls, f"vertimrf.encoder_params of {c.encoder!r}")
+        self._encoder = spec.load_factory()(enc_cfg)
+        # the encoder plans last, against the real budget with everything planned before it (the pipeline's
+        # earlier stages and our local and value-distribution charges): it gets exactly what is left
+        before = tuple(ctx.planned_before) + tuple(ch.cost for ch in charges)
+        enc_ctx = PlanContext(self._low_domain, ctx.partition, ctx.budget, before, ctx.n_public)
+        charges += self._encoder.plan(enc_ctx)
+        k_p = getattr(getattr(self._encoder, "params", None), "k_p", None)
+        if k_p is not None and k_p > 10**6:
+            raise ConfigError(
+                f"vertimrf: the encoder's budget is too small: every DP FM sketch would carry k_p = {k_p:,} phantom "
+                "elements, far more than any table's records, so every estimate would be noise. Raise epsilon or "
+                "encoder_fraction, lower the encoder's t, or use weighting/binning that needs fewer sketches")
+        return charges
+
+    # -- party side ---------------------------------------------------------------------------
+    def party_step(self, party: str, view: Dataset, ledger: PrivacyLedger, rng: np.random.Generator) -> list[Message]:
+        """Everything party `party` computes on its own columns; returns the messages it sends."""
+        c = self.config
+        out: list[Message] = []
+        if c.use_local:
+            local = self._local[party]
+            local.fit_table(view, ledger, rng)
+            out.append(local.export(party))
+        mine = [a for a in view.attributes if a in self._binned]
+        if mine:
+            out.append(measure_value_distributions(party, view, c.bins, mine, self._eps_value, ledger, rng))
+        low = bin_dataset(view, c.bins, mine) if mine else view
+        out.append(self._encoder.encode(party, low, ledger, rng))
+        return out
+
+    # -- server side --------------------------------------------------------------------------
+    def _encoded(self, messages: Sequence[Message]) -> list[Message]:
+        return [m for m in messages if not isinstance(m, (LocalModel, ValueDistributions))]
+
+    def _cross_estimate(self, enc: Sequence[Message], attrs_: tuple[str, ...],
+                        dists: Mapping[str, np.ndarray]) -> tuple[Factor, float]:
+        """Encoder estimate on binned attributes, recovered to raw values; and its mean per-cell variance."""
+        est = self._encoder.estimate_with_variance(enc, list(attrs_))
+        counts = est.counts.transpose(attrs_)
+        var = float(np.mean(est.variance.values))
+        if any(a in self._binned for a in attrs_):
+            counts = hisrec(counts, self._domain, {a: dists[a] for a in attrs_ if a in self._binned}, self.config.bins)
+        return counts, var
+
+    def server_step(self, messages: Sequence[Message]) -> None:
+        """Phases 3-5 from the parties' messages only."""
+        c = self.config
+        dom = self._domain
+        owner = {a: p.name for p in self._partition for a in p.attributes}
+        locals_ = {m.party: m for m in messages if isinstance(m, LocalModel)}
+        dists: dict[str, np.ndarray] = {}
+        for m in messages:
+            if isinstance(m, ValueDistributions):
+                dists.update(m.distributions)
+        if c.recovery == "uniform" and self._binned:
+            dists = uniform_distributions(dom, c.bins, self._binned)
+        enc = self._encoded(messages)
+        n_hat = float(self._encoder.noisy_count(enc)[0]) if hasattr(self._encoder, "noisy_count") else float(enc[0].n)
+        n_hat = max(n_hat, 1.0)
+        t0 = time.perf_counter()
+        # Phase 3: GraphCom
+        edges = [tuple(e) for m in locals_.values() for e in m.edges]
+        cross = [(a, b) for a, b in itertools.combinations(dom.attributes, 2) if owner[a] != owner[b]]
+        scored = []
+        for a, b in cross:
+            est = self._encoder.estimate_with_variance(enc, [a, b])
+            t = np.clip(est.counts.transpose((a, b)).values, 0, None)
+            tot = max(t.sum(), 1.0)
+            r = 0.5 * np.abs(t - np.outer(t.sum(1), t.sum(0)) / tot).sum()
+            noise = 0.5 * np.sqrt(np.clip(est.variance.values, 0, None)).sum() * math.sqrt(2 / math.pi)
+            if c.weighting == "variance" and r <= noise:
+                continue  # an R-score within its own noise is no evidence of correlation
+            scored.append((r, (a, b)))
+        for _, pair in sorted(scored, reverse=True):
+            trial = edges + [pair]
+            cl = min_fill_cliques(dom, trial)
+            if max(dom.project(q).size() for q in cl) <= c.max_clique_cells:
+                edges = trial
+        cliques = min_fill_cliques(dom, edges)
+        t1 = time.perf_counter()
+        # Phase 4: InitMRF from the local models' marginals
+        meas: list[Measurement] = []
+        one_way: dict[str, tuple[np.ndarray, float]] = {}
+        for party, lm in locals_.items():
+            model = lm.model()
+            scale = n_hat / max(model.total, 1.0)
+            for attrs_, std in zip(lm.marginals, lm.marginal_std):
+                vals = model.marginal(attrs_).values * scale
+                meas.append(Measurement(tuple(attrs_), vals, std if c.weighting == "variance" else 1.0))
+            for a in lm.domain.attributes:
+                std_a = min((s for m_, s in zip(lm.marginals, lm.marginal_std) if a in m_), default=1.0)
+                one_way[a] = (model.marginal([a]).values * scale, std_a**2)
+        if not meas:  # without local models, start from the encoder's 1-way estimates
+            for a in dom.attributes:
+                counts, var = self._cross_estimate(enc, (a,), dists)
+                one_way[a] = (np.clip(counts.values, 0, None), var)
+                meas.append(Measurement((a,), counts.values, math.sqrt(var) if c.weighting == "variance" else 1.0))
+        res = estimate(dom, meas, total=n_hat, iters=c.iters, extra_cliques=cliques, max_cells=float("inf"))
+        t2 = time.perf_counter()
+        # Phase 5: OptMRF with cross-party marginals inside the global cliques
+        cands = sorted({p for q in cliques for p in itertools.combinations(q, 2) if owner[p[0]] != owner[p[1]]})
+        usable = []
+        self._candidate_info: list[dict[str, Any]] = []
+        for p in cands:
+            counts, var = self._cross_estimate(enc, p, dists)
+            low_cells = self._low_domain.project(p).size()
+            if c.weighting == "paper":
+                ok = n_hat / low_cells >= c.d_c
+            else:
+                ok = n_hat / low_cells >= c.z * math.sqrt(max(var, 1e-12))
+            self._candidate_info.append({"pair": list(p), "mean_cell_count": n_hat / low_cells,
+                                         "cell_std": math.sqrt(max(var, 0.0)), "usable": bool(ok)})
+            if ok:
+                usable.append((p, counts, var))
+        std_cap = c.max_std_ratio * float(np.median([m.std for m in meas]))
+        chosen: list[tuple[str, ...]] = []
+        for _ in range(c.rounds):
+            left = [u for u in usable if u[0] not in chosen]
+            if not left:
+                break
+            errs = [np.abs(res.model.marginal(p).values - np.clip(cnt.values, 0, None)).sum() for p, cnt, _ in left]
+            for i in np.argsort(errs)[::-1][: c.per_round]:
+                p, cnt, var = left[i]
+                vals = cnt.values
+                if c.consistency:
+                    vals = self._consistent(p, vals, var, one_way, n_hat)
+                std = min(math.sqrt(max(var, 1e-12)), std_cap) if c.weighting == "variance" else 1.0
+                meas.append(Measurement(p, vals, std))
+                chosen.append(p)
+            res = estimate(dom, meas, total=n_hat, iters=c.iters, warm_start=res.model, max_cells=float("inf"))
+        self._model = res.model
+        self._n_hat = n_hat
+        self._chosen = chosen
+        self._cliques = cliques
+        self._timings.update({"GraphCom (server)": t1 - t0, "InitMRF (server)": t2 - t1,
+                              "OptMRF (server)": time.perf_counter() - t2})
+
+    def _consistent(self, pair: tuple[str, ...], vals: np.ndarray, var: float,
+                    one_way: Mapping[str, tuple[np.ndarray, float]], n_hat: float, rounds: int = 20) -> np.ndarray:
+        """§6.2: make the estimate's 1-way projections agree with the local models' 1-way tables, then
+        keep it non-negative; as distributions, iterated, then scaled by n̂. "paper": plain averages;
+        "variance": inverse-variance weights (the projection of a cell-variance `var` table onto attribute
+        a sums cells/u_a cells)."""
+        t = np.clip(np.asarray(vals, float), 0, None)
+        t = t / t.sum() if t.sum() > 0 else np.full(t.shape, 1.0 / t.size)
+        locals_ = {}
+        for a in pair:
+            if a in one_way:
+                loc = np.clip(one_way[a][0], 0, None)
+                locals_[a] = [loc / loc.sum() if loc.sum() > 0 else np.full(loc.shape, 1.0 / loc.size), one_way[a][1]]
+        for _ in range(rounds):
+            for axis, a in enumerate(pair):
+                if a not in locals_:
+                    continue
+                local, local_var = locals_[a]
+                other = tuple(i for i in range(t.ndim) if i != axis)
+                proj = t.sum(axis=other)
+                if self.config.weighting == "variance":
+                    w_est = 1.0 / max(var * (t.size / t.shape[axis]), 1e-300)
+                    w_loc = 1.0 / max(local_var, 1e-300)
+                    target = (w_est * proj + w_loc * local) / (w_est + w_loc)
+                else:
+                    target = (proj + local) / 2
+                locals_[a][0] = target  # both sides take the agreed table (the paper sets T̃ to T̄)
+                shape = [1] * t.ndim
+                shape[axis] = t.shape[axis]
+                t = t + ((target - proj) / (t.size / t.shape[axis])).reshape(shape)
+            t = np.clip(t, 0, None)
+            t = t / t.sum() if t.sum() > 0 else np.full(t.shape, 1.0 / t.size)
+        return t * n_hat
+
+    # -- the one-process simulation -----------------------------------------------------------
+    def fit(self, data: VerticalData, ledger: PrivacyLedger, rng: np.random.Generator) -> None:
+        sizes = {p: v.n for p, v in data.views.items()}
+        if len(set(sizes.values())) > 1:
+            raise DataError(f"vertimrf: parties are not row-aligned (row counts {sizes}); align them first (psi/psu)")
+        messages: list[Message] = []
+        t0 = time.perf_counter()
+        for p in self._partition.names:
+            messages += self.party_step(p, data.views[p], ledger, rng)
+        self._timings = {"parties (LocMRF, binning, LocEnc)": time.perf_counter() - t0}
+        self.server_step(messages)
+
+    def sample(self, n: int | None, rng: np.random.Generator) -> Dataset:
+        if not hasattr(self, "_model"):
+            raise DataError("vertimrf: fit() before sample()")
+        t0 = time.perf_counter()
+        out = self._model.sample(int(round(self._n_hat)) if n is None else int(n), rng, self.config.sampling)
+        self._timings["sample"] = time.perf_counter() - t0
+        return out
+
+    def budget_split(self) -> dict[str, float]:
+        return dict(self._split)
+
+    def timings(self) -> dict[str, float]:
+        return dict(self._timings)
