@@ -222,6 +222,34 @@ def test_kit_catches_encoder_claiming_eps_1_but_spending_1_25():
 def test_kit_catches_global_numpy_rng():
     with pytest.raises(ConformanceError, match="global RNG"):
         check_no_global_rng(encoder_subject(GlobalRngEncoder))
+    state = np.random.get_state()
+    with pytest.raises(ConformanceError):
+        check_no_global_rng(encoder_subject(GlobalRngEncoder))
+    assert np.array_equal(np.random.get_state()[1], state[1])  # the check restores the global state
+
+
+class PythonRandomEncoder(LaplaceHistogramEncoder):
+    """BROKEN: picks its noise scale jitter from Python's global `random` module."""
+
+    def noise(self, counts, party, ledger, rng):
+        import random
+
+        ledger.spend(Charge(self.STAGE, "laplace_hist", PureDP(self.per_attr), party))
+        return counts + rng.laplace(0, 1 / self.per_attr, counts.shape) + random.random() * 0
+
+
+class UnseededEncoder(LaplaceHistogramEncoder):
+    """BROKEN: ignores its rng and makes a fresh unseeded Generator (nondeterministic)."""
+
+    def noise(self, counts, party, ledger, rng):
+        return super().noise(counts, party, ledger, np.random.default_rng())
+
+
+def test_kit_catches_python_random_and_unseeded_generators():
+    with pytest.raises(ConformanceError, match="Python's global `random`"):
+        check_no_global_rng(encoder_subject(PythonRandomEncoder))
+    with pytest.raises(ConformanceError, match="same seed gave different outputs"):
+        check_no_global_rng(encoder_subject(UnseededEncoder))
 
 
 def test_kit_catches_declared_cost_disagreeing_with_ledger():

@@ -29,6 +29,7 @@ A failing check raises `ConformanceError` (or `PrivacyViolation` from the audit)
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -251,14 +252,22 @@ def check_config_roundtrip(subject: Subject) -> None:
 
 def check_no_global_rng(subject: Subject) -> None:
     """Same explicit seed → same output whatever np.random's global seed; different seeds → different
-    output (for randomised kinds); np.random's global state is left untouched."""
-    np.random.seed(1)
-    state = np.random.get_state()[1].copy()
-    first = _run_once(subject, 7)
-    if not np.array_equal(np.random.get_state()[1], state):
-        raise _fail(subject, "it draws from numpy's global RNG (np.random.*); take the explicit Generator instead")
-    np.random.seed(2)
-    second = _run_once(subject, 7)
+    output (for randomised kinds); np.random's and Python random's global states are left untouched."""
+    saved, py_saved = np.random.get_state(), random.getstate()
+    try:
+        np.random.seed(1)
+        state, py_state = np.random.get_state(), random.getstate()
+        first = _run_once(subject, 7)
+        after = np.random.get_state()
+        if not (np.array_equal(after[1], state[1]) and after[2] == state[2]):
+            raise _fail(subject, "it draws from numpy's global RNG (np.random.*); take the explicit Generator instead")
+        if random.getstate() != py_state:
+            raise _fail(subject, "it draws from Python's global `random` module; take the explicit Generator instead")
+        np.random.seed(2)
+        second = _run_once(subject, 7)
+    finally:
+        np.random.set_state(saved)  # leave the process as we found it
+        random.setstate(py_saved)
     if first.shape != second.shape or not np.array_equal(first, second):
         raise _fail(subject, "the same seed gave different outputs (global RNG, unseeded default_rng(), or "
                              "other hidden state)")
