@@ -28,6 +28,13 @@ from .errors import BudgetError
 ORDERS: np.ndarray = np.unique(np.concatenate([1.0 + np.geomspace(1e-3, 1e4, 1500)]))
 
 
+def _number(value: Any) -> float:
+    """Numbers only: a string or a bool is a caller's mistake, not a budget."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise BudgetError(f"privacy parameters must be numbers, got {value!r}")
+    return float(value)
+
+
 def _positive(name: str):
     def check(_inst: Any, _attr: Any, value: float) -> None:
         if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
@@ -44,7 +51,7 @@ def _delta_ok(_inst: Any, _attr: Any, value: float) -> None:
 # -- costs ------------------------------------------------------------------------------------
 @attrs.frozen
 class PureDP:
-    epsilon: float = attrs.field(converter=float, validator=_positive("epsilon"))
+    epsilon: float = attrs.field(converter=_number, validator=_positive("epsilon"))
 
     def rdp(self, orders: np.ndarray = ORDERS) -> np.ndarray:
         return np.minimum(self.epsilon, orders * self.epsilon**2 / 2)
@@ -55,8 +62,8 @@ class PureDP:
 
 @attrs.frozen
 class ApproxDP:
-    epsilon: float = attrs.field(converter=float, validator=_positive("epsilon"))
-    delta: float = attrs.field(converter=float, validator=_delta_ok)
+    epsilon: float = attrs.field(converter=_number, validator=_positive("epsilon"))
+    delta: float = attrs.field(converter=_number, validator=_delta_ok)
 
     def rdp(self, orders: np.ndarray = ORDERS) -> None:
         return None
@@ -67,7 +74,7 @@ class ApproxDP:
 
 @attrs.frozen
 class ZCDP:
-    rho: float = attrs.field(converter=float, validator=_positive("rho"))
+    rho: float = attrs.field(converter=_number, validator=_positive("rho"))
 
     def rdp(self, orders: np.ndarray = ORDERS) -> np.ndarray:
         return self.rho * orders
@@ -182,8 +189,8 @@ class Composition:
 class Budget:
     """A total (ε, δ) privacy budget."""
 
-    epsilon: float = attrs.field(converter=float, validator=_positive("budget epsilon"))
-    delta: float = attrs.field(default=0.0, converter=float, validator=_delta_ok)
+    epsilon: float = attrs.field(converter=_number, validator=_positive("budget epsilon"))
+    delta: float = attrs.field(default=0.0, converter=_number, validator=_delta_ok)
 
     def allows(self, costs: Iterable[Cost], slack: float = 1e-9) -> bool:
         return Composition.of(costs).epsilon(self.delta) <= self.epsilon * (1 + slack)

@@ -46,7 +46,7 @@ from vertisynth.core.messages import Message
 from vertisynth.core.privacy import Budget, Charge, PrivacyLedger
 from vertisynth.core.registry import Registry, default_registry
 
-from .audit import AUDIT_LEVELS, AuditableMechanism, NeighbourPair, audit, claimed_epsilon, default_level, looped
+from .audit import AUDIT_LEVELS, AuditableMechanism, audit, claimed_epsilon, default_level, looped
 from .strategies import adversarial_pairs
 
 KINDS = ("synthesizer", "encoder", "evaluator", "aligner")
@@ -230,6 +230,18 @@ def _run_once(subject: Subject, seed: int) -> np.ndarray:
 
 
 # -- checks for every kind ------------------------------------------------------------------------
+BASES = {"synthesizer": Synthesizer, "encoder": Encoder, "evaluator": Evaluator, "aligner": Aligner}
+
+
+def check_implements_interface(subject: Subject) -> None:
+    """The factory builds an instance of the kind's abstract base class (the pipeline refuses others)."""
+    component = subject.build()
+    base = BASES[subject.kind]
+    if not isinstance(component, base):
+        raise _fail(subject, f"the factory built a {type(component).__name__}, which is not a "
+                             f"vertisynth.core.interfaces.{base.__name__}")
+
+
 def check_config_roundtrip(subject: Subject) -> None:
     """Config unstructures to TOML-able data and structures back to an equal config; unknown keys fail."""
     if subject.config_cls is None:
@@ -523,14 +535,14 @@ def check_aligner_unequal_inputs(subject: Subject) -> None:
 
 # -- the collection -------------------------------------------------------------------------------
 CHECKS: dict[str, tuple[Callable[[Subject], None], ...]] = {
-    "synthesizer": (check_config_roundtrip, check_declares_cost, check_ledger_matches_plan,
+    "synthesizer": (check_implements_interface, check_config_roundtrip, check_declares_cost, check_ledger_matches_plan,
                     check_no_global_rng, check_privacy_audit),
-    "encoder": (check_config_roundtrip, check_declares_cost, check_ledger_matches_plan,
+    "encoder": (check_implements_interface, check_config_roundtrip, check_declares_cost, check_ledger_matches_plan,
                 check_no_global_rng, check_encoder_contract, check_privacy_audit),
-    "evaluator": (check_config_roundtrip, check_evaluator_no_charges, check_evaluator_range,
+    "evaluator": (check_implements_interface, check_config_roundtrip, check_evaluator_no_charges, check_evaluator_range,
                   check_evaluator_ordering, check_evaluator_symmetry,
                   check_evaluator_rejects_mismatched_domains, check_no_global_rng),
-    "aligner": (check_config_roundtrip, check_aligner_set_semantics, check_aligner_unequal_inputs,
+    "aligner": (check_implements_interface, check_config_roundtrip, check_aligner_set_semantics, check_aligner_unequal_inputs,
                 check_no_global_rng),
 }
 

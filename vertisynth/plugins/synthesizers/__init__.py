@@ -20,4 +20,11 @@ def vertisynth_synthesizers():
             "DPSyn: noisy 2-way marginals, consistency, gradual record updates (centralised)",
             {"centralized"},
         ),
+        SynthesizerSpec(
+            "private_pgm",
+            "vertisynth.plugins.synthesizers.private_pgm:PrivatePGMSynthesizer",
+            "vertisynth.plugins.synthesizers.private_pgm:PrivatePGMConfig",
+            "Private-PGM select-measure-generate (MST or a marginal workload), centralised",
+            {"centralized"},
+        ),
     ]

@@ -1,0 +1,228 @@
+"""GraphicalModel: log-potentials on a junction tree; exact inference and sampling.
+
+Every clique table keeps its attributes in the domain's order, so a separator's axes appear in the
+same relative order in both cliques and messages broadcast by reshaping alone.
+
+Calibration is two-pass belief propagation in log space (collect to the root, distribute back);
+each calibrated clique belief, normalised, is that clique's exact marginal. A marginal over attributes
+spread across cliques is computed by variable elimination on the smallest subtree that covers them:
+multiply clique marginals divided by separator marginals along the subtree, summing out attributes as
+soon as no remaining clique needs them. Disconnected components (a forest) are independent.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from vertisynth.core.dataset import Dataset
+from vertisynth.core.domain import Domain
+from vertisynth.core.errors import ConfigError
+from vertisynth.core.factor import Factor
+
+from .graph import JunctionTree
+
+
+def _lse(arr: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    if not axes:
+        return arr
+    m = np.max(arr, axis=axes, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    return np.log(np.sum(np.exp(arr - m), axis=axes)) + np.squeeze(m, axis=axes)
+
+
+class GraphicalModel:
+    """A distribution p(x) ∝ Π_C exp(θ_C[x_C]) over a junction tree's cliques, scaled to `total` records."""
+
+    def __init__(self, tree: JunctionTree, log_potentials: Sequence[np.ndarray] | None = None, total: float = 1.0):
+        self.tree = tree
+        self.domain = tree.domain
+        self.shapes = [self.domain.project(c).shape for c in tree.cliques]
+        if log_potentials is None:
+            log_potentials = [np.zeros(s) for s in self.shapes]
+        for c, th, s in zip(tree.cliques, log_potentials, self.shapes):
+            if th.shape != s:
+                raise ConfigError(f"potential of clique {list(c)} has shape {th.shape}, expected {s}")
+        self.theta = [np.asarray(t, float) for t in log_potentials]
+        self.total = float(total)
+        self._order = tree.order()
+        self._beliefs: list[np.ndarray] | None = None
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _sep_shape(self, sep: tuple[str, ...], clique: tuple[str, ...]) -> tuple[int, ...]:
+        return tuple(self.domain.size(a) if a in sep else 1 for a in clique)
+
+    def _drop_axes(self, clique: tuple[str, ...], keep: Iterable[str]) -> tuple[int, ...]:
+        keep = set(keep)
+        return tuple(i for i, a in enumerate(clique) if a not in keep)
+
+    # -- inference ----------------------------------------------------------------------------
+    def set_potentials(self, log_potentials: Sequence[np.ndarray]) -> None:
+        self.theta = [np.asarray(t, float) for t in log_potentials]
+        self._beliefs = None
+
+    def calibrate(self) -> list[np.ndarray]:
+        """Log clique marginals in probability scale (each logsumexps to 0 within its component)."""
+        if self._beliefs is not None:
+            return self._beliefs
+        cl = self.tree.cliques
+        nb = self.tree.neighbors()
+        msgs: dict[tuple[int, int], np.ndarray] = {}
+
+        def send(i: int, j: int) -> None:
+            acc = self.theta[i].copy()
+            for k in nb[i]:
+                if k != j:
+                    acc = acc + msgs[(k, i)]
+            sep = self.tree.separator(i, j)
+            reduced = _lse(acc, self._drop_axes(cl[i], sep))
+            msgs[(i, j)] = reduced.reshape(self._sep_shape(sep, cl[j]))
+
+        for node, parent in reversed(self._order):  # collect
+            if parent is not None:
+                send(node, parent)
+        for node, parent in self._order:  # distribute
+            if parent is not None:
+                send(parent, node)
+        beliefs = []
+        for i in range(len(cl)):
+            b = self.theta[i].copy()
+            for k in nb[i]:
+                b = b + msgs[(k, i)]
+            beliefs.append(b - _lse(b, tuple(range(b.ndim))))
+        self._beliefs = beliefs
+        return beliefs
+
+    def clique_marginals(self) -> list[Factor]:
+        """Calibrated clique tables in counts (summing to `total`)."""
+        return [Factor(self.domain.project(c), self.total * np.exp(b)) for c, b in zip(self.tree.cliques, self.calibrate())]
+
+    def _components(self) -> list[set[int]]:
+        comps: list[set[int]] = []
+        for node, parent in self._order:
+            if parent is None:
+                comps.append({node})
+            else:
+                comps[-1].add(node)
+        return comps
+
+    def marginal(self, attrs_: Sequence[str]) -> Factor:
+        """Exact marginal (counts) on any attribute set, in the order given."""
+        attrs_ = self.domain.check(attrs_)
+        if not attrs_:
+            return Factor(self.domain.project([]), np.asarray(self.total))
+        i = self.tree.clique_for(attrs_)
+        if i is not None:
+            b = self.calibrate()[i]
+            c = self.tree.cliques[i]
+            p = np.exp(_lse(b, self._drop_axes(c, attrs_)))
+            kept = tuple(a for a in c if a in attrs_)
+            return Factor(self.domain.project(kept), self.total * p).transpose(attrs_)
+        result = None
+        for comp in self._components():
+            inside = [a for a in attrs_ if any(a in self.tree.cliques[k] for k in comp)]
+            if inside:
+                f = self._component_marginal(comp, inside)
+                result = f if result is None else result * f
+        return Factor(result.domain, result.values * self.total).transpose(attrs_)
+
+    def _component_marginal(self, comp: set[int], attrs_: list[str]) -> Factor:
+        """Probability table on attrs_ (all inside one tree component) by elimination on a subtree."""
+        cl = self.tree.cliques
+        beliefs = self.calibrate()
+        order = [(n, p) for n, p in self.tree.order(next(iter(comp))) if n in comp]
+        parent = dict(order)
+        # the cliques needed: for each attribute its smallest clique, plus the tree paths joining them
+        needed: set[int] = set()
+        for a in attrs_:
+            needed.add(min((k for k in comp if a in cl[k]), key=lambda k: self.domain.project(cl[k]).size()))
+        root = order[0][0]
+
+        def path_to_root(k: int) -> list[int]:
+            out = [k]
+            while parent[out[-1]] is not None:
+                out.append(parent[out[-1]])
+            return out
+
+        paths = [path_to_root(k) for k in needed]
+        common = set(paths[0]).intersection(*map(set, paths[1:]))
+        top = next(k for k in paths[0] if k in common)  # lowest common ancestor
+        sub = set()
+        for p in paths:
+            for k in p:
+                sub.add(k)
+                if k == top:
+                    break
+        visit = [n for n, _ in self.tree.order(top) if n in sub]
+        probs = {k: Factor(self.domain.project(cl[k]), np.exp(beliefs[k])) for k in sub}
+        f = probs[visit[0]]
+        remaining = visit[1:]
+        f = f.project([a for a in f.attributes if a in attrs_ or any(a in cl[k] for k in remaining)])
+        par_in_sub = {n: p for n, p in self.tree.order(top) if n in sub}
+        for idx, k in enumerate(remaining):
+            sep = self.tree.separator(k, par_in_sub[k])
+            f = f * probs[k] / probs[k].project(sep)
+            later = remaining[idx + 1:]
+            f = f.project([a for a in f.attributes if a in attrs_ or any(a in cl[j] for j in later)])
+        return f.transpose([a for a in attrs_])
+
+    # -- sampling -----------------------------------------------------------------------------
+    def sample(self, n: int, rng: np.random.Generator, method: str = "sample") -> Dataset:
+        """n records along the tree. method: "sample" (i.i.d. draws) or "round" (PrivMRF's low-variance
+        rounding: floor of expected counts plus a draw on the remainders, per separator group)."""
+        if method not in ("sample", "round"):
+            raise ConfigError(f"sampling method must be 'sample' or 'round', got {method!r}")
+        n = int(n)
+        codes = np.full((n, len(self.domain)), -1, dtype=np.int64)
+        col = {a: j for j, a in enumerate(self.domain.attributes)}
+        beliefs = self.calibrate()
+        for node, parent in self._order:
+            c = self.tree.cliques[node]
+            p = np.exp(beliefs[node])
+            sep = self.tree.separator(node, parent) if parent is not None else ()
+            rest = tuple(a for a in c if a not in sep)
+            if not rest:
+                continue
+            # conditional table: rows = separator cells, columns = cells of the other attributes
+            perm = [c.index(a) for a in sep + rest]
+            table = np.transpose(p, perm).reshape(int(np.prod([self.domain.size(a) for a in sep], dtype=int)), -1)
+            rows = table.sum(axis=1, keepdims=True)
+            cond = np.divide(table, rows, out=np.full(table.shape, 1.0 / table.shape[1]), where=rows > 0)
+            sep_idx = (np.ravel_multi_index(tuple(codes[:, col[a]] for a in sep), [self.domain.size(a) for a in sep])
+                       if sep else np.zeros(n, dtype=np.int64))
+            draw = self._draw(cond, sep_idx, rng) if method == "sample" else self._round(cond, sep_idx, rng)
+            vals = np.unravel_index(draw, [self.domain.size(a) for a in rest])
+            for a, v in zip(rest, vals):
+                codes[:, col[a]] = v
+        return Dataset(codes, self.domain)
+
+    @staticmethod
+    def _draw(cond: np.ndarray, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """One category per record from its row's distribution: one searchsorted over all rows' CDFs."""
+        cdf = np.cumsum(cond, axis=1)
+        cdf[:, -1] = 1.0
+        flat = (np.arange(cond.shape[0])[:, None] + cdf).ravel()  # row r's CDF shifted into (r, r+1]
+        key = rows + rng.random(rows.shape[0])
+        idx = np.searchsorted(flat, key, side="right")
+        return np.minimum(idx - rows * cond.shape[1], cond.shape[1] - 1)
+
+    @staticmethod
+    def _round(cond: np.ndarray, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Low-variance rounding within each separator group: ⌊m·p⌋ of each category, the remaining
+        records to categories drawn without replacement with probability ∝ the fractional parts
+        (Gumbel top-k), then the values are shuffled among the group's records."""
+        groups = np.bincount(rows, minlength=cond.shape[0])
+        expected = groups[:, None] * cond
+        base = np.floor(expected).astype(np.int64)
+        left = groups - base.sum(axis=1)
+        frac = expected - base
+        with np.errstate(divide="ignore"):
+            keys = np.log(frac) + rng.gumbel(size=frac.shape)
+        ranks = np.argsort(np.argsort(-keys, axis=1), axis=1)
+        counts = base + (ranks < left[:, None])
+        values = np.repeat(np.tile(np.arange(cond.shape[1]), cond.shape[0]), counts.ravel())
+        # the values of group r occupy a contiguous block, like the records of group r after sorting
+        order = np.argsort(rows + rng.random(rows.shape[0]), kind="stable")
+        out = np.empty(rows.shape[0], dtype=np.int64)
+        out[order] = values
+        return out
