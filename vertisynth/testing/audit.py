@@ -39,7 +39,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 import numpy as np
-from scipy import stats
+from scipy.special import betaincinv  # the Beta quantile, without importing all of scipy.stats
 
 from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.core.privacy import Composition, Cost
@@ -103,18 +103,20 @@ class NeighbourPair:
 
 # -- Clopper-Pearson --------------------------------------------------------------------------
 def cp_lower(k: np.ndarray | float, n: int, alpha: float) -> np.ndarray:
-    """One-sided (1 − α) Clopper-Pearson lower bound on p from k successes in n trials."""
+    """One-sided (1 − α) Clopper-Pearson lower bound on p from k successes in n trials:
+    the α quantile of Beta(k, n − k + 1), and 0 when k = 0."""
     k = np.asarray(k, float)
     with np.errstate(invalid="ignore"):
-        lo = stats.beta.ppf(alpha, np.maximum(k, 1e-300), n - k + 1)
+        lo = betaincinv(np.maximum(k, 1e-300), n - k + 1, alpha)
     return np.where(k <= 0, 0.0, lo)
 
 
 def cp_upper(k: np.ndarray | float, n: int, alpha: float) -> np.ndarray:
-    """One-sided (1 − α) Clopper-Pearson upper bound on p from k successes in n trials."""
+    """One-sided (1 − α) Clopper-Pearson upper bound: the 1 − α quantile of Beta(k + 1, n − k),
+    computed as 1 − (α quantile of Beta(n − k, k + 1)) for accuracy at tiny α; 1 when k = n."""
     k = np.asarray(k, float)
     with np.errstate(invalid="ignore"):
-        hi = stats.beta.ppf(1 - alpha, k + 1, np.maximum(n - k, 1e-300))
+        hi = 1.0 - betaincinv(np.maximum(n - k, 1e-300), k + 1, alpha)
     return np.where(k >= n, 1.0, hi)
 
 
