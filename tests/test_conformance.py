@@ -13,7 +13,7 @@ from vertisynth.core.mechanisms import laplace_mechanism
 from vertisynth.core.messages import NoisyMarginals
 from vertisynth.core.privacy import Budget, Charge, PureDP, ZCDP, zcdp_to_approx
 from vertisynth.plugins.synthesizers.independent import IndependentConfig, IndependentSynthesizer
-from vertisynth.testing.audit import PrivacyViolation, audit, looped
+from vertisynth.testing.audit import PrivacyViolation, audit, claimed_profile, looped
 from vertisynth.testing.checks import (AuditLedger, ConformanceError, Subject, check_declares_cost,
                                        check_implements_interface,
                                        check_encoder_contract, check_ledger_matches_plan, check_no_global_rng,
@@ -88,21 +88,25 @@ def test_dpfm_audit_slow():
 
 # -- the audit of independent's Gaussian measurement step ---------------------------------------
 def _independent_gaussian_audit(level: str, n_samples: int | None, config: IndependentConfig,
-                                budget: Budget, synth_cls=IndependentSynthesizer):
+                                budget: Budget, synth_cls=IndependentSynthesizer, pairs: int = 2):
     """Audit the measurement step on neighbours that differ in one person's record (all parties'
-    columns), against the declared ρ converted to (ε, δ) at the budget's δ."""
+    columns), against the declared ρ converted to (ε(δ), δ) at the budget's δ and at δ = 1e-3, 1e-2
+    (every point is promised by ρ-zCDP; the larger δ are where Gaussian over-spending shows)."""
     subject = Subject("synthesizer", "independent", synth_cls, IndependentConfig,
                       attrs.asdict(config), budget=budget, measure=independent_measure)
     synth = subject.build()
     charges = synth.plan(subject.context())
     rho = sum(c.cost.rho for c in charges)
-    eps = zcdp_to_approx(rho, budget.delta)
+    claims = [(zcdp_to_approx(rho, d), d) for d in (budget.delta, 1e-3, 1e-2)]
+    profile = claimed_profile([c.cost for c in charges], budget.delta)
+    assert [d for _, d in profile] == [d for _, d in claims]
+    assert [e for e, _ in profile] == pytest.approx([e for e, _ in claims], rel=1e-6)
     part = subject.partition
 
     def one(data, rng):
         return independent_measure(synth, VerticalData(part, part.views(data)), AuditLedger(budget), rng)
 
-    return audit(looped(one), adversarial_pairs(subject.domain, subject.data())[:2], eps, budget.delta,
+    return audit(looped(one), adversarial_pairs(subject.domain, subject.data())[:pairs], claims=claims,
                  level=level, n_samples=n_samples, seed=99, name="independent gaussian measurement")
 
 
@@ -113,12 +117,12 @@ def test_independent_gaussian_measurement_audit_full(audit_level):
 
 
 class IndependentNoSplit(IndependentSynthesizer):
-    """BROKEN: declares (and charges) ρ/d per attribute but noises at 50 ρ/d (σ about 7x too small).
-    Milder Gaussian bugs need the standard/thorough levels: zCDP's (ε, δ) conversion is loose."""
+    """BROKEN, a realistic bug: declares (and charges) ρ/d per attribute but noises every attribute at
+    the whole ρ (the split over the d = 6 attributes forgotten), so the release is really d·ρ-zCDP."""
 
     def measure_party(self, party, view, ledger, rng):
         per = self._per_attr
-        self._per_attr = per * 50
+        self._per_attr = per * len(self._plan_domain)
         try:
             out = super().measure_party(party, view, AuditLedger(ledger.budget), rng)
         finally:
@@ -127,11 +131,17 @@ class IndependentNoSplit(IndependentSynthesizer):
             ledger.spend(Charge("synthesizer", "gaussian_1way", ZCDP(per), party))
         return out
 
+    def plan(self, ctx):
+        self._plan_domain = ctx.domain
+        return super().plan(ctx)
 
-def test_audit_catches_broken_gaussian_measurement():
-    report = _independent_gaussian_audit("smoke", 2000, IndependentConfig("gaussian"), Budget(1.0, 1e-5),
-                                         synth_cls=IndependentNoSplit)
+
+def test_audit_catches_forgotten_split_in_gaussian_measurement():
+    # Caught at δ = 1e-2 or 1e-3 of the claimed profile; at the budget's δ = 1e-5 alone it would pass.
+    report = _independent_gaussian_audit("smoke", 5000, IndependentConfig("gaussian"), Budget(1.0, 1e-5),
+                                         synth_cls=IndependentNoSplit, pairs=1)
     assert not report.passed
+    assert all(r.delta > 1e-5 for r in report.violations)
 
 
 # -- deliberately broken encoders ------------------------------------------------------------------

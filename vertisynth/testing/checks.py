@@ -46,7 +46,8 @@ from vertisynth.core.messages import Message
 from vertisynth.core.privacy import Budget, Charge, PrivacyLedger
 from vertisynth.core.registry import Registry, default_registry
 
-from .audit import AUDIT_LEVELS, AuditableMechanism, audit, claimed_epsilon, default_level, looped
+from .audit import (AUDIT_LEVELS, AuditableMechanism, audit, claimed_epsilon, claimed_profile, default_level,
+                    looped)
 from .strategies import adversarial_pairs
 
 KINDS = ("synthesizer", "encoder", "evaluator", "aligner")
@@ -354,22 +355,21 @@ def _measurement(subject: Subject, component: Any) -> AuditableMechanism:
 
 
 def check_privacy_audit(subject: Subject) -> None:
-    """Empirical audit of the measurement step on adversarial neighbouring pairs against the declared cost."""
+    """Empirical audit of the measurement step on adversarial neighbouring pairs against the declared
+    cost, at every (ε, δ) point of `claimed_profile` (shared samples; α split over the points)."""
     component = subject.build()
     charges = _plan(subject, component)
-    delta = subject.budget.delta
-    eps = claimed_epsilon([c.cost for c in charges], delta)
-    if not np.isfinite(eps):
-        delta = 0.0
-        eps = claimed_epsilon([c.cost for c in charges], delta)
+    points = claimed_profile([c.cost for c in charges], subject.budget.delta)
+    if not points:
+        raise _fail(subject, f"its declared cost {[c.cost.describe() for c in charges]} promises no finite ε "
+                             f"at any δ < 1 it can be audited at")
     base = subject.data().take(np.arange(3)) if subject.neighbours == "substitute" else None
     pairs = [p for p in adversarial_pairs(subject.domain, base) if p.relation == subject.neighbours]
     pairs = pairs[: subject.audit_pairs]
     level = default_level()
     n = subject.audit_samples or AUDIT_LEVELS[level]
-    report = audit(_measurement(subject, component), pairs, eps, delta, level=level, n_samples=n,
-                   seed=subject.audit_seed, name=subject.label())
-    report.assert_ok()
+    audit(_measurement(subject, component), pairs, claims=points, level=level, n_samples=n,
+          seed=subject.audit_seed, name=subject.label()).assert_ok()
 
 
 # -- encoders -------------------------------------------------------------------------------------
