@@ -15,7 +15,7 @@ from vertisynth.core.privacy import Budget, Charge, PureDP, ZCDP, zcdp_to_approx
 from vertisynth.plugins.synthesizers.independent import IndependentConfig, IndependentSynthesizer
 from vertisynth.testing.audit import PrivacyViolation, audit, claimed_profile, looped
 from vertisynth.testing.checks import (AuditLedger, ConformanceError, Subject, check_declares_cost,
-                                       check_implements_interface,
+                                       check_implements_interface, check_plan_fits_any_budget,
                                        check_encoder_contract, check_ledger_matches_plan, check_no_global_rng,
                                        check_privacy_audit, component_checks, parametrize_with_checks,
                                        registry_subjects)
@@ -286,6 +286,22 @@ def test_kit_catches_declared_cost_disagreeing_with_ledger():
         check_ledger_matches_plan(encoder_subject(SilentEncoder))
 
 
+class IgnoresEarlierStagesEncoder(LaplaceHistogramEncoder):
+    """BROKEN: plans with the whole budget's ε instead of what earlier stages left (ctx.epsilon)."""
+
+    def plan(self, ctx):
+        self.per_attr = ctx.budget.epsilon / len(ctx.domain)
+        return [Charge(self.STAGE, "laplace_hist", PureDP(self.per_attr), p.name)
+                for p in ctx.partition for _ in p.attributes]
+
+
+def test_kit_catches_plan_that_ignores_earlier_stages():
+    subject = encoder_subject(IgnoresEarlierStagesEncoder)
+    check_declares_cost(subject)  # alone, with nothing planned before, it looks fine...
+    with pytest.raises(ConformanceError, match="over budget"):
+        check_plan_fits_any_budget(subject)  # ...the property test finds the context where it is not
+
+
 def test_kit_catches_plan_without_charges_and_broken_contract():
     class Free(LaplaceHistogramEncoder):
         def plan(self, ctx):
@@ -306,7 +322,8 @@ def test_kit_catches_plan_without_charges_and_broken_contract():
 def test_component_checks_cover_each_kind():
     names = {c.__name__ for _, c in component_checks(CORRECT_ENCODER)}
     assert {"check_privacy_audit", "check_ledger_matches_plan", "check_no_global_rng", "check_implements_interface",
-            "check_encoder_contract", "check_config_roundtrip", "check_declares_cost"} == names
+            "check_encoder_contract", "check_config_roundtrip", "check_declares_cost",
+            "check_plan_fits_any_budget"} == names
 
 
 def test_kit_catches_a_component_of_the_wrong_kind():

@@ -13,9 +13,10 @@ the checks that apply to its kind:
   all kinds     config round-trip (cattrs unstructure → structure) and unknown keys rejected;
                 no global RNG (same seed → same output, different seeds → different output,
                 np.random seeded globally to different values changes nothing and its state is untouched)
-  synthesizer,  declared privacy cost present and within budget; plan() charges == charges spent
-  encoder       after fit/encode (through the ledger); the empirical privacy audit of the
-                measurement step against the declared cost (vertisynth.testing.audit)
+  synthesizer,  declared privacy cost present and within budget, for any budget and split (a
+  encoder       Hypothesis property); plan() charges == charges spent after fit/encode (through the
+                ledger); the empirical privacy audit of the measurement step against the declared
+                cost (vertisynth.testing.audit)
   encoder       encode/estimate contract across the party boundary (messages validate, survive
                 save/load, and the server's estimate from loaded messages equals the original)
   evaluator     no privacy charges; values within the declared [min, max]; real-vs-real is the best
@@ -309,6 +310,36 @@ def check_declares_cost(subject: Subject) -> None:
         raise _fail(subject, "plan() is not a function of the public context: two calls gave different charges")
 
 
+def check_plan_fits_any_budget(subject: Subject) -> None:
+    """Property (Hypothesis, derandomised): for any budget and any vertical split of the test domain,
+    plan() either fits the budget or refuses with a clear BudgetError/ConfigError."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from .strategies import budgets, vertical_partitions
+
+    @settings(max_examples=30, derandomize=True, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(budgets(min_epsilon=0.01, max_epsilon=20.0, deltas=(0.0, 1e-9, 1e-5, 1e-2)),
+           vertical_partitions(subject.domain, max_parties=3), st.sampled_from([(), (0.5,)]))
+    def prop(budget: Budget, partition: VerticalPartition, before: tuple[float, ...]) -> None:
+        from vertisynth.core.privacy import PureDP
+
+        planned_before = tuple(PureDP(budget.epsilon * f) for f in before)  # an earlier stage took half
+        ctx = PlanContext(subject.domain, partition, budget, planned_before)
+        try:
+            charges = subject.build().plan(ctx)
+        except (BudgetError, ConfigError):
+            return  # a clear refusal (e.g. a Gaussian mechanism with δ = 0) is allowed
+        eps = claimed_epsilon([*planned_before, *(c.cost for c in charges)], budget.delta)
+        if not eps <= budget.epsilon * (1 + 1e-6):
+            raise _fail(subject, f"with budget (ε={budget.epsilon:.4g}, δ={budget.delta:.3g}), "
+                                 f"{len(partition)} parties and {planned_before} planned before, plan() declares "
+                                 f"a total ε={eps:.4g}: over budget")
+
+    prop()
+
+
 def check_ledger_matches_plan(subject: Subject) -> None:
     """Run on real data with a strict ledger: every spend matches a planned charge and all are spent."""
     component = subject.build()
@@ -535,9 +566,11 @@ def check_aligner_unequal_inputs(subject: Subject) -> None:
 
 # -- the collection -------------------------------------------------------------------------------
 CHECKS: dict[str, tuple[Callable[[Subject], None], ...]] = {
-    "synthesizer": (check_implements_interface, check_config_roundtrip, check_declares_cost, check_ledger_matches_plan,
+    "synthesizer": (check_implements_interface, check_config_roundtrip, check_declares_cost,
+                    check_plan_fits_any_budget, check_ledger_matches_plan,
                     check_no_global_rng, check_privacy_audit),
-    "encoder": (check_implements_interface, check_config_roundtrip, check_declares_cost, check_ledger_matches_plan,
+    "encoder": (check_implements_interface, check_config_roundtrip, check_declares_cost,
+                check_plan_fits_any_budget, check_ledger_matches_plan,
                 check_no_global_rng, check_encoder_contract, check_privacy_audit),
     "evaluator": (check_implements_interface, check_config_roundtrip, check_evaluator_no_charges, check_evaluator_range,
                   check_evaluator_ordering, check_evaluator_symmetry,
