@@ -18,7 +18,7 @@ A violation is flagged when ε_lb > claimed ε.
 
 Guarantee: phase 2 uses samples independent of the selection, so for a mechanism that really is
 (ε, δ)-DP, P[ε_lb > ε] ≤ P[p₁ < CP_lower] + P[p₂ > CP_upper] ≤ α, where α is split evenly over the
-pairs and the two intervals of each pair (Bonferroni). A false alarm therefore has probability at
+pairs, the claims ((ε, δ) points, see `claimed_profile`) and the two intervals of each (Bonferroni). A false alarm therefore has probability at
 most α (default 1e-6); a passing audit proves nothing (the event or pair may just be the wrong one).
 
 Vector outputs are reduced to scalar summaries learned in phase 1 only: a diagonal linear
