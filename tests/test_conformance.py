@@ -64,7 +64,9 @@ BUILTINS = registry_subjects(
     audit_samples=4000, audit_pairs=1,
 )
 SKIP = {("encoder", "dpfm"): {"check_privacy_audit": "t = 2000 sketches per encode: too slow for the default "
-                                                     "run; test_dpfm_audit_slow runs it with t = 50"}}
+                                                     "run; test_dpfm_audit_slow runs it with t = 50"},
+        ("synthesizer", "privmrf"): {"check_privacy_audit": "measurement interleaved with model fitting: a looped "
+                                                            "audit takes minutes; test_privmrf_audit_slow runs it"}}
 
 
 def test_every_builtin_kind_is_covered():
@@ -79,10 +81,11 @@ def test_builtin_conformance(subject, check):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("subject", [s for s in BUILTINS if s.kind in ("synthesizer", "encoder")
-                                     and (s.kind, s.name) != ("encoder", "dpfm")], ids=lambda s: s.label())
+                                     and (s.kind, s.name) not in SKIP], ids=lambda s: s.label())
 def test_builtin_audits_at_the_chosen_level(subject):
     """The measurement-step audits at the full level (`pytest -m slow --vertisynth-audit=standard`);
-    looped real code, so minutes, not seconds (private_pgm: ~2.5 ms per measurement)."""
+    looped real code, so minutes, not seconds (private_pgm: ~2.5 ms per measurement). The components
+    in SKIP have their own reduced slow audits."""
     check_privacy_audit(attrs.evolve(subject, audit_samples=None, audit_pairs=2))
 
 
@@ -93,6 +96,13 @@ def test_dpfm_audit_slow():
         pytest.skip("no dpfm encoder registered")
     check_privacy_audit(attrs.evolve(dpfm[0], params={"t": 50}, domain=TWO, parties=TWO_PARTIES,
                                      audit_samples=20_000))
+
+
+@pytest.mark.slow
+def test_privmrf_audit_slow():
+    subject = [s for s in BUILTINS if (s.kind, s.name) == ("synthesizer", "privmrf")][0]
+    check_privacy_audit(attrs.evolve(subject, params={"iters": 20, "refine_iters": 10}, domain=TWO,
+                                     parties=TWO_PARTIES, audit_samples=4000))
 
 
 # -- the audit of independent's Gaussian measurement step ---------------------------------------

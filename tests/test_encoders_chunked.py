@@ -1,6 +1,7 @@
 """Chunked encoding from CSV (global record ids) and on a Dask LocalCluster equals one-shot encoding."""
 from __future__ import annotations
 
+import attrs
 import numpy as np
 import pytest
 
@@ -74,7 +75,12 @@ def test_dask_local_cluster_equals_one_shot(make, tmp_path):
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
         via_address = encode_csv(enc, PARTY, path, view.domain, fresh_ledger(ledger), np.random.default_rng(4),
                                  chunk_rows=120, scheduler=cluster.scheduler_address)
+        # the same through the config: a scheduler address configured on the encoder
+        configured = type(enc)(attrs.evolve(enc.config, dask_scheduler=cluster.scheduler_address, chunk_rows=90))
+        configured.__dict__.update({k: v for k, v in enc.__dict__.items() if k != "config"})
+        via_config = encode_csv(configured, PARTY, path, view.domain, fresh_ledger(ledger), np.random.default_rng(4))
     same_message(one, via_address)
+    same_message(one, via_config)
 
 
 @pytest.mark.slow
@@ -89,3 +95,25 @@ def test_dask_worker_processes_equal_one_shot(tmp_path):
         got = encode_csv(enc, PARTY, path, view.domain, fresh_ledger(ledger), np.random.default_rng(4),
                          chunk_rows=90, scheduler=cluster.scheduler_address)
     same_message(one, got)
+
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.integers(1, 299), max_size=6, unique=True))
+def test_any_chunking_gives_the_same_sketch_maxima(cuts):
+    """Property: the raw maxima of any split of the rows, merged by max, equal those of the whole."""
+    from vertisynth.plugins.encoders.dpfm import sketch_maxima
+
+    data, part = toy_data(300, seed=8)
+    view = part.views(data)["alice"]
+    key = b"\x07" * 32
+    whole = sketch_maxima(key, view, np.arange(300), 40, 1.0, 16)
+    bounds = [0, *sorted(cuts), 300]
+    merged = None
+    for s, e in zip(bounds[:-1], bounds[1:]):
+        part_max = sketch_maxima(key, view.take(np.arange(s, e)), np.arange(s, e), 40, 1.0, 16)
+        merged = part_max if merged is None else {a: np.maximum(merged[a], part_max[a]) for a in part_max}
+    assert all(np.array_equal(whole[a], merged[a]) for a in whole)

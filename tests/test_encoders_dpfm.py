@@ -147,7 +147,7 @@ def test_estimates_have_calibrated_variance_and_clip():
     queries = (["a", "b"], ["c", "d"], ["a", "d"], ["a"], ["a", "b", "d"])
     zs = {tuple(q): [] for q in queries}
     for run in range(40):
-        enc = DPFMEncoder(DPFMConfig(t=400, calibration="tight", clip=False))
+        enc = DPFMEncoder(DPFMConfig(t=400, calibration="tight", postprocess="none"))
         rng = np.random.default_rng(run)
         msgs = encode_all(enc, data, part, planned(enc, data, part, 4.0, n_public=data.n), rng)
         for q in queries:
@@ -157,9 +157,11 @@ def test_estimates_have_calibrated_variance_and_clip():
         z = np.array(z)  # (runs, cells)
         assert np.abs(z.mean(axis=0)).max() < 4.5 / math.sqrt(z.shape[0]), q
         assert 0.75 < z.std() < 1.3, q
-    clipped = DPFMEncoder(DPFMConfig(t=400, rescale=True)).estimate(msgs, ["a", "b", "c", "d"])
+    clipped = DPFMEncoder(DPFMConfig(t=400, postprocess="clip_rescale")).estimate(msgs, ["a", "b", "c", "d"])
     assert clipped.values.min() >= 0
     assert clipped.total() == pytest.approx(enc.noisy_count(msgs)[0])
+    projected = DPFMEncoder(DPFMConfig(t=400, postprocess="project")).estimate(msgs, ["a", "d"])
+    assert projected.values.min() >= 0 and projected.total() == pytest.approx(enc.noisy_count(msgs)[0])
 
 
 def test_error_within_theorem3_bound(rng):
@@ -182,7 +184,7 @@ def test_error_within_theorem3_bound(rng):
 
 def test_one_attribute_union_is_everyone(rng):
     data, part = toy_data(2000)
-    enc = DPFMEncoder(attrs.evolve(SMALL, clip=False))
+    enc = DPFMEncoder(attrs.evolve(SMALL, postprocess="none"))
     msgs = encode_all(enc, data, part, planned(enc, data, part, 2.0), rng)
     f = enc.estimate(msgs, ["a"])
     assert f.values.shape == (3,) and np.all(np.isfinite(f.values))
@@ -281,29 +283,56 @@ def test_bad_inputs_raise_clear_errors(tmp_path, rng):
         DPFMConfig(calibration="loose")
     with pytest.raises(ConfigError):
         DPFMConfig(t=0)
+    with pytest.raises(ConfigError, match="postprocess"):
+        DPFMConfig(postprocess="round")
 
 
 # -- privacy audit ------------------------------------------------------------------------------------
-def sketch_samples(n_records_with_value: int, samples: int, k_p: int, floor: int, seed: int) -> np.ndarray:
+def sketch_samples(n_records_with_value: int, samples: int, k_p: int, floor: int, seed: int, gamma: float = 1.0) -> np.ndarray:
     """The DP sketch of value 1 of a one-attribute table, once per repetition: repetition h hashes
     with its own key ξ_h = (K, h), so every sample uses a fresh hash key (and fresh phantoms)."""
     dom = Domain(["x"], [2])
     codes = np.array([[0]] + [[1]] * n_records_with_value, dtype=np.int64)
     enc = DPFMEncoder(DPFMConfig(t=samples, rep_block=samples))
-    enc.params = SketchParams(samples, 1.0, 0.5, k_p, floor, 1.0, "p")
+    enc.params = SketchParams(samples, gamma, 0.5, k_p, floor, 1.0, "p")
     r = np.random.default_rng(seed)
     raw = enc.raw_maxima(r.bytes(32), Dataset(codes, dom), np.arange(codes.shape[0]))
-    return finalize(raw["x"], r, k_p, floor, 1.0)[:, 1]
+    return finalize(raw["x"], r, k_p, floor, gamma)[:, 1]
 
 
-def test_dpfm_sketch_audit_and_miscalibrated_variant():
+@pytest.mark.parametrize("gamma", [1.0, 0.5])
+def test_dpfm_sketch_audit_and_miscalibrated_variant(gamma):
     """Neighbours: the set of value 1 is empty in D and holds one record in D' (add one person).
-    ε' = 0.5 ⇒ k_p = 2, b = 2. Events {α >= m}. The calibrated sketch certifies < ε' (but more than
+    ε' = 0.5 ⇒ k_p = 2 (b = 2 at γ = 1, 3 at γ = 0.5). Events {α >= m}. The calibrated sketch certifies < ε' (but more than
     half of it: the audit has power); with one phantom too few (k_p = 1) the audit exceeds ε'."""
     eps, n = 0.5, 150_000
-    k_p, floor = fm_parameters(eps, 1.0)
+    k_p, floor = fm_parameters(eps, gamma)
     events = [lambda a, m=m: a >= m for m in range(floor + 1, floor + 7)] + [lambda a: a == floor]
-    lb = epsilon_lower_bound(sketch_samples(0, n, k_p, floor, 1), sketch_samples(1, n, k_p, floor, 2), events)
+    lb = epsilon_lower_bound(sketch_samples(0, n, k_p, floor, 1, gamma), sketch_samples(1, n, k_p, floor, 2, gamma), events)
     assert 0.25 < lb <= eps
-    lb_bad = epsilon_lower_bound(sketch_samples(0, n, k_p - 1, floor, 3), sketch_samples(1, n, k_p - 1, floor, 4), events)
+    lb_bad = epsilon_lower_bound(sketch_samples(0, n, k_p - 1, floor, 3, gamma),
+                                 sketch_samples(1, n, k_p - 1, floor, 4, gamma), events)
     assert lb_bad > eps
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=50))
+def test_bit_trick_geometric_equals_the_logarithm(words):
+    from vertisynth.plugins.encoders.prf import geometric_from_uniform, geometric_from_words, uniform_open0
+
+    w = np.array(words + [0, 2**64 - 1, 2**11, 2**63, (2**53 - 1) << 11], dtype=np.uint64)
+    assert np.array_equal(geometric_from_words(w, 1.0), geometric_from_uniform(uniform_open0(w), 1.0))
+
+
+def test_configs_structure_from_toml_like_dicts_and_reject_unknown_keys():
+    from vertisynth.core.config import structure
+    from vertisynth.core.registry import default_registry
+    from vertisynth.plugins.encoders.grr import GRRConfig
+
+    reg = default_registry()
+    assert {"dpfm", "grr"} <= set(reg.names("encoder"))
+    cfg = structure({"t": 500, "gamma": 0.5, "calibration": "tight", "dask_scheduler": "tcp://h:8786"}, DPFMConfig, "dpfm")
+    assert cfg.t == 500 and cfg.gamma == 0.5 and cfg.delta is None
+    assert structure({"epsilon": 0.3, "postprocess": "project"}, GRRConfig, "grr").epsilon == 0.3
+    with pytest.raises(ConfigError):
+        structure({"repetitions": 5}, DPFMConfig, "dpfm")

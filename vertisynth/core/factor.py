@@ -94,7 +94,7 @@ class Factor:
         s = self.values.sum()
         if not np.isfinite(s) or s <= 0:
             raise DomainError(f"cannot normalise a factor whose total is {s}")
-        return Factor(self.domain, self.values * (total / s))
+        return Factor(self.domain, self.values / s * total)  # divide first: s may be subnormal
 
     def _binary(self, other: Any, op) -> Factor:
         if isinstance(other, Factor):

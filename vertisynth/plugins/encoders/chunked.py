@@ -90,9 +90,12 @@ def _map_span(path: str, domain: Domain, start: int, nrows: int, mapper: Callabl
 
 
 def encode_csv(encoder: Any, party: str, path: str | Path, domain: Domain, ledger: Any, rng: np.random.Generator,
-               chunk_rows: int = 100_000, scheduler: Any = None) -> Any:
+               chunk_rows: int | None = None, scheduler: Any = None) -> Any:
     """Encode the party's columns of a CSV chunk by chunk; on Dask when `scheduler` is an address
-    (e.g. "tcp://10.0.0.5:8786") or a `distributed.Client`. Returns the encoder's message."""
+    (e.g. "tcp://10.0.0.5:8786") or a `distributed.Client`. Both default to the encoder's config
+    (`chunk_rows`, `dask_scheduler`). Returns the encoder's message."""
+    chunk_rows = chunk_rows or getattr(encoder.config, "chunk_rows", 100_000)
+    scheduler = scheduler if scheduler is not None else getattr(encoder.config, "dask_scheduler", None)
     job = encoder.chunk_job(party, domain, ledger, rng)
     if scheduler is None:
         return job.run_local(csv_chunks(path, domain, chunk_rows))

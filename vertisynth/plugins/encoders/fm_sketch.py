@@ -42,15 +42,22 @@ def fm_parameters(eps_prime: float, gamma: float) -> tuple[int, int]:
 
 
 # -- building ----------------------------------------------------------------------------------------
-def group_max(values: np.ndarray, codes: np.ndarray, size: int) -> np.ndarray:
-    """max of values[:, r] over the records r with codes[r] == v, for every v: (H, size); EMPTY where none."""
+def grouping(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(order, starts, values): records sorted by code, where each present code's run starts, and the code."""
+    order = np.argsort(codes, kind="stable")
+    sorted_codes = codes[order]
+    starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]]) if codes.size else np.zeros(0, np.int64)
+    return order, starts, sorted_codes[starts]
+
+
+def group_max(values: np.ndarray, codes: np.ndarray, size: int, groups=None) -> np.ndarray:
+    """max of values[:, r] over the records r with codes[r] == v, for every v: (H, size); EMPTY where none.
+    `groups` (from `grouping(codes)`) saves the sort when the same codes are reused across blocks."""
     out = np.full((values.shape[0], size), EMPTY, dtype=np.int16)
     if values.shape[1] == 0:
         return out
-    order = np.argsort(codes, kind="stable")
-    sorted_codes = codes[order]
-    starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
-    out[:, sorted_codes[starts]] = np.maximum.reduceat(values[:, order], starts, axis=1)
+    order, starts, present = groups if groups is not None else grouping(codes)
+    out[:, present] = np.maximum.reduceat(values[:, order], starts, axis=1)
     return out
 
 

@@ -64,10 +64,14 @@ class GRRConfig:
 
     epsilon: float | None = None
     postprocess: str = "none"
+    chunk_rows: int = 100_000  # chunked.encode_csv: rows per chunk
+    dask_scheduler: str | None = None  # chunked.encode_csv: run the chunks on this Dask cluster
 
     def __attrs_post_init__(self) -> None:
         if self.epsilon is not None and not (math.isfinite(self.epsilon) and self.epsilon > 0):
             raise ConfigError(f"grr: epsilon must be a positive number, got {self.epsilon!r}")
+        if not (isinstance(self.chunk_rows, int) and self.chunk_rows >= 1):
+            raise ConfigError(f"grr: chunk_rows must be a positive integer, got {self.chunk_rows!r}")
         if self.postprocess not in ("none", "clip", "project"):
             raise ConfigError(f"grr: postprocess must be 'none', 'clip' or 'project', got {self.postprocess!r}")
 
@@ -231,7 +235,11 @@ class GRREncoder(Encoder):
         counts = np.bincount(np.ravel_multi_index(cols, dom.shape), minlength=dom.size()).astype(float).reshape(dom.shape)
         pq = [keep_probability(eps, u) for u in dom.shape]
         est = unbias(counts, pq)
-        variance = grr_variance(dom, pq, n, lambda axes: np.clip(est.sum(axis=tuple(i for i in range(len(dom)) if i not in axes)), 0, None))
+
+        def estimated_marginal(axes: tuple[int, ...]) -> np.ndarray:  # plug-in for the unknown true T_S
+            return np.clip(est.sum(axis=tuple(i for i in range(len(dom)) if i not in axes)), 0, None)
+
+        variance = grr_variance(dom, pq, n, estimated_marginal)
         if self.config.postprocess == "clip":
             est = np.clip(est, 0, None)
         elif self.config.postprocess == "project":

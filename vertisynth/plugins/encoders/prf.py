@@ -27,25 +27,59 @@ TAG_GRR = 2
 _TWO_M53 = 2.0**-53
 
 
-def prf_words(key: bytes, tag: int, rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """128 pseudo-random bits per (row, id) as a (len(rows), len(ids), 2) uint64 array."""
+def _check_key(key: bytes) -> None:
     if not isinstance(key, (bytes, bytearray)) or len(key) != 32:
         raise ConfigError("the PRF key must be 32 bytes (AES-256)")
+
+
+class PRFStream:
+    """PRF(key, row, id) for many row blocks over one fixed id vector, reusing its buffers: the id
+    half of every input block is written once, each call writes the row half and encrypts in place.
+    The returned array is a view into the stream's buffer, valid until the next call."""
+
+    def __init__(self, key: bytes, tag: int, ids: np.ndarray, max_rows: int) -> None:
+        _check_key(key)
+        self._cipher = Cipher(algorithms.AES(bytes(key)), modes.ECB())
+        self._tag = np.uint64(tag << 56)
+        ids = np.asarray(ids, dtype=np.uint64)
+        self._blocks = np.empty((max_rows, ids.size, 2), dtype="<u8")
+        self._blocks[..., 1] = ids[None, :]
+        self._out = np.empty(self._blocks.nbytes + 16, dtype=np.uint8)
+
+    def words(self, rows: np.ndarray) -> np.ndarray:
+        rows = np.asarray(rows, dtype=np.uint64)
+        if rows.size > self._blocks.shape[0]:
+            raise ConfigError(f"PRFStream holds {self._blocks.shape[0]} rows, asked for {rows.size}")
+        if rows.size and int(rows.max()) >= 1 << 56:
+            raise ConfigError("PRF row index too large (must be < 2^56)")
+        blocks = self._blocks[: rows.size]
+        blocks[..., 0] = (rows | self._tag)[:, None]
+        if blocks.size == 0:
+            return blocks.copy()
+        enc = self._cipher.encryptor()  # ECB has no state across calls; a fresh context per call
+        written = enc.update_into(memoryview(blocks).cast("B"), self._out)
+        return self._out[:written].view("<u8").reshape(blocks.shape)
+
+
+def prf_words(key: bytes, tag: int, rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """128 pseudo-random bits per (row, id) as a (len(rows), len(ids), 2) uint64 array."""
     rows = np.asarray(rows, dtype=np.uint64)
-    ids = np.asarray(ids, dtype=np.uint64)
-    if rows.size and int(rows.max()) >= 1 << 56:
-        raise ConfigError("PRF row index too large (must be < 2^56)")
-    blocks = np.empty((rows.size, ids.size, 2), dtype="<u8")
-    blocks[..., 0] = (rows | np.uint64(tag << 56))[:, None]
-    blocks[..., 1] = ids[None, :]
-    enc = Cipher(algorithms.AES(bytes(key)), modes.ECB()).encryptor()
-    out = enc.update(blocks.tobytes()) + enc.finalize()
-    return np.frombuffer(out, dtype="<u8").reshape(rows.size, ids.size, 2)
+    return PRFStream(key, tag, ids, max(rows.size, 1)).words(rows).copy()
 
 
 def uniform_open0(words: np.ndarray) -> np.ndarray:
     """Uniform doubles in (0, 1] from the top 53 bits of uint64 words."""
     return ((words >> np.uint64(11)).astype(np.float64) + 1.0) * _TWO_M53
+
+
+def geometric_from_words(words: np.ndarray, gamma: float) -> np.ndarray:
+    """Geometric values from uint64 words. For γ = 1 without logarithms: with x = words >> 11 (53 bits),
+    U = (x + 1) 2^-53 and floor(-log2 U) = 53 - bitlength(x), the bit length read off the float64
+    exponent of x (exact for x < 2^53). Other γ go through `geometric_from_uniform`."""
+    if gamma != 1.0:
+        return geometric_from_uniform(uniform_open0(words), gamma)
+    exponent = ((words >> np.uint64(11)).astype(np.float64).view(np.uint64) >> np.uint64(52)).astype(np.int16)
+    return (53 - np.maximum(exponent - 1022, 0)).astype(np.int16)
 
 
 def geometric_from_uniform(u: np.ndarray, gamma: float) -> np.ndarray:
@@ -59,5 +93,15 @@ def geometric_from_uniform(u: np.ndarray, gamma: float) -> np.ndarray:
 
 def fm_geometric(key: bytes, reps: np.ndarray, ids: np.ndarray, gamma: float) -> np.ndarray:
     """The hashed geometric value H_{ξ_h}(id) for every repetition h in `reps` and record id: (len(reps), len(ids)) int16."""
-    words = prf_words(key, TAG_FM, reps, ids)[..., 0]
-    return geometric_from_uniform(uniform_open0(words), gamma)
+    return geometric_from_words(prf_words(key, TAG_FM, reps, ids)[..., 0], gamma)
+
+
+class FMStream:
+    """`fm_geometric` block after block over one id vector, reusing the PRF buffers (the hot path)."""
+
+    def __init__(self, key: bytes, ids: np.ndarray, gamma: float, max_reps: int) -> None:
+        self._prf = PRFStream(key, TAG_FM, ids, max_reps)
+        self._gamma = gamma
+
+    def values(self, reps: np.ndarray) -> np.ndarray:
+        return geometric_from_words(self._prf.words(reps)[..., 0], self._gamma)

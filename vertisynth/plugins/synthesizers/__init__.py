@@ -27,4 +27,11 @@ def vertisynth_synthesizers():
             "Private-PGM select-measure-generate (MST or a marginal workload), centralised",
             {"centralized"},
         ),
+        SynthesizerSpec(
+            "privmrf",
+            "vertisynth.plugins.synthesizers.privmrf.synthesizer:PrivMRFSynthesizer",
+            "vertisynth.plugins.synthesizers.privmrf.synthesizer:PrivMRFConfig",
+            "PrivMRF: DP Markov random field with R-score graph and refinement (centralised)",
+            {"centralized"},
+        ),
     ]
