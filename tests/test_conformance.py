@@ -5,17 +5,17 @@ import attrs
 import numpy as np
 import pytest
 
-from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.core.factor import Factor
 from vertisynth.core.interfaces import Encoder, PlanContext, VerticalData
 from vertisynth.core.mechanisms import laplace_mechanism
 from vertisynth.core.messages import NoisyMarginals
-from vertisynth.core.privacy import Budget, Charge, PrivacyLedger, PureDP, ZCDP, zcdp_to_approx
+from vertisynth.core.privacy import Budget, Charge, PureDP, ZCDP, zcdp_to_approx
 from vertisynth.plugins.synthesizers.independent import IndependentConfig, IndependentSynthesizer
-from vertisynth.testing.audit import PrivacyViolation, audit, looped
+from vertisynth.testing.audit import PrivacyViolation, audit, claimed_profile, looped
 from vertisynth.testing.checks import (AuditLedger, ConformanceError, Subject, check_declares_cost,
+                                       check_implements_interface, check_plan_fits_any_budget,
                                        check_encoder_contract, check_ledger_matches_plan, check_no_global_rng,
                                        check_privacy_audit, component_checks, parametrize_with_checks,
                                        registry_subjects)
@@ -26,6 +26,11 @@ def independent_measure(synth, data: VerticalData, ledger, rng):
     """The independent synthesizer's measurement step: every party's noisy 1-way marginals (real code)."""
     msgs = [synth.measure_party(p, data.views[p], ledger, rng) for p in data.partition.names]
     return np.concatenate([m.marginals[a] for m in msgs for a in m.domain.attributes])
+
+
+# A two-attribute, two-party test bed: small enough that looped real-code audits take about a second.
+TWO = Domain(("a0", "a1"), (3, 2))
+TWO_PARTIES = (("a0",), ("a1",))
 
 
 def pgm_release(synth, measurements):
@@ -42,10 +47,6 @@ def pgm_release(synth, measurements):
     return np.concatenate(parts)
 
 
-# A two-attribute, two-party test bed: small enough that looped real-code audits take about a second.
-TWO = Domain(("a0", "a1"), (3, 2))
-TWO_PARTIES = (("a0",), ("a1",))
-
 # The default run audits the real (looped) code path with 4,000 samples per side: enough to catch gross
 # bugs in seconds; `pytest -m slow --vertisynth-audit=standard` runs the full-size audits below.
 # grr and dpfm release one row per aligned record, so their guarantee is the replace-one (bounded) one:
@@ -56,7 +57,7 @@ BUILTINS = registry_subjects(
     overrides={("synthesizer", "independent"): {"measure": independent_measure},
                ("synthesizer", "dpsyn"): {"measure": lambda synth, data, ledger, rng: synth.measure(data, ledger, rng)},
                ("synthesizer", "private_pgm"): {"measure": lambda synth, data, ledger, rng: pgm_release(
-                   synth, synth.measure(data, ledger, rng))},
+                   synth, synth.measure(data, ledger, rng)), "audit_samples": 2000},  # ~2.5 ms per measure
                ("encoder", "grr"): {"neighbours": "substitute", "domain": TWO, "parties": TWO_PARTIES,
                                     "audit_samples": 3000},
                ("encoder", "dpfm"): {"neighbours": "substitute"}},
@@ -81,6 +82,16 @@ def test_builtin_conformance(subject, check):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("subject", [s for s in BUILTINS if s.kind in ("synthesizer", "encoder")
+                                     and (s.kind, s.name) not in SKIP], ids=lambda s: s.label())
+def test_builtin_audits_at_the_chosen_level(subject):
+    """The measurement-step audits at the full level (`pytest -m slow --vertisynth-audit=standard`);
+    looped real code, so minutes, not seconds (private_pgm: ~2.5 ms per measurement). The components
+    in SKIP have their own reduced slow audits."""
+    check_privacy_audit(attrs.evolve(subject, audit_samples=None, audit_pairs=2))
+
+
+@pytest.mark.slow
 def test_dpfm_audit_slow():
     dpfm = [s for s in BUILTINS if (s.kind, s.name) == ("encoder", "dpfm")]
     if not dpfm:
@@ -98,21 +109,25 @@ def test_privmrf_audit_slow():
 
 # -- the audit of independent's Gaussian measurement step ---------------------------------------
 def _independent_gaussian_audit(level: str, n_samples: int | None, config: IndependentConfig,
-                                budget: Budget, synth_cls=IndependentSynthesizer):
+                                budget: Budget, synth_cls=IndependentSynthesizer, pairs: int = 2):
     """Audit the measurement step on neighbours that differ in one person's record (all parties'
-    columns), against the declared ρ converted to (ε, δ) at the budget's δ."""
+    columns), against the declared ρ converted to (ε(δ), δ) at the budget's δ and at δ = 1e-3, 1e-2
+    (every point is promised by ρ-zCDP; the larger δ are where Gaussian over-spending shows)."""
     subject = Subject("synthesizer", "independent", synth_cls, IndependentConfig,
                       attrs.asdict(config), budget=budget, measure=independent_measure)
     synth = subject.build()
     charges = synth.plan(subject.context())
     rho = sum(c.cost.rho for c in charges)
-    eps = zcdp_to_approx(rho, budget.delta)
+    claims = [(zcdp_to_approx(rho, d), d) for d in (budget.delta, 1e-3, 1e-2)]
+    profile = claimed_profile([c.cost for c in charges], budget.delta)
+    assert [d for _, d in profile] == [d for _, d in claims]
+    assert [e for e, _ in profile] == pytest.approx([e for e, _ in claims], rel=1e-6)
     part = subject.partition
 
     def one(data, rng):
         return independent_measure(synth, VerticalData(part, part.views(data)), AuditLedger(budget), rng)
 
-    return audit(looped(one), adversarial_pairs(subject.domain, subject.data())[:2], eps, budget.delta,
+    return audit(looped(one), adversarial_pairs(subject.domain, subject.data())[:pairs], claims=claims,
                  level=level, n_samples=n_samples, seed=99, name="independent gaussian measurement")
 
 
@@ -123,12 +138,12 @@ def test_independent_gaussian_measurement_audit_full(audit_level):
 
 
 class IndependentNoSplit(IndependentSynthesizer):
-    """BROKEN: declares (and charges) ρ/d per attribute but noises at 50 ρ/d (σ about 7x too small).
-    Milder Gaussian bugs need the standard/thorough levels: zCDP's (ε, δ) conversion is loose."""
+    """BROKEN, a realistic bug: declares (and charges) ρ/d per attribute but noises every attribute at
+    the whole ρ (the split over the d = 6 attributes forgotten), so the release is really d·ρ-zCDP."""
 
     def measure_party(self, party, view, ledger, rng):
         per = self._per_attr
-        self._per_attr = per * 50
+        self._per_attr = per * len(self._plan_domain)
         try:
             out = super().measure_party(party, view, AuditLedger(ledger.budget), rng)
         finally:
@@ -137,11 +152,17 @@ class IndependentNoSplit(IndependentSynthesizer):
             ledger.spend(Charge("synthesizer", "gaussian_1way", ZCDP(per), party))
         return out
 
+    def plan(self, ctx):
+        self._plan_domain = ctx.domain
+        return super().plan(ctx)
 
-def test_audit_catches_broken_gaussian_measurement():
-    report = _independent_gaussian_audit("smoke", 2000, IndependentConfig("gaussian"), Budget(1.0, 1e-5),
-                                         synth_cls=IndependentNoSplit)
+
+def test_audit_catches_forgotten_split_in_gaussian_measurement():
+    # Caught at δ = 1e-2 or 1e-3 of the claimed profile; at the budget's δ = 1e-5 alone it would pass.
+    report = _independent_gaussian_audit("smoke", 5000, IndependentConfig("gaussian"), Budget(1.0, 1e-5),
+                                         synth_cls=IndependentNoSplit, pairs=1)
     assert not report.passed
+    assert all(r.delta > 1e-5 for r in report.violations)
 
 
 # -- deliberately broken encoders ------------------------------------------------------------------
@@ -249,6 +270,34 @@ def test_kit_catches_encoder_claiming_eps_1_but_spending_1_25():
 def test_kit_catches_global_numpy_rng():
     with pytest.raises(ConformanceError, match="global RNG"):
         check_no_global_rng(encoder_subject(GlobalRngEncoder))
+    state = np.random.get_state()
+    with pytest.raises(ConformanceError):
+        check_no_global_rng(encoder_subject(GlobalRngEncoder))
+    assert np.array_equal(np.random.get_state()[1], state[1])  # the check restores the global state
+
+
+class PythonRandomEncoder(LaplaceHistogramEncoder):
+    """BROKEN: picks its noise scale jitter from Python's global `random` module."""
+
+    def noise(self, counts, party, ledger, rng):
+        import random
+
+        ledger.spend(Charge(self.STAGE, "laplace_hist", PureDP(self.per_attr), party))
+        return counts + rng.laplace(0, 1 / self.per_attr, counts.shape) + random.random() * 0
+
+
+class UnseededEncoder(LaplaceHistogramEncoder):
+    """BROKEN: ignores its rng and makes a fresh unseeded Generator (nondeterministic)."""
+
+    def noise(self, counts, party, ledger, rng):
+        return super().noise(counts, party, ledger, np.random.default_rng())
+
+
+def test_kit_catches_python_random_and_unseeded_generators():
+    with pytest.raises(ConformanceError, match="Python's global `random`"):
+        check_no_global_rng(encoder_subject(PythonRandomEncoder))
+    with pytest.raises(ConformanceError, match="same seed gave different outputs"):
+        check_no_global_rng(encoder_subject(UnseededEncoder))
 
 
 def test_kit_catches_declared_cost_disagreeing_with_ledger():
@@ -256,6 +305,22 @@ def test_kit_catches_declared_cost_disagreeing_with_ledger():
         check_ledger_matches_plan(encoder_subject(MisdeclaredEncoder))
     with pytest.raises(ConformanceError, match="planned but not spent"):
         check_ledger_matches_plan(encoder_subject(SilentEncoder))
+
+
+class IgnoresEarlierStagesEncoder(LaplaceHistogramEncoder):
+    """BROKEN: plans with the whole budget's ε instead of what earlier stages left (ctx.epsilon)."""
+
+    def plan(self, ctx):
+        self.per_attr = ctx.budget.epsilon / len(ctx.domain)
+        return [Charge(self.STAGE, "laplace_hist", PureDP(self.per_attr), p.name)
+                for p in ctx.partition for _ in p.attributes]
+
+
+def test_kit_catches_plan_that_ignores_earlier_stages():
+    subject = encoder_subject(IgnoresEarlierStagesEncoder)
+    check_declares_cost(subject)  # alone, with nothing planned before, it looks fine...
+    with pytest.raises(ConformanceError, match="over budget"):
+        check_plan_fits_any_budget(subject)  # ...the property test finds the context where it is not
 
 
 def test_kit_catches_plan_without_charges_and_broken_contract():
@@ -277,8 +342,15 @@ def test_kit_catches_plan_without_charges_and_broken_contract():
 
 def test_component_checks_cover_each_kind():
     names = {c.__name__ for _, c in component_checks(CORRECT_ENCODER)}
-    assert {"check_privacy_audit", "check_ledger_matches_plan", "check_no_global_rng",
-            "check_encoder_contract", "check_config_roundtrip", "check_declares_cost"} == names
+    assert {"check_privacy_audit", "check_ledger_matches_plan", "check_no_global_rng", "check_implements_interface",
+            "check_encoder_contract", "check_config_roundtrip", "check_declares_cost",
+            "check_plan_fits_any_budget"} == names
+
+
+def test_kit_catches_a_component_of_the_wrong_kind():
+    subject = Subject("synthesizer", "not-a-synth", LaplaceHistogramEncoder, HistConfig, {})
+    with pytest.raises(ConformanceError, match="not a vertisynth.core.interfaces.Synthesizer"):
+        check_implements_interface(subject)
 
 
 # The sklearn-style flow: a component's known failure is declared as a strict xfail. If the kit

@@ -13,6 +13,7 @@ from vertisynth.core.domain import Domain
 from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.core.privacy import PureDP, ZCDP, zcdp_to_approx
 from vertisynth.testing.audit import (AUDIT_LEVELS, NeighbourPair, PrivacyViolation, audit, claimed_epsilon,
+                                      claimed_profile,
                                       cp_lower, cp_upper, epsilon_lower_bound, looped)
 from vertisynth.testing.reference import ReferenceGaussianHistogram, ReferenceGRR, ReferenceLaplaceCount
 
@@ -148,6 +149,25 @@ def test_claimed_epsilon_composes_declared_costs():
     assert claimed_epsilon([ZCDP(0.5)], 1e-3) == pytest.approx(zcdp_to_approx(0.5, 1e-3))
 
 
+def test_claimed_profile_points():
+    assert claimed_profile([PureDP(0.4), PureDP(0.6)], 1e-5) == [(pytest.approx(1.0), 0.0)]
+    pts = claimed_profile([ZCDP(0.1)], 1e-5)
+    assert [d for _, d in pts] == [1e-5, 1e-3, 1e-2]
+    assert [e for e, _ in pts] == pytest.approx([zcdp_to_approx(0.1, d) for d in (1e-5, 1e-3, 1e-2)])
+    assert [e for e, _ in pts] == sorted((e for e, _ in pts), reverse=True)  # larger δ, smaller ε
+
+
+def test_profile_audit_catches_gaussian_the_budget_delta_misses():
+    # ρ-zCDP claimed, 4ρ spent: invisible at δ = 1e-5 with 2e4 samples, visible at δ = 1e-2.
+    rho = 0.0306
+    mech = ReferenceGaussianHistogram(rho, overclaim=4)
+    points = claimed_profile([ZCDP(rho)], 1e-5)
+    assert audit(mech, COUNT_PAIR, *points[0], level="smoke", seed=2).passed
+    report = audit(mech, COUNT_PAIR, claims=points, level="smoke", seed=2)
+    assert not report.passed and all(r.alpha_per_interval == pytest.approx(1e-6 / 6) for r in report.results)
+    assert "3 claim(s)" in report.message()
+
+
 def test_levels():
     assert AUDIT_LEVELS == {"smoke": 20_000, "standard": 100_000, "thorough": 1_000_000}
 
@@ -167,6 +187,12 @@ def test_bad_inputs_raise_clear_errors():
         audit(grr, [], 1.0)
     with pytest.raises(ConfigError, match="level"):
         audit(grr, GRR_PAIR, 1.0, level="heavy")
+    with pytest.raises(ConfigError, match="either"):
+        audit(grr, GRR_PAIR, 1.0, claims=[(1.0, 0.0)])
+    with pytest.raises(ConfigError, match="claimed epsilon"):
+        audit(grr, GRR_PAIR)
+    with pytest.raises(ConfigError, match="empty"):
+        audit(grr, GRR_PAIR, claims=[])
 
     class WrongLength:
         def sample(self, d, n, rng):

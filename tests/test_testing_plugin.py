@@ -38,11 +38,14 @@ def test_option_sets_the_level_for_a_third_party_suite(tmp_path):
     """))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("VERTISYNTH_AUDIT", None)
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
                           "--vertisynth-audit=standard", str(tmp_path)],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
-    bad = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "--vertisynth-audit=heavy", str(tmp_path)],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    assert bad.returncode != 0 and "invalid choice" in bad.stderr
+    assert "vertisynth privacy audit level: standard" in run.stdout  # the report header
+
+
+def test_option_rejects_unknown_levels(pytestconfig):
+    option = next(o for o in pytestconfig._parser._anonymous.options + [
+        o for g in pytestconfig._parser._groups for o in g.options] if "--vertisynth-audit" in o.names())
+    assert sorted(option.attrs()["choices"]) == ["smoke", "standard", "thorough"]

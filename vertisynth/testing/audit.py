@@ -18,7 +18,7 @@ A violation is flagged when ε_lb > claimed ε.
 
 Guarantee: phase 2 uses samples independent of the selection, so for a mechanism that really is
 (ε, δ)-DP, P[ε_lb > ε] ≤ P[p₁ < CP_lower] + P[p₂ > CP_upper] ≤ α, where α is split evenly over the
-pairs and the two intervals of each pair (Bonferroni). A false alarm therefore has probability at
+pairs, the claims ((ε, δ) points, see `claimed_profile`) and the two intervals of each (Bonferroni). A false alarm therefore has probability at
 most α (default 1e-6); a passing audit proves nothing (the event or pair may just be the wrong one).
 
 Vector outputs are reduced to scalar summaries learned in phase 1 only: a diagonal linear
@@ -39,7 +39,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 import numpy as np
-from scipy import stats
+from scipy.special import betaincinv  # the Beta quantile, without importing all of scipy.stats
 
 from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.core.privacy import Composition, Cost
@@ -103,18 +103,20 @@ class NeighbourPair:
 
 # -- Clopper-Pearson --------------------------------------------------------------------------
 def cp_lower(k: np.ndarray | float, n: int, alpha: float) -> np.ndarray:
-    """One-sided (1 − α) Clopper-Pearson lower bound on p from k successes in n trials."""
+    """One-sided (1 − α) Clopper-Pearson lower bound on p from k successes in n trials:
+    the α quantile of Beta(k, n − k + 1), and 0 when k = 0."""
     k = np.asarray(k, float)
     with np.errstate(invalid="ignore"):
-        lo = stats.beta.ppf(alpha, np.maximum(k, 1e-300), n - k + 1)
+        lo = betaincinv(np.maximum(k, 1e-300), n - k + 1, alpha)
     return np.where(k <= 0, 0.0, lo)
 
 
 def cp_upper(k: np.ndarray | float, n: int, alpha: float) -> np.ndarray:
-    """One-sided (1 − α) Clopper-Pearson upper bound on p from k successes in n trials."""
+    """One-sided (1 − α) Clopper-Pearson upper bound: the 1 − α quantile of Beta(k + 1, n − k),
+    computed as 1 − (α quantile of Beta(n − k, k + 1)) for accuracy at tiny α; 1 when k = n."""
     k = np.asarray(k, float)
     with np.errstate(invalid="ignore"):
-        hi = stats.beta.ppf(1 - alpha, k + 1, np.maximum(n - k, 1e-300))
+        hi = 1.0 - betaincinv(np.maximum(n - k, 1e-300), k + 1, alpha)
     return np.where(k >= n, 1.0, hi)
 
 
@@ -293,15 +295,24 @@ class PrivacyViolation(AssertionError):
 @attrs.frozen
 class AuditReport:
     name: str
-    epsilon: float
-    delta: float
+    claims: tuple[tuple[float, float], ...]  # the audited (ε, δ) points
     alpha: float
     level: str
     n_samples: int
-    results: tuple[PairResult, ...]
+    n_pairs: int
+    results: tuple[PairResult, ...]  # one per pair and claim
+
+    @property
+    def epsilon(self) -> float:
+        return self.claims[0][0]
+
+    @property
+    def delta(self) -> float:
+        return self.claims[0][1]
 
     @property
     def epsilon_lb(self) -> float:
+        """The largest lower bound found (compare per claim: a bound at a larger δ is a different claim)."""
         return max((r.epsilon_lb for r in self.results), default=-math.inf)
 
     @property
@@ -313,14 +324,19 @@ class AuditReport:
         return not self.violations
 
     def message(self) -> str:
-        head = (f"privacy audit of {self.name}: claimed (ε={self.epsilon:.4g}, δ={self.delta:.3g}); "
+        claims = "; ".join(f"(ε={e:.4g}, δ={d:.3g})" for e, d in self.claims)
+        head = (f"privacy audit of {self.name}: claimed {claims}; "
                 f"level {self.level} ({self.n_samples} fresh samples per side per pair); "
                 f"false-alarm probability α = {self.alpha:.3g} for the whole check "
-                f"(split over {len(self.results)} pair(s) x 2 intervals)")
+                f"(split over {self.n_pairs} pair(s) x {len(self.claims)} claim(s) x 2 intervals)")
         if self.passed:
-            return head + f"\n  passed: largest empirical ε_lb = {self.epsilon_lb:.4g} <= {self.epsilon:.4g}"
-        lines = [head, f"  VIOLATION: empirical ε_lb exceeds the claimed ε = {self.epsilon:.4g}"]
-        lines += [f"  - {r.describe()}" for r in self.violations]
+            best = max(self.results, key=lambda r: r.epsilon_lb - r.epsilon)
+            return head + (f"\n  passed: closest call ε_lb = {best.epsilon_lb:.4g} <= ε = {best.epsilon:.4g} "
+                           f"at δ = {best.delta:.3g}")
+        lines = [head]
+        for r in self.violations:
+            lines.append(f"  VIOLATION: empirical ε_lb exceeds the claimed ε = {r.epsilon:.4g} at δ = {r.delta:.3g}")
+            lines.append(f"  - {r.describe()}")
         return "\n".join(lines)
 
     def assert_ok(self) -> AuditReport:
@@ -335,12 +351,32 @@ def claimed_epsilon(costs: Iterable[Cost], delta: float) -> float:
     return Composition.of(list(costs)).epsilon(delta)
 
 
+AUDIT_DELTAS = (1e-3, 1e-2)
+
+
+def claimed_profile(costs: Iterable[Cost], budget_delta: float) -> list[tuple[float, float]]:
+    """The (ε, δ) points a declared cost promises that are worth auditing.
+
+    Pure ε-DP: the single point (Σε, 0), the strongest claim. Otherwise (zCDP, RDP, (ε, δ) parts) the
+    cost promises (ε(δ), δ) for every δ; at the budget's small δ the conversion is loose and the telling
+    events are rare, so larger δ (AUDIT_DELTAS) are audited too: each point is a valid claim, and α is
+    split over them.
+    """
+    comp = Composition.of(list(costs))
+    if comp.pure_epsilon is not None and comp.approx_delta == 0:
+        return [(comp.pure_epsilon, 0.0)]
+    deltas = sorted({d for d in (budget_delta, *AUDIT_DELTAS) if comp.approx_delta < d < 1})
+    points = [(comp.epsilon(d), d) for d in deltas]
+    return [(e, d) for e, d in points if math.isfinite(e)]
+
+
 def audit(
     mechanism: AuditableMechanism,
     pairs: Sequence[NeighbourPair | tuple[Any, Any]],
-    epsilon: float,
+    epsilon: float | None = None,
     delta: float = 0.0,
     *,
+    claims: Sequence[tuple[float, float]] | None = None,
     level: str | None = None,
     n_samples: int | None = None,
     selection_samples: int | None = None,
@@ -352,6 +388,9 @@ def audit(
 ) -> AuditReport:
     """Audit `mechanism`'s claim of (ε, δ)-DP on the given neighbouring pairs (see module doc).
 
+    `claims` (instead of epsilon/delta) audits several (ε, δ) points a cost promises at once (e.g.
+    `claimed_profile(costs, δ)` of a zCDP plan): the samples are shared, each claim selects its own
+    event on the phase-1 samples, and α is split over pairs x claims x 2 intervals.
     `n_samples` (default: the level's count) fresh samples per side per pair are drawn in phase 2,
     `selection_samples` (default n_samples // 4) in phase 1. Fixed `seed`: the same call gives the
     same verdict; never rerun a failed audit with another seed.
@@ -360,10 +399,20 @@ def audit(
         raise ConfigError(f"audit: {mechanism!r} has no sample(dataset, n_samples, rng) method")
     if not (0 < alpha < 1):
         raise ConfigError(f"audit: alpha must be in (0, 1), got {alpha}")
-    if not (epsilon >= 0 and math.isfinite(epsilon)):
-        raise ConfigError(f"audit: the claimed epsilon must be finite and >= 0, got {epsilon}")
-    if not (0 <= delta < 1):
-        raise ConfigError(f"audit: delta must be in [0, 1), got {delta}")
+    if claims is None:
+        if epsilon is None:
+            raise ConfigError("audit: give the claimed epsilon (and delta), or claims=[(epsilon, delta), ...]")
+        claims = [(epsilon, delta)]
+    elif epsilon is not None:
+        raise ConfigError("audit: give either epsilon/delta or claims, not both")
+    claims = [(float(e), float(d)) for e, d in claims]
+    if not claims:
+        raise ConfigError("audit: claims is empty")
+    for e, d in claims:
+        if not (e >= 0 and math.isfinite(e)):
+            raise ConfigError(f"audit: the claimed epsilon must be finite and >= 0, got {e}")
+        if not (0 <= d < 1):
+            raise ConfigError(f"audit: delta must be in [0, 1), got {d}")
     pairs = [p if isinstance(p, NeighbourPair) else NeighbourPair(*p) for p in pairs]
     if not pairs:
         raise ConfigError("audit: give at least one neighbouring pair")
@@ -373,7 +422,7 @@ def audit(
     m = int(selection_samples or max(n // 4, 1000))
     if n < 10:
         raise ConfigError(f"audit: n_samples must be >= 10, got {n}")
-    a = alpha / (2 * len(pairs))  # Bonferroni: two one-sided intervals per pair
+    a = alpha / (2 * len(pairs) * len(claims))  # Bonferroni: two one-sided intervals per pair and claim
     seeds = np.random.SeedSequence(seed).spawn(len(pairs))
     results = []
     for pair, ss in zip(pairs, seeds):
@@ -383,25 +432,26 @@ def audit(
         if x1.shape[1] != x2.shape[1]:
             raise DataError(f"audit: outputs on the two datasets have different widths {x1.shape[1]} and {x2.shape[1]}")
         cols, as_int = _informative_columns(x1, x2)
-        if not cols.size:  # the output never varies: no event can tell the datasets apart
-            results.append(PairResult(pair.describe(), "(output is constant)", False, m, m, m, 1.0, 1.0, 0.0,
-                                      float(epsilon), float(delta), a))
+        if not cols.size:  # the output never varies: no event can tell the datasets apart (ε = 0)
+            results += [PairResult(pair.describe(), "(output is constant)", False, m, m, m, 1.0, 1.0, 0.0, e, d, a)
+                        for e, d in claims]
             continue
         x1, x2 = _prepare(x1, cols, as_int), _prepare(x2, cols, as_int)
         cands, c1, c2 = _candidates(x1, x2, n_thresholds, max_outcomes)
-        scores = np.concatenate([_projected(c1, c2, m, n, a, delta), _projected(c2, c1, m, n, a, delta)])
-        best = int(np.argmax(scores))
-        swapped = best >= len(cands)
-        event = cands[best % len(cands)]
-        # Phase 2: fresh samples, one pre-chosen event, one test.
+        chosen = []
+        for e, d in claims:  # each claim picks its event from phase 1 only
+            scores = np.concatenate([_projected(c1, c2, m, n, a, d), _projected(c2, c1, m, n, a, d)])
+            best = int(np.argmax(scores))
+            chosen.append((cands[best % len(cands)], best >= len(cands)))
+        # Phase 2: fresh samples, the pre-chosen events, one test per claim.
         y1 = _prepare(_as_2d(mechanism.sample(pair.base, n, r_test1), n), cols, as_int)
         y2 = _prepare(_as_2d(mechanism.sample(pair.neighbour, n, r_test2), n), cols, as_int)
-        k1, k2 = int(event.indicator(y1).sum()), int(event.indicator(y2).sum())
-        if swapped:
-            k1, k2 = k2, k1
-        lb = float(epsilon_lower_bound(k1, k2, n, a, delta))
-        results.append(PairResult(pair.describe(), event.describe(), swapped, k1, k2, n,
-                                  float(cp_lower(k1, n, a)), float(cp_upper(k2, n, a)), lb,
-                                  float(epsilon), float(delta), a))
+        for (e, d), (event, swapped) in zip(claims, chosen):
+            k1, k2 = int(event.indicator(y1).sum()), int(event.indicator(y2).sum())
+            if swapped:
+                k1, k2 = k2, k1
+            lb = float(epsilon_lower_bound(k1, k2, n, a, d))
+            results.append(PairResult(pair.describe(), event.describe(), swapped, k1, k2, n,
+                                      float(cp_lower(k1, n, a)), float(cp_upper(k2, n, a)), lb, e, d, a))
     label = name or getattr(mechanism, "name", None) or type(mechanism).__name__
-    return AuditReport(str(label), float(epsilon), float(delta), float(alpha), level, n, tuple(results))
+    return AuditReport(str(label), tuple(claims), float(alpha), level, n, len(pairs), tuple(results))

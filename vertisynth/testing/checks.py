@@ -13,9 +13,10 @@ the checks that apply to its kind:
   all kinds     config round-trip (cattrs unstructure → structure) and unknown keys rejected;
                 no global RNG (same seed → same output, different seeds → different output,
                 np.random seeded globally to different values changes nothing and its state is untouched)
-  synthesizer,  declared privacy cost present and within budget; plan() charges == charges spent
-  encoder       after fit/encode (through the ledger); the empirical privacy audit of the
-                measurement step against the declared cost (vertisynth.testing.audit)
+  synthesizer,  declared privacy cost present and within budget, for any budget and split (a
+  encoder       Hypothesis property); plan() charges == charges spent after fit/encode (through the
+                ledger); the empirical privacy audit of the measurement step against the declared
+                cost (vertisynth.testing.audit)
   encoder       encode/estimate contract across the party boundary (messages validate, survive
                 save/load, and the server's estimate from loaded messages equals the original)
   evaluator     no privacy charges; values within the declared [min, max]; real-vs-real is the best
@@ -29,6 +30,7 @@ A failing check raises `ConformanceError` (or `PrivacyViolation` from the audit)
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -45,7 +47,8 @@ from vertisynth.core.messages import Message
 from vertisynth.core.privacy import Budget, Charge, PrivacyLedger
 from vertisynth.core.registry import Registry, default_registry
 
-from .audit import AUDIT_LEVELS, AuditableMechanism, NeighbourPair, audit, claimed_epsilon, default_level, looped
+from .audit import (AUDIT_LEVELS, AuditableMechanism, audit, claimed_epsilon, claimed_profile, default_level,
+                    looped)
 from .strategies import adversarial_pairs
 
 KINDS = ("synthesizer", "encoder", "evaluator", "aligner")
@@ -229,6 +232,18 @@ def _run_once(subject: Subject, seed: int) -> np.ndarray:
 
 
 # -- checks for every kind ------------------------------------------------------------------------
+BASES = {"synthesizer": Synthesizer, "encoder": Encoder, "evaluator": Evaluator, "aligner": Aligner}
+
+
+def check_implements_interface(subject: Subject) -> None:
+    """The factory builds an instance of the kind's abstract base class (the pipeline refuses others)."""
+    component = subject.build()
+    base = BASES[subject.kind]
+    if not isinstance(component, base):
+        raise _fail(subject, f"the factory built a {type(component).__name__}, which is not a "
+                             f"vertisynth.core.interfaces.{base.__name__}")
+
+
 def check_config_roundtrip(subject: Subject) -> None:
     """Config unstructures to TOML-able data and structures back to an equal config; unknown keys fail."""
     if subject.config_cls is None:
@@ -251,14 +266,22 @@ def check_config_roundtrip(subject: Subject) -> None:
 
 def check_no_global_rng(subject: Subject) -> None:
     """Same explicit seed → same output whatever np.random's global seed; different seeds → different
-    output (for randomised kinds); np.random's global state is left untouched."""
-    np.random.seed(1)
-    state = np.random.get_state()[1].copy()
-    first = _run_once(subject, 7)
-    if not np.array_equal(np.random.get_state()[1], state):
-        raise _fail(subject, "it draws from numpy's global RNG (np.random.*); take the explicit Generator instead")
-    np.random.seed(2)
-    second = _run_once(subject, 7)
+    output (for randomised kinds); np.random's and Python random's global states are left untouched."""
+    saved, py_saved = np.random.get_state(), random.getstate()
+    try:
+        np.random.seed(1)
+        state, py_state = np.random.get_state(), random.getstate()
+        first = _run_once(subject, 7)
+        after = np.random.get_state()
+        if not (np.array_equal(after[1], state[1]) and after[2] == state[2]):
+            raise _fail(subject, "it draws from numpy's global RNG (np.random.*); take the explicit Generator instead")
+        if random.getstate() != py_state:
+            raise _fail(subject, "it draws from Python's global `random` module; take the explicit Generator instead")
+        np.random.seed(2)
+        second = _run_once(subject, 7)
+    finally:
+        np.random.set_state(saved)  # leave the process as we found it
+        random.setstate(py_saved)
     if first.shape != second.shape or not np.array_equal(first, second):
         raise _fail(subject, "the same seed gave different outputs (global RNG, unseeded default_rng(), or "
                              "other hidden state)")
@@ -285,6 +308,36 @@ def check_declares_cost(subject: Subject) -> None:
     again = _plan(subject, subject.build())
     if again != charges:
         raise _fail(subject, "plan() is not a function of the public context: two calls gave different charges")
+
+
+def check_plan_fits_any_budget(subject: Subject) -> None:
+    """Property (Hypothesis, derandomised): for any budget and any vertical split of the test domain,
+    plan() either fits the budget or refuses with a clear BudgetError/ConfigError."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from .strategies import budgets, vertical_partitions
+
+    @settings(max_examples=30, derandomize=True, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(budgets(min_epsilon=0.01, max_epsilon=20.0, deltas=(0.0, 1e-9, 1e-5, 1e-2)),
+           vertical_partitions(subject.domain, max_parties=3), st.sampled_from([(), (0.5,)]))
+    def prop(budget: Budget, partition: VerticalPartition, before: tuple[float, ...]) -> None:
+        from vertisynth.core.privacy import PureDP
+
+        planned_before = tuple(PureDP(budget.epsilon * f) for f in before)  # an earlier stage took half
+        ctx = PlanContext(subject.domain, partition, budget, planned_before)
+        try:
+            charges = subject.build().plan(ctx)
+        except (BudgetError, ConfigError):
+            return  # a clear refusal (e.g. a Gaussian mechanism with δ = 0) is allowed
+        eps = claimed_epsilon([*planned_before, *(c.cost for c in charges)], budget.delta)
+        if not eps <= budget.epsilon * (1 + 1e-6):
+            raise _fail(subject, f"with budget (ε={budget.epsilon:.4g}, δ={budget.delta:.3g}), "
+                                 f"{len(partition)} parties and {planned_before} planned before, plan() declares "
+                                 f"a total ε={eps:.4g}: over budget")
+
+    prop()
 
 
 def check_ledger_matches_plan(subject: Subject) -> None:
@@ -333,22 +386,21 @@ def _measurement(subject: Subject, component: Any) -> AuditableMechanism:
 
 
 def check_privacy_audit(subject: Subject) -> None:
-    """Empirical audit of the measurement step on adversarial neighbouring pairs against the declared cost."""
+    """Empirical audit of the measurement step on adversarial neighbouring pairs against the declared
+    cost, at every (ε, δ) point of `claimed_profile` (shared samples; α split over the points)."""
     component = subject.build()
     charges = _plan(subject, component)
-    delta = subject.budget.delta
-    eps = claimed_epsilon([c.cost for c in charges], delta)
-    if not np.isfinite(eps):
-        delta = 0.0
-        eps = claimed_epsilon([c.cost for c in charges], delta)
+    points = claimed_profile([c.cost for c in charges], subject.budget.delta)
+    if not points:
+        raise _fail(subject, f"its declared cost {[c.cost.describe() for c in charges]} promises no finite ε "
+                             f"at any δ < 1 it can be audited at")
     base = subject.data().take(np.arange(3)) if subject.neighbours == "substitute" else None
     pairs = [p for p in adversarial_pairs(subject.domain, base) if p.relation == subject.neighbours]
     pairs = pairs[: subject.audit_pairs]
     level = default_level()
     n = subject.audit_samples or AUDIT_LEVELS[level]
-    report = audit(_measurement(subject, component), pairs, eps, delta, level=level, n_samples=n,
-                   seed=subject.audit_seed, name=subject.label())
-    report.assert_ok()
+    audit(_measurement(subject, component), pairs, claims=points, level=level, n_samples=n,
+          seed=subject.audit_seed, name=subject.label()).assert_ok()
 
 
 # -- encoders -------------------------------------------------------------------------------------
@@ -514,14 +566,16 @@ def check_aligner_unequal_inputs(subject: Subject) -> None:
 
 # -- the collection -------------------------------------------------------------------------------
 CHECKS: dict[str, tuple[Callable[[Subject], None], ...]] = {
-    "synthesizer": (check_config_roundtrip, check_declares_cost, check_ledger_matches_plan,
+    "synthesizer": (check_implements_interface, check_config_roundtrip, check_declares_cost,
+                    check_plan_fits_any_budget, check_ledger_matches_plan,
                     check_no_global_rng, check_privacy_audit),
-    "encoder": (check_config_roundtrip, check_declares_cost, check_ledger_matches_plan,
+    "encoder": (check_implements_interface, check_config_roundtrip, check_declares_cost,
+                check_plan_fits_any_budget, check_ledger_matches_plan,
                 check_no_global_rng, check_encoder_contract, check_privacy_audit),
-    "evaluator": (check_config_roundtrip, check_evaluator_no_charges, check_evaluator_range,
+    "evaluator": (check_implements_interface, check_config_roundtrip, check_evaluator_no_charges, check_evaluator_range,
                   check_evaluator_ordering, check_evaluator_symmetry,
                   check_evaluator_rejects_mismatched_domains, check_no_global_rng),
-    "aligner": (check_config_roundtrip, check_aligner_set_semantics, check_aligner_unequal_inputs,
+    "aligner": (check_implements_interface, check_config_roundtrip, check_aligner_set_semantics, check_aligner_unequal_inputs,
                 check_no_global_rng),
 }
 
