@@ -168,7 +168,7 @@ def load_config(path: str | Path) -> RunConfig:
 
 
 DEFAULT_CONFIG_TOML = """\
-# The offline default: the built-in census-like population, two parties, the independent baseline.
+# The offline default: the built-in census-like population, two parties, VertiMRF with DP FM sketches.
 seed = 0
 budget = { epsilon = 1.0, delta = 1e-5 }
 
@@ -182,7 +182,8 @@ params = { n = 20000 }
 use = "positional"
 
 [synthesizer]
-use = "independent"
+use = "vertimrf"
+params = { encoder = "dpfm" }
 
 [[evaluators]]
 use = "tvd"

@@ -221,6 +221,7 @@ def build_report(plan: Plan, loaded: Any, real: Dataset, synthetic: Dataset, met
             "mode": ("centralised baseline: the parties' columns were joined in one place (a comparison "
                      "point, not a vertical protocol)") if centralized else "vertical: parties share only messages",
             "phase_seconds": synth.instance.timings(),
+            **({"budget_split": synth.instance.budget_split()} if hasattr(synth.instance, "budget_split") else {}),
         },
         "synthetic_records": synthetic.n,
         "evaluators": [e.describe() for e in plan.evaluators],
@@ -291,7 +292,13 @@ def summary_markdown(result: RunResult) -> str:
         "## Timings (seconds)",
         "",
         *[f"- {k}: {v:.2f}" for k, v in r["timings_seconds"].items()],
+        *([f"- synthesizer phases: " + "; ".join(f"{k} {v:.2f}" for k, v in r["synthesizer"]["phase_seconds"].items())]
+          if r["synthesizer"]["phase_seconds"] else []),
     ]
+    if "budget_split" in r["synthesizer"]:
+        lines[lines.index("## Metrics"):lines.index("## Metrics")] = [
+            "Budget split inside the synthesizer (fractions of its zCDP ρ): "
+            + ", ".join(f"{k} {v:.2f}" for k, v in r["synthesizer"]["budget_split"].items()), ""]
     if r["dataset"]["schema_inferred_from_data"]:
         lines += ["", f"**Note:** {r['dataset']['schema_note']}."]
     return "\n".join(lines) + "\n"

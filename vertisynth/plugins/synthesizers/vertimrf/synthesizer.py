@@ -130,7 +130,8 @@ class VertiMRFSynthesizer(Synthesizer):
         # Phase 1: PrivMRF per party, the local share split across parties (their outputs compose)
         self._local: dict[str, PrivMRFSynthesizer] = {}
         if c.use_local:
-            lp = structure({"max_clique_cells": c.max_clique_cells, **c.local_params}, PrivMRFConfig,
+            # local cliques get a tenth of τ by default, so the global graph has room for cross-party edges
+            lp = structure({"max_clique_cells": max(c.max_clique_cells / 10, 4.0), **c.local_params}, PrivMRFConfig,
                            "vertimrf.local_params")
             for p in ctx.partition:
                 syn = PrivMRFSynthesizer(lp)
