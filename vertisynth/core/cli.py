@@ -108,6 +108,43 @@ def init(path: Path) -> None:
     click.echo(f"wrote {path}; edit it, then run: vertisynth run {path}")
 
 
+@main.command()
+@click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--party", required=True, help="This party's name in the config.")
+@click.option("--secret-seed", type=int, required=True,
+              help="Seed the parties agreed on out of band; the server must never see it.")
+@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True)
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA")
+def party(config: Path, party: str, secret_seed: int, out: Path, data_dir: str | None) -> None:
+    """Run one party's side of VertiMRF on its own columns; write its messages to OUT."""
+    from .deploy import run_party
+
+    try:
+        paths = run_party(load_config(config), party, secret_seed, out, data_dir)
+    except VertisynthError as exc:
+        _fail(exc)
+        return
+    click.echo(f"{party}: wrote {len(paths)} message file(s) to {out}")
+
+
+@main.command()
+@click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--messages", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder with every party's message files.")
+@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True)
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA")
+def server(config: Path, messages: Path, out: Path, data_dir: str | None) -> None:
+    """Build the synthetic table from the parties' message files only."""
+    from .deploy import run_server
+
+    try:
+        run_server(load_config(config), messages, out, data_dir)
+    except VertisynthError as exc:
+        _fail(exc)
+        return
+    click.echo(f"server: wrote {out}/synthetic.csv, report.json, ledger.json")
+
+
 def _register_subgroups() -> None:
     from vertisynth.collab.cli import collab
 

@@ -321,14 +321,27 @@ class VertiMRFSynthesizer(Synthesizer):
         return t * n_hat
 
     # -- the one-process simulation -----------------------------------------------------------
+    def party_rngs(self, rng: np.random.Generator) -> tuple[np.random.Generator, dict[str, np.random.Generator]]:
+        """The key-agreement stream (shared by the parties, never by the server) and one stream per party,
+        derived from one seed, so separate party processes reproduce the one-process simulation."""
+        seeds = rng.integers(0, 2**63, size=len(self._partition) + 1)
+        return (np.random.default_rng(seeds[-1]),
+                {p: np.random.default_rng(s) for p, s in zip(self._partition.names, seeds)})
+
+    def agree_keys(self, key_rng: np.random.Generator) -> None:
+        if hasattr(self._encoder, "agree_keys"):
+            self._encoder.agree_keys(key_rng)
+
     def fit(self, data: VerticalData, ledger: PrivacyLedger, rng: np.random.Generator) -> None:
         sizes = {p: v.n for p, v in data.views.items()}
         if len(set(sizes.values())) > 1:
             raise DataError(f"vertimrf: parties are not row-aligned (row counts {sizes}); align them first (psi/psu)")
         messages: list[Message] = []
         t0 = time.perf_counter()
+        key_rng, rngs = self.party_rngs(rng)
+        self.agree_keys(key_rng)
         for p in self._partition.names:
-            messages += self.party_step(p, data.views[p], ledger, rng)
+            messages += self.party_step(p, data.views[p], ledger, rngs[p])
         self._timings = {"parties (LocMRF, binning, LocEnc)": time.perf_counter() - t0}
         self.server_step(messages)
 
