@@ -88,10 +88,11 @@ def test_server_works_from_message_files_only(tmp_path):
     party_side = VertiMRFSynthesizer(VertiMRFConfig(**FAST))
     pledger = PrivacyLedger(budget)
     pledger.plan(party_side.plan(PlanContext(data.domain, part, budget)))
-    rng = np.random.default_rng(3)
+    key_rng, rngs = party_side.party_rngs(np.random.default_rng(3))
+    party_side.agree_keys(key_rng)
     files = []
     for p in part.names:
-        for i, m in enumerate(party_side.party_step(p, part.views(data)[p], pledger, rng)):
+        for i, m in enumerate(party_side.party_step(p, part.views(data)[p], pledger, rngs[p])):
             files.append(m.save(tmp_path / f"{p}_{i}.npz"))
     server = VertiMRFSynthesizer(VertiMRFConfig(**FAST))
     server.plan(PlanContext(data.domain, part, budget))
