@@ -15,7 +15,8 @@ from vertisynth.core.pipeline import make_plan, run
 from vertisynth.core.privacy import Budget, PrivacyLedger
 from vertisynth.plugins.synthesizers.dpsyn.consistency import make_consistent, norm_sub
 from vertisynth.plugins.synthesizers.dpsyn.records import synthesize_records
-from vertisynth.plugins.synthesizers.dpsyn.synthesizer import INDIF_SENSITIVITY, DPSynConfig, DPSynSynthesizer, indif
+from vertisynth.plugins.synthesizers.dpsyn.synthesizer import DPSynConfig, DPSynSynthesizer
+from vertisynth.plugins.synthesizers.scores import INDIF_SENSITIVITY, indif
 
 
 def _cfg(**kw):

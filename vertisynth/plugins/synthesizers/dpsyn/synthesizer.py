@@ -37,11 +37,11 @@ from vertisynth.core.interfaces import PlanContext, Synthesizer, VerticalData
 from vertisynth.core.mechanisms import gaussian_mechanism, laplace_mechanism
 from vertisynth.core.privacy import Charge, PrivacyLedger, PureDP, ZCDP
 
+from ..scores import INDIF_SENSITIVITY, indif
 from .consistency import make_consistent
 from .records import synthesize_records
 
 STAGE = "synthesizer"
-INDIF_SENSITIVITY = 5.0
 
 
 @attrs.frozen
@@ -70,15 +70,6 @@ class DPSynConfig:
             raise ConfigError("dpsyn: alpha and decay must be in (0, 1], duplicate in [0, 1]")
         if self.rounds < 1 or self.consistency_rounds < 1:
             raise ConfigError("dpsyn: rounds and consistency_rounds must be >= 1")
-
-
-def indif(data: Dataset, a: str, b: str) -> float:
-    """Σ |n_xy − n_x n_y / n|: how far the pair is from independent, in records."""
-    t = data.counts([a, b]).values
-    n = t.sum()
-    if n == 0:
-        return 0.0
-    return float(np.abs(t - np.outer(t.sum(1), t.sum(0)) / n).sum())
 
 
 class DPSynSynthesizer(Synthesizer):

@@ -46,9 +46,10 @@ from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
 
 from ..pgm import GraphicalModel, JunctionTree, Measurement, build_junction_tree, estimate
 from ..pgm.graph import min_fill_cliques
+from ..scores import INDIF_SENSITIVITY, indif
 
 STAGE = "synthesizer"
-R_SENSITIVITY = 2.5
+R_SENSITIVITY = INDIF_SENSITIVITY / 2
 
 
 @attrs.frozen
@@ -113,12 +114,8 @@ class LocalModel(Message):
 
 
 def r_scores(table: Dataset, pairs: list[tuple[str, str]]) -> np.ndarray:
-    out = np.empty(len(pairs))
-    for k, (a, b) in enumerate(pairs):
-        t = table.counts([a, b]).values
-        n = t.sum()
-        out[k] = 0.5 * np.abs(t - np.outer(t.sum(1), t.sum(0)) / n).sum() if n > 0 else 0.0
-    return out
+    """R(a, b) = (n/2)·‖P[a,b] − P[a]P[b]‖₁ = ½ InDif(a, b) for every pair."""
+    return np.array([0.5 * indif(table, a, b) for a, b in pairs])
 
 
 class PrivMRFSynthesizer(Synthesizer):
