@@ -54,6 +54,7 @@ def test_pipeline_run_spends_the_whole_plan_across_parties_and_is_deterministic(
     stages = set(a.report["privacy"]["per_stage_epsilon"])
     assert {"synthesizer", "encoder", "value_distributions"} <= stages
     assert a.report["synthesizer"]["mode"].startswith("vertical")
+    assert "one person spans all parties" in a.report["synthesizer"]["privacy_notes"][0]
 
 
 def test_graph_respects_the_clique_limit_and_cross_party_marginals_are_added():

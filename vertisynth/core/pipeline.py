@@ -222,6 +222,7 @@ def build_report(plan: Plan, loaded: Any, real: Dataset, synthetic: Dataset, met
                      "point, not a vertical protocol)") if centralized else "vertical: parties share only messages",
             "phase_seconds": synth.instance.timings(),
             **({"budget_split": synth.instance.budget_split()} if hasattr(synth.instance, "budget_split") else {}),
+            **({"privacy_notes": synth.instance.privacy_notes()} if hasattr(synth.instance, "privacy_notes") else {}),
         },
         "synthetic_records": synthetic.n,
         "evaluators": [e.describe() for e in plan.evaluators],
@@ -295,6 +296,9 @@ def summary_markdown(result: RunResult) -> str:
         *([f"- synthesizer phases: " + "; ".join(f"{k} {v:.2f}" for k, v in r["synthesizer"]["phase_seconds"].items())]
           if r["synthesizer"]["phase_seconds"] else []),
     ]
+    if r["synthesizer"].get("privacy_notes"):
+        at = lines.index("## Metrics")
+        lines[at:at] = [f"Note: {n}." for n in r["synthesizer"]["privacy_notes"]] + [""]
     if "budget_split" in r["synthesizer"]:
         lines[lines.index("## Metrics"):lines.index("## Metrics")] = [
             "Budget split inside the synthesizer (fractions of its zCDP ρ): "

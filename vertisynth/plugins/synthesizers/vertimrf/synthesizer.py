@@ -356,5 +356,12 @@ class VertiMRFSynthesizer(Synthesizer):
     def budget_split(self) -> dict[str, float]:
         return dict(self._split)
 
+    def privacy_notes(self) -> list[str]:
+        notes = ["each party's local model, value distributions and sketches compose: one person spans all parties"]
+        if self.config.encoder == "grr":
+            notes.append("the GRR encoder sends one perturbed row per aligned record, so the row count is public: "
+                         "its guarantee is for replace-one (bounded) neighbours, as after PSI alignment")
+        return notes
+
     def timings(self) -> dict[str, float]:
         return dict(self._timings)
