@@ -119,6 +119,18 @@ class PartyConfig:
 
 
 @attrs.frozen
+class EvaluationConfig:
+    """holdout: fraction of the records kept away from the synthesizer (seeded split) for evaluators that
+    score against unseen data (ml_utility, svm_misclassification; tvd then scores against it too)."""
+
+    holdout: float = 0.0
+
+    def __attrs_post_init__(self) -> None:
+        if not 0 <= self.holdout < 1:
+            raise ConfigError(f"evaluation.holdout must be in [0, 1), got {self.holdout}")
+
+
+@attrs.frozen
 class StudyConfig:
     """A comparison grid, run by the study runner; `vertisynth run` runs the base config once."""
 
@@ -135,6 +147,7 @@ class RunConfig:
     alignment: ComponentConfig = attrs.field(factory=lambda: ComponentConfig("positional"))
     synthesizer: ComponentConfig = attrs.field(factory=lambda: ComponentConfig("independent"))
     evaluators: list[ComponentConfig] = attrs.field(factory=lambda: [ComponentConfig("tvd")])
+    evaluation: EvaluationConfig = attrs.field(factory=EvaluationConfig)
     sample_size: int | None = None
     output: str | None = None
     study: StudyConfig | None = None

@@ -103,10 +103,22 @@ class Synthesizer(Component):
 
 
 class Evaluator(Component):
-    """Scores a synthetic table against a real one. Reads real data: its numbers are not DP."""
+    """Scores a synthetic table against a real one. Reads real data: its numbers are not DP.
+
+    `prefers_holdout`: when the run keeps a holdout, `evaluate` gets it as `real` instead of the training
+    table. `requires_holdout`: the evaluator needs both, through `evaluate_holdout`, and the pipeline
+    refuses to plan without a holdout.
+    """
+
+    prefers_holdout: ClassVar[bool] = False
+    requires_holdout: ClassVar[bool] = False
 
     @abstractmethod
     def evaluate(self, real: Dataset, synthetic: Dataset, rng: np.random.Generator) -> dict[str, float]: ...
+
+    def evaluate_holdout(self, train: Dataset, holdout: Dataset, synthetic: Dataset,
+                         rng: np.random.Generator) -> dict[str, float]:
+        return self.evaluate(holdout if self.prefers_holdout else train, synthetic, rng)
 
 
 class Aligner(Component):

@@ -30,7 +30,7 @@ from .privacy import PrivacyLedger
 from .registry import Registry, default_registry
 from .specs import ComponentSpec
 
-RNG_STREAMS = ("preprocessing", "alignment", "fit", "sample", "decode", "evaluate")
+RNG_STREAMS = ("preprocessing", "alignment", "fit", "sample", "decode", "evaluate", "split")
 
 
 @attrs.define
@@ -127,6 +127,9 @@ def make_plan(config: RunConfig, registry: Registry | None = None, data_dir: str
                               f"Planned before it:\n{ledger.table(ledger.planned)}") from None
         if isinstance(comp.instance, Evaluator) and charges:
             raise BudgetError(f"evaluator {comp.spec.name!r} declares privacy charges; evaluators may not spend budget")
+        if isinstance(comp.instance, Evaluator) and comp.instance.requires_holdout and config.evaluation.holdout <= 0:
+            raise ConfigError(f"evaluator {comp.spec.name!r} scores on records the synthesizer never saw: "
+                              "set [evaluation] holdout = 0.2 (for example)")
         ledger.plan(charges)
     ledger.check_plan()
     return Plan(config, source, partition, aligner, synth, evals, ledger, config.dataset.name, registry)
@@ -158,6 +161,13 @@ def execute(plan: Plan, output_dir: str | Path | None = None, progress: bool = F
         with _timed(timings, "encode", bar):
             codec: TableCodec = loaded.schema.fit(loaded.frame, plan.ledger, streams["preprocessing"])
             real = codec.encode(loaded.frame)
+            holdout = None
+            if cfg.evaluation.holdout > 0:  # a seeded, data-independent split: the synthesizer never sees these rows
+                order = streams["split"].permutation(real.n)
+                k = int(round(cfg.evaluation.holdout * real.n))
+                if k < 1 or k >= real.n:
+                    raise DataError(f"holdout {cfg.evaluation.holdout} of {real.n} records leaves an empty side")
+                holdout, real = real.take(np.sort(order[:k])), real.take(np.sort(order[k:]))
             views = plan.partition.views(real)
         with _timed(timings, "align", bar):
             views, align_info = plan.aligner.instance.align(views, plan.ledger, streams["alignment"])
@@ -173,7 +183,11 @@ def execute(plan: Plan, output_dir: str | Path | None = None, progress: bool = F
         real_aligned = data.joined().project(real.domain.attributes)
         with _timed(timings, "evaluate", bar):
             for comp in plan.evaluators:
-                metrics[comp.spec.name] = comp.instance.evaluate(real_aligned, synthetic, streams["evaluate"])
+                if holdout is None:
+                    metrics[comp.spec.name] = comp.instance.evaluate(real_aligned, synthetic, streams["evaluate"])
+                else:
+                    metrics[comp.spec.name] = comp.instance.evaluate_holdout(real_aligned, holdout, synthetic,
+                                                                             streams["evaluate"])
     finally:
         if bar is not None:
             bar.close()
@@ -182,6 +196,13 @@ def execute(plan: Plan, output_dir: str | Path | None = None, progress: bool = F
     if spent > plan.ledger.budget.epsilon * (1 + 1e-9):  # cannot happen if spend() matched the plan
         raise BudgetError(f"the run spent ε={spent:.4g}, more than the budget {plan.ledger.budget.epsilon:.4g}")
     report = build_report(plan, loaded, real_aligned, synthetic, metrics, align_info, timings)
+    report["evaluation"] = {
+        "holdout_records": 0 if holdout is None else holdout.n,
+        "scored_against": {c.spec.name: ("training table" if holdout is None else
+                                         "training and holdout" if c.instance.requires_holdout else
+                                         "holdout" if c.instance.prefers_holdout else "training table")
+                           for c in plan.evaluators},
+    }
     result = RunResult(frame, synthetic, real_aligned, metrics, plan.ledger, report)
     if output_dir is not None:
         result.output_dir = write_outputs(result, Path(output_dir))

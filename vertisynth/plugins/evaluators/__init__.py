@@ -11,4 +11,12 @@ def vertisynth_evaluators():
                       "average total variation distance over random k-way marginals",
                       {"symmetric"},  # tvd(real, synth) == tvd(synth, real): checked by vertisynth.testing
                       goal="minimize", min_value=0.0, max_value=1.0),
+        EvaluatorSpec("ml_utility", "vertisynth.plugins.evaluators.ml:MLUtility",
+                      "vertisynth.plugins.evaluators.ml:MLUtilityConfig",
+                      "LR and decision-tree accuracy/macro-F1 on a real holdout, trained on synthetic vs real",
+                      goal="maximize", min_value=0.0, max_value=1.0),
+        EvaluatorSpec("svm_misclassification", "vertisynth.plugins.evaluators.ml:SVMMisclassification",
+                      "vertisynth.plugins.evaluators.ml:SVMConfig",
+                      "1 - accuracy of StandardScaler+SVC trained on synthetic, tested on a real holdout",
+                      goal="minimize", min_value=0.0, max_value=1.0),
     ]
