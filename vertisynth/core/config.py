@@ -198,9 +198,16 @@ use = "positional"
 use = "vertimrf"
 params = { encoder = "dpfm" }
 
+[evaluation]
+holdout = 0.2          # records kept from the synthesizer, for scoring on unseen data
+
 [[evaluators]]
 use = "tvd"
 params = { ways = [2, 3, 4], marginals = 100 }
+
+[[evaluators]]
+use = "ml_utility"
+params = { label = "income" }
 """
 
 
