@@ -78,23 +78,24 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], total: float |
         model = GraphicalModel(tree, None, total)
     cliques = model.tree.cliques
     assign = [model.tree.clique_for(m.attributes) for m in measurements]
+    # per measurement, once: the clique axes to sum out, the target in clique axis order, the broadcast shape
+    prepared = []
+    for m, ci in zip(measurements, assign):
+        c = cliques[ci]
+        drop = tuple(i for i, a in enumerate(c) if a not in m.attributes)
+        kept = [a for a in c if a in m.attributes]
+        y = m.values if tuple(kept) == m.attributes else np.transpose(m.values, [m.attributes.index(a) for a in kept])
+        shape = [model.shapes[ci][i] if a in m.attributes else 1 for i, a in enumerate(c)]
+        prepared.append((ci, drop, y, shape, 1.0 / m.std**2))
 
     def loss_and_grad(mdl: GraphicalModel) -> tuple[float, list[np.ndarray], list[np.ndarray]]:
-        mus = [f.values for f in mdl.clique_marginals()]
+        mus = mdl.clique_counts()
         grads = [np.zeros_like(mu) for mu in mus]
         loss = 0.0
-        for m, ci in zip(measurements, assign):
-            c = cliques[ci]
-            drop = tuple(i for i, a in enumerate(c) if a not in m.attributes)
-            kept = [a for a in c if a in m.attributes]
-            proj = mus[ci].sum(axis=drop) if drop else mus[ci]
-            y = m.values
-            if tuple(kept) != m.attributes:  # measurement axes in another order: bring y to clique order
-                y = np.transpose(y, [m.attributes.index(a) for a in kept])
-            diff = (proj - y) / m.std**2
-            loss += 0.5 * float(((proj - y) ** 2).sum()) / m.std**2
-            grads[ci] = grads[ci] + diff.reshape([mus[ci].shape[i] if a in m.attributes else 1
-                                                  for i, a in enumerate(c)])
+        for ci, drop, y, shape, w in prepared:
+            resid = (mus[ci].sum(axis=drop) if drop else mus[ci]) - y
+            loss += 0.5 * w * float(np.vdot(resid, resid))
+            grads[ci] += (w * resid).reshape(shape)
         return loss, grads, mus
 
     loss, grads, mus = loss_and_grad(model)
@@ -105,7 +106,7 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], total: float |
     for it in range(1, iters + 1):
         theta = model.theta
         while True:
-            trial = GraphicalModel(model.tree, [t - eta * g for t, g in zip(theta, grads)], total)
+            trial = model.with_potentials([t - eta * g for t, g in zip(theta, grads)], total)
             new_loss, new_grads, new_mus = loss_and_grad(trial)
             decrease = sum(float((g * (mu - nmu)).sum()) for g, mu, nmu in zip(grads, mus, new_mus))
             # sufficient decrease: at least half of what the first-order model predicts
