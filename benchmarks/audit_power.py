@@ -63,7 +63,7 @@ def main() -> None:
     times: list[float] = []
     print(f"audit level {args.level}: {AUDIT_LEVELS[args.level]} fresh samples per side "
           f"(+{AUDIT_LEVELS[args.level] // 4} for event selection)\n")
-    print(f"| over-claimed mechanism | runs | power at α=1e-6 | power at α=0.05 | median ε_lb (α=1e-6) |")
+    print("| over-claimed mechanism | runs | power at α=1e-6 | power at α=0.05 | median ε_lb (α=1e-6) |")
     print("|---|---|---|---|---|")
     for label, (make, pairs) in CASES.items():
         p6, lb = rate(make, pairs, args.level, 1e-6, range(args.runs), times)

@@ -13,7 +13,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 from vertisynth.core.config import parse_config
@@ -60,7 +59,6 @@ def main() -> int:
                         "synthesizer": {"use": syn},
                         "evaluators": [{"use": "tvd", "params": {"ways": [3, 4, 5], "marginals": marginals}}],
                     })
-                    t0 = time.perf_counter()
                     res = run(cfg)
                     secs.append(res.report["timings_seconds"]["fit"] + res.report["timings_seconds"]["sample"])
                     for k in tvds:

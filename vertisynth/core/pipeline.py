@@ -284,7 +284,7 @@ def summary_markdown(result: RunResult) -> str:
         "",
         f"- dataset: {r['dataset']['description']} ({r['dataset']['records']} records, "
         f"{len(r['dataset']['attributes'])} attributes)",
-        f"- parties: " + "; ".join(f"{q['name']}: {len(q['attributes'])} attributes" for q in r["parties"]),
+        "- parties: " + "; ".join(f"{q['name']}: {len(q['attributes'])} attributes" for q in r["parties"]),
         f"- alignment: {r['alignment']['use']}",
         f"- synthesizer: {r['synthesizer']['use']} ({r['synthesizer']['mode']})",
         f"- synthetic records: {r['synthetic_records']}; seed {r['seed']}",
@@ -314,7 +314,7 @@ def summary_markdown(result: RunResult) -> str:
         "## Timings (seconds)",
         "",
         *[f"- {k}: {v:.2f}" for k, v in r["timings_seconds"].items()],
-        *([f"- synthesizer phases: " + "; ".join(f"{k} {v:.2f}" for k, v in r["synthesizer"]["phase_seconds"].items())]
+        *(["- synthesizer phases: " + "; ".join(f"{k} {v:.2f}" for k, v in r["synthesizer"]["phase_seconds"].items())]
           if r["synthesizer"]["phase_seconds"] else []),
     ]
     if r["synthesizer"].get("privacy_notes"):

@@ -30,7 +30,6 @@ import attrs
 import numpy as np
 
 from vertisynth.core.dataset import Dataset
-from vertisynth.core.domain import Domain
 from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.core.factor import Factor
 from vertisynth.core.interfaces import PlanContext, Synthesizer, VerticalData

@@ -17,7 +17,6 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from vertisynth.core.dataset import Dataset
-from vertisynth.core.domain import Domain
 from vertisynth.core.errors import ConfigError
 from vertisynth.core.factor import Factor
 
@@ -164,7 +163,6 @@ class GraphicalModel:
         needed: set[int] = set()
         for a in attrs_:
             needed.add(min((k for k in comp if a in cl[k]), key=lambda k: self.domain.project(cl[k]).size()))
-        root = order[0][0]
 
         def path_to_root(k: int) -> list[int]:
             out = [k]

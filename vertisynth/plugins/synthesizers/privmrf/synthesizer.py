@@ -33,7 +33,6 @@ import time
 from typing import ClassVar
 
 import attrs
-import networkx as nx
 import numpy as np
 
 from vertisynth.core.dataset import Dataset
@@ -44,7 +43,7 @@ from vertisynth.core.mechanisms import gaussian_mechanism, gaussian_sigma
 from vertisynth.core.messages import Message
 from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
 
-from ..pgm import GraphicalModel, JunctionTree, Measurement, build_junction_tree, estimate
+from ..pgm import GraphicalModel, Measurement, build_junction_tree, estimate
 from ..pgm.graph import min_fill_cliques
 from ..scores import INDIF_SENSITIVITY, indif
 

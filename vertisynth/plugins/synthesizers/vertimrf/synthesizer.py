@@ -47,8 +47,7 @@ import attrs
 import numpy as np
 
 from vertisynth.core.config import structure
-from vertisynth.core.dataset import Dataset, VerticalPartition
-from vertisynth.core.domain import Domain
+from vertisynth.core.dataset import Dataset
 from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.core.factor import Factor
 from vertisynth.core.interfaces import PlanContext, Synthesizer, VerticalData
