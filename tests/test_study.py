@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import copy
+import tomllib
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -111,3 +113,49 @@ def test_dask_path_gives_the_same_table_as_local(tmp_path):
                                   dashboard_address=None) as cluster:
         remote = run_study(BASE, tmp_path / "dask", scheduler=cluster.scheduler_address, progress=False)
     pd.testing.assert_frame_equal(local, remote)
+
+
+def test_party_count_splits_the_attributes_into_contiguous_parties():
+    cells = expand_grid(study(grid={"parties.count": [2, 5]}, repeats=1))
+    for cell, k in zip(cells, (2, 5)):
+        parts = [p["attributes"] for p in cell.config["parties"]]
+        assert len(parts) == k and max(map(len, parts)) - min(map(len, parts)) <= 1
+        assert sum(parts, []) == sum([p["attributes"] for p in cells[0].config["parties"]], [])
+    with pytest.raises(ConfigError, match="parties.count"):
+        expand_grid(study(grid={"parties.count": [99]}))
+
+
+def test_variants_of_one_synthesizer_get_their_own_method_label(tmp_path):
+    grid = {"synthesizer": [{"use": "independent", "params": {"mechanism": "gaussian"}},
+                            {"use": "independent", "params": {"mechanism": "laplace"}}]}
+    from vertisynth.study.runner import method_labels
+    cells = expand_grid(study(grid=grid, repeats=1))
+    assert method_labels([c.config for c in cells]) == ["independent[mechanism=gaussian]",
+                                                       "independent[mechanism=laplace]"]
+
+
+STUDY_FILES = sorted((Path(__file__).parent.parent / "studies").glob("*.toml"))
+
+
+@pytest.mark.parametrize("path", STUDY_FILES, ids=lambda p: p.stem)
+def test_study_files_expand_in_full_and_quick(path):
+    data = tomllib.loads(path.read_text())
+    quick = expand_grid(apply_quick(data))
+    assert 1 <= len(quick) <= 12
+    if "parties.count" not in data["study"]["grid"]:       # needs the benchmark schema: see the next test
+        full = expand_grid(data)
+        assert len(full) > len(quick)
+
+
+@pytest.mark.shared_data
+def test_parties_study_splits_nltcs(data_dir):
+    data = tomllib.loads((Path(__file__).parent.parent / "studies" / "parties.toml").read_text())
+    cells = expand_grid(data, str(data_dir))
+    assert {len(c.config["parties"]) for c in cells} == {2, 4, 8, 16}
+
+
+def test_paper_fig4_has_the_papers_grid():
+    grid = tomllib.loads((Path(__file__).parent.parent / "studies" / "paper_fig4.toml").read_text())["study"]["grid"]
+    assert grid["budget.epsilon"] == [0.2, 0.4, 0.8, 1.6, 3.2]
+    assert grid["dataset.name"] == ["nltcs", "adult"]
+    assert [s["use"] for s in grid["synthesizer"]] == ["vertimrf", "vertimrf", "privmrf"]

@@ -4,6 +4,10 @@ Each cell is the base config with one value per grid key set at its dotted path,
 SeedSequence([base seed, repeat]): repeats get distinct seeds, and every method shares the seed of the same
 repeat (common random numbers make the per-repeat comparison paired). A cell is identified by the SHA-256 of
 its resolved config, which is also its cache key.
+
+Whole tables are grid values too (`synthesizer = [{use = "vertimrf", params = {encoder = "grr"}}, ...]`), and
+the virtual key `parties.count = [2, 4, 8]` splits the dataset's attributes, in schema order, into that many
+contiguous parties of near-equal size (the VertiMRF paper's Figure 6 experiment).
 """
 from __future__ import annotations
 
@@ -37,7 +41,12 @@ def config_hash(config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+PARTY_COUNT = "parties.count"
+
+
 def _check_key(base: dict[str, Any], key: str) -> None:
+    if key == PARTY_COUNT:
+        return
     parts = key.split(".")
     if not key or any(not p for p in parts):
         raise ConfigError(f"study.grid: {key!r} is not a dotted config key such as 'budget.epsilon'")
@@ -64,7 +73,27 @@ def repeat_seed(base_seed: int, repeat: int) -> int:
     return int(np.random.SeedSequence([int(base_seed), int(repeat)]).generate_state(1)[0])
 
 
-def expand_grid(data: dict[str, Any]) -> list[Cell]:
+def dataset_attributes(dataset: dict[str, Any], data_dir: str | None) -> tuple[str, ...]:
+    """The dataset's attribute names in schema order, from its source (no records are read)."""
+    from vertisynth.core.config import DatasetConfig, structure
+    from vertisynth.core.registry import default_registry
+
+    ds = structure(dataset or {}, DatasetConfig, "dataset")
+    spec = default_registry().get("dataset", ds.name)
+    cls = spec.load_config_cls()
+    source = spec.load_factory()(structure(ds.params, cls, "dataset.params") if cls else None, data_dir)
+    return tuple(source.schema.preview_domain().attributes)
+
+
+def split_parties(names: tuple[str, ...], count: Any) -> list[dict[str, Any]]:
+    if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= len(names):
+        raise ConfigError(f"study.grid: parties.count must be an integer in [1, {len(names)}] "
+                          f"(the number of attributes), got {count!r}")
+    chunks = np.array_split(np.arange(len(names)), count)
+    return [{"name": f"party{i + 1}", "attributes": [names[j] for j in c]} for i, c in enumerate(chunks)]
+
+
+def expand_grid(data: dict[str, Any], data_dir: str | None = None) -> list[Cell]:
     """Expand a study file's dict into cells; every resolved config is validated by parse_config."""
     data = copy.deepcopy(dict(data))
     study = data.pop("study", None)
@@ -88,7 +117,11 @@ def expand_grid(data: dict[str, Any]) -> list[Cell]:
         for r in range(repeats):
             resolved = copy.deepcopy(data)
             for k, v in zip(keys, combo):
-                set_dotted(resolved, k, v)
+                if k != PARTY_COUNT:
+                    set_dotted(resolved, k, v)
+            if PARTY_COUNT in grid:
+                names = dataset_attributes(resolved.get("dataset", {}), data_dir)
+                resolved["parties"] = split_parties(names, combo[keys.index(PARTY_COUNT)])
             resolved["seed"] = repeat_seed(base_seed, r)
             where = "study cell " + ", ".join(f"{k}={v!r}" for k, v in zip(keys, combo))
             parse_config(resolved, where=where)   # unknown keys / bad values -> ConfigError naming the cell

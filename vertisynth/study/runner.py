@@ -34,6 +34,7 @@ def run_cell(cell: Cell, cache_dir: str, data_dir: str | None) -> str:
     record = {"key": cell.key, "seed": cell.seed, "repeat": cell.repeat, "point": cell.point,
               "dataset": cell.config.get("dataset", {}).get("name", "census"),
               "method": cell.config.get("synthesizer", {}).get("use", "independent"),
+              "params": cell.config.get("synthesizer", {}).get("params", {}),
               "epsilon": cell.config["budget"]["epsilon"], "rows": rows,
               "seconds": time.perf_counter() - start}
     fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".tmp")
@@ -68,7 +69,7 @@ def run_study(data: dict[str, Any], out_dir: str | Path, *, quick: bool = False,
     if quick:
         data = apply_quick(data)
     study = parse_config(data, where="study file").study
-    cells = expand_grid(data)
+    cells = expand_grid(data, data_dir)
     _check_plugins(cells, data_dir)
     out = Path(out_dir)
     cache = out / "cells"
@@ -110,15 +111,38 @@ def _run_dask(todo: list[Cell], cache: str, data_dir: str | None, scheduler: str
 def collect(cells: list[Cell], cache: Path) -> pd.DataFrame:
     """Tidy table, one row per cell x metric, in cell order (finished cells only)."""
     rows = []
+    records = {c.index: json.loads((cache / f"{c.key}.json").read_text())
+               for c in cells if (cache / f"{c.key}.json").is_file()}
+    labels = method_labels([c.config for c in cells])
     for cell in cells:
-        path = cache / f"{cell.key}.json"
-        if not path.is_file():
+        rec = records.get(cell.index)
+        if rec is None:
             continue
-        rec = json.loads(path.read_text())
         for r in rec["rows"]:
-            rows.append({"cell": cell.index, "key": cell.key, "dataset": rec["dataset"], "method": rec["method"],
+            rows.append({"cell": cell.index, "key": cell.key, "dataset": rec["dataset"],
+                         "method": labels[cell.index],
                          "epsilon": float(rec["epsilon"]), "repeat": cell.repeat, "seed": cell.seed,
                          **{f"grid:{k}": json.dumps(v) if isinstance(v, (list, dict)) else v
                             for k, v in cell.point.items()},
                          "evaluator": r["evaluator"], "metric": r["metric"], "value": r["value"]})
     return pd.DataFrame(rows)
+
+
+def method_labels(configs: list[dict[str, Any]]) -> list[str]:
+    """`use`, plus the synthesizer params that vary between cells of the same `use` (e.g. vertimrf[encoder=grr]),
+    so variants of one synthesizer get their own line in the summary and figures."""
+    synths = [c.get("synthesizer", {}) for c in configs]
+    varying: dict[str, set[str]] = {}
+    for s in synths:
+        for other in synths:
+            if s.get("use") == other.get("use"):
+                p, q = s.get("params", {}), other.get("params", {})
+                varying.setdefault(s.get("use"), set()).update(k for k in set(p) | set(q) if p.get(k) != q.get(k))
+    labels = []
+    for s in synths:
+        keys = sorted(varying.get(s.get("use"), ()))
+        params = s.get("params", {})
+        extra = ",".join(f"{k}={json.dumps(params[k]) if isinstance(params.get(k), (dict, list)) else params.get(k)}"
+                         for k in keys if k in params)
+        labels.append(f"{s.get('use', 'independent')}[{extra}]" if extra else s.get("use", "independent"))
+    return labels
