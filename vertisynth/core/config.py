@@ -136,6 +136,9 @@ class StudyConfig:
 
     grid: dict[str, list[Any]] = attrs.field(factory=dict)
     repeats: int = 1
+    quick: dict[str, Any] | None = None   # smaller CI variant: {grid, repeats, set} (vertisynth.study.grid)
+    scheduler: str | None = None          # tcp://host:port of a Dask cluster; None runs locally with joblib
+    n_jobs: int = -1                      # local joblib workers
 
 
 @attrs.frozen

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import attrs
@@ -119,6 +120,10 @@ class Evaluator(Component):
     def evaluate_holdout(self, train: Dataset, holdout: Dataset, synthetic: Dataset,
                          rng: np.random.Generator) -> dict[str, float]:
         return self.evaluate(holdout if self.prefers_holdout else train, synthetic, rng)
+
+    def write_artifacts(self, out: Path) -> list[str]:
+        """Write files (e.g. figures) about the last evaluation into the run's output folder; their names."""
+        return []
 
 
 class Aligner(Component):

@@ -206,6 +206,8 @@ def execute(plan: Plan, output_dir: str | Path | None = None, progress: bool = F
     result = RunResult(frame, synthetic, real_aligned, metrics, plan.ledger, report)
     if output_dir is not None:
         result.output_dir = write_outputs(result, Path(output_dir))
+        for comp in plan.evaluators:   # figures an evaluator made from its last scores (e.g. heatmaps)
+            comp.instance.write_artifacts(result.output_dir)
     return result
 
 

@@ -19,4 +19,12 @@ def vertisynth_evaluators():
                       "vertisynth.plugins.evaluators.ml:SVMConfig",
                       "1 - accuracy of StandardScaler+SVC trained on synthetic, tested on a real holdout",
                       goal="minimize", min_value=0.0, max_value=1.0),
+        EvaluatorSpec("workload_error", "vertisynth.plugins.evaluators.workload:WorkloadError",
+                      "vertisynth.plugins.evaluators.workload:WorkloadConfig",
+                      "normalised L1 error over a marginal workload (1-way by default)",
+                      {"symmetric"}, goal="minimize", min_value=0.0, max_value=2.0),
+        EvaluatorSpec("correlation", "vertisynth.plugins.evaluators.correlation:Correlation",
+                      "vertisynth.plugins.evaluators.correlation:CorrelationConfig",
+                      "pairwise Cramer's V / normalised MI differences, with a heatmap",
+                      {"symmetric"}, goal="minimize", min_value=0.0, max_value=1.0),
     ]

@@ -1,0 +1,151 @@
+"""Grid expansion: a base config plus `[study] grid = {"dotted.key" = [values]}` and `repeats`.
+
+Each cell is the base config with one value per grid key set at its dotted path, and a seed drawn from
+SeedSequence([base seed, repeat]): repeats get distinct seeds, and every method shares the seed of the same
+repeat (common random numbers make the per-repeat comparison paired). A cell is identified by the SHA-256 of
+its resolved config, which is also its cache key.
+
+Whole tables are grid values too (`synthesizer = [{use = "vertimrf", params = {encoder = "grr"}}, ...]`), and
+the virtual key `parties.count = [2, 4, 8]` splits the dataset's attributes, in schema order, into that many
+contiguous parties of near-equal size (the VertiMRF paper's Figure 6 experiment).
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+from typing import Any
+
+import attrs
+import numpy as np
+
+from vertisynth.core.config import RunConfig, parse_config
+from vertisynth.core.errors import ConfigError
+
+# Keys under these may be created by the grid (free-form params); everything else must already be a field.
+_FREE_FORM = ("params",)
+
+
+@attrs.frozen
+class Cell:
+    index: int
+    repeat: int
+    seed: int
+    point: dict[str, Any]      # grid key -> value for this cell
+    config: dict[str, Any]     # resolved config (no [study] table)
+    key: str                   # sha256 of the resolved config: the cache key
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+PARTY_COUNT = "parties.count"
+
+
+def _check_key(base: dict[str, Any], key: str) -> None:
+    if key == PARTY_COUNT:
+        return
+    parts = key.split(".")
+    if not key or any(not p for p in parts):
+        raise ConfigError(f"study.grid: {key!r} is not a dotted config key such as 'budget.epsilon'")
+    fields = {f.name for f in attrs.fields(RunConfig)} - {"study"}
+    if parts[0] not in fields:
+        raise ConfigError(f"study.grid: unknown key {key!r}: {parts[0]!r} is not a config section "
+                          f"(choices: {', '.join(sorted(fields))})")
+
+
+def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        nxt = node.get(part)
+        if nxt is None:
+            nxt = node[part] = {}
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"study.grid: {key!r}: {'.'.join(parts[:i + 1])!r} is not a table")
+        node = nxt
+    node[parts[-1]] = copy.deepcopy(value)
+
+
+def repeat_seed(base_seed: int, repeat: int) -> int:
+    return int(np.random.SeedSequence([int(base_seed), int(repeat)]).generate_state(1)[0])
+
+
+def dataset_attributes(dataset: dict[str, Any], data_dir: str | None) -> tuple[str, ...]:
+    """The dataset's attribute names in schema order, from its source (no records are read)."""
+    from vertisynth.core.config import DatasetConfig, structure
+    from vertisynth.core.registry import default_registry
+
+    ds = structure(dataset or {}, DatasetConfig, "dataset")
+    spec = default_registry().get("dataset", ds.name)
+    cls = spec.load_config_cls()
+    source = spec.load_factory()(structure(ds.params, cls, "dataset.params") if cls else None, data_dir)
+    return tuple(source.schema.preview_domain().attributes)
+
+
+def split_parties(names: tuple[str, ...], count: Any) -> list[dict[str, Any]]:
+    if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= len(names):
+        raise ConfigError(f"study.grid: parties.count must be an integer in [1, {len(names)}] "
+                          f"(the number of attributes), got {count!r}")
+    chunks = np.array_split(np.arange(len(names)), count)
+    return [{"name": f"party{i + 1}", "attributes": [names[j] for j in c]} for i, c in enumerate(chunks)]
+
+
+def expand_grid(data: dict[str, Any], data_dir: str | None = None) -> list[Cell]:
+    """Expand a study file's dict into cells; every resolved config is validated by parse_config."""
+    data = copy.deepcopy(dict(data))
+    study = data.pop("study", None)
+    if not study:
+        raise ConfigError("study: the file has no [study] table with a grid")
+    grid = study.get("grid") or {}
+    repeats = study.get("repeats", 1)
+    if not isinstance(grid, dict) or not grid:
+        raise ConfigError("study.grid: the grid is empty; give at least one key, e.g. "
+                          "grid = { \"budget.epsilon\" = [0.5, 1.0] }")
+    if not isinstance(repeats, int) or repeats < 1:
+        raise ConfigError(f"study.repeats must be a positive integer, got {repeats!r}")
+    for key, values in grid.items():
+        _check_key(data, key)
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"study.grid: {key!r} needs a non-empty list of values, got {values!r}")
+    base_seed = data.get("seed", 0)
+    keys = list(grid)
+    cells = []
+    for combo in itertools.product(*(grid[k] for k in keys)):
+        for r in range(repeats):
+            resolved = copy.deepcopy(data)
+            for k, v in zip(keys, combo):
+                if k != PARTY_COUNT:
+                    set_dotted(resolved, k, v)
+            if PARTY_COUNT in grid:
+                names = dataset_attributes(resolved.get("dataset", {}), data_dir)
+                resolved["parties"] = split_parties(names, combo[keys.index(PARTY_COUNT)])
+            resolved["seed"] = repeat_seed(base_seed, r)
+            where = "study cell " + ", ".join(f"{k}={v!r}" for k, v in zip(keys, combo))
+            parse_config(resolved, where=where)   # unknown keys / bad values -> ConfigError naming the cell
+            cells.append(Cell(len(cells), r, resolved["seed"], dict(zip(keys, combo)), resolved,
+                              config_hash(resolved)))
+    return cells
+
+
+def apply_quick(data: dict[str, Any]) -> dict[str, Any]:
+    """`[study.quick]`: a smaller variant for CI: `grid` entries replace the full grid's, `repeats` replaces
+    repeats, and `set = {"dotted.key" = value}` overrides base keys (e.g. a smaller dataset)."""
+    data = copy.deepcopy(dict(data))
+    study = data.get("study") or {}
+    quick = study.pop("quick", None)
+    if quick is None:
+        raise ConfigError("study: --quick was asked for but the file has no [study.quick] table")
+    unknown = set(quick) - {"grid", "repeats", "set"}
+    if unknown:
+        raise ConfigError(f"study.quick: unknown keys {sorted(unknown)} (allowed: grid, repeats, set)")
+    study["grid"] = {**study.get("grid", {}), **quick.get("grid", {})}
+    if "repeats" in quick:
+        study["repeats"] = quick["repeats"]
+    for k, v in quick.get("set", {}).items():
+        _check_key(data, k)
+        set_dotted(data, k, v)
+    data["study"] = study
+    return data

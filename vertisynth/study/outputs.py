@@ -1,0 +1,55 @@
+"""Study outputs: results.csv / results.parquet (tidy), summary.md (mean ± std per dataset, method, ε) and
+one PNG per (dataset, metric): metric vs ε, one line per method, error bars = std over repeats (cf. the
+VertiMRF paper's Figures 4-5)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
+
+
+def write_outputs(table: pd.DataFrame, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / "results.csv", index=False)
+    table.to_parquet(out / "results.parquet", index=False)
+    lines = ["# Study summary", "", f"{table['cell'].nunique() if len(table) else 0} cells, "
+             f"{len(table)} metric rows. Values are mean ± std over repeats.", ""]
+    if len(table):
+        table = table.assign(name=table["evaluator"] + "." + table["metric"])
+        agg = (table.groupby(["dataset", "method", "epsilon", "name"])["value"]
+               .agg(["mean", "std", "count"]).reset_index())
+        for (dataset, name), part in agg.groupby(["dataset", "name"]):
+            lines += [f"## {dataset}: {name}", "", "| method | ε | mean ± std | runs |", "|---|---|---|---|"]
+            for r in part.itertuples():
+                std = 0.0 if pd.isna(r.std) else r.std
+                lines.append(f"| {r.method} | {r.epsilon:g} | {r.mean:.4f} ± {std:.4f} | {r.count} |")
+            png = _plot(part, dataset, name, out)
+            lines += ["", f"![{dataset} {name}]({png})", ""]
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
+
+
+def _plot(part: pd.DataFrame, dataset: str, name: str, out: Path) -> str:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for method, m in part.groupby("method"):
+        m = m.sort_values("epsilon")
+        ax.errorbar(m["epsilon"], m["mean"], yerr=m["std"].fillna(0.0), marker="o", capsize=3, label=method)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("ε")
+    ax.set_ylabel(name)
+    ax.set_title(dataset)
+    ax.legend()
+    fig.tight_layout()
+    rel = f"figures/{_slug(dataset)}__{_slug(name)}.png"
+    (out / "figures").mkdir(exist_ok=True)
+    fig.savefig(out / rel, dpi=100)
+    plt.close(fig)
+    return rel

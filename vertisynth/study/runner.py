@@ -1,0 +1,148 @@
+"""Run the cells of a study: each cell is one `pipeline.run`, cached on disk as `cells/<hash>.json`.
+
+Cells run in parallel with joblib (local processes) or, given a scheduler address, on an existing Dask
+distributed cluster. A cell writes its cache file atomically when it finishes, so a killed study restarted
+with the same file recomputes only the cells without one.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from vertisynth.core.config import parse_config
+from vertisynth.core.errors import ConfigError, PluginError
+from vertisynth.study.grid import Cell, apply_quick, expand_grid
+from vertisynth.study.outputs import write_outputs
+
+
+def run_cell(cell: Cell, cache_dir: str, data_dir: str | None) -> str:
+    """Run one cell and write its metric rows to the cache; returns the cell key. Runs in a worker."""
+    from vertisynth.core.pipeline import run
+
+    start = time.perf_counter()
+    result = run(parse_config(cell.config, where=f"study cell {cell.index}"), data_dir=data_dir)
+    rows = [{"evaluator": ev, "metric": m, "value": float(v)}
+            for ev, metrics in result.metrics.items() for m, v in metrics.items()
+            if isinstance(v, (int, float))]
+    record = {"key": cell.key, "seed": cell.seed, "repeat": cell.repeat, "point": cell.point,
+              "dataset": cell.config.get("dataset", {}).get("name", "census"),
+              "method": cell.config.get("synthesizer", {}).get("use", "independent"),
+              "params": cell.config.get("synthesizer", {}).get("params", {}),
+              "epsilon": cell.config["budget"]["epsilon"], "rows": rows,
+              "seconds": time.perf_counter() - start}
+    fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(record, fh, default=str)
+    os.replace(tmp, Path(cache_dir) / f"{cell.key}.json")   # atomic: a killed cell leaves no cache file
+    return cell.key
+
+
+def _check_plugins(cells: list[Cell], data_dir: str | None) -> None:
+    """Resolve every distinct cell's plugins before running anything (unknown names list the choices)."""
+    from vertisynth.core.pipeline import make_plan
+    seen = set()
+    for cell in cells:
+        cfg = {k: v for k, v in cell.config.items() if k != "seed"}
+        key = json.dumps(cfg, sort_keys=True, default=str)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            make_plan(parse_config(cell.config), data_dir=data_dir)
+        except PluginError as exc:
+            raise PluginError(f"study cell {cell.point}: {exc}") from None
+
+
+def run_study(data: dict[str, Any], out_dir: str | Path, *, quick: bool = False, n_jobs: int | None = None,
+              scheduler: str | None = None, data_dir: str | None = None, progress: bool = True,
+              only: int | None = None) -> pd.DataFrame:
+    """Run (or resume) a study; returns the tidy results table and writes outputs under `out_dir`.
+
+    `only` stops after that many newly computed cells (used to simulate an interrupted run in tests)."""
+    if quick:
+        data = apply_quick(data)
+    study = parse_config(data, where="study file").study
+    cells = expand_grid(data, data_dir)
+    _check_plugins(cells, data_dir)
+    out = Path(out_dir)
+    cache = out / "cells"
+    cache.mkdir(parents=True, exist_ok=True)
+    todo = [c for c in cells if not (cache / f"{c.key}.json").is_file()]
+    if only is not None:
+        todo = todo[:only]
+    scheduler = scheduler or study.scheduler
+    n_jobs = n_jobs if n_jobs is not None else study.n_jobs
+    bar = tqdm(total=len(cells), initial=len(cells) - len(todo), desc="study cells", unit="cell",
+               disable=not progress, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}]")
+    if todo and scheduler:
+        _run_dask(todo, str(cache), data_dir, scheduler, bar)
+    elif todo:
+        from joblib import Parallel, delayed
+        jobs = Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
+            delayed(run_cell)(c, str(cache), data_dir) for c in todo)
+        for _ in jobs:
+            bar.update(1)
+    bar.close()
+    table = collect(cells, cache)
+    write_outputs(table, out)
+    return table
+
+
+def _run_dask(todo: list[Cell], cache: str, data_dir: str | None, scheduler: str, bar: tqdm) -> None:
+    try:
+        from dask.distributed import Client, as_completed
+    except ImportError:
+        raise ConfigError("study: a scheduler was given but dask.distributed is not installed "
+                          "(pip install 'vertisynth[dask]')") from None
+    with Client(scheduler) as client:
+        futures = [client.submit(run_cell, c, cache, data_dir, pure=False) for c in todo]
+        for fut in as_completed(futures):
+            fut.result()
+            bar.update(1)
+
+
+def collect(cells: list[Cell], cache: Path) -> pd.DataFrame:
+    """Tidy table, one row per cell x metric, in cell order (finished cells only)."""
+    rows = []
+    records = {c.index: json.loads((cache / f"{c.key}.json").read_text())
+               for c in cells if (cache / f"{c.key}.json").is_file()}
+    labels = method_labels([c.config for c in cells])
+    for cell in cells:
+        rec = records.get(cell.index)
+        if rec is None:
+            continue
+        for r in rec["rows"]:
+            rows.append({"cell": cell.index, "key": cell.key, "dataset": rec["dataset"],
+                         "method": labels[cell.index],
+                         "epsilon": float(rec["epsilon"]), "repeat": cell.repeat, "seed": cell.seed,
+                         **{f"grid:{k}": json.dumps(v) if isinstance(v, (list, dict)) else v
+                            for k, v in cell.point.items()},
+                         "evaluator": r["evaluator"], "metric": r["metric"], "value": r["value"]})
+    return pd.DataFrame(rows)
+
+
+def method_labels(configs: list[dict[str, Any]]) -> list[str]:
+    """`use`, plus the synthesizer params that vary between cells of the same `use` (e.g. vertimrf[encoder=grr]),
+    so variants of one synthesizer get their own line in the summary and figures."""
+    synths = [c.get("synthesizer", {}) for c in configs]
+    varying: dict[str, set[str]] = {}
+    for s in synths:
+        for other in synths:
+            if s.get("use") == other.get("use"):
+                p, q = s.get("params", {}), other.get("params", {})
+                varying.setdefault(s.get("use"), set()).update(k for k in set(p) | set(q) if p.get(k) != q.get(k))
+    labels = []
+    for s in synths:
+        keys = sorted(varying.get(s.get("use"), ()))
+        params = s.get("params", {})
+        extra = ",".join(f"{k}={json.dumps(params[k]) if isinstance(params.get(k), (dict, list)) else params.get(k)}"
+                         for k in keys if k in params)
+        labels.append(f"{s.get('use', 'independent')}[{extra}]" if extra else s.get("use", "independent"))
+    return labels
