@@ -145,3 +145,18 @@ def test_private_pgm_workload_and_bad_params():
 def test_private_pgm_on_nltcs(data_dir):
     res = run(_cfg(dataset={"name": "nltcs", "params": {"data_dir": str(data_dir)}}))
     assert res.metrics["tvd"]["tvd_2way"] < 0.2
+
+
+def test_warm_start_continues_from_the_given_model_and_refuses_foreign_measurements():
+    dom, tree, truth = _chain()
+    rng = np.random.default_rng(2)
+    meas = [Measurement(c, truth.marginal(c).values + rng.normal(0, 5, dom.project(c).shape), 5.0)
+            for c in [("a", "b"), ("b", "c"), ("c", "d")]]
+    first = estimate(dom, meas, iters=50)
+    warm = estimate(dom, meas, iters=50, warm_start=first.model)
+    # a warm start begins where the first fit ended, not from the uniform model
+    assert warm.losses[0] <= first.losses[-1] + 1e-6
+    assert warm.losses[0] < first.losses[0]
+    with pytest.raises(ConfigError, match="warm start"):
+        estimate(dom, [Measurement(("a", "e"), truth.marginal(("a", "e")).values, 1.0)], iters=5,
+                 warm_start=first.model)
