@@ -37,11 +37,13 @@ class PlanContext:
     budget: Budget
     planned_before: tuple[Cost, ...] = ()
     n_public: int | None = None  # a public bound on the record count, when the config gives one
+    group_size: int = 1  # rows one person may fill after alignment (ledger charges group privacy)
 
     @property
     def rho(self) -> float:
-        """The largest zCDP ρ this component may spend so that everything fits the budget."""
-        return remaining_rho(self.budget, self.planned_before)
+        """The largest zCDP ρ this component may spend so that everything fits the budget
+        (divided by group_size², since the ledger charges c²ρ for groups of c)."""
+        return remaining_rho(self.budget, self.planned_before) / self.group_size ** 2
 
     @property
     def epsilon(self) -> float:
@@ -52,7 +54,7 @@ class PlanContext:
         left = self.budget.epsilon - used
         if left <= 0:
             raise BudgetError(f"earlier stages already plan ε={used:.4g} of the budget ε={self.budget.epsilon:.4g}")
-        return left
+        return left / self.group_size
 
 
 @attrs.frozen(eq=False)
@@ -113,6 +115,7 @@ class Evaluator(Component):
 
     prefers_holdout: ClassVar[bool] = False
     requires_holdout: ClassVar[bool] = False
+    uses_alignment: ClassVar[bool] = False  # scores the aligned (filled) party tables via evaluate_alignment
 
     @abstractmethod
     def evaluate(self, real: Dataset, synthetic: Dataset, rng: np.random.Generator) -> dict[str, float]: ...
@@ -121,19 +124,51 @@ class Evaluator(Component):
                          rng: np.random.Generator) -> dict[str, float]:
         return self.evaluate(holdout if self.prefers_holdout else train, synthetic, rng)
 
+    def evaluate_alignment(self, alignment: Alignment, rng: np.random.Generator) -> dict[str, float]:
+        """Evaluators with `uses_alignment` score the aligned party tables and their fill masks instead."""
+        raise NotImplementedError(f"{type(self).__name__} sets uses_alignment but has no evaluate_alignment")
+
     def write_artifacts(self, out: Path) -> list[str]:
         """Write files (e.g. figures) about the last evaluation into the run's output folder; their names."""
         return []
 
 
+@attrs.frozen(eq=False)
+class Alignment:
+    """What an aligner returns: row-aligned views, a JSON-able `info` for the report (protocol, sizes it
+    revealed, fill rates), and per party a mask of the rows it filled (empty when nothing was filled)."""
+
+    views: dict[str, Dataset]
+    info: dict[str, Any]
+    filled: dict[str, np.ndarray] = attrs.field(factory=dict)
+
+    def __iter__(self):  # `views, info = aligner.align(...)` keeps working
+        return iter((self.views, self.info))
+
+    def real_everywhere(self) -> np.ndarray:
+        """Rows that every party holds for real (the people in the intersection)."""
+        n = next(iter(self.views.values())).n
+        mask = np.ones(n, bool)
+        for m in self.filled.values():
+            mask &= ~m
+        return mask
+
+
 class Aligner(Component):
-    """Brings the parties' tables into one common row order (e.g. PSI/PSU on an ID column)."""
+    """Brings the parties' tables into one common row order (e.g. PSI/PSU on an ID column).
+
+    `ids`, when the data are keyed by an identifier, holds each party's raw identifiers, one per row of
+    its view. `group_size` is how many rows one person's record may occupy afterwards (a fill that
+    copies real records makes it > 1; the ledger then charges every later stage group privacy).
+    """
+
+    def group_size(self) -> int:
+        return 1
 
     @abstractmethod
-    def align(
-        self, views: Mapping[str, Dataset], ledger: PrivacyLedger, rng: np.random.Generator
-    ) -> tuple[dict[str, Dataset], dict[str, Any]]:
-        """Return the aligned views and a JSON-able info dict (sizes revealed, fill rates...)."""
+    def align(self, views: Mapping[str, Dataset], ledger: PrivacyLedger, rng: np.random.Generator,
+              ids: Mapping[str, Sequence[Any]] | None = None) -> Alignment:
+        """Return the aligned views, a JSON-able info dict and the fill masks."""
 
 
 class Encoder(Component):

@@ -1,7 +1,7 @@
 """What a dataset plugin hands to the pipeline."""
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -18,15 +18,21 @@ class LoadedData:
 
     `truth`, when the data come from a known distribution, returns its exact marginal on a set of
     attributes (in code space); evaluators can then score against the population, not a sample.
+
+    ID-keyed data (each party its own table with an identifier column, partial overlap): `party_frames`
+    holds each party's columns and `party_ids` its identifiers, row by row; `frame` is then None and an
+    alignment protocol (psi/psu) brings the rows together.
     """
 
-    frame: pd.DataFrame
+    frame: pd.DataFrame | None
     schema: TableSchema
     default_parties: Sequence[Sequence[str]]
     party_names: Sequence[str] | None = None
     description: str = ""
     truth: Callable[[Sequence[str]], Factor] | None = None
     info: dict[str, Any] = attrs.field(factory=dict)
+    party_frames: Mapping[str, pd.DataFrame] | None = None
+    party_ids: Mapping[str, Sequence[Any]] | None = None
 
     @property
     def domain(self) -> Domain:

@@ -22,9 +22,9 @@ import pandas as pd
 from .. import __version__
 from .config import CONVERTER, RunConfig, structure
 from .dataset import Dataset, VerticalPartition
-from .encoding import TableCodec
+from .encoding import TableCodec, TableSchema
 from .errors import BudgetError, ConfigError, DataError
-from .interfaces import Aligner, Evaluator, PlanContext, Synthesizer, VerticalData
+from .interfaces import Aligner, Alignment, Evaluator, PlanContext, Synthesizer, VerticalData
 from .loaded import DatasetSource
 from .privacy import PrivacyLedger
 from .registry import Registry, default_registry
@@ -119,7 +119,10 @@ def make_plan(config: RunConfig, registry: Registry | None = None, data_dir: str
     ledger.plan(source.schema.planned_charges())
     for comp in [aligner, synth, *evals]:
         ledger.check_plan()  # an earlier stage may already exceed the budget: say so with the split
-        ctx = PlanContext(domain, partition, budget, tuple(c.cost for c in ledger.planned))
+        if comp is synth:  # a fill that copies records: later stages pay group privacy (ledger and ctx)
+            ledger.group_size = aligner.instance.group_size()
+        ctx = PlanContext(domain, partition, budget, tuple(c.cost for c in ledger.planned),
+                          group_size=ledger.group_size)
         try:
             charges = comp.instance.plan(ctx)
         except BudgetError as exc:
@@ -158,32 +161,47 @@ def execute(plan: Plan, output_dir: str | Path | None = None, progress: bool = F
     try:
         with _timed(timings, "load data", bar):
             loaded = plan.source.load()
+        holdout, keyed = None, loaded.party_frames is not None
         with _timed(timings, "encode", bar):
-            codec: TableCodec = loaded.schema.fit(loaded.frame, plan.ledger, streams["preprocessing"])
-            real = codec.encode(loaded.frame)
-            holdout = None
-            if cfg.evaluation.holdout > 0:  # a seeded, data-independent split: the synthesizer never sees these rows
-                order = streams["split"].permutation(real.n)
-                k = int(round(cfg.evaluation.holdout * real.n))
-                if k < 1 or k >= real.n:
-                    raise DataError(f"holdout {cfg.evaluation.holdout} of {real.n} records leaves an empty side")
-                holdout, real = real.take(np.sort(order[:k])), real.take(np.sort(order[k:]))
-            views = plan.partition.views(real)
+            if keyed:
+                codec, views = _encode_parties(plan, loaded, streams["preprocessing"])
+            else:
+                codec = loaded.schema.fit(loaded.frame, plan.ledger, streams["preprocessing"])
+                real = codec.encode(loaded.frame)
+                if cfg.evaluation.holdout > 0:  # a seeded, data-independent split: the synthesizer never sees these rows
+                    taken = _holdout_rows(np.arange(real.n), cfg.evaluation.holdout, streams["split"])
+                    holdout, real = real.take(taken), real.take(np.setdiff1d(np.arange(real.n), taken))
+                views = plan.partition.views(real)
         with _timed(timings, "align", bar):
-            views, align_info = plan.aligner.instance.align(views, plan.ledger, streams["alignment"])
+            alignment = plan.aligner.instance.align(views, plan.ledger, streams["alignment"],
+                                                    ids=loaded.party_ids if keyed else None)
+            if isinstance(alignment, tuple):  # an aligner written against the older (views, info) contract
+                alignment = Alignment(*alignment)
+            views, align_info = alignment.views, alignment.info
+            if keyed and cfg.evaluation.holdout > 0:  # held-out people come from those every party holds
+                joined = VerticalData(plan.partition, views).joined()
+                taken = _holdout_rows(np.flatnonzero(alignment.real_everywhere()), cfg.evaluation.holdout,
+                                      streams["split"])
+                holdout = joined.take(taken).project(codec.domain.attributes)
+                keep = np.setdiff1d(np.arange(joined.n), taken)
+                views = {p: v.take(keep) for p, v in views.items()}
+                alignment = Alignment(views, align_info, {p: m[keep] for p, m in alignment.filled.items()})
         data = VerticalData(plan.partition, views)
         with _timed(timings, "fit", bar):
             plan.synthesizer.instance.fit(data, plan.ledger, streams["fit"])
         with _timed(timings, "sample", bar):
             synthetic = plan.synthesizer.instance.sample(cfg.sample_size, streams["sample"])
-            synthetic = synthetic.project(real.domain.attributes)
+            synthetic = synthetic.project(codec.domain.attributes)
         with _timed(timings, "decode", bar):
             frame = codec.decode(synthetic, streams["decode"])
         metrics: dict[str, dict[str, float]] = {}
-        real_aligned = data.joined().project(real.domain.attributes)
+        # evaluators compare with the people every party holds for real (all rows unless a fill ran)
+        real_aligned = data.joined().take(np.flatnonzero(alignment.real_everywhere())).project(codec.domain.attributes)
         with _timed(timings, "evaluate", bar):
             for comp in plan.evaluators:
-                if holdout is None:
+                if comp.instance.uses_alignment:
+                    metrics[comp.spec.name] = comp.instance.evaluate_alignment(alignment, streams["evaluate"])
+                elif holdout is None:
                     metrics[comp.spec.name] = comp.instance.evaluate(real_aligned, synthetic, streams["evaluate"])
                 else:
                     metrics[comp.spec.name] = comp.instance.evaluate_holdout(real_aligned, holdout, synthetic,
@@ -209,6 +227,34 @@ def execute(plan: Plan, output_dir: str | Path | None = None, progress: bool = F
         for comp in plan.evaluators:   # figures an evaluator made from its last scores (e.g. heatmaps)
             comp.instance.write_artifacts(result.output_dir)
     return result
+
+
+def _encode_parties(plan: Plan, loaded: Any, rng: np.random.Generator) -> tuple[TableCodec, dict[str, Dataset]]:
+    """ID-keyed data: each party encodes its own table with its part of the schema."""
+    frames = loaded.party_frames
+    names = list(plan.partition.names)
+    if set(frames) != set(names):
+        raise DataError(f"the dataset has tables for parties {sorted(frames)} but the config's parties are {names}")
+    by_name, views = {}, {}
+    for party in plan.partition:
+        own = list(party.attributes)
+        frame = frames[party.name]
+        lacking = [a for a in own if a not in frame.columns]
+        if lacking:
+            raise DataError(f"party {party.name!r}'s table lacks its columns {lacking}")
+        sub = TableSchema(tuple(c for c in loaded.schema.columns if c.name in own))
+        codec = sub.fit(frame[own], plan.ledger, rng)
+        views[party.name] = codec.encode(frame[own])
+        by_name.update({c.schema.name: c for c in codec.columns})
+    return TableCodec(tuple(by_name[c.name] for c in loaded.schema.columns)), views
+
+
+def _holdout_rows(candidates: np.ndarray, fraction: float, rng: np.random.Generator) -> np.ndarray:
+    """A seeded, data-independent share of the `candidates` rows to hold out (sorted indices)."""
+    k = int(round(fraction * len(candidates)))
+    if k < 1 or k >= len(candidates):
+        raise DataError(f"holdout {fraction} of {len(candidates)} records leaves an empty side")
+    return np.sort(rng.permutation(candidates)[:k])
 
 
 def run(config: RunConfig, output_dir: str | Path | None = None, registry: Registry | None = None,

@@ -299,9 +299,29 @@ class PrivacyLedger:
     budget: Budget
     planned: list[Charge] = attrs.field(factory=list)
     spent: list[Charge] = attrs.field(factory=list)
+    # Group privacy: when alignment lets one person's record appear in up to `group_size` rows (a
+    # `sample` fill copies real records), every later charge costs what it costs for a group that size.
+    group_size: int = 1
 
     def plan(self, charges: Iterable[Charge]) -> None:
-        self.planned.extend(charges)
+        self.planned.extend(map(self._grouped, charges))
+
+    def _grouped(self, charge: Charge) -> Charge:
+        c = self.group_size
+        if c == 1:
+            return charge
+        cost = charge.cost
+        if isinstance(cost, ZCDP):     # Bun & Steinke 2016, Prop. 1.9: rho-zCDP -> c^2 rho for groups of c
+            new: Cost = ZCDP(c * c * cost.rho)
+        elif isinstance(cost, PureDP):  # Dwork & Roth 2014, Thm 2.2
+            new = PureDP(c * cost.epsilon)
+        elif isinstance(cost, ApproxDP):  # (c eps, c e^{(c-1) eps} delta)
+            new = ApproxDP(c * cost.epsilon, min(1.0, c * math.exp((c - 1) * cost.epsilon) * cost.delta))
+        else:
+            raise BudgetError(f"{charge.stage} {charge.mechanism!r}: a {type(cost).__name__} cost has no group-privacy "
+                              f"conversion here, and records may appear {c} times (sample fill); use fill 'marginal'")
+        note = (charge.note + "; " if charge.note else "") + f"group privacy x{c} ({cost.describe()} per row)"
+        return attrs.evolve(charge, cost=new, note=note)
 
     def planned_epsilon(self) -> float:
         return Composition.of(c.cost for c in self.planned).epsilon(self.budget.delta)
@@ -320,6 +340,8 @@ class PrivacyLedger:
             )
 
     def spend(self, charge: Charge) -> None:
+        charge = self._grouped(charge)
+
         def matches(c: Charge) -> bool:
             return c.key() == charge.key() and _same_cost(c.cost, charge.cost)
 

@@ -1,0 +1,122 @@
+"""Synthetic fill after PSU: each party fills its attributes for the universal IDs it does not hold.
+
+Strategies (seed 001, Section 2.4), all in code space and run by the party alone:
+  sample    copy the whole attribute vector of a uniformly random real record of the same party (the
+            seed's fea-sampling: filled rows look like real ones, which is what resists the spectral
+            attack; no budget: the copied rows are the party's own, and the filled table only goes into
+            the DP synthesizer, which accounts for every record it sees - see `docs/alignment.md`).
+  marginal  draw every attribute independently from the party's DP 1-way marginals (Gaussian, charged).
+  uniform   uniform codes: a comparison point only (like the seed's fea-random, easy to detect).
+Per-column overrides for a label column: `constant` (a public value) and `majority` (the most frequent
+value by a DP count, charged).
+
+Effect on utility: a filled row pairs one party's real values with another party's unrelated ones, so
+cross-party correlations are diluted by about the non-overlap fraction (|U| - |∩|) / |U|.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import attrs
+import numpy as np
+
+from vertisynth.core.dataset import Dataset, VerticalPartition
+from vertisynth.core.errors import ConfigError
+from vertisynth.core.mechanisms import gaussian_mechanism
+from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
+
+STRATEGIES = ("sample", "marginal", "uniform")
+COLUMN_STRATEGIES = ("constant", "majority")
+STAGE = "alignment"
+
+
+@attrs.frozen
+class ColumnFill:
+    """strategy: constant (needs value, a label of the column) or majority (DP count)."""
+
+    strategy: str
+    value: str | None = None
+
+
+def check_fill(strategy: str, columns: Mapping[str, ColumnFill]) -> None:
+    if strategy not in STRATEGIES:
+        raise ConfigError(f"unknown fill strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
+    for col, spec in columns.items():
+        if spec.strategy not in COLUMN_STRATEGIES:
+            raise ConfigError(f"fill column {col!r}: unknown strategy {spec.strategy!r}; "
+                              f"choose from {', '.join(COLUMN_STRATEGIES)}")
+        if spec.strategy == "constant" and spec.value is None:
+            raise ConfigError(f"fill column {col!r}: strategy 'constant' needs a value")
+
+
+def dp_attributes(strategy: str, columns: Mapping[str, ColumnFill], partition: VerticalPartition) -> dict[str, list[str]]:
+    """Per party, the attributes whose DP 1-way marginal the fill releases."""
+    out: dict[str, list[str]] = {}
+    for party in partition:
+        attrs_ = [a for a in party.attributes
+                  if (a in columns and columns[a].strategy == "majority")
+                  or (a not in columns and strategy == "marginal")]
+        if attrs_:
+            out[party.name] = attrs_
+    return out
+
+
+def plan_charges(rho: float, dp_attrs: Mapping[str, Sequence[str]]) -> list[Charge]:
+    """The 1-way marginals of d attributes have L2 sensitivity sqrt(d) (one person moves one count per
+    attribute, whichever party holds it), so one σ for all: ρ = d/(2σ²), split by party in proportion."""
+    d = sum(len(v) for v in dp_attrs.values())
+    return [Charge(STAGE, "fill marginals (gaussian)", ZCDP(rho * len(v) / d), p) for p, v in dp_attrs.items()]
+
+
+def fill_view(view: Dataset, held: np.ndarray, strategy: str, columns: Mapping[str, ColumnFill],
+              dp_attrs: Sequence[str], rho_party: float, ledger: PrivacyLedger, party: str,
+              rng: np.random.Generator, max_copies: int = 1) -> Dataset:
+    """A table over all universal IDs: the party's real rows where `held`, filled rows elsewhere.
+
+    `rho_party` is this party's share of the fill budget for the DP 1-way marginals of `dp_attrs`
+    (L2 sensitivity sqrt(len(dp_attrs)), so every party's marginals get the same σ)."""
+    n_u, dom = len(held), view.domain
+    missing = ~held
+    k = int(missing.sum())
+    noisy: dict[str, np.ndarray] = {}
+    if dp_attrs:  # released (and charged) even when nothing is missing: the spend must not depend on data
+        counts = np.concatenate([view.counts([a]).values.ravel() for a in dp_attrs])
+        noisy_all = gaussian_mechanism(counts, rho_party, rng, ledger, STAGE, party,
+                                       l2_sensitivity=math.sqrt(len(dp_attrs)), mechanism="fill marginals (gaussian)")
+        at = 0
+        for a in dp_attrs:
+            noisy[a] = noisy_all[at:at + dom.size(a)]
+            at += dom.size(a)
+    codes = np.zeros((n_u, len(dom)), dtype=view.codes.dtype)
+    codes[held] = view.codes
+    if k:
+        if strategy == "sample":
+            if view.n == 0:
+                raise ConfigError(f"party {party!r} holds no records: 'sample' fill has nothing to copy")
+            # without replacement (each record at most max_copies times): that bounds the group size
+            pool = np.tile(np.arange(view.n), max_copies)
+            codes[missing] = view.codes[pool[rng.permutation(len(pool))[:k]]]
+        for j, a in enumerate(dom.attributes):
+            spec = columns.get(a)
+            if spec is not None and spec.strategy == "constant":
+                codes[missing, j] = _code_of(dom, a, spec.value)
+            elif spec is not None and spec.strategy == "majority":
+                codes[missing, j] = int(np.argmax(noisy[a]))
+            elif strategy == "marginal":
+                p = np.clip(noisy[a], 0, None)
+                p = p / p.sum() if p.sum() > 0 else np.full(dom.size(a), 1 / dom.size(a))
+                codes[missing, j] = rng.choice(dom.size(a), size=k, p=p)
+            elif strategy == "uniform":
+                codes[missing, j] = rng.integers(0, dom.size(a), size=k)
+    return Dataset(codes, dom)
+
+
+def _code_of(dom, attr: str, value: str) -> int:
+    labels = dom.labels.get(attr)
+    if labels is not None and str(value) in labels:
+        return labels.index(str(value))
+    if labels is None and str(value).isdigit() and int(value) < dom.size(attr):
+        return int(value)
+    raise ConfigError(f"fill column {attr!r}: constant {value!r} is not one of its values "
+                      f"{list(labels) if labels is not None else list(range(dom.size(attr)))}")

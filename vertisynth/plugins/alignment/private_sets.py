@@ -1,0 +1,161 @@
+"""`psi` and `psu`: align ID-keyed party tables with private set intersection / union (see protocol.py).
+
+In a pipeline run all parties live in one process and the protocol is simulated round by round with
+the same messages a real deployment exchanges (`vertisynth party align` runs one party for real).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from vertisynth.core.dataset import Dataset
+from vertisynth.core.errors import ConfigError, DataError
+from vertisynth.core.interfaces import Aligner, Alignment, PlanContext
+from vertisynth.core.privacy import Charge, PrivacyLedger
+
+from . import fill as fill_mod
+from .group import normalise_ids
+from .protocol import PartyResult, make_parties, simulate
+
+
+@attrs.frozen
+class PSIConfig:
+    """normalize: identifier clean-up steps (strip, nfkc, casefold). duplicates: 'error' or 'first' (keep the
+    first row of a repeated identifier). workers: processes for the group operations. keys: 'seeded' (the
+    simulation draws keys from the run's seed: reproducible) or 'os' (fresh OS randomness, as deployments do)."""
+
+    normalize: list[str] = attrs.field(factory=lambda: ["strip", "nfkc"])
+    duplicates: str = "error"
+    workers: int = 2
+    keys: str = "seeded"
+
+
+@attrs.frozen
+class PSUConfig:
+    """As `psi`, plus the synthetic fill: `fill` = marginal (default; DP 1-way marginals, `fill_budget` of
+    the budget's ρ), sample (the seed's fea-sampling: copies real records, each at most `max_copies` times,
+    and every later stage is charged group privacy for 1 + max_copies rows), or uniform (comparison only).
+    `fill_columns` overrides a column: {strategy = "constant", value = "..."} or {strategy = "majority"}."""
+
+    normalize: list[str] = attrs.field(factory=lambda: ["strip", "nfkc"])
+    duplicates: str = "error"
+    workers: int = 2
+    keys: str = "seeded"
+    fill: str = "marginal"
+    fill_columns: dict[str, fill_mod.ColumnFill] = attrs.field(factory=dict)
+    fill_budget: float = 0.05
+    max_copies: int = 1
+
+
+def _prepare_ids(views: Mapping[str, Dataset], ids: Mapping[str, Sequence[Any]] | None, config: Any
+                 ) -> tuple[dict[str, list[str]], dict[str, Dataset], dict[str, int]]:
+    """Normalised identifiers per party (row positions when the data carry none) and duplicate handling."""
+    if config.duplicates not in ("error", "first"):
+        raise ConfigError(f"alignment duplicates must be 'error' or 'first', got {config.duplicates!r}")
+    if config.keys not in ("seeded", "os"):
+        raise ConfigError(f"alignment keys must be 'seeded' or 'os', got {config.keys!r}")
+    out_ids, out_views, dropped = {}, {}, {}
+    for p, view in views.items():
+        raw = list(range(view.n)) if ids is None else list(ids[p])
+        if len(raw) != view.n:
+            raise DataError(f"party {p!r} has {view.n} rows but {len(raw)} identifiers")
+        norm = normalise_ids(raw, config.normalize)
+        keys = np.asarray(norm, dtype=object)
+        _, first = np.unique(keys, return_index=True)
+        if len(first) < len(norm):
+            if config.duplicates == "error":
+                seen = np.ones(len(norm), bool)
+                seen[first] = False
+                examples = sorted(set(keys[seen]))[:3]
+                raise DataError(f"party {p!r} lists {len(norm) - len(first)} duplicate identifier(s) after "
+                                f"normalisation (e.g. {examples}); clean them or set alignment duplicates = 'first'")
+            first = np.sort(first)
+            view = view.take(first)
+            norm = [norm[i] for i in first]
+        dropped[p] = len(raw) - len(norm)
+        out_ids[p], out_views[p] = norm, view
+    return out_ids, out_views, dropped
+
+
+def _run(protocol: str, ids: dict[str, list[str]], config: Any, rng: np.random.Generator) -> dict[str, PartyResult]:
+    parties = make_parties(protocol, ids, rng if config.keys == "seeded" else None, config.workers)
+    return simulate(parties)
+
+
+class PSIAligner(Aligner):
+    def align(self, views: Mapping[str, Dataset], ledger: PrivacyLedger, rng: np.random.Generator,
+              ids: Mapping[str, Sequence[Any]] | None = None) -> Alignment:
+        cfg = self.config or PSIConfig()
+        norm, views, dropped = _prepare_ids(views, ids, cfg)
+        results = _run("psi", norm, cfg, rng)
+        aligned = {p: views[p].take(results[p].rows) for p in views}
+        n = next(iter(results.values())).n_common
+        info = {"protocol": "psi", "records": n, "set_sizes": {p: len(v) for p, v in norm.items()},
+                "intersection": n, "duplicates_dropped": dropped,
+                "identifiers_from": "data" if ids is not None else "row positions",
+                "revealed": "set sizes and the intersection (each party learns which of its rows are in it)"
+                            + ("; the first party also sees partial-intersection sizes" if len(views) > 2 else "")}
+        return Alignment(aligned, info)
+
+
+class PSUAligner(Aligner):
+    def __init__(self, config: PSUConfig | None = None) -> None:
+        super().__init__(config or PSUConfig())
+        fill_mod.check_fill(self.config.fill, self.config.fill_columns)
+        if not 0 < self.config.fill_budget < 1:
+            raise ConfigError(f"alignment fill_budget is a fraction of the budget in (0, 1), got {self.config.fill_budget}")
+        if self.config.max_copies < 1:
+            raise ConfigError(f"alignment max_copies must be >= 1, got {self.config.max_copies}")
+        self._dp_attrs: dict[str, list[str]] = {}
+        self._rho = 0.0
+
+    def group_size(self) -> int:
+        return 1 + self.config.max_copies if self.config.fill == "sample" else 1
+
+    def plan(self, ctx: PlanContext) -> list[Charge]:
+        unknown = [c for c in self.config.fill_columns if c not in ctx.domain.attributes]
+        if unknown:
+            raise ConfigError(f"alignment fill_columns name unknown attribute(s) {unknown}")
+        self._dp_attrs = fill_mod.dp_attributes(self.config.fill, self.config.fill_columns, ctx.partition)
+        if not self._dp_attrs:
+            return []
+        self._rho = self.config.fill_budget * ctx.rho
+        return fill_mod.plan_charges(self._rho, self._dp_attrs)
+
+    def align(self, views: Mapping[str, Dataset], ledger: PrivacyLedger, rng: np.random.Generator,
+              ids: Mapping[str, Sequence[Any]] | None = None) -> Alignment:
+        cfg = self.config
+        norm, views, dropped = _prepare_ids(views, ids, cfg)
+        proto_rng, fill_rng = rng.spawn(2)
+        results = _run("psu", norm, cfg, proto_rng)
+        n_u = next(iter(results.values())).n_common
+        d = sum(len(v) for v in self._dp_attrs.values())
+        aligned, filled, rates = {}, {}, {}
+        for (p, view), r in zip(views.items(), fill_rng.spawn(len(views))):
+            held = results[p].held_mask()
+            need = int((~held).sum())
+            if cfg.fill == "sample" and need > cfg.max_copies * view.n:
+                raise DataError(f"party {p!r} must fill {need} rows but holds {view.n} records: 'sample' fill with "
+                                f"max_copies = {cfg.max_copies} can fill at most {cfg.max_copies * view.n}; raise "
+                                "max_copies (more group privacy) or use fill = 'marginal'")
+            attrs_p = self._dp_attrs.get(p, [])
+            rho_p = self._rho * len(attrs_p) / d if attrs_p else 0.0
+            aligned[p] = fill_mod.fill_view(view, held, cfg.fill, cfg.fill_columns, attrs_p, rho_p, ledger, p, r,
+                                            cfg.max_copies)
+            filled[p] = ~held
+            rates[p] = need / n_u if n_u else 0.0
+        overlap = int(np.sum(np.all(np.stack([~m for m in filled.values()]), axis=0))) if n_u else 0
+        info = {"protocol": "psu", "records": n_u, "set_sizes": {p: len(v) for p, v in norm.items()},
+                "union": n_u, "fill": cfg.fill, "fill_rates": rates, "duplicates_dropped": dropped,
+                "identifiers_from": "data" if ids is not None else "row positions",
+                "rows_held_by_every_party": overlap,
+                "group_size": self.group_size(),
+                "revealed": "set sizes and the union size (for two parties the intersection size follows); no "
+                            "party learns which of its identifiers the others hold"
+                            + ("; the first party also sees partial-intersection sizes" if len(views) > 2 else ""),
+                "note": f"filled rows dilute cross-party correlations (non-overlap {1 - overlap / n_u:.1%} of rows)"
+                        if n_u else ""}
+        return Alignment(aligned, info, filled)
