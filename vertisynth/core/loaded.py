@@ -5,10 +5,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
+import numpy as np
 import pandas as pd
 
 from .domain import Domain
 from .encoding import TableSchema
+from .errors import ConfigError
 from .factor import Factor
 
 
@@ -55,3 +57,23 @@ class DatasetSource:
 
     def load(self) -> LoadedData:
         return self.loader()
+
+
+def keyed_party_tables(frame: pd.DataFrame, party_names: Sequence[str], overlap: float, rng: np.random.Generator,
+                       id_prefix: str = "person-") -> tuple[dict[str, pd.DataFrame], dict[str, list[str]]]:
+    """Simulate ID-keyed parties from one table: every person gets an identifier; with probability
+    `overlap` every party holds them, otherwise exactly one party (uniformly) does, so |∩| / |∪| ≈ overlap.
+    Each party's rows come in its own random order (as real, independently kept tables would)."""
+    if not 0 < overlap <= 1:
+        raise ConfigError(f"id overlap must be in (0, 1], got {overlap}")
+    n, m = len(frame), len(party_names)
+    ids = np.array([f"{id_prefix}{i:07d}" for i in range(n)], dtype=object)
+    everyone = rng.random(n) < overlap
+    only = rng.integers(0, m, size=n)
+    frames, out_ids = {}, {}
+    for j, p in enumerate(party_names):
+        rows = np.flatnonzero(everyone | (only == j))
+        rows = rows[rng.permutation(len(rows))]
+        frames[p] = frame.iloc[rows].reset_index(drop=True)
+        out_ids[p] = ids[rows].tolist()
+    return frames, out_ids

@@ -199,7 +199,7 @@ def execute(plan: Plan, output_dir: str | Path | None = None, progress: bool = F
         real_aligned = data.joined().take(np.flatnonzero(alignment.real_everywhere())).project(codec.domain.attributes)
         with _timed(timings, "evaluate", bar):
             for comp in plan.evaluators:
-                if comp.instance.uses_alignment:
+                if comp.instance.uses_alignment and any(m.any() for m in alignment.filled.values()):
                     metrics[comp.spec.name] = comp.instance.evaluate_alignment(alignment, streams["evaluate"])
                 elif holdout is None:
                     metrics[comp.spec.name] = comp.instance.evaluate(real_aligned, synthetic, streams["evaluate"])

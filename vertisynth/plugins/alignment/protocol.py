@@ -226,9 +226,8 @@ class PSUParty(_Party):
         if not _sorted_unique(keys):
             raise MessageError("psu: the universal ID list is not sorted and duplicate-free")
         mine = group.as_keys(self.own_uids)
-        pos = np.searchsorted(keys, mine)
-        pos = np.minimum(pos, len(keys) - 1)
-        if len(keys) == 0 or not np.all(keys[pos] == mine):
+        pos = np.minimum(np.searchsorted(keys, mine), max(len(keys) - 1, 0))
+        if len(mine) and (len(keys) == 0 or not np.all(keys[pos] == mine)):
             raise MessageError(f"psu party {self.name!r}: some of its universal IDs are not in U; "
                                "a message was altered or a party used inconsistent keys")
         self.result = PartyResult(self.name, "psu", pos.astype(np.int64), len(keys), {**self.sizes, "union": len(keys)})

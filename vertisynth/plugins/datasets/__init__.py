@@ -18,4 +18,7 @@ def vertisynth_datasets():
         DatasetSpec("csv", "vertisynth.plugins.datasets.files:csv",
                     "vertisynth.plugins.datasets.files:CsvConfig",
                     "any CSV with a public schema (or an integer-coded CSV with a JSON domain)"),
+        DatasetSpec("party_csv", "vertisynth.plugins.datasets.files:party_csv",
+                    "vertisynth.plugins.datasets.files:PartyCsvConfig",
+                    "one CSV per party keyed by an identifier column (align with psi or psu)"),
     ]

@@ -20,7 +20,7 @@ from vertisynth.core.domain import Domain
 from vertisynth.core.encoding import ColumnSchema, TableSchema
 from vertisynth.core.errors import ConfigError
 from vertisynth.core.factor import Factor
-from vertisynth.core.loaded import DatasetSource, LoadedData
+from vertisynth.core.loaded import DatasetSource, LoadedData, keyed_party_tables
 
 _CPT_SEED = 20261122  # fixes the network's tables; part of the dataset's definition
 
@@ -134,14 +134,19 @@ class CensusNetwork:
 
 @attrs.frozen
 class CensusConfig:
-    """n: number of records to draw; seed: draws of the table (the network itself is fixed)."""
+    """n: number of records to draw; seed: draws of the table (the network itself is fixed).
+    id_overlap: if set, simulate ID-keyed parties (each its own table with an `id`), a share id_overlap of
+    the people held by every party and the rest by one party only; then align with psi or psu."""
 
     n: int = 20000
     seed: int = 0
+    id_overlap: float | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.n < 1:
             raise ConfigError(f"census dataset: n must be >= 1, got {self.n}")
+        if self.id_overlap is not None and not 0 < self.id_overlap <= 1:
+            raise ConfigError(f"census dataset: id_overlap must be in (0, 1], got {self.id_overlap}")
 
 
 def schema() -> TableSchema:
@@ -171,6 +176,11 @@ def load(config: CensusConfig) -> LoadedData:
     net = CensusNetwork()
     rng = np.random.default_rng(config.seed)
     frame = decode_codes(net.sample_codes(config.n, rng), rng)
+    frames = ids = None
+    if config.id_overlap is not None:
+        frames, ids = keyed_party_tables(frame, [p[0] for p in PARTIES], config.id_overlap,
+                                         np.random.default_rng([config.seed, 1]))
+        frame = None
     return LoadedData(
         frame=frame,
         schema=schema(),
@@ -178,5 +188,7 @@ def load(config: CensusConfig) -> LoadedData:
         party_names=[p[0] for p in PARTIES],
         description="built-in census-like population (fixed Bayesian network)",
         truth=net.marginal,
-        info={"generator": "census", "n": config.n, "seed": config.seed},
+        info={"generator": "census", "n": config.n, "seed": config.seed, "id_overlap": config.id_overlap},
+        party_frames=frames,
+        party_ids=ids,
     )

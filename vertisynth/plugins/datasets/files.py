@@ -179,3 +179,81 @@ def _load_csv(config: CsvConfig) -> LoadedData:
     parties = config.parties or [names[:half], names[half:]]
     return LoadedData(frame, schema, parties, None, f"CSV {path.name} ({len(frame)} rows)", None,
                       {"source": str(path), "schema_inferred_from_data": schema.inferred})
+
+
+@attrs.frozen
+class PartyCsvConfig:
+    """files: one CSV per party, {party name = path}; each holds an identifier column `id_column` and that
+    party's attributes, rows in any order, people partly overlapping. schema: public per-column schema
+    (see ColumnSchema); without it the schema is read off the data (NOT DP; the report says so).
+    Align with `psi` or `psu`."""
+
+    files: dict[str, str]
+    id_column: str = "id"
+    schema: dict[str, dict[str, Any]] | None = None
+
+
+def _read_party_csv(path: Path, id_column: str) -> pd.DataFrame:
+    if not path.is_file():
+        raise DataError(f"party CSV {str(path)!r} does not exist")
+    try:  # identifiers stay strings: no "007" -> 7, no float conversion of large numbers
+        frame = pd.read_csv(path, dtype={id_column: str}, keep_default_na=True)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise DataError(f"cannot read party CSV {str(path)!r}: {exc}") from None
+    frame.columns = [str(c) for c in frame.columns]
+    if id_column not in frame.columns:
+        raise DataError(f"party CSV {str(path)!r} has no identifier column {id_column!r}; it has {list(frame.columns)}")
+    if frame[id_column].isna().any():
+        raise DataError(f"party CSV {str(path)!r}: identifier missing in row(s) "
+                        f"{np.flatnonzero(frame[id_column].isna().to_numpy())[:5].tolist()}")
+    return frame
+
+
+def party_csv(config: PartyCsvConfig, data_dir: str | None = None) -> DatasetSource:
+    """Only the headers are read before the plan is checked (which columns each party holds), unless the
+    schema must be inferred from the rows."""
+    if len(config.files) < 2:
+        raise ConfigError(f"party_csv needs a CSV for each of at least two parties, got {sorted(config.files)}")
+    paths = {p: Path(f).expanduser() for p, f in config.files.items()}
+    columns: dict[str, list[str]] = {}
+    for p, path in paths.items():
+        if not path.is_file():
+            raise DataError(f"party {p!r}: CSV {str(path)!r} does not exist")
+        header = [str(c) for c in pd.read_csv(path, nrows=0).columns]
+        if config.id_column not in header:
+            raise DataError(f"party {p!r}: CSV {str(path)!r} has no identifier column {config.id_column!r}; it has {header}")
+        columns[p] = [c for c in header if c != config.id_column]
+    seen: dict[str, str] = {}
+    for p, cols in columns.items():
+        for c in cols:
+            if c in seen:
+                raise DataError(f"column {c!r} is in both {seen[c]!r}'s and {p!r}'s CSV; vertical parties hold "
+                                "different columns (rename one, or drop it from one file)")
+            seen[c] = p
+    names = list(columns)
+
+    def load(schema: TableSchema | None = None) -> LoadedData:
+        frames = {p: _read_party_csv(path, config.id_column) for p, path in paths.items()}
+        if schema is None:
+            joined = pd.concat([f.drop(columns=[config.id_column]) for f in frames.values()], axis=1)
+            schema = TableSchema.infer(joined)  # NOT DP: columns are inferred per column from each party's rows
+        ids = {p: f[config.id_column].tolist() for p, f in frames.items()}
+        sizes = ", ".join(f"{p} {len(f)}" for p, f in frames.items())
+        return LoadedData(None, schema, [columns[p] for p in names], names,
+                          f"ID-keyed party CSVs ({sizes} rows)", None,
+                          {"source": {p: str(v) for p, v in paths.items()}}, frames, ids)
+
+    if config.schema:
+        schema = TableSchema.from_config(config.schema)
+        missing = [c for c in seen if c not in schema.names]
+        extra = [c for c in schema.names if c not in seen]
+        if missing or extra:
+            raise ConfigError(f"party_csv schema does not match the files' columns: "
+                              f"{'not in schema ' + str(missing) if missing else ''}"
+                              f"{'; in schema but in no file ' + str(extra) if extra else ''}")
+        order = [c for p in names for c in columns[p]]
+        schema = TableSchema(tuple(schema.columns[schema.names.index(c)] for c in order))
+        return DatasetSource(schema, [columns[p] for p in names], lambda: load(schema), names,
+                             "ID-keyed party CSVs")
+    loaded = load()
+    return DatasetSource(loaded.schema, loaded.default_parties, lambda: loaded, names, loaded.description)

@@ -27,4 +27,8 @@ def vertisynth_evaluators():
                       "vertisynth.plugins.evaluators.correlation:CorrelationConfig",
                       "pairwise Cramer's V / normalised MI differences, with a heatmap",
                       {"symmetric"}, goal="minimize", min_value=0.0, max_value=1.0),
+        EvaluatorSpec("membership_attack", "vertisynth.plugins.evaluators.membership:MembershipAttack",
+                      "vertisynth.plugins.evaluators.membership:MembershipAttackConfig",
+                      "spectral attack AUC telling filled (PSU) or synthetic rows from real ones; 0.5 is ideal",
+                      goal="minimize", min_value=0.5, max_value=1.0),
     ]
