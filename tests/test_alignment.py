@@ -340,3 +340,70 @@ params = {{ ways = [2] }}
     bad.write_text(cfg.read_text().replace('"{}"'.format(tmp_path / "b.csv"), '"{}"'.format(tmp_path / "a.csv")))
     with pytest.raises(DataError, match="in both"):
         run(load_config(bad))
+
+
+@pytest.mark.parametrize("protocol", ["psi", "psu"])
+def test_party_align_across_processes(tmp_path, protocol):
+    """Two `vertisynth party align` processes exchange only message files and agree with set operations."""
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    a = [f"id{i}" for i in range(0, 60)]
+    b = [f"id{i}" for i in range(40, 90)]
+    pd.DataFrame({"id": a[::-1], "x": 1}).to_csv(tmp_path / "a.csv", index=False)
+    pd.DataFrame({"id": b, "y": 2}).to_csv(tmp_path / "b.csv", index=False)
+    (tmp_path / "job.toml").write_text(f"""
+budget = {{ epsilon = 1.0, delta = 1e-5 }}
+[[parties]]
+name = "hospital"
+attributes = ["x"]
+[[parties]]
+name = "insurer"
+attributes = ["y"]
+[alignment]
+use = "{protocol}"
+params = {{ workers = 1 }}
+""")
+    procs = [subprocess.Popen([sys.executable, "-m", "vertisynth.core.cli", "party", "align", "job.toml",
+                               "--party", p, "--csv", f, "--exchange", "exchange", "--out", f"out_{p}",
+                               "--timeout", "60"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for p, f in [("hospital", "a.csv"), ("insurer", "b.csv")]]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err.decode()
+    ha = pd.read_csv(tmp_path / "out_hospital" / "hospital_alignment.csv")
+    ib = pd.read_csv(tmp_path / "out_insurer" / "insurer_alignment.csv")
+    if protocol == "psi":
+        assert list(ha.sort_values("position").id) == list(ib.sort_values("position").id)
+        assert set(ha.id) == set(a) & set(b)
+    else:
+        both = pd.concat([ha, ib])
+        assert both.groupby("position").id.nunique().eq(1).all()   # one identifier per UID
+        assert both.position.nunique() == len(set(a) | set(b))
+    assert all(f.name.endswith(".npz") for f in (tmp_path / "exchange").iterdir())  # only message files shared
+
+
+def test_synthesize_api_with_id_column_and_psu():
+    import pandas as pd
+
+    import vertisynth
+
+    rng = np.random.default_rng(0)
+    n = 800
+    x = rng.integers(0, 3, n)
+    y = (x + (rng.random(n) < 0.2)) % 3
+    a_rows, b_rows = rng.permutation(n)[:700], rng.permutation(n)[:650]
+    hospital = pd.DataFrame({"email": [f"p{i}@x.org" for i in a_rows], "x": x[a_rows]})
+    insurer = pd.DataFrame({"email": [f"P{i}@X.org " for i in b_rows], "y": y[b_rows]})
+    res = vertisynth.synthesize({"hospital": hospital, "insurer": insurer}, epsilon=2.0, id_column="email",
+                                alignment="psu", alignment_params={"normalize": ["strip", "casefold"]})
+    info = res.report["alignment"]["info"]
+    assert info["union"] == len(set(a_rows) | set(b_rows))
+    assert res.real_codes.n == len(set(a_rows) & set(b_rows))
+    assert set(res.synthetic.columns) == {"x", "y"}
+    assert res.report["dataset"]["schema_inferred_from_data"] is True  # inferred here, and said so
+    with pytest.raises(DataError, match="no identifier column"):
+        vertisynth.synthesize({"hospital": hospital, "insurer": insurer.drop(columns=["email"])}, epsilon=1.0,
+                              id_column="email")

@@ -37,12 +37,21 @@ def synthesize(
     n: int | None = None,
     seed: int = 0,
     output_dir: str | Path | None = None,
+    id_column: str | None = None,
+    alignment: str | None = None,
+    alignment_params: Mapping[str, Any] | None = None,
 ) -> RunResult:
     """Synthesise a DP table from one DataFrame per party (or one DataFrame plus `parties`).
 
     schema: public per-column schema (see `ColumnSchema`); without it the schema is read off the data,
     which is NOT covered by the DP guarantee (the report says so).
+    id_column: the parties' tables are keyed by this column (any row order, partial overlap); they are
+    aligned by `alignment` ("psi" by default, or "psu" with synthetic fill; docs/alignment.md).
     """
+    if id_column is not None:
+        return _synthesize_keyed(data, id_column, alignment or "psi", alignment_params, epsilon=epsilon,
+                                 delta=delta, synthesizer=synthesizer, params=params, schema=schema,
+                                 evaluators=evaluators, n=n, seed=seed, output_dir=output_dir)
     if isinstance(data, pd.DataFrame):
         frame = data
         if parties is None:
@@ -73,8 +82,44 @@ def synthesize(
         "budget": {"epsilon": epsilon, "delta": delta},
         "dataset": {"name": "in-memory"},
         "parties": [{"name": k, "attributes": v} for k, v in split.items()],
+        **({"alignment": {"use": alignment, "params": dict(alignment_params or {})}} if alignment else {}),
         "synthesizer": {"use": synthesizer, "params": dict(params or {})},
         "evaluators": evaluators if evaluators is not None else [{"use": "tvd", "params": {"ways": [2]}}],
         **({"sample_size": n} if n is not None else {}),
     }, where="synthesize()")
     return execute(make_plan(config, source=source), output_dir)
+
+
+def _synthesize_keyed(data: Any, id_column: str, alignment: str, alignment_params: Mapping[str, Any] | None,
+                      **kw: Any) -> RunResult:
+    if isinstance(data, pd.DataFrame) or not data or len(data) < 2:
+        raise DataError("with id_column, pass one DataFrame per party: {name: frame}, at least two")
+    frames, ids, seen = {}, {}, {}
+    for name, df in data.items():
+        if id_column not in df.columns:
+            raise DataError(f"party {name!r}'s table has no identifier column {id_column!r}")
+        body = df.drop(columns=[id_column]).reset_index(drop=True)
+        body.columns = [str(c) for c in body.columns]
+        for c in body.columns:
+            if c in seen:
+                raise DataError(f"column {c!r} is held by both {seen[c]!r} and {name!r}")
+            seen[c] = name
+        frames[name], ids[name] = body, df[id_column].tolist()
+    split = {k: list(v.columns) for k, v in frames.items()}
+    schema = kw.pop("schema")
+    table_schema = TableSchema.from_config(schema) if schema else TableSchema.infer_parts(list(frames.values()))
+    loaded = LoadedData(None, table_schema, list(split.values()), list(split), "in-memory ID-keyed DataFrames",
+                        info={"schema_inferred_from_data": table_schema.inferred}, party_frames=frames, party_ids=ids)
+    source = DatasetSource(table_schema, list(split.values()), lambda: loaded, list(split), loaded.description)
+    n, evaluators = kw.pop("n"), kw.pop("evaluators")
+    config = parse_config({
+        "seed": kw["seed"],
+        "budget": {"epsilon": kw["epsilon"], "delta": kw["delta"]},
+        "dataset": {"name": "in-memory"},
+        "parties": [{"name": k, "attributes": v} for k, v in split.items()],
+        "alignment": {"use": alignment, "params": dict(alignment_params or {})},
+        "synthesizer": {"use": kw["synthesizer"], "params": dict(kw["params"] or {})},
+        "evaluators": evaluators if evaluators is not None else [{"use": "tvd", "params": {"ways": [2]}}],
+        **({"sample_size": n} if n is not None else {}),
+    }, where="synthesize()")
+    return execute(make_plan(config, source=source), kw["output_dir"])

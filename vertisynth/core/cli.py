@@ -108,14 +108,28 @@ def init(path: Path) -> None:
     click.echo(f"wrote {path}; edit it, then run: vertisynth run {path}")
 
 
-@main.command()
+class _DefaultGroup(click.Group):
+    """A group whose first word may be left out: `vertisynth party CONFIG ...` means `party synth CONFIG ...`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["synth", *args]
+        return super().parse_args(ctx, args)
+
+
+@main.group(cls=_DefaultGroup)
+def party() -> None:
+    """One party's side of a cross-machine run: `synth` (default: VertiMRF messages) or `align` (PSI/PSU)."""
+
+
+@party.command("synth")
 @click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--party", required=True, help="This party's name in the config.")
 @click.option("--secret-seed", type=int, required=True,
               help="Seed the parties agreed on out of band; the server must never see it.")
 @click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True)
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA")
-def party(config: Path, party: str, secret_seed: int, out: Path, data_dir: str | None) -> None:
+def party_synth(config: Path, party: str, secret_seed: int, out: Path, data_dir: str | None) -> None:
     """Run one party's side of VertiMRF on its own columns; write its messages to OUT."""
     from .deploy import run_party
 
@@ -125,6 +139,30 @@ def party(config: Path, party: str, secret_seed: int, out: Path, data_dir: str |
         _fail(exc)
         return
     click.echo(f"{party}: wrote {len(paths)} message file(s) to {out}")
+
+
+@party.command("align")
+@click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--party", required=True, help="This party's name in the config's [[parties]] (their order is the ring).")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="This party's own table (only its identifier column is used here).")
+@click.option("--id-column", default="id", show_default=True)
+@click.option("--exchange", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder shared by the parties (e.g. synced): protocol messages, blinded elements only.")
+@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Private folder for this party's alignment (rows, positions, sizes learned).")
+@click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds to wait for each round.")
+def party_align(config: Path, party: str, csv_path: Path, id_column: str, exchange: Path, out: Path,
+                timeout: float) -> None:
+    """Run one party of the config's PSI/PSU protocol, exchanging message files with the others."""
+    from vertisynth.plugins.alignment.exchange import run_party_align
+
+    try:
+        path = run_party_align(load_config(config), party, csv_path, id_column, exchange, out, timeout)
+    except VertisynthError as exc:
+        _fail(exc)
+        return
+    click.echo(f"{party}: alignment written to {path}")
 
 
 @main.command()

@@ -296,6 +296,12 @@ class TableSchema:
         return cls(tuple(cols), inferred=True)
 
     @classmethod
+    def infer_parts(cls, frames: Sequence[pd.DataFrame], **kw: Any) -> TableSchema:
+        """One schema from tables with different rows and disjoint columns (ID-keyed parties), each read
+        off its own rows (NOT DP)."""
+        return cls(tuple(c for f in frames for c in cls.infer(f, **kw).columns), inferred=True)
+
+    @classmethod
     def from_config(cls, columns: Mapping[str, Mapping[str, Any]]) -> TableSchema:
         out = []
         allowed = {f.name for f in attrs.fields(ColumnSchema)} - {"name"}

@@ -324,6 +324,17 @@ def _json_default(o: Any) -> Any:
     return str(o)
 
 
+def _alignment_line(info: dict[str, Any]) -> str:
+    if info.get("protocol") not in ("psi", "psu"):
+        return ""
+    sizes = ", ".join(f"{p} {k}" for p, k in info["set_sizes"].items())
+    if info["protocol"] == "psi":
+        return f" (set sizes {sizes}; intersection {info['intersection']}; revealed: {info['revealed']})"
+    fills = ", ".join(f"{p} {v:.1%}" for p, v in info["fill_rates"].items())
+    return (f" (set sizes {sizes}; union {info['union']}; fill '{info['fill']}' rates {fills}; "
+            f"revealed: {info['revealed']})")
+
+
 def summary_markdown(result: RunResult) -> str:
     r = result.report
     p = r["privacy"]
@@ -333,7 +344,7 @@ def summary_markdown(result: RunResult) -> str:
         f"- dataset: {r['dataset']['description']} ({r['dataset']['records']} records, "
         f"{len(r['dataset']['attributes'])} attributes)",
         "- parties: " + "; ".join(f"{q['name']}: {len(q['attributes'])} attributes" for q in r["parties"]),
-        f"- alignment: {r['alignment']['use']}",
+        f"- alignment: {r['alignment']['use']}" + _alignment_line(r["alignment"]["info"]),
         f"- synthesizer: {r['synthesizer']['use']} ({r['synthesizer']['mode']})",
         f"- synthetic records: {r['synthetic_records']}; seed {r['seed']}",
         "",

@@ -7,14 +7,19 @@ exponents in one multiplication (x^{s1 s3} = x^{(s1·s3 mod ℓ)}). DDH is belie
 what the PSI/PSU security arguments (commutative blinding x -> x^k) rest on.
 
 Elements travel as (n, 32) uint8 arrays. Scalar multiplication is one C call per element (libsodium
-has no batch call); large batches are split across processes.
+has no batch call; the Python loop costs ~1 µs against ~57 µs of curve arithmetic); large batches are
+split across a persistent process pool.
 """
 from __future__ import annotations
 
+import atexit
+import functools
 import hashlib
+import multiprocessing
 import os
 import unicodedata
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
@@ -52,12 +57,33 @@ def normalise_ids(ids: Sequence[object], steps: Sequence[str]) -> list[str]:
     return out
 
 
-def hash_to_group(ids: Sequence[str], context: bytes) -> np.ndarray:
+def _hash_chunk(ids: list[str], prefix: bytes) -> bytes:
+    return b"".join(rbcl.crypto_core_ristretto255_from_hash(hashlib.sha512(prefix + s.encode("utf-8")).digest())
+                    for s in ids)
+
+
+def hash_to_group(ids: Sequence[str], context: bytes, workers: int = 1) -> np.ndarray:
     """H(id) in ristretto255: SHA-512 over a domain-separating context and the UTF-8 id, then Elligator."""
     prefix = b"vertisynth/align/v1/" + context + b"/"
-    points = [rbcl.crypto_core_ristretto255_from_hash(hashlib.sha512(prefix + s.encode("utf-8")).digest())
-              for s in ids]
-    return _to_array(points)
+    ids = list(ids)
+    if workers > 1 and len(ids) >= PARALLEL_MIN:
+        bounds = np.linspace(0, len(ids), workers + 1).astype(int)
+        out = b"".join(_pool(workers).map(_hash_chunk, [ids[a:b] for a, b in zip(bounds[:-1], bounds[1:])],
+                                          [prefix] * workers))
+    else:
+        out = _hash_chunk(ids, prefix)
+    return np.frombuffer(out, dtype=np.uint8).reshape(-1, ELEMENT_BYTES).copy()
+
+
+@functools.lru_cache(maxsize=4)
+def _pool(workers: int) -> ProcessPoolExecutor:
+    """A process pool kept for the whole session (start-up would otherwise cost more than small batches).
+    fork where the platform has it: workers need nothing but this module."""
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+    atexit.register(pool.shutdown, wait=False, cancel_futures=True)
+    return pool
 
 
 def random_scalar(rng: np.random.Generator | None = None) -> bytes:
@@ -104,12 +130,9 @@ def exp(elements: np.ndarray, scalar: bytes, workers: int = 1) -> np.ndarray:
         return elements.copy()
     buf = elements.tobytes()
     if workers > 1 and n >= PARALLEL_MIN:
-        from joblib import Parallel, delayed
-
-        bounds = np.linspace(0, n, workers * 2 + 1).astype(int)
-        parts = Parallel(n_jobs=workers, backend="loky")(
-            delayed(_exp_chunk)(buf[a * ELEMENT_BYTES:b * ELEMENT_BYTES], scalar) for a, b in zip(bounds[:-1], bounds[1:]))
-        out = b"".join(parts)
+        bounds = np.linspace(0, n, workers + 1).astype(int)
+        out = b"".join(_pool(workers).map(_exp_chunk, [buf[a * ELEMENT_BYTES:b * ELEMENT_BYTES]
+                                                       for a, b in zip(bounds[:-1], bounds[1:])], [scalar] * workers))
     else:
         out = _exp_chunk(buf, scalar)
     return np.frombuffer(out, dtype=np.uint8).reshape(n, ELEMENT_BYTES).copy()

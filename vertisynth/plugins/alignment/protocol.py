@@ -115,12 +115,15 @@ class _Party:
         self.rng, self.workers = rng, workers
         self.next = self.ring[(self.ring.index(name) + 1) % self.m]
         self.leader = self.ring[0]
-        self.hashed = group.hash_to_group(list(ids), self.protocol.encode())
+        self.hashed = group.hash_to_group(list(ids), self.protocol.encode(), workers)
         self.sizes: dict[str, int] = {name: len(self.hashed)}
         self.result: PartyResult | None = None
 
     @property
     def rounds(self) -> int:
+        raise NotImplementedError
+
+    def expected(self, r: int) -> dict[str, int]:
         raise NotImplementedError
 
     def _msg(self, to: str, r: int, tag: str, origin: str, hops: int, elements: np.ndarray) -> BlindedSet:
@@ -172,15 +175,10 @@ class PSUParty(_Party):
     def rounds(self) -> int:
         return 2 * self.m + 1
 
-    def _step(self, r: int, inbox: Sequence[BlindedSet]) -> list[BlindedSet]:
-        m, out = self.m, []
-        if r == 1:
-            self._expect(r, inbox, {})
-            out.append(self._msg(self.next, r, "union1", self.name, 1, self._shuffle(self._exp(self.hashed, self.a))))
-            out.append(self._msg(self.next, r, "map", self.name, 1, self._exp(self.hashed, self.s2)))
-            return out
-        tags: dict[str, int] = {}
-        if r <= m:
+    def expected(self, r: int) -> dict[str, int]:
+        """How many messages of each tag this party receives at the start of round r."""
+        m, tags = self.m, {}
+        if 2 <= r <= m:
             tags["union1"] = 1
             tags["map"] = 1
         if r == m + 1:
@@ -191,7 +189,16 @@ class PSUParty(_Party):
             tags["union2"] = 1   # round 2 reaches ring position j in round m+1+j
         if r == 2 * m + 1:
             tags["U"] = 1
-        got = self._expect(r, inbox, tags)
+        return tags
+
+    def _step(self, r: int, inbox: Sequence[BlindedSet]) -> list[BlindedSet]:
+        m, out = self.m, []
+        if r == 1:
+            self._expect(r, inbox, self.expected(r))
+            out.append(self._msg(self.next, r, "union1", self.name, 1, self._shuffle(self._exp(self.hashed, self.a))))
+            out.append(self._msg(self.next, r, "map", self.name, 1, self._exp(self.hashed, self.s2)))
+            return out
+        got = self._expect(r, inbox, self.expected(r))
         for msg in got.get("union1", []):
             self.sizes[msg.origin] = len(msg.elements)
             blinded = self._shuffle(self._exp(msg.elements, self.a))
@@ -246,13 +253,9 @@ class PSIParty(_Party):
     def rounds(self) -> int:
         return self.m + 3
 
-    def _step(self, r: int, inbox: Sequence[BlindedSet]) -> list[BlindedSet]:
-        m, out = self.m, []
-        if r == 1:
-            self._expect(r, inbox, {})
-            return [self._msg(self.next, r, "psi", self.name, 1, self._exp(self.hashed[self.order], self.k))]
-        tags: dict[str, int] = {}
-        if r <= m:
+    def expected(self, r: int) -> dict[str, int]:
+        m, tags = self.m, {}
+        if 2 <= r <= m:
             tags["psi"] = 1
         if r == m + 1:
             tags["psi-full"] = 1
@@ -260,7 +263,14 @@ class PSIParty(_Party):
             tags["psi-set"] = m
         if r == m + 3:
             tags["I"] = 1
-        got = self._expect(r, inbox, tags)
+        return tags
+
+    def _step(self, r: int, inbox: Sequence[BlindedSet]) -> list[BlindedSet]:
+        m, out = self.m, []
+        if r == 1:
+            self._expect(r, inbox, self.expected(r))
+            return [self._msg(self.next, r, "psi", self.name, 1, self._exp(self.hashed[self.order], self.k))]
+        got = self._expect(r, inbox, self.expected(r))
         for msg in got.get("psi", []):
             self.sizes[msg.origin] = len(msg.elements)
             blinded = self._exp(msg.elements, self.k)
