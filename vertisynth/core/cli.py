@@ -1,6 +1,7 @@
 """The `vertisynth` command line."""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -119,22 +120,51 @@ class _DefaultGroup(click.Group):
 
 @main.group(cls=_DefaultGroup)
 def party() -> None:
-    """One party's side of a cross-machine run: `synth` (default: VertiMRF messages) or `align` (PSI/PSU)."""
+    """One party's side of a cross-machine run: `keys` (sketch keys), `synth` (default: VertiMRF messages),
+    `align` (PSI/PSU)."""
+
+
+@party.command("keys")
+@click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--party", required=True, help="This party's name in the config (the first party leads).")
+@click.option("--exchange", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder shared by the parties (e.g. synced): public keys and wrapped keys only.")
+@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Private folder for this party's group key (<party>_keys.json, owner-only).")
+@click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds to wait for the others.")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA")
+def party_keys(config: Path, party: str, exchange: Path, out: Path, timeout: float, data_dir: str | None) -> None:
+    """Agree the DP FM sketch keys with the other parties (X25519 + HKDF) through shared files."""
+    from .deploy import run_party_keys
+
+    try:
+        path = run_party_keys(load_config(config), party, exchange, out, timeout, data_dir=data_dir)
+    except VertisynthError as exc:
+        _fail(exc)
+        return
+    fingerprint = json.loads(path.read_text())["fingerprint"]
+    click.echo(f"{party}: group key in {path} (fingerprint {fingerprint}: every party should see the same)")
 
 
 @party.command("synth")
 @click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--party", required=True, help="This party's name in the config.")
-@click.option("--secret-seed", type=int, required=True,
-              help="Seed the parties agreed on out of band; the server must never see it.")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="This party's own table: exactly its columns (else the config's dataset, for simulations).")
+@click.option("--keys", "keys_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="This party's key file from `vertisynth party keys`.")
+@click.option("--secret-seed", type=int, default=None,
+              help="Seed the parties agreed on out of band (the server must never see it): reproducible noise, "
+                   "and the sketch keys when --keys is not given. Without it noise comes from the OS.")
 @click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True)
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA")
-def party_synth(config: Path, party: str, secret_seed: int, out: Path, data_dir: str | None) -> None:
+def party_synth(config: Path, party: str, csv_path: Path | None, keys_path: Path | None, secret_seed: int | None,
+                out: Path, data_dir: str | None) -> None:
     """Run one party's side of VertiMRF on its own columns; write its messages to OUT."""
     from .deploy import run_party
 
     try:
-        paths = run_party(load_config(config), party, secret_seed, out, data_dir)
+        paths = run_party(load_config(config), party, secret_seed, out, data_dir, csv=csv_path, keys=keys_path)
     except VertisynthError as exc:
         _fail(exc)
         return

@@ -137,12 +137,12 @@ class CsvConfig:
 
 
 def csv(config: CsvConfig, data_dir: str | None = None) -> DatasetSource:
-    """With a public schema (or JSON domain) no row is read until the plan is checked; without one the
-    schema must be read off the data first (not DP, and the report says so)."""
+    """With a public schema (or JSON domain) no row is read, nor the file looked for, until the plan is
+    checked; without one the schema must be read off the data first (not DP, and the report says so)."""
     path = Path(config.path).expanduser()
-    if not path.is_file():
-        raise DataError(f"CSV file {str(path)!r} does not exist")
     if config.domain or config.schema:
+        # public schema: the file is read only at load time, so a server (or a party with its own
+        # --csv) can plan from the schema alone, without the file
         if config.domain:
             sizes = read_domain_json(Path(config.domain).expanduser())
             schema = TableSchema(tuple(ColumnSchema(c, "categorical", categories=tuple(range(k)))

@@ -17,6 +17,7 @@ seeded simulation repeats exactly; a real deployment sets it False to use the OS
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 import attrs
 import numpy as np
@@ -27,6 +28,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from vertisynth.core.errors import DataError, MessageError
+from vertisynth.core.messages import Message
 
 INFO_PAIR = b"vertisynth/dpfm/pairwise-wrap-key/v1"
 INFO_GROUP = b"vertisynth/dpfm/group-key/v1"
@@ -82,6 +84,25 @@ class KeyParty:
         except InvalidTag:
             raise MessageError(f"key agreement: the group key wrapped by {leader!r} for {self.name!r} does not verify") from None
 
+    @classmethod
+    def from_group_key(cls, name: str, group: bytes) -> KeyParty:
+        """A party that finished the protocol in an earlier process (`vertisynth party keys`)."""
+        if not isinstance(group, bytes) or len(group) != 32:
+            raise DataError(f"key agreement: party {name!r}'s group key must be 32 bytes")
+        return cls(name, X25519PrivateKey.generate(), group)
+
+    def group_fingerprint(self) -> str:
+        """A short digest the parties may compare out of band; it reveals nothing useful about the key."""
+        if self._group is None:
+            raise DataError(f"key agreement: party {self.name!r} has not finished the protocol")
+        return hkdf(self._group, b"vertisynth/dpfm/fingerprint/v1")[:8].hex()
+
+    def group_key(self) -> bytes:
+        """The raw group key, for the party's own private storage only."""
+        if self._group is None:
+            raise DataError(f"key agreement: party {self.name!r} has not finished the protocol")
+        return self._group
+
     def fm_key(self) -> bytes:
         """The 32-byte PRF key behind the t hash keys ξ_h."""
         if self._group is None:
@@ -116,3 +137,32 @@ def agree_keys(names: Sequence[str], rng: np.random.Generator | None = None) -> 
         for n in rest:
             parties[n].unwrap_group(leader, published[leader], wrapped[n])
     return parties
+
+
+WRAPPED_BYTES = 12 + 32 + 16  # AES-GCM nonce + group key + tag
+
+
+@attrs.frozen(eq=False)
+class KeyAgreementMessage(Message):
+    """One key-agreement message between parties (relayed by anyone; public by design): a party's X25519
+    public key (`to` = "*"), or the leader's group key wrapped for one member (`to` = that member)."""
+
+    kind: ClassVar[str] = "key_agreement"
+    to: str = "*"
+    public_key: np.ndarray = attrs.field(factory=lambda: np.zeros(32, np.uint8))
+    wrapped: np.ndarray = attrs.field(factory=lambda: np.zeros(0, np.uint8))
+
+    def validate(self) -> KeyAgreementMessage:
+        super().validate()
+        if not isinstance(self.to, str) or not self.to:
+            raise self._fail("no recipient ('*' for a public key)")
+        for name, arr, sizes in (("public_key", self.public_key, (32,)), ("wrapped", self.wrapped, (0, WRAPPED_BYTES))):
+            if not isinstance(arr, np.ndarray) or arr.dtype != np.uint8 or arr.ndim != 1 or arr.size not in sizes:
+                raise self._fail(f"{name} must be a uint8 vector of {' or '.join(map(str, sizes))} bytes")
+        if (self.to == "*") != (self.wrapped.size == 0):
+            raise self._fail("a public-key message has no wrapped key; a wrapped-key message names its recipient")
+        return self
+
+    @property
+    def filename(self) -> str:
+        return f"keys__{self.party}__to__{'all' if self.to == '*' else self.to}.npz"

@@ -331,6 +331,16 @@ class VertiMRFSynthesizer(Synthesizer):
         if hasattr(self._encoder, "agree_keys"):
             self._encoder.agree_keys(key_rng)
 
+    def needs_keys(self) -> bool:
+        """Whether the encoder needs hash keys shared by the parties and hidden from the server (DPFM)."""
+        return hasattr(self._encoder, "set_keys")
+
+    def set_keys(self, keys: Mapping[str, Any]) -> None:
+        """Keys agreed in an earlier step (`vertisynth party keys`), for the parties in `keys`."""
+        if not self.needs_keys():
+            raise ConfigError(f"vertimrf: the {self.config.encoder!r} encoder takes no shared keys")
+        self._encoder.set_keys(dict(keys))
+
     def fit(self, data: VerticalData, ledger: PrivacyLedger, rng: np.random.Generator) -> None:
         sizes = {p: v.n for p, v in data.views.items()}
         if len(set(sizes.values())) > 1:
