@@ -9,6 +9,11 @@ Armijo backtracking line search (accept when L(θ) − L(θ') ≥ ½ ⟨∇L, μ
 after an accepted step), so the loss never increases. Stops after `iters` steps or when the relative
 decrease stays below `tol` for 5 steps. The total mass is n̂: given, or the inverse-variance weighted
 mean of the measurements' totals.
+
+A measurement may be of a coarsened marginal: `bins` maps some of its attributes' values to bins, and
+`values` then holds the counts per bin (a linear query Q μ_m, Q summing the cells of each bin). Its
+gradient is the bin residual copied back onto every cell of the bin (Qᵀ). VertiMRF uses this to fit
+cross-party estimates made on binned attributes without assuming anything about values inside a bin.
 """
 from __future__ import annotations
 
@@ -32,12 +37,39 @@ class Measurement:
     attributes: tuple[str, ...] = attrs.field(converter=tuple)
     values: np.ndarray = attrs.field(converter=lambda v: np.asarray(v, float))
     std: float = 1.0
+    bins: dict[str, np.ndarray] | None = None   # attribute -> bin index of each of its values
 
     def __attrs_post_init__(self) -> None:
         if not self.std > 0:
             raise ConfigError(f"measurement on {list(self.attributes)}: std must be positive, got {self.std}")
         if not np.all(np.isfinite(self.values)):
             raise ConfigError(f"measurement on {list(self.attributes)} has NaN or inf values")
+        for a, b in (self.bins or {}).items():
+            if a not in self.attributes:
+                raise ConfigError(f"measurement on {list(self.attributes)}: bins given for {a!r}, not measured")
+            b = np.asarray(b)
+            if b.ndim != 1 or b.dtype.kind not in "iu" or (b.size and (b.min() < 0 or set(np.unique(b)) != set(range(b.max() + 1)))):
+                raise ConfigError(f"measurement on {list(self.attributes)}: bins of {a!r} must map values onto 0..k-1, "
+                                  "every bin used")
+
+    def shape_in(self, domain: Domain) -> tuple[int, ...]:
+        """The shape `values` must have: the attributes' sizes, or their bin counts where binned."""
+        bins = self.bins or {}
+        return tuple(int(np.max(bins[a])) + 1 if a in bins else domain.size(a) for a in self.attributes)
+
+    def project(self, counts: np.ndarray) -> np.ndarray:
+        """The measured query on a full table over `attributes` (axes in that order): bin sums where binned."""
+        for axis, a in enumerate(self.attributes):
+            if self.bins and a in self.bins:
+                counts = bin_sum(counts, axis, np.asarray(self.bins[a]))
+        return counts
+
+
+def bin_sum(x: np.ndarray, axis: int, bin_of: np.ndarray) -> np.ndarray:
+    """Sum the cells of `x` along `axis` into bins (`bin_of[v]` is the bin of value v)."""
+    onehot = np.zeros((len(bin_of), int(bin_of.max()) + 1))
+    onehot[np.arange(len(bin_of)), bin_of] = 1.0
+    return np.moveaxis(np.tensordot(x, onehot, axes=([axis], [0])), -1, axis)
 
 
 @attrs.define
@@ -62,7 +94,11 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], total: float |
     if not measurements:
         raise ConfigError("estimation needs at least one measurement")
     for m in measurements:
-        shape = domain.project(m.attributes).shape
+        shape = m.shape_in(domain)
+        for a in m.bins or {}:
+            if len(m.bins[a]) != domain.size(a):
+                raise DomainError(f"measurement on {list(m.attributes)}: bins of {a!r} cover {len(m.bins[a])} values, "
+                                  f"the domain has {domain.size(a)}")
         if m.values.shape != shape:
             raise DomainError(f"measurement on {list(m.attributes)} has shape {m.values.shape}, expected {shape}")
     t0 = time.perf_counter()
@@ -86,15 +122,21 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], total: float |
         kept = [a for a in c if a in m.attributes]
         y = m.values if tuple(kept) == m.attributes else np.transpose(m.values, [m.attributes.index(a) for a in kept])
         shape = [model.shapes[ci][i] if a in m.attributes else 1 for i, a in enumerate(c)]
-        prepared.append((ci, drop, y, shape, 1.0 / m.std**2))
+        binned = [(i, np.asarray(m.bins[a])) for i, a in enumerate(kept) if m.bins and a in m.bins]
+        prepared.append((ci, drop, y, shape, 1.0 / m.std**2, binned))
 
     def loss_and_grad(mdl: GraphicalModel) -> tuple[float, list[np.ndarray], list[np.ndarray]]:
         mus = mdl.clique_counts()
         grads = [np.zeros_like(mu) for mu in mus]
         loss = 0.0
-        for ci, drop, y, shape, w in prepared:
-            resid = (mus[ci].sum(axis=drop) if drop else mus[ci]) - y
+        for ci, drop, y, shape, w, binned in prepared:
+            mu = mus[ci].sum(axis=drop) if drop else mus[ci]
+            for axis, bin_of in binned:
+                mu = bin_sum(mu, axis, bin_of)
+            resid = mu - y
             loss += 0.5 * w * float(np.vdot(resid, resid))
+            for axis, bin_of in binned:  # Qᵀ: every cell of a bin gets the bin's residual
+                resid = np.take(resid, bin_of, axis=axis)
             grads[ci] += (w * resid).reshape(shape)
         return loss, grads, mus
 

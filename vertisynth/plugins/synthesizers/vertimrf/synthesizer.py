@@ -56,9 +56,10 @@ from vertisynth.core.privacy import Charge, PrivacyLedger
 from vertisynth.core.registry import default_registry
 
 from ..pgm import Measurement, estimate
+from ..pgm.estimation import bin_sum
 from ..pgm.graph import min_fill_cliques
 from ..privmrf.synthesizer import LocalModel, PrivMRFConfig, PrivMRFSynthesizer
-from .dimension import (ValueDistributions, bin_dataset, binned_domain, hisrec, measure_value_distributions,
+from .dimension import (ValueDistributions, bin_dataset, bin_map, binned_domain, hisrec, measure_value_distributions,
                         planned_charges as value_charges, uniform_distributions)
 
 
@@ -92,8 +93,8 @@ class VertiMRFConfig:
             raise ConfigError("vertimrf: use_local needs local_fraction > 0")
         if self.bins is not None and self.bins < 2:
             raise ConfigError(f"vertimrf: bins must be >= 2 or omitted, got {self.bins}")
-        if self.recovery not in ("hisrec", "uniform"):
-            raise ConfigError(f"vertimrf: recovery must be 'hisrec' or 'uniform', got {self.recovery!r}")
+        if self.recovery not in ("hisrec", "uniform", "query"):
+            raise ConfigError(f"vertimrf: recovery must be 'hisrec', 'uniform' or 'query', got {self.recovery!r}")
         if self.weighting not in ("paper", "variance"):
             raise ConfigError(f"vertimrf: weighting must be 'paper' or 'variance', got {self.weighting!r}")
         if self.sampling not in ("sample", "round"):
@@ -121,7 +122,9 @@ class VertiMRFSynthesizer(Synthesizer):
             raise ConfigError("vertimrf uses zCDP mechanisms: set budget.delta > 0")
         rho = ctx.rho
         self._binned = [a for a in ctx.domain.attributes if c.bins is not None and ctx.domain.size(a) > c.bins]
-        value_frac = c.value_fraction if self._binned else 0.0
+        # "query" fits the binned estimates as binned linear queries: no value distributions are needed,
+        # and their share goes to the encoder (as without binning)
+        value_frac = c.value_fraction if self._binned and c.recovery != "query" else 0.0
         local_frac = c.local_fraction if c.use_local else 0.0
         enc_frac = 1.0 - value_frac - local_frac
         self._split = {"local": local_frac, "encoder": enc_frac, "value_distributions": value_frac}
@@ -137,10 +140,11 @@ class VertiMRFSynthesizer(Synthesizer):
                 charges += syn.plan_for(ctx.domain.project(p.attributes), rho * local_frac / len(ctx.partition), p.name)
                 self._local[p.name] = syn
         # Phase 2: value distributions (pure ε per binned attribute, Σ ε²/2 = their ρ) and the encoder
-        self._eps_value = math.sqrt(2 * rho * value_frac / len(self._binned)) if self._binned else 0.0
+        self._eps_value = math.sqrt(2 * rho * value_frac / len(self._binned)) if value_frac > 0 else 0.0
         for p in ctx.partition:
             mine = [a for a in p.attributes if a in self._binned]
-            charges += value_charges(p.name, mine, self._eps_value)
+            if value_frac > 0:
+                charges += value_charges(p.name, mine, self._eps_value)
         self._low_domain = binned_domain(ctx.domain, c.bins, self._binned) if self._binned else ctx.domain
         spec = default_registry().get("encoder", c.encoder)
         enc_cls = spec.load_config_cls()
@@ -172,7 +176,7 @@ class VertiMRFSynthesizer(Synthesizer):
             local.fit_table(view, ledger, rng)
             out.append(local.export(party))
         mine = [a for a in view.attributes if a in self._binned]
-        if mine:
+        if mine and self._eps_value > 0:
             out.append(measure_value_distributions(party, view, c.bins, mine, self._eps_value, ledger, rng))
         low = bin_dataset(view, c.bins, mine) if mine else view
         out.append(self._encoder.encode(party, low, ledger, rng))
@@ -184,13 +188,20 @@ class VertiMRFSynthesizer(Synthesizer):
 
     def _cross_estimate(self, enc: Sequence[Message], attrs_: tuple[str, ...],
                         dists: Mapping[str, np.ndarray]) -> tuple[Factor, float]:
-        """Encoder estimate on binned attributes, recovered to raw values; and its mean per-cell variance."""
+        """Encoder estimate on binned attributes, recovered to raw values (HisRec / uniform; "query" keeps
+        it binned); and its mean per-cell variance."""
         est = self._encoder.estimate_with_variance(enc, list(attrs_))
         counts = est.counts.transpose(attrs_)
         var = float(np.mean(est.variance.values))
-        if any(a in self._binned for a in attrs_):
+        if self.config.recovery != "query" and any(a in self._binned for a in attrs_):
             counts = hisrec(counts, self._domain, {a: dists[a] for a in attrs_ if a in self._binned}, self.config.bins)
         return counts, var
+
+    def _bins_of(self, attrs_: Sequence[str]) -> dict[str, np.ndarray] | None:
+        """For "query": each binned attribute's value -> bin map (the measurement is a binned linear query)."""
+        if self.config.recovery != "query":
+            return None
+        return {a: bin_map(self._domain.size(a), self.config.bins) for a in attrs_ if a in self._binned} or None
 
     def server_step(self, messages: Sequence[Message]) -> None:
         """Phases 3-5 from the parties' messages only."""
@@ -244,7 +255,8 @@ class VertiMRFSynthesizer(Synthesizer):
             for a in dom.attributes:
                 counts, var = self._cross_estimate(enc, (a,), dists)
                 one_way[a] = (np.clip(counts.values, 0, None), var)
-                meas.append(Measurement((a,), counts.values, math.sqrt(var) if c.weighting == "variance" else 1.0))
+                meas.append(Measurement((a,), counts.values, math.sqrt(var) if c.weighting == "variance" else 1.0,
+                                        self._bins_of((a,))))
         res = estimate(dom, meas, total=n_hat, iters=c.iters, extra_cliques=cliques, max_cells=float("inf"))
         t2 = time.perf_counter()
         # Phase 5: OptMRF with cross-party marginals inside the global cliques
@@ -268,22 +280,45 @@ class VertiMRFSynthesizer(Synthesizer):
             left = [u for u in usable if u[0] not in chosen]
             if not left:
                 break
-            errs = [np.abs(res.model.marginal(p).values - np.clip(cnt.values, 0, None)).sum() for p, cnt, _ in left]
+            errs = [np.abs(self._query(res.model, p) - np.clip(cnt.values, 0, None)).sum() for p, cnt, _ in left]
             for i in np.argsort(errs)[::-1][: c.per_round]:
                 p, cnt, var = left[i]
                 vals = cnt.values
                 if c.consistency:
-                    vals = self._consistent(p, vals, var, one_way, n_hat)
+                    vals = self._consistent(p, vals, var, self._one_way_at(one_way, p), n_hat)
                 std = min(math.sqrt(max(var, 1e-12)), std_cap) if c.weighting == "variance" else 1.0
-                meas.append(Measurement(p, vals, std))
+                meas.append(Measurement(p, vals, std, self._bins_of(p)))
                 chosen.append(p)
             res = estimate(dom, meas, total=n_hat, iters=c.iters, warm_start=res.model, max_cells=float("inf"))
         self._model = res.model
         self._n_hat = n_hat
+        self._measurements = meas
         self._chosen = chosen
         self._cliques = cliques
         self._timings.update({"GraphCom (server)": t1 - t0, "InitMRF (server)": t2 - t1,
                               "OptMRF (server)": time.perf_counter() - t2})
+
+    def _query(self, model: Any, attrs_: tuple[str, ...]) -> np.ndarray:
+        """The model's marginal on `attrs_`, summed into bins where the measurement is binned ("query")."""
+        vals = model.marginal(attrs_).values
+        for axis, (a, bin_of) in enumerate((a, (self._bins_of((a,)) or {}).get(a)) for a in attrs_):
+            if bin_of is not None:
+                vals = bin_sum(vals, axis, bin_of)
+        return vals
+
+    def _one_way_at(self, one_way: Mapping[str, tuple[np.ndarray, float]],
+                    attrs_: tuple[str, ...]) -> Mapping[str, tuple[np.ndarray, float]]:
+        """The local 1-way tables at the resolution of a measurement on `attrs_` (summed into bins for "query";
+        a bin's variance is the sum of its cells')."""
+        bins = self._bins_of(attrs_)
+        if not bins:
+            return one_way
+        out = dict(one_way)
+        for a, b in bins.items():
+            if a in one_way and len(one_way[a][0]) == len(b):   # (already binned without local models)
+                vals, var = one_way[a]
+                out[a] = (np.bincount(b, weights=vals), var * len(b) / (int(b.max()) + 1))
+        return out
 
     def _consistent(self, pair: tuple[str, ...], vals: np.ndarray, var: float,
                     one_way: Mapping[str, tuple[np.ndarray, float]], n_hat: float, rounds: int = 20) -> np.ndarray:
