@@ -57,22 +57,41 @@ def main() -> int:
     ap.add_argument("--data-dir", default=os.environ.get("VERTISYNTH_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data")))
     ap.add_argument("--quick", action="store_true", help="1 run, 100 marginals, ε ∈ {0.8, 1.6} on Adult, no ablations")
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--only", choices=["nltcs", "adult", "ablations", "phases"], default=None,
+                    help="run one table only")
     args = ap.parse_args()
     runs = 1 if args.quick else args.runs
     marg = 100 if args.quick else 300
     dd = args.data_dir
     header = f"{'':<34} {'3-way':>7}{'':<8} {'4-way':>7} {'5-way':>7} {'sec':>7} {'3w/indep':>8}"
 
+    want = (lambda t: args.only in (None, t))
+    if want("nltcs"):
+        nltcs_table(runs, dd, marg, header)
+    if want("adult"):
+        adult_table(args.quick, dd, marg, header)
+    if args.quick:
+        return 0
+    if want("ablations"):
+        ablations(dd, marg, header)
+    if want("phases"):
+        phases_table(dd, marg)
+    return 0
+
+
+def nltcs_table(runs: int, dd: str, marg: int, header: str) -> None:
     print("1. NLTCS, 0-7 | 8-15, ε = 0.8")
     print(header)
     for label, params in [("VertiMRF-FM", {"encoder": "dpfm"}), ("VertiMRF-FO", {"encoder": "grr"})]:
         print(row(label, [one("nltcs", 0.8, "vertimrf", params, 100 + r, dd, marg) for r in range(runs)]))
     sys.stdout.flush()
 
+
+def adult_table(quick: bool, dd: str, marg: int, header: str) -> None:
     print("\n2. Adult, 0-7 | 8-14")
     print(header)
-    for eps in ([0.8, 1.6] if args.quick else [0.2, 0.4, 0.8, 1.6, 3.2]):
-        reps = 1 if args.quick else 2
+    for eps in ([0.8, 1.6] if quick else [0.2, 0.4, 0.8, 1.6, 3.2]):
+        reps = 1 if quick else 2
         ind = [one("adult", eps, "independent", {}, 200 + r, dd, marg) for r in range(reps)]
         anchor = statistics.mean(r[0][0] for r in ind)
         print(row(f"ε={eps} independent columns", ind, anchor))
@@ -82,24 +101,27 @@ def main() -> int:
             print(row(f"ε={eps} {label}", [one("adult", eps, synth, params, 200 + r, dd, marg) for r in range(reps)],
                       anchor))
         sys.stdout.flush()
-    if args.quick:
-        return 0
 
+
+def ablations(dd: str, marg: int, header: str) -> None:
     print("\n3. Ablations, Adult, ε = 1.6, VertiMRF-FM")
     print(header)
     for label, params in [("variance-aware (default)", {}), ("paper-faithful", PAPER),
                           ("without LocMRF", {"use_local": False, "local_fraction": 0.0, "encoder_fraction": 0.8}),
-                          ("uniform instead of HisRec", {"recovery": "uniform"}),
+                          ("HisRec recovery (paper §6.1)", {"recovery": "hisrec"}),
+                          ("binned-query recovery (ours)", {"recovery": "query"}),
+                          ("uniform recovery", {"recovery": "uniform"}),
                           ("without consistency", {"consistency": False})]:
         print(row(label, [one("adult", 1.6, "vertimrf", params, 300 + r, dd, marg) for r in range(2)]))
         sys.stdout.flush()
 
+
+def phases_table(dd: str, marg: int) -> None:
     print("\n4. Per-phase seconds, Adult, VertiMRF-FM, t = 2000, ε = 1.6")
     _, total, phases = one("adult", 1.6, "vertimrf", {"encoder": "dpfm"}, 400, dd, marg)
     for k, v in phases.items():
         print(f"  {k:<40} {v:>7.1f}")
     print(f"  {'whole run (fit + sample + evaluate)':<40} {total:>7.1f}")
-    return 0
 
 
 if __name__ == "__main__":

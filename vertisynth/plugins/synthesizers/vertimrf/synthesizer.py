@@ -22,6 +22,12 @@ Budget (zCDP ρ of the whole run; one person spans all parties, so every party's
 distributions, as pure ε per binned attribute with Σ ε²/2 equal to its ρ; the encoder plans last and takes
 what is left (`encoder_fraction`, 0.4, up to composition rounding; DPFM keeps 10% of it for n̂); without
 binning the value share goes to the encoder.
+`recovery`: how cross-party estimates made on binned attributes reach the full-domain model. "hisrec"
+(the paper, §6.1) spreads each bin over its values by the DP within-bin value distributions, assuming a
+value is independent of the other attribute given its bin; "uniform" spreads evenly (ablation); "query"
+(ours) fits the estimate as what it is, a binned linear query Q μ of the model's marginal, so the values
+inside a bin are left to the local models, which know them; it needs no value distributions, and their
+budget share goes to the encoder. Measured on Adult (benchmarks/vertimrf.py): "query" beats "hisrec".
 Deviation from the paper: the paper lets each party spend ε₀ on its LocMRF; since the parties' data
 describe the same people, those spends compose, so we split the local share across parties.
 
