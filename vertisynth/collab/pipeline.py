@@ -323,7 +323,8 @@ def collab_report(plan: CollabPlan, loaded, frames, real: Dataset, synthetic: Da
         "metrics": metrics,
         "metrics_note": "metrics compare against the real data and are not covered by the DP guarantee; "
                         "only the synthetic table (and the DP bin edges and means) is the DP release",
-        "privacy": plan.ledger.to_dict(),
+        "privacy": {**plan.ledger.to_dict(),
+                    **({"tuning_accounting": outcome.label} if outcome is not None else {})},
         "timings_seconds": timings,
     }
 
