@@ -188,7 +188,8 @@ def _custodian_frames(plan: CollabPlan, loaded, rng: np.random.Generator) -> dic
             if not p.is_file():
                 raise DataError(f"custodian {name!r}: CSV {str(p)!r} does not exist")
             try:
-                f = pd.read_csv(p, dtype=str)
+                # as strings, and only empty cells are missing (a category may be called "None" or "NA")
+                f = pd.read_csv(p, dtype=str, keep_default_na=False, na_values=[""])
             except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
                 raise DataError(f"custodian {name!r}: cannot read {str(p)!r}: {exc}") from None
             f.columns = [str(c) for c in f.columns]
