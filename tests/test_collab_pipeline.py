@@ -238,3 +238,17 @@ def test_a_missing_server_message_is_a_clear_error(tmp_path):
                          capture_output=True, text=True)
     assert out.returncode == 2 and "need one noisy share from each of 2 servers, got servers [0]" in out.stderr
     assert NoisyShare.load(next((tmp_path / "out").glob("*.npz"))).server == 0
+
+
+def test_table1_study_names_local_and_combined_binning_as_methods():
+    import tomllib
+    from pathlib import Path
+
+    from vertisynth.study.grid import apply_quick, expand_grid
+    from vertisynth.study.runner import method_labels
+
+    data = tomllib.loads((Path(__file__).parent.parent / "studies" / "collab_table1.toml").read_text())
+    cells = expand_grid(apply_quick(data))
+    assert method_labels([c.config for c in cells]) == ["private_pgm[collab.preprocessing=local]",
+                                                       "private_pgm[collab.preprocessing=combined]"]
+    make_plan(parse_config(cells[0].config))   # the quick cell plans (census, public bounds)
