@@ -17,7 +17,7 @@ from vertisynth.core.interfaces import MarginalQuery
 from vertisynth.core.pipeline import make_plan, run
 from vertisynth.core.privacy import Budget, PrivacyLedger
 from vertisynth.collab.horizontal import query_charges
-from vertisynth.plugins.datasets.census import CensusConfig, CensusNetwork, load
+from vertisynth.plugins.datasets.census import CensusConfig, load
 
 PAIRS = [["age", "income"], ["education", "income"], ["sex", "income"]]
 
@@ -252,3 +252,17 @@ def test_table1_study_names_local_and_combined_binning_as_methods():
     assert method_labels([c.config for c in cells]) == ["private_pgm[collab.preprocessing=local]",
                                                        "private_pgm[collab.preprocessing=combined]"]
     make_plan(parse_config(cells[0].config))   # the quick cell plans (census, public bounds)
+
+
+@pytest.mark.shared_data
+def test_table1_study_plans_on_adult(data_dir):
+    import tomllib
+    from pathlib import Path
+
+    from vertisynth.study.grid import expand_grid
+
+    data = tomllib.loads((Path(__file__).parent.parent / "studies" / "collab_table1.toml").read_text())
+    cells = expand_grid(data, str(data_dir))
+    assert len(cells) == 2 * 2 * 2 * 3
+    plan = make_plan(parse_config(cells[0].config), data_dir=str(data_dir))
+    assert plan.run.base.domain.size("age") == 16 and plan.custodians == ["custodian1", "custodian2"]

@@ -37,6 +37,11 @@ LOCAL_NOTE = "local binning: each custodian releases with this ρ; disjoint cust
 
 
 # -- custodians ------------------------------------------------------------------------------------
+def stack(parts: Sequence[Dataset]) -> Dataset:
+    """The custodians' code tables one under the other (evaluation only: the protocol never does this)."""
+    return Dataset(np.concatenate([p.codes for p in parts]), parts[0].domain)
+
+
 def check_custodians(frames: Mapping[str, pd.DataFrame], columns: Sequence[str]) -> None:
     """Every custodian must hold exactly the schema's columns (horizontal partitioning) and some rows."""
     want = list(columns)

@@ -26,7 +26,7 @@ from vertisynth.core.loaded import DatasetSource
 from vertisynth.core.privacy import Charge, Composition, PrivacyLedger, ZCDP
 from vertisynth.core.registry import Registry
 
-from .horizontal import HorizontalRun, check_custodians, check_numeric_schema, simulate_custodians
+from .horizontal import HorizontalRun, check_custodians, check_numeric_schema, simulate_custodians, stack
 from .secure_aggregation import STAGE as SA_STAGE
 from .tuning import DP_METRIC, DP_METRIC_RANGE, PAPER_LABEL, Tuner, TuningOutcome, candidates, solve_rho_q
 
@@ -202,9 +202,6 @@ def _custodian_frames(plan: CollabPlan, loaded, rng: np.random.Generator) -> dic
     return simulate_custodians(loaded.frame[list(names)], cc.custodians, cc.split, rng)
 
 
-def _stack(parts: list[Dataset]) -> Dataset:
-    return Dataset(np.concatenate([p.codes for p in parts]), parts[0].domain)
-
 
 def execute_collab(plan: CollabPlan, output_dir: str | Path | None = None):
     from vertisynth.core.pipeline import RunResult
@@ -226,7 +223,7 @@ def execute_collab(plan: CollabPlan, output_dir: str | Path | None = None):
             taken[rng["split"].permutation(len(f))[:k]] = True
             keep[name] = f[~taken].reset_index(drop=True)
             held.append(run.base.encode(f[taken]))
-        frames, holdout = keep, _stack(held)
+        frames, holdout = keep, stack(held)
     timings["load data"] = time.perf_counter() - t0
 
     outcome: TuningOutcome | None = None
@@ -242,7 +239,7 @@ def execute_collab(plan: CollabPlan, output_dir: str | Path | None = None):
         ledger.check_plan()
     published = outcome is None or outcome.published
 
-    real = _stack([run.base.encode(f) for f in frames.values()])
+    real = stack([run.base.encode(f) for f in frames.values()])
     metrics: dict[str, dict[str, float]] = {}
     frame = pd.DataFrame(columns=list(run.base.domain.attributes))
     synthetic = Dataset(np.zeros((0, len(run.base.domain)), np.int64), run.base.domain)

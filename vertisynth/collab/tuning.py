@@ -42,7 +42,7 @@ from vertisynth.core.errors import BudgetError, ConfigError, DataError
 from vertisynth.core.mechanisms import gaussian_sigma
 from vertisynth.core.privacy import ORDERS, RDP, Budget, Charge, Composition, Cost, PrivacyLedger, ZCDP
 
-from .horizontal import HorizontalRun, scratch_ledger
+from .horizontal import HorizontalRun, scratch_ledger, stack
 from .preprocessing import _secure_sum
 from .secure_aggregation import planned_charge
 
@@ -250,8 +250,8 @@ class Tuner:
             for k in range(self.folds):
                 train = fold_frames(frames, idx, k, True)
                 synth = run.synthetic(train, params, self.rho_pre, self.rho_synth, rng)
-                real_train = _stack([run.base.encode(f) for f in train.values()])
-                real_test = _stack([run.base.encode(f) for f in fold_frames(frames, idx, k, False).values()])
+                real_train = stack([run.base.encode(f) for f in train.values()])
+                real_test = stack([run.base.encode(f) for f in fold_frames(frames, idx, k, False).values()])
                 metrics = self.evaluator.evaluate_holdout(real_train, real_test, synth, rng)
                 if key not in metrics:
                     raise ConfigError(f"collab.tuning.metric: {evaluator_name!r} has no metric {key!r}; "
@@ -263,6 +263,3 @@ class Tuner:
         return TuningOutcome("paper", PAPER_LABEL, None, False, len(self.grid),
                              notes=["no candidate met the custodians' thresholds: nothing is published"])
 
-
-def _stack(parts: Sequence[Dataset]) -> Dataset:
-    return Dataset(np.concatenate([p.codes for p in parts]), parts[0].domain)
