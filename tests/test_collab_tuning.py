@@ -134,3 +134,14 @@ def test_private_selection_passes_its_audit_and_a_one_run_claim_does_not():
     weak = claimed_profile([ZCDP(RHO_Q / 16)], 1e-5)
     bad = audit(PoissonSelection(mu), pairs, claims=weak, n_samples=20_000, seed=11, name="selection, overclaimed")
     assert not bad.passed
+
+
+def test_the_measurement_set_and_binning_are_tunable_and_every_candidate_reserves_the_same_budget():
+    sets = [[["sex", "income"]], [["age", "income"], ["sex", "income"], ["education", "income"]]]
+    plan = _plan("private_selection", grid={"workload": sets, "bins": [3, 6]})
+    assert len(plan.tuner.grid) == 4
+    totals = {round(sum(c.cost.rho for c in plan.run.charges(p, plan.rho_pre, plan.rho_synth)), 12)
+              for p in plan.tuner.grid}
+    assert len(totals) == 1 and totals.pop() == pytest.approx(plan.rho_pre + plan.rho_synth)
+    with pytest.raises(ConfigError, match="bin counts must be integers >= 2"):
+        _plan("private_selection", grid={"bins": [1]})

@@ -238,8 +238,11 @@ class Tuner:
             notes.append("the Poisson draw made 0 candidate runs: the first grid candidate is used")
             return TuningOutcome(self.method, self.label, dict(self.grid[0]), True, 0, [], notes)
         best = max(tried, key=lambda t: (t["passes"], -t["dp_score"]))  # the fixed total order on outputs
+        # Theorem 6 covers releasing the best run only (the number of runs is data-independent); the other
+        # runs' scores would each cost ρ_Q more. compose_all paid for every score, so it may show them.
+        shown = [best] if self.method == "private_selection" else tried
         return TuningOutcome(self.method, self.label, dict(best["params"]) if best["passes"] else None,
-                             bool(best["passes"]), len(tried), tried, notes)
+                             bool(best["passes"]), len(tried), shown, notes)
 
     def _paper(self, run: HorizontalRun, frames, idx, rng: np.random.Generator) -> TuningOutcome:
         """Algorithm 1: candidates in grid order, K-fold scores on real test folds (not DP, not published),
