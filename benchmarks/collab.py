@@ -6,7 +6,8 @@ Adult (the shared discretised copy) is split into two custodians — at random, 
 whose populations differ, as hospitals' do). Its ordinal columns (age, fnlwgt, education-num, capital-gain,
 capital-loss, hours-per-week: their codes read as numbers) are re-binned into 4 bins at DP quantiles, either
 by each custodian alone ("local", the paper's row 1) or over the combined data by secure aggregation
-("combined", the paper's row 2), and de-binned with DP bin means. Private-PGM (the paper's SDG) is fitted
+("combined", the paper's row 2), and de-binned with DP bin means (or, with --debinning uniform, a uniform
+value inside the bin). Private-PGM (the paper's SDG) is fitted
 on every 1-way marginal and every 2-way marginal with the label (the paper's measurement set), all
 measured by secure aggregation. Scores against a 20% holdout: workload error (1-way, and the label pairs)
 and |real − synthetic| accuracy and macro-F1 of logistic regression (LR) and a decision tree (DT).
@@ -37,7 +38,8 @@ METRICS = [("wle_1way", "workload_error", "l1_1way"), ("wle_label", "pairs", "l1
            ("dt_acc", "ml_utility", "dt_accuracy_gap"), ("dt_f1", "ml_utility", "dt_f1_gap")]
 
 
-def config(data_dir: str, eps: float, split: str, preprocessing: str, seed: int, iters: int, dataset: str) -> dict:
+def config(data_dir: str, eps: float, split: str, preprocessing: str, seed: int, iters: int, dataset: str,
+           debinning: str = "mean") -> dict:
     label_pairs = [[c, LABEL] for c in COLUMNS if c != LABEL]
     return {
         "seed": seed, "budget": {"epsilon": eps, "delta": 1e-5},
@@ -48,7 +50,7 @@ def config(data_dir: str, eps: float, split: str, preprocessing: str, seed: int,
         "evaluators": [{"use": "workload_error"},
                        {"use": "ml_utility", "params": {"label": LABEL}}],
         "collab": {"custodians": 2, "split": split, "preprocessing": preprocessing, "numeric": NUMERIC,
-                   "bins": 4, "preprocessing_fraction": 0.2, "debinning": "mean"},
+                   "bins": 4, "preprocessing_fraction": 0.2, "debinning": debinning},
     }
 
 
@@ -73,13 +75,15 @@ def main() -> int:
     ap.add_argument("--splits", default="random,sorted:age")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--iters", type=int, default=300, help="Private-PGM estimation iterations")
+    ap.add_argument("--debinning", choices=["mean", "uniform"], default="mean",
+                    help="bins back to values: DP bin means (the paper) or uniform inside the bin")
     args = ap.parse_args()
     epsilons = [1.0] if args.quick else [float(e) for e in args.epsilons.split(",")]
     splits = ["random"] if args.quick else args.splits.split(",")
     repeats = 1 if args.quick else args.repeats
     iters = 100 if args.quick else args.iters
     names = [m[0] for m in METRICS]
-    print(f"Adult, 2 custodians, Private-PGM (1-way + label pairs), 4 DP-quantile bins, mean de-binning; "
+    print(f"Adult, 2 custodians, Private-PGM (1-way + label pairs), 4 DP-quantile bins, {args.debinning} de-binning; "
           f"mean of {repeats} seed(s); gaps are |real − synthetic| on a 20% holdout")
     print(f"{'split':<10} {'eps':>4} {'binning':<9} " + " ".join(f"{n:>9}" for n in names)
           + f" {'sec':>6} | " + " ".join(f"{n + '/c':>11}" for n in names))
@@ -88,7 +92,8 @@ def main() -> int:
         for eps in epsilons:
             rows = {}
             for prep in ("combined", "local"):   # combined first: it is the anchor
-                runs = [one(config(args.data_dir, eps, split, prep, 100 + r, iters, "adult")) for r in range(repeats)]
+                runs = [one(config(args.data_dir, eps, split, prep, 100 + r, iters, "adult", args.debinning))
+                        for r in range(repeats)]
                 rows[prep] = {k: statistics.mean(r[k] for r in runs) for k in runs[0]}
             anchor = rows["combined"]
             for prep, m in rows.items():

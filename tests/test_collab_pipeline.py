@@ -268,3 +268,14 @@ def test_table1_study_plans_on_adult(data_dir):
     assert len(cells) == 2 * 2 * 2 * 3
     plan = make_plan(parse_config(cells[0].config), data_dir=str(data_dir))
     assert plan.run.base.domain.size("age") == 16 and plan.custodians == ["custodian1", "custodian2"]
+
+
+def test_sound_tuning_that_fails_the_vote_publishes_nothing_but_pays_for_the_tuning(tmp_path):
+    tune = {"grid": {"iters": [10]}, "folds": 2, "expected_runs": 3.0, "thresholds": {"custodian2": 0.0}}
+    res = run(_cfg(epsilon=3.0, n=800, collab={"tuning": tune}), tmp_path)
+    assert not (tmp_path / "synthetic.csv").exists() and not res.report["collab"]["published"]
+    spent = {c.stage for c in res.ledger.spent}
+    runs = res.report["collab"]["tuning"]["candidate_runs"]
+    # the test-fold marginals and the selection are spent whatever the outcome (the vote itself is DP)
+    assert spent == {"tuning"} and res.ledger.spent_epsilon() > 0
+    assert runs == 0 or res.report["collab"]["tuning"]["dp_scores"][0]["votes"] == 1

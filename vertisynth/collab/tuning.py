@@ -20,7 +20,7 @@ K−1 training sets, so Q is ρ_Q = (K−1)·ρ_run -zCDP, ρ_run being one fold
     ρ_Q-zCDP implies (ε̂, δ̂)-DP (the same RDP→(ε, δ) conversion the ledger uses). The curve is charged to
     the ledger as an RDP cost: about one candidate's cost plus log(μ)/(λ−1), whatever the grid size.
     The order on outputs: first whether the custodians' vote passes, then the DP score. With K = 0 (chance
-    e^−μ) nothing is learnt and the first candidate (a data-independent default) is used.
+    e^−μ) no candidate is scored, so no vote passes and nothing is published (a data-independent outcome).
   * "compose_all": score every candidate once; the argmax of DP scores is post-processing, so the cost is
     the zCDP composition m·ρ_Q (Bun & Steinke 2016, Lemma 2.3). Simple, and cheaper than
     private_selection only for very small grids.
@@ -234,9 +234,9 @@ class Tuner:
             tried.append({"params": params, "dp_score": score, "votes": yes, "passes": ok})
         ledger.spend(selection_charge(self.method, self.rho_q, self.mu, len(self.grid), self.folds))
         notes = []
-        if not tried:  # K = 0: nothing was learnt from the data; the data-independent default is used
-            notes.append("the Poisson draw made 0 candidate runs: the first grid candidate is used")
-            return TuningOutcome(self.method, self.label, dict(self.grid[0]), True, 0, [], notes)
+        if not tried:  # K = 0 (chance e^−μ): no candidate was scored, so none passed the custodians' vote
+            notes.append("the Poisson draw made 0 candidate runs: no vote passed, nothing is published")
+            return TuningOutcome(self.method, self.label, None, False, 0, [], notes)
         best = max(tried, key=lambda t: (t["passes"], -t["dp_score"]))  # the fixed total order on outputs
         # Theorem 6 covers releasing the best run only (the number of runs is data-independent); the other
         # runs' scores would each cost ρ_Q more. compose_all paid for every score, so it may show them.
