@@ -155,6 +155,8 @@ def test_tuning_thresholds_and_metrics_are_checked_against_the_metric_range():
         make_plan(_cfg(collab={"tuning": {**tune, "thresholds": {"hospital9": 0.1}}}))
     with pytest.raises(ConfigError, match="would read real rows without noise"):
         make_plan(_cfg(collab={"tuning": {**tune, "metric": "ml_utility.lr_accuracy_synthetic"}}))
+    with pytest.raises(ConfigError, match="method 'paper' scores folds with an evaluator"):
+        make_plan(_cfg(collab={"tuning": {**tune, "method": "paper"}}))
     with pytest.raises(ConfigError, match="unknown key 'itres'"):
         make_plan(_cfg(collab={"tuning": {"grid": {"itres": [10]}}}))
 

@@ -143,6 +143,9 @@ def _plan_tuning(config: RunConfig, registry: Registry, run: HorizontalRun, name
         run.charges(params, 1.0, 1.0)   # structures every candidate's params now: unknown keys fail here
     if t.method == "paper":
         ev_name, _, key = t.metric.partition(".")
+        if t.metric == DP_METRIC:
+            raise ConfigError("collab.tuning: method 'paper' scores folds with an evaluator on real rows (as the "
+                              "paper does); set metric = 'evaluator.metric', e.g. 'ml_utility.lr_accuracy_synthetic'")
         if not key:
             raise ConfigError(f"collab.tuning.metric must look like 'evaluator.metric' (e.g. "
                               f"'workload_error.l1_1way'), got {t.metric!r}")
