@@ -281,3 +281,29 @@ def test_sound_tuning_that_fails_the_vote_publishes_nothing_but_pays_for_the_tun
     # the test-fold marginals and the selection are spent whatever the outcome (the vote itself is DP)
     assert spent == {"tuning"} and res.ledger.spent_epsilon() > 0
     assert runs == 0 or res.report["collab"]["tuning"]["dp_scores"][0]["votes"] == 1
+
+
+@pytest.mark.parametrize("name, params", [
+    ("private_pgm", {"measurements": "workload", "iters": 30}),
+    ("dpsyn", {"selection": "all", "rounds": 3}),
+])
+def test_horizontal_synthesizers_pass_the_kits_contract(name, params):
+    from vertisynth.core.registry import default_registry
+    from vertisynth.testing.checks import Subject, check_horizontal_contract
+
+    spec = default_registry().get("synthesizer", name)
+    check_horizontal_contract(Subject("synthesizer", name, spec.load_factory(), spec.load_config_cls(), params, spec))
+
+
+def test_the_kit_catches_an_understated_sensitivity():
+    from vertisynth.core.interfaces import MarginalQuery
+    from vertisynth.plugins.synthesizers.dpsyn.synthesizer import DPSynConfig, DPSynSynthesizer
+    from vertisynth.testing.checks import ConformanceError, Subject, check_horizontal_contract
+
+    class Sloppy(DPSynSynthesizer):   # all pairs as one vector, but sensitivity 1 instead of √k
+        def marginal_queries(self, domain, rho):
+            (q,) = super().marginal_queries(domain, rho)
+            return [MarginalQuery(q.name, q.marginals, q.rho, 1.0)]
+
+    with pytest.raises(ConformanceError, match="declares L2 sensitivity 1, below"):
+        check_horizontal_contract(Subject("synthesizer", "sloppy", Sloppy, DPSynConfig, {"selection": "all"}))
