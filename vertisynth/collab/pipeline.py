@@ -216,14 +216,14 @@ def execute_collab(plan: CollabPlan, output_dir: str | Path | None = None):
     loaded = plan.source.load()
     frames = _custodian_frames(plan, loaded, rng["split"])
     holdout = None
-    if cfg.evaluation.holdout > 0:   # each custodian keeps a seeded share of its rows away from everything
+    if cfg.evaluation.holdout > 0:
+        # each row is held out independently with probability `holdout` (so adding a person moves no one
+        # else between the sides, unlike a fixed-size split of a shuffled table)
         keep, held = {}, []
         for name, f in frames.items():
-            k = int(round(cfg.evaluation.holdout * len(f)))
-            if k < 1 or k >= len(f):
+            taken = rng["split"].random(len(f)) < cfg.evaluation.holdout
+            if taken.all() or not taken.any():
                 raise DataError(f"holdout {cfg.evaluation.holdout} of custodian {name!r}'s {len(f)} rows leaves an empty side")
-            taken = np.zeros(len(f), bool)
-            taken[rng["split"].permutation(len(f))[:k]] = True
             keep[name] = f[~taken].reset_index(drop=True)
             held.append(run.base.encode(f[taken]))
         frames, holdout = keep, stack(held)

@@ -117,12 +117,16 @@ def solve_rho_q(budget: Budget, fixed: Sequence[Cost], method: str, mu: float, m
 
 # -- folds, scores and the vote --------------------------------------------------------------------------
 def fold_indices(frames: Mapping[str, pd.DataFrame], k: int, rng: np.random.Generator) -> dict[str, list[np.ndarray]]:
-    """Each custodian splits its own rows into k folds (a seeded, data-independent split)."""
+    """Each custodian gives every row its own uniform fold label. Independent labels (not a balanced split
+    of a shuffled table) are what the accounting needs: adding one person then adds one row to one fold and
+    moves no one else, so that person is in exactly K−1 training sets. A balanced split would shift other
+    rows across fold boundaries."""
     out = {}
     for name, f in frames.items():
-        if len(f) < k:
-            raise DataError(f"custodian {name!r} has {len(f)} rows, fewer than the {k} folds")
-        out[name] = [np.sort(p) for p in np.array_split(rng.permutation(len(f)), k)]
+        labels = rng.integers(0, k, size=len(f))
+        out[name] = [np.flatnonzero(labels == j) for j in range(k)]
+        if min(map(len, out[name])) == 0:
+            raise DataError(f"custodian {name!r} has too few rows ({len(f)}) for {k} folds: a fold came out empty")
     return out
 
 
