@@ -24,7 +24,10 @@ def _fail(exc: Exception) -> None:
 
 @click.group()
 def collab() -> None:
-    """Secure aggregation of custodians' marginals across non-colluding compute servers (files only)."""
+    """Secure aggregation of custodians' marginals across non-colluding compute servers (files only).
+
+    The whole horizontal pipeline (DP binning, secure measurement, tuning, publish once) runs from a config
+    with a [collab] table: vertisynth run CONFIG (docs/collab.md)."""
 
 
 @collab.command()

@@ -47,7 +47,8 @@ def run(config: Path | None, out: Path | None, data_dir: str | None, seed: int |
         plan = make_plan(cfg, data_dir=data_dir)
         click.echo(f"plan fits the budget: ε={plan.ledger.planned_epsilon():.4g} of {plan.ledger.budget.epsilon:.4g} "
                    f"(δ={plan.ledger.budget.delta:.3g}), {len(plan.ledger.planned)} charges, "
-                   f"{len(plan.partition)} parties", err=True)
+                   + (f"{len(plan.custodians)} horizontal custodians" if hasattr(plan, "custodians")
+                      else f"{len(plan.partition)} parties"), err=True)
         out_dir = out or Path(cfg.output or "vertisynth-output")
         result = execute(plan, out_dir, progress=not quiet)
     except VertisynthError as exc:
@@ -57,7 +58,16 @@ def run(config: Path | None, out: Path | None, data_dir: str | None, seed: int |
         for m, v in metrics.items():
             click.echo(f"{ev}.{m} = {v:.4f}")
     click.echo(f"privacy: spent ε = {result.ledger.spent_epsilon():.4g} of {result.ledger.budget.epsilon:.4g}")
-    click.echo(f"wrote {out_dir}/synthetic.csv, report.json, ledger.json, summary.md")
+    collab = result.report.get("collab")
+    if collab:   # the [collab] mode: which mode ran, the tuning's accounting, and whether anything was published
+        click.echo(f"mode: {result.report['mode']}")
+        if collab["tuning"]:
+            click.echo(f"tuning: {collab['tuning']['label']}; chosen {collab['tuning']['chosen']}")
+        costs = collab["costs"]
+        click.echo(f"cost: accounted ε = {costs['accounted_epsilon']:.4g}; the paper's argument would claim "
+                   f"ε = {costs['paper_claimed_epsilon']:.4g}")
+    written = "synthetic.csv, " if (out_dir / "synthetic.csv").is_file() else "(nothing published) "
+    click.echo(f"wrote {out_dir}/{written}report.json, ledger.json, summary.md")
 
 
 @main.command()

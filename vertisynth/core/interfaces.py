@@ -105,6 +105,32 @@ class Synthesizer(Component):
         return {}
 
 
+@attrs.frozen
+class MarginalQuery:
+    """One Gaussian release a marginal-based synthesizer asks for: the counts of `marginals`, concatenated
+    (each flattened in its attributes' order), with L2 sensitivity `l2_sensitivity` at zCDP cost `rho`."""
+
+    name: str
+    marginals: tuple[tuple[str, ...], ...] = attrs.field(converter=lambda ms: tuple(tuple(m) for m in ms))
+    rho: float
+    l2_sensitivity: float = 1.0
+
+
+class MeasuresMarginals(ABC):
+    """A synthesizer whose only contact with the data is Gaussian-noised marginal counts, so the counts may
+    come from elsewhere: e.g. secure aggregation across horizontal custodians (vertisynth.collab), where
+    no one holds the joined table. `fit_marginals` is post-processing of the noisy answers only."""
+
+    @abstractmethod
+    def marginal_queries(self, domain: Domain, rho: float) -> list[MarginalQuery]:
+        """The releases to make with total zCDP cost `rho` (public facts only)."""
+
+    @abstractmethod
+    def fit_marginals(self, domain: Domain, queries: Sequence[MarginalQuery], answers: Sequence[np.ndarray],
+                      variances: Sequence[float], rng: np.random.Generator) -> None:
+        """Fit from the noisy answer vector of each query and its per-cell noise variance."""
+
+
 class Evaluator(Component):
     """Scores a synthetic table against a real one. Reads real data: its numbers are not DP.
 

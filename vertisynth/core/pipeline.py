@@ -93,6 +93,10 @@ def make_plan(config: RunConfig, registry: Registry | None = None, data_dir: str
     `source` replaces the config's [dataset] (the Python API passes in-memory DataFrames this way).
     """
     registry = registry or default_registry()
+    if config.collab is not None:   # horizontal custodians: vertisynth.collab.pipeline
+        from vertisynth.collab.pipeline import make_collab_plan
+
+        return make_collab_plan(config, registry, data_dir, source)
     if source is None:
         ds_spec = registry.get("dataset", config.dataset.name)
         ds_cls = ds_spec.load_config_cls()
@@ -150,6 +154,8 @@ def _timed(timings: dict[str, float], name: str, progress: Any) -> Iterator[None
 
 
 def execute(plan: Plan, output_dir: str | Path | None = None, progress: bool = False) -> RunResult:
+    if not isinstance(plan, Plan):   # a CollabPlan (the [collab] mode) runs itself
+        return plan.execute(output_dir, progress)
     cfg = plan.config
     streams = dict(zip(RNG_STREAMS, (np.random.default_rng(s) for s in np.random.SeedSequence(cfg.seed).spawn(len(RNG_STREAMS)))))
     timings: dict[str, float] = {}

@@ -102,11 +102,11 @@ class RDP:
         o = np.asarray(self.orders)
         e = np.asarray(self.epsilons)
         idx = np.argsort(o)
-        # RDP is non-decreasing in α: a curve known at α0 bounds every α <= α0 by ε(α0).
-        out = np.full(orders.shape, np.inf)
-        for a, eps in zip(o[idx][::-1], e[idx][::-1]):
-            out = np.where(orders <= a, np.minimum(out, eps), out)
-        return out
+        o, e = o[idx], e[idx]
+        # RDP is non-decreasing in α: a curve known at α0 bounds every α <= α0 by ε(α0), so each order
+        # takes the smallest ε known at an order >= it (a suffix minimum; +inf beyond the last one).
+        suffix_min = np.append(np.minimum.accumulate(e[::-1])[::-1], np.inf)
+        return suffix_min[np.searchsorted(o, orders, side="left")]
 
     def describe(self) -> str:
         return f"RDP curve on {len(self.orders)} orders"

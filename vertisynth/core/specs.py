@@ -54,7 +54,8 @@ class AlignerSpec(ComponentSpec):
 
 @attrs.frozen
 class SynthesizerSpec(ComponentSpec):
-    """capabilities: "vertical" (works party-wise) or "centralized" (needs the joined table)."""
+    """capabilities: "vertical" (works party-wise) or "centralized" (needs the joined table); "horizontal":
+    fits from noisy marginals alone (MeasuresMarginals), so it runs across horizontal custodians ([collab])."""
 
     kind: ClassVar[str] = "synthesizer"
 

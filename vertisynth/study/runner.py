@@ -138,11 +138,16 @@ def method_labels(configs: list[dict[str, Any]]) -> list[str]:
             if s.get("use") == other.get("use"):
                 p, q = s.get("params", {}), other.get("params", {})
                 varying.setdefault(s.get("use"), set()).update(k for k in set(p) | set(q) if p.get(k) != q.get(k))
+    # [collab] settings that vary between cells (e.g. local vs combined binning) name a method too
+    collabs = [{k: v for k, v in (c.get("collab") or {}).items() if k != "tuning"} for c in configs]
+    collab_keys = sorted({k for c in collabs for k in c if any(o.get(k) != c.get(k) for o in collabs)})
     labels = []
-    for s in synths:
+    for s, col in zip(synths, collabs):
         keys = sorted(varying.get(s.get("use"), ()))
         params = s.get("params", {})
-        extra = ",".join(f"{k}={json.dumps(params[k]) if isinstance(params.get(k), (dict, list)) else params.get(k)}"
-                         for k in keys if k in params)
+        extra = ",".join([f"{k}={json.dumps(params[k]) if isinstance(params.get(k), (dict, list)) else params.get(k)}"
+                          for k in keys if k in params]
+                         + [f"collab.{k}={json.dumps(col[k]) if isinstance(col.get(k), (dict, list)) else col.get(k)}"
+                            for k in collab_keys if k in col])
         labels.append(f"{s.get('use', 'independent')}[{extra}]" if extra else s.get("use", "independent"))
     return labels

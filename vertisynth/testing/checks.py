@@ -21,6 +21,9 @@ the checks that apply to its kind:
                 save/load, and the server's estimate from loaded messages equals the original)
   evaluator     no privacy charges; values within the declared [min, max]; real-vs-real is the best
                 score and adding noise records never improves it; symmetry when "symmetric" is declared
+  synthesizer   with "horizontal" (MeasuresMarginals): its marginal queries spend exactly the ρ given and
+                declare at least the L2 sensitivity of their counts (√(number of marginals) for one record);
+                fitted on the exact answers it samples records in the domain, about as many as were counted
   aligner       outputs row-aligned with domains unchanged; identical inputs give back the same
                 multiset of records (the intersection and union of equal sets are that set);
                 unequal inputs give aligned output or a clear vertisynth error
@@ -42,7 +45,8 @@ from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import BudgetError, ConfigError, VertisynthError
 from vertisynth.core.factor import Factor
-from vertisynth.core.interfaces import Aligner, Encoder, Evaluator, PlanContext, Synthesizer, VerticalData
+from vertisynth.core.interfaces import (Aligner, Encoder, Evaluator, MeasuresMarginals, PlanContext, Synthesizer,
+                                       VerticalData)
 from vertisynth.core.messages import Message
 from vertisynth.core.privacy import Budget, Charge, PrivacyLedger
 from vertisynth.core.registry import Registry, default_registry
@@ -564,11 +568,45 @@ def check_aligner_unequal_inputs(subject: Subject) -> None:
         raise _fail(subject, "unequal inputs gave output that is not row-aligned")
 
 
+def check_horizontal_contract(subject: Subject) -> None:
+    """MeasuresMarginals (the [collab] mode's contract): queries cost exactly ρ, never understate the L2
+    sensitivity of their counts, and fitting on exact answers gives records of the domain. A config the
+    horizontal mode cannot run must say so with a ConfigError (e.g. private_pgm with MST)."""
+    component = subject.build()
+    if not isinstance(component, MeasuresMarginals):
+        return
+    rho = 0.37
+    try:
+        queries = component.marginal_queries(subject.domain, rho)
+    except ConfigError:
+        return
+    except Exception as exc:  # noqa: BLE001
+        raise _fail(subject, f"marginal_queries raised {type(exc).__name__}: {exc} (expected a ConfigError)")
+    total = sum(q.rho for q in queries)
+    if not queries or not np.isclose(total, rho, rtol=1e-9):
+        raise _fail(subject, f"marginal_queries(ρ={rho}) spends ρ={total:.6g} in {len(queries)} queries")
+    for q in queries:
+        for m in q.marginals:
+            subject.domain.check(m)
+        if q.l2_sensitivity < np.sqrt(len(q.marginals)) * (1 - 1e-12):
+            raise _fail(subject, f"query {q.name!r} declares L2 sensitivity {q.l2_sensitivity:.4g}, below "
+                                 f"√{len(q.marginals)} (one record adds 1 to a cell of each of its marginals)")
+    data = subject.data()
+    answers = [np.concatenate([data.counts(list(m)).values.ravel() for m in q.marginals]).astype(float)
+               for q in queries]
+    component.fit_marginals(subject.domain, queries, answers, [1e-6] * len(queries), np.random.default_rng(0))
+    out = component.sample(None, np.random.default_rng(1))
+    if not isinstance(out, Dataset) or out.domain.attributes != subject.domain.attributes:
+        raise _fail(subject, "after fit_marginals, sample() did not return records of the domain")
+    if abs(out.n - data.n) > max(2, 0.05 * data.n):
+        raise _fail(subject, f"fitted on exact counts of {data.n} records, it sampled {out.n}")
+
+
 # -- the collection -------------------------------------------------------------------------------
 CHECKS: dict[str, tuple[Callable[[Subject], None], ...]] = {
     "synthesizer": (check_implements_interface, check_config_roundtrip, check_declares_cost,
                     check_plan_fits_any_budget, check_ledger_matches_plan,
-                    check_no_global_rng, check_privacy_audit),
+                    check_no_global_rng, check_privacy_audit, check_horizontal_contract),
     "encoder": (check_implements_interface, check_config_roundtrip, check_declares_cost,
                 check_plan_fits_any_budget, check_ledger_matches_plan,
                 check_no_global_rng, check_encoder_contract, check_privacy_audit),

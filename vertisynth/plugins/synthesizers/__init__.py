@@ -18,14 +18,14 @@ def vertisynth_synthesizers():
             "vertisynth.plugins.synthesizers.dpsyn.synthesizer:DPSynSynthesizer",
             "vertisynth.plugins.synthesizers.dpsyn.synthesizer:DPSynConfig",
             "DPSyn: noisy 2-way marginals, consistency, gradual record updates (centralised)",
-            {"centralized"},
+            {"centralized", "horizontal"},
         ),
         SynthesizerSpec(
             "private_pgm",
             "vertisynth.plugins.synthesizers.private_pgm:PrivatePGMSynthesizer",
             "vertisynth.plugins.synthesizers.private_pgm:PrivatePGMConfig",
             "Private-PGM select-measure-generate (MST or a marginal workload), centralised",
-            {"centralized"},
+            {"centralized", "horizontal"},
         ),
         SynthesizerSpec(
             "privmrf",

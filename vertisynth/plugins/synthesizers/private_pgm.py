@@ -23,7 +23,8 @@ import numpy as np
 
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.errors import ConfigError, DataError
-from vertisynth.core.interfaces import PlanContext, Synthesizer, VerticalData
+from vertisynth.core.domain import Domain
+from vertisynth.core.interfaces import MarginalQuery, MeasuresMarginals, PlanContext, Synthesizer, VerticalData
 from vertisynth.core.mechanisms import gaussian_mechanism, gaussian_sigma
 from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
 
@@ -55,7 +56,7 @@ def exponential_mechanism(scores: np.ndarray, epsilon: float, sensitivity: float
     return int(np.argmax(logits + rng.gumbel(size=logits.shape)))
 
 
-class PrivatePGMSynthesizer(Synthesizer):
+class PrivatePGMSynthesizer(Synthesizer, MeasuresMarginals):
     def __init__(self, config: PrivatePGMConfig | None = None) -> None:
         super().__init__(config or PrivatePGMConfig())
         self._timings: dict[str, float] = {}
@@ -74,14 +75,35 @@ class PrivatePGMSynthesizer(Synthesizer):
             return ([Charge(STAGE, "gaussian_1way", ZCDP(self._rho1)) for _ in range(d)]
                     + [Charge(STAGE, "exponential_select", ZCDP(self._rho_sel)) for _ in range(d - 1)]
                     + [Charge(STAGE, "gaussian_2way", ZCDP(self._rho2)) for _ in range(d - 1)])
-        work = self.config.workload
-        if work is None:
-            work = [list(p) for p in itertools.combinations(attrs_, 2)]
-        for w in work:
-            ctx.domain.check(w)
-        self._workload = [(a,) for a in attrs_] + [tuple(w) for w in work if len(w) > 1]
+        self._workload = self._workload_of(ctx.domain)
         self._rho_each = rho / len(self._workload)
         return [Charge(STAGE, "gaussian_marginal", ZCDP(self._rho_each)) for _ in self._workload]
+
+    # -- measurements from elsewhere (horizontal custodians, secure aggregation) --------------------
+    def _workload_of(self, domain: Domain) -> list[tuple[str, ...]]:
+        work = self.config.workload
+        if work is None:
+            work = [list(p) for p in itertools.combinations(domain.attributes, 2)]
+        for w in work:
+            domain.check(w)
+        return [(a,) for a in domain.attributes] + [tuple(w) for w in work if len(w) > 1]
+
+    def marginal_queries(self, domain: Domain, rho: float) -> list[MarginalQuery]:
+        if self.config.measurements != "workload":
+            raise ConfigError("private_pgm: horizontal custodians need measurements = 'workload' (MST selects pairs "
+                              "with the exponential mechanism on exact scores of the combined table, which secure "
+                              "aggregation — sums of counts only — does not provide)")
+        work = self._workload_of(domain)
+        return [MarginalQuery(f"pgm:{','.join(w)}", [w], rho / len(work)) for w in work]
+
+    def fit_marginals(self, domain: Domain, queries, answers, variances, rng: np.random.Generator) -> None:
+        meas = [Measurement(q.marginals[0], np.asarray(a, float).reshape(domain.project(q.marginals[0]).shape),
+                            math.sqrt(v)) for q, a, v in zip(queries, answers, variances)]
+        self._domain = domain
+        res = estimate(domain, meas, iters=self.config.iters, max_cells=self.config.max_cells)
+        self._model, self._estimation = res.model, res
+        self._n_hat = max(1, int(round(res.model.total)))
+        self._timings = {"estimate": res.seconds}
 
     def _measure(self, table: Dataset, attrs_: tuple[str, ...], rho: float, mech: str, ledger: PrivacyLedger,
                  rng: np.random.Generator) -> Measurement:

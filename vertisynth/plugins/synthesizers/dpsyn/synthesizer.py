@@ -32,7 +32,8 @@ import numpy as np
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.core.factor import Factor
-from vertisynth.core.interfaces import PlanContext, Synthesizer, VerticalData
+from vertisynth.core.domain import Domain
+from vertisynth.core.interfaces import MarginalQuery, MeasuresMarginals, PlanContext, Synthesizer, VerticalData
 from vertisynth.core.mechanisms import gaussian_mechanism, laplace_mechanism
 from vertisynth.core.privacy import Charge, PrivacyLedger, PureDP, ZCDP
 
@@ -71,7 +72,7 @@ class DPSynConfig:
             raise ConfigError("dpsyn: rounds and consistency_rounds must be >= 1")
 
 
-class DPSynSynthesizer(Synthesizer):
+class DPSynSynthesizer(Synthesizer, MeasuresMarginals):
     def __init__(self, config: DPSynConfig | None = None) -> None:
         super().__init__(config or DPSynConfig())
         self._timings: dict[str, float] = {}
@@ -173,7 +174,32 @@ class DPSynSynthesizer(Synthesizer):
         return noisy
 
     def fit(self, data: VerticalData, ledger: PrivacyLedger, rng: np.random.Generator) -> None:
-        noisy = self.measure(data, ledger, rng)
+        self._post_process(self.measure(data, ledger, rng))
+
+    # -- measurements from elsewhere (horizontal custodians, secure aggregation) --------------------
+    def marginal_queries(self, domain: Domain, rho: float) -> list[MarginalQuery]:
+        """All 2-way marginals as one Gaussian vector (L2 sensitivity θ·√k), as `measure` does."""
+        c = self.config
+        if len(domain) < 2:
+            raise ConfigError("dpsyn needs at least two attributes")
+        if c.noise == "laplace" or c.selection == "greedy" or (c.selection == "auto" and len(domain) > c.all_pairs_limit):
+            raise ConfigError("dpsyn: horizontal custodians measure all 2-way marginals with Gaussian noise; set "
+                              "noise = 'gaussian' (or 'auto') and selection = 'all' (the greedy selection scores "
+                              "need the combined table)")
+        pairs = list(itertools.combinations(domain.attributes, 2))
+        theta = c.max_records_per_individual
+        return [MarginalQuery("dpsyn:2way", pairs, rho, theta * math.sqrt(len(pairs)))]
+
+    def fit_marginals(self, domain: Domain, queries, answers, variances, rng: np.random.Generator) -> None:
+        (q,), (noisy,), (var,) = queries, answers, variances
+        self._domain, self._noise, self._var = domain, "gaussian", float(var)
+        self._selected = [tuple(m) for m in q.marginals]
+        self._exact_shapes = [domain.project(list(m)) for m in q.marginals]
+        self.noisy_vector = np.asarray(noisy, float)
+        self._timings = {}
+        self._post_process(self.noisy_vector)
+
+    def _post_process(self, noisy: np.ndarray) -> None:
         t2 = time.perf_counter()
         facs, offset = [], 0
         totals, weights = [], []
