@@ -158,4 +158,4 @@ def test_paper_fig4_has_the_papers_grid():
     grid = tomllib.loads((Path(__file__).parent.parent / "studies" / "paper_fig4.toml").read_text())["study"]["grid"]
     assert grid["budget.epsilon"] == [0.2, 0.4, 0.8, 1.6, 3.2]
     assert grid["dataset.name"] == ["nltcs", "adult"]
-    assert [s["use"] for s in grid["synthesizer"]] == ["vertimrf", "vertimrf", "privmrf"]
+    assert [s["use"] for s in grid["synthesizer"]] == ["vertimrf", "vertimrf", "privmrf", "independent"]

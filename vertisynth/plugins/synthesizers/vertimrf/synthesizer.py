@@ -78,7 +78,7 @@ class VertiMRFConfig:
     encoder_fraction: float = 0.4
     value_fraction: float = 0.2
     bins: int | None = 4
-    recovery: str = "hisrec"
+    recovery: str = "query"
     max_clique_cells: float = 1e5
     weighting: str = "variance"
     d_c: float = 50.0
