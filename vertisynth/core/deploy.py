@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +25,7 @@ import pandas as pd
 from .config import RunConfig
 from .encoding import TableSchema
 from .errors import ConfigError, DataError, MessageError
-from .messages import Message
+from .messages import Message, publish, wait_for_files
 from .pipeline import RNG_STREAMS, make_plan
 from .privacy import PrivacyLedger
 
@@ -142,24 +141,6 @@ def run_server(config: RunConfig, messages_dir: Path, out: Path, data_dir: str |
 
 
 # -- key agreement through a shared folder ------------------------------------------------------------
-def _wait_for(folder: Path, pattern: str, want: int, what: str, timeout: float, poll: float) -> list[Path]:
-    deadline = time.monotonic() + timeout
-    while True:
-        files = sorted(folder.glob(pattern))
-        if len(files) >= want:
-            return files
-        if time.monotonic() > deadline:
-            raise MessageError(f"waited {timeout:.0f} s for {what} in {str(folder)!r}, found {len(files)} of {want}; "
-                               "is another party down?")
-        time.sleep(poll)
-
-
-def _publish(msg, folder: Path) -> None:
-    tmp = folder / (msg.filename + ".part")
-    msg.save(tmp)
-    os.replace(tmp, folder / msg.filename)  # readers never see half a file
-
-
 def run_party_keys(config: RunConfig, party: str, exchange: Path, out: Path, timeout: float = 600.0,
                    poll: float = 0.1, data_dir: str | None = None) -> Path:
     """One party of the DPFM key agreement (encoders/keys.py), messages as files in `exchange`.
@@ -177,8 +158,9 @@ def run_party_keys(config: RunConfig, party: str, exchange: Path, out: Path, tim
     exchange.mkdir(parents=True, exist_ok=True)
     me = KeyParty.create(party)  # OS entropy
     pub = np.frombuffer(me.public_bytes(), np.uint8).copy()
-    _publish(KeyAgreementMessage(party, "*", pub).validate(), exchange)
-    files = _wait_for(exchange, "keys__*__to__all.npz", len(names), "every party's public key", timeout, poll)
+    msg = KeyAgreementMessage(party, "*", pub).validate()
+    publish(msg, exchange, msg.filename)
+    files = wait_for_files(exchange, "keys__*__to__all.npz", len(names), "every party's public key", timeout, poll)
     published: dict[str, bytes] = {}
     for f in files:
         msg = Message.load(f)
@@ -194,10 +176,11 @@ def run_party_keys(config: RunConfig, party: str, exchange: Path, out: Path, tim
     elif party == leader:
         wrapped = me.wrap_group_for({n: published[n] for n in names[1:]}, None)
         for n, blob in wrapped.items():
-            _publish(KeyAgreementMessage(party, n, pub, np.frombuffer(blob, np.uint8).copy()).validate(), exchange)
+            msg = KeyAgreementMessage(party, n, pub, np.frombuffer(blob, np.uint8).copy()).validate()
+            publish(msg, exchange, msg.filename)
     else:
-        f = _wait_for(exchange, f"keys__{leader}__to__{party}.npz", 1, f"the group key wrapped by {leader!r}",
-                      timeout, poll)[0]
+        f = wait_for_files(exchange, f"keys__{leader}__to__{party}.npz", 1, f"the group key wrapped by {leader!r}",
+                           timeout, poll)[0]
         msg = Message.load(f)
         if not isinstance(msg, KeyAgreementMessage) or msg.party != leader or msg.to != party:
             raise MessageError(f"{f.name}: not the leader's wrapped key for {party!r}")

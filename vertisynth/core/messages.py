@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import time
 import zipfile
 from pathlib import Path
 from typing import Any, ClassVar
@@ -115,6 +117,29 @@ class Message:
         except (KeyError, TypeError, DomainError) as exc:
             raise MessageError(f"message file {str(path)!r} is malformed: {exc}") from None
         return msg.validate()
+
+
+# -- a folder shared by parties on different machines (synced or mounted) ---------------------------------
+def publish(msg: Message, folder: Path, name: str) -> Path:
+    """Save `msg` into a shared folder under `name`, atomically: readers never see half a file."""
+    tmp = folder / (name + ".part")
+    msg.save(tmp)
+    os.replace(tmp, folder / name)
+    return folder / name
+
+
+def wait_for_files(folder: Path, pattern: str, want: int, what: str, timeout: float, poll: float = 0.1) -> list[Path]:
+    """The files in `folder` matching `pattern` once there are at least `want` (sorted); a clear error after
+    `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        files = sorted(folder.glob(pattern))
+        if len(files) >= want:
+            return files
+        if time.monotonic() > deadline:
+            raise MessageError(f"waited {timeout:.0f} s for {what} in {str(folder)!r}, found {len(files)} of {want}; "
+                               "is another party down?")
+        time.sleep(poll)
 
 
 def _jsonable(value: Any) -> Any:

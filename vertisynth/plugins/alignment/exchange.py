@@ -14,39 +14,23 @@ PSU, fills) its own table; the one-process pipeline does all of that in a single
 from __future__ import annotations
 
 import json
-import os
-import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from vertisynth.core.config import RunConfig, structure
-from vertisynth.core.errors import ConfigError, DataError, MessageError
+from vertisynth.core.errors import ConfigError, DataError
+from vertisynth.core.messages import publish, wait_for_files
 
 from .private_sets import PSIConfig, PSUConfig, _prepare_ids
 from .protocol import BlindedSet, make_parties
 
 
-def _save_atomic(msg: BlindedSet, folder: Path) -> None:
-    tmp = folder / (msg.filename + ".part")
-    msg.save(tmp)
-    os.replace(tmp, folder / msg.filename)   # readers never see half a file
-
-
-def _wait_for(folder: Path, party: str, r: int, expected: dict[str, int], timeout: float,
-              poll: float) -> list[BlindedSet]:
-    want = sum(expected.values())
-    pattern = f"r{r - 1:02d}__*__to__{party}__*.npz"
-    deadline = time.monotonic() + timeout
-    while True:
-        files = sorted(folder.glob(pattern))
-        if len(files) >= want:
-            return [BlindedSet.load(f) for f in files]
-        if time.monotonic() > deadline:
-            raise MessageError(f"party {party!r}, round {r}: waited {timeout:.0f} s for {want} message(s) "
-                               f"{expected} in {str(folder)!r}, found {len(files)}; is another party down?")
-        time.sleep(poll)
+def _inbox(folder: Path, party: str, r: int, expected: dict[str, int], timeout: float, poll: float) -> list[BlindedSet]:
+    files = wait_for_files(folder, f"r{r - 1:02d}__*__to__{party}__*.npz", sum(expected.values()),
+                           f"party {party!r}'s round-{r} message(s) {expected}", timeout, poll)
+    return [BlindedSet.load(f) for f in files]
 
 
 def run_party_align(config: RunConfig, party: str, csv: Path, id_column: str, exchange: Path, out: Path,
@@ -76,9 +60,9 @@ def run_party_align(config: RunConfig, party: str, csv: Path, id_column: str, ex
     me = make_parties(protocol, {p: (ids[party] if p == party else []) for p in ring}, None, params.workers)[party]
     exchange.mkdir(parents=True, exist_ok=True)
     for r in range(1, me.rounds + 1):
-        inbox = _wait_for(exchange, party, r, me.expected(r), timeout, poll) if r > 1 else []
+        inbox = _inbox(exchange, party, r, me.expected(r), timeout, poll) if r > 1 else []
         for msg in me.step(r, inbox):
-            _save_atomic(msg, exchange)
+            publish(msg, exchange, msg.filename)
     res = me.result
     assert res is not None
     row_of = kept[party].codes[:, 0]
