@@ -70,3 +70,11 @@ def test_vertimrf_query_recovery_from_config_is_deterministic():
     assert "value_distributions" not in a.report["privacy"]["per_stage_epsilon"]
     assert not a.ledger.unspent()
     assert a.report["synthesizer"]
+
+
+def test_query_recovery_without_local_models_is_refused():
+    from vertisynth.plugins.synthesizers.vertimrf.synthesizer import VertiMRFConfig
+
+    with pytest.raises(ConfigError, match="use_local = false set recovery = 'hisrec'"):
+        VertiMRFConfig(use_local=False, local_fraction=0.0, encoder_fraction=0.8, recovery="query")
+    VertiMRFConfig(use_local=False, local_fraction=0.0, encoder_fraction=0.8, recovery="hisrec")

@@ -97,6 +97,9 @@ class VertiMRFConfig:
             raise ConfigError(f"vertimrf: local/encoder/value fractions must be >= 0 (encoder > 0) and sum to 1, got {fr}")
         if self.use_local and self.local_fraction <= 0:
             raise ConfigError("vertimrf: use_local needs local_fraction > 0")
+        if not self.use_local and self.recovery == "query" and self.bins is not None:
+            raise ConfigError("vertimrf: recovery 'query' leaves the values inside a bin to the local models; "
+                              "with use_local = false set recovery = 'hisrec' (DP within-bin value distributions)")
         if self.bins is not None and self.bins < 2:
             raise ConfigError(f"vertimrf: bins must be >= 2 or omitted, got {self.bins}")
         if self.recovery not in ("hisrec", "uniform", "query"):
