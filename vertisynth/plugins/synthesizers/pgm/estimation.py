@@ -22,6 +22,7 @@ from vertisynth.core.domain import Domain
 from vertisynth.core.errors import ConfigError, DomainError
 
 from .graph import DEFAULT_MAX_CELLS, build_junction_tree
+from .calibrator import Calibrator
 from .model import GraphicalModel
 
 
@@ -78,37 +79,37 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], total: float |
         model = GraphicalModel(tree, None, total)
     cliques = model.tree.cliques
     assign = [model.tree.clique_for(m.attributes) for m in measurements]
-    # per measurement, once: the clique axes to sum out, the target in clique axis order, the broadcast shape
-    prepared = []
+    # each measurement in its clique's axis order (the calibrator's convention), flattened and concatenated
+    scopes, ys, ws = [], [], []
     for m, ci in zip(measurements, assign):
-        c = cliques[ci]
-        drop = tuple(i for i, a in enumerate(c) if a not in m.attributes)
-        kept = [a for a in c if a in m.attributes]
-        y = m.values if tuple(kept) == m.attributes else np.transpose(m.values, [m.attributes.index(a) for a in kept])
-        shape = [model.shapes[ci][i] if a in m.attributes else 1 for i, a in enumerate(c)]
-        prepared.append((ci, drop, y, shape, 1.0 / m.std**2))
+        kept = tuple(a for a in cliques[ci] if a in m.attributes)
+        y = m.values if kept == m.attributes else np.transpose(m.values, [m.attributes.index(a) for a in kept])
+        scopes.append(kept)
+        ys.append(y.ravel())
+        ws.append(np.full(y.size, 1.0 / m.std**2))
+    y, w = np.concatenate(ys), np.concatenate(ws)
+    base = model.theta if warm_start is not None else None
+    cal = Calibrator(model.tree, scopes, assign, base)
+    # mirror descent in measurement space: the gradient on clique C is a sum of measurement-shaped
+    # tables broadcast onto C, so the log-potentials stay θ_C = base_C + Σ_m φ_m and only φ is stored
+    phi = np.zeros(cal.M)
 
-    def loss_and_grad(mdl: GraphicalModel) -> tuple[float, list[np.ndarray], list[np.ndarray]]:
-        mus = mdl.clique_counts()
-        grads = [np.zeros_like(mu) for mu in mus]
-        loss = 0.0
-        for ci, drop, y, shape, w in prepared:
-            resid = (mus[ci].sum(axis=drop) if drop else mus[ci]) - y
-            loss += 0.5 * w * float(np.vdot(resid, resid))
-            grads[ci] += (w * resid).reshape(shape)
-        return loss, grads, mus
+    def loss_and_grad(ph: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        mu = cal.marginals(ph, total)
+        resid = mu - y
+        grad = w * resid
+        return 0.5 * float(grad @ resid), grad, mu
 
-    loss, grads, mus = loss_and_grad(model)
+    loss, grad, mu = loss_and_grad(phi)
     losses = [loss]
     eta = 1.0 / total
     small = 0
     it = 0
     for it in range(1, iters + 1):
-        theta = model.theta
         while True:
-            trial = model.with_potentials([t - eta * g for t, g in zip(theta, grads)], total)
-            new_loss, new_grads, new_mus = loss_and_grad(trial)
-            decrease = sum(float((g * (mu - nmu)).sum()) for g, mu, nmu in zip(grads, mus, new_mus))
+            trial = phi - eta * grad
+            new_loss, new_grad, new_mu = loss_and_grad(trial)
+            decrease = float(grad @ (mu - new_mu))
             # sufficient decrease: at least half of what the first-order model predicts
             if loss - new_loss >= 0.5 * decrease or eta < 1e-12 / total:
                 break
@@ -116,7 +117,7 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], total: float |
         if new_loss > loss:  # the line search bottomed out: keep the current model
             break
         rel = (loss - new_loss) / max(loss, 1e-300)
-        model, loss, grads, mus = trial, new_loss, new_grads, new_mus
+        phi, loss, grad, mu = trial, new_loss, new_grad, new_mu
         losses.append(loss)
         if callback is not None:
             callback(it, loss)
@@ -124,4 +125,5 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], total: float |
         small = small + 1 if rel < tol else 0
         if small >= 5:
             break
+    model = model.with_potentials(cal.potentials(phi, base), total)
     return EstimationResult(model, losses, it, time.perf_counter() - t0)
