@@ -30,6 +30,8 @@ from .graph import JunctionTree
 
 # cliques from this size on are processed on their own (numpy axis reductions beat gather+bincount)
 BIG_MIN_CELLS = 4096
+# below this size a table is summed onto its targets directly (staging would only add numpy calls)
+STAGE_MIN_CELLS = 4096
 
 
 def _proj_index(shape: Sequence[int], keep: Sequence[bool]) -> np.ndarray:
@@ -41,19 +43,42 @@ def _proj_index(shape: Sequence[int], keep: Sequence[bool]) -> np.ndarray:
     return np.broadcast_to(np.arange(n, dtype=np.int64).reshape(bshape), tuple(shape)).ravel()
 
 
+def _sum_block(t: np.ndarray, i: int, j: int) -> np.ndarray:
+    """t summed over its contiguous axes i..j-1, viewed as (A, k, B). numpy's own reduction is slow when
+    the kept inner block B is short (a few cells per inner loop), so those cases go through BLAS."""
+    s = t.shape
+    a, k, b = (int(np.prod(s[:i], dtype=np.int64)), int(np.prod(s[i:j], dtype=np.int64)),
+               int(np.prod(s[j:], dtype=np.int64)))
+    if b == 1:
+        r = t.reshape(a, k) @ np.ones(k)
+    elif a == 1:
+        r = t.reshape(k, b).sum(axis=0)
+    else:
+        r = np.matmul(np.ones(k), t.reshape(a, k, b))
+    return r.reshape(s[:i] + s[j:])
+
+
 def _sum_out(t: np.ndarray, drop: tuple[int, ...]) -> np.ndarray:
-    """t summed over the axes `drop` (ascending). Trailing axes go through a matrix-vector product:
-    numpy's reduction over a short contiguous last axis is several times slower than BLAS."""
-    if not drop:
-        return t
-    k = t.ndim
-    while k > 0 and k - 1 in drop:
-        k -= 1
-    if k < t.ndim:
-        n = int(np.prod(t.shape[k:], dtype=np.int64))
-        t = (t.reshape(-1, n) @ np.ones(n)).reshape(t.shape[:k])
-        drop = tuple(a for a in drop if a < k)
-    return t.sum(axis=drop) if drop else t
+    """t summed over the axes `drop` (ascending), one contiguous block of axes at a time, leading first."""
+    blocks: list[list[int]] = []
+    for a in drop:
+        if blocks and blocks[-1][1] == a:
+            blocks[-1][1] = a + 1
+        else:
+            blocks.append([a, a + 1])
+    removed = 0
+    for i, j in blocks:
+        t = _sum_block(t, i - removed, j - removed)
+        removed += j - i
+    return t
+
+
+def _sum_cost(shape: tuple[int, ...], axis: int) -> float:
+    """Relative cost of summing one axis out of a table (see _sum_block): a pass over the table, plus
+    a penalty when the kept inner block (or, for the last axis, the summed block) is short."""
+    size = float(np.prod(shape))
+    inner = float(np.prod(shape[axis + 1:])) if axis + 1 < len(shape) else float(shape[axis])
+    return size * (1.0 + 32.0 / inner) if axis > 0 else size
 
 
 class _Level:
@@ -68,7 +93,7 @@ class Calibrator:
     base[i], if given, is a fixed log-potential on clique i (a warm start)."""
 
     def __init__(self, tree: JunctionTree, scopes: Sequence[tuple[str, ...]], assign: Sequence[int],
-                 base: Sequence[np.ndarray] | None = None, big_min_cells: int = BIG_MIN_CELLS):
+                 base: Sequence[np.ndarray] | None = None, big_min_cells: int | None = None):
         self.tree = tree
         dom = tree.domain
         cl = tree.cliques
@@ -136,6 +161,7 @@ class Calibrator:
         pad = pos  # index of the constant 1 appended to the message arrays
 
         # -- large cliques: processed one by one ------------------------------------------------------
+        big_min_cells = BIG_MIN_CELLS if big_min_cells is None else big_min_cells
         self.big = {i for i in range(nc) if sizes[i] >= big_min_cells}
         self._plans = {i: self._big_plan(i, sep, base[i] if has_base[i] else None) for i in sorted(self.big)}
 
@@ -209,6 +235,15 @@ class Calibrator:
         self.meas_idx = np.concatenate(meas_idx) if meas_idx else np.zeros(0, dtype=np.int64)
         # θ_flat = base_flat + A φ (A: clique cell × measurement cell incidence)
         self.A = sp.csr_matrix((np.ones(self.cell_idx.size), (self.cell_idx, self.meas_idx)), shape=(self.N, self.M))
+        self.AT = self.A.T.tocsr()  # μ_m = A^T · beliefs (sums each measurement's cells out of its clique)
+        # per measurement cell: the position of its clique among the materialised ones (its normaliser),
+        # or one past the end (a constant 1) for measurements on large cliques, normalised on their own
+        meas_pos = np.full(self.M, len(mat_order), dtype=np.int64)
+        pos_of = {i: r for r, i in enumerate(mat_order)}
+        for k, ci in enumerate(self.assign):
+            if ci not in self.big:
+                meas_pos[self.meas_off[k]:self.meas_off[k + 1]] = pos_of[ci]
+        self.meas_pos = meas_pos
         self.base = np.zeros(self.N)
         if base is not None:
             for i in mat_order:
@@ -300,17 +335,19 @@ class Calibrator:
     @staticmethod
     def _plan_reductions(axes: tuple[int, ...], shape: tuple[int, ...], src: int, targets: list,
                          steps: list, outputs: list) -> None:
-        """Sum a table onto many targets sharing work: sum out first the axis that most targets lack,
-        and serve those targets from the smaller table (recursively)."""
-        size = int(np.prod([shape[j] for j in axes], dtype=np.int64))
+        """Sum a table onto many targets sharing work: first sum out an axis that several targets lack
+        (the cheapest per target served) and serve those targets from the smaller table, recursively."""
+        tshape = tuple(shape[a] for a in axes)
+        size = int(np.prod(tshape, dtype=np.int64))
         while targets:
             counts = {a: sum(1 for t in targets if a not in t[2]) for a in axes}
-            best = max(axes, key=lambda a: (counts[a], shape[a])) if axes else None
-            if best is None or counts[best] < 2 or size <= 4096:
+            useful = [a for a in axes if counts[a] >= 2]
+            if not useful or size <= STAGE_MIN_CELLS:
                 for kind, k, keep in targets:
                     steps.append((src, tuple(j for j, a in enumerate(axes) if a not in keep), ()))
                     outputs.append((kind, k, len(steps)))
                 return
+            best = min(useful, key=lambda a: _sum_cost(tshape, axes.index(a)) / counts[a])
             inner = [t for t in targets if best not in t[2]]
             targets = [t for t in targets if best in t[2]]
             steps.append((src, (axes.index(best),), ()))
@@ -320,59 +357,91 @@ class Calibrator:
     # -- evaluation --------------------------------------------------------------------------------
     def marginals(self, phi: np.ndarray, total: float) -> np.ndarray:
         """The model's marginal (counts summing to `total`) on every measurement, flat and concatenated."""
+        mu = self._propagate(phi, total, robust=False)
+        if mu is None:  # a message under- or overflowed with level-wide scaling: redo, every message scaled
+            mu = self._propagate(phi, total, robust=True)
+        return mu
+
+    def _propagate(self, phi: np.ndarray, total: float, robust: bool) -> np.ndarray | None:
+        """One collect and one distribute pass. Messages are rescaled per level by their maximum (two
+        numpy calls a level), or with robust=True each message to sum 1; returns None when the fast
+        scaling let a normaliser leave [1e-250, 1e250], so the caller can redo it robustly."""
         up, down = self._up, self._down
         if self.N:
             theta = self.A @ phi
             theta += self.base
             mx = np.maximum.reduceat(theta, self.starts)
-            psi = np.exp(theta - np.repeat(mx, self.sizes))  # max-shifted per clique: no overflow
+            theta -= np.repeat(mx, self.sizes)  # max-shifted per clique: no overflow
+            psi = np.exp(theta, out=theta)
         else:
             psi = np.zeros(0)
         acc_all = np.empty(self.N)
         big_acc = {}
-        # collect: deepest level first; each level's upward messages normalised to sum 1
+        # collect: deepest level first
         for L in range(self.H, -1, -1):
             lv = self.levels[L]
-            acc = psi[lv.a:lv.b]
-            for col in lv.child_cols:
-                acc = acc * up[col]
-            acc_all[lv.a:lv.b] = acc
+            acc = acc_all[lv.a:lv.b]
+            if lv.child_cols:
+                np.multiply(psi[lv.a:lv.b], up[lv.child_cols[0]], out=acc)
+                for col in lv.child_cols[1:]:
+                    acc *= up[col]
+            else:
+                acc[:] = psi[lv.a:lv.b]
             if L > 0:
                 seg = up[lv.up0:lv.up1]
                 seg[:] = np.bincount(lv.sep_map, acc, minlength=seg.size) if lv.sep_map.size else 0.0
             for i in lv.big:
                 big_acc[i] = self._big_collect(i, phi, up)
             if L > 0:
-                s = np.add.reduceat(seg, lv.msg_starts)
-                np.maximum(s, 1e-300, out=s)
-                seg /= np.repeat(s, lv.msg_lens)
+                self._rescale(seg, lv, robust)
         # distribute: beliefs level by level, Hugin messages (belief on the separator / upward message)
-        beliefs = np.empty(self.N)
-        mu = np.zeros(self.M)
+        beliefs = acc_all  # multiplied in place by the message from above
+        big_out: list[tuple[int, np.ndarray]] = []
         for L in range(self.H + 1):
             lv = self.levels[L]
-            b = acc_all[lv.a:lv.b]
+            b = beliefs[lv.a:lv.b]
             if lv.down_idx is not None:
-                b = b * down[lv.down_idx]
-            beliefs[lv.a:lv.b] = b
+                b *= down[lv.down_idx]
             if L < self.H:
                 nxt = self.levels[L + 1]
                 seg = down[nxt.up0:nxt.up1]
                 seg[:] = np.bincount(lv.pc_sep, b[lv.pc_cell], minlength=seg.size) if lv.pc_sep is not None else 0.0
             for i in lv.big:
-                self._big_distribute(i, big_acc.pop(i), down, mu)
+                self._big_distribute(i, big_acc.pop(i), down, big_out)
             if L < self.H:
                 useg = up[nxt.up0:nxt.up1]
-                np.divide(seg, useg, out=seg, where=useg > 0)
-                s = np.add.reduceat(seg, nxt.msg_starts)
-                np.maximum(s, 1e-300, out=s)
-                seg /= np.repeat(s, nxt.msg_lens)
+                if robust:
+                    np.divide(seg, useg, out=seg, where=useg > 0)
+                else:
+                    seg /= useg  # a zero here gives NaN, caught below
+                self._rescale(seg, nxt, robust)
         if self.N:
             z = np.add.reduceat(beliefs, self.starts)
-            beliefs /= np.repeat(z, self.sizes)
-            mu += np.bincount(self.meas_idx, beliefs[self.cell_idx], minlength=self.M)
+            if not robust and not (1e-250 < z.min() and z.max() < 1e250):
+                return None
+            mu = self.AT @ beliefs
+            mu /= np.append(z, 1.0)[self.meas_pos]
+        else:
+            mu = np.zeros(self.M)
+        for k, t in big_out:
+            s = t.sum()
+            if not robust and not 1e-250 < s < 1e250:
+                return None
+            mu[self.meas_off[k]:self.meas_off[k + 1]] = t / s if s > 0 else t
         mu *= total
         return mu
+
+    @staticmethod
+    def _rescale(seg: np.ndarray, lv: _Level, robust: bool) -> None:
+        """Keep a level's messages in range: scale them jointly to max 1, or each to sum 1."""
+        if robust:
+            s = np.add.reduceat(seg, lv.msg_starts)
+            np.maximum(s, 1e-300, out=s)
+            seg /= np.repeat(s, lv.msg_lens)
+        else:
+            m = seg.max()
+            if m > 0:
+                seg *= 1.0 / m
 
     def _big_collect(self, i: int, phi: np.ndarray, up: np.ndarray) -> np.ndarray:
         """Clique i's table times its children's messages (kept for the distribute phase); its upward
@@ -403,9 +472,9 @@ class Calibrator:
             up[lo:lo + m.size] = m
         return acc
 
-    def _big_distribute(self, i: int, acc: np.ndarray, down: np.ndarray, mu: np.ndarray) -> None:
+    def _big_distribute(self, i: int, acc: np.ndarray, down: np.ndarray, out: list) -> None:
         """Clique i's belief (in place on `acc`), its children's downward messages before the Hugin
-        division, and its measurements' marginals (normalised) written into `mu`."""
+        division, and its measurements' marginals (unnormalised) appended to `out`."""
         plan = self._plans[i]
         if plan["up"] is not None:
             lo, _, pb = plan["up"]
@@ -418,8 +487,7 @@ class Calibrator:
             if kind == "down":
                 down[self.up_off[k]:self.up_off[k] + t.size] = t
             else:
-                s = t.sum()
-                mu[self.meas_off[k]:self.meas_off[k + 1]] = t / s if s > 0 else t
+                out.append((k, t))
 
     def potentials(self, phi: np.ndarray, base: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         """Clique log-potentials θ_C = base_C + Σ_m φ_m (materialised, for a GraphicalModel)."""

@@ -58,7 +58,7 @@ def _total(measurements: Sequence[Measurement]) -> float:
 def estimate(domain: Domain, measurements: Sequence[Measurement], total: float | None = None, iters: int = 1000,
              warm_start: GraphicalModel | None = None, max_cells: float = DEFAULT_MAX_CELLS, tol: float = 1e-7,
              extra_cliques: Sequence[Sequence[str]] = (),
-             callback: Callable[[int, float], None] | None = None) -> EstimationResult:
+             callback: Callable[[int, float], None] | None = None, growth: float = 1.5) -> EstimationResult:
     """Fit a GraphicalModel to noisy marginal measurements by mirror descent with Armijo line search."""
     if not measurements:
         raise ConfigError("estimation needs at least one measurement")
@@ -104,6 +104,7 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], total: float |
     losses = [loss]
     eta = 1.0 / total
     small = 0
+    ramp = True  # double the step until the first backtrack, then grow it gently
     it = 0
     for it in range(1, iters + 1):
         while True:
@@ -114,6 +115,7 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], total: float |
             if loss - new_loss >= 0.5 * decrease or eta < 1e-12 / total:
                 break
             eta /= 2
+            ramp = False
         if new_loss > loss:  # the line search bottomed out: keep the current model
             break
         rel = (loss - new_loss) / max(loss, 1e-300)
@@ -121,7 +123,7 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], total: float |
         losses.append(loss)
         if callback is not None:
             callback(it, loss)
-        eta *= 1.5
+        eta *= 2.0 if ramp else growth
         small = small + 1 if rel < tol else 0
         if small >= 5:
             break
