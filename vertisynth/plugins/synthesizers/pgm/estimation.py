@@ -5,8 +5,13 @@ measured attributes, y_m the noisy measurement, σ_m its noise std (so a noisier
 callers pass the real per-measurement error, e.g. an encoder's estimated variance).
 Mirror descent on the log-potentials: θ_C ← θ_C − η ∇_{μ_C} L, where ∇_{μ_C} L is the sum, over the
 measurements assigned to clique C, of (μ_m − y_m)/σ_m² broadcast onto C. The step η is chosen by an
-Armijo backtracking line search (accept when L(θ) − L(θ') ≥ ½ ⟨∇L, μ − μ'⟩, else halve η; grow it
-after an accepted step), so the loss never increases. Stops after `iters` steps or when the relative
+Armijo backtracking line search (accept when L(θ) − L(θ') ≥ ½ ⟨∇L, μ − μ'⟩, else halve η), so the loss
+never increases. After an accepted step η doubles until the first backtrack, then grows by `growth`
+(default 1.05): each trial step costs one belief propagation, and a gentle growth keeps the rejected
+trials rare (~7% of steps; growth 1.5 rejected ~37%) at about the same loss per iteration.
+Only the measurement-shaped tables φ_m are stored (θ_C = base_C + Σ_m φ_m, see calibrator.py), and
+an accepted trial's marginals are the next step's, so a step with no backtrack costs exactly one
+propagation. Stops after `iters` steps or when the relative
 decrease stays below `tol` for 5 steps. The total mass is n̂: given, or the inverse-variance weighted
 mean of the measurements' totals.
 """
@@ -58,8 +63,10 @@ def _total(measurements: Sequence[Measurement]) -> float:
 def estimate(domain: Domain, measurements: Sequence[Measurement], total: float | None = None, iters: int = 1000,
              warm_start: GraphicalModel | None = None, max_cells: float = DEFAULT_MAX_CELLS, tol: float = 1e-7,
              extra_cliques: Sequence[Sequence[str]] = (),
-             callback: Callable[[int, float], None] | None = None, growth: float = 1.5) -> EstimationResult:
+             callback: Callable[[int, float], None] | None = None, growth: float = 1.05) -> EstimationResult:
     """Fit a GraphicalModel to noisy marginal measurements by mirror descent with Armijo line search."""
+    if not growth >= 1.0:
+        raise ConfigError(f"step growth must be >= 1, got {growth}")
     if not measurements:
         raise ConfigError("estimation needs at least one measurement")
     for m in measurements:
