@@ -15,9 +15,10 @@ so no clique recomputes the product of all-but-one incoming messages.
 Large cliques (at least BIG_MIN_CELLS cells) are handled one by one as ndarrays instead: a flat
 gather/bincount costs several times more per cell than numpy's axis reductions. Their measurement
 factors are first merged into a few small group tables, so exp is taken on those and the clique table
-is just their broadcast product; their separators and measurements are summed out in stages (the axis
-that most targets lack first), and trailing axes are summed by a matrix-vector product (BLAS), which
-numpy's own reduction over a short last axis is much slower than.
+is just their broadcast product; their separators and measurements are summed out in stages (first an
+axis that several targets lack, the cheapest per target served), and an axis followed by a short inner
+block is summed by a matrix-vector product (BLAS), which numpy's own reduction is several times slower
+than there. The message buffers are reused between calls: one Calibrator serves one thread.
 """
 from __future__ import annotations
 
@@ -108,8 +109,8 @@ class Calibrator:
         self.M = int(self.meas_off[-1])
         by_clique: list[list[int]] = [[] for _ in range(nc)]
         for k, ci in enumerate(self.assign):
-            if not set(self.scopes[k]) <= set(cl[ci]):
-                raise ValueError(f"measurement on {self.scopes[k]} is not inside clique {cl[ci]}")
+            if self.scopes[k] != tuple(a for a in cl[ci] if a in self.scopes[k]) or not set(self.scopes[k]) <= set(cl[ci]):
+                raise ValueError(f"measurement on {self.scopes[k]} is not inside clique {cl[ci]} in its order")
             by_clique[ci].append(k)
         self.by_clique = by_clique
         has_base = [base is not None and bool(np.any(base[i])) for i in range(nc)]
@@ -244,8 +245,8 @@ class Calibrator:
             if ci not in self.big:
                 meas_pos[self.meas_off[k]:self.meas_off[k + 1]] = pos_of[ci]
         self.meas_pos = meas_pos
-        self.base = np.zeros(self.N)
-        if base is not None:
+        self.base = None if base is None or not any(has_base[i] for i in mat_order) else np.zeros(self.N)
+        if self.base is not None:
             for i in mat_order:
                 self.base[off[i]:off[i] + sizes[i]] = np.asarray(base[i], float).ravel()
         self._up = np.ones(self.n_msg + 1)
@@ -369,7 +370,8 @@ class Calibrator:
         up, down = self._up, self._down
         if self.N:
             theta = self.A @ phi
-            theta += self.base
+            if self.base is not None:
+                theta += self.base
             mx = np.maximum.reduceat(theta, self.starts)
             theta -= np.repeat(mx, self.sizes)  # max-shifted per clique: no overflow
             psi = np.exp(theta, out=theta)

@@ -9,6 +9,8 @@ logsumexp); each calibrated clique belief, normalised, is that clique's exact ma
 spread across cliques is computed by variable elimination on the smallest subtree that covers them:
 multiply clique marginals divided by separator marginals along the subtree, summing out attributes as
 soon as no remaining clique needs them. Disconnected components (a forest) are independent.
+Estimation does not use this class's propagation in its loop (see calibrator.py, the same computation
+batched for speed); it builds a GraphicalModel from the fitted potentials at the end.
 """
 from __future__ import annotations
 
