@@ -1,7 +1,7 @@
 """vertisynth's graphical-model estimator against mbi (the reference Private-PGM), on Adult.
 
     python benchmarks/pgm_vs_mbi.py [--data-dir ../shared/data] [--mbi-python /tmp/mbi-venv/bin/python]
-                                    [--iters 500] [--runs 3]
+                                    [--iters 500] [--runs 3] [--sets tree,dense]
 
 mbi is NOT a project dependency. Install it only for this benchmark, e.g.
     python -m venv --system-site-packages /tmp/mbi-venv && /tmp/mbi-venv/bin/pip install mbi
@@ -103,6 +103,7 @@ def main() -> int:
     ap.add_argument("--mbi-python", default="/tmp/mbi-venv/bin/python")
     ap.add_argument("--iters", type=int, default=500)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--sets", default="tree,dense", help="comma-separated measurement sets to run (tree, dense)")
     ap.add_argument("--mbi-worker", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.mbi_worker:
@@ -125,6 +126,11 @@ def main() -> int:
     three = [a for a in attrs if a in (tree[0][0], tree[0][1], tree[1][1])][:3]
     sets = {"tree": [(a,) for a in attrs] + tree + [tuple(three)],
             "dense": [(a,) for a in attrs] + tree + extra[:10] + [tuple(three)]}
+    chosen = [x.strip() for x in args.sets.split(",") if x.strip()]
+    unknown = [x for x in chosen if x not in sets]
+    if unknown or not chosen:
+        ap.error(f"--sets: choose among {sorted(sets)}, got {args.sets!r}")
+    sets = {k: v for k, v in sets.items() if k in chosen}
     have_mbi = Path(args.mbi_python).exists()
     if not have_mbi:
         print(f"mbi: cannot run — no interpreter at {args.mbi_python}. Install it as the module docstring says.")
@@ -198,7 +204,7 @@ def main() -> int:
     t0, c0 = time.perf_counter(), time.process_time()
     res.model.sample(1_000_000, np.random.default_rng(0), method="round")
     t_round, c_round = time.perf_counter() - t0, time.process_time() - c0
-    print(f"\nsampling 1,000,000 rows of the dense Adult model: {t_sample:.2f} s (plain), {t_round:.2f} s (rounding); "
+    print(f"\nsampling 1,000,000 rows of the '{name}' Adult model: {t_sample:.2f} s (plain), {t_round:.2f} s (rounding); "
           f"CPU {c_sample:.2f} s / {c_round:.2f} s; target < 5 s ({sample.n} rows)")
     return 0
 
