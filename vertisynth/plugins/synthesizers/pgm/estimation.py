@@ -5,8 +5,13 @@ measured attributes, y_m the noisy measurement, σ_m its noise std (so a noisier
 callers pass the real per-measurement error, e.g. an encoder's estimated variance).
 Mirror descent on the log-potentials: θ_C ← θ_C − η ∇_{μ_C} L, where ∇_{μ_C} L is the sum, over the
 measurements assigned to clique C, of (μ_m − y_m)/σ_m² broadcast onto C. The step η is chosen by an
-Armijo backtracking line search (accept when L(θ) − L(θ') ≥ ½ ⟨∇L, μ − μ'⟩, else halve η; grow it
-after an accepted step), so the loss never increases. Stops after `iters` steps or when the relative
+Armijo backtracking line search (accept when L(θ) − L(θ') ≥ ½ ⟨∇L, μ − μ'⟩, else halve η), so the loss
+never increases. After an accepted step η doubles until the first backtrack, then grows by `growth`
+(default 1.05): each trial step costs one belief propagation, and a gentle growth keeps the rejected
+trials rare (~7% of steps; growth 1.5 rejected ~37%) at about the same loss per iteration.
+Only the measurement-shaped tables φ_m are stored (θ_C = base_C + Σ_m φ_m, see calibrator.py), and
+an accepted trial's marginals are the next step's, so a step with no backtrack costs exactly one
+propagation. Stops after `iters` steps or when the relative
 decrease stays below `tol` for 5 steps. The total mass is n̂: given, or the inverse-variance weighted
 mean of the measurements' totals.
 
@@ -20,13 +25,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from typing import Any
+
 import attrs
 import numpy as np
+from scipy import sparse
 
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import ConfigError, DomainError
 
 from .graph import DEFAULT_MAX_CELLS, build_junction_tree
+from .calibrator import Calibrator
 from .model import GraphicalModel
 
 
@@ -72,6 +81,18 @@ def bin_sum(x: np.ndarray, axis: int, bin_of: np.ndarray) -> np.ndarray:
     return np.moveaxis(np.tensordot(x, onehot, axes=([axis], [0])), -1, axis)
 
 
+def _query_matrix(m: Measurement, kept: tuple[str, ...], domain: Domain) -> Any:
+    """Sparse Q summing the cells of a measurement's full table (axes in `kept` order) into its bins."""
+    full = tuple(domain.size(a) for a in kept)
+    if not m.bins:
+        return sparse.identity(int(np.prod(full)), format="csr")
+    coords = np.unravel_index(np.arange(int(np.prod(full))), full)
+    bshape = tuple(int(np.max(m.bins[a])) + 1 if a in m.bins else n for a, n in zip(kept, full))
+    rows = np.ravel_multi_index(tuple(np.asarray(m.bins[a])[c] if a in m.bins else c for a, c in zip(kept, coords)),
+                                bshape)
+    return sparse.csr_matrix((np.ones(len(rows)), (rows, np.arange(len(rows)))), shape=(int(np.prod(bshape)), len(rows)))
+
+
 @attrs.define
 class EstimationResult:
     model: GraphicalModel
@@ -89,8 +110,10 @@ def _total(measurements: Sequence[Measurement]) -> float:
 def estimate(domain: Domain, measurements: Sequence[Measurement], total: float | None = None, iters: int = 1000,
              warm_start: GraphicalModel | None = None, max_cells: float = DEFAULT_MAX_CELLS, tol: float = 1e-7,
              extra_cliques: Sequence[Sequence[str]] = (),
-             callback: Callable[[int, float], None] | None = None) -> EstimationResult:
+             callback: Callable[[int, float], None] | None = None, growth: float = 1.05) -> EstimationResult:
     """Fit a GraphicalModel to noisy marginal measurements by mirror descent with Armijo line search."""
+    if not growth >= 1.0:
+        raise ConfigError(f"step growth must be >= 1, got {growth}")
     if not measurements:
         raise ConfigError("estimation needs at least one measurement")
     for m in measurements:
@@ -114,56 +137,58 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], total: float |
         model = GraphicalModel(tree, None, total)
     cliques = model.tree.cliques
     assign = [model.tree.clique_for(m.attributes) for m in measurements]
-    # per measurement, once: the clique axes to sum out, the target in clique axis order, the broadcast shape
-    prepared = []
+    # each measurement in its clique's axis order (the calibrator's convention), flattened and concatenated
+    scopes, ys, ws = [], [], []
     for m, ci in zip(measurements, assign):
-        c = cliques[ci]
-        drop = tuple(i for i, a in enumerate(c) if a not in m.attributes)
-        kept = [a for a in c if a in m.attributes]
-        y = m.values if tuple(kept) == m.attributes else np.transpose(m.values, [m.attributes.index(a) for a in kept])
-        shape = [model.shapes[ci][i] if a in m.attributes else 1 for i, a in enumerate(c)]
-        binned = [(i, np.asarray(m.bins[a])) for i, a in enumerate(kept) if m.bins and a in m.bins]
-        prepared.append((ci, drop, y, shape, 1.0 / m.std**2, binned))
+        kept = tuple(a for a in cliques[ci] if a in m.attributes)
+        y = m.values if kept == m.attributes else np.transpose(m.values, [m.attributes.index(a) for a in kept])
+        scopes.append(kept)
+        ys.append(y.ravel())
+        ws.append(np.full(y.size, 1.0 / m.std**2))
+    y, w = np.concatenate(ys), np.concatenate(ws)
+    # binned measurements see Q μ; the gradient in measurement space is Qᵀ w (Q μ − y). Q is the identity
+    # (and skipped) when nothing is binned.
+    Q = None
+    if any(m.bins for m in measurements):
+        Q = sparse.block_diag([_query_matrix(m, kept, domain) for m, kept in zip(measurements, scopes)], format="csr")
+    base = model.theta if warm_start is not None else None
+    cal = Calibrator(model.tree, scopes, assign, base)
+    # mirror descent in measurement space: the gradient on clique C is a sum of measurement-shaped
+    # tables broadcast onto C, so the log-potentials stay θ_C = base_C + Σ_m φ_m and only φ is stored
+    phi = np.zeros(cal.M)
 
-    def loss_and_grad(mdl: GraphicalModel) -> tuple[float, list[np.ndarray], list[np.ndarray]]:
-        mus = mdl.clique_counts()
-        grads = [np.zeros_like(mu) for mu in mus]
-        loss = 0.0
-        for ci, drop, y, shape, w, binned in prepared:
-            mu = mus[ci].sum(axis=drop) if drop else mus[ci]
-            for axis, bin_of in binned:
-                mu = bin_sum(mu, axis, bin_of)
-            resid = mu - y
-            loss += 0.5 * w * float(np.vdot(resid, resid))
-            for axis, bin_of in binned:  # Qᵀ: every cell of a bin gets the bin's residual
-                resid = np.take(resid, bin_of, axis=axis)
-            grads[ci] += (w * resid).reshape(shape)
-        return loss, grads, mus
+    def loss_and_grad(ph: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        mu = cal.marginals(ph, total)
+        resid = (mu if Q is None else Q @ mu) - y
+        g = w * resid
+        return 0.5 * float(g @ resid), (g if Q is None else Q.T @ g), mu
 
-    loss, grads, mus = loss_and_grad(model)
+    loss, grad, mu = loss_and_grad(phi)
     losses = [loss]
     eta = 1.0 / total
     small = 0
+    ramp = True  # double the step until the first backtrack, then grow it gently
     it = 0
     for it in range(1, iters + 1):
-        theta = model.theta
         while True:
-            trial = model.with_potentials([t - eta * g for t, g in zip(theta, grads)], total)
-            new_loss, new_grads, new_mus = loss_and_grad(trial)
-            decrease = sum(float((g * (mu - nmu)).sum()) for g, mu, nmu in zip(grads, mus, new_mus))
+            trial = phi - eta * grad
+            new_loss, new_grad, new_mu = loss_and_grad(trial)
+            decrease = float(grad @ (mu - new_mu))
             # sufficient decrease: at least half of what the first-order model predicts
             if loss - new_loss >= 0.5 * decrease or eta < 1e-12 / total:
                 break
             eta /= 2
+            ramp = False
         if new_loss > loss:  # the line search bottomed out: keep the current model
             break
         rel = (loss - new_loss) / max(loss, 1e-300)
-        model, loss, grads, mus = trial, new_loss, new_grads, new_mus
+        phi, loss, grad, mu = trial, new_loss, new_grad, new_mu
         losses.append(loss)
         if callback is not None:
             callback(it, loss)
-        eta *= 1.5
+        eta *= 2.0 if ramp else growth
         small = small + 1 if rel < tol else 0
         if small >= 5:
             break
+    model = model.with_potentials(cal.potentials(phi, base), total)
     return EstimationResult(model, losses, it, time.perf_counter() - t0)

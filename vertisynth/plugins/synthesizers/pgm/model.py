@@ -9,6 +9,8 @@ logsumexp); each calibrated clique belief, normalised, is that clique's exact ma
 spread across cliques is computed by variable elimination on the smallest subtree that covers them:
 multiply clique marginals divided by separator marginals along the subtree, summing out attributes as
 soon as no remaining clique needs them. Disconnected components (a forest) are independent.
+Estimation does not use this class's propagation in its loop (see calibrator.py, the same computation
+batched for speed); it builds a GraphicalModel from the fitted potentials at the end.
 """
 from __future__ import annotations
 
@@ -224,13 +226,15 @@ class GraphicalModel:
 
     @staticmethod
     def _draw(cond: np.ndarray, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """One category per record from its row's distribution: one searchsorted over all rows' CDFs."""
-        cdf = np.cumsum(cond, axis=1)
-        cdf[:, -1] = 1.0
-        flat = (np.arange(cond.shape[0])[:, None] + cdf).ravel()  # row r's CDF shifted into (r, r+1]
-        key = rows + rng.random(rows.shape[0])
-        idx = np.searchsorted(flat, key, side="right")
-        return np.minimum(idx - rows * cond.shape[1], cond.shape[1] - 1)
+        """One i.i.d. category per record from its row's distribution. Equivalent and linear-time: the
+        category counts of each row's m records are Multinomial(m, row) (one vectorised draw for all
+        rows), and handing those values to the row's records in uniformly random order makes every
+        record's value an independent draw (no per-record binary search over the CDFs)."""
+        groups = np.bincount(rows, minlength=cond.shape[0])
+        p = np.clip(cond, 0.0, None)
+        p /= p.sum(axis=1, keepdims=True)  # exact sums: multinomial refuses rows summing above 1
+        counts = rng.multinomial(groups, p)
+        return GraphicalModel._assign(counts, rows, rng)
 
     @staticmethod
     def _round(cond: np.ndarray, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -246,9 +250,17 @@ class GraphicalModel:
             keys = np.log(frac) + rng.gumbel(size=frac.shape)
         ranks = np.argsort(np.argsort(-keys, axis=1), axis=1)
         counts = base + (ranks < left[:, None])
-        values = np.repeat(np.tile(np.arange(cond.shape[1]), cond.shape[0]), counts.ravel())
-        # the values of group r occupy a contiguous block, like the records of group r after sorting
-        order = np.argsort(rows + rng.random(rows.shape[0]), kind="stable")
+        return GraphicalModel._assign(counts, rows, rng)
+
+    @staticmethod
+    def _assign(counts: np.ndarray, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Give row r's records the values counted in counts[r] (category c counts[r, c] times), in
+        uniformly random order within the row: records ordered by row with random ties (a stable radix
+        sort of a small integer key after a random permutation) line up with the values' row blocks."""
+        values = np.repeat(np.tile(np.arange(counts.shape[1]), counts.shape[0]), counts.ravel())
+        key = rows.astype(np.uint16 if counts.shape[0] <= 2**16 else np.uint32 if counts.shape[0] <= 2**32 else np.int64)
+        perm = rng.permutation(rows.shape[0])
+        order = perm[np.argsort(key[perm], kind="stable")]
         out = np.empty(rows.shape[0], dtype=np.int64)
         out[order] = values
         return out
