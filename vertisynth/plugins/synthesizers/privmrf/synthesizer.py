@@ -62,6 +62,11 @@ class PrivMRFConfig:
     iters: int = 300
     refine_iters: int = 100
     sampling: str = "round"
+    # candidate marginals: subsets of a maximal clique with 2..max_marginal_attrs attributes (the paper's
+    # reference code: 6); "triples" restores the earlier pairs-and-triples-only candidates
+    max_marginal_attrs: int = 6
+    # refinement: at most this many noisy L1 queries per round (the reference code: 400), sampled by weight
+    max_queries: int = 400
 
     def __attrs_post_init__(self) -> None:
         f = self.r_score_fraction + self.refine_fraction + self.count_fraction
@@ -71,6 +76,8 @@ class PrivMRFConfig:
             raise ConfigError("privmrf: theta must be > 0, max_clique_cells >= 4, iters and refine_iters >= 1")
         if self.sampling not in ("sample", "round"):
             raise ConfigError(f"privmrf: sampling must be 'sample' or 'round', got {self.sampling!r}")
+        if self.max_marginal_attrs < 2 or self.max_queries < 1:
+            raise ConfigError("privmrf: max_marginal_attrs must be >= 2 and max_queries >= 1")
 
 
 @attrs.frozen(eq=False)
@@ -164,18 +171,38 @@ class PrivMRFSynthesizer(Synthesizer):
                 edges, cliques = trial, tri
         return edges, cliques
 
-    def _useful(self, attrs_: tuple[str, ...], n_hat: float) -> bool:
-        g = gaussian_sigma(self._rho_marg) * math.sqrt(2 / math.pi)
-        return n_hat / self._domain.project(attrs_).size() >= self.config.theta * g
+    def _candidates(self, cliques: list[tuple[str, ...]], n_hat: float) -> dict[tuple[str, ...], float]:
+        """θ-useful subsets of the maximal cliques with 2..max_marginal_attrs attributes → sampling weight.
 
-    def _candidates(self, cliques: list[tuple[str, ...]], n_hat: float) -> list[tuple[str, ...]]:
-        out: set[tuple[str, ...]] = set()
+        As in the reference code, a clique's candidates share a weight |C|² (so a big clique does not
+        drown the small ones); a subset of several cliques adds up their shares. Subsets are enumerated
+        smallest first and a superset is only tried when some of its (k−1)-subsets was useful (usefulness
+        is monotone: a superset has at least as many cells).
+        """
+        dom = self._domain
+        g = gaussian_sigma(self._rho_marg) * math.sqrt(2 / math.pi)
+        limit = n_hat / (self.config.theta * g)
+        out: dict[tuple[str, ...], float] = {}
         for q in cliques:
-            subsets = [q] + [s for k in (3, 2) if len(q) > k for s in itertools.combinations(q, k)]
-            for s in subsets:
-                if len(s) >= 2 and self._useful(s, n_hat):
-                    out.add(s)
-        return sorted(out)
+            sizes = {a: dom.size(a) for a in q}
+            mine: list[tuple[str, ...]] = []
+            level = [(a,) for a in q]
+            for k in range(2, min(self.config.max_marginal_attrs, len(q)) + 1):
+                seen = set(level)
+                nxt = []
+                for s in level:
+                    cells = math.prod(sizes[a] for a in s)
+                    for a in q[q.index(s[-1]) + 1:]:
+                        t = s + (a,)
+                        if cells * sizes[a] <= limit and t not in seen:
+                            nxt.append(t)
+                if not nxt:
+                    break
+                mine += nxt
+                level = nxt
+            for s in mine:
+                out[s] = out.get(s, 0.0) + len(q) ** 2 / len(mine)
+        return dict(sorted(out.items()))
 
     def measure_count(self, table: Dataset, ledger: PrivacyLedger, rng: np.random.Generator) -> float:
         noisy = gaussian_mechanism(np.array([float(table.n)]), self._rho_count, rng, ledger, STAGE, self._party,
@@ -206,8 +233,8 @@ class PrivMRFSynthesizer(Synthesizer):
         for a in dom.attributes:
             mine = [s for s in cands if a in s]
             best = max(mine, key=strength) if mine else (a,)
-            if best not in initial:
-                initial.append(best)
+            if not any(set(best) <= set(q) for q in initial):
+                initial = [q for q in initial if not set(q) < set(best)] + [best]
         initial = initial[: self._k_marg]
         sigma = gaussian_sigma(self._rho_marg)
         meas = []
@@ -222,10 +249,15 @@ class PrivMRFSynthesizer(Synthesizer):
         # attributes covered by no initial marginal still need their 1-way (only when candidates were scarce)
         res = estimate(dom, meas, total=n_hat, iters=c.iters, max_cells=c.max_model_cells, extra_cliques=cliques)
         t2 = time.perf_counter()
-        remaining = [s for s in cands if s not in initial]
+        weight = {s: w for s, w in cands.items() if s not in initial}
         left = self._k_marg - len(meas)
         for r in range(self._rounds):
             per_round = math.ceil(left / (self._rounds - r)) if left > 0 else 0
+            remaining = list(weight)
+            if len(remaining) > c.max_queries:  # the reference code's query cap, sampled by weight
+                w = np.array([weight[s] for s in remaining])
+                idx = rng.choice(len(remaining), c.max_queries, replace=False, p=w / w.sum())
+                remaining = [remaining[i] for i in np.sort(idx)]
             errs = np.array([np.abs(res.model.marginal(s).values - table.counts(s).values).sum() for s in remaining])
             noisy_err = gaussian_mechanism(errs, self._rho_ref_round, rng, ledger, STAGE, self._party,
                                            math.sqrt(max(len(errs), 1)), "gaussian_refine_queries") \
@@ -233,10 +265,13 @@ class PrivMRFSynthesizer(Synthesizer):
                                                       1.0, "gaussian_refine_queries")
             if not remaining or per_round == 0:
                 continue
-            pick = [remaining[i] for i in np.argsort(-noisy_err[: len(remaining)])[:per_round]]
+            order = np.argsort(-noisy_err[: len(remaining)], kind="stable")
+            pick = [remaining[i] for i in order[:per_round]]
+            for i in order[len(order) // 2:]:  # the queried candidates that looked well inferred count less
+                weight[remaining[i]] /= 2
             for s in pick:
                 measure(s)
-                remaining.remove(s)
+                del weight[s]
             left -= len(pick)
             res = estimate(dom, meas, total=n_hat, iters=c.refine_iters, warm_start=res.model,
                            max_cells=c.max_model_cells)
