@@ -139,3 +139,26 @@ def test_max_marginal_attrs_bounds_the_measured_marginals_and_the_plan_is_spent_
         assert not ledger.unspent()
     with pytest.raises(ConfigError, match="max_marginal_attrs"):
         PrivMRFConfig(max_marginal_attrs=1)
+
+
+def test_bayes_initial_set_covers_every_attribute_within_the_cell_limit_and_is_deterministic():
+    import math
+
+    from vertisynth.core.mechanisms import gaussian_sigma
+
+    data = _correlated(n=20000)
+    outs = []
+    for _ in range(2):
+        syn, ledger = _planned(data, eps=2.0, initial="bayes", iters=40, refine_iters=10)
+        syn.fit_table(data, ledger, np.random.default_rng(4))
+        assert not ledger.unspent()
+        outs.append(syn.sample(None, np.random.default_rng(5)))
+        limit = syn._n_hat / (6.0 * gaussian_sigma(syn._rho_marg) * math.sqrt(2 / math.pi))
+        score = dict(zip(syn._pairs, r_scores(data, syn._pairs)))
+        init = syn._bayes_initial([tuple(data.domain.attributes)], score, syn._n_hat, np.random.default_rng(0))
+        assert {a for m in init for a in m} == set(data.domain.attributes)
+        assert all(len(m) == 1 or data.domain.project(m).size() <= limit for m in init)
+        assert not any(set(m) < set(o) for m in init for o in init)
+    assert np.array_equal(outs[0].codes, outs[1].codes)
+    with pytest.raises(ConfigError, match="initial"):
+        PrivMRFConfig(initial="random")

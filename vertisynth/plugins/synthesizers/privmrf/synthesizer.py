@@ -10,15 +10,22 @@ Phase 1 — attribute graph. R(Ai,Aj) = (n/2)‖P[Ai,Aj] − P[Ai]P[Aj]‖₁ = 
   cells), so R's sensitivity is 2.5 per pair and 2.5·√m for the m-pair vector (σ_R = 2.5·√(m/(2ρ_R))).
   Pairs are added in descending noisy R while the min-fill triangulation's largest clique stays within
   `max_clique_cells` and the model within `max_model_cells`.
-Phase 2 — candidates. Subsets (the cliques, and their pairs and triples) that are θ-useful: the
-  average count per cell n̂ / Π u_i is at least θ·g with g = σ·√(2/π) the expected absolute Gaussian noise
-  per cell at the marginal budget (θ = 6; the seed prints the inequality reversed; we follow the reference
-  code's dom ≤ n / (θ·g)).
+Phase 2 — candidates. Every subset of a maximal clique with 2..`max_marginal_attrs` attributes (6, the
+  reference code's default) that is θ-useful: the average count per cell n̂ / Π u_i is at least θ·g with
+  g = σ·√(2/π) the expected absolute Gaussian noise per cell at the marginal budget (θ = 6; the seed prints
+  the inequality reversed; we follow the reference code's dom ≤ n / (θ·g)). Each clique's candidates share
+  a sampling weight |C|². (An earlier version offered only pairs and triples: on NLTCS, 16 binary attributes,
+  that capped every marginal at 8 cells when the noise allows 32-128, and PrivMRF lost to DPSyn; see
+  benchmarks/privmrf_diagnostics.py. `max_marginal_attrs = 3` gives roughly that set back.)
 Phase 3 — initial set: for every attribute, the candidate containing it with the largest total noisy
-  R-score inside; measured with Gaussian noise; model estimated by the engine (Private-PGM).
+  R-score inside (one contained in another is dropped); measured with Gaussian noise; model estimated by
+  the engine (Private-PGM). (The reference code builds the initial set from a greedy Bayesian network inside
+  each clique, scored by a CFS ratio of the same noisy pairwise scores; the sum used here is a simplification.)
 Phase 4 — refinement: `rounds` = min(⌈d/2⌉, 8) rounds add the remaining marginal measurements (the plan
-  has d + ⌈0.8·d⌉ of them): each round queries ‖model(c) − data(c)‖₁ (sensitivity 1) of every unmeasured
-  candidate as one Gaussian vector, measures the worst ones, re-estimates from a warm start.
+  has d + ⌈0.8·d⌉ of them): each round queries ‖model(c) − data(c)‖₁ (sensitivity 1 each) of up to
+  `max_queries` (400, as the reference code) unmeasured candidates, sampled by weight, as one Gaussian vector,
+  measures the worst ones, halves the weight of the better-inferred half of those queried, re-estimates
+  from a warm start.
   If too few useful candidates remain, the leftover marginal charges re-measure chosen marginals.
 Sampling: the engine's low-variance rounding by default, as PrivMRF does.
 
@@ -67,6 +74,9 @@ class PrivMRFConfig:
     max_marginal_attrs: int = 6
     # refinement: at most this many noisy L1 queries per round (the reference code: 400), sampled by weight
     max_queries: int = 400
+    # initial marginal set: "sum" (per attribute, the candidate with the largest summed noisy R) or "bayes"
+    # (the reference code's greedy Bayesian network inside each clique, parents scored by a CFS ratio)
+    initial: str = "sum"
 
     def __attrs_post_init__(self) -> None:
         f = self.r_score_fraction + self.refine_fraction + self.count_fraction
@@ -76,6 +86,8 @@ class PrivMRFConfig:
             raise ConfigError("privmrf: theta must be > 0, max_clique_cells >= 4, iters and refine_iters >= 1")
         if self.sampling not in ("sample", "round"):
             raise ConfigError(f"privmrf: sampling must be 'sample' or 'round', got {self.sampling!r}")
+        if self.initial not in ("sum", "bayes"):
+            raise ConfigError(f"privmrf: initial must be 'sum' or 'bayes', got {self.initial!r}")
         if self.max_marginal_attrs < 2 or self.max_queries < 1:
             raise ConfigError("privmrf: max_marginal_attrs must be >= 2 and max_queries >= 1")
 
@@ -204,6 +216,61 @@ class PrivMRFSynthesizer(Synthesizer):
                 out[s] = out.get(s, 0.0) + len(q) ** 2 / len(mine)
         return dict(sorted(out.items()))
 
+    def _bayes_initial(self, cliques: list[tuple[str, ...]], score: dict[tuple[str, str], float], n_hat: float,
+                       rng: np.random.Generator) -> list[tuple[str, ...]]:
+        """The reference code's initial set: inside each maximal clique, a greedy Bayesian network (first
+        attribute at random; then the attribute and parent set, among the attributes placed so far, with the best
+        CFS score Σ_p r(a,p) / √(|P| + Σ_{p<q} r(p,q)), r = noisy R / n̂, under the θ-useful cell limit); each
+        attribute keeps its best-scoring marginal across cliques. Parent sets are grown greedily (the reference
+        enumerates maximal ones). Attributes left uncovered get their 1-way marginal. Post-processing only."""
+        dom = self._domain
+        limit = n_hat / (self.config.theta * gaussian_sigma(self._rho_marg) * math.sqrt(2 / math.pi))
+        r = {k: v / n_hat for k, v in score.items()}
+
+        def rr(a: str, b: str) -> float:
+            return r[(a, b)] if (a, b) in r else r[(b, a)]
+
+        def cfs(a: str, parents: list[str]) -> float:
+            den = len(parents) + sum(rr(p, q) for p, q in itertools.combinations(parents, 2))
+            return sum(rr(a, p) for p in parents) / math.sqrt(max(den, 1.0))
+
+        best: dict[str, tuple[float, tuple[str, ...]]] = {}
+        for q in cliques:
+            placed = [q[int(rng.integers(len(q)))]]
+            left = [a for a in q if a not in placed]
+            while left:
+                top = None
+                for a in left:
+                    parents: list[str] = []
+                    cells = dom.size(a)
+                    cand_best = None
+                    while len(parents) + 1 < self.config.max_marginal_attrs:
+                        options = [(cfs(a, parents + [p]), p) for p in placed
+                                   if p not in parents and cells * dom.size(p) <= limit]
+                        if not options:
+                            break
+                        val, p = max(options)
+                        parents.append(p)
+                        cells *= dom.size(p)
+                        if cand_best is None or val > cand_best[0]:
+                            cand_best = (val, tuple(parents))
+                    if cand_best is not None and (top is None or cand_best[0] > top[0]):
+                        top = (cand_best[0], a, cand_best[1])
+                if top is None:  # no parent fits the cell limit: the reference gives up on this clique
+                    break
+                val, a, parents = top
+                marg = tuple(x for x in dom.attributes if x == a or x in parents)
+                if a not in best or best[a][0] < val:
+                    best[a] = (val, marg)
+                placed.append(a)
+                left.remove(a)
+        initial: list[tuple[str, ...]] = []
+        for _, m in sorted(best.values(), key=lambda t: -t[0]):
+            if not any(set(m) <= set(x) for x in initial):
+                initial = [x for x in initial if not set(x) < set(m)] + [m]
+        covered = {a for m in initial for a in m}
+        return initial + [(a,) for a in dom.attributes if a not in covered]
+
     def measure_count(self, table: Dataset, ledger: PrivacyLedger, rng: np.random.Generator) -> float:
         noisy = gaussian_mechanism(np.array([float(table.n)]), self._rho_count, rng, ledger, STAGE, self._party,
                                    1.0, "gaussian_count")
@@ -230,11 +297,14 @@ class PrivMRFSynthesizer(Synthesizer):
             return float(sum(score[p] for p in itertools.combinations(s, 2)))
 
         initial: list[tuple[str, ...]] = []
-        for a in dom.attributes:
-            mine = [s for s in cands if a in s]
-            best = max(mine, key=strength) if mine else (a,)
-            if not any(set(best) <= set(q) for q in initial):
-                initial = [q for q in initial if not set(q) < set(best)] + [best]
+        if c.initial == "bayes":
+            initial = self._bayes_initial(cliques, score, n_hat, rng)
+        else:
+            for a in dom.attributes:
+                mine = [s for s in cands if a in s]
+                best = max(mine, key=strength) if mine else (a,)
+                if not any(set(best) <= set(q) for q in initial):
+                    initial = [q for q in initial if not set(q) < set(best)] + [best]
         initial = initial[: self._k_marg]
         sigma = gaussian_sigma(self._rho_marg)
         meas = []
