@@ -160,3 +160,18 @@ def test_warm_start_continues_from_the_given_model_and_refuses_foreign_measureme
     with pytest.raises(ConfigError, match="warm start"):
         estimate(dom, [Measurement(("a", "e"), truth.marginal(("a", "e")).values, 1.0)], iters=5,
                  warm_start=first.model)
+
+
+def test_sum_out_equals_numpy_multi_axis_sum():
+    import itertools
+
+    from vertisynth.plugins.synthesizers.pgm.model import sum_out
+
+    rng = np.random.default_rng(0)
+    for shape in [(2,) * 9, (3, 4, 5), (7,), (2, 3, 1, 5, 4)]:
+        a = rng.random(shape)
+        for k in range(len(shape) + 1):
+            for drop in itertools.combinations(range(len(shape)), k):
+                want = a.sum(axis=drop) if drop else a
+                got = sum_out(a, drop)
+                assert got.shape == want.shape and np.allclose(got, want)

@@ -22,7 +22,7 @@ from vertisynth.core.domain import Domain
 from vertisynth.core.errors import ConfigError, DomainError
 
 from .graph import DEFAULT_MAX_CELLS, build_junction_tree
-from .model import GraphicalModel
+from .model import GraphicalModel, sum_out
 
 
 @attrs.frozen(eq=False)
@@ -93,7 +93,7 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], total: float |
         grads = [np.zeros_like(mu) for mu in mus]
         loss = 0.0
         for ci, drop, y, shape, w in prepared:
-            resid = (mus[ci].sum(axis=drop) if drop else mus[ci]) - y
+            resid = sum_out(mus[ci], drop) - y
             loss += 0.5 * w * float(np.vdot(resid, resid))
             grads[ci] += (w * resid).reshape(shape)
         return loss, grads, mus

@@ -23,6 +23,20 @@ from vertisynth.core.factor import Factor
 from .graph import JunctionTree
 
 
+def sum_out(a: np.ndarray, drop: tuple[int, ...]) -> np.ndarray:
+    """`a` summed over the axes `drop`, the others kept in order. With several axes to drop this transposes the
+    kept axes to the front and sums one contiguous block per kept cell: numpy's multi-axis reduce walks many
+    small axes slowly (a 16-binary-attribute clique: about 9x slower than this)."""
+    if not drop:
+        return a
+    if len(drop) == 1:
+        return a.sum(axis=drop)
+    keep = tuple(i for i in range(a.ndim) if i not in drop)
+    shape = tuple(a.shape[i] for i in keep)
+    flat = np.transpose(a, keep + tuple(drop)).reshape(int(np.prod(shape, dtype=np.int64)), -1)
+    return flat.sum(axis=1).reshape(shape)
+
+
 class GraphicalModel:
     """A distribution p(x) ∝ Π_C exp(θ_C[x_C]) over a junction tree's cliques, scaled to `total` records."""
 
@@ -98,7 +112,7 @@ class GraphicalModel:
                 if k != j:
                     acc = acc * msgs[(k, i)]
             drop, shape = steps[(i, j)]
-            m = acc.sum(axis=drop) if drop else acc
+            m = sum_out(acc, drop)
             msgs[(i, j)] = (m / m.sum()).reshape(shape)
 
         for node, parent in reversed(self._order):  # collect
@@ -142,7 +156,7 @@ class GraphicalModel:
         if i is not None:
             c = self.tree.cliques[i]
             drop = self._drop_axes(c, attrs_)
-            p = self.clique_probs()[i].sum(axis=drop) if drop else self.clique_probs()[i]
+            p = sum_out(self.clique_probs()[i], drop)
             kept = tuple(a for a in c if a in attrs_)
             return Factor(self.domain.project(kept), self.total * p).transpose(attrs_)
         result = None
