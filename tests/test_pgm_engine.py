@@ -175,3 +175,24 @@ def test_sum_out_equals_numpy_multi_axis_sum():
                 want = a.sum(axis=drop) if drop else a
                 got = sum_out(a, drop)
                 assert got.shape == want.shape and np.allclose(got, want)
+
+
+def test_flat_index_path_fits_like_the_broadcast_path(monkeypatch):
+    from vertisynth.core.dataset import Dataset
+    from vertisynth.plugins.synthesizers.pgm import estimation as est
+
+    rng = np.random.default_rng(1)
+    dom = Domain([f"b{i}" for i in range(9)], [2] * 8 + [3])
+    codes = rng.integers(0, 2, (3000, 9))
+    codes[:, 1] = codes[:, 0] ^ (rng.random(3000) < 0.1)
+    codes[:, 8] = rng.integers(0, 3, 3000)
+    data = Dataset(codes, dom)
+    sets = [("b0", "b1", "b2"), ("b3", "b5", "b8"), ("b1", "b4", "b6", "b7")]
+    meas = [Measurement(s, data.counts(s).values + rng.normal(0, 5, dom.project(s).shape), 5.0) for s in sets]
+    extra = [tuple(dom.attributes)]  # one 9-attribute clique: the flat path
+    fast = estimate(dom, meas, iters=60, extra_cliques=extra)
+    monkeypatch.setattr(est, "FLAT_MIN_AXES", 100)
+    slow = estimate(dom, meas, iters=60, extra_cliques=extra)
+    assert fast.iterations == slow.iterations
+    assert np.allclose(fast.losses, slow.losses, rtol=1e-8)
+    assert np.allclose(fast.model.marginal(sets[2]).values, slow.model.marginal(sets[2]).values)

@@ -48,6 +48,24 @@ class EstimationResult:
     seconds: float
 
 
+FLAT_MIN_AXES = 8  # cliques with at least this many attributes use flat index maps (int32, 4 bytes a cell)
+FLAT_MAX_CELLS = 2**22
+
+
+def _flat_index(shape: tuple[int, ...], kept: list[int]) -> np.ndarray:
+    """For every cell of a table of `shape` (C order), the flat index of its cell in the marginal on axes `kept`."""
+    sub = [shape[i] for i in kept]
+    strides = np.ones(len(sub), dtype=np.int64)
+    for j in range(len(sub) - 2, -1, -1):
+        strides[j] = strides[j + 1] * sub[j + 1]
+    out = np.zeros(shape, dtype=np.int32)
+    for j, axis in enumerate(kept):
+        view = [1] * len(shape)
+        view[axis] = shape[axis]
+        out += (np.arange(shape[axis], dtype=np.int32) * np.int32(strides[j])).reshape(view)
+    return out.ravel()
+
+
 def _total(measurements: Sequence[Measurement]) -> float:
     tot = np.array([m.values.sum() for m in measurements])
     w = np.array([1.0 / (m.std**2 * m.values.size) for m in measurements])
@@ -78,7 +96,9 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], total: float |
         model = GraphicalModel(tree, None, total)
     cliques = model.tree.cliques
     assign = [model.tree.clique_for(m.attributes) for m in measurements]
-    # per measurement, once: the clique axes to sum out, the target in clique axis order, the broadcast shape
+    # per measurement, once: the clique axes to sum out, the target in clique axis order, the broadcast shape;
+    # on cliques of many axes (where numpy walks small axes slowly) also a flat map clique cell → marginal cell,
+    # so the marginal is one bincount and the gradient one gather
     prepared = []
     for m, ci in zip(measurements, assign):
         c = cliques[ci]
@@ -86,16 +106,23 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], total: float |
         kept = [a for a in c if a in m.attributes]
         y = m.values if tuple(kept) == m.attributes else np.transpose(m.values, [m.attributes.index(a) for a in kept])
         shape = [model.shapes[ci][i] if a in m.attributes else 1 for i, a in enumerate(c)]
-        prepared.append((ci, drop, y, shape, 1.0 / m.std**2))
+        index = None
+        if len(drop) > 1 and len(c) >= FLAT_MIN_AXES and model.tree.domain.project(c).size() <= FLAT_MAX_CELLS:
+            index = _flat_index(model.shapes[ci], [i for i, a in enumerate(c) if a in m.attributes])
+        prepared.append((ci, drop, y, shape, 1.0 / m.std**2, index))
 
     def loss_and_grad(mdl: GraphicalModel) -> tuple[float, list[np.ndarray], list[np.ndarray]]:
         mus = mdl.clique_counts()
         grads = [np.zeros_like(mu) for mu in mus]
         loss = 0.0
-        for ci, drop, y, shape, w in prepared:
-            resid = sum_out(mus[ci], drop) - y
+        for ci, drop, y, shape, w, index in prepared:
+            if index is None:
+                resid = sum_out(mus[ci], drop) - y
+                grads[ci] += (w * resid).reshape(shape)
+            else:
+                resid = np.bincount(index, weights=mus[ci].ravel(), minlength=y.size).reshape(y.shape) - y
+                grads[ci] += (w * resid).ravel()[index].reshape(grads[ci].shape)
             loss += 0.5 * w * float(np.vdot(resid, resid))
-            grads[ci] += (w * resid).reshape(shape)
         return loss, grads, mus
 
     loss, grads, mus = loss_and_grad(model)
