@@ -5,7 +5,9 @@
 For each dataset × ε × synthesizer: mean 3/4/5-way TVD over 300 random marginals (against the
 training table), over `repeats` seeds, plus the median fit+sample seconds. The `independent`
 baseline is the anchor: the last columns give each method's 3-way TVD and time relative to it in
-the same run. Synthesizers that are not installed are listed as skipped.
+the same run. Synthesizers that are not installed are listed as skipped. Why the methods rank as they
+do (oracle experiments: MST's best tree, all pairs, PrivMRF's chosen marginals without noise):
+benchmarks/privmrf_diagnostics.py.
 """
 from __future__ import annotations
 

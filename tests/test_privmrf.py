@@ -97,3 +97,68 @@ def test_privmrf_on_nltcs_beats_independent(data_dir):
     res = run(_cfg(dataset={"name": "nltcs", "params": {"data_dir": str(data_dir), "sample": 8000}},
                    synthesizer={"use": "privmrf", "params": {"iters": 60, "refine_iters": 20}}))
     assert res.metrics["tvd"]["tvd_3way"] < 0.1  # independent columns score ≈ 0.25
+
+
+def _planned(data, eps=1.0, **kw):
+    budget = Budget(eps, 1e-5)
+    syn = PrivMRFSynthesizer(PrivMRFConfig(**kw))
+    ledger = PrivacyLedger(budget)
+    ledger.plan(syn.plan_for(data.domain, budget.rho()))
+    return syn, ledger
+
+
+def test_candidates_are_exactly_the_theta_useful_clique_subsets_up_to_the_size_limit():
+    import itertools
+    import math
+
+    from vertisynth.core.mechanisms import gaussian_sigma
+
+    dom = Domain([f"x{i}" for i in range(7)], [2, 3, 2, 2, 4, 2, 2])
+    data = Dataset(np.zeros((10, 7), dtype=int), dom)
+    cliques = [("x0", "x1", "x2", "x3", "x4", "x5"), ("x4", "x5", "x6")]
+    for max_attrs, n_hat in [(6, 5e4), (3, 5e4), (6, 2e3), (4, 1e6)]:
+        syn, _ = _planned(data, max_marginal_attrs=max_attrs)
+        limit = n_hat / (6.0 * gaussian_sigma(syn._rho_marg) * math.sqrt(2 / math.pi))
+        want = {s for q in cliques for k in range(2, min(max_attrs, len(q)) + 1) for s in itertools.combinations(q, k)
+                if dom.project(s).size() <= limit}
+        got = syn._candidates(cliques, n_hat)
+        assert set(got) == want and want
+        assert all(w > 0 for w in got.values())
+        # a subset of both cliques carries both cliques' weight shares
+        if ("x4", "x5") in got and max_attrs == 6:
+            assert got[("x4", "x5")] > got[("x0", "x1")]
+
+
+def test_max_marginal_attrs_bounds_the_measured_marginals_and_the_plan_is_spent_exactly():
+    data = _correlated(n=20000)
+    for k in (2, 4):
+        syn, ledger = _planned(data, eps=4.0, max_marginal_attrs=k, iters=40, refine_iters=10)
+        syn.fit_table(data, ledger, np.random.default_rng(0))
+        sizes = {len(m.attributes) for m in syn._measurements}
+        assert max(sizes) <= k and (k == 2 or max(sizes) > 2)
+        assert not ledger.unspent()
+    with pytest.raises(ConfigError, match="max_marginal_attrs"):
+        PrivMRFConfig(max_marginal_attrs=1)
+
+
+def test_bayes_initial_set_covers_every_attribute_within_the_cell_limit_and_is_deterministic():
+    import math
+
+    from vertisynth.core.mechanisms import gaussian_sigma
+
+    data = _correlated(n=20000)
+    outs = []
+    for _ in range(2):
+        syn, ledger = _planned(data, eps=2.0, initial="bayes", iters=40, refine_iters=10)
+        syn.fit_table(data, ledger, np.random.default_rng(4))
+        assert not ledger.unspent()
+        outs.append(syn.sample(None, np.random.default_rng(5)))
+        limit = syn._n_hat / (6.0 * gaussian_sigma(syn._rho_marg) * math.sqrt(2 / math.pi))
+        score = dict(zip(syn._pairs, r_scores(data, syn._pairs)))
+        init = syn._bayes_initial([tuple(data.domain.attributes)], score, syn._n_hat, np.random.default_rng(0))
+        assert {a for m in init for a in m} == set(data.domain.attributes)
+        assert all(len(m) == 1 or data.domain.project(m).size() <= limit for m in init)
+        assert not any(set(m) < set(o) for m in init for o in init)
+    assert np.array_equal(outs[0].codes, outs[1].codes)
+    with pytest.raises(ConfigError, match="initial"):
+        PrivMRFConfig(initial="random")

@@ -25,6 +25,20 @@ from vertisynth.core.factor import Factor
 from .graph import JunctionTree
 
 
+def sum_out(a: np.ndarray, drop: tuple[int, ...]) -> np.ndarray:
+    """`a` summed over the axes `drop`, the others kept in order. With several axes to drop this transposes the
+    kept axes to the front and sums one contiguous block per kept cell: numpy's multi-axis reduce walks many
+    small axes slowly (a 16-binary-attribute clique: about 9x slower than this)."""
+    if not drop:
+        return a
+    if len(drop) == 1:
+        return a.sum(axis=drop)
+    keep = tuple(i for i in range(a.ndim) if i not in drop)
+    shape = tuple(a.shape[i] for i in keep)
+    flat = np.transpose(a, keep + tuple(drop)).reshape(int(np.prod(shape, dtype=np.int64)), -1)
+    return flat.sum(axis=1).reshape(shape)
+
+
 class GraphicalModel:
     """A distribution p(x) ∝ Π_C exp(θ_C[x_C]) over a junction tree's cliques, scaled to `total` records."""
 
@@ -100,7 +114,7 @@ class GraphicalModel:
                 if k != j:
                     acc = acc * msgs[(k, i)]
             drop, shape = steps[(i, j)]
-            m = acc.sum(axis=drop) if drop else acc
+            m = sum_out(acc, drop)
             msgs[(i, j)] = (m / m.sum()).reshape(shape)
 
         for node, parent in reversed(self._order):  # collect
@@ -144,7 +158,7 @@ class GraphicalModel:
         if i is not None:
             c = self.tree.cliques[i]
             drop = self._drop_axes(c, attrs_)
-            p = self.clique_probs()[i].sum(axis=drop) if drop else self.clique_probs()[i]
+            p = sum_out(self.clique_probs()[i], drop)
             kept = tuple(a for a in c if a in attrs_)
             return Factor(self.domain.project(kept), self.total * p).transpose(attrs_)
         result = None
@@ -197,7 +211,8 @@ class GraphicalModel:
     # -- sampling -----------------------------------------------------------------------------
     def sample(self, n: int, rng: np.random.Generator, method: str = "sample") -> Dataset:
         """n records along the tree. method: "sample" (i.i.d. draws) or "round" (PrivMRF's low-variance
-        rounding: floor of expected counts plus a draw on the remainders, per separator group)."""
+        rounding: attribute by attribute, floor of expected counts plus a draw on the remainders, per group of
+        records that agree on the separator and the attributes drawn before)."""
         if method not in ("sample", "round"):
             raise ConfigError(f"sampling method must be 'sample' or 'round', got {method!r}")
         n = int(n)
@@ -211,17 +226,25 @@ class GraphicalModel:
             rest = tuple(a for a in c if a not in sep)
             if not rest:
                 continue
-            # conditional table: rows = separator cells, columns = cells of the other attributes
-            perm = [c.index(a) for a in sep + rest]
-            table = np.transpose(p, perm).reshape(int(np.prod([self.domain.size(a) for a in sep], dtype=int)), -1)
-            rows = table.sum(axis=1, keepdims=True)
-            cond = np.divide(table, rows, out=np.full(table.shape, 1.0 / table.shape[1]), where=rows > 0)
-            sep_idx = (np.ravel_multi_index(tuple(codes[:, col[a]] for a in sep), [self.domain.size(a) for a in sep])
-                       if sep else np.zeros(n, dtype=np.int64))
-            draw = self._draw(cond, sep_idx, rng) if method == "sample" else self._round(cond, sep_idx, rng)
-            vals = np.unravel_index(draw, [self.domain.size(a) for a in rest])
-            for a, v in zip(rest, vals):
-                codes[:, col[a]] = v
+            # "sample": all of `rest` at once; "round": one attribute at a time conditioned on the separator and
+            # the attributes drawn before it (as PrivMRF's reference does), so every prefix marginal is rounded
+            steps = [rest] if method == "sample" else [(a,) for a in rest]
+            given = sep
+            for new in steps:
+                keep = given + new
+                drop = tuple(i for i, a in enumerate(c) if a not in keep)
+                kept = tuple(a for a in c if a in keep)
+                marg = np.transpose(sum_out(p, drop), [kept.index(a) for a in keep])
+                table = marg.reshape(int(np.prod([self.domain.size(a) for a in given], dtype=int)), -1)
+                rows = table.sum(axis=1, keepdims=True)
+                cond = np.divide(table, rows, out=np.full(table.shape, 1.0 / table.shape[1]), where=rows > 0)
+                idx = (np.ravel_multi_index(tuple(codes[:, col[a]] for a in given), [self.domain.size(a) for a in given])
+                       if given else np.zeros(n, dtype=np.int64))
+                draw = self._draw(cond, idx, rng) if method == "sample" else self._round(cond, idx, rng)
+                vals = np.unravel_index(draw, [self.domain.size(a) for a in new])
+                for a, v in zip(new, vals):
+                    codes[:, col[a]] = v
+                given = keep
         return Dataset(codes, self.domain)
 
     @staticmethod

@@ -10,17 +10,31 @@ Phase 1 — attribute graph. R(Ai,Aj) = (n/2)‖P[Ai,Aj] − P[Ai]P[Aj]‖₁ = 
   cells), so R's sensitivity is 2.5 per pair and 2.5·√m for the m-pair vector (σ_R = 2.5·√(m/(2ρ_R))).
   Pairs are added in descending noisy R while the min-fill triangulation's largest clique stays within
   `max_clique_cells` and the model within `max_model_cells`.
-Phase 2 — candidates. Subsets (the cliques, and their pairs and triples) that are θ-useful: the
-  average count per cell n̂ / Π u_i is at least θ·g with g = σ·√(2/π) the expected absolute Gaussian noise
-  per cell at the marginal budget (θ = 6; the seed prints the inequality reversed; we follow the reference
-  code's dom ≤ n / (θ·g)).
+Phase 2 — candidates. Every subset of a maximal clique with 2..`max_marginal_attrs` attributes (6, the
+  reference code's default) that is θ-useful: the average count per cell n̂ / Π u_i is at least θ·g with
+  g = σ·√(2/π) the expected absolute Gaussian noise per cell at the marginal budget (θ = 6; the seed prints
+  the inequality reversed; we follow the reference code's dom ≤ n / (θ·g)). Each clique's candidates share
+  a sampling weight |C|². (An earlier version offered only pairs and triples: on NLTCS, 16 binary attributes,
+  that capped every marginal at 8 cells when the noise allows 32-128, and PrivMRF lost to DPSyn; see
+  benchmarks/privmrf_diagnostics.py. `max_marginal_attrs = 3` gives roughly that set back.)
 Phase 3 — initial set: for every attribute, the candidate containing it with the largest total noisy
-  R-score inside; measured with Gaussian noise; model estimated by the engine (Private-PGM).
+  R-score inside (one contained in another is dropped); measured with Gaussian noise; model estimated by
+  the engine (Private-PGM). (The reference code builds the initial set from a greedy Bayesian network inside
+  each clique, scored by a CFS ratio of the same noisy pairwise scores; the sum used here is a simplification.)
 Phase 4 — refinement: `rounds` = min(⌈d/2⌉, 8) rounds add the remaining marginal measurements (the plan
-  has d + ⌈0.8·d⌉ of them): each round queries ‖model(c) − data(c)‖₁ (sensitivity 1) of every unmeasured
-  candidate as one Gaussian vector, measures the worst ones, re-estimates from a warm start.
+  has d + ⌈0.8·d⌉ of them): each round queries ‖model(c) − data(c)‖₁ (sensitivity 1 each) of up to
+  `max_queries` (400, as the reference code) unmeasured candidates, sampled by weight, as one Gaussian vector,
+  measures the worst ones, halves the weight of the better-inferred half of those queried, re-estimates
+  from a warm start.
   If too few useful candidates remain, the leftover marginal charges re-measure chosen marginals.
 Sampling: the engine's low-variance rounding by default, as PrivMRF does.
+
+θ on data with large domains: the reference code coarsens large-domain attributes (attribute hierarchies; on
+Adult at ε < 0.41 it forces coarse levels) so that their marginals pass the θ-useful limit; this
+implementation has no hierarchies, so at small ε on Adult most pairs of 14-16-valued attributes fail θ = 6 and
+go unmeasured. Measured (Adult, ε = 0.4, 3-way TVD): θ = 6 0.089 (3 seeds) / 0.087 (seed 2), θ = 2 0.067 /
+0.075 (seeds 1, 2), DPSyn 0.077; but at ε = 1.6 θ = 2 gives 0.048 against θ = 6's 0.041-0.043, so the default
+stays the paper's θ = 6 and `theta` is the knob.
 
 Local-model export: `export()` returns a LocalModel message (cliques, log-potentials, total, attribute
 graph, measured marginals and their noise std) that VertiMRF's parties send to the server.
@@ -62,6 +76,14 @@ class PrivMRFConfig:
     iters: int = 300
     refine_iters: int = 100
     sampling: str = "round"
+    # candidate marginals: subsets of a maximal clique with 2..max_marginal_attrs attributes (the paper's
+    # reference code: 6); "triples" restores the earlier pairs-and-triples-only candidates
+    max_marginal_attrs: int = 6
+    # refinement: at most this many noisy L1 queries per round (the reference code: 400), sampled by weight
+    max_queries: int = 400
+    # initial marginal set: "sum" (per attribute, the candidate with the largest summed noisy R) or "bayes"
+    # (the reference code's greedy Bayesian network inside each clique, parents scored by a CFS ratio)
+    initial: str = "sum"
 
     def __attrs_post_init__(self) -> None:
         f = self.r_score_fraction + self.refine_fraction + self.count_fraction
@@ -71,6 +93,10 @@ class PrivMRFConfig:
             raise ConfigError("privmrf: theta must be > 0, max_clique_cells >= 4, iters and refine_iters >= 1")
         if self.sampling not in ("sample", "round"):
             raise ConfigError(f"privmrf: sampling must be 'sample' or 'round', got {self.sampling!r}")
+        if self.initial not in ("sum", "bayes"):
+            raise ConfigError(f"privmrf: initial must be 'sum' or 'bayes', got {self.initial!r}")
+        if self.max_marginal_attrs < 2 or self.max_queries < 1:
+            raise ConfigError("privmrf: max_marginal_attrs must be >= 2 and max_queries >= 1")
 
 
 @attrs.frozen(eq=False)
@@ -164,18 +190,93 @@ class PrivMRFSynthesizer(Synthesizer):
                 edges, cliques = trial, tri
         return edges, cliques
 
-    def _useful(self, attrs_: tuple[str, ...], n_hat: float) -> bool:
-        g = gaussian_sigma(self._rho_marg) * math.sqrt(2 / math.pi)
-        return n_hat / self._domain.project(attrs_).size() >= self.config.theta * g
+    def _candidates(self, cliques: list[tuple[str, ...]], n_hat: float) -> dict[tuple[str, ...], float]:
+        """θ-useful subsets of the maximal cliques with 2..max_marginal_attrs attributes → sampling weight.
 
-    def _candidates(self, cliques: list[tuple[str, ...]], n_hat: float) -> list[tuple[str, ...]]:
-        out: set[tuple[str, ...]] = set()
+        As in the reference code, a clique's candidates share a weight |C|² (so a big clique does not
+        drown the small ones); a subset of several cliques adds up their shares. Subsets are enumerated
+        smallest first and a superset is only tried when some of its (k−1)-subsets was useful (usefulness
+        is monotone: a superset has at least as many cells).
+        """
+        dom = self._domain
+        g = gaussian_sigma(self._rho_marg) * math.sqrt(2 / math.pi)
+        limit = n_hat / (self.config.theta * g)
+        out: dict[tuple[str, ...], float] = {}
         for q in cliques:
-            subsets = [q] + [s for k in (3, 2) if len(q) > k for s in itertools.combinations(q, k)]
-            for s in subsets:
-                if len(s) >= 2 and self._useful(s, n_hat):
-                    out.add(s)
-        return sorted(out)
+            sizes = {a: dom.size(a) for a in q}
+            mine: list[tuple[str, ...]] = []
+            level = [(a,) for a in q]
+            for k in range(2, min(self.config.max_marginal_attrs, len(q)) + 1):
+                seen = set(level)
+                nxt = []
+                for s in level:
+                    cells = math.prod(sizes[a] for a in s)
+                    for a in q[q.index(s[-1]) + 1:]:
+                        t = s + (a,)
+                        if cells * sizes[a] <= limit and t not in seen:
+                            nxt.append(t)
+                if not nxt:
+                    break
+                mine += nxt
+                level = nxt
+            for s in mine:
+                out[s] = out.get(s, 0.0) + len(q) ** 2 / len(mine)
+        return dict(sorted(out.items()))
+
+    def _bayes_initial(self, cliques: list[tuple[str, ...]], score: dict[tuple[str, str], float], n_hat: float,
+                       rng: np.random.Generator) -> list[tuple[str, ...]]:
+        """The reference code's initial set: inside each maximal clique, a greedy Bayesian network (first
+        attribute at random; then the attribute and parent set, among the attributes placed so far, with the best
+        CFS score Σ_p r(a,p) / √(|P| + Σ_{p<q} r(p,q)), r = noisy R / n̂, under the θ-useful cell limit); each
+        attribute keeps its best-scoring marginal across cliques. Parent sets are grown greedily (the reference
+        enumerates maximal ones). Attributes left uncovered get their 1-way marginal. Post-processing only."""
+        dom = self._domain
+        limit = n_hat / (self.config.theta * gaussian_sigma(self._rho_marg) * math.sqrt(2 / math.pi))
+        r = {k: v / n_hat for k, v in score.items()}
+
+        def rr(a: str, b: str) -> float:
+            return r[(a, b)] if (a, b) in r else r[(b, a)]
+
+        def cfs(a: str, parents: list[str]) -> float:
+            den = len(parents) + sum(rr(p, q) for p, q in itertools.combinations(parents, 2))
+            return sum(rr(a, p) for p in parents) / math.sqrt(max(den, 1.0))
+
+        best: dict[str, tuple[float, tuple[str, ...]]] = {}
+        for q in cliques:
+            placed = [q[int(rng.integers(len(q)))]]
+            left = [a for a in q if a not in placed]
+            while left:
+                top = None
+                for a in left:
+                    parents: list[str] = []
+                    cells = dom.size(a)
+                    cand_best = None
+                    while len(parents) + 1 < self.config.max_marginal_attrs:
+                        options = [(cfs(a, parents + [p]), p) for p in placed
+                                   if p not in parents and cells * dom.size(p) <= limit]
+                        if not options:
+                            break
+                        val, p = max(options)
+                        parents.append(p)
+                        cells *= dom.size(p)
+                        if cand_best is None or val > cand_best[0]:
+                            cand_best = (val, tuple(parents))
+                    if cand_best is not None and (top is None or cand_best[0] > top[0]):
+                        top = (cand_best[0], a, cand_best[1])
+                if top is None:  # no parent fits the cell limit: the reference gives up on this clique
+                    break
+                val, a, parents = top
+                marg = tuple(x for x in dom.attributes if x == a or x in parents)
+                if a not in best or best[a][0] < val:
+                    best[a] = (val, marg)
+                placed.append(a)
+                left.remove(a)
+        initial: list[tuple[str, ...]] = []
+        for _, m in sorted(best.values(), key=lambda t: -t[0]):
+            if not any(set(m) <= set(x) for x in initial):
+                initial = [x for x in initial if not set(x) < set(m)] + [m]
+        covered = {a for m in initial for a in m}
+        return initial + [(a,) for a in dom.attributes if a not in covered]
 
     def measure_count(self, table: Dataset, ledger: PrivacyLedger, rng: np.random.Generator) -> float:
         noisy = gaussian_mechanism(np.array([float(table.n)]), self._rho_count, rng, ledger, STAGE, self._party,
@@ -203,11 +304,14 @@ class PrivMRFSynthesizer(Synthesizer):
             return float(sum(score[p] for p in itertools.combinations(s, 2)))
 
         initial: list[tuple[str, ...]] = []
-        for a in dom.attributes:
-            mine = [s for s in cands if a in s]
-            best = max(mine, key=strength) if mine else (a,)
-            if best not in initial:
-                initial.append(best)
+        if c.initial == "bayes":
+            initial = self._bayes_initial(cliques, score, n_hat, rng)
+        else:
+            for a in dom.attributes:
+                mine = [s for s in cands if a in s]
+                best = max(mine, key=strength) if mine else (a,)
+                if not any(set(best) <= set(q) for q in initial):
+                    initial = [q for q in initial if not set(q) < set(best)] + [best]
         initial = initial[: self._k_marg]
         sigma = gaussian_sigma(self._rho_marg)
         meas = []
@@ -222,10 +326,15 @@ class PrivMRFSynthesizer(Synthesizer):
         # attributes covered by no initial marginal still need their 1-way (only when candidates were scarce)
         res = estimate(dom, meas, total=n_hat, iters=c.iters, max_cells=c.max_model_cells, extra_cliques=cliques)
         t2 = time.perf_counter()
-        remaining = [s for s in cands if s not in initial]
+        weight = {s: w for s, w in cands.items() if s not in initial}
         left = self._k_marg - len(meas)
         for r in range(self._rounds):
             per_round = math.ceil(left / (self._rounds - r)) if left > 0 else 0
+            remaining = list(weight)
+            if len(remaining) > c.max_queries:  # the reference code's query cap, sampled by weight
+                w = np.array([weight[s] for s in remaining])
+                idx = rng.choice(len(remaining), c.max_queries, replace=False, p=w / w.sum())
+                remaining = [remaining[i] for i in np.sort(idx)]
             errs = np.array([np.abs(res.model.marginal(s).values - table.counts(s).values).sum() for s in remaining])
             noisy_err = gaussian_mechanism(errs, self._rho_ref_round, rng, ledger, STAGE, self._party,
                                            math.sqrt(max(len(errs), 1)), "gaussian_refine_queries") \
@@ -233,10 +342,13 @@ class PrivMRFSynthesizer(Synthesizer):
                                                       1.0, "gaussian_refine_queries")
             if not remaining or per_round == 0:
                 continue
-            pick = [remaining[i] for i in np.argsort(-noisy_err[: len(remaining)])[:per_round]]
+            order = np.argsort(-noisy_err[: len(remaining)], kind="stable")
+            pick = [remaining[i] for i in order[:per_round]]
+            for i in order[len(order) // 2:]:  # the queried candidates that looked well inferred count less
+                weight[remaining[i]] /= 2
             for s in pick:
                 measure(s)
-                remaining.remove(s)
+                del weight[s]
             left -= len(pick)
             res = estimate(dom, meas, total=n_hat, iters=c.refine_iters, warm_start=res.model,
                            max_cells=c.max_model_cells)
