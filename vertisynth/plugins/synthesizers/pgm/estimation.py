@@ -68,10 +68,15 @@ class Measurement:
 
     def project(self, counts: np.ndarray) -> np.ndarray:
         """The measured query on a full table over `attributes` (axes in that order): bin sums where binned."""
-        for axis, a in enumerate(self.attributes):
-            if self.bins and a in self.bins:
-                counts = bin_sum(counts, axis, np.asarray(self.bins[a]))
-        return counts
+        return bin_query(counts, self.attributes, self.bins)
+
+
+def bin_query(counts: np.ndarray, attributes: Sequence[str], bins: dict[str, np.ndarray] | None) -> np.ndarray:
+    """A full table over `attributes` summed into bins along every binned attribute's axis."""
+    for axis, a in enumerate(attributes):
+        if bins and a in bins:
+            counts = bin_sum(counts, axis, np.asarray(bins[a]))
+    return counts
 
 
 def bin_sum(x: np.ndarray, axis: int, bin_of: np.ndarray) -> np.ndarray:

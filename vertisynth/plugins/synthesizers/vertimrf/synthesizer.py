@@ -62,7 +62,7 @@ from vertisynth.core.privacy import Charge, PrivacyLedger
 from vertisynth.core.registry import default_registry
 
 from ..pgm import Measurement, estimate
-from ..pgm.estimation import bin_sum
+from ..pgm.estimation import bin_query
 from ..pgm.graph import min_fill_cliques
 from ..privmrf.synthesizer import LocalModel, PrivMRFConfig, PrivMRFSynthesizer
 from .dimension import (ValueDistributions, bin_dataset, bin_map, binned_domain, hisrec, measure_value_distributions,
@@ -309,11 +309,7 @@ class VertiMRFSynthesizer(Synthesizer):
 
     def _query(self, model: Any, attrs_: tuple[str, ...]) -> np.ndarray:
         """The model's marginal on `attrs_`, summed into bins where the measurement is binned ("query")."""
-        vals = model.marginal(attrs_).values
-        for axis, (a, bin_of) in enumerate((a, (self._bins_of((a,)) or {}).get(a)) for a in attrs_):
-            if bin_of is not None:
-                vals = bin_sum(vals, axis, bin_of)
-        return vals
+        return bin_query(model.marginal(attrs_).values, attrs_, self._bins_of(attrs_))
 
     def _one_way_at(self, one_way: Mapping[str, tuple[np.ndarray, float]],
                     attrs_: tuple[str, ...]) -> Mapping[str, tuple[np.ndarray, float]]:
