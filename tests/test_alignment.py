@@ -197,6 +197,22 @@ def test_fill_keeps_each_partys_marginals(strategy):
     assert not ledger.unspent()  # spent exactly what was planned
 
 
+@pytest.mark.parametrize("strategy", ["sample", "uniform"])
+def test_psu_puts_every_held_row_at_its_own_identifier(strategy):
+    """Each party lists its people in its own order; after PSU a person's real rows share one position in U."""
+    rng = np.random.default_rng(4)
+    people_a, people_b = rng.permutation(300)[:220], rng.permutation(300)[:250]
+    views = {"A": Dataset(people_a[:, None], Domain(["a"], [300])), "B": Dataset(people_b[:, None], Domain(["b"], [300]))}
+    ids = {"A": [f"p{i}" for i in people_a], "B": [f"p{i}" for i in people_b]}
+    part = VerticalPartition.from_lists([["a"], ["b"]], ["A", "B"])
+    out, _ = _align(PSUConfig(fill=strategy), views, ids, part)
+    both = ~out.filled["A"] & ~out.filled["B"]
+    assert both.sum() == len(set(people_a) & set(people_b))
+    assert np.array_equal(out.views["A"].codes[both, 0], out.views["B"].codes[both, 0])  # same person per row
+    for p, v in views.items():   # and each party's real rows are exactly its records
+        assert sorted(out.views[p].codes[~out.filled[p], 0]) == sorted(v.codes[:, 0])
+
+
 def test_marginal_fill_is_charged_and_sample_fill_costs_group_privacy():
     views, ids, part = _party_data()
     out, ledger = _align(PSUConfig(fill="marginal", fill_budget=0.1), views, ids, part)

@@ -22,7 +22,7 @@ import attrs
 import numpy as np
 
 from vertisynth.core.dataset import Dataset, VerticalPartition
-from vertisynth.core.errors import ConfigError
+from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.core.mechanisms import gaussian_mechanism
 from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
 
@@ -69,14 +69,21 @@ def plan_charges(rho: float, dp_attrs: Mapping[str, Sequence[str]]) -> list[Char
     return [Charge(STAGE, "fill marginals (gaussian)", ZCDP(rho * len(v) / d), p) for p, v in dp_attrs.items()]
 
 
-def fill_view(view: Dataset, held: np.ndarray, strategy: str, columns: Mapping[str, ColumnFill],
+def fill_view(view: Dataset, positions: np.ndarray, n_u: int, strategy: str, columns: Mapping[str, ColumnFill],
               dp_attrs: Sequence[str], rho_party: float, ledger: PrivacyLedger, party: str,
               rng: np.random.Generator, max_copies: int = 1) -> Dataset:
-    """A table over all universal IDs: the party's real rows where `held`, filled rows elsewhere.
+    """A table over all `n_u` universal IDs: the party's row i at U position `positions[i]`, filled rows
+    at the positions it does not hold.
 
     `rho_party` is this party's share of the fill budget for the DP 1-way marginals of `dp_attrs`
     (L2 sensitivity sqrt(len(dp_attrs)), so every party's marginals get the same σ)."""
-    n_u, dom = len(held), view.domain
+    dom = view.domain
+    positions = np.asarray(positions, dtype=np.int64)
+    if (len(positions) != view.n or len(np.unique(positions)) != view.n
+            or (view.n and not 0 <= positions.min() <= positions.max() < n_u)):
+        raise DataError(f"party {party!r}: positions must place each of its {view.n} rows at a distinct U position")
+    held = np.zeros(n_u, bool)
+    held[positions] = True
     missing = ~held
     k = int(missing.sum())
     noisy: dict[str, np.ndarray] = {}
@@ -89,7 +96,7 @@ def fill_view(view: Dataset, held: np.ndarray, strategy: str, columns: Mapping[s
             noisy[a] = noisy_all[at:at + dom.size(a)]
             at += dom.size(a)
     codes = np.zeros((n_u, len(dom)), dtype=view.codes.dtype)
-    codes[held] = view.codes
+    codes[positions] = view.codes   # row i goes where its identifier sits in U (not in row order)
     if k:
         if strategy == "sample":
             if view.n == 0:

@@ -143,7 +143,7 @@ class PSUAligner(Aligner):
                                 "max_copies (more group privacy) or use fill = 'marginal'")
             attrs_p = self._dp_attrs.get(p, [])
             rho_p = self._rho * len(attrs_p) / d if attrs_p else 0.0
-            aligned[p] = fill_mod.fill_view(view, held, cfg.fill, cfg.fill_columns, attrs_p, rho_p, ledger, p, r,
+            aligned[p] = fill_mod.fill_view(view, results[p].rows, n_u, cfg.fill, cfg.fill_columns, attrs_p, rho_p, ledger, p, r,
                                             cfg.max_copies)
             filled[p] = ~held
             rates[p] = need / n_u if n_u else 0.0
