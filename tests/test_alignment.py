@@ -300,6 +300,29 @@ def test_pipeline_psu_sample_fill_charges_group_privacy(tmp_path):
     assert res.report["privacy"]["within_budget"]
 
 
+def test_vertimrf_with_sample_fill_plans_group_privacy_within_budget(tmp_path):
+    """Every VertiMRF charge (local models, encoder) is recorded at c²ρ: the plan still fits the budget exactly."""
+    from vertisynth.core.config import load_config
+    from vertisynth.core.pipeline import make_plan
+
+    cfg = tmp_path / "s.toml"
+    cfg.write_text("""
+budget = { epsilon = 1.6, delta = 1e-5 }
+[dataset]
+name = "census"
+params = { n = 4000, id_overlap = 0.8 }
+[alignment]
+use = "psu"
+params = { fill = "sample" }
+[synthesizer]
+use = "vertimrf"
+""")
+    plan = make_plan(load_config(cfg))
+    assert plan.ledger.group_size == 2
+    assert plan.ledger.planned_epsilon() == pytest.approx(1.6, rel=1e-6)
+    assert all("group privacy x2" in c.note for c in plan.ledger.planned if c.stage != "alignment")
+
+
 def test_positional_alignment_refuses_keyed_tables(tmp_path):
     with pytest.raises(DataError, match="row counts|different identifiers"):
         _run_config(tmp_path, "positional")
@@ -384,7 +407,8 @@ params = {{ workers = 1 }}
 """)
     procs = [subprocess.Popen([sys.executable, "-m", "vertisynth.core.cli", "party", "align", "job.toml",
                                "--party", p, "--csv", f, "--exchange", "exchange", "--out", f"out_{p}",
-                               "--timeout", "60"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                               "--timeout", "60", "--no-table"], cwd=tmp_path, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
              for p, f in [("hospital", "a.csv"), ("insurer", "b.csv")]]
     for proc in procs:
         _, err = proc.communicate(timeout=120)

@@ -185,24 +185,33 @@ def party_synth(config: Path, party: str, csv_path: Path | None, keys_path: Path
 @click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--party", required=True, help="This party's name in the config's [[parties]] (their order is the ring).")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="This party's own table (only its identifier column is used here).")
+              help="This party's own table: its identifier column and its attributes.")
 @click.option("--id-column", default="id", show_default=True)
 @click.option("--exchange", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder shared by the parties (e.g. synced): protocol messages, blinded elements only.")
 @click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Private folder for this party's alignment (rows, positions, sizes learned).")
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds to wait for each round.")
+@click.option("--table/--no-table", default=True, show_default=True,
+              help="Also write <party>_aligned.csv (its columns in the common order; PSU: filled) for "
+                   "`party synth --csv`. Needs a config that plans alone: csv dataset with a public schema.")
+@click.option("--data-dir", default=None, type=click.Path(file_okay=False))
 def party_align(config: Path, party: str, csv_path: Path, id_column: str, exchange: Path, out: Path,
-                timeout: float) -> None:
-    """Run one party of the config's PSI/PSU protocol, exchanging message files with the others."""
+                timeout: float, table: bool, data_dir: str | None) -> None:
+    """Run one party of the config's PSI/PSU protocol, exchanging message files with the others.
+
+    Writes, to OUT (private): <party>_alignment.csv/.json (its rows' positions, the sizes it learned) and,
+    with --table, <party>_aligned.csv, the input of `vertisynth party synth --csv`."""
     from vertisynth.plugins.alignment.exchange import run_party_align
 
     try:
-        path = run_party_align(load_config(config), party, csv_path, id_column, exchange, out, timeout)
+        path = run_party_align(load_config(config), party, csv_path, id_column, exchange, out, timeout,
+                               write_table=table, data_dir=data_dir)
     except VertisynthError as exc:
         _fail(exc)
         return
-    click.echo(f"{party}: alignment written to {path}")
+    click.echo(f"{party}: alignment written to {path}" + (f"; aligned table {out / (party + '_aligned.csv')}"
+                                                          if table else ""))
 
 
 @main.command()

@@ -34,13 +34,17 @@ def _streams(seed: int) -> dict[str, np.random.Generator]:
     return dict(zip(RNG_STREAMS, (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(len(RNG_STREAMS)))))
 
 
-def _vertical_plan(config: RunConfig, data_dir: str | None):
+def _vertical_plan(config: RunConfig, data_dir: str | None, aligned_csv: bool = False):
     plan = make_plan(config, data_dir=data_dir)
     synth = plan.synthesizer.instance
     if not hasattr(synth, "party_step") or not hasattr(synth, "server_step"):
         raise ConfigError(f"synthesizer {plan.synthesizer.spec.name!r} has no party/server split; use 'vertimrf'")
-    if config.alignment.use != "positional":
-        raise ConfigError("party/server runs need row-aligned parties (alignment 'positional')")
+    # psi/psu: the parties aligned their rows beforehand with `vertisynth party align` (its --table output)
+    if config.alignment.use not in ("positional", "psi", "psu"):
+        raise ConfigError(f"party/server runs support alignment 'positional', 'psi' or 'psu', not {config.alignment.use!r}")
+    if config.alignment.use != "positional" and not aligned_csv:
+        raise ConfigError(f"alignment {config.alignment.use!r}: run `vertisynth party align` first and pass its "
+                          "<party>_aligned.csv to `party synth --csv`")
     if any(c.kind == "numeric" and c.binning == "quantile" for c in plan.source.schema.columns):
         raise ConfigError("party/server runs need public bin edges (binning 'edges' or 'equal_width'), not DP quantiles")
     return plan, synth
@@ -88,7 +92,7 @@ def run_party(config: RunConfig, party: str, secret_seed: int | None, out: Path,
     if secret_seed is None and keys is None:
         raise ConfigError("party synth needs the sketch keys: --keys FILE (from `vertisynth party keys`) or "
                           "--secret-seed S (agreed among the parties, never given to the server)")
-    plan, synth = _vertical_plan(config, data_dir)
+    plan, synth = _vertical_plan(config, data_dir, aligned_csv=csv is not None)
     if party not in plan.partition.names:
         raise DataError(f"unknown party {party!r}; the config's parties are {list(plan.partition.names)}")
     own = list(plan.partition.parties[plan.partition.names.index(party)].attributes)
@@ -104,7 +108,8 @@ def run_party(config: RunConfig, party: str, secret_seed: int | None, out: Path,
         synth.set_keys({party: key_party})
     else:
         synth.agree_keys(key_rng)
-    ledger = PrivacyLedger(plan.ledger.budget, [c for c in plan.ledger.planned if c.party == party])
+    ledger = PrivacyLedger(plan.ledger.budget, [c for c in plan.ledger.planned if c.party == party],
+                           group_size=plan.ledger.group_size)   # a `sample` fill: later spends pay group privacy
     messages = synth.party_step(party, view, ledger, rngs[party])
     out.mkdir(parents=True, exist_ok=True)
     paths = [m.save(out / f"{party}__{i}_{m.kind}.npz") for i, m in enumerate(messages)]
@@ -113,7 +118,7 @@ def run_party(config: RunConfig, party: str, secret_seed: int | None, out: Path,
 
 
 def run_server(config: RunConfig, messages_dir: Path, out: Path, data_dir: str | None = None) -> Path:
-    plan, synth = _vertical_plan(config, data_dir)
+    plan, synth = _vertical_plan(config, data_dir, aligned_csv=True)   # the server never sees rows anyway
     files = sorted(messages_dir.glob("*.npz"))
     if not files:
         raise MessageError(f"no message files in {str(messages_dir)!r}")

@@ -306,6 +306,10 @@ class PrivacyLedger:
     def plan(self, charges: Iterable[Charge]) -> None:
         self.planned.extend(map(self._grouped, charges))
 
+    def grouped(self, charge: Charge) -> Charge:
+        """`charge` as this ledger will record it (group privacy applied when group_size > 1)."""
+        return self._grouped(charge)
+
     def _grouped(self, charge: Charge) -> Charge:
         c = self.group_size
         if c == 1:

@@ -8,8 +8,11 @@ addressed to it, waits for the ones it expects each round, and writes its own at
 
 Output (in --out, private to the party): `<party>_alignment.csv` with its row number, identifier and
 position in the common order (PSI: the intersection rows only; PSU: every row, positions in U) and
-`<party>_alignment.json` (protocol, sizes it learned, |U| or |∩|). The party then reorders (and, after
-PSU, fills) its own table; the one-process pipeline does all of that in a single run.
+`<party>_alignment.json` (protocol, sizes it learned, |U| or |∩|), and, when the config plans on this
+machine alone (a `csv` dataset with a public schema and named [[parties]]: see docs/alignment.md),
+`<party>_aligned.csv`: exactly its own columns, one row per common position (PSI: the intersection;
+PSU: U, its real rows where it holds the identifier and the config's fill elsewhere, DP fill spends
+in `<party>_alignment_ledger.json`). That file goes straight into `vertisynth party synth --csv`.
 """
 from __future__ import annotations
 
@@ -33,8 +36,59 @@ def _inbox(folder: Path, party: str, r: int, expected: dict[str, int], timeout: 
     return [BlindedSet.load(f) for f in files]
 
 
+def _table_plan(config: RunConfig, party: str, frame: pd.DataFrame, id_column: str, data_dir: str | None):
+    """The public plan this party's aligned table follows (checked before the protocol runs) and its columns."""
+    from vertisynth.core.errors import VertisynthError
+    from vertisynth.core.pipeline import make_plan
+
+    try:
+        plan = make_plan(config, data_dir=data_dir)
+    except VertisynthError as exc:
+        raise ConfigError(f"party align writes the aligned table only when the config plans on this machine alone "
+                          f"([dataset] name = 'csv' with a public schema, and named [[parties]]); planning failed: "
+                          f"{exc}. Pass --no-table to write only the alignment") from None
+    if plan.source.schema.inferred:
+        raise ConfigError("the aligned table needs a public schema in the config ([dataset.params.schema]): a schema "
+                          "read off one party's rows would differ between parties and is not DP")
+    names = list(plan.partition.names)
+    if party not in names:
+        raise DataError(f"unknown party {party!r}; the config's [[parties]] are {names}")
+    own = list(plan.partition.parties[names.index(party)].attributes)
+    have = [c for c in frame.columns if c != id_column]
+    if sorted(have) != sorted(own):
+        raise DataError(f"party {party!r}'s CSV must hold its identifier column {id_column!r} and exactly its "
+                        f"attributes {own}; it has {have}")
+    if any(c.kind == "numeric" and c.binning == "quantile" and c.name in own for c in plan.source.schema.columns):
+        raise ConfigError("cross-machine runs need public bin edges (binning 'edges' or 'equal_width'), not DP quantiles")
+    return plan, own
+
+
+def _aligned_table(plan, own: list[str], party: str, frame: pd.DataFrame, row_of: np.ndarray,
+                   result) -> tuple[pd.DataFrame, list[dict]]:
+    """This party's own columns over the common positions, and the DP fill spends (PSU `marginal`/`majority`)."""
+    from vertisynth.core.encoding import TableSchema
+    from vertisynth.core.privacy import PrivacyLedger
+
+    mine = frame[own].iloc[row_of].reset_index(drop=True)   # rows in the protocol's (deduplicated) order
+    if result.protocol == "psi":
+        return mine.iloc[result.rows].reset_index(drop=True), []
+    schema = TableSchema(tuple(c for c in plan.source.schema.columns if c.name in own))
+    rng = np.random.default_rng(np.random.SeedSequence().entropy)   # fill randomness from the OS
+    codec = schema.fit(mine, None, rng)
+    view = codec.encode(mine)
+    ledger = PrivacyLedger(plan.ledger.budget, [c for c in plan.ledger.planned
+                                                if c.party == party and c.stage == "alignment"])
+    filled = plan.aligner.instance.fill_party(party, view, result, ledger, rng)
+    table = codec.decode(filled, rng)
+    table.iloc[result.rows] = mine.to_numpy()   # real rows keep their exact values (decode only bins them)
+    if ledger.unspent():
+        raise DataError(f"party {party!r}: planned fill spends were not made: {ledger.unspent()}")
+    return table[own], [c.to_dict() for c in ledger.spent]
+
+
 def run_party_align(config: RunConfig, party: str, csv: Path, id_column: str, exchange: Path, out: Path,
-                    timeout: float = 600.0, poll: float = 0.1) -> Path:
+                    timeout: float = 600.0, poll: float = 0.1, write_table: bool = True,
+                    data_dir: str | None = None) -> Path:
     protocol = config.alignment.use
     if protocol not in ("psi", "psu"):
         raise ConfigError(f"party align runs psi or psu; the config's alignment is {protocol!r}")
@@ -51,6 +105,7 @@ def run_party_align(config: RunConfig, party: str, csv: Path, id_column: str, ex
     if id_column not in frame.columns:
         raise DataError(f"CSV {str(csv)!r} has no identifier column {id_column!r}")
     raw = frame[id_column].tolist()
+    table_plan = _table_plan(config, party, frame, id_column, data_dir) if write_table else None
     # duplicates / normalisation exactly as in the one-process pipeline (views are row placeholders here)
     from vertisynth.core.dataset import Dataset
     from vertisynth.core.domain import Domain
@@ -71,7 +126,11 @@ def run_party_align(config: RunConfig, party: str, csv: Path, id_column: str, ex
                               "position": np.arange(len(res.rows))})
     else:
         table = pd.DataFrame({"row": row_of, "id": [raw[i] for i in row_of], "position": res.rows})
+    aligned = _aligned_table(*table_plan, party, frame, row_of, res) if table_plan else None
     out.mkdir(parents=True, exist_ok=True)
+    if aligned is not None:
+        aligned[0].to_csv(out / f"{party}_aligned.csv", index=False)
+        (out / f"{party}_alignment_ledger.json").write_text(json.dumps(aligned[1], indent=2))
     path = out / f"{party}_alignment.csv"
     table.to_csv(path, index=False)
     (out / f"{party}_alignment.json").write_text(json.dumps(

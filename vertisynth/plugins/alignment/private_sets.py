@@ -125,6 +125,23 @@ class PSUAligner(Aligner):
         self._rho = self.config.fill_budget * ctx.rho
         return fill_mod.plan_charges(self._rho, self._dp_attrs)
 
+    def fill_party(self, party: str, view: Dataset, result: PartyResult, ledger: PrivacyLedger,
+                   rng: np.random.Generator) -> Dataset:
+        """One party's table over U: its rows at their positions, the rest filled (needs `plan` first when
+        the fill releases DP marginals). A party runs this alone, in one process or on its own machine."""
+        cfg = self.config
+        held = result.held_mask()
+        need = int((~held).sum())
+        if cfg.fill == "sample" and need > cfg.max_copies * view.n:
+            raise DataError(f"party {party!r} must fill {need} rows but holds {view.n} records: 'sample' fill with "
+                            f"max_copies = {cfg.max_copies} can fill at most {cfg.max_copies * view.n}; raise "
+                            "max_copies (more group privacy) or use fill = 'marginal'")
+        attrs_p = self._dp_attrs.get(party, [])
+        d = sum(len(v) for v in self._dp_attrs.values())
+        rho_p = self._rho * len(attrs_p) / d if attrs_p else 0.0
+        return fill_mod.fill_view(view, result.rows, result.n_common, cfg.fill, cfg.fill_columns, attrs_p, rho_p,
+                                  ledger, party, rng, cfg.max_copies)
+
     def align(self, views: Mapping[str, Dataset], ledger: PrivacyLedger, rng: np.random.Generator,
               ids: Mapping[str, Sequence[Any]] | None = None) -> Alignment:
         cfg = self.config
@@ -132,21 +149,11 @@ class PSUAligner(Aligner):
         proto_rng, fill_rng = rng.spawn(2)
         results = _run("psu", norm, cfg, proto_rng)
         n_u = next(iter(results.values())).n_common
-        d = sum(len(v) for v in self._dp_attrs.values())
         aligned, filled, rates = {}, {}, {}
         for (p, view), r in zip(views.items(), fill_rng.spawn(len(views))):
-            held = results[p].held_mask()
-            need = int((~held).sum())
-            if cfg.fill == "sample" and need > cfg.max_copies * view.n:
-                raise DataError(f"party {p!r} must fill {need} rows but holds {view.n} records: 'sample' fill with "
-                                f"max_copies = {cfg.max_copies} can fill at most {cfg.max_copies * view.n}; raise "
-                                "max_copies (more group privacy) or use fill = 'marginal'")
-            attrs_p = self._dp_attrs.get(p, [])
-            rho_p = self._rho * len(attrs_p) / d if attrs_p else 0.0
-            aligned[p] = fill_mod.fill_view(view, results[p].rows, n_u, cfg.fill, cfg.fill_columns, attrs_p, rho_p, ledger, p, r,
-                                            cfg.max_copies)
-            filled[p] = ~held
-            rates[p] = need / n_u if n_u else 0.0
+            aligned[p] = self.fill_party(p, view, results[p], ledger, r)
+            filled[p] = ~results[p].held_mask()
+            rates[p] = float(filled[p].mean()) if n_u else 0.0
         overlap = int(np.sum(np.all(np.stack([~m for m in filled.values()]), axis=0))) if n_u else 0
         info = {"protocol": "psu", "records": n_u, "set_sizes": {p: len(v) for p, v in norm.items()},
                 "union": n_u, "fill": cfg.fill, "fill_rates": rates, "duplicates_dropped": dropped,

@@ -164,8 +164,11 @@ class VertiMRFSynthesizer(Synthesizer):
         self._encoder = spec.load_factory()(enc_cfg)
         # the encoder plans last, against the real budget with everything planned before it (the pipeline's
         # earlier stages and our local and value-distribution charges): it gets exactly what is left
-        before = tuple(ctx.planned_before) + tuple(ch.cost for ch in charges)
-        enc_ctx = PlanContext(self._low_domain, ctx.partition, ctx.budget, before, ctx.n_public)
+        # (with a `sample` fill every charge is recorded with group privacy: count ours as the ledger will)
+        grouping = PrivacyLedger(ctx.budget, group_size=ctx.group_size)
+        before = tuple(ctx.planned_before) + tuple(grouping.grouped(ch).cost for ch in charges)
+        enc_ctx = PlanContext(self._low_domain, ctx.partition, ctx.budget, before, ctx.n_public,
+                              group_size=ctx.group_size)
         charges += self._encoder.plan(enc_ctx)
         k_p = getattr(getattr(self._encoder, "params", None), "k_p", None)
         if k_p is not None and k_p > 10**6:
