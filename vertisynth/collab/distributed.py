@@ -225,6 +225,9 @@ def run_custodian(plan: CollabPlan, name: str, csv: Path, folder: Path, timeout:
     _check_name(plan, name)
     frame = read_custodian_csv(name, csv)
     folder.mkdir(parents=True, exist_ok=True)
+    if (folder / f"hello__{name}.npz").exists():
+        raise MessageError(f"{str(folder)!r} already holds custodian {name!r}'s hello from an earlier run: use a "
+                           "fresh exchange folder for every run (old shares would be mixed into this one)")
     # announce first, so the others fail fast and clearly if this CSV has the wrong columns
     publish(Hello(party=name, fingerprint=fingerprint(plan), columns=[str(c) for c in frame.columns]), folder,
             f"hello__{name}.npz")
