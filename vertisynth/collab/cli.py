@@ -1,5 +1,13 @@
 """`vertisynth collab ...`: secure aggregation as separate processes that exchange only files.
 
+The whole protocol (binning rounds, measurement round, fit; vertisynth.collab.distributed), one process per role:
+
+    vertisynth collab custodian CONFIG --name A --csv a.csv --exchange shared/    (once per custodian)
+    vertisynth collab server CONFIG --index 0 --exchange shared/                 (once per server)
+    vertisynth collab publish CONFIG --exchange shared/ --out release/
+
+One aggregation round by hand:
+
     vertisynth collab share --custodian A --csv a.csv --domain d.json --marginal 0,1 --servers 2 --out inbox/
     vertisynth collab aggregate --server 0 --rho 0.05 --inbox inbox/ --out outbox/     (once per server)
     vertisynth collab reconstruct --outbox outbox/ --out noisy.npy
@@ -26,8 +34,13 @@ def _fail(exc: Exception) -> None:
 def collab() -> None:
     """Secure aggregation of custodians' marginals across non-colluding compute servers (files only).
 
-    The whole horizontal pipeline (DP binning, secure measurement, tuning, publish once) runs from a config
-    with a [collab] table: vertisynth run CONFIG (docs/collab.md)."""
+    \b
+    The whole protocol as separate processes, all with the same [collab] config and one shared folder:
+      custodian  each custodian, with only its own CSV
+      server     each compute server (sees only random shares)
+      publish    reconstructs the noisy aggregates, fits, writes the release
+    One aggregation round by hand: share, aggregate, reconstruct.
+    The one-process simulation of the same protocol (and tuning): vertisynth run CONFIG. See docs/collab.md."""
 
 
 @collab.command()
@@ -104,3 +117,97 @@ def reconstruct_cmd(outbox: Path, out: Path) -> None:
     except VertisynthError as exc:
         _fail(exc)
     click.echo(f"wrote {len(by_query)} noisy marginal(s) to {out}")
+
+
+# -- the whole protocol, one role per process --------------------------------------------------------------
+def _plan(config: Path, data_dir: str | None):
+    from vertisynth.core.config import load_config
+    from vertisynth.core.pipeline import make_plan
+
+    from .pipeline import CollabPlan
+
+    plan = make_plan(load_config(config), data_dir=data_dir)
+    if not isinstance(plan, CollabPlan):
+        raise VertisynthError(f"{config} has no [collab] table: the custodian/server/publish commands run the "
+                              "horizontal protocol (docs/collab.md)")
+    return plan
+
+
+_CONFIG = click.argument("config", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+_EXCHANGE = click.option("--exchange", type=click.Path(file_okay=False, path_type=Path), required=True,
+                         help="The shared folder every role reads and writes (fresh for each run).")
+_TIMEOUT = click.option("--timeout", type=float, default=600.0, show_default=True,
+                        help="Seconds to wait for any one expected message before failing.")
+_DATA = click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA",
+                     help="Where the dataset's public schema lives (the config's [dataset]); no rows are read.")
+
+
+@collab.command()
+@_CONFIG
+@click.option("--name", required=True, help="This custodian's name: a key of collab.files, or custodian1..N.")
+@click.option("--csv", "csv_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="This custodian's rows, with exactly the schema's columns (raw values, as in collab.files).")
+@_EXCHANGE
+@_TIMEOUT
+@_DATA
+def custodian(config: Path, name: str, csv_path: Path, exchange: Path, timeout: float, data_dir: str | None) -> None:
+    """Run one custodian: announce, then secret-share every round's counts to the servers.
+
+    Reads only this custodian's CSV. Writes only shares (uniform ring elements, one file per server and
+    round) and a hello (name, config fingerprint, column names). Reconstructs the binning rounds' noisy
+    totals (the DP bin edges and means, released anyway) to bin its own rows; never the measurement round.
+    Shares come from the OS CSPRNG."""
+    from .distributed import run_custodian
+
+    try:
+        info = run_custodian(_plan(config, data_dir), name, csv_path, exchange, timeout)
+    except VertisynthError as exc:
+        _fail(exc)
+    click.echo(f"custodian {name}: shared {info['rounds']} round(s) of counts with the servers "
+               f"({len(info['queries'])} measurement queries)")
+
+
+@collab.command()
+@_CONFIG
+@click.option("--index", type=int, required=True, help="This server's index, 0..collab.servers-1.")
+@_EXCHANGE
+@_TIMEOUT
+@click.option("--seed", type=int, default=None,
+              help="For tests only: derive this server's noise from SEED as `vertisynth run` with config seed "
+                   "SEED does (then the release equals the simulation's). Without it the noise root is secret.")
+@_DATA
+def server(config: Path, index: int, exchange: Path, timeout: float, seed: int | None, data_dir: str | None) -> None:
+    """Run one compute server: per round, add the custodians' shares and this server's own Gaussian noise.
+
+    Reads only the custodians' hellos and the shares addressed to it (to_server<INDEX>/), never another
+    server's files; the noise scale of each round comes from the config, not from the custodians. Writes
+    its noisy share per round to noisy/. Semi-honest, and not all servers may collude (docs/collab.md)."""
+    from .distributed import run_server
+
+    try:
+        info = run_server(_plan(config, data_dir), index, exchange, seed, timeout)
+    except VertisynthError as exc:
+        _fail(exc)
+    click.echo(f"server {index}: aggregated {info['rounds']} round(s)")
+
+
+@collab.command(name="publish")
+@_CONFIG
+@_EXCHANGE
+@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Where synthetic.csv, report.json, ledger.json and summary.md go.")
+@_TIMEOUT
+@_DATA
+def publish_cmd(config: Path, exchange: Path, out: Path, timeout: float, data_dir: str | None) -> None:
+    """Reconstruct every round's noisy total from all servers' shares, fit the synthesizer, publish once.
+
+    Sees only the servers' noisy shares (whose sum is the DP release); holds no rows, so no evaluation
+    runs. Uses the config's seed for the fit and sampling, like `vertisynth run`."""
+    from .distributed import run_publisher
+
+    try:
+        info = run_publisher(_plan(config, data_dir), exchange, out, timeout)
+    except VertisynthError as exc:
+        _fail(exc)
+    click.echo(f"published {info['records']} synthetic records after {info['rounds']} round(s); "
+               f"spent ε = {info['epsilon']:.4g}; wrote {info['out']}")

@@ -31,7 +31,7 @@ from vertisynth.core.mechanisms import gaussian_sigma
 from vertisynth.core.privacy import Budget, Charge, PrivacyLedger
 
 from .preprocessing import QuantileBinningPlan, _secure_sum, combined_quantile_binning
-from .secure_aggregation import planned_charge
+from .secure_aggregation import Transport, as_transport, planned_charge
 
 LOCAL_NOTE = "local binning: each custodian releases with this ρ; disjoint custodians compose in parallel"
 
@@ -200,8 +200,9 @@ def check_numeric_schema(base_columns, numeric: Mapping[str, Sequence[float]]) -
 
 def fit_binning(base: TableCodec, frames: Mapping[str, pd.DataFrame], plans: Sequence[QuantileBinningPlan],
                 local: bool, debinning: str, servers: int, ledger: PrivacyLedger,
-                rng: np.random.Generator) -> HorizontalCodec:
+                rng: np.random.Generator | Transport) -> HorizontalCodec:
     """DP bin edges and means for every numeric column; spends the planned preprocessing charges."""
+    rng = as_transport(rng, servers)
     numeric = {}
     for p in plans:
         values = {name: numeric_values(f[p.column], p.column) for name, f in frames.items()}
@@ -212,7 +213,8 @@ def fit_binning(base: TableCodec, frames: Mapping[str, pd.DataFrame], plans: Seq
         rows = []
         for name, v in values.items():   # each custodian alone, on its own scratch ledger
             scratch = scratch_ledger(p.charges())
-            rows.append(combined_quantile_binning(p, {name: v}, scratch, rng, servers))
+            # a custodian's own rounds: its name scopes the query, so no two custodians share noise
+            rows.append(combined_quantile_binning(p, {name: v}, scratch, rng.scoped(f"local:{name}:"), servers))
         for ch in preprocessing_charges([p], local=True):
             ledger.spend(ch)   # once: parallel composition over disjoint custodians
         numeric[p.column] = NumericBins(np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows]), tuple(values))
@@ -233,8 +235,9 @@ def query_charges(queries: Sequence[MarginalQuery]) -> list[Charge]:
 
 
 def secure_measure(queries: Sequence[MarginalQuery], codes: Mapping[str, Dataset], servers: int,
-                   ledger: PrivacyLedger, rng: np.random.Generator) -> tuple[list[np.ndarray], list[float]]:
+                   ledger: PrivacyLedger, rng: np.random.Generator | Transport) -> tuple[list[np.ndarray], list[float]]:
     """Each query's noisy concatenated counts over all custodians, and the per-cell noise variance S·σ²."""
+    rng = as_transport(rng, servers)
     answers, variances = [], []
     for q in queries:
         per = {name: np.concatenate([ds.counts(list(m)).values.ravel() for m in q.marginals]).astype(np.int64)
@@ -245,15 +248,30 @@ def secure_measure(queries: Sequence[MarginalQuery], codes: Mapping[str, Dataset
     return answers, variances
 
 
-def fit_horizontal(synth: MeasuresMarginals, base: TableCodec, frames: Mapping[str, pd.DataFrame],
-                   plans: Sequence[QuantileBinningPlan], local: bool, debinning: str, rho_synth: float,
-                   servers: int, ledger: PrivacyLedger, rng: np.random.Generator) -> tuple[HorizontalCodec, list[MarginalQuery]]:
-    """One complete run: DP binning, secure measurement of the synthesizer's queries, fit. Spends exactly
-    `run_charges(...)` of the same arguments."""
-    codec = fit_binning(base, frames, plans, local, debinning, servers, ledger, rng)
+def measure_horizontal(synth: MeasuresMarginals, base: TableCodec, frames: Mapping[str, pd.DataFrame],
+                       plans: Sequence[QuantileBinningPlan], local: bool, debinning: str, rho_synth: float,
+                       servers: int, ledger: PrivacyLedger, transport: Transport):
+    """The protocol's rounds (DP binning, then secure measurement of the synthesizer's queries), the same code
+    in every role: the one-process simulation passes every custodian's rows and an in-memory transport; a
+    separate process passes its own rows (a custodian) or empty tables (servers, the publisher) and a file
+    transport. Returns the codec, the queries and their noisy answers and variances."""
+    codec = fit_binning(base, frames, plans, local, debinning, servers, ledger, transport)
     codes = {name: codec.encode(f, name) for name, f in frames.items()}
     queries = synth.marginal_queries(codec.domain, rho_synth)
-    answers, variances = secure_measure(queries, codes, servers, ledger, rng)
+    answers, variances = secure_measure(queries, codes, servers, ledger, transport.scoped("measure:"))
+    return codec, queries, answers, variances
+
+
+def fit_horizontal(synth: MeasuresMarginals, base: TableCodec, frames: Mapping[str, pd.DataFrame],
+                   plans: Sequence[QuantileBinningPlan], local: bool, debinning: str, rho_synth: float,
+                   servers: int, ledger: PrivacyLedger, rng: np.random.Generator,
+                   transport: Transport | None = None) -> tuple[HorizontalCodec, list[MarginalQuery]]:
+    """One complete run: DP binning, secure measurement of the synthesizer's queries, fit. Spends exactly
+    `run_charges(...)` of the same arguments. Without a transport, the secure sums' randomness is derived
+    from one draw of `rng`; the fit then uses `rng`."""
+    transport = as_transport(rng, servers) if transport is None else transport
+    codec, queries, answers, variances = measure_horizontal(synth, base, frames, plans, local, debinning, rho_synth,
+                                                            servers, ledger, transport)
     synth.fit_marginals(codec.domain, queries, answers, variances, rng)
     return codec, queries
 
@@ -294,13 +312,22 @@ class HorizontalRun:
         return run_charges(self.make_synth(rest), preview, plans, self.local, rho_synth)
 
     def fit(self, frames: Mapping[str, pd.DataFrame], params: Mapping[str, object], rho_pre: float,
-            rho_synth: float, ledger: PrivacyLedger, rng: np.random.Generator):
+            rho_synth: float, ledger: PrivacyLedger, rng: np.random.Generator, transport: Transport | None = None):
         bins, rest = self._split(params)
         synth = self.make_synth(rest)
         plans = binning_plans(self.numeric, bins, rho_pre, self.debinning)
         codec, _ = fit_horizontal(synth, self.base, frames, plans, self.local, self.debinning, rho_synth,
-                                  self.servers, ledger, rng)
+                                  self.servers, ledger, rng, transport)
         return codec, synth
+
+    def measure(self, frames: Mapping[str, pd.DataFrame], params: Mapping[str, object], rho_pre: float,
+                rho_synth: float, ledger: PrivacyLedger, transport: Transport):
+        """The rounds of `fit` without the final fit: (synthesizer, codec, queries, answers, variances)."""
+        bins, rest = self._split(params)
+        synth = self.make_synth(rest)
+        plans = binning_plans(self.numeric, bins, rho_pre, self.debinning)
+        return (synth, *measure_horizontal(synth, self.base, frames, plans, self.local, self.debinning, rho_synth,
+                                           self.servers, ledger, transport))
 
     def synthetic(self, frames: Mapping[str, pd.DataFrame], params: Mapping[str, object], rho_pre: float,
                   rho_synth: float, rng: np.random.Generator) -> Dataset:

@@ -28,6 +28,7 @@ from vertisynth.core.registry import Registry
 
 from .horizontal import HorizontalRun, check_custodians, check_numeric_schema, simulate_custodians, stack
 from .secure_aggregation import STAGE as SA_STAGE
+from .secure_aggregation import InMemory, Randomness
 from .tuning import DP_METRIC, DP_METRIC_RANGE, PAPER_LABEL, Tuner, TuningOutcome, candidates, solve_rho_q
 
 STREAMS = ("split", "tuning", "fit", "sample", "decode", "evaluate")
@@ -181,22 +182,37 @@ def _plan_tuning(config: RunConfig, registry: Registry, run: HorizontalRun, name
 
 
 # -- execution -------------------------------------------------------------------------------------------
+def read_custodian_csv(name: str, path: str | Path) -> pd.DataFrame:
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise DataError(f"custodian {name!r}: CSV {str(p)!r} does not exist")
+    try:
+        # as strings, and only empty cells are missing (a category may be called "None" or "NA")
+        f = pd.read_csv(p, dtype=str, keep_default_na=False, na_values=[""])
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise DataError(f"custodian {name!r}: cannot read {str(p)!r}: {exc}") from None
+    f.columns = [str(c) for c in f.columns]
+    return f
+
+
+def streams(seed: int | None) -> dict[str, np.random.Generator]:
+    """The run's named random streams (the same in the simulation and in the separate-process publisher)."""
+    return dict(zip(STREAMS, (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(len(STREAMS)))))
+
+
+def final_randomness(seed: int | None) -> Randomness:
+    """Shares and server noise of the final run in the simulation: derived per (server, query) from the config
+    seed, so `vertisynth collab server --seed SEED` reproduces it (tests); real servers draw a secret root."""
+    return Randomness(seed, "final")
+
+
 def _custodian_frames(plan: CollabPlan, loaded, rng: np.random.Generator) -> dict[str, pd.DataFrame]:
     cc = plan.config.collab
     names = plan.run.base.domain.attributes
     if cc.files:
         frames = {}
         for name, path in cc.files.items():
-            p = Path(path).expanduser()
-            if not p.is_file():
-                raise DataError(f"custodian {name!r}: CSV {str(p)!r} does not exist")
-            try:
-                # as strings, and only empty cells are missing (a category may be called "None" or "NA")
-                f = pd.read_csv(p, dtype=str, keep_default_na=False, na_values=[""])
-            except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-                raise DataError(f"custodian {name!r}: cannot read {str(p)!r}: {exc}") from None
-            f.columns = [str(c) for c in f.columns]
-            frames[name] = f
+            frames[name] = read_custodian_csv(name, path)
         check_custodians(frames, names)
         return {n: f[list(names)] for n, f in frames.items()}
     if loaded.frame is None:
@@ -210,7 +226,7 @@ def execute_collab(plan: CollabPlan, output_dir: str | Path | None = None):
     from vertisynth.core.pipeline import RunResult
 
     cfg, run, ledger = plan.config, plan.run, plan.ledger
-    rng = dict(zip(STREAMS, (np.random.default_rng(s) for s in np.random.SeedSequence(cfg.seed).spawn(len(STREAMS)))))
+    rng = streams(cfg.seed)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     loaded = plan.source.load()
@@ -249,7 +265,8 @@ def execute_collab(plan: CollabPlan, output_dir: str | Path | None = None):
     codec = None
     if published:
         t2 = time.perf_counter()
-        codec, synth = run.fit(frames, params, plan.rho_pre, plan.rho_synth, ledger, rng["fit"])
+        codec, synth = run.fit(frames, params, plan.rho_pre, plan.rho_synth, ledger, rng["fit"],
+                               InMemory(run.servers, final_randomness(cfg.seed)))
         timings["final run (preprocess, secure measurement, fit)"] = time.perf_counter() - t2
         codes = synth.sample(cfg.sample_size, rng["sample"])
         frame = codec.decode(codes, rng["decode"])

@@ -25,7 +25,7 @@ from vertisynth.core.errors import DataError
 from vertisynth.core.mechanisms import gaussian_sigma
 from vertisynth.core.privacy import Charge, PrivacyLedger
 
-from .secure_aggregation import aggregate_at_server, planned_charge, reconstruct, share_counts
+from .secure_aggregation import Transport, as_transport, planned_charge
 
 
 @attrs.frozen
@@ -49,20 +49,23 @@ class QuantileBinningPlan:
 
 
 def _secure_sum(query: str, per_custodian: Mapping[str, np.ndarray], sigma: float, n_servers: int,
-                rng: np.random.Generator, ledger: PrivacyLedger | None, sensitivity: float) -> np.ndarray:
-    inbox: dict[int, list] = {s: [] for s in range(n_servers)}
-    for name, counts in per_custodian.items():
-        for sh in share_counts(name, query, counts, n_servers, rng):
-            inbox[sh.server].append(sh)
-    noisy = [aggregate_at_server(s, inbox[s], sigma, rng) for s in range(n_servers)]
-    return reconstruct(noisy, ledger, sigma, sensitivity)
+                rng, ledger: PrivacyLedger | None, sensitivity: float) -> np.ndarray:
+    """One secure-aggregation round (`rng`: a Generator or a Transport), charged to the ledger if given."""
+    total = as_transport(rng, n_servers).total(query, per_custodian, sigma)
+    if ledger is not None:
+        ledger.spend(planned_charge(query, sigma, sensitivity))
+    return total
 
 
 def combined_quantile_binning(plan: QuantileBinningPlan, values: Mapping[str, np.ndarray], ledger: PrivacyLedger,
-                              rng: np.random.Generator, n_servers: int = 2) -> tuple[np.ndarray, np.ndarray]:
-    """DP bin edges at quantiles k/bins over all custodians, and DP bin means (for de-binning)."""
+                              rng: np.random.Generator | Transport, n_servers: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """DP bin edges at quantiles k/bins over all custodians, and DP bin means (for de-binning).
+
+    `rng` is a Generator (simulation) or a Transport (the same rounds as files between processes); every
+    custodian in `values` contributes its counts, and everything after each round is post-processing."""
     if not values:
         raise DataError("no custodian values given")
+    rng = as_transport(rng, n_servers)
     lo, hi = plan.bounds
     grid_edges = np.linspace(lo, hi, plan.grid + 1)
     hists = {}

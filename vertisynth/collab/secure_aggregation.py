@@ -21,7 +21,7 @@ Messages are files (`Message` subclasses), so custodians and servers can run as 
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 import attrs
@@ -150,3 +150,100 @@ def reconstruct(noisy: Sequence[NoisyShare], ledger: PrivacyLedger | None = None
     for s in noisy:
         total += s.share
     return total.view(np.int64)
+
+
+# -- randomness and transports: one code path for the simulation and for separate processes ----------------
+def _h(text: str) -> int:
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+
+
+@attrs.frozen
+class Randomness:
+    """Where shares and server noise come from, per (party, query) and independent of call order, so a
+    separate-process run reproduces the one-process simulation under the same seed.
+
+    `seed=None` (real use): fresh OS entropy for every share and a secret per-process root for noise.
+    With a seed (the simulation, tests) the streams are derived from (seed, run, role, party, query); `run`
+    names the run ("final", a tuning fold run, ...) so no two releases ever reuse noise."""
+
+    seed: int | None = None
+    run: str = "final"
+
+    @classmethod
+    def from_rng(cls, rng: np.random.Generator, run: str = "run") -> Randomness:
+        return cls(int(rng.integers(0, 2**63)), run)
+
+    def scoped(self, run: str) -> Randomness:
+        return attrs.evolve(self, run=f"{self.run}/{run}")
+
+    def _rng(self, role: int, index: int | str, query: str) -> np.random.Generator:
+        if self.seed is None:
+            return np.random.default_rng()
+        idx = index if isinstance(index, int) else _h(index)
+        return np.random.default_rng(np.random.SeedSequence([self.seed, role, idx, _h(self.run), _h(query)]))
+
+    def noise(self, server: int, query: str) -> np.random.Generator:
+        return self._rng(1, server, query)
+
+    def shares(self, custodian: str, query: str) -> np.random.Generator:
+        return self._rng(2, custodian, query)
+
+
+def server_randomness(seed: int | None, run: str = "final") -> Randomness:
+    """A server's noise source: a secret root drawn once from the OS CSPRNG, or a test seed."""
+    import secrets
+
+    return Randomness(secrets.randbits(126) if seed is None else seed, run)
+
+
+class Transport:
+    """One secure-aggregation round: `total(query, per_custodian, sigma)` → Σ counts + Σ_s noise_s (int64).
+
+    The protocol code (binning, measurement) calls this the same way in every role; only what happens
+    behind it differs: all in memory (`InMemory`), or files in a shared folder (`vertisynth.collab.distributed`)."""
+
+    servers: int
+
+    def total(self, query: str, per_custodian: Mapping[str, np.ndarray], sigma: float) -> np.ndarray:
+        raise NotImplementedError
+
+    def scoped(self, prefix: str) -> Transport:
+        return _Scoped(self, prefix)
+
+
+@attrs.define
+class _Scoped(Transport):
+    inner: Transport
+    prefix: str
+
+    @property
+    def servers(self) -> int:  # type: ignore[override]
+        return self.inner.servers
+
+    def total(self, query, per_custodian, sigma):
+        return self.inner.total(f"{self.prefix}{query}", per_custodian, sigma)
+
+
+@attrs.define
+class InMemory(Transport):
+    """The simulation: custodians share, servers add shares and their own noise, the sum is reconstructed."""
+
+    servers: int
+    randomness: Randomness
+
+    def total(self, query, per_custodian, sigma):
+        inbox: dict[int, list[CountShare]] = {s: [] for s in range(self.servers)}
+        for name, counts in per_custodian.items():
+            for sh in share_counts(name, query, counts, self.servers, self.randomness.shares(name, query)):
+                inbox[sh.server].append(sh)
+        noisy = [aggregate_at_server(s, inbox[s], sigma, self.randomness.noise(s, query)) for s in range(self.servers)]
+        return reconstruct(noisy)
+
+
+def as_transport(rng_or_transport, servers: int) -> Transport:
+    """Accept a Generator (older call sites: the streams are derived from one draw of it) or a Transport."""
+    if isinstance(rng_or_transport, Transport):
+        return rng_or_transport
+    return InMemory(servers, Randomness.from_rng(rng_or_transport))
