@@ -161,14 +161,13 @@ def _plan_tuning(config: RunConfig, registry: Registry, run: HorizontalRun, name
                               f"{DP_METRIC!r}; {t.metric!r} would read real rows without noise. Use method = "
                               "'paper' to reproduce the paper's (unsound) procedure")
         evaluator, goal, (lo, hi) = None, "minimize", DP_METRIC_RANGE
-    for c, v in t.thresholds.items():
-        if not lo <= v <= hi:
-            raise ConfigError(f"collab.tuning.thresholds.{c} = {v} is outside the range [{lo}, {hi}] of {t.metric!r}")
     workload = [tuple(w) for w in t.score_workload] if t.score_workload else [(a,) for a in base.domain.attributes]
     for w in workload:
         base.domain.check(w)
     tuner = Tuner(t.method, t.folds, grid, dict(t.thresholds), t.vote, goal, 0.0, 0.0, workload=workload,
-                  metric=t.metric, evaluator=evaluator)
+                  metric=t.metric, evaluator=evaluator, metric_range=(lo, hi))
+    for c, v in t.thresholds.items():
+        tuner.check_threshold(c, v)
     if t.method == "paper":   # each fold run gets the final run's budget, as in the paper
         tuner.rho_pre, tuner.rho_synth = rho_final * frac, rho_final * (1 - frac)
         return tuner
@@ -204,6 +203,14 @@ def final_randomness(seed: int | None) -> Randomness:
     """Shares and server noise of the final run in the simulation: derived per (server, query) from the config
     seed, so `vertisynth collab server --seed SEED` reproduces it (tests); real servers draw a secret root."""
     return Randomness(seed, "final")
+
+
+def commit_choice(plan: CollabPlan, params: dict[str, Any]) -> None:
+    """After tuning: the final run's reservation becomes the chosen candidate's itemised charges (same ρ)."""
+    ledger = plan.ledger
+    ledger.planned = [c for c in ledger.planned if c.mechanism != RESERVED]
+    ledger.plan(plan.run.charges(params, plan.rho_pre, plan.rho_synth))
+    ledger.check_plan()
 
 
 def _custodian_frames(plan: CollabPlan, loaded, rng: np.random.Generator) -> dict[str, pd.DataFrame]:
@@ -249,13 +256,10 @@ def execute_collab(plan: CollabPlan, output_dir: str | Path | None = None):
     params: dict[str, Any] = {}
     if plan.tuner is not None:
         t1 = time.perf_counter()
-        outcome = plan.tuner.run(run, frames, ledger, rng["tuning"])
+        outcome = plan.tuner.run(run, frames, ledger, rng["tuning"], cfg.seed)
         timings["tuning"] = time.perf_counter() - t1
         params = outcome.chosen or {}
-        # the reservation becomes the chosen candidate's itemised charges (same total ρ)
-        ledger.planned = [c for c in ledger.planned if c.mechanism != RESERVED]
-        ledger.plan(run.charges(params, plan.rho_pre, plan.rho_synth))
-        ledger.check_plan()
+        commit_choice(plan, params)
     published = outcome is None or outcome.published
 
     real = stack([run.base.encode(f) for f in frames.values()])

@@ -42,9 +42,9 @@ from vertisynth.core.errors import BudgetError, ConfigError, DataError
 from vertisynth.core.mechanisms import gaussian_sigma
 from vertisynth.core.privacy import ORDERS, RDP, Budget, Charge, Composition, Cost, PrivacyLedger, ZCDP
 
-from .horizontal import HorizontalRun, scratch_ledger, stack
+from .horizontal import HorizontalRun, scratch_ledger
 from .preprocessing import _secure_sum
-from .secure_aggregation import planned_charge
+from .secure_aggregation import InMemory, Randomness, Transport, _h, planned_charge
 
 PAPER_LABEL = "paper: tuning not accounted — not sound"
 SOUND_LABEL = {"private_selection": "sound: Papernot–Steinke private selection (Poisson random search), accounted",
@@ -115,19 +115,36 @@ def solve_rho_q(budget: Budget, fixed: Sequence[Cost], method: str, mu: float, m
     return lo
 
 
+# -- randomness per (party, round) ----------------------------------------------------------------------
+def party_rng(seed: int | None, *path: object) -> np.random.Generator:
+    """A party's stream for one round, derived from (seed, path) and independent of call order, so the
+    separate-process roles reproduce the one-process simulation under the same seed. `seed=None`: fresh
+    OS entropy (real custodians). Paths used: ("folds", custodian), ("evaluate", custodian, run, fold) at
+    the custodians; ("fit", run, fold) at the publisher (the fold run's fit, sampling and decoding)."""
+    if seed is None:
+        return np.random.default_rng()
+    return np.random.default_rng(np.random.SeedSequence([int(seed), _h("tuning"), *(_h(str(p)) for p in path)]))
+
+
 # -- folds, scores and the vote --------------------------------------------------------------------------
-def fold_indices(frames: Mapping[str, pd.DataFrame], k: int, rng: np.random.Generator) -> dict[str, list[np.ndarray]]:
-    """Each custodian gives every row its own uniform fold label. Independent labels (not a balanced split
-    of a shuffled table) are what the accounting needs: adding one person then adds one row to one fold and
-    moves no one else, so that person is in exactly K−1 training sets. A balanced split would shift other
-    rows across fold boundaries."""
-    out = {}
-    for name, f in frames.items():
-        labels = rng.integers(0, k, size=len(f))
-        out[name] = [np.flatnonzero(labels == j) for j in range(k)]
-        if min(map(len, out[name])) == 0:
-            raise DataError(f"custodian {name!r} has too few rows ({len(f)}) for {k} folds: a fold came out empty")
+def fold_labels(name: str, n: int, k: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """One custodian gives every row its own uniform fold label, from its own randomness. Independent labels
+    (not a balanced split of a shuffled table) are what the accounting needs: adding one person then adds
+    one row to one fold and moves no one else, so that person is in exactly K−1 training sets. A balanced
+    split would shift other rows across fold boundaries."""
+    labels = rng.integers(0, k, size=n)
+    out = [np.flatnonzero(labels == j) for j in range(k)]
+    if min(map(len, out)) == 0:
+        raise DataError(f"custodian {name!r} has too few rows ({n}) for {k} folds: a fold came out empty")
     return out
+
+
+def fold_indices(frames: Mapping[str, pd.DataFrame], k: int,
+                 rngs: Mapping[str, np.random.Generator]) -> dict[str, list[np.ndarray]]:
+    """Fold labels of the custodians whose rows are here (`rngs` names them); the others' (empty) tables
+    get empty folds."""
+    return {name: fold_labels(name, len(f), k, rngs[name]) if name in rngs else [np.zeros(0, np.int64)] * k
+            for name, f in frames.items()}
 
 
 def fold_frames(frames: Mapping[str, pd.DataFrame], idx: Mapping[str, list[np.ndarray]], k: int,
@@ -139,17 +156,26 @@ def fold_frames(frames: Mapping[str, pd.DataFrame], idx: Mapping[str, list[np.nd
     return out
 
 
+def meets(score: float, threshold: float, goal: str) -> bool:
+    return score <= threshold if goal == "minimize" else score >= threshold
+
+
+def tally(votes: Mapping[str, bool], rule: str) -> tuple[bool, int]:
+    yes = sum(map(bool, votes.values()))
+    return (yes == len(votes) if rule == "all" else yes > len(votes) / 2), yes
+
+
 def vote(score: float, thresholds: Mapping[str, float], custodians: Sequence[str], goal: str, rule: str) -> tuple[bool, int]:
     """Each custodian votes yes when the score meets its threshold (custodians without one vote yes)."""
-    yes = sum(1 for c in custodians if c not in thresholds
-              or (score <= thresholds[c] if goal == "minimize" else score >= thresholds[c]))
-    return (yes == len(custodians) if rule == "all" else yes > len(custodians) / 2), yes
+    return tally({c: c not in thresholds or meets(score, thresholds[c], goal) for c in custodians}, rule)
 
 
 def dp_fold_marginals(run: HorizontalRun, frames: Mapping[str, pd.DataFrame], idx, folds: int,
                       workload: Sequence[tuple[str, ...]], rho: float, ledger: PrivacyLedger,
-                      rng: np.random.Generator) -> list[list[np.ndarray]]:
-    """Noisy test-fold marginals of `workload` (public base codes), by secure aggregation; normalised."""
+                      transport: Transport) -> list[list[np.ndarray]]:
+    """Noisy test-fold marginals of `workload` (public base codes), by secure aggregation; normalised.
+    Released to the custodians (who score candidates against them) and the publisher; the K test folds
+    are disjoint, so they cost ρ_score once."""
     l2 = math.sqrt(len(workload))
     sigma = gaussian_sigma(rho, l2)
     out = []
@@ -158,7 +184,8 @@ def dp_fold_marginals(run: HorizontalRun, frames: Mapping[str, pd.DataFrame], id
         counts = {n: np.concatenate([run.base.encode(f).counts(list(w)).values.ravel() for w in workload]).astype(np.int64)
                   for n, f in test.items()}
         scratch = scratch_ledger([planned_charge(f"fold{k}:test", sigma, l2)])
-        flat = np.clip(_secure_sum(f"fold{k}:test", counts, sigma, run.servers, rng, scratch, l2), 0, None).astype(float)
+        flat = np.clip(_secure_sum(f"fold{k}:test", counts, sigma, run.servers, transport, scratch, l2), 0,
+                       None).astype(float)
         parts, at = [], 0
         for w in workload:
             size = int(np.prod([run.base.domain.size(a) for a in w]))
@@ -187,6 +214,103 @@ class TuningOutcome:
     runs: int                       # candidate runs made (each a full K-fold CV)
     tried: list[dict[str, Any]] = attrs.field(factory=list)  # sound variants: DP scores (safe to report)
     notes: list[str] = attrs.field(factory=list)
+    chosen_index: int | None = None  # the chosen candidate's index in the grid
+
+
+@attrs.define
+class Selection:
+    """The publisher's side of the candidate loop (also the simulation's): which candidate each run tries.
+    private_selection: K ~ Poisson(μ) runs, each a candidate drawn uniformly (data-independent, drawn up
+    front); compose_all: every candidate once; paper: the grid in order until one passes the vote."""
+
+    method: str
+    picks: list[int]
+
+    @classmethod
+    def draw(cls, tuner: Tuner, rng: np.random.Generator) -> Selection:
+        m = len(tuner.grid)
+        if tuner.method == "private_selection":
+            k_runs = int(rng.poisson(tuner.mu))
+            return cls(tuner.method, [int(i) for i in rng.integers(0, m, size=k_runs)])
+        return cls(tuner.method, list(range(m)))
+
+    def next(self, tried: Sequence[dict[str, Any]]) -> int | None:
+        if self.method == "paper" and tried and tried[-1]["passes"]:
+            return None
+        return self.picks[len(tried)] if len(tried) < len(self.picks) else None
+
+
+class TuningIO:
+    """What differs per role in the tuning rounds; the rounds themselves (`tuning_protocol`) are shared.
+
+    `local`: the custodians whose rows this role holds (their fold labels and votes are made here);
+    `transport`: the secure-aggregation rounds; `decides`: whether this role drives the candidate loop
+    (the simulation, the publisher) or follows its announcements (custodians, servers)."""
+
+    local: Sequence[str] = ()
+    transport: Transport
+    decides: bool = False
+    thresholds: Mapping[str, float] | None = None   # None: the config's; a custodian may hold its own
+
+    def fold_rng(self, custodian: str) -> np.random.Generator:
+        raise NotImplementedError
+
+    def eval_rng(self, custodian: str, run: int, fold: int) -> np.random.Generator:
+        raise NotImplementedError
+
+    def next_run(self, run: int, tried: Sequence[dict[str, Any]]) -> int | None:
+        """The grid index of candidate run `run`, or None when the loop is over."""
+        raise NotImplementedError
+
+    def synthetic(self, run: int, fold: int, measured) -> Dataset | None:
+        """The fold run's synthetic table (base codes; a DP output) from its measured rounds, or None where
+        this role does not see it (servers)."""
+        raise NotImplementedError
+
+    def votes(self, run: int, mine: Mapping[str, bool]) -> Mapping[str, bool] | None:
+        """Every custodian's vote on run `run` (the deciding role), after casting this role's own `mine`."""
+        raise NotImplementedError
+
+    def finish(self, outcome: TuningOutcome | None) -> int | None:
+        """Deciding role: announce the outcome; followers: return the chosen grid index (None: nothing)."""
+        raise NotImplementedError
+
+
+@attrs.define
+class SimulationIO(TuningIO):
+    """The one-process simulation: every custodian's rows, every vote, in-memory rounds."""
+
+    local: Sequence[str]
+    transport: Transport
+    seed: int | None
+    selection: Selection
+    decides: bool = True
+    thresholds: Mapping[str, float] | None = None
+
+    def fold_rng(self, custodian):
+        return party_rng(self.seed, "folds", custodian)
+
+    def eval_rng(self, custodian, run, fold):
+        return party_rng(self.seed, "evaluate", custodian, run, fold)
+
+    def next_run(self, run, tried):
+        return self.selection.next(tried)
+
+    def synthetic(self, run, fold, measured):
+        return fold_synthetic(measured, party_rng(self.seed, "fit", run, fold))
+
+    def votes(self, run, mine):
+        return dict(mine)
+
+    def finish(self, outcome):
+        return None if outcome is None else outcome.chosen_index
+
+
+def fold_synthetic(measured, rng: np.random.Generator) -> Dataset:
+    """The publisher's part of a fold run: fit on the noisy answers, sample, decode to base codes."""
+    synth, codec, queries, answers, variances = measured
+    synth.fit_marginals(codec.domain, queries, answers, variances, rng)
+    return codec.base.encode(codec.decode(synth.sample(None, rng), rng))
 
 
 @attrs.define
@@ -207,10 +331,15 @@ class Tuner:
     workload: list[tuple[str, ...]] = attrs.field(factory=list)
     metric: str = DP_METRIC
     evaluator: Any = None   # paper: the evaluator whose metric the vote is on
+    metric_range: tuple[float, float] = DP_METRIC_RANGE
 
     @property
     def label(self) -> str:
         return PAPER_LABEL if self.method == "paper" else SOUND_LABEL[self.method]
+
+    @property
+    def sound(self) -> bool:
+        return self.method != "paper"
 
     def charges(self) -> list[Charge]:
         if self.method == "paper":
@@ -218,55 +347,120 @@ class Tuner:
         return [score_charge(self.rho_score, self.folds),
                 selection_charge(self.method, self.rho_q, self.mu, len(self.grid), self.folds)]
 
+    def check_threshold(self, custodian: str, value: float) -> float:
+        lo, hi = self.metric_range
+        if not isinstance(value, (int, float)) or not lo <= value <= hi:
+            raise ConfigError(f"collab.tuning.thresholds.{custodian} = {value} is outside the range [{lo}, {hi}] "
+                              f"of {self.metric!r}")
+        return float(value)
+
     def run(self, run: HorizontalRun, frames: Mapping[str, pd.DataFrame], ledger: PrivacyLedger,
-            rng: np.random.Generator) -> TuningOutcome:
-        idx = fold_indices(frames, self.folds, rng)
+            rng: np.random.Generator, seed: int | None = None, transport: Transport | None = None) -> TuningOutcome:
+        """The one-process simulation of the tuning rounds: `rng` draws the candidate runs (the publisher's
+        stream); fold labels, evaluations and fold fits use per-(party, round) streams from `seed`, and the
+        rounds' shares and noise come from `transport` (default: in memory, from `seed`)."""
+        if transport is None:
+            transport = InMemory(run.servers, Randomness(seed, "tuning"))
+        io = SimulationIO(list(frames), transport, seed, Selection.draw(self, rng))
+        return tuning_protocol(self, run, frames, ledger, io)
+
+    def outcome(self, tried: list[dict[str, Any]]) -> TuningOutcome:
+        """The decision from the runs made (deciding role)."""
         if self.method == "paper":
-            return self._paper(run, frames, idx, rng)
-        noisy = dp_fold_marginals(run, frames, idx, self.folds, self.workload, self.rho_score, ledger, rng)
-        if self.method == "private_selection":
-            k_runs = int(rng.poisson(self.mu))
-            picks = [self.grid[int(i)] for i in rng.integers(0, len(self.grid), size=k_runs)]
-        else:
-            picks = list(self.grid)
-        tried = []
-        for params in picks:
-            score = float(np.mean([dp_workload_score(
-                run.synthetic(fold_frames(frames, idx, k, True), params, self.rho_pre, self.rho_synth, rng),
-                noisy[k], self.workload) for k in range(self.folds)]))
-            ok, yes = vote(score, self.thresholds, list(frames), self.goal, self.vote_rule)
-            tried.append({"params": params, "dp_score": score, "votes": yes, "passes": ok})
-        ledger.spend(selection_charge(self.method, self.rho_q, self.mu, len(self.grid), self.folds))
-        notes = []
+            if tried and tried[-1]["passes"]:
+                g = tried[-1]["index"]
+                return TuningOutcome("paper", PAPER_LABEL, dict(self.grid[g]), True, len(tried), chosen_index=g)
+            return TuningOutcome("paper", PAPER_LABEL, None, False, len(tried),
+                                 notes=["no candidate met the custodians' thresholds: nothing is published"])
         if not tried:  # K = 0 (chance e^−μ): no candidate was scored, so none passed the custodians' vote
-            notes.append("the Poisson draw made 0 candidate runs: no vote passed, nothing is published")
-            return TuningOutcome(self.method, self.label, None, False, 0, [], notes)
+            return TuningOutcome(self.method, self.label, None, False, 0, [],
+                                 ["the Poisson draw made 0 candidate runs: no vote passed, nothing is published"])
         best = max(tried, key=lambda t: (t["passes"], -t["dp_score"]))  # the fixed total order on outputs
         # Theorem 6 covers releasing the best run only (the number of runs is data-independent); the other
         # runs' scores would each cost ρ_Q more. compose_all paid for every score, so it may show them.
         shown = [best] if self.method == "private_selection" else tried
+        shown = [{k: v for k, v in t.items() if k != "index"} for t in shown]
         return TuningOutcome(self.method, self.label, dict(best["params"]) if best["passes"] else None,
-                             bool(best["passes"]), len(tried), shown, notes)
+                             bool(best["passes"]), len(tried), shown, [],
+                             best["index"] if best["passes"] else None)
 
-    def _paper(self, run: HorizontalRun, frames, idx, rng: np.random.Generator) -> TuningOutcome:
-        """Algorithm 1: candidates in grid order, K-fold scores on real test folds (not DP, not published),
-        the first candidate all custodians vote for is chosen; none: nothing is published."""
-        evaluator_name, key = self.metric.split(".", 1)
-        for i, params in enumerate(self.grid):
-            scores = []
-            for k in range(self.folds):
-                train = fold_frames(frames, idx, k, True)
-                synth = run.synthetic(train, params, self.rho_pre, self.rho_synth, rng)
-                real_train = stack([run.base.encode(f) for f in train.values()])
-                real_test = stack([run.base.encode(f) for f in fold_frames(frames, idx, k, False).values()])
-                metrics = self.evaluator.evaluate_holdout(real_train, real_test, synth, rng)
-                if key not in metrics:
-                    raise ConfigError(f"collab.tuning.metric: {evaluator_name!r} has no metric {key!r}; "
-                                      f"it reports {sorted(metrics)}")
-                scores.append(metrics[key])
-            ok, _ = vote(float(np.mean(scores)), self.thresholds, list(frames), self.goal, self.vote_rule)
-            if ok:
-                return TuningOutcome("paper", PAPER_LABEL, dict(params), True, i + 1)
-        return TuningOutcome("paper", PAPER_LABEL, None, False, len(self.grid),
-                             notes=["no candidate met the custodians' thresholds: nothing is published"])
 
+def custodian_vote(tuner: Tuner, run: HorizontalRun, name: str, frame: pd.DataFrame, idx: list[np.ndarray],
+                   synthetics: Sequence[Dataset], dp_score: float | None, threshold: float | None,
+                   rngs) -> bool:
+    """One custodian's vote on a candidate run. Sound methods: the DP score (against the DP test-fold
+    marginals, post-processing) meets its threshold. Paper: the evaluator's metric on this custodian's own
+    training and held-out folds (real rows, no noise: only the yes/no leaves the custodian), averaged over
+    the folds. A custodian without a threshold votes yes."""
+    if threshold is None:
+        return True
+    if tuner.sound:
+        return meets(float(dp_score), threshold, tuner.goal)
+    evaluator_name, key = tuner.metric.split(".", 1)
+    scores = []
+    for k, synth in enumerate(synthetics):
+        own = {name: frame}
+        real_train = run.base.encode(fold_frames(own, {name: idx}, k, True)[name])
+        real_test = run.base.encode(fold_frames(own, {name: idx}, k, False)[name])
+        metrics = tuner.evaluator.evaluate_holdout(real_train, real_test, synth, rngs(k))
+        if key not in metrics:
+            raise ConfigError(f"collab.tuning.metric: {evaluator_name!r} has no metric {key!r}; "
+                              f"it reports {sorted(metrics)}")
+        scores.append(metrics[key])
+    return meets(float(np.mean(scores)), threshold, tuner.goal)
+
+
+def tuning_protocol(tuner: Tuner, run: HorizontalRun, frames: Mapping[str, pd.DataFrame], ledger: PrivacyLedger,
+                    io: TuningIO) -> TuningOutcome:
+    """The tuning rounds, the same code in every role (`io` says what the role holds and does):
+
+      1. every custodian labels its own rows with folds from its own randomness;
+      2. sound methods: the DP test-fold marginals, one secure-aggregation round per fold;
+      3. the candidate loop, driven by the publisher: per run, per fold, the fold run's binning and
+         measurement rounds on the training folds (servers aggregate them as in the final run); the
+         publisher fits and samples the fold's synthetic table (a DP output) and sends it to the
+         custodians, who score it and vote; the publisher tallies the votes;
+      4. the outcome (deciding role) or the announced choice (followers).
+    The privacy accounting is the tuner's (`Tuner.charges`), spent here in every role alike."""
+    thresholds = tuner.thresholds if io.thresholds is None else io.thresholds
+    idx = fold_indices(frames, tuner.folds, {n: io.fold_rng(n) for n in io.local})
+    noisy = None
+    if tuner.sound:
+        noisy = dp_fold_marginals(run, frames, idx, tuner.folds, tuner.workload, tuner.rho_score, ledger,
+                                  io.transport.scoped("tuning:"))
+    tried: list[dict[str, Any]] = []
+    i = 0
+    while (g := io.next_run(i, tried)) is not None:
+        if not 0 <= g < len(tuner.grid):
+            raise DataError(f"candidate run {i}: candidate index {g} is not in the grid of {len(tuner.grid)}")
+        params = tuner.grid[g]
+        synthetics = []
+        for k in range(tuner.folds):
+            scratch = scratch_ledger(run.charges(params, tuner.rho_pre, tuner.rho_synth))
+            measured = run.measure(fold_frames(frames, idx, k, True), params, tuner.rho_pre, tuner.rho_synth,
+                                   scratch, io.transport.scoped(f"tuning:run{i}:fold{k}:"))
+            synthetics.append(io.synthetic(i, k, measured))
+        score = None
+        if tuner.sound and synthetics[0] is not None:
+            score = float(np.mean([dp_workload_score(s, noisy[k], tuner.workload) for k, s in enumerate(synthetics)]))
+        mine = {c: custodian_vote(tuner, run, c, frames[c], idx[c], synthetics, score, thresholds.get(c),
+                                  lambda k, c=c: io.eval_rng(c, i, k)) for c in io.local}
+        votes = io.votes(i, mine)
+        entry: dict[str, Any] = {"params": params, "index": g}
+        if votes is not None:
+            if sorted(votes) != sorted(frames):
+                raise DataError(f"candidate run {i}: votes from {sorted(votes)}, expected {sorted(frames)}")
+            ok, yes = tally(votes, tuner.vote_rule)
+            entry.update({"dp_score": score} if tuner.sound else {})
+            entry.update({"votes": yes, "passes": ok})
+        tried.append(entry)
+        i += 1
+    if tuner.sound:
+        ledger.spend(selection_charge(tuner.method, tuner.rho_q, tuner.mu, len(tuner.grid), tuner.folds))
+    if io.decides:
+        outcome = tuner.outcome(tried)
+        io.finish(outcome)
+        return outcome
+    g = io.finish(None)
+    return TuningOutcome(tuner.method, tuner.label, None if g is None else dict(tuner.grid[g]), g is not None, i,
+                         chosen_index=g)
