@@ -47,6 +47,25 @@ preprocessing = "{preprocessing}"
     return cfg, csvs
 
 
+def _spawn(cfg, csvs, ex, out, seed=3, extra_custodian=()):
+    """Every role its own OS process; they meet only in the exchange folder."""
+    procs = [subprocess.Popen(CLI + ["server", str(cfg), "--index", str(s), "--exchange", str(ex), "--seed", str(seed),
+                                     "--timeout", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for s in (0, 1)]
+    procs += [subprocess.Popen(CLI + ["custodian", str(cfg), "--name", n, "--csv", str(p), "--exchange", str(ex),
+                                      "--timeout", "120", "--seed", str(seed), *extra_custodian],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+              for n, p in csvs.items()]
+    procs.append(subprocess.Popen(CLI + ["publish", str(cfg), "--exchange", str(ex), "--out", str(out),
+                                         "--timeout", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = []
+    for p in procs:
+        o, e = p.communicate(timeout=300)
+        assert p.returncode == 0, e
+        outs.append(o)
+    return outs
+
+
 def _plan(cfg):
     return make_plan(load_config(cfg))
 
@@ -103,11 +122,6 @@ def test_roles_refuse_unknown_names_and_what_they_do_not_cover(tmp_path):
     assert out.returncode == 2 and "unknown server 5" in out.stderr
     out = subprocess.run(CLI + ["nosuchrole", str(cfg)], capture_output=True, text=True)
     assert out.returncode != 0 and "No such command 'nosuchrole'" in out.stderr
-    (tmp_path / "t").mkdir()
-    tuned, _ = _setup(tmp_path / "t", extra='[collab.tuning]\ngrid = { iters = [10, 20] }\n'
-                                       'thresholds = { A = 2.0, B = 2.0 }\n')
-    with pytest.raises(ConfigError, match="runs only in the one-process simulation"):
-        run_server(_plan(tuned), 0, tmp_path / "ex")
     (tmp_path / "h.toml").write_text(cfg.read_text().replace("[collab]", "[evaluation]\nholdout = 0.2\n[collab]"))
     with pytest.raises(ConfigError, match="holdout = 0"):
         run_server(_plan(tmp_path / "h.toml"), 0, tmp_path / "ex")
@@ -146,3 +160,79 @@ def test_a_custodian_with_a_different_schema_or_config_is_refused_by_everyone(tm
             other, "hello__A.npz")
     with pytest.raises(ConfigError, match="custodian 'A' runs a different config"):
         run_server(_plan(cfg), 1, other, timeout=5)
+
+
+TUNED = """[collab.tuning]
+method = "{method}"
+folds = 2
+grid = {{ iters = [10, 20] }}
+{more}
+"""
+
+
+@pytest.mark.parametrize("method, more", [
+    ("private_selection", 'expected_runs = 3.0\nthresholds = { A = 0.6 }'),
+    ("paper", 'metric = "workload_error.l1_1way"\nthresholds = { A = 1.0, B = 2.0 }'),
+])
+def test_tuning_as_separate_processes_equals_the_simulation(tmp_path, method, more):
+    import json
+
+    cfg, csvs = _setup(tmp_path, extra=TUNED.format(method=method, more=more))
+    sim = run(load_config(cfg), tmp_path / "sim")
+    ex = tmp_path / "exchange"
+    outs = _spawn(cfg, csvs, ex, tmp_path / "dist")
+    rep = json.loads((tmp_path / "dist" / "report.json").read_text())
+    for key in ("chosen", "candidate_runs", "published", "label"):
+        assert rep["collab"]["tuning"][key] == sim.report["collab"]["tuning"][key], key
+    assert rep["collab"]["tuning"].get("dp_scores") == sim.report["collab"]["tuning"].get("dp_scores")
+    assert rep["privacy"]["spent_epsilon"] == pytest.approx(sim.report["privacy"]["spent_epsilon"])
+    assert rep["privacy"]["per_stage_epsilon"] == pytest.approx(sim.report["privacy"]["per_stage_epsilon"])
+    if sim.report["collab"]["published"]:
+        assert (tmp_path / "dist" / "synthetic.csv").read_bytes() == (tmp_path / "sim" / "synthetic.csv").read_bytes()
+        assert "published" in outs[-1]
+    else:
+        assert not (tmp_path / "dist" / "synthetic.csv").exists()
+    runs = sim.report["collab"]["tuning"]["candidate_runs"]
+    assert runs >= 1 and sim.report["collab"]["published"]   # these seeds publish: the equality covers the table
+    # what the custodians saw of the tuning: the publisher's steps and the fold runs' synthetic tables
+    tuning = sorted(f.name for f in (ex / "tuning").iterdir())
+    assert len([f for f in tuning if f.startswith("synthetic_")]) == 2 * runs
+    assert len([f for f in tuning if f.startswith("vote_")]) == 2 * runs   # yes/no only, one per custodian
+    assert len([f for f in tuning if f.startswith("step")]) == runs + 1
+    if method == "paper":
+        assert "not sound" in rep["privacy"]["tuning_accounting"]
+
+
+def test_tuning_errors_missing_votes_and_thresholds_out_of_range(tmp_path):
+    from vertisynth.collab.distributed import FollowerIO, PublisherFiles, PublisherIO, Vote, _vote_file
+    from vertisynth.collab.tuning import Selection
+
+    cfg, csvs = _setup(tmp_path, extra=TUNED.format(method="compose_all", more=""))
+    plan = _plan(cfg)
+    with pytest.raises(ConfigError, match="thresholds.A = 2.5 is outside the range \\[0.0, 2.0\\] of 'dp_workload.l1'"):
+        run_custodian(plan, "A", csvs["A"], tmp_path / "ex", threshold=2.5)
+    assert not (tmp_path / "ex" / "hello__A.npz").exists()   # refused before announcing anything
+    out = subprocess.run(CLI + ["custodian", str(cfg), "--name", "B", "--csv", str(csvs["B"]), "--exchange",
+                                str(tmp_path / "ex"), "--threshold", "-1"], capture_output=True, text=True)
+    assert out.returncode == 2 and "thresholds.B = -1.0 is outside the range" in out.stderr
+    (tmp_path / "plain").mkdir()
+    plain, _ = _setup(tmp_path / "plain")
+    with pytest.raises(ConfigError, match="this config has no \\[collab.tuning\\]"):
+        run_custodian(_plan(plain), "A", csvs["A"], tmp_path / "ex", threshold=0.5)
+    # the publisher waits for every custodian's vote on a candidate run, and names the missing one
+    ex = tmp_path / "votes"
+    io = PublisherIO(ex, 0.3, 0.05, PublisherFiles(2, ex), ["A", "B"], Selection("compose_all", [0, 1]), 3,
+                     plan.tuner.grid)
+    f = _vote_file(ex, 0, "A")
+    f.parent.mkdir(parents=True)
+    publish(Vote(party="A", run=0, yes=True), f.parent, f.name)
+    t0 = time.monotonic()
+    with pytest.raises(MessageError, match="waited 0 s for custodian 'B'.s vote on candidate run 0"):
+        io.votes(0, {})
+    assert time.monotonic() - t0 < 10
+    publish(Vote(party="A", run=1, yes=True), f.parent, _vote_file(ex, 0, "B").name)   # a vote for another run
+    with pytest.raises(MessageError, match="holds 'A'.s vote on run 1, expected 'B'.s on 0"):
+        io.votes(0, {})
+    # a custodian or server whose publisher never announces the next step times out clearly too
+    with pytest.raises(MessageError, match="waited 0 s for the publisher's tuning step 0"):
+        FollowerIO(tmp_path / "ex3", 0.3, 0.05, PublisherFiles(2, tmp_path / "ex3")).next_run(0, [])

@@ -149,22 +149,37 @@ _DATA = click.option("--data-dir", type=click.Path(file_okay=False), default=Non
               help="This custodian's rows, with exactly the schema's columns (raw values, as in collab.files).")
 @_EXCHANGE
 @_TIMEOUT
+@click.option("--threshold", type=float, default=None,
+              help="[collab.tuning]: this custodian's quality threshold on the tuning metric, kept here "
+                   "(default: collab.tuning.thresholds.NAME of the config; none: vote yes). Must lie in the "
+                   "metric's range.")
+@click.option("--seed", type=int, default=None,
+              help="For tests only: draw this custodian's fold labels and evaluation randomness from SEED as "
+                   "`vertisynth run` with config seed SEED does. Without it they come from the OS CSPRNG.")
 @_DATA
-def custodian(config: Path, name: str, csv_path: Path, exchange: Path, timeout: float, data_dir: str | None) -> None:
+def custodian(config: Path, name: str, csv_path: Path, exchange: Path, timeout: float, threshold: float | None,
+              seed: int | None, data_dir: str | None) -> None:
     """Run one custodian: announce, then secret-share every round's counts to the servers.
 
     Reads only this custodian's CSV. Writes only shares (uniform ring elements, one file per server and
-    round) and a hello (name, config fingerprint, column names). Reconstructs the binning rounds' noisy
-    totals (the DP bin edges and means, released anyway) to bin its own rows; never the measurement round.
-    Shares come from the OS CSPRNG."""
+    round), a hello (name, config fingerprint, column names) and, with [collab.tuning], one yes/no vote
+    per candidate run. Reconstructs the binning rounds' noisy totals (the DP bin edges and means, released
+    anyway) to bin its own rows, and the tuning's DP test-fold marginals; never a measurement round.
+    With [collab.tuning] it labels its own rows with folds, takes part in every fold run the publisher
+    announces (tuning/step*.npz), scores each candidate on the fold runs' synthetic tables the publisher
+    sends (DP outputs) and votes: sound methods on the DP score, 'paper' on the evaluator's metric over
+    its own training and held-out folds. Shares come from the OS CSPRNG."""
     from .distributed import run_custodian
 
     try:
-        info = run_custodian(_plan(config, data_dir), name, csv_path, exchange, timeout)
+        info = run_custodian(_plan(config, data_dir), name, csv_path, exchange, timeout, seed=seed,
+                             threshold=threshold)
     except VertisynthError as exc:
         _fail(exc)
+    tuned = f"; voted on {info['candidate_runs']} candidate run(s)" if "candidate_runs" in info else ""
     click.echo(f"custodian {name}: shared {info['rounds']} round(s) of counts with the servers "
-               f"({len(info['queries'])} measurement queries)")
+               f"({len(info['queries'])} measurement queries{tuned})"
+               + ("" if info["published"] else "; no candidate passed the vote, nothing is published"))
 
 
 @collab.command()
@@ -179,9 +194,11 @@ def custodian(config: Path, name: str, csv_path: Path, exchange: Path, timeout: 
 def server(config: Path, index: int, exchange: Path, timeout: float, seed: int | None, data_dir: str | None) -> None:
     """Run one compute server: per round, add the custodians' shares and this server's own Gaussian noise.
 
-    Reads only the custodians' hellos and the shares addressed to it (to_server<INDEX>/), never another
-    server's files; the noise scale of each round comes from the config, not from the custodians. Writes
-    its noisy share per round to noisy/. Semi-honest, and not all servers may collude (docs/collab.md)."""
+    Reads only the custodians' hellos, the shares addressed to it (to_server<INDEX>/) and, with
+    [collab.tuning], the publisher's steps (which candidate each run tries: public), never another server's
+    files; the noise scale of each round comes from the config, not from the custodians. Writes its noisy
+    share per round to noisy/ (tuning: the test-fold rounds and every fold run's rounds, then the final
+    run). Semi-honest, and not all servers may collude (docs/collab.md)."""
     from .distributed import run_server
 
     try:
@@ -201,13 +218,24 @@ def server(config: Path, index: int, exchange: Path, timeout: float, seed: int |
 def publish_cmd(config: Path, exchange: Path, out: Path, timeout: float, data_dir: str | None) -> None:
     """Reconstruct every round's noisy total from all servers' shares, fit the synthesizer, publish once.
 
-    Sees only the servers' noisy shares (whose sum is the DP release); holds no rows, so no evaluation
-    runs. Uses the config's seed for the fit and sampling, like `vertisynth run`."""
+    Sees only the servers' noisy shares (whose sum is the DP release) and, with [collab.tuning], the
+    custodians' yes/no votes; holds no rows, so no evaluation runs. With [collab.tuning] it drives the
+    candidate loop: draws the candidate runs (private_selection: K ~ Poisson(μ), uniform picks), announces
+    each (tuning/step*.npz), fits every fold run and sends its synthetic table to the custodians, tallies
+    their votes, then runs the chosen candidate on all data and publishes it (or nothing, if no candidate
+    passed). Uses the config's seed for its draws, fits and sampling, like `vertisynth run`."""
     from .distributed import run_publisher
 
     try:
         info = run_publisher(_plan(config, data_dir), exchange, out, timeout)
     except VertisynthError as exc:
         _fail(exc)
-    click.echo(f"published {info['records']} synthetic records after {info['rounds']} round(s); "
-               f"spent ε = {info['epsilon']:.4g}; wrote {info['out']}")
+    t = info["tuning"]
+    if t is not None:
+        click.echo(f"tuning: {t['label']}; {t['candidate_runs']} candidate run(s); chosen {t['chosen']}")
+    if info["published"]:
+        click.echo(f"published {info['records']} synthetic records after {info['rounds']} round(s); "
+                   f"spent ε = {info['epsilon']:.4g}; wrote {info['out']}")
+    else:
+        click.echo(f"published nothing: no candidate passed the custodians' vote; spent ε = {info['epsilon']:.4g} "
+                   f"on the tuning; wrote the report to {info['out']}")

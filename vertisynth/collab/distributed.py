@@ -38,15 +38,24 @@ import numpy as np
 import pandas as pd
 
 from vertisynth import __version__
+from vertisynth.core.dataset import Dataset
 from vertisynth.core.errors import ConfigError, DataError, MessageError
 from vertisynth.core.messages import Message, publish, wait_for_files
 
 from .horizontal import check_custodians
-from .pipeline import CollabPlan, costs, read_custodian_csv, streams, summary_markdown
+from .pipeline import (CollabPlan, commit_choice, costs, read_custodian_csv, streams, summary_markdown,
+                       tuning_report)
 from .secure_aggregation import (CountShare, NoisyShare, Randomness, Transport, aggregate_at_server, reconstruct,
                                  server_randomness, share_counts)
+from .tuning import Selection, TuningIO, TuningOutcome, fold_synthetic, party_rng, tuning_protocol
 
 MEASURE = "measure:"   # the measurement round's scope (HorizontalRun.measure): custodians do not reconstruct it
+TUNING = "tuning"      # the subfolder of the tuning loop's messages (steps, fold synthetic tables, votes)
+
+
+def is_measure(query: str) -> bool:
+    """A measurement round, of the final run or of a tuning fold run ("tuning:run0:fold1:measure:...")."""
+    return query.startswith(MEASURE) or f":{MEASURE}" in query
 
 
 @attrs.frozen(eq=False)
@@ -56,6 +65,47 @@ class Hello(Message):
     kind: ClassVar[str] = "collab_hello"
     fingerprint: str = ""
     columns: list[str] = attrs.field(factory=list)
+
+
+@attrs.frozen(eq=False)
+class TuningStep(Message):
+    """The publisher's announcement of candidate run `run`: try grid candidate `candidate` ("run"), or the
+    loop is over ("stop") and `candidate` was chosen (−1: none passed the vote, nothing is published).
+    Data-independent for private_selection (Poisson count, uniform picks) and compose_all; for the paper's
+    method the stop depends on the (non-DP) votes, as the paper's label says."""
+
+    kind: ClassVar[str] = "collab_tuning_step"
+    run: int = 0
+    action: str = "run"
+    candidate: int = -1
+    params: dict[str, Any] = attrs.field(factory=dict)
+
+    def validate(self) -> TuningStep:
+        super().validate()
+        if self.action not in ("run", "stop"):
+            raise self._fail(f"action must be 'run' or 'stop', got {self.action!r}")
+        return self
+
+
+@attrs.frozen(eq=False)
+class FoldSynthetic(Message):
+    """A tuning fold run's synthetic table (base codes), sent by the publisher to the custodians. It is the
+    output of a DP fold run (DP binning and measurement of the training folds), so sending it costs nothing
+    beyond what the tuning's accounting already covers."""
+
+    kind: ClassVar[str] = "collab_fold_synthetic"
+    run: int = 0
+    fold: int = 0
+    codes: np.ndarray = attrs.field(factory=lambda: np.zeros((0, 0), np.int64))
+
+
+@attrs.frozen(eq=False)
+class Vote(Message):
+    """A custodian's vote on candidate run `run`: yes or no only (never its score or threshold)."""
+
+    kind: ClassVar[str] = "collab_tuning_vote"
+    run: int = 0
+    yes: bool = False
 
 
 def fingerprint(plan: CollabPlan) -> str:
@@ -115,7 +165,7 @@ class CustodianFiles(Transport):
             d.mkdir(parents=True, exist_ok=True)
             publish(sh, d, f"{query_file(query)}__{self.me}.npz")
         self.rounds += 1
-        if query.startswith(MEASURE):   # the measurement round is for the publisher only
+        if is_measure(query):   # the measurement round is for the publisher only
             return np.zeros(counts.shape, np.int64)
         return _collect(self.folder, query, self.servers, sorted(per_custodian), self.timeout, self.poll)
 
@@ -166,13 +216,136 @@ class PublisherFiles(Transport):
         return _collect(self.folder, query, self.servers, sorted(per_custodian), self.timeout, self.poll)
 
 
+# -- the tuning loop as files ---------------------------------------------------------------------------------
+def _step_file(folder: Path, run: int) -> Path:
+    return folder / TUNING / f"step{run:04d}.npz"
+
+
+def _synthetic_file(folder: Path, run: int, fold: int) -> Path:
+    return folder / TUNING / f"synthetic_run{run:04d}_fold{fold}.npz"
+
+
+def _vote_file(folder: Path, run: int, custodian: str) -> Path:
+    return folder / TUNING / f"vote_run{run:04d}__{custodian}.npz"
+
+
+@attrs.define
+class FollowerIO(TuningIO):
+    """Custodians and servers: follow the publisher's steps."""
+
+    folder: Path
+    timeout: float
+    poll: float
+    transport: Transport
+    chosen: int | None = None
+
+    def next_run(self, run, tried):
+        f = _wait(_step_file(self.folder, run), f"the publisher's tuning step {run}", self.timeout, self.poll)
+        step = TuningStep.load(f)
+        if step.run != run:
+            raise MessageError(f"{f.name} holds the publisher's step {step.run}, expected {run}")
+        if step.action == "stop":
+            self.chosen = None if step.candidate < 0 else step.candidate
+            return None
+        return step.candidate
+
+    def synthetic(self, run, fold, measured):
+        return None
+
+    def votes(self, run, mine):
+        return None
+
+    def finish(self, outcome):
+        return self.chosen
+
+
+@attrs.define
+class CustodianIO(FollowerIO):
+    me: str = ""
+    seed: int | None = None
+    domain: Any = None
+    own_thresholds: dict[str, float] | None = None
+
+    @property
+    def local(self):  # type: ignore[override]
+        return [self.me]
+
+    @property
+    def thresholds(self):  # type: ignore[override]
+        return self.own_thresholds
+
+    def fold_rng(self, custodian):
+        return party_rng(self.seed, "folds", custodian)
+
+    def eval_rng(self, custodian, run, fold):
+        return party_rng(self.seed, "evaluate", custodian, run, fold)
+
+    def synthetic(self, run, fold, measured):
+        f = _wait(_synthetic_file(self.folder, run, fold), f"the publisher's synthetic table of run {run}, fold {fold}",
+                  self.timeout, self.poll)
+        msg = FoldSynthetic.load(f)
+        if (msg.run, msg.fold) != (run, fold) or msg.codes.ndim != 2 or msg.codes.shape[1] != len(self.domain):
+            raise MessageError(f"{f.name}: holds run {msg.run}, fold {msg.fold} with shape {msg.codes.shape}, "
+                               f"expected run {run}, fold {fold} with {len(self.domain)} columns")
+        return Dataset(msg.codes.astype(np.int64), self.domain)
+
+    def votes(self, run, mine):
+        f = _vote_file(self.folder, run, self.me)
+        f.parent.mkdir(parents=True, exist_ok=True)
+        publish(Vote(party=self.me, run=run, yes=bool(mine[self.me])), f.parent, f.name)
+        return None
+
+
+@attrs.define
+class PublisherIO(TuningIO):
+    folder: Path
+    timeout: float
+    poll: float
+    transport: Transport
+    custodians: list[str]
+    selection: Selection
+    seed: int | None
+    grid: list[dict[str, Any]]
+    decides: bool = True
+
+    def next_run(self, run, tried):
+        g = self.selection.next(tried)
+        if g is not None:
+            self._step(TuningStep(party="publisher", run=run, action="run", candidate=g, params=self.grid[g]))
+        return g
+
+    def _step(self, step: TuningStep) -> None:
+        f = _step_file(self.folder, step.run)
+        f.parent.mkdir(parents=True, exist_ok=True)
+        publish(step, f.parent, f.name)
+
+    def synthetic(self, run, fold, measured):
+        ds = fold_synthetic(measured, party_rng(self.seed, "fit", run, fold))
+        f = _synthetic_file(self.folder, run, fold)
+        publish(FoldSynthetic(party="publisher", run=run, fold=fold, codes=ds.codes.astype(np.int64)), f.parent, f.name)
+        return ds
+
+    def votes(self, run, mine):
+        out = {}
+        for c in self.custodians:
+            f = _wait(_vote_file(self.folder, run, c), f"custodian {c!r}'s vote on candidate run {run}",
+                      self.timeout, self.poll)
+            v = Vote.load(f)
+            if v.party != c or v.run != run:
+                raise MessageError(f"{f.name} holds {v.party!r}'s vote on run {v.run}, expected {c!r}'s on {run}")
+            out[c] = bool(v.yes)
+        return out
+
+    def finish(self, outcome):
+        g = -1 if outcome.chosen_index is None else outcome.chosen_index
+        self._step(TuningStep(party="publisher", run=outcome.runs, action="stop", candidate=g,
+                              params=self.grid[g] if g >= 0 else {}))
+        return outcome.chosen_index
+
+
 # -- the roles -----------------------------------------------------------------------------------------------
 def check_separable(plan: CollabPlan) -> None:
-    """What the separate-process protocol covers (so far): the final run without tuning or evaluation."""
-    if plan.tuner is not None:
-        raise ConfigError("[collab.tuning] runs only in the one-process simulation (vertisynth run) so far; the "
-                          "separate-process commands run the final run with the config's hyperparameters. "
-                          "Drop [collab.tuning] (or put the chosen values in synthesizer.params / collab.bins)")
+    """What the separate-process protocol covers: tuning and the final run, without evaluation."""
     if plan.config.evaluation.holdout > 0:
         raise ConfigError("the separate-process protocol publishes without evaluation (no one holds every "
                           "custodian's rows); set [evaluation] holdout = 0")
@@ -220,9 +393,15 @@ def wait_for_custodians(plan: CollabPlan, folder: Path, timeout: float, poll: fl
 
 
 def run_custodian(plan: CollabPlan, name: str, csv: Path, folder: Path, timeout: float = 600.0,
-                  poll: float = 0.05) -> dict[str, Any]:
+                  poll: float = 0.05, seed: int | None = None, threshold: float | None = None) -> dict[str, Any]:
     check_separable(plan)
     _check_name(plan, name)
+    thresholds = None
+    if threshold is not None:
+        if plan.tuner is None:
+            raise ConfigError("--threshold is a custodian's quality threshold for [collab.tuning]; this config "
+                              "has no [collab.tuning]")
+        thresholds = {name: plan.tuner.check_threshold(name, threshold)}
     frame = read_custodian_csv(name, csv)
     folder.mkdir(parents=True, exist_ok=True)
     if (folder / f"hello__{name}.npz").exists():
@@ -236,8 +415,19 @@ def run_custodian(plan: CollabPlan, name: str, csv: Path, folder: Path, timeout:
     transport = CustodianFiles(name, plan.run.servers, folder, timeout, poll)
     # the others' tables are empty here: their counts are zero vectors of the public shapes, never sent
     frames = {**_empty_frames(plan), name: frame}
-    _, codec, queries, _, _ = plan.run.measure(frames, {}, plan.rho_pre, plan.rho_synth, plan.ledger, transport)
-    return {"custodian": name, "rows": len(frame), "rounds": transport.rounds, "queries": [q.name for q in queries]}
+    params: dict[str, Any] = {}
+    info: dict[str, Any] = {"custodian": name, "rows": len(frame)}
+    if plan.tuner is not None:
+        io = CustodianIO(folder, timeout, poll, transport, me=name, seed=seed, domain=plan.run.base.domain,
+                         own_thresholds=thresholds)
+        outcome = tuning_protocol(plan.tuner, plan.run, frames, plan.ledger, io)
+        info["candidate_runs"] = outcome.runs
+        if not outcome.published:
+            return {**info, "rounds": transport.rounds, "queries": [], "published": False}
+        params = outcome.chosen or {}
+        commit_choice(plan, params)
+    _, codec, queries, _, _ = plan.run.measure(frames, params, plan.rho_pre, plan.rho_synth, plan.ledger, transport)
+    return {**info, "rounds": transport.rounds, "queries": [q.name for q in queries], "published": True}
 
 
 def run_server(plan: CollabPlan, index: int, folder: Path, seed: int | None = None, timeout: float = 600.0,
@@ -248,9 +438,21 @@ def run_server(plan: CollabPlan, index: int, folder: Path, seed: int | None = No
                         f"(indices 0..{plan.run.servers - 1})")
     folder.mkdir(parents=True, exist_ok=True)
     wait_for_custodians(plan, folder, timeout, poll)
-    transport = ServerFiles(index, plan.run.servers, folder, server_randomness(seed, "final"), timeout, poll)
-    plan.run.measure(_empty_frames(plan), {}, plan.rho_pre, plan.rho_synth, plan.ledger, transport)
-    return {"server": index, "rounds": transport.rounds}
+    root = server_randomness(seed, "final")   # one secret root; the run label keeps tuning and final noise apart
+    params: dict[str, Any] = {}
+    rounds = 0
+    if plan.tuner is not None:
+        tt = ServerFiles(index, plan.run.servers, folder, attrs.evolve(root, run="tuning"), timeout, poll)
+        outcome = tuning_protocol(plan.tuner, plan.run, _empty_frames(plan), plan.ledger,
+                                  FollowerIO(folder, timeout, poll, tt))
+        rounds = tt.rounds
+        if not outcome.published:
+            return {"server": index, "rounds": rounds, "published": False}
+        params = outcome.chosen or {}
+        commit_choice(plan, params)
+    transport = ServerFiles(index, plan.run.servers, folder, root, timeout, poll)
+    plan.run.measure(_empty_frames(plan), params, plan.rho_pre, plan.rho_synth, plan.ledger, transport)
+    return {"server": index, "rounds": rounds + transport.rounds, "published": True}
 
 
 def run_publisher(plan: CollabPlan, folder: Path, out: Path, timeout: float = 600.0,
@@ -260,21 +462,38 @@ def run_publisher(plan: CollabPlan, folder: Path, out: Path, timeout: float = 60
     folder.mkdir(parents=True, exist_ok=True)
     wait_for_custodians(plan, folder, timeout, poll)
     rng = streams(cfg.seed)
-    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
     transport = PublisherFiles(plan.run.servers, folder, timeout, poll)
-    synth, codec, queries, answers, variances = plan.run.measure(_empty_frames(plan), {}, plan.rho_pre,
-                                                                 plan.rho_synth, plan.ledger, transport)
-    t1 = time.perf_counter()
-    synth.fit_marginals(codec.domain, queries, answers, variances, rng["fit"])
-    frame = codec.decode(synth.sample(cfg.sample_size, rng["sample"]), rng["decode"])
-    t2 = time.perf_counter()
-    if plan.ledger.unspent():
-        raise MessageError(f"the protocol ended with planned releases never made: {plan.ledger.unspent()}")
+    outcome: TuningOutcome | None = None
+    params: dict[str, Any] = {}
+    if plan.tuner is not None:
+        t0 = time.perf_counter()
+        io = PublisherIO(folder, timeout, poll, transport, list(plan.custodians),
+                         Selection.draw(plan.tuner, rng["tuning"]), cfg.seed, plan.tuner.grid)
+        outcome = tuning_protocol(plan.tuner, plan.run, _empty_frames(plan), plan.ledger, io)
+        timings["tuning (rounds, fold fits, waiting on votes)"] = time.perf_counter() - t0
+        params = outcome.chosen or {}
+        commit_choice(plan, params)
+    published = outcome is None or outcome.published
+    frame, codec = None, None
+    if published:
+        t0 = time.perf_counter()
+        synth, codec, queries, answers, variances = plan.run.measure(_empty_frames(plan), params, plan.rho_pre,
+                                                                     plan.rho_synth, plan.ledger, transport)
+        t1 = time.perf_counter()
+        synth.fit_marginals(codec.domain, queries, answers, variances, rng["fit"])
+        frame = codec.decode(synth.sample(cfg.sample_size, rng["sample"]), rng["decode"])
+        timings["rounds (waiting on custodians and servers)"] = t1 - t0
+        timings["fit and sample"] = time.perf_counter() - t1
+        if plan.ledger.unspent():
+            raise MessageError(f"the protocol ended with planned releases never made: {plan.ledger.unspent()}")
     out.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(out / "synthetic.csv", index=False)
+    if frame is not None:
+        frame.to_csv(out / "synthetic.csv", index=False)
     cc = cfg.collab
-    numeric = {c: {"edges": nb.edges.tolist(), "means": nb.means.tolist(),
-                   **({"custodians": list(nb.owners)} if nb.owners else {})} for c, nb in codec.numeric.items()}
+    numeric = {} if codec is None else {
+        c: {"edges": nb.edges.tolist(), "means": nb.means.tolist(), **({"custodians": list(nb.owners)} if nb.owners else {})}
+        for c, nb in codec.numeric.items()}
     report = {
         "vertisynth_version": __version__,
         "mode": (f"horizontal custodians, separate processes: {len(plan.custodians)} custodians, {cc.servers} "
@@ -285,20 +504,22 @@ def run_publisher(plan: CollabPlan, folder: Path, out: Path, timeout: float = 60
         "dataset": {"name": plan.dataset_name, "attributes": _attributes(plan)},
         "collab": {"custodians": {n: "undisclosed" for n in plan.custodians}, "servers": cc.servers,
                    "preprocessing": cc.preprocessing, "debinning": cc.debinning, "numeric_bins": numeric,
-                   "final_params": {}, "tuning": None, "costs": costs(plan, None), "published": True,
-                   "rounds": transport.rounds},
+                   "final_params": params, "tuning": tuning_report(plan, outcome), "costs": costs(plan, outcome),
+                   "published": published, "rounds": transport.rounds},
         "synthesizer": plan.synthesizer.describe(),
-        "synthetic_records": len(frame),
+        "synthetic_records": 0 if frame is None else len(frame),
         "evaluation": {"holdout_records": 0},
         "metrics": {},
         "metrics_note": "no metrics: in the separate-process protocol no one holds the custodians' real rows",
-        "privacy": plan.ledger.to_dict(),
-        "timings_seconds": {"rounds (waiting on custodians and servers)": t1 - t0, "fit and sample": t2 - t1},
+        "privacy": {**plan.ledger.to_dict(), **({"tuning_accounting": outcome.label} if outcome is not None else {})},
+        "timings_seconds": timings,
     }
     from vertisynth.core.pipeline import _json_default
 
     (out / "report.json").write_text(json.dumps(report, indent=2, default=_json_default))
     (out / "ledger.json").write_text(json.dumps(report["privacy"], indent=2, default=_json_default))
     (out / "summary.md").write_text(summary_markdown(report))
-    return {"rounds": transport.rounds, "records": len(frame), "out": str(out),
-            "epsilon": plan.ledger.spent_epsilon()}
+    return {"rounds": transport.rounds, "records": 0 if frame is None else len(frame), "out": str(out),
+            "epsilon": plan.ledger.spent_epsilon(), "published": published,
+            "tuning": None if outcome is None else {"label": outcome.label, "chosen": outcome.chosen,
+                                                    "candidate_runs": outcome.runs}}

@@ -307,6 +307,19 @@ def costs(plan: CollabPlan, outcome: TuningOutcome | None) -> dict[str, Any]:
     return out
 
 
+def tuning_report(plan: CollabPlan, outcome: TuningOutcome | None) -> dict[str, Any] | None:
+    if outcome is None:
+        return None
+    return {"method": outcome.method, "label": outcome.label, "folds": plan.tuner.folds,
+            "grid_size": len(plan.tuner.grid), "candidate_runs": outcome.runs, "chosen": outcome.chosen,
+            "published": outcome.published, "notes": outcome.notes, "metric": plan.tuner.metric,
+            "thresholds": plan.tuner.thresholds, "vote": plan.tuner.vote_rule,
+            **({"dp_scores": outcome.tried} if outcome.method != "paper" else
+               {"scores": "not reported: the paper's fold scores read real rows without noise"}),
+            **({"rho_per_candidate": plan.tuner.rho_q, "expected_runs": plan.tuner.mu}
+               if outcome.method != "paper" else {})}
+
+
 def collab_report(plan: CollabPlan, loaded, frames, real: Dataset, synthetic: Dataset, metrics, codec, outcome,
                   params, holdout, timings) -> dict[str, Any]:
     cc = plan.config.collab
@@ -314,16 +327,7 @@ def collab_report(plan: CollabPlan, loaded, frames, real: Dataset, synthetic: Da
     if codec is not None:
         numeric = {c: {"edges": nb.edges.tolist(), "means": nb.means.tolist(),
                        **({"custodians": list(nb.owners)} if nb.owners else {})} for c, nb in codec.numeric.items()}
-    tuning = None
-    if outcome is not None:
-        tuning = {"method": outcome.method, "label": outcome.label, "folds": plan.tuner.folds,
-                  "grid_size": len(plan.tuner.grid), "candidate_runs": outcome.runs, "chosen": outcome.chosen,
-                  "published": outcome.published, "notes": outcome.notes, "metric": plan.tuner.metric,
-                  "thresholds": plan.tuner.thresholds, "vote": plan.tuner.vote_rule,
-                  **({"dp_scores": outcome.tried} if outcome.method != "paper" else
-                     {"scores": "not reported: the paper's fold scores read real rows without noise"}),
-                  **({"rho_per_candidate": plan.tuner.rho_q, "expected_runs": plan.tuner.mu}
-                     if outcome.method != "paper" else {})}
+    tuning = tuning_report(plan, outcome)
     mode = (f"horizontal custodians: {len(frames)} custodians hold the same columns; marginals reach the "
             f"synthesizer only by secure aggregation across {cc.servers} non-colluding servers, each adding its "
             f"own Gaussian noise; {cc.preprocessing} DP quantile binning of {sorted(cc.numeric) or 'no columns'}")

@@ -170,6 +170,14 @@ def vote(score: float, thresholds: Mapping[str, float], custodians: Sequence[str
     return tally({c: c not in thresholds or meets(score, thresholds[c], goal) for c in custodians}, rule)
 
 
+def encode_rows(run: HorizontalRun, frame: pd.DataFrame) -> Dataset:
+    """Base codes of a custodian's rows; a role without them (a server, the publisher, another custodian)
+    has an empty table, whose counts are zero vectors of the public shapes."""
+    if len(frame) == 0:
+        return Dataset(np.zeros((0, len(run.base.domain)), np.int64), run.base.domain)
+    return run.base.encode(frame)
+
+
 def dp_fold_marginals(run: HorizontalRun, frames: Mapping[str, pd.DataFrame], idx, folds: int,
                       workload: Sequence[tuple[str, ...]], rho: float, ledger: PrivacyLedger,
                       transport: Transport) -> list[list[np.ndarray]]:
@@ -181,7 +189,7 @@ def dp_fold_marginals(run: HorizontalRun, frames: Mapping[str, pd.DataFrame], id
     out = []
     for k in range(folds):
         test = fold_frames(frames, idx, k, train=False)
-        counts = {n: np.concatenate([run.base.encode(f).counts(list(w)).values.ravel() for w in workload]).astype(np.int64)
+        counts = {n: np.concatenate([encode_rows(run, f).counts(list(w)).values.ravel() for w in workload]).astype(np.int64)
                   for n, f in test.items()}
         scratch = scratch_ledger([planned_charge(f"fold{k}:test", sigma, l2)])
         flat = np.clip(_secure_sum(f"fold{k}:test", counts, sigma, run.servers, transport, scratch, l2), 0,
