@@ -18,6 +18,13 @@ noise → noisy shares reconstructed". What differs per role is what it holds:
     `noisy/`, fits the synthesizer on the measurement round and writes the only release: synthetic.csv,
     report.json, ledger.json. Nobody holds real rows of more than one custodian, so no evaluation is run.
 
+With [collab.tuning] the roles first run the tuning rounds (`tuning.tuning_protocol`, the simulation's code
+with a per-role `TuningIO`): custodians label their own rows with folds, contribute to the DP test-fold
+marginals and to every fold run the publisher announces (`tuning/step*.npz`), score each candidate on the
+fold runs' synthetic tables the publisher sends (DP outputs) and write a yes/no vote; servers aggregate
+every round; the publisher draws the candidate runs, fits the fold runs, tallies the votes and announces
+the choice, after which the final run above runs with the chosen hyperparameters (or nothing is published).
+
 Servers and the publisher run the protocol code on empty tables: every count they "compute" is a zero
 vector of the public shape, which the file transport uses only to know shapes and which custodians
 contribute. Everything after a round (edges, means, the fit) is the same post-processing as in the
