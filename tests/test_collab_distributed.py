@@ -194,9 +194,12 @@ def test_tuning_as_separate_processes_equals_the_simulation(tmp_path, method, mo
         assert not (tmp_path / "dist" / "synthetic.csv").exists()
     runs = sim.report["collab"]["tuning"]["candidate_runs"]
     assert runs >= 1 and sim.report["collab"]["published"]   # these seeds publish: the equality covers the table
-    # what the custodians saw of the tuning: the publisher's steps and the fold runs' synthetic tables
+    # what the custodians saw of the tuning: the publisher's steps and, sound: one DP score per run (no fold
+    # table ever leaves the publisher); paper: the fold runs' synthetic tables, which each scores on its folds
     tuning = sorted(f.name for f in (ex / "tuning").iterdir())
-    assert len([f for f in tuning if f.startswith("synthetic_")]) == 2 * runs
+    sound = method != "paper"
+    assert len([f for f in tuning if f.startswith("synthetic_")]) == (0 if sound else 2 * runs)
+    assert len([f for f in tuning if f.startswith("score_")]) == (runs if sound else 0)
     assert len([f for f in tuning if f.startswith("vote_")]) == 2 * runs   # yes/no only, one per custodian
     assert len([f for f in tuning if f.startswith("step")]) == runs + 1
     if method == "paper":

@@ -107,6 +107,16 @@ class FoldSynthetic(Message):
 
 
 @attrs.frozen(eq=False)
+class TuningScore(Message):
+    """Sound tuning methods: the DP score of candidate run `run`, from the publisher to the custodians (who
+    vote on it). It is post-processing of the DP test-fold marginals and the run's DP fold tables."""
+
+    kind: ClassVar[str] = "collab_tuning_score"
+    run: int = 0
+    score: float = 0.0
+
+
+@attrs.frozen(eq=False)
 class Vote(Message):
     """A custodian's vote on candidate run `run`: yes or no only (never its score or threshold)."""
 
@@ -232,6 +242,10 @@ def _synthetic_file(folder: Path, run: int, fold: int) -> Path:
     return folder / TUNING / f"synthetic_run{run:04d}_fold{fold}.npz"
 
 
+def _score_file(folder: Path, run: int) -> Path:
+    return folder / TUNING / f"score_run{run:04d}.npz"
+
+
 def _vote_file(folder: Path, run: int, custodian: str) -> Path:
     return folder / TUNING / f"vote_run{run:04d}__{custodian}.npz"
 
@@ -272,6 +286,7 @@ class CustodianIO(FollowerIO):
     seed: int | None = None
     domain: Any = None
     own_thresholds: dict[str, float] | None = None
+    sound: bool = True
 
     @property
     def local(self):  # type: ignore[override]
@@ -288,6 +303,8 @@ class CustodianIO(FollowerIO):
         return party_rng(self.seed, "evaluate", custodian, run, fold)
 
     def synthetic(self, run, fold, measured):
+        if self.sound:   # sound methods: the custodian votes on the publisher's DP score, sees no fold table
+            return None
         f = _wait(_synthetic_file(self.folder, run, fold), f"the publisher's synthetic table of run {run}, fold {fold}",
                   self.timeout, self.poll)
         msg = FoldSynthetic.load(f)
@@ -295,6 +312,15 @@ class CustodianIO(FollowerIO):
             raise MessageError(f"{f.name}: holds run {msg.run}, fold {msg.fold} with shape {msg.codes.shape}, "
                                f"expected run {run}, fold {fold} with {len(self.domain)} columns")
         return Dataset(msg.codes.astype(np.int64), self.domain)
+
+    def score(self, run, score):
+        f = _wait(_score_file(self.folder, run), f"the publisher's DP score of candidate run {run}", self.timeout,
+                  self.poll)
+        msg = TuningScore.load(f)
+        if msg.run != run or not np.isfinite(msg.score):
+            raise MessageError(f"{f.name}: holds the score {msg.score!r} of run {msg.run}, expected a finite score "
+                               f"of run {run}")
+        return float(msg.score)
 
     def votes(self, run, mine):
         f = _vote_file(self.folder, run, self.me)
@@ -314,6 +340,7 @@ class PublisherIO(TuningIO):
     seed: int | None
     grid: list[dict[str, Any]]
     decides: bool = True
+    sound: bool = True
 
     def next_run(self, run, tried):
         g = self.selection.next(tried)
@@ -328,9 +355,17 @@ class PublisherIO(TuningIO):
 
     def synthetic(self, run, fold, measured):
         ds = fold_synthetic(measured, party_rng(self.seed, "fit", run, fold))
-        f = _synthetic_file(self.folder, run, fold)
-        publish(FoldSynthetic(party="publisher", run=run, fold=fold, codes=ds.codes.astype(np.int64)), f.parent, f.name)
+        if not self.sound:   # paper: each custodian scores the fold table on its own folds
+            f = _synthetic_file(self.folder, run, fold)
+            publish(FoldSynthetic(party="publisher", run=run, fold=fold, codes=ds.codes.astype(np.int64)),
+                    f.parent, f.name)
         return ds
+
+    def score(self, run, score):
+        f = _score_file(self.folder, run)
+        f.parent.mkdir(parents=True, exist_ok=True)
+        publish(TuningScore(party="publisher", run=run, score=float(score)), f.parent, f.name)
+        return score
 
     def votes(self, run, mine):
         out = {}
@@ -426,7 +461,7 @@ def run_custodian(plan: CollabPlan, name: str, csv: Path, folder: Path, timeout:
     info: dict[str, Any] = {"custodian": name, "rows": len(frame)}
     if plan.tuner is not None:
         io = CustodianIO(folder, timeout, poll, transport, me=name, seed=seed, domain=plan.run.base.domain,
-                         own_thresholds=thresholds)
+                         own_thresholds=thresholds, sound=plan.tuner.sound)
         outcome = tuning_protocol(plan.tuner, plan.run, frames, plan.ledger, io)
         info["candidate_runs"] = outcome.runs
         if not outcome.published:
@@ -476,7 +511,8 @@ def run_publisher(plan: CollabPlan, folder: Path, out: Path, timeout: float = 60
     if plan.tuner is not None:
         t0 = time.perf_counter()
         io = PublisherIO(folder, timeout, poll, transport, list(plan.custodians),
-                         Selection.draw(plan.tuner, rng["tuning"]), cfg.seed, plan.tuner.grid)
+                         Selection.draw(plan.tuner, rng["tuning"]), cfg.seed, plan.tuner.grid,
+                         sound=plan.tuner.sound)
         outcome = tuning_protocol(plan.tuner, plan.run, _empty_frames(plan), plan.ledger, io)
         timings["tuning (rounds, fold fits, waiting on votes)"] = time.perf_counter() - t0
         params = outcome.chosen or {}

@@ -275,6 +275,11 @@ class TuningIO:
         this role does not see it (servers)."""
         raise NotImplementedError
 
+    def score(self, run: int, score: float | None) -> float | None:
+        """Sound methods: the run's DP score, computed by the role that sees the fold tables (simulation,
+        publisher) and passed on to the custodians, who vote on it without seeing any fold table."""
+        return score
+
     def votes(self, run: int, mine: Mapping[str, bool]) -> Mapping[str, bool] | None:
         """Every custodian's vote on run `run` (the deciding role), after casting this role's own `mine`."""
         raise NotImplementedError
@@ -426,8 +431,10 @@ def tuning_protocol(tuner: Tuner, run: HorizontalRun, frames: Mapping[str, pd.Da
       2. sound methods: the DP test-fold marginals, one secure-aggregation round per fold;
       3. the candidate loop, driven by the publisher: per run, per fold, the fold run's binning and
          measurement rounds on the training folds (servers aggregate them as in the final run); the
-         publisher fits and samples the fold's synthetic table (a DP output) and sends it to the
-         custodians, who score it and vote; the publisher tallies the votes;
+         publisher fits and samples the fold's synthetic table (a DP output); sound methods: it scores the
+         tables against the DP test-fold marginals and sends the custodians that score only (the fold
+         tables never leave it); paper: it sends the tables, which each custodian scores on its own folds;
+         the custodians vote and the publisher tallies the votes;
       4. the outcome (deciding role) or the announced choice (followers).
     The privacy accounting is the tuner's (`Tuner.charges`), spent here in every role alike."""
     thresholds = tuner.thresholds if io.thresholds is None else io.thresholds
@@ -449,8 +456,11 @@ def tuning_protocol(tuner: Tuner, run: HorizontalRun, frames: Mapping[str, pd.Da
                                    scratch, io.transport.scoped(f"tuning:run{i}:fold{k}:"))
             synthetics.append(io.synthetic(i, k, measured))
         score = None
-        if tuner.sound and synthetics[0] is not None:
-            score = float(np.mean([dp_workload_score(s, noisy[k], tuner.workload) for k, s in enumerate(synthetics)]))
+        if tuner.sound:
+            if synthetics[0] is not None:
+                score = float(np.mean([dp_workload_score(s, noisy[k], tuner.workload)
+                                       for k, s in enumerate(synthetics)]))
+            score = io.score(i, score)
         mine = {c: custodian_vote(tuner, run, c, frames[c], idx[c], synthetics, score, thresholds.get(c),
                                   lambda k, c=c: io.eval_rng(c, i, k)) for c in io.local}
         votes = io.votes(i, mine)
