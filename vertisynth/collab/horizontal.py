@@ -329,9 +329,3 @@ class HorizontalRun:
         return (synth, *measure_horizontal(synth, self.base, frames, plans, self.local, self.debinning, rho_synth,
                                            self.servers, ledger, transport))
 
-    def synthetic(self, frames: Mapping[str, pd.DataFrame], params: Mapping[str, object], rho_pre: float,
-                  rho_synth: float, rng: np.random.Generator) -> Dataset:
-        """A tuning fold run on a scratch ledger: the synthetic table in the base (public) codes."""
-        ledger = scratch_ledger(self.charges(params, rho_pre, rho_synth))
-        codec, synth = self.fit(frames, params, rho_pre, rho_synth, ledger, rng)
-        return self.base.encode(codec.decode(synth.sample(None, rng), rng))
