@@ -84,6 +84,11 @@ class PrivMRFConfig:
     # initial marginal set: "sum" (per attribute, the candidate with the largest summed noisy R) or "bayes"
     # (the reference code's greedy Bayesian network inside each clique, parents scored by a CFS ratio)
     initial: str = "sum"
+    # which candidates are useful: "theta" (the paper: the average cell count n̂/Π u_i is at least θ·g) or
+    # "signal" (θ-useful, or a pair whose noisy R-score says measuring it removes more error than its noise adds:
+    # 2·R̂ ≥ signal_ratio · cells · g); see the module docstring
+    useful: str = "signal"
+    signal_ratio: float = 1.0
 
     def __attrs_post_init__(self) -> None:
         f = self.r_score_fraction + self.refine_fraction + self.count_fraction
@@ -95,6 +100,10 @@ class PrivMRFConfig:
             raise ConfigError(f"privmrf: sampling must be 'sample' or 'round', got {self.sampling!r}")
         if self.initial not in ("sum", "bayes"):
             raise ConfigError(f"privmrf: initial must be 'sum' or 'bayes', got {self.initial!r}")
+        if self.useful not in ("theta", "signal"):
+            raise ConfigError(f"privmrf: useful must be 'theta' or 'signal', got {self.useful!r}")
+        if not self.signal_ratio > 0:
+            raise ConfigError("privmrf: signal_ratio must be > 0")
         if self.max_marginal_attrs < 2 or self.max_queries < 1:
             raise ConfigError("privmrf: max_marginal_attrs must be >= 2 and max_queries >= 1")
 
@@ -190,17 +199,40 @@ class PrivMRFSynthesizer(Synthesizer):
                 edges, cliques = trial, tri
         return edges, cliques
 
-    def _candidates(self, cliques: list[tuple[str, ...]], n_hat: float) -> dict[tuple[str, ...], float]:
-        """θ-useful subsets of the maximal cliques with 2..max_marginal_attrs attributes → sampling weight.
+    def _noise_per_cell(self) -> float:
+        """g = σ·√(2/π): the expected absolute Gaussian noise per cell of one marginal measurement."""
+        return gaussian_sigma(self._rho_marg) * math.sqrt(2 / math.pi)
 
+    def _useful_pair(self, pair: tuple[str, ...], cells: float, limit: float,
+                     score: dict[tuple[str, str], float] | None) -> bool:
+        """Whether a pair beyond the θ-useful cell `limit` is still worth measuring (`useful = "signal"`).
+
+        R(a, b) = (n/2)·‖P[a,b] − P[a]P[b]‖₁, so 2R is the L1 error (in counts) of a model that has no
+        information linking a and b, and the expected L1 error a Gaussian measurement leaves is cells·g. The pair
+        is kept when its noisy R-score (already released in Phase 1: post-processing, no budget) says measuring
+        removes more error than it adds, 2·R̂ ≥ signal_ratio·cells·g. Only pairs: for larger sets the pairwise
+        scores do not tell what the set adds beyond its subsets, so they keep the paper's θ test."""
+        if cells <= limit:
+            return True
+        if self.config.useful != "signal" or score is None or len(pair) != 2:
+            return False
+        r = score.get(pair, score.get(pair[::-1], 0.0))
+        return 2.0 * r >= self.config.signal_ratio * cells * self._noise_per_cell()
+
+    def _candidates(self, cliques: list[tuple[str, ...]], n_hat: float,
+                    score: dict[tuple[str, str], float] | None = None) -> dict[tuple[str, ...], float]:
+        """Useful subsets of the maximal cliques with 2..max_marginal_attrs attributes → sampling weight.
+
+        Useful: θ-useful (the paper), or with `useful = "signal"` and the noisy R-scores `score` given, a pair
+        whose dependence outweighs its noise (`_useful_pair`).
         As in the reference code, a clique's candidates share a weight |C|² (so a big clique does not
         drown the small ones); a subset of several cliques adds up their shares. Subsets are enumerated
-        smallest first and a superset is only tried when some of its (k−1)-subsets was useful (usefulness
-        is monotone: a superset has at least as many cells).
+        smallest first and a superset is only tried when some of its (k−1)-subsets was useful (θ-usefulness
+        is monotone: a superset has at least as many cells; a signal-kept pair is over the θ limit, and so
+        are all its supersets).
         """
         dom = self._domain
-        g = gaussian_sigma(self._rho_marg) * math.sqrt(2 / math.pi)
-        limit = n_hat / (self.config.theta * g)
+        limit = n_hat / (self.config.theta * self._noise_per_cell())
         out: dict[tuple[str, ...], float] = {}
         for q in cliques:
             sizes = {a: dom.size(a) for a in q}
@@ -213,7 +245,7 @@ class PrivMRFSynthesizer(Synthesizer):
                     cells = math.prod(sizes[a] for a in s)
                     for a in q[q.index(s[-1]) + 1:]:
                         t = s + (a,)
-                        if cells * sizes[a] <= limit and t not in seen:
+                        if t not in seen and self._useful_pair(t, cells * sizes[a], limit, score):
                             nxt.append(t)
                 if not nxt:
                     break
@@ -231,7 +263,7 @@ class PrivMRFSynthesizer(Synthesizer):
         attribute keeps its best-scoring marginal across cliques. Parent sets are grown greedily (the reference
         enumerates maximal ones). Attributes left uncovered get their 1-way marginal. Post-processing only."""
         dom = self._domain
-        limit = n_hat / (self.config.theta * gaussian_sigma(self._rho_marg) * math.sqrt(2 / math.pi))
+        limit = n_hat / (self.config.theta * self._noise_per_cell())
         r = {k: v / n_hat for k, v in score.items()}
 
         def rr(a: str, b: str) -> float:
@@ -252,8 +284,9 @@ class PrivMRFSynthesizer(Synthesizer):
                     cells = dom.size(a)
                     cand_best = None
                     while len(parents) + 1 < self.config.max_marginal_attrs:
-                        options = [(cfs(a, parents + [p]), p) for p in placed
-                                   if p not in parents and cells * dom.size(p) <= limit]
+                        options = [(cfs(a, parents + [p]), p) for p in placed if p not in parents and
+                                   (cells * dom.size(p) <= limit or
+                                    (not parents and self._useful_pair((a, p), cells * dom.size(p), limit, score)))]
                         if not options:
                             break
                         val, p = max(options)
@@ -298,7 +331,7 @@ class PrivMRFSynthesizer(Synthesizer):
         edges, cliques = self._graph(noisy_r)
         t1 = time.perf_counter()
         score = dict(zip(self._pairs, noisy_r))
-        cands = self._candidates(cliques, n_hat)
+        cands = self._candidates(cliques, n_hat, score)
 
         def strength(s: tuple[str, ...]) -> float:
             return float(sum(score[p] for p in itertools.combinations(s, 2)))
