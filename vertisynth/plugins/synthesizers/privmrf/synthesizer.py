@@ -11,9 +11,10 @@ Phase 1 — attribute graph. R(Ai,Aj) = (n/2)‖P[Ai,Aj] − P[Ai]P[Aj]‖₁ = 
   Pairs are added in descending noisy R while the min-fill triangulation's largest clique stays within
   `max_clique_cells` and the model within `max_model_cells`.
 Phase 2 — candidates. Every subset of a maximal clique with 2..`max_marginal_attrs` attributes (6, the
-  reference code's default) that is θ-useful: the average count per cell n̂ / Π u_i is at least θ·g with
-  g = σ·√(2/π) the expected absolute Gaussian noise per cell at the marginal budget (θ = 6; the seed prints
-  the inequality reversed; we follow the reference code's dom ≤ n / (θ·g)). Each clique's candidates share
+  reference code's default) that is useful (see the usefulness filter below); the paper's test is θ-useful:
+  the average count per cell n̂ / Π u_i is at least θ·g with g = σ·√(2/π) the expected absolute Gaussian
+  noise per cell at the marginal budget (θ = 6; the seed prints the inequality reversed; we follow the
+  reference code's dom ≤ n / (θ·g)). Each clique's candidates share
   a sampling weight |C|². (An earlier version offered only pairs and triples: on NLTCS, 16 binary attributes,
   that capped every marginal at 8 cells when the noise allows 32-128, and PrivMRF lost to DPSyn; see
   benchmarks/privmrf_diagnostics.py. `max_marginal_attrs = 3` gives roughly that set back.)
@@ -29,12 +30,24 @@ Phase 4 — refinement: `rounds` = min(⌈d/2⌉, 8) rounds add the remaining ma
   If too few useful candidates remain, the leftover marginal charges re-measure chosen marginals.
 Sampling: the engine's low-variance rounding by default, as PrivMRF does.
 
-θ on data with large domains: the reference code coarsens large-domain attributes (attribute hierarchies; on
-Adult at ε < 0.41 it forces coarse levels) so that their marginals pass the θ-useful limit; this
-implementation has no hierarchies, so at small ε on Adult most pairs of 14-16-valued attributes fail θ = 6 and
-go unmeasured. Measured (Adult, ε = 0.4, 3-way TVD): θ = 6 0.089 (3 seeds) / 0.087 (seed 2), θ = 2 0.067 /
-0.075 (seeds 1, 2), DPSyn 0.077; but at ε = 1.6 θ = 2 gives 0.048 against θ = 6's 0.041-0.043, so the default
-stays the paper's θ = 6 and `theta` is the knob.
+Usefulness filter (`useful`; the one deliberate deviation from the paper, on by default, `useful = "theta"` is
+  the paper's filter). θ = 6 judges a marginal by its *average* cell count only, so on data with large domains it
+  drops the strongest dependencies at small budgets: on Adult at ε = 0.4 the θ limit is 171 cells and every pair
+  of two 16-valued attributes fails it, education × education-num (a bijection, the largest R-score of all, 2R ≈
+  6.5× its expected noise mass) included; at ε = 0.2 (limit 90) so do age × marital-status, occupation ×
+  education, ... The model then treats those attributes as (nearly) independent, which is why DPSyn, measuring
+  all pairs, won there. (The reference code avoids this with attribute hierarchies, coarsening large domains at
+  ε < 0.41; this implementation has none. A smaller constant θ is no fix: θ = 2 admits 1000-cell 3- and 4-way
+  marginals at ε = 1.6 and loses there, 0.048 against 0.041-0.043.)
+  `useful = "signal"` keeps a θ-useful marginal as before and in addition a *pair* over the limit when its
+  dependence outweighs its noise: 2R is the L1 error (in counts) of a model with no link between the two
+  attributes, and cells·g the expected L1 error that measuring leaves, so the pair is kept when
+  2·R̂ ≥ `signal_ratio`·cells·g (`signal_ratio` = 1, the break-even point). R̂ are the Phase-1 noisy
+  R-scores: post-processing, no extra budget, the plan and the ledger are unchanged. Larger sets keep the θ
+  test (pairwise scores do not tell what a set adds beyond its subsets; and every superset of a pair over the
+  limit is over it too). Where the θ test drops no pair with that much dependence (NLTCS at every ε; Adult at
+  ε ≥ 0.8, by the exact R-scores) the two filters agree up to the noise in R̂. Measured (benchmarks/centralized.py, Adult, 3 seeds, 3-way TVD): ε = 0.2 theta 0.111,
+  signal 0.077 (DPSyn 0.104); ε = 0.4 theta 0.089, signal 0.061 (DPSyn 0.077).
 
 Local-model export: `export()` returns a LocalModel message (cliques, log-potentials, total, attribute
 graph, measured marginals and their noise std) that VertiMRF's parties send to the server.
