@@ -102,9 +102,6 @@ class PrivMRFConfig:
     # 2·R̂ ≥ signal_ratio · cells · g); see the module docstring
     useful: str = "signal"
     signal_ratio: float = 1.0
-    # refinement picks the queried candidates with the largest noisy L1 error ("error", the paper) or the largest
-    # expected gain, noisy L1 error minus the measurement's expected noise mass cells·g ("gain")
-    refine_rank: str = "error"
 
     def __attrs_post_init__(self) -> None:
         f = self.r_score_fraction + self.refine_fraction + self.count_fraction
@@ -118,8 +115,6 @@ class PrivMRFConfig:
             raise ConfigError(f"privmrf: initial must be 'sum' or 'bayes', got {self.initial!r}")
         if self.useful not in ("theta", "signal"):
             raise ConfigError(f"privmrf: useful must be 'theta' or 'signal', got {self.useful!r}")
-        if self.refine_rank not in ("error", "gain"):
-            raise ConfigError(f"privmrf: refine_rank must be 'error' or 'gain', got {self.refine_rank!r}")
         if not self.signal_ratio > 0:
             raise ConfigError("privmrf: signal_ratio must be > 0")
         if self.max_marginal_attrs < 2 or self.max_queries < 1:
@@ -393,10 +388,7 @@ class PrivMRFSynthesizer(Synthesizer):
                                                       1.0, "gaussian_refine_queries")
             if not remaining or per_round == 0:
                 continue
-            rank = noisy_err[: len(remaining)]
-            if c.refine_rank == "gain":  # error removed minus noise added (post-processing: g is public)
-                rank = rank - np.array([dom.project(s).size() for s in remaining]) * self._noise_per_cell()
-            order = np.argsort(-rank, kind="stable")
+            order = np.argsort(-noisy_err[: len(remaining)], kind="stable")
             pick = [remaining[i] for i in order[:per_round]]
             for i in order[len(order) // 2:]:  # the queried candidates that looked well inferred count less
                 weight[remaining[i]] /= 2
