@@ -194,8 +194,16 @@ def test_signal_filter_keeps_a_strong_pair_the_theta_filter_drops_and_still_drop
     big, _ = _planned(data, eps=50.0, useful="theta")
     assert set(big._candidates(cliques, data.n, score)) == {("x", "y"), ("u", "v")}
     assert math.isclose(syn._noise_per_cell(), paper._noise_per_cell())
+    # the guard: a score that clears the break-even point by less than signal_z·σ_R is not enough
+    margin = syn._signal_margin()
+    assert margin > 0 and _planned(data, eps=0.5, signal_z=0.0)[0]._signal_margin() == 0
+    near = {("x", "y"): cells * g / 2 + 0.5 * margin, ("u", "v"): 0.0}
+    assert syn._candidates(cliques, data.n, near) == {}
+    assert set(_planned(data, eps=0.5, signal_z=0.0)[0]._candidates(cliques, data.n, near)) == {("x", "y")}
     with pytest.raises(ConfigError, match="useful"):
         PrivMRFConfig(useful="always")
+    with pytest.raises(ConfigError, match="signal_z"):
+        PrivMRFConfig(signal_z=-1.0)
     with pytest.raises(ConfigError, match="signal_ratio"):
         PrivMRFConfig(signal_ratio=0.0)
 

@@ -102,6 +102,10 @@ class PrivMRFConfig:
     # 2·R̂ ≥ signal_ratio · cells · g); see the module docstring
     useful: str = "signal"
     signal_ratio: float = 1.0
+    # the signal test uses R̂ − signal_z·σ_R (σ_R: the R-scores' noise std), so a pair whose measurement does not pay
+    # off rarely passes on noise alone: 0 = the point estimate; √(2 ln m) (≈ 3 for m = 105 pairs) = the universal
+    # threshold, no pure-noise pair passes w.h.p. but real ones are lost; see the module docstring
+    signal_z: float = 1.0
 
     def __attrs_post_init__(self) -> None:
         f = self.r_score_fraction + self.refine_fraction + self.count_fraction
@@ -115,8 +119,8 @@ class PrivMRFConfig:
             raise ConfigError(f"privmrf: initial must be 'sum' or 'bayes', got {self.initial!r}")
         if self.useful not in ("theta", "signal"):
             raise ConfigError(f"privmrf: useful must be 'theta' or 'signal', got {self.useful!r}")
-        if not self.signal_ratio > 0:
-            raise ConfigError("privmrf: signal_ratio must be > 0")
+        if not self.signal_ratio > 0 or not self.signal_z >= 0:
+            raise ConfigError("privmrf: signal_ratio must be > 0 and signal_z >= 0")
         if self.max_marginal_attrs < 2 or self.max_queries < 1:
             raise ConfigError("privmrf: max_marginal_attrs must be >= 2 and max_queries >= 1")
 
@@ -223,14 +227,21 @@ class PrivMRFSynthesizer(Synthesizer):
         R(a, b) = (n/2)·‖P[a,b] − P[a]P[b]‖₁, so 2R is the L1 error (in counts) of a model that has no
         information linking a and b, and the expected L1 error a Gaussian measurement leaves is cells·g. The pair
         is kept when its noisy R-score (already released in Phase 1: post-processing, no budget) says measuring
-        removes more error than it adds, 2·R̂ ≥ signal_ratio·cells·g. Only pairs: for larger sets the pairwise
+        removes more error than it adds, 2·(R̂ − z·σ_R) ≥ signal_ratio·cells·g, where z·σ_R (`_signal_margin`)
+        guards against a score passing on its noise (`signal_z`). Only pairs: for larger sets the pairwise
         scores do not tell what the set adds beyond its subsets, so they keep the paper's θ test."""
         if cells <= limit:
             return True
         if self.config.useful != "signal" or score is None or len(pair) != 2:
             return False
-        r = score.get(pair, score.get(pair[::-1], 0.0))
+        r = score.get(pair, score.get(pair[::-1], 0.0)) - self._signal_margin()
         return 2.0 * r >= self.config.signal_ratio * cells * self._noise_per_cell()
+
+    def _signal_margin(self) -> float:
+        """What the signal test takes off a noisy R-score first: signal_z·σ_R, σ_R the std of the Phase-1 noise
+        on each R-score (public: it follows from the plan)."""
+        m = len(self._pairs)
+        return self.config.signal_z * gaussian_sigma(self._rho_r, R_SENSITIVITY * math.sqrt(m)) if m else 0.0
 
     def _candidates(self, cliques: list[tuple[str, ...]], n_hat: float,
                     score: dict[tuple[str, str], float] | None = None) -> dict[tuple[str, ...], float]:
