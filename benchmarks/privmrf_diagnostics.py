@@ -14,7 +14,7 @@ exact marginals against the data (no sampling error) unless the column says "sam
            pairs-and-triples candidates (max_marginal_attrs = 3); for each, its chosen marginal set re-fitted
            without noise (the structural limit) and with fresh noise.
   useful   the usefulness filter (PrivMRF's `useful` option): at each ε, the pairs over the paper's θ-useful cell
-           limit, and those the "signal" filter keeps (2R ≥ cells·g, here with the exact R-scores) with their
+           limit, and those the "signal" filter keeps (2(R − z·σ_R) ≥ cells·g, here with the exact R-scores) with their
            ratio 2R / (cells·g): on Adult at ε ≤ 0.4 the θ limit drops education × education-num and other strong
            pairs of large-domain attributes, which is why DPSyn (all pairs) beat the paper's PrivMRF there.
 """
