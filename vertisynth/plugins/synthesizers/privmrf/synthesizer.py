@@ -110,7 +110,7 @@ class PrivMRFConfig:
     initial: str = "sum"
     # which candidates are useful: "theta" (the paper: the average cell count n̂/Π u_i is at least θ·g) or
     # "signal" (θ-useful, or a pair whose noisy R-score says measuring it removes more error than its noise adds:
-    # 2·R̂ ≥ signal_ratio · cells · g); see the module docstring
+    # 2·(R̂ − signal_z·σ_R) ≥ signal_ratio · cells · g); see the module docstring
     useful: str = "signal"
     signal_ratio: float = 1.0
     # the signal test uses R̂ − signal_z·σ_R (σ_R: the R-scores' noise std), so a pair whose measurement does not pay
