@@ -58,7 +58,7 @@ Usefulness filter (`useful`; the one deliberate deviation from the paper, on by 
   the exact R-scores) the two filters agree up to the noise in R̂. Measured (3-way TVD, 3 seeds): Adult
   ε = 0.2 theta 0.111, signal 0.080 (DPSyn 0.104); ε = 0.4 theta 0.089, signal 0.061 (DPSyn 0.077).
   VertiMRF's parties (Adult split 0-7 | 8-14, benchmarks/vertimrf.py --quick) at ε = 0.8: VertiMRF-FM 0.101 →
-  0.077 (their local budgets are small enough for the θ limit to drop education × education-num).
+  0.082 (0.077 with z = 0; unchanged at ε = 1.6) (their local budgets are small enough for the θ limit to drop education × education-num).
 
 Local-model export: `export()` returns a LocalModel message (cliques, log-potentials, total, attribute
 graph, measured marginals and their noise std) that VertiMRF's parties send to the server.
