@@ -132,7 +132,8 @@ def useful_table(data: Dataset, epsilons: list[float]) -> None:
         g = syn._noise_per_cell()
         limit = data.n / (syn.config.theta * g)
         over = [p for p in pairs if dom.project(p).size() > limit]
-        kept = [(p, 2 * exact_r[p] / (dom.project(p).size() * g)) for p in over if syn._useful_pair(p, dom.project(p).size(), limit, exact_r)]
+        kept = [(p, 2 * exact_r[p] / (dom.project(p).size() * g)) for p in over
+                if syn._useful_pair(p, dom.project(p).size(), limit, exact_r)]
         kept.sort(key=lambda t: -t[1])
         print(f"useful   ε={eps}: θ limit {limit:.0f} cells (g={g:.1f}); {len(over)} of {len(pairs)} pairs over it; "
               f"signal keeps {len(kept)}: " + ", ".join(f"{'×'.join(p)} ({dom.project(p).size()} cells, 2R/(cells·g) "

@@ -58,7 +58,8 @@ Usefulness filter (`useful`; the one deliberate deviation from the paper, on by 
   the exact R-scores) the two filters agree up to the noise in R̂. Measured (3-way TVD, 3 seeds): Adult
   ε = 0.2 theta 0.111, signal 0.080 (DPSyn 0.104); ε = 0.4 theta 0.089, signal 0.061 (DPSyn 0.077).
   VertiMRF's parties (Adult split 0-7 | 8-14, benchmarks/vertimrf.py --quick) at ε = 0.8: VertiMRF-FM 0.101 →
-  0.082 (0.077 with z = 0; unchanged at ε = 1.6) (their local budgets are small enough for the θ limit to drop education × education-num).
+  0.082 (0.077 with z = 0; unchanged at ε = 1.6): their local budgets are small enough for the θ limit to drop
+  education × education-num.
 
 Local-model export: `export()` returns a LocalModel message (cliques, log-potentials, total, attribute
 graph, measured marginals and their noise std) that VertiMRF's parties send to the server.
@@ -113,8 +114,8 @@ class PrivMRFConfig:
     # 2·(R̂ − signal_z·σ_R) ≥ signal_ratio · cells · g); see the module docstring
     useful: str = "signal"
     signal_ratio: float = 1.0
-    # the signal test uses R̂ − signal_z·σ_R (σ_R: the R-scores' noise std), so a pair whose measurement does not pay
-    # off rarely passes on noise alone: 0 = the point estimate; √(2 ln m) (≈ 3 for m = 105 pairs) = the universal
+    # the signal test uses R̂ − signal_z·σ_R (σ_R: the R-scores' noise std), so a pair whose measurement does not
+    # pay off rarely passes on noise alone: 0 = the point estimate; √(2 ln m) (≈ 3 for m = 105 pairs) = the universal
     # threshold, no pure-noise pair passes w.h.p. but real ones are lost; see the module docstring
     signal_z: float = 1.0
 
@@ -238,8 +239,8 @@ class PrivMRFSynthesizer(Synthesizer):
         R(a, b) = (n/2)·‖P[a,b] − P[a]P[b]‖₁, so 2R is the L1 error (in counts) of a model that has no
         information linking a and b, and the expected L1 error a Gaussian measurement leaves is cells·g. The pair
         is kept when its noisy R-score (already released in Phase 1: post-processing, no budget) says measuring
-        removes more error than it adds, 2·(R̂ − z·σ_R) ≥ signal_ratio·cells·g, where z·σ_R (`_signal_margin`)
-        guards against a score passing on its noise (`signal_z`). Only pairs: for larger sets the pairwise
+        removes more error than it adds, 2·(R̂ − z·σ_R) ≥ signal_ratio·cells·g, where z·σ_R
+        (`_signal_margin`) guards against a score passing on its noise (`signal_z`). Only pairs: for larger sets the pairwise
         scores do not tell what the set adds beyond its subsets, so they keep the paper's θ test."""
         if cells <= limit:
             return True
