@@ -1,6 +1,7 @@
 """Quality and time of the centralised synthesizers on NLTCS and Adult (issue 4's table).
 
     python benchmarks/centralized.py [--data-dir ../shared/data] [--quick] [--synthesizers a,b,...]
+                                     [--params 'privmrf={"useful": "theta"}']
 
 For each dataset × ε × synthesizer: mean 3/4/5-way TVD over 300 random marginals (against the
 training table), over `repeats` seeds, plus the median fit+sample seconds. The `independent`
@@ -12,6 +13,7 @@ benchmarks/privmrf_diagnostics.py.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -34,7 +36,14 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--clique-table", action="store_true",
                     help="only the PrivMRF clique-limit trade-off on Adult at ε = 1.6 (time and TVD per limit)")
+    ap.add_argument("--params", action="append", default=[], metavar="SYN=JSON",
+                    help="synthesizer params for one synthesizer, e.g. 'privmrf={\"useful\": \"theta\"}' (repeatable)")
+    ap.add_argument("--seed0", type=int, default=1000, help="repeat r uses seed seed0 + r")
     args = ap.parse_args()
+    params = {}
+    for item in args.params:
+        name, _, text = item.partition("=")
+        params[name] = json.loads(text)
     if args.clique_table:
         return clique_table(args.data_dir)
     datasets = ["nltcs"] if args.quick else args.datasets.split(",")
@@ -56,9 +65,9 @@ def main() -> int:
                 secs = []
                 for r in range(repeats):
                     cfg = parse_config({
-                        "seed": 1000 + r, "budget": {"epsilon": eps, "delta": 1e-5},
+                        "seed": args.seed0 + r, "budget": {"epsilon": eps, "delta": 1e-5},
                         "dataset": {"name": ds, "params": {"data_dir": args.data_dir}},
-                        "synthesizer": {"use": syn},
+                        "synthesizer": {"use": syn, "params": params.get(syn, {})},
                         "evaluators": [{"use": "tvd", "params": {"ways": [3, 4, 5], "marginals": marginals}}],
                     })
                     res = run(cfg)

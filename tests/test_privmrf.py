@@ -162,3 +162,64 @@ def test_bayes_initial_set_covers_every_attribute_within_the_cell_limit_and_is_d
     assert np.array_equal(outs[0].codes, outs[1].codes)
     with pytest.raises(ConfigError, match="initial"):
         PrivMRFConfig(initial="random")
+
+
+def _wide(n=20000, size=20, seed=0):
+    """x, y: a copy of each other (maximal dependence); u, v: independent of everything; all `size`-valued."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, size, n)
+    u, v = rng.integers(0, size, n), rng.integers(0, size, n)
+    return Dataset(np.column_stack([x, x, u, v]), Domain(["x", "y", "u", "v"], [size] * 4))
+
+
+def test_signal_filter_keeps_a_strong_pair_the_theta_filter_drops_and_still_drops_pure_noise():
+    import math
+
+    data = _wide()
+    cells = 20 * 20
+    score = dict(zip([("x", "y"), ("u", "v")], r_scores(data, [("x", "y"), ("u", "v")])))
+    cliques = [("x", "y"), ("u", "v")]
+    syn, _ = _planned(data, eps=0.5)
+    g = syn._noise_per_cell()
+    # preconditions: both pairs fail the paper's θ = 6 test; x–y's dependence outweighs its noise, u–v's does not
+    assert data.n / (6.0 * g) < cells
+    assert 2 * score[("x", "y")] > cells * g > 2 * score[("u", "v")]
+    paper, _ = _planned(data, eps=0.5, useful="theta")
+    assert paper._candidates(cliques, data.n, score) == {}
+    assert set(syn._candidates(cliques, data.n, score)) == {("x", "y")}
+    assert set(syn._candidates(cliques, data.n)) == set()  # no scores: the paper's filter
+    # a larger break-even factor is stricter; at a large budget both pairs are θ-useful under either filter
+    strict, _ = _planned(data, eps=0.5, signal_ratio=2 * score[("x", "y")] / (cells * g) * 1.01)
+    assert strict._candidates(cliques, data.n, score) == {}
+    big, _ = _planned(data, eps=50.0, useful="theta")
+    assert set(big._candidates(cliques, data.n, score)) == {("x", "y"), ("u", "v")}
+    assert math.isclose(syn._noise_per_cell(), paper._noise_per_cell())
+    # the guard: a score that clears the break-even point by less than signal_z·σ_R is not enough
+    margin = syn._signal_margin()
+    assert margin > 0 and _planned(data, eps=0.5, signal_z=0.0)[0]._signal_margin() == 0
+    near = {("x", "y"): cells * g / 2 + 0.5 * margin, ("u", "v"): 0.0}
+    assert syn._candidates(cliques, data.n, near) == {}
+    assert set(_planned(data, eps=0.5, signal_z=0.0)[0]._candidates(cliques, data.n, near)) == {("x", "y")}
+    with pytest.raises(ConfigError, match="useful"):
+        PrivMRFConfig(useful="always")
+    with pytest.raises(ConfigError, match="signal_z"):
+        PrivMRFConfig(signal_z=-1.0)
+    with pytest.raises(ConfigError, match="signal_ratio"):
+        PrivMRFConfig(signal_ratio=0.0)
+
+
+def test_signal_filter_measures_the_strong_pair_at_a_small_budget_and_spends_exactly_the_budget():
+    data = _wide()
+    measured = {}
+    for useful in ("theta", "signal"):
+        syn, ledger = _planned(data, eps=0.5, useful=useful, iters=30, refine_iters=10)
+        syn.fit_table(data, ledger, np.random.default_rng(3))
+        assert not ledger.unspent()
+        assert ledger.spent_epsilon() == pytest.approx(0.5, rel=1e-6)
+        measured[useful] = {m.attributes for m in syn._measurements}
+        out = syn.sample(None, np.random.default_rng(4))
+        tvd = 0.5 * np.abs(data.counts(("x", "y")).values / data.n - out.counts(("x", "y")).values / out.n).sum()
+        measured[useful + "_tvd"] = tvd
+    assert ("x", "y") in measured["signal"] and ("x", "y") not in measured["theta"]
+    assert ("u", "v") not in measured["signal"]
+    assert measured["signal_tvd"] < 0.5 < measured["theta_tvd"]

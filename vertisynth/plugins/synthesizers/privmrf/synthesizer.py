@@ -11,9 +11,10 @@ Phase 1 — attribute graph. R(Ai,Aj) = (n/2)‖P[Ai,Aj] − P[Ai]P[Aj]‖₁ = 
   Pairs are added in descending noisy R while the min-fill triangulation's largest clique stays within
   `max_clique_cells` and the model within `max_model_cells`.
 Phase 2 — candidates. Every subset of a maximal clique with 2..`max_marginal_attrs` attributes (6, the
-  reference code's default) that is θ-useful: the average count per cell n̂ / Π u_i is at least θ·g with
-  g = σ·√(2/π) the expected absolute Gaussian noise per cell at the marginal budget (θ = 6; the seed prints
-  the inequality reversed; we follow the reference code's dom ≤ n / (θ·g)). Each clique's candidates share
+  reference code's default) that is useful (see the usefulness filter below); the paper's test is θ-useful:
+  the average count per cell n̂ / Π u_i is at least θ·g with g = σ·√(2/π) the expected absolute Gaussian
+  noise per cell at the marginal budget (θ = 6; the seed prints the inequality reversed; we follow the
+  reference code's dom ≤ n / (θ·g)). Each clique's candidates share
   a sampling weight |C|². (An earlier version offered only pairs and triples: on NLTCS, 16 binary attributes,
   that capped every marginal at 8 cells when the noise allows 32-128, and PrivMRF lost to DPSyn; see
   benchmarks/privmrf_diagnostics.py. `max_marginal_attrs = 3` gives roughly that set back.)
@@ -29,12 +30,36 @@ Phase 4 — refinement: `rounds` = min(⌈d/2⌉, 8) rounds add the remaining ma
   If too few useful candidates remain, the leftover marginal charges re-measure chosen marginals.
 Sampling: the engine's low-variance rounding by default, as PrivMRF does.
 
-θ on data with large domains: the reference code coarsens large-domain attributes (attribute hierarchies; on
-Adult at ε < 0.41 it forces coarse levels) so that their marginals pass the θ-useful limit; this
-implementation has no hierarchies, so at small ε on Adult most pairs of 14-16-valued attributes fail θ = 6 and
-go unmeasured. Measured (Adult, ε = 0.4, 3-way TVD): θ = 6 0.089 (3 seeds) / 0.087 (seed 2), θ = 2 0.067 /
-0.075 (seeds 1, 2), DPSyn 0.077; but at ε = 1.6 θ = 2 gives 0.048 against θ = 6's 0.041-0.043, so the default
-stays the paper's θ = 6 and `theta` is the knob.
+Usefulness filter (`useful`; the one deliberate deviation from the paper, on by default, `useful = "theta"` is
+  the paper's filter). θ = 6 judges a marginal by its *average* cell count only, so on data with large domains it
+  drops the strongest dependencies at small budgets: on Adult at ε = 0.4 the θ limit is 171 cells and every pair
+  of two 16-valued attributes fails it, education × education-num (a bijection, the largest R-score of all, 2R ≈
+  6.5× its expected noise mass) included; at ε = 0.2 (limit 90) so do age × marital-status, occupation ×
+  education, ... The model then treats those attributes as (nearly) independent, which is why DPSyn, measuring
+  all pairs, won there. (The reference code avoids this with attribute hierarchies, coarsening large domains at
+  ε < 0.41; this implementation has none. A smaller constant θ is no fix: θ = 2 admits 1000-cell 3- and 4-way
+  marginals at ε = 1.6 and loses there, 0.048 against 0.041-0.043.)
+  `useful = "signal"` keeps a θ-useful marginal as before and in addition a *pair* over the limit when its
+  dependence outweighs its noise: 2R is the L1 error (in counts) of a model with no link between the two
+  attributes, and cells·g the expected L1 error that measuring leaves, so the pair is kept when
+  2·(R̂ − z·σ_R) ≥ `signal_ratio`·cells·g (`signal_ratio` = 1, the break-even point). R̂ are the Phase-1
+  noisy R-scores: post-processing, no extra budget, the plan and the ledger are unchanged. z = `signal_z`
+  (1) guards against pairs that pass on their R-score noise σ_R alone; the ratio of the threshold cells·g/2
+  to σ_R does not depend on ε (≈ 0.029·cells for d = 15), so the risk is in small tables, where the θ limit
+  is a few cells: expected number of pairs over the θ limit kept (exact R, Gaussian σ_R) whose measurement
+  pays off / does not, z = 0 | 1 | √(2 ln m) ≈ 3.05 (the universal threshold):
+      Adult ε = 0.2            8.0 / 2.0 | 6.3 / 0.4 | 2.8 / 0.0
+      Adult ε = 0.4            4.0 / 1.2 | 4.0 / 0.3 | 3.5 / 0.0
+      Adult, 3000 rows, ε = 1  4.6 / 5.6 | 2.4 / 1.1 | 0.7 / 0.0
+  and on Adult (benchmarks/centralized.py, 3 seeds, 3-way TVD) z = 0 gave 0.077 / 0.061 at ε = 0.2 / 0.4,
+  z = 1 0.080 / 0.061, z = 3.05 0.087 / 0.062; z = 1 is the default. Larger sets keep the θ test (pairwise
+  scores do not tell what a set adds beyond its subsets; and every superset of a pair over the limit is over
+  it too). Where the θ test drops no pair with that much dependence (NLTCS at every ε; Adult at ε ≥ 0.8, by
+  the exact R-scores) the two filters agree up to the noise in R̂. Measured (3-way TVD, 3 seeds): Adult
+  ε = 0.2 theta 0.111, signal 0.080 (DPSyn 0.104); ε = 0.4 theta 0.089, signal 0.061 (DPSyn 0.077).
+  VertiMRF's parties (Adult split 0-7 | 8-14, benchmarks/vertimrf.py --quick) at ε = 0.8: VertiMRF-FM 0.101 →
+  0.082 (0.077 with z = 0; unchanged at ε = 1.6): their local budgets are small enough for the θ limit to drop
+  education × education-num.
 
 Local-model export: `export()` returns a LocalModel message (cliques, log-potentials, total, attribute
 graph, measured marginals and their noise std) that VertiMRF's parties send to the server.
@@ -84,6 +109,15 @@ class PrivMRFConfig:
     # initial marginal set: "sum" (per attribute, the candidate with the largest summed noisy R) or "bayes"
     # (the reference code's greedy Bayesian network inside each clique, parents scored by a CFS ratio)
     initial: str = "sum"
+    # which candidates are useful: "theta" (the paper: the average cell count n̂/Π u_i is at least θ·g) or
+    # "signal" (θ-useful, or a pair whose noisy R-score says measuring it removes more error than its noise adds:
+    # 2·(R̂ − signal_z·σ_R) ≥ signal_ratio · cells · g); see the module docstring
+    useful: str = "signal"
+    signal_ratio: float = 1.0
+    # the signal test uses R̂ − signal_z·σ_R (σ_R: the R-scores' noise std), so a pair whose measurement does not
+    # pay off rarely passes on noise alone: 0 = the point estimate; √(2 ln m) (≈ 3 for m = 105 pairs) = the universal
+    # threshold, no pure-noise pair passes w.h.p. but real ones are lost; see the module docstring
+    signal_z: float = 1.0
 
     def __attrs_post_init__(self) -> None:
         f = self.r_score_fraction + self.refine_fraction + self.count_fraction
@@ -95,6 +129,10 @@ class PrivMRFConfig:
             raise ConfigError(f"privmrf: sampling must be 'sample' or 'round', got {self.sampling!r}")
         if self.initial not in ("sum", "bayes"):
             raise ConfigError(f"privmrf: initial must be 'sum' or 'bayes', got {self.initial!r}")
+        if self.useful not in ("theta", "signal"):
+            raise ConfigError(f"privmrf: useful must be 'theta' or 'signal', got {self.useful!r}")
+        if not self.signal_ratio > 0 or not self.signal_z >= 0:
+            raise ConfigError("privmrf: signal_ratio must be > 0 and signal_z >= 0")
         if self.max_marginal_attrs < 2 or self.max_queries < 1:
             raise ConfigError("privmrf: max_marginal_attrs must be >= 2 and max_queries >= 1")
 
@@ -190,17 +228,47 @@ class PrivMRFSynthesizer(Synthesizer):
                 edges, cliques = trial, tri
         return edges, cliques
 
-    def _candidates(self, cliques: list[tuple[str, ...]], n_hat: float) -> dict[tuple[str, ...], float]:
-        """θ-useful subsets of the maximal cliques with 2..max_marginal_attrs attributes → sampling weight.
+    def _noise_per_cell(self) -> float:
+        """g = σ·√(2/π): the expected absolute Gaussian noise per cell of one marginal measurement."""
+        return gaussian_sigma(self._rho_marg) * math.sqrt(2 / math.pi)
 
+    def _useful_pair(self, pair: tuple[str, ...], cells: float, limit: float,
+                     score: dict[tuple[str, str], float] | None) -> bool:
+        """Whether a pair beyond the θ-useful cell `limit` is still worth measuring (`useful = "signal"`).
+
+        R(a, b) = (n/2)·‖P[a,b] − P[a]P[b]‖₁, so 2R is the L1 error (in counts) of a model that has no
+        information linking a and b, and the expected L1 error a Gaussian measurement leaves is cells·g. The pair
+        is kept when its noisy R-score (already released in Phase 1: post-processing, no budget) says measuring
+        removes more error than it adds, 2·(R̂ − z·σ_R) ≥ signal_ratio·cells·g, where z·σ_R
+        (`_signal_margin`) guards against a score passing on its noise (`signal_z`). Only pairs: for larger sets the pairwise
+        scores do not tell what the set adds beyond its subsets, so they keep the paper's θ test."""
+        if cells <= limit:
+            return True
+        if self.config.useful != "signal" or score is None or len(pair) != 2:
+            return False
+        r = score.get(pair, score.get(pair[::-1], 0.0)) - self._signal_margin()
+        return 2.0 * r >= self.config.signal_ratio * cells * self._noise_per_cell()
+
+    def _signal_margin(self) -> float:
+        """What the signal test takes off a noisy R-score first: signal_z·σ_R, σ_R the std of the Phase-1 noise
+        on each R-score (public: it follows from the plan)."""
+        m = len(self._pairs)
+        return self.config.signal_z * gaussian_sigma(self._rho_r, R_SENSITIVITY * math.sqrt(m)) if m else 0.0
+
+    def _candidates(self, cliques: list[tuple[str, ...]], n_hat: float,
+                    score: dict[tuple[str, str], float] | None = None) -> dict[tuple[str, ...], float]:
+        """Useful subsets of the maximal cliques with 2..max_marginal_attrs attributes → sampling weight.
+
+        Useful: θ-useful (the paper), or with `useful = "signal"` and the noisy R-scores `score` given, a pair
+        whose dependence outweighs its noise (`_useful_pair`).
         As in the reference code, a clique's candidates share a weight |C|² (so a big clique does not
         drown the small ones); a subset of several cliques adds up their shares. Subsets are enumerated
-        smallest first and a superset is only tried when some of its (k−1)-subsets was useful (usefulness
-        is monotone: a superset has at least as many cells).
+        smallest first and a superset is only tried when some of its (k−1)-subsets was useful (θ-usefulness
+        is monotone: a superset has at least as many cells; a signal-kept pair is over the θ limit, and so
+        are all its supersets).
         """
         dom = self._domain
-        g = gaussian_sigma(self._rho_marg) * math.sqrt(2 / math.pi)
-        limit = n_hat / (self.config.theta * g)
+        limit = n_hat / (self.config.theta * self._noise_per_cell())
         out: dict[tuple[str, ...], float] = {}
         for q in cliques:
             sizes = {a: dom.size(a) for a in q}
@@ -213,7 +281,7 @@ class PrivMRFSynthesizer(Synthesizer):
                     cells = math.prod(sizes[a] for a in s)
                     for a in q[q.index(s[-1]) + 1:]:
                         t = s + (a,)
-                        if cells * sizes[a] <= limit and t not in seen:
+                        if t not in seen and self._useful_pair(t, cells * sizes[a], limit, score):
                             nxt.append(t)
                 if not nxt:
                     break
@@ -231,7 +299,7 @@ class PrivMRFSynthesizer(Synthesizer):
         attribute keeps its best-scoring marginal across cliques. Parent sets are grown greedily (the reference
         enumerates maximal ones). Attributes left uncovered get their 1-way marginal. Post-processing only."""
         dom = self._domain
-        limit = n_hat / (self.config.theta * gaussian_sigma(self._rho_marg) * math.sqrt(2 / math.pi))
+        limit = n_hat / (self.config.theta * self._noise_per_cell())
         r = {k: v / n_hat for k, v in score.items()}
 
         def rr(a: str, b: str) -> float:
@@ -252,8 +320,9 @@ class PrivMRFSynthesizer(Synthesizer):
                     cells = dom.size(a)
                     cand_best = None
                     while len(parents) + 1 < self.config.max_marginal_attrs:
-                        options = [(cfs(a, parents + [p]), p) for p in placed
-                                   if p not in parents and cells * dom.size(p) <= limit]
+                        options = [(cfs(a, parents + [p]), p) for p in placed if p not in parents and
+                                   (cells * dom.size(p) <= limit or
+                                    (not parents and self._useful_pair((a, p), cells * dom.size(p), limit, score)))]
                         if not options:
                             break
                         val, p = max(options)
@@ -298,7 +367,7 @@ class PrivMRFSynthesizer(Synthesizer):
         edges, cliques = self._graph(noisy_r)
         t1 = time.perf_counter()
         score = dict(zip(self._pairs, noisy_r))
-        cands = self._candidates(cliques, n_hat)
+        cands = self._candidates(cliques, n_hat, score)
 
         def strength(s: tuple[str, ...]) -> float:
             return float(sum(score[p] for p in itertools.combinations(s, 2)))
