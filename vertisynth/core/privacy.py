@@ -304,13 +304,10 @@ class PrivacyLedger:
     group_size: int = 1
 
     def plan(self, charges: Iterable[Charge]) -> None:
-        self.planned.extend(map(self._grouped, charges))
+        self.planned.extend(map(self.grouped, charges))
 
     def grouped(self, charge: Charge) -> Charge:
-        """`charge` as this ledger will record it (group privacy applied when group_size > 1)."""
-        return self._grouped(charge)
-
-    def _grouped(self, charge: Charge) -> Charge:
+        """`charge` as this ledger records it (group privacy applied when group_size > 1)."""
         c = self.group_size
         if c == 1:
             return charge
@@ -344,7 +341,7 @@ class PrivacyLedger:
             )
 
     def spend(self, charge: Charge) -> None:
-        charge = self._grouped(charge)
+        charge = self.grouped(charge)
 
         def matches(c: Charge) -> bool:
             return c.key() == charge.key() and _same_cost(c.cost, charge.cost)
