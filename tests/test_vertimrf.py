@@ -55,6 +55,11 @@ def test_pipeline_run_spends_the_whole_plan_across_parties_and_is_deterministic(
     assert {"synthesizer", "encoder"} <= stages   # (binned-query recovery: no value distributions)
     assert a.report["synthesizer"]["mode"].startswith("vertical")
     assert "one person spans all parties" in a.report["synthesizer"]["privacy_notes"][0]
+    model = a.report["synthesizer"]["model"]   # what the server built, for the reader of the report
+    owner = {x: p["name"] for p in a.report["parties"] for x in p["attributes"]}
+    for g in model["graph_combination"]:
+        assert owner[g["pair"][0]] != owner[g["pair"][1]] and g["r_score"] > g["noise"]
+    assert {tuple(p) for p in model["cross_party_marginals"]} <= {tuple(c["pair"]) for c in model["cross_party_candidates"]}
 
 
 def test_graph_respects_the_clique_limit_and_cross_party_marginals_are_added():

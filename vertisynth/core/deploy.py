@@ -137,7 +137,8 @@ def run_server(config: RunConfig, messages_dir: Path, out: Path, data_dir: str |
     ledger = PrivacyLedger(plan.ledger.budget, list(planned), list(planned))
     report = {"mode": "server: built from the parties' message files only", "messages": [f.name for f in files],
               "privacy": ledger.to_dict(), "synthesizer": plan.synthesizer.describe(),
-              "phase_seconds": synth.timings(), "seed": config.seed, "parties": plan.partition.to_dict()}
+              "phase_seconds": synth.timings(), "seed": config.seed, "parties": plan.partition.to_dict(),
+              **({"model": synth.model_details()} if hasattr(synth, "model_details") else {})}
     out.mkdir(parents=True, exist_ok=True)
     frame.to_csv(out / "synthetic.csv", index=False)
     (out / "report.json").write_text(json.dumps(report, indent=2, default=str))

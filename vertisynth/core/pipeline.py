@@ -298,6 +298,7 @@ def build_report(plan: Plan, loaded: Any, real: Dataset, synthetic: Dataset, met
             "phase_seconds": synth.instance.timings(),
             **({"budget_split": synth.instance.budget_split()} if hasattr(synth.instance, "budget_split") else {}),
             **({"privacy_notes": synth.instance.privacy_notes()} if hasattr(synth.instance, "privacy_notes") else {}),
+            **({"model": synth.instance.model_details()} if hasattr(synth.instance, "model_details") else {}),
         },
         "synthetic_records": synthetic.n,
         "evaluators": [e.describe() for e in plan.evaluators],
