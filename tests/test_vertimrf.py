@@ -73,7 +73,7 @@ def test_graph_respects_the_clique_limit_and_cross_party_marginals_are_added():
 
 def test_large_epsilon_approaches_the_truth_with_three_parties():
     data = _correlated(8000)
-    syn, ledger, _ = _fit(data, [["a"], ["b", "d"], ["c", "e"]], {"encoder_params": {"t": 1000}, "iters": 200, "rounds": 3,
+    syn, ledger, _ = _fit(data, [["a"], ["b", "d"], ["c", "e"]], {"encoder_params": {"t": 1000}, "iters": 1500, "rounds": 3,
                                                                     "per_round": 4},
                           budget=Budget(200.0, 1e-5))
     out = syn.sample(None, np.random.default_rng(1))

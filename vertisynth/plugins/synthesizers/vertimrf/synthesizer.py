@@ -92,7 +92,7 @@ class VertiMRFConfig:
     local_fraction: float = 0.4
     encoder_fraction: float = 0.4
     value_fraction: float = 0.2
-    bins: int | None = 4
+    bins: int | None = 8
     recovery: str = "query"
     max_clique_cells: float = 1e5
     weighting: str = "variance"
