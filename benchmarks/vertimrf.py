@@ -25,7 +25,7 @@ from pathlib import Path
 from vertisynth.core.config import parse_config
 from vertisynth.core.pipeline import make_plan, execute
 
-PAPER = {"weighting": "paper", "recovery": "hisrec", "iters": 300,
+PAPER = {"weighting": "paper", "recovery": "hisrec", "iters": 300, "bins": 4,
          "encoder_params": {"calibration": "paper", "postprocess": "clip", "t": 2000}}
 
 

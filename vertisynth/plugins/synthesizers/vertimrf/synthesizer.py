@@ -41,20 +41,23 @@ mirror descent crawl on the weakly weighted marginals (the step size is set by t
 cross-party marginal's std is capped at `max_std_ratio` × the median local measurement std: it still
 weighs up to 25× less than a local marginal, and the fit converges in the iterations we can afford.
 
-Defaults chosen from measured error (Adult 0-7 | 8-14, 3-way TVD over 300 marginals, seeds 2-4,
-`benchmarks/vertimrf_variants.py`; centralised PrivMRF 0.0477 / 0.0429 / 0.0382 at ε 0.8 / 1.6 / 3.2):
-DPFM with t = 8000 repetitions (the paper: 2000) and `iters = 1500` per estimation (was 300). At ε 3.2 the
-cross-party measurements were accurate after consistency enforcement (0.005-0.014 TVD from the truth) but
-the model stayed 0.01-0.02 away from them: with their weight 25× below the local marginals', 300 mirror-
-descent steps had not converged. t 2000 → 8000 halves the sketch noise (t = 32000: no further gain);
-1500 iterations cost ~20 s more at the server (3000: no further gain).
+Defaults chosen from measured error (Adult 0-7 | 8-14, 3-way TVD; centralised PrivMRF 0.046 / 0.043 / 0.038
+at ε 0.8 / 1.6 / 3.2): DPFM with t = 8000 repetitions (the paper: 2000), `iters = 1500` per estimation (was
+300) and `bins = 8` (the paper: 4). At ε 3.2 the cross-party measurements were accurate after consistency
+enforcement (0.005-0.014 TVD from the truth) but the model stayed 0.01-0.02 away from them: with their
+weight 25× below the local marginals', 300 mirror-descent steps had not converged (3000: no gain over 1500).
+t 2000 → 8000 halves the sketch noise (32000: no further gain). 4 equal-width bins put 75% of
+hours-per-week in one bin; 8 keep the cross-party detail the estimates can afford (16, i.e. no binning: worse).
+`benchmarks/vertimrf_variants.py`, 300 marginals, seeds 2-4 (bins 4):
   t 2000, 300 iters (before)   ~0.077 / 0.071 / –   (seeds 0-1, 100 marginals: 1.62x / 1.66x centralised)
   t 8000, 300 iters            0.0720 / 0.0642 / 0.0599
-  t 8000, 1500 iters (default) 0.0698 / 0.0606 / 0.0556   (1.46x / 1.41x / 1.46x centralised)
-  same, local_fraction 0.5 / encoder 0.3      0.0649 / 0.0582 / 0.0548   (1.36x / 1.36x / 1.43x)
-The split stays the paper's; giving the local models half the budget is measured better on Adult.
-Equal-mass instead of equal-width bins (bin edges from the local model's DP 1-way table) measured 2-4%
-lower TVD in an oracle experiment (one seed each at ε 0.8 and 3.2); not built.
+  t 8000, 1500 iters           0.0698 / 0.0606 / 0.0556
+  same, local_fraction 0.5 / encoder 0.3      0.0649 / 0.0582 / 0.0548
+then bins 4 → 8 (seed 200, all 455 3-way marginals): ε 0.8 0.0674 → 0.0651, ε 3.2 0.0597 → 0.0526;
+`benchmarks/vertimrf.py` (seeds 200-201) with all defaults: see the issue-6 note / README table.
+The split stays the paper's; giving the local models half the budget measured better on Adult.
+Equal-mass instead of equal-width bins (edges from the local model's DP 1-way table) measured 2-9%
+lower TVD in an oracle experiment at 4 bins (one seed each at ε 0.8 and 3.2); not built.
 """
 from __future__ import annotations
 
