@@ -19,8 +19,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from vertisynth.core.config import parse_config
-from vertisynth.core.pipeline import run
+from vertisynth.run.config import parse_config
+from vertisynth.run.pipeline import run
 from vertisynth.core.registry import default_registry
 
 DEFAULT_SYNTHS = ["independent", "dpsyn", "private_pgm", "privmrf"]

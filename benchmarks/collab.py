@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from vertisynth.core.config import parse_config
-from vertisynth.core.pipeline import run
+from vertisynth.run.config import parse_config
+from vertisynth.run.pipeline import run
 
 NUMERIC = {"age": [0, 15], "fnlwgt": [0, 15], "education-num": [1, 16], "capital-gain": [0, 15],
            "capital-loss": [0, 15], "hours-per-week": [0, 15]}

@@ -102,7 +102,7 @@ def speed(data_dir: Path, repeats: int) -> None:
     print(f"\n== DPFM speed: Adult n={data.n}, parties {[len(p.attributes) for p in part]}, t={t}, 2 cores ==")
 
     def run_encode():
-        enc = DPFMEncoder(DPFMConfig(t=t))
+        enc = DPFMEncoder(DPFMConfig(t=t, calibration="paper", postprocess="clip"))
         ledger = plan(enc, data, part, 0.8)
         return enc, encode_all(enc, data, part, ledger, np.random.default_rng(1))
 
@@ -145,7 +145,7 @@ def accuracy(data_dir: Path, epsilons, seeds: int) -> None:
             row = {}
             # (label, encoder config, {column: estimating encoder}): one encoding serves several estimators
             setups = (
-                (DPFMEncoder, DPFMConfig(), {"paper": DPFMConfig()}),
+                (DPFMEncoder, DPFMConfig(t=2000, calibration="paper", postprocess="clip"), {"paper": DPFMConfig(t=2000, calibration="paper", postprocess="clip")}),
                 (DPFMEncoder, DPFMConfig(calibration="tight"),
                  {"tight": DPFMConfig(calibration="tight"), "proj": DPFMConfig(calibration="tight", postprocess="project")}),
                 (GRREncoder, GRRConfig(postprocess="project"), {"grr": GRRConfig(postprocess="project")}),

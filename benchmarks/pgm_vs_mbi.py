@@ -110,9 +110,9 @@ def main() -> int:
         mbi_worker(*args.mbi_worker)
         return 0
 
-    from vertisynth.core.config import parse_config
-    from vertisynth.core.pipeline import make_plan
-    from vertisynth.plugins.synthesizers.pgm import Measurement, estimate
+    from vertisynth.run.config import parse_config
+    from vertisynth.run.pipeline import make_plan
+    from vertisynth.pgm import Measurement, estimate
 
     plan = make_plan(parse_config({"budget": {"epsilon": 1.0, "delta": 1e-5},
                                    "dataset": {"name": "adult", "params": {"data_dir": args.data_dir}}}))

@@ -10,8 +10,8 @@ import statistics
 import tempfile
 import time
 
-from vertisynth.core.config import parse_config
-from vertisynth.core.pipeline import run
+from vertisynth.run.config import parse_config
+from vertisynth.run.pipeline import run
 from vertisynth.study import expand_grid, run_study
 
 

@@ -22,8 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-from vertisynth.core.config import parse_config
-from vertisynth.core.pipeline import make_plan, execute
+from vertisynth.run.config import parse_config
+from vertisynth.run.pipeline import make_plan, execute
 
 PAPER = {"weighting": "paper", "recovery": "hisrec", "iters": 300, "bins": 4,
          "encoder_params": {"calibration": "paper", "postprocess": "clip", "t": 2000}}

@@ -8,6 +8,10 @@
 This runs all parties in one process (a simulation of the protocol: party-side code still only sees
 its own columns). The party DataFrames must be row-aligned (same people, same order) unless an
 alignment protocol is chosen.
+
+It is also the one front door for plugin authors: every name a plugin needs (hookimpl, the spec
+descriptors, the interfaces and capability Protocols, the ledger's charges and costs, the mechanisms, the
+data model and the errors) is importable from here; docs/plugins.md shows a skeleton per kind.
 """
 from __future__ import annotations
 
@@ -17,11 +21,24 @@ from typing import Any
 
 import pandas as pd
 
-from .core.config import parse_config
-from .core.encoding import TableSchema
-from .core.errors import DataError
+from .core.capabilities import (EstimatesWithVariance, HasPrivacyNotes, PartyServerSplit, ReleasesNoisyCount,
+                                ReportsBudgetSplit, ReportsModel, SharedKeyEncoder)
+from .core.dataset import Dataset, VerticalPartition
+from .core.domain import Domain
+from .core.encoding import ColumnSchema, TableSchema
+from .core.errors import BudgetError, ConfigError, DataError, DomainError, MessageError, PluginError, VertisynthError
+from .core.factor import Factor
+from .core.hookspecs import hookimpl
+from .core.interfaces import (Aligner, Alignment, Encoder, Evaluator, MarginalQuery, MeasuresMarginals, PlanContext,
+                              Synthesizer, VerticalData)
 from .core.loaded import DatasetSource, LoadedData
-from .core.pipeline import RunResult, execute, make_plan
+from .core.mechanisms import gaussian_mechanism, gaussian_sigma, laplace_mechanism, laplace_scale
+from .core.messages import Message
+from .core.privacy import RDP, ZCDP, ApproxDP, Budget, Charge, PrivacyLedger, PureDP
+from .core.specs import (AlignerSpec, CommandSpec, DatasetSpec, EncoderSpec, EvaluatorSpec, RunModeSpec, SectionSpec,
+                         SynthesizerSpec)
+from .run.config import parse_config
+from .run.pipeline import RunResult, execute, make_plan
 
 
 def synthesize(
@@ -123,3 +140,24 @@ def _synthesize_keyed(data: Any, id_column: str, alignment: str, alignment_param
         **({"sample_size": n} if n is not None else {}),
     }, where="synthesize()")
     return execute(make_plan(config, source=source), kw["output_dir"])
+
+
+__all__ = [
+    # pandas in, pandas out
+    "synthesize", "RunResult",
+    # plugin authors: registration
+    "hookimpl", "AlignerSpec", "CommandSpec", "DatasetSpec", "EncoderSpec", "EvaluatorSpec", "RunModeSpec",
+    "SectionSpec", "SynthesizerSpec",
+    # interfaces, the planning context and the optional capabilities
+    "Aligner", "Alignment", "Encoder", "Evaluator", "MarginalQuery", "MeasuresMarginals", "PlanContext",
+    "Synthesizer", "VerticalData", "EstimatesWithVariance", "HasPrivacyNotes", "PartyServerSplit",
+    "ReleasesNoisyCount", "ReportsBudgetSplit", "ReportsModel", "SharedKeyEncoder",
+    # privacy accounting and mechanisms
+    "ApproxDP", "Budget", "Charge", "PrivacyLedger", "PureDP", "RDP", "ZCDP", "gaussian_mechanism",
+    "gaussian_sigma", "laplace_mechanism", "laplace_scale",
+    # data model, sources and messages
+    "ColumnSchema", "Dataset", "DatasetSource", "Domain", "Factor", "LoadedData", "Message", "TableSchema",
+    "VerticalPartition",
+    # errors
+    "BudgetError", "ConfigError", "DataError", "DomainError", "MessageError", "PluginError", "VertisynthError",
+]

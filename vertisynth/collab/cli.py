@@ -14,20 +14,22 @@ One aggregation round by hand:
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
 import numpy as np
 
+from vertisynth.core.dataset import Dataset
+from vertisynth.core.domain import Domain
 from vertisynth.core.errors import VertisynthError
+from vertisynth.plugins.datasets.files import read_codes_csv, read_domain_json
+from vertisynth.run.config import load_config
+from vertisynth.run.console import fail as _fail
+from vertisynth.run.pipeline import make_plan
 
+from .distributed import run_custodian, run_publisher, run_server
+from .pipeline import CollabPlan
 from .secure_aggregation import CountShare, NoisyShare, aggregate_at_server, reconstruct, share_counts, sigma_for_rho
-
-
-def _fail(exc: Exception) -> None:
-    click.secho(f"error: {exc}", fg="red", err=True)
-    sys.exit(2)
 
 
 @click.group()
@@ -55,10 +57,6 @@ def collab() -> None:
 def share(custodian: str, csv_path: str, domain_path: str, marginals: tuple[str, ...], servers: int, out: Path,
           seed: int | None) -> None:
     """Count this custodian's marginals and write one share file per server."""
-    from vertisynth.core.dataset import Dataset
-    from vertisynth.core.domain import Domain
-    from vertisynth.plugins.datasets.files import read_codes_csv, read_domain_json
-
     try:
         sizes = read_domain_json(Path(domain_path))
         data = Dataset.from_frame(read_codes_csv(Path(csv_path), sizes), Domain.from_sizes(sizes))
@@ -121,11 +119,6 @@ def reconstruct_cmd(outbox: Path, out: Path) -> None:
 
 # -- the whole protocol, one role per process --------------------------------------------------------------
 def _plan(config: Path, data_dir: str | None):
-    from vertisynth.core.config import load_config
-    from vertisynth.core.pipeline import make_plan
-
-    from .pipeline import CollabPlan
-
     plan = make_plan(load_config(config), data_dir=data_dir)
     if not isinstance(plan, CollabPlan):
         raise VertisynthError(f"{config} has no [collab] table: the custodian/server/publish commands run the "
@@ -169,8 +162,6 @@ def custodian(config: Path, name: str, csv_path: Path, exchange: Path, timeout: 
     announces (tuning/step*.npz), scores each candidate on the fold runs' synthetic tables the publisher
     sends (DP outputs) and votes: sound methods on the DP score, 'paper' on the evaluator's metric over
     its own training and held-out folds. Shares come from the OS CSPRNG."""
-    from .distributed import run_custodian
-
     try:
         info = run_custodian(_plan(config, data_dir), name, csv_path, exchange, timeout, seed=seed,
                              threshold=threshold)
@@ -199,8 +190,6 @@ def server(config: Path, index: int, exchange: Path, timeout: float, seed: int |
     files; the noise scale of each round comes from the config, not from the custodians. Writes its noisy
     share per round to noisy/ (tuning: the test-fold rounds and every fold run's rounds, then the final
     run). Semi-honest, and not all servers may collude (docs/collab.md)."""
-    from .distributed import run_server
-
     try:
         info = run_server(_plan(config, data_dir), index, exchange, seed, timeout)
     except VertisynthError as exc:
@@ -224,8 +213,6 @@ def publish_cmd(config: Path, exchange: Path, out: Path, timeout: float, data_di
     each (tuning/step*.npz), fits every fold run and sends its synthetic table to the custodians, tallies
     their votes, then runs the chosen candidate on all data and publishes it (or nothing, if no candidate
     passed). Uses the config's seed for its draws, fits and sampling, like `vertisynth run`."""
-    from .distributed import run_publisher
-
     try:
         info = run_publisher(_plan(config, data_dir), exchange, out, timeout)
     except VertisynthError as exc:

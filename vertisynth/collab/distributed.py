@@ -48,6 +48,7 @@ from vertisynth import __version__
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.errors import ConfigError, DataError, MessageError
 from vertisynth.core.messages import Message, publish, wait_for_files
+from vertisynth.run.report import json_default
 
 from .horizontal import check_custodians
 from .pipeline import (CollabPlan, commit_choice, costs, read_custodian_csv, streams, summary_markdown,
@@ -533,7 +534,7 @@ def run_publisher(plan: CollabPlan, folder: Path, out: Path, timeout: float = 60
     out.mkdir(parents=True, exist_ok=True)
     if frame is not None:
         frame.to_csv(out / "synthetic.csv", index=False)
-    cc = cfg.collab
+    cc = cfg.section("collab")
     numeric = {} if codec is None else {
         c: {"edges": nb.edges.tolist(), "means": nb.means.tolist(), **({"custodians": list(nb.owners)} if nb.owners else {})}
         for c, nb in codec.numeric.items()}
@@ -557,10 +558,8 @@ def run_publisher(plan: CollabPlan, folder: Path, out: Path, timeout: float = 60
         "privacy": {**plan.ledger.to_dict(), **({"tuning_accounting": outcome.label} if outcome is not None else {})},
         "timings_seconds": timings,
     }
-    from vertisynth.core.pipeline import _json_default
-
-    (out / "report.json").write_text(json.dumps(report, indent=2, default=_json_default))
-    (out / "ledger.json").write_text(json.dumps(report["privacy"], indent=2, default=_json_default))
+    (out / "report.json").write_text(json.dumps(report, indent=2, default=json_default))
+    (out / "ledger.json").write_text(json.dumps(report["privacy"], indent=2, default=json_default))
     (out / "summary.md").write_text(summary_markdown(report))
     return {"rounds": transport.rounds, "records": 0 if frame is None else len(frame), "out": str(out),
             "epsilon": plan.ledger.spent_epsilon(), "published": published,

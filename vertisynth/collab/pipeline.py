@@ -1,6 +1,6 @@
 """The `[collab]` pipeline mode: horizontal custodians, secure aggregation, tuning, publish once.
 
-Same order of work as the vertical pipeline (vertisynth.core.pipeline): config → plugins → public schema →
+Same order of work as the vertical pipeline (vertisynth.run.pipeline): config → plugins → public schema →
 every planned charge (final run, tuning) → budget check → only then rows are read → custodians → tuning →
 final run on all data (the only release) → evaluation → outputs. `make_plan` / `execute` in core dispatch
 here when the config has a [collab] table, so `vertisynth run|validate|study` work unchanged.
@@ -17,7 +17,10 @@ import numpy as np
 import pandas as pd
 
 from vertisynth import __version__
-from vertisynth.core.config import RunConfig, structure
+from vertisynth.core.structuring import structure
+from vertisynth.run.config import RunConfig
+from vertisynth.run.pipeline import RunResult, build_component
+from vertisynth.run.report import json_default
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.encoding import TableCodec
 from vertisynth.core.errors import BudgetError, ConfigError, DataError
@@ -39,7 +42,7 @@ RESERVED = "final_run_reserved"
 class CollabPlan:
     config: RunConfig
     source: DatasetSource
-    synthesizer: Any          # core.pipeline.Component
+    synthesizer: Any          # run.pipeline.Component
     evaluators: list
     ledger: PrivacyLedger
     registry: Registry
@@ -51,15 +54,16 @@ class CollabPlan:
     rho_synth: float
     tuner: Tuner | None = None
 
+    def who(self) -> str:
+        return f"{len(self.custodians)} horizontal custodians"
+
     def execute(self, output_dir: str | Path | None = None, progress: bool = False):
         return execute_collab(self, output_dir)
 
 
 def make_collab_plan(config: RunConfig, registry: Registry, data_dir: str | None,
                      source: DatasetSource | None) -> CollabPlan:
-    from vertisynth.core.pipeline import _component
-
-    cc = config.collab
+    cc = config.section("collab")
     if config.parties:
         raise ConfigError("[[parties]] is a vertical split, but with [collab] every custodian holds every column "
                           "(horizontal). Drop [[parties]]; docs/collab.md explains how the two settings compose")
@@ -79,7 +83,7 @@ def make_collab_plan(config: RunConfig, registry: Registry, data_dir: str | None
     check_numeric_schema(schema.columns, cc.numeric)
     base: TableCodec = schema.fit(pd.DataFrame({c: [] for c in schema.names}), None, np.random.default_rng(0))
 
-    synth = _component(registry, "synthesizer", config.synthesizer.use, config.synthesizer.params, "synthesizer")
+    synth = build_component(registry, "synthesizer", config.synthesizer.use, config.synthesizer.params, "synthesizer")
     if not isinstance(synth.instance, MeasuresMarginals):
         able = [n for n in registry.names("synthesizer") if "horizontal" in registry.get("synthesizer", n).capabilities]
         raise ConfigError(f"[collab]: synthesizer {config.synthesizer.use!r} cannot fit from securely aggregated "
@@ -94,7 +98,7 @@ def make_collab_plan(config: RunConfig, registry: Registry, data_dir: str | None
     budget = config.budget.to_budget()
     ledger = PrivacyLedger(budget)
     ctx = PlanContext(base.domain, VerticalPartition.single(base.domain), budget)
-    evals = [_component(registry, "evaluator", e.use, e.params, f"evaluators[{i}]") for i, e in enumerate(config.evaluators)]
+    evals = [build_component(registry, "evaluator", e.use, e.params, f"evaluators[{i}]") for i, e in enumerate(config.evaluators)]
     for e in evals:
         if not isinstance(e.instance, Evaluator):
             raise DataError(f"evaluator {e.spec.name!r} from {e.provider} is not an Evaluator")
@@ -133,7 +137,7 @@ def make_collab_plan(config: RunConfig, registry: Registry, data_dir: str | None
 
 def _plan_tuning(config: RunConfig, registry: Registry, run: HorizontalRun, names: list[str], base: TableCodec,
                  budget, rho_total: float, rho_final: float, frac: float, ctx: PlanContext) -> Tuner:
-    t = config.collab.tuning
+    t = config.section("collab").tuning
     unknown = sorted(set(t.thresholds) - set(names))
     if unknown:
         raise ConfigError(f"collab.tuning.thresholds: unknown custodian(s) {unknown}; custodians: {names}")
@@ -214,7 +218,7 @@ def commit_choice(plan: CollabPlan, params: dict[str, Any]) -> None:
 
 
 def _custodian_frames(plan: CollabPlan, loaded, rng: np.random.Generator) -> dict[str, pd.DataFrame]:
-    cc = plan.config.collab
+    cc = plan.config.section("collab")
     names = plan.run.base.domain.attributes
     if cc.files:
         frames = {}
@@ -230,8 +234,6 @@ def _custodian_frames(plan: CollabPlan, loaded, rng: np.random.Generator) -> dic
 
 
 def execute_collab(plan: CollabPlan, output_dir: str | Path | None = None):
-    from vertisynth.core.pipeline import RunResult
-
     cfg, run, ledger = plan.config, plan.run, plan.ledger
     rng = streams(cfg.seed)
     timings: dict[str, float] = {}
@@ -322,7 +324,7 @@ def tuning_report(plan: CollabPlan, outcome: TuningOutcome | None) -> dict[str, 
 
 def collab_report(plan: CollabPlan, loaded, frames, real: Dataset, synthetic: Dataset, metrics, codec, outcome,
                   params, holdout, timings) -> dict[str, Any]:
-    cc = plan.config.collab
+    cc = plan.config.section("collab")
     numeric = {}
     if codec is not None:
         numeric = {c: {"edges": nb.edges.tolist(), "means": nb.means.tolist(),
@@ -382,12 +384,10 @@ def summary_markdown(report: dict[str, Any]) -> str:
 
 def write_collab_outputs(result, out: Path, published: bool) -> Path:
     """Publish once: synthetic.csv is written only for the final run; the tuning's fold tables never are."""
-    from vertisynth.core.pipeline import _json_default
-
     out.mkdir(parents=True, exist_ok=True)
     if published:
         result.synthetic.to_csv(out / "synthetic.csv", index=False)
-    (out / "report.json").write_text(json.dumps(result.report, indent=2, default=_json_default))
-    (out / "ledger.json").write_text(json.dumps(result.report["privacy"], indent=2, default=_json_default))
+    (out / "report.json").write_text(json.dumps(result.report, indent=2, default=json_default))
+    (out / "ledger.json").write_text(json.dumps(result.report["privacy"], indent=2, default=json_default))
     (out / "summary.md").write_text(summary_markdown(result.report))
     return out

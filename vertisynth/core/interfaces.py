@@ -21,7 +21,7 @@ from .domain import Domain
 from .factor import Factor
 from .messages import Message
 from .errors import BudgetError
-from .privacy import Budget, Charge, Composition, Cost, PrivacyLedger, remaining_rho
+from .privacy import Budget, Charge, Composition, Cost, PrivacyLedger, group_cost, remaining_rho
 
 
 @attrs.frozen
@@ -55,6 +55,12 @@ class PlanContext:
         if left <= 0:
             raise BudgetError(f"earlier stages already plan ε={used:.4g} of the budget ε={self.budget.epsilon:.4g}")
         return left / self.group_size
+
+    def after(self, charges: Sequence[Charge], domain: Domain | None = None) -> PlanContext:
+        """The grant of a sub-component that plans after `charges` (e.g. VertiMRF's encoder after its local
+        models): what is left once they are counted as the ledger will record them (group privacy included)."""
+        before = tuple(self.planned_before) + tuple(group_cost(ch.cost, self.group_size) for ch in charges)
+        return attrs.evolve(self, domain=self.domain if domain is None else domain, planned_before=before)
 
 
 @attrs.frozen(eq=False)

@@ -254,6 +254,20 @@ def check_fractions(fractions: dict[str, float]) -> None:
         raise BudgetError(f"budget fractions sum to {total:.4g} > 1: {fractions}")
 
 
+def group_cost(cost: Cost, c: int) -> Cost:
+    """What `cost` per row costs for a group of c rows (one person copied c times by a `sample` fill)."""
+    if c == 1:
+        return cost
+    if isinstance(cost, ZCDP):     # Bun & Steinke 2016, Prop. 1.9: rho-zCDP -> c^2 rho for groups of c
+        return ZCDP(c * c * cost.rho)
+    if isinstance(cost, PureDP):  # Dwork & Roth 2014, Thm 2.2
+        return PureDP(c * cost.epsilon)
+    if isinstance(cost, ApproxDP):  # (c eps, c e^{(c-1) eps} delta)
+        return ApproxDP(c * cost.epsilon, min(1.0, c * math.exp((c - 1) * cost.epsilon) * cost.delta))
+    raise BudgetError(f"a {type(cost).__name__} cost has no group-privacy conversion here, and records may appear "
+                      f"{c} times (sample fill); use fill 'marginal'")
+
+
 # -- ledger -----------------------------------------------------------------------------------
 @attrs.frozen
 class Charge:
@@ -311,17 +325,11 @@ class PrivacyLedger:
         c = self.group_size
         if c == 1:
             return charge
-        cost = charge.cost
-        if isinstance(cost, ZCDP):     # Bun & Steinke 2016, Prop. 1.9: rho-zCDP -> c^2 rho for groups of c
-            new: Cost = ZCDP(c * c * cost.rho)
-        elif isinstance(cost, PureDP):  # Dwork & Roth 2014, Thm 2.2
-            new = PureDP(c * cost.epsilon)
-        elif isinstance(cost, ApproxDP):  # (c eps, c e^{(c-1) eps} delta)
-            new = ApproxDP(c * cost.epsilon, min(1.0, c * math.exp((c - 1) * cost.epsilon) * cost.delta))
-        else:
-            raise BudgetError(f"{charge.stage} {charge.mechanism!r}: a {type(cost).__name__} cost has no group-privacy "
-                              f"conversion here, and records may appear {c} times (sample fill); use fill 'marginal'")
-        note = (charge.note + "; " if charge.note else "") + f"group privacy x{c} ({cost.describe()} per row)"
+        try:
+            new = group_cost(charge.cost, c)
+        except BudgetError as exc:
+            raise BudgetError(f"{charge.stage} {charge.mechanism!r}: {exc}") from None
+        note = (charge.note + "; " if charge.note else "") + f"group privacy x{c} ({charge.cost.describe()} per row)"
         return attrs.evolve(charge, cost=new, note=note)
 
     def planned_epsilon(self) -> float:

@@ -77,10 +77,38 @@ class DatasetSpec(ComponentSpec):
     kind: ClassVar[str] = "dataset"
 
 
+@attrs.frozen
+class SectionSpec(ComponentSpec):
+    """A top-level config table owned by a part of the application (e.g. `[study]`): `config_cls` structures
+    it with the same strictness as the rest of the config. `factory` is unused (pass None)."""
+
+    kind: ClassVar[str] = "section"
+
+
+@attrs.frozen
+class RunModeSpec(ComponentSpec):
+    """A run mode chosen when the config holds the table named `name` (e.g. `[collab]`).
+
+    factory(config, registry, data_dir, source) -> a plan object with `execute(output_dir, progress)`, a
+    `ledger` and `who()` (who holds the data, one line); `config_cls` structures the mode's table."""
+
+    kind: ClassVar[str] = "run_mode"
+
+
+@attrs.frozen
+class CommandSpec(ComponentSpec):
+    """A CLI command or group (a click object, or "module:attr") that a part adds under `vertisynth`."""
+
+    kind: ClassVar[str] = "command"
+
+
 SPEC_KINDS: dict[str, tuple[str, type[ComponentSpec]]] = {
     "encoder": ("vertisynth_encoders", EncoderSpec),
     "aligner": ("vertisynth_aligners", AlignerSpec),
     "synthesizer": ("vertisynth_synthesizers", SynthesizerSpec),
     "evaluator": ("vertisynth_evaluators", EvaluatorSpec),
     "dataset": ("vertisynth_datasets", DatasetSpec),
+    "section": ("vertisynth_config_sections", SectionSpec),
+    "run_mode": ("vertisynth_run_modes", RunModeSpec),
+    "command": ("vertisynth_commands", CommandSpec),
 }

@@ -20,7 +20,9 @@ from typing import Any
 import attrs
 import numpy as np
 
-from vertisynth.core.config import RunConfig, parse_config
+from vertisynth.core.registry import default_registry
+from vertisynth.core.structuring import structure
+from vertisynth.run.config import DatasetConfig, RunConfig, parse_config, section_classes
 from vertisynth.core.errors import ConfigError
 
 # Keys under these may be created by the grid (free-form params); everything else must already be a field.
@@ -50,7 +52,7 @@ def _check_key(base: dict[str, Any], key: str) -> None:
     parts = key.split(".")
     if not key or any(not p for p in parts):
         raise ConfigError(f"study.grid: {key!r} is not a dotted config key such as 'budget.epsilon'")
-    fields = {f.name for f in attrs.fields(RunConfig)} - {"study"}
+    fields = ({f.name for f in attrs.fields(RunConfig)} | set(section_classes())) - {"study", "sections"}
     if parts[0] not in fields:
         raise ConfigError(f"study.grid: unknown key {key!r}: {parts[0]!r} is not a config section "
                           f"(choices: {', '.join(sorted(fields))})")
@@ -75,9 +77,6 @@ def repeat_seed(base_seed: int, repeat: int) -> int:
 
 def dataset_attributes(dataset: dict[str, Any], data_dir: str | None) -> tuple[str, ...]:
     """The dataset's attribute names in schema order, from its source (no records are read)."""
-    from vertisynth.core.config import DatasetConfig, structure
-    from vertisynth.core.registry import default_registry
-
     ds = structure(dataset or {}, DatasetConfig, "dataset")
     spec = default_registry().get("dataset", ds.name)
     cls = spec.load_config_cls()

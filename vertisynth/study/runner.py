@@ -16,7 +16,8 @@ from typing import Any
 import pandas as pd
 from tqdm.auto import tqdm
 
-from vertisynth.core.config import parse_config
+from vertisynth.run.config import parse_config
+from vertisynth.run.pipeline import make_plan, run
 from vertisynth.core.errors import ConfigError, PluginError
 from vertisynth.study.grid import Cell, apply_quick, expand_grid
 from vertisynth.study.outputs import write_outputs
@@ -24,8 +25,6 @@ from vertisynth.study.outputs import write_outputs
 
 def run_cell(cell: Cell, cache_dir: str, data_dir: str | None) -> str:
     """Run one cell and write its metric rows to the cache; returns the cell key. Runs in a worker."""
-    from vertisynth.core.pipeline import run
-
     start = time.perf_counter()
     result = run(parse_config(cell.config, where=f"study cell {cell.index}"), data_dir=data_dir)
     rows = [{"evaluator": ev, "metric": m, "value": float(v)}
@@ -46,7 +45,6 @@ def run_cell(cell: Cell, cache_dir: str, data_dir: str | None) -> str:
 
 def _check_plugins(cells: list[Cell], data_dir: str | None) -> None:
     """Resolve every distinct cell's plugins before running anything (unknown names list the choices)."""
-    from vertisynth.core.pipeline import make_plan
     seen = set()
     for cell in cells:
         cfg = {k: v for k, v in cell.config.items() if k != "seed"}
@@ -68,7 +66,7 @@ def run_study(data: dict[str, Any], out_dir: str | Path, *, quick: bool = False,
     `only` stops after that many newly computed cells (used to simulate an interrupted run in tests)."""
     if quick:
         data = apply_quick(data)
-    study = parse_config(data, where="study file").study
+    study = parse_config(data, where="study file").section("study")
     cells = expand_grid(data, data_dir)
     _check_plugins(cells, data_dir)
     out = Path(out_dir)

@@ -40,7 +40,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from vertisynth.core.config import CONVERTER, structure
+from vertisynth.core.structuring import CONVERTER, structure
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import BudgetError, ConfigError, VertisynthError
@@ -48,7 +48,7 @@ from vertisynth.core.factor import Factor
 from vertisynth.core.interfaces import (Aligner, Encoder, Evaluator, MeasuresMarginals, PlanContext, Synthesizer,
                                        VerticalData)
 from vertisynth.core.messages import Message
-from vertisynth.core.privacy import Budget, Charge, PrivacyLedger
+from vertisynth.core.privacy import Budget, Charge, PrivacyLedger, PureDP
 from vertisynth.core.registry import Registry, default_registry
 
 from .audit import (AUDIT_LEVELS, AuditableMechanism, audit, claimed_epsilon, claimed_profile, default_level,
@@ -327,8 +327,6 @@ def check_plan_fits_any_budget(subject: Subject) -> None:
     @given(budgets(min_epsilon=0.01, max_epsilon=20.0, deltas=(0.0, 1e-9, 1e-5, 1e-2)),
            vertical_partitions(subject.domain, max_parties=3), st.sampled_from([(), (0.5,)]))
     def prop(budget: Budget, partition: VerticalPartition, before: tuple[float, ...]) -> None:
-        from vertisynth.core.privacy import PureDP
-
         planned_before = tuple(PureDP(budget.epsilon * f) for f in before)  # an earlier stage took half
         ctx = PlanContext(subject.domain, partition, budget, planned_before)
         try:
@@ -573,8 +571,6 @@ def check_horizontal_contract(subject: Subject) -> None:
     sensitivity of their counts, and fitting on exact answers gives records of the domain. A config the
     horizontal mode cannot run must say so with a ConfigError (e.g. private_pgm with MST)."""
     component = subject.build()
-    if not isinstance(component, MeasuresMarginals):
-        return
     rho = 0.37
     try:
         queries = component.marginal_queries(subject.domain, rho)
@@ -606,7 +602,7 @@ def check_horizontal_contract(subject: Subject) -> None:
 CHECKS: dict[str, tuple[Callable[[Subject], None], ...]] = {
     "synthesizer": (check_implements_interface, check_config_roundtrip, check_declares_cost,
                     check_plan_fits_any_budget, check_ledger_matches_plan,
-                    check_no_global_rng, check_privacy_audit, check_horizontal_contract),
+                    check_no_global_rng, check_privacy_audit),
     "encoder": (check_implements_interface, check_config_roundtrip, check_declares_cost,
                 check_plan_fits_any_budget, check_ledger_matches_plan,
                 check_no_global_rng, check_encoder_contract, check_privacy_audit),
@@ -618,10 +614,22 @@ CHECKS: dict[str, tuple[Callable[[Subject], None], ...]] = {
 }
 
 
+# checks chosen by what a component declares it can do (its interfaces and capability Protocols), as
+# scikit-learn's estimator tags choose theirs
+CAPABILITY_CHECKS: dict[type, tuple[Callable[[Subject], None], ...]] = {
+    MeasuresMarginals: (check_horizontal_contract,),
+}
+
+
 def component_checks(subject: Subject) -> Iterator[tuple[Subject, Callable[[Subject], None]]]:
-    """(subject, check) pairs for every check that applies to the subject's kind."""
+    """(subject, check) pairs for every check that applies to the subject's kind and capabilities."""
     for check in CHECKS[subject.kind]:
         yield subject, check
+    component = subject.build()
+    for capability, checks in CAPABILITY_CHECKS.items():
+        if isinstance(component, capability):
+            for check in checks:
+                yield subject, check
 
 
 def parametrize_with_checks(subjects: Iterable[Subject],

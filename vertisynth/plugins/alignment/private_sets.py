@@ -50,7 +50,7 @@ class PSUConfig:
     max_copies: int = 1
 
 
-def _prepare_ids(views: Mapping[str, Dataset], ids: Mapping[str, Sequence[Any]] | None, config: Any
+def prepare_ids(views: Mapping[str, Dataset], ids: Mapping[str, Sequence[Any]] | None, config: Any
                  ) -> tuple[dict[str, list[str]], dict[str, Dataset], dict[str, int]]:
     """Normalised identifiers per party (row positions when the data carry none) and duplicate handling."""
     if config.duplicates not in ("error", "first"):
@@ -89,7 +89,7 @@ class PSIAligner(Aligner):
     def align(self, views: Mapping[str, Dataset], ledger: PrivacyLedger, rng: np.random.Generator,
               ids: Mapping[str, Sequence[Any]] | None = None) -> Alignment:
         cfg = self.config or PSIConfig()
-        norm, views, dropped = _prepare_ids(views, ids, cfg)
+        norm, views, dropped = prepare_ids(views, ids, cfg)
         results = _run("psi", norm, cfg, rng)
         aligned = {p: views[p].take(results[p].rows) for p in views}
         n = next(iter(results.values())).n_common
@@ -145,7 +145,7 @@ class PSUAligner(Aligner):
     def align(self, views: Mapping[str, Dataset], ledger: PrivacyLedger, rng: np.random.Generator,
               ids: Mapping[str, Sequence[Any]] | None = None) -> Alignment:
         cfg = self.config
-        norm, views, dropped = _prepare_ids(views, ids, cfg)
+        norm, views, dropped = prepare_ids(views, ids, cfg)
         proto_rng, fill_rng = rng.spawn(2)
         results = _run("psu", norm, cfg, proto_rng)
         n_u = next(iter(results.values())).n_common

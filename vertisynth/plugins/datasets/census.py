@@ -16,6 +16,7 @@ import attrs
 import numpy as np
 import pandas as pd
 
+from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.encoding import ColumnSchema, TableSchema
 from vertisynth.core.errors import ConfigError
@@ -162,8 +163,6 @@ def schema() -> TableSchema:
 def decode_codes(codes: np.ndarray, rng: np.random.Generator) -> pd.DataFrame:
     """Raw-looking table from codes: labels for categories, integers drawn inside numeric bins."""
     codec = schema().fit(pd.DataFrame({n[0]: [] for n in NODES}), None, rng)
-    from vertisynth.core.dataset import Dataset
-
     return codec.decode(Dataset(codes, codec.domain), rng)
 
 

@@ -23,6 +23,8 @@ import math
 import time
 
 import attrs
+from typing import Any
+
 import numpy as np
 
 from vertisynth.core.dataset import Dataset
@@ -32,7 +34,7 @@ from vertisynth.core.interfaces import MarginalQuery, MeasuresMarginals, PlanCon
 from vertisynth.core.mechanisms import gaussian_mechanism, gaussian_sigma
 from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
 
-from .pgm import Measurement, estimate
+from vertisynth.pgm import Measurement, estimate
 
 STAGE = "synthesizer"
 
@@ -61,6 +63,8 @@ def exponential_mechanism(scores: np.ndarray, epsilon: float, sensitivity: float
 
 
 class PrivatePGMSynthesizer(Synthesizer, MeasuresMarginals):
+    _model: Any = None   # set by fit
+
     def __init__(self, config: PrivatePGMConfig | None = None) -> None:
         super().__init__(config or PrivatePGMConfig())
         self._timings: dict[str, float] = {}
@@ -168,7 +172,7 @@ class PrivatePGMSynthesizer(Synthesizer, MeasuresMarginals):
         return chosen
 
     def sample(self, n: int | None, rng: np.random.Generator) -> Dataset:
-        if not hasattr(self, "_model"):
+        if self._model is None:
             raise DataError("private_pgm: fit() before sample()")
         t0 = time.perf_counter()
         out = self._model.sample(self._n_hat if n is None else int(n), rng, self.config.sampling)

@@ -27,6 +27,8 @@ import math
 import time
 
 import attrs
+from typing import Any
+
 import numpy as np
 
 from vertisynth.core.dataset import Dataset
@@ -37,7 +39,7 @@ from vertisynth.core.interfaces import MarginalQuery, MeasuresMarginals, PlanCon
 from vertisynth.core.mechanisms import gaussian_mechanism, laplace_mechanism
 from vertisynth.core.privacy import Charge, PrivacyLedger, PureDP, ZCDP
 
-from ..scores import INDIF_SENSITIVITY, indif
+from vertisynth.pgm.scores import INDIF_SENSITIVITY, indif
 from .consistency import make_consistent
 from .records import synthesize_records
 
@@ -73,6 +75,8 @@ class DPSynConfig:
 
 
 class DPSynSynthesizer(Synthesizer, MeasuresMarginals):
+    _marginals: Any = None   # set by fit
+
     def __init__(self, config: DPSynConfig | None = None) -> None:
         super().__init__(config or DPSynConfig())
         self._timings: dict[str, float] = {}
@@ -217,7 +221,7 @@ class DPSynSynthesizer(Synthesizer, MeasuresMarginals):
 
     # -- sample -------------------------------------------------------------------------------
     def sample(self, n: int | None, rng: np.random.Generator) -> Dataset:
-        if not hasattr(self, "_marginals"):
+        if self._marginals is None:
             raise DataError("dpsyn: fit() before sample()")
         n = self._n_hat if n is None else int(n)
         t0 = time.perf_counter()

@@ -1,75 +1,15 @@
 """`privmrf`: data synthesis via a differentially private Markov random field (seed 003, §2.3).
 
-Budget (zCDP, Gaussian mechanism throughout; fractions configurable): `count` (1%) for a noisy record
-count n̂ (sensitivity 1), `r_score` (10%) for the R-scores, `refine` (10%) for the refinement queries,
-the rest for the marginals.
-
-Phase 1 — attribute graph. R(Ai,Aj) = (n/2)‖P[Ai,Aj] − P[Ai]P[Aj]‖₁ = ½ Σ|n_xy − n_x n_y / n| for every
-  pair, measured as one Gaussian vector. Under add/remove of one record the sum Σ|n_xy − n_x n_y/n| moves by
-  at most 5 (the cell of the record by 1, and the n_x n_y/n terms by at most 1 in each of four groups of
-  cells), so R's sensitivity is 2.5 per pair and 2.5·√m for the m-pair vector (σ_R = 2.5·√(m/(2ρ_R))).
-  Pairs are added in descending noisy R while the min-fill triangulation's largest clique stays within
-  `max_clique_cells` and the model within `max_model_cells`.
-Phase 2 — candidates. Every subset of a maximal clique with 2..`max_marginal_attrs` attributes (6, the
-  reference code's default) that is useful (see the usefulness filter below); the paper's test is θ-useful:
-  the average count per cell n̂ / Π u_i is at least θ·g with g = σ·√(2/π) the expected absolute Gaussian
-  noise per cell at the marginal budget (θ = 6; the seed prints the inequality reversed; we follow the
-  reference code's dom ≤ n / (θ·g)). Each clique's candidates share
-  a sampling weight |C|². (An earlier version offered only pairs and triples: on NLTCS, 16 binary attributes,
-  that capped every marginal at 8 cells when the noise allows 32-128, and PrivMRF lost to DPSyn; see
-  benchmarks/privmrf_diagnostics.py. `max_marginal_attrs = 3` gives roughly that set back.)
-Phase 3 — initial set: for every attribute, the candidate containing it with the largest total noisy
-  R-score inside (one contained in another is dropped); measured with Gaussian noise; model estimated by
-  the engine (Private-PGM). (The reference code builds the initial set from a greedy Bayesian network inside
-  each clique, scored by a CFS ratio of the same noisy pairwise scores; the sum used here is a simplification.)
-Phase 4 — refinement: `rounds` = min(⌈d/2⌉, 8) rounds add the remaining marginal measurements (the plan
-  has d + ⌈0.8·d⌉ of them): each round queries ‖model(c) − data(c)‖₁ (sensitivity 1 each) of up to
-  `max_queries` (400, as the reference code) unmeasured candidates, sampled by weight, as one Gaussian vector,
-  measures the worst ones, halves the weight of the better-inferred half of those queried, re-estimates
-  from a warm start.
-  If too few useful candidates remain, the leftover marginal charges re-measure chosen marginals.
-Sampling: the engine's low-variance rounding by default, as PrivMRF does.
-
-Usefulness filter (`useful`; the one deliberate deviation from the paper, on by default, `useful = "theta"` is
-  the paper's filter). θ = 6 judges a marginal by its *average* cell count only, so on data with large domains it
-  drops the strongest dependencies at small budgets: on Adult at ε = 0.4 the θ limit is 171 cells and every pair
-  of two 16-valued attributes fails it, education × education-num (a bijection, the largest R-score of all, 2R ≈
-  6.5× its expected noise mass) included; at ε = 0.2 (limit 90) so do age × marital-status, occupation ×
-  education, ... The model then treats those attributes as (nearly) independent, which is why DPSyn, measuring
-  all pairs, won there. (The reference code avoids this with attribute hierarchies, coarsening large domains at
-  ε < 0.41; this implementation has none. A smaller constant θ is no fix: θ = 2 admits 1000-cell 3- and 4-way
-  marginals at ε = 1.6 and loses there, 0.048 against 0.041-0.043.)
-  `useful = "signal"` keeps a θ-useful marginal as before and in addition a *pair* over the limit when its
-  dependence outweighs its noise: 2R is the L1 error (in counts) of a model with no link between the two
-  attributes, and cells·g the expected L1 error that measuring leaves, so the pair is kept when
-  2·(R̂ − z·σ_R) ≥ `signal_ratio`·cells·g (`signal_ratio` = 1, the break-even point). R̂ are the Phase-1
-  noisy R-scores: post-processing, no extra budget, the plan and the ledger are unchanged. z = `signal_z`
-  (1) guards against pairs that pass on their R-score noise σ_R alone; the ratio of the threshold cells·g/2
-  to σ_R does not depend on ε (≈ 0.029·cells for d = 15), so the risk is in small tables, where the θ limit
-  is a few cells: expected number of pairs over the θ limit kept (exact R, Gaussian σ_R) whose measurement
-  pays off / does not, z = 0 | 1 | √(2 ln m) ≈ 3.05 (the universal threshold):
-      Adult ε = 0.2            8.0 / 2.0 | 6.3 / 0.4 | 2.8 / 0.0
-      Adult ε = 0.4            4.0 / 1.2 | 4.0 / 0.3 | 3.5 / 0.0
-      Adult, 3000 rows, ε = 1  4.6 / 5.6 | 2.4 / 1.1 | 0.7 / 0.0
-  and on Adult (benchmarks/centralized.py, 3 seeds, 3-way TVD) z = 0 gave 0.077 / 0.061 at ε = 0.2 / 0.4,
-  z = 1 0.080 / 0.061, z = 3.05 0.087 / 0.062; z = 1 is the default. Larger sets keep the θ test (pairwise
-  scores do not tell what a set adds beyond its subsets; and every superset of a pair over the limit is over
-  it too). Where the θ test drops no pair with that much dependence (NLTCS at every ε; Adult at ε ≥ 0.8, by
-  the exact R-scores) the two filters agree up to the noise in R̂. Measured (3-way TVD, 3 seeds): Adult
-  ε = 0.2 theta 0.111, signal 0.080 (DPSyn 0.104); ε = 0.4 theta 0.089, signal 0.061 (DPSyn 0.077).
-  VertiMRF's parties (Adult split 0-7 | 8-14, benchmarks/vertimrf.py --quick) at ε = 0.8: VertiMRF-FM 0.101 →
-  0.082 (0.077 with z = 0; unchanged at ε = 1.6): their local budgets are small enough for the θ limit to drop
-  education × education-num.
-
-Local-model export: `export()` returns a LocalModel message (cliques, log-potentials, total, attribute
-graph, measured marginals and their noise std) that VertiMRF's parties send to the server.
+Phases: attribute graph from noisy R-scores, candidate marginals, initial set, refinement rounds, sampling;
+`export()` gives VertiMRF's parties their LocalModel message. The budget split, the usefulness filter (our one
+deliberate deviation) and its measurements are in docs/synthesizers/privmrf.md.
 """
 from __future__ import annotations
 
 import itertools
 import math
 import time
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import attrs
 import numpy as np
@@ -82,9 +22,9 @@ from vertisynth.core.mechanisms import gaussian_mechanism, gaussian_sigma
 from vertisynth.core.messages import Message
 from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
 
-from ..pgm import GraphicalModel, Measurement, build_junction_tree, estimate
-from ..pgm.graph import min_fill_cliques
-from ..scores import INDIF_SENSITIVITY, indif
+from vertisynth.pgm import GraphicalModel, Measurement, build_junction_tree, estimate
+from vertisynth.pgm.graph import min_fill_cliques
+from vertisynth.pgm.scores import INDIF_SENSITIVITY, indif
 
 STAGE = "synthesizer"
 R_SENSITIVITY = INDIF_SENSITIVITY / 2
@@ -182,6 +122,8 @@ def r_scores(table: Dataset, pairs: list[tuple[str, str]]) -> np.ndarray:
 
 
 class PrivMRFSynthesizer(Synthesizer):
+    _model: Any = None   # set by fit
+
     def __init__(self, config: PrivMRFConfig | None = None) -> None:
         super().__init__(config or PrivMRFConfig())
         self._timings: dict[str, float] = {}
@@ -441,7 +383,7 @@ class PrivMRFSynthesizer(Synthesizer):
         self.fit_table(data.joined().project(self._domain.attributes), ledger, rng)
 
     def sample(self, n: int | None, rng: np.random.Generator) -> Dataset:
-        if not hasattr(self, "_model"):
+        if self._model is None:
             raise DataError("privmrf: fit() before sample()")
         t0 = time.perf_counter()
         out = self._model.sample(int(round(self._n_hat)) if n is None else int(n), rng, self.config.sampling)
@@ -450,7 +392,7 @@ class PrivMRFSynthesizer(Synthesizer):
 
     def export(self, party: str) -> LocalModel:
         """The fitted model as a message for VertiMRF's server."""
-        if not hasattr(self, "_model"):
+        if self._model is None:
             raise DataError("privmrf: fit() before export()")
         m = self._model
         return LocalModel(party=party, domain=self._domain, cliques=[list(q) for q in m.tree.cliques],

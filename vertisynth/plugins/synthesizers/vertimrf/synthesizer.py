@@ -1,63 +1,9 @@
 """`vertimrf`: DP vertical data synthesis across m parties (seed 003, Algorithm 2, §§3–6).
 
-Party side (each party sees only its own columns; everything it sends is a Message):
-  Phase 1 LocMRF   PrivMRF on the party's attributes with the local clique limit → LocalModel.
-  Phase 2 LocEnc   attributes with more than `bins` values are binned (equal width, §6.1); the party
-                   sends DP within-bin value distributions (Laplace, `value_fraction` of the budget) and
-                   encodes its (binned) columns with the chosen encoder (`dpfm` = VertiMRF-FM, `grr` = -FO).
-Server side (messages only):
-  Phase 3 GraphCom join the local attribute graphs; estimate every cross-party pair's R-score from the
-                   encoder (CarEst) and add pairs by descending score while the triangulated graph's
-                   largest clique stays within τ (`max_clique_cells`).
-  Phase 4 InitMRF  initial marginal set = union of the local marginal sets, targets inferred from the
-                   local models (knowledge transfer); the global model is estimated by the engine.
-  Phase 5 OptMRF   rounds that add cross-party marginals (pairs inside the global cliques) whose estimate
-                   is usable, choosing where the global model disagrees most (L1) with the encoder's
-                   estimate; each estimate is recovered to raw values (HisRec) and made consistent with the
-                   local models' 1-way tables (§6.2) before it is added; re-estimation from a warm start.
-  Phase 6          sample n̂ records.
-
-Budget (zCDP ρ of the whole run; one person spans all parties, so every party's spend composes):
-`local_fraction` (0.4) split evenly over the parties' PrivMRF runs; `value_fraction` (0.2) for the value
-distributions, as pure ε per binned attribute with Σ ε²/2 equal to its ρ; the encoder plans last and takes
-what is left (`encoder_fraction`, 0.4, up to composition rounding; DPFM keeps 10% of it for n̂); without
-binning the value share goes to the encoder.
-`recovery`: how cross-party estimates made on binned attributes reach the full-domain model. "hisrec"
-(the paper, §6.1) spreads each bin over its values by the DP within-bin value distributions, assuming a
-value is independent of the other attribute given its bin; "uniform" spreads evenly (ablation); "query"
-(ours) fits the estimate as what it is, a binned linear query Q μ of the model's marginal, so the values
-inside a bin are left to the local models, which know them; it needs no value distributions, and their
-budget share goes to the encoder. Measured on Adult (benchmarks/vertimrf.py): "query" beats "hisrec".
-Deviation from the paper: the paper lets each party spend ε₀ on its LocMRF; since the parties' data
-describe the same people, those spends compose, so we split the local share across parties.
-
-`weighting`: "paper" fits every marginal with equal weight and selects cross-party marginals by the
-d^c rule (average count per cell ≥ `d_c`), consistency by plain averaging; "variance" (default)
-weights each measurement by the real variance of its source (the encoder's per-cell variance, the
-local measurement's noise), skips cross-party pairs whose estimated R-score is within its own noise,
-selects only marginals whose average cell count exceeds `z`× their estimate's standard deviation, and
-averages in consistency enforcement by inverse variance. Weights differing by orders of magnitude make
-mirror descent crawl on the weakly weighted marginals (the step size is set by the stiffest ones), so a
-cross-party marginal's std is capped at `max_std_ratio` × the median local measurement std: it still
-weighs up to 25× less than a local marginal, and the fit converges in the iterations we can afford.
-
-Defaults chosen from measured error (Adult 0-7 | 8-14, 3-way TVD; centralised PrivMRF 0.046 / 0.043 / 0.038
-at ε 0.8 / 1.6 / 3.2): DPFM with t = 8000 repetitions (the paper: 2000), `iters = 1500` per estimation (was
-300) and `bins = 8` (the paper: 4). At ε 3.2 the cross-party measurements were accurate after consistency
-enforcement (0.005-0.014 TVD from the truth) but the model stayed 0.01-0.02 away from them: with their
-weight 25× below the local marginals', 300 mirror-descent steps had not converged (3000: no gain over 1500).
-t 2000 → 8000 halves the sketch noise (32000: no further gain). 4 equal-width bins put 75% of
-hours-per-week in one bin; 8 keep the cross-party detail the estimates can afford (16, i.e. no binning: worse).
-`benchmarks/vertimrf_variants.py`, 300 marginals, seeds 2-4 (bins 4):
-  t 2000, 300 iters (before)   ~0.077 / 0.071 / –   (seeds 0-1, 100 marginals: 1.62x / 1.66x centralised)
-  t 8000, 300 iters            0.0720 / 0.0642 / 0.0599
-  t 8000, 1500 iters           0.0698 / 0.0606 / 0.0556
-  same, local_fraction 0.5 / encoder 0.3      0.0649 / 0.0582 / 0.0548
-then bins 4 → 8 (seed 200, all 455 3-way marginals): ε 0.8 0.0674 → 0.0651, ε 3.2 0.0597 → 0.0526;
-`benchmarks/vertimrf.py` (seeds 200-201) with all defaults: the README table (1.39x / 1.29x / 1.36x centralised).
-The split stays the paper's; giving the local models half the budget measured better on Adult.
-Equal-mass instead of equal-width bins (edges from the local model's DP 1-way table) measured 2-9%
-lower TVD in an oracle experiment at 4 bins (one seed each at ε 0.8 and 3.2); not built.
+Party side (own columns only → Messages): LocMRF (PrivMRF on the party's attributes), LocEnc (binning, DP
+value distributions, the encoder's sketches or perturbed columns). Server side (messages only): GraphCom,
+InitMRF, OptMRF, sampling. The budget split, the deviations from the paper, the defaults and the measurements
+behind them are in docs/synthesizers/vertimrf.md.
 """
 from __future__ import annotations
 
@@ -70,7 +16,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from vertisynth.core.config import structure
+from vertisynth.core.capabilities import ReleasesNoisyCount, SharedKeyEncoder
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.core.factor import Factor
@@ -78,11 +24,12 @@ from vertisynth.core.interfaces import PlanContext, Synthesizer, VerticalData
 from vertisynth.core.messages import Message
 from vertisynth.core.privacy import Charge, PrivacyLedger
 from vertisynth.core.registry import default_registry
+from vertisynth.core.structuring import CONVERTER, structure
 
-from ..pgm import Measurement, estimate
-from ..pgm.estimation import bin_query
-from ..pgm.graph import min_fill_cliques
-from ..privmrf.synthesizer import LocalModel, PrivMRFConfig, PrivMRFSynthesizer
+from vertisynth.pgm import Measurement, estimate
+from vertisynth.pgm.estimation import bin_query
+from vertisynth.pgm.graph import min_fill_cliques
+from ..privmrf import LocalModel, PrivMRFConfig, PrivMRFSynthesizer
 from .dimension import (ValueDistributions, bin_dataset, bin_map, binned_domain, hisrec, measure_value_distributions,
                         planned_charges as value_charges, uniform_distributions)
 
@@ -131,6 +78,8 @@ class VertiMRFConfig:
 
 
 class VertiMRFSynthesizer(Synthesizer):
+    _model: Any = None   # set by fit
+
     def __init__(self, config: VertiMRFConfig | None = None) -> None:
         super().__init__(config or VertiMRFConfig())
         self._timings: dict[str, float] = {}
@@ -175,21 +124,15 @@ class VertiMRFSynthesizer(Synthesizer):
         self._low_domain = binned_domain(ctx.domain, c.bins, self._binned) if self._binned else ctx.domain
         spec = default_registry().get("encoder", c.encoder)
         enc_cls = spec.load_config_cls()
-        # DPFM defaults measured best (encoders README; benchmarks/vertimrf_variants.py): the tight ε' calibration
-        # spends the whole encoder slice, projecting estimates onto the simplex beats Alg. 4's clipping, and
-        # t = 8000 repetitions (the paper: 2000) cut the cross-party cells' std by half at 4x the encoding time
-        # (Adult 3-way TVD at ε 0.8/1.6/3.2, 3 seeds: t 2000 -> 8000 lowers it 7%; 32000 gains nothing more)
-        defaults = {"calibration": "tight", "postprocess": "project", "t": 8000} if c.encoder == "dpfm" else {}
-        enc_cfg = structure({**defaults, **c.encoder_params}, enc_cls, f"vertimrf.encoder_params of {c.encoder!r}")
+        # the encoder's own config class holds its defaults (the DPFM ones measured best: docs/vertimrf.md)
+        enc_cfg = structure(dict(c.encoder_params), enc_cls, f"vertimrf.encoder_params of {c.encoder!r}")
         self._encoder = spec.load_factory()(enc_cfg)
-        # the encoder plans last, against the real budget with everything planned before it (the pipeline's
-        # earlier stages and our local and value-distribution charges): it gets exactly what is left
-        # (with a `sample` fill every charge is recorded with group privacy: count ours as the ledger will)
-        grouping = PrivacyLedger(ctx.budget, group_size=ctx.group_size)
-        before = tuple(ctx.planned_before) + tuple(grouping.grouped(ch).cost for ch in charges)
-        enc_ctx = PlanContext(self._low_domain, ctx.partition, ctx.budget, before, ctx.n_public,
-                              group_size=ctx.group_size)
-        charges += self._encoder.plan(enc_ctx)
+        # the encoder plans last, granted exactly what is left after the pipeline's earlier stages and our
+        # local and value-distribution charges (counted with group privacy, as the ledger will record them)
+        charges += self._encoder.plan(ctx.after(charges, domain=self._low_domain))
+        # the report shows the configuration that ran, nested defaults included
+        self.config = attrs.evolve(c, encoder_params=CONVERTER.unstructure(enc_cfg) if enc_cfg is not None else {},
+                                   local_params=CONVERTER.unstructure(lp) if c.use_local else dict(c.local_params))
         k_p = getattr(getattr(self._encoder, "params", None), "k_p", None)
         if k_p is not None and k_p > 10**6:
             raise ConfigError(
@@ -248,7 +191,7 @@ class VertiMRFSynthesizer(Synthesizer):
         if c.recovery == "uniform" and self._binned:
             dists = uniform_distributions(dom, c.bins, self._binned)
         enc = self._encoded(messages)
-        n_hat = float(self._encoder.noisy_count(enc)[0]) if hasattr(self._encoder, "noisy_count") else float(enc[0].n)
+        n_hat = float(self._encoder.noisy_count(enc)[0]) if isinstance(self._encoder, ReleasesNoisyCount) else float(enc[0].n)
         n_hat = max(n_hat, 1.0)
         t0 = time.perf_counter()
         # Phase 3: GraphCom
@@ -394,12 +337,12 @@ class VertiMRFSynthesizer(Synthesizer):
                 {p: np.random.default_rng(s) for p, s in zip(self._partition.names, seeds)})
 
     def agree_keys(self, key_rng: np.random.Generator) -> None:
-        if hasattr(self._encoder, "agree_keys"):
+        if isinstance(self._encoder, SharedKeyEncoder):
             self._encoder.agree_keys(key_rng)
 
     def needs_keys(self) -> bool:
         """Whether the encoder needs hash keys shared by the parties and hidden from the server (DPFM)."""
-        return hasattr(self._encoder, "set_keys")
+        return isinstance(self._encoder, SharedKeyEncoder)
 
     def set_keys(self, keys: Mapping[str, Any]) -> None:
         """Keys agreed in an earlier step (`vertisynth party keys`), for the parties in `keys`."""
@@ -421,7 +364,7 @@ class VertiMRFSynthesizer(Synthesizer):
         self.server_step(messages)
 
     def sample(self, n: int | None, rng: np.random.Generator) -> Dataset:
-        if not hasattr(self, "_model"):
+        if self._model is None:
             raise DataError("vertimrf: fit() before sample()")
         t0 = time.perf_counter()
         out = self._model.sample(int(round(self._n_hat)) if n is None else int(n), rng, self.config.sampling)
@@ -444,7 +387,7 @@ class VertiMRFSynthesizer(Synthesizer):
     def model_details(self) -> dict[str, Any]:
         """What the server built, for the report: the cross-party pairs GraphCom scored (R-score, its noise,
         whether the edge fit under τ), the OptMRF candidates and the cross-party marginals it measured."""
-        if not hasattr(self, "_model"):
+        if self._model is None:
             return {}
         return {"graph_combination": self._graph_info, "cross_party_candidates": self._candidate_info,
                 "cross_party_marginals": [list(p) for p in self._chosen],

@@ -1,0 +1,124 @@
+"""The import contract: each part of vertisynth imports only the parts below it, and parts on one level do
+not import each other. Read from the source with `ast` (function-level imports included), so an upward import
+or a cycle fails the build wherever it hides."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "vertisynth"
+
+# part -> the parts it may import (besides itself). Lower layers first.
+ALLOWED: dict[str, set[str]] = {
+    "core": set(),
+    "pgm": {"core"},
+    "testing": {"core"},                       # the kit a plugin author runs: the kernel only
+    "plugins": {"core", "pgm"},
+    "run": {"core", "pgm", "plugins"},
+    "deploy": {"core", "pgm", "plugins", "run"},
+    "collab": {"core", "pgm", "plugins", "run"},
+    "study": {"core", "pgm", "plugins", "run"},
+    "cli": {"core", "run"},                     # the parts add their commands through the registry
+    "api": {"core", "run"},
+    "__init__": {"core", "api"},              # the package root: hookimpl, and synthesize() from the api
+}
+
+
+def imports(path: Path, root: Path) -> list[tuple[str, int]]:
+    """Absolute names of the vertisynth modules `path` (inside package `root`) imports, with line numbers."""
+    tree = ast.parse(path.read_text(), str(path))
+    pkg = list(path.relative_to(root.parent).with_suffix("").parts)[:-1]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, node.lineno) for a in node.names if a.name.split(".")[0] == "vertisynth"]
+        elif isinstance(node, ast.ImportFrom):
+            base = pkg[: len(pkg) - node.level + 1] if node.level else []
+            name = ".".join(base + ([node.module] if node.module else []))
+            if name == "vertisynth":   # `from vertisynth import x`: x may be a part
+                out += [(f"vertisynth.{a.name}", node.lineno) for a in node.names]
+            elif name.split(".")[0] == "vertisynth":
+                out.append((name, node.lineno))
+    return out
+
+
+def part_of(module: str) -> str | None:
+    parts = module.split(".")
+    if len(parts) < 2 or parts[1] in ("__version__", "hookimpl"):   # the package root's own names
+        return None
+    return parts[1]
+
+
+def violations(root: Path) -> list[str]:
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        me = path.relative_to(root).parts[0].removesuffix(".py")
+        allowed = ALLOWED.get(me)
+        if allowed is None:
+            bad.append(f"{path.relative_to(root)}: part {me!r} has no rule in ALLOWED")
+            continue
+        bad += [f"{path.relative_to(root)} line {line} ({me}) imports {mod}" for mod, line in imports(path, root)
+                if (t := part_of(mod)) is not None and t != me and t not in allowed]
+    return bad
+
+
+def plugin_internals(root: Path) -> list[str]:
+    """Plugins of different kinds never import each other; within a kind, a plugin package is used only through
+    its public names (`vertisynth.plugins.synthesizers.privmrf`, not `...privmrf.synthesizer`)."""
+    bad = []
+    for path in sorted((root / "plugins").rglob("*.py")):
+        rel = path.relative_to(root / "plugins").with_suffix("").parts
+        for mod, line in imports(path, root):
+            parts = mod.split(".")
+            if parts[:2] != ["vertisynth", "plugins"] or len(parts) < 3:
+                continue
+            other_kind = parts[2] != rel[0]
+            other_pkg_internal = (len(parts) > 4 and len(rel) > 2 and parts[3] != rel[1]
+                                  and (root / "plugins" / parts[2] / parts[3]).is_dir())
+            if other_kind or other_pkg_internal:
+                bad.append(f"plugins/{'/'.join(rel)}.py line {line} imports {mod}")
+    return bad
+
+
+def test_no_upward_or_sideways_import():
+    assert violations(PACKAGE) == []
+
+
+def test_plugins_use_only_each_others_public_packages():
+    assert plugin_internals(PACKAGE) == []
+
+
+def test_no_cycle_between_parts():
+    edges: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        me = path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+        edges.setdefault(me, set()).update(t for m, _ in imports(path, PACKAGE)
+                                           if (t := part_of(m)) is not None and t != me)
+    done: set[str] = set()
+
+    def visit(n: str, stack: list[str]) -> None:
+        assert n not in stack, f"import cycle between parts: {' -> '.join(stack[stack.index(n):] + [n])}"
+        if n not in done:
+            for m in sorted(edges.get(n, ())):
+                visit(m, stack + [n])
+            done.add(n)
+
+    for n in sorted(edges):
+        visit(n, [])
+
+
+def test_the_contract_catches_upward_and_internal_imports(tmp_path):
+    root = tmp_path / "vertisynth"
+    (root / "core").mkdir(parents=True)
+    (root / "core" / "bad.py").write_text("def f():\n    from ..run.pipeline import make_plan\n")
+    (root / "plugins" / "synthesizers" / "a").mkdir(parents=True)
+    (root / "plugins" / "synthesizers" / "b").mkdir(parents=True)
+    (root / "plugins" / "synthesizers" / "a" / "x.py").write_text(
+        "from vertisynth.plugins.synthesizers.b.impl import Thing\nfrom ..b import Public\n"
+        "from vertisynth.plugins.encoders.dpfm import DPFMEncoder\n")
+    assert violations(root) == ["core/bad.py line 2 (core) imports vertisynth.run.pipeline"]
+    assert plugin_internals(root) == [
+        "plugins/synthesizers/a/x.py line 1 imports vertisynth.plugins.synthesizers.b.impl",
+        "plugins/synthesizers/a/x.py line 3 imports vertisynth.plugins.encoders.dpfm"]

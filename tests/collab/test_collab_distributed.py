@@ -1,0 +1,241 @@
+"""The horizontal protocol as separate OS processes exchanging only files (vertisynth.collab.distributed):
+equal to the one-process simulation under the same seeds, servers see only shares, clear errors."""
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from vertisynth.collab.distributed import Hello, fingerprint, query_file, run_custodian, run_publisher, run_server
+from vertisynth.collab.horizontal import simulate_custodians
+from vertisynth.collab.secure_aggregation import CountShare
+from vertisynth.run.config import load_config
+from vertisynth.core.errors import ConfigError, DataError, MessageError
+from vertisynth.core.messages import publish
+from vertisynth.run.pipeline import make_plan, run
+from vertisynth.plugins.datasets.census import CensusConfig, load
+
+CLI = [sys.executable, "-m", "vertisynth.cli", "collab"]
+
+
+def _setup(tmp_path, preprocessing="combined", extra=""):
+    frame = load(CensusConfig(n=600)).frame
+    csvs = {}
+    for (name, part), as_ in zip(simulate_custodians(frame, 2, "random", np.random.default_rng(1)).items(), "AB"):
+        csvs[as_] = tmp_path / f"{as_}.csv"
+        part.to_csv(csvs[as_], index=False)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f"""seed = 3
+budget = {{ epsilon = 5.0, delta = 1e-5 }}
+[dataset]
+name = "census"
+params = {{ n = 600 }}
+[synthesizer]
+use = "private_pgm"
+params = {{ measurements = "workload", iters = 30, workload = [["age", "income"], ["sex", "income"]] }}
+[[evaluators]]
+use = "workload_error"
+[collab]
+files = {{ A = "{csvs['A']}", B = "{csvs['B']}" }}
+servers = 2
+numeric = {{ age = [17, 90] }}
+bins = 4
+preprocessing = "{preprocessing}"
+{extra}""")
+    return cfg, csvs
+
+
+def _spawn(cfg, csvs, ex, out, seed=3, extra_custodian=()):
+    """Every role its own OS process; they meet only in the exchange folder."""
+    procs = [subprocess.Popen(CLI + ["server", str(cfg), "--index", str(s), "--exchange", str(ex), "--seed", str(seed),
+                                     "--timeout", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for s in (0, 1)]
+    procs += [subprocess.Popen(CLI + ["custodian", str(cfg), "--name", n, "--csv", str(p), "--exchange", str(ex),
+                                      "--timeout", "120", "--seed", str(seed), *extra_custodian],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+              for n, p in csvs.items()]
+    procs.append(subprocess.Popen(CLI + ["publish", str(cfg), "--exchange", str(ex), "--out", str(out),
+                                         "--timeout", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = []
+    for p in procs:
+        o, e = p.communicate(timeout=300)
+        assert p.returncode == 0, e
+        outs.append(o)
+    return outs
+
+
+def _plan(cfg):
+    return make_plan(load_config(cfg))
+
+
+@pytest.mark.parametrize("preprocessing", ["combined", "local"])
+def test_separate_processes_publish_exactly_the_simulation(tmp_path, preprocessing):
+    cfg, csvs = _setup(tmp_path, preprocessing)
+    sim = run(load_config(cfg), tmp_path / "sim")
+    ex = tmp_path / "exchange"
+    # every role its own OS process; they meet only in the exchange folder
+    procs = [subprocess.Popen(CLI + ["server", str(cfg), "--index", str(s), "--exchange", str(ex), "--seed", "3",
+                                     "--timeout", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for s in (0, 1)]
+    procs += [subprocess.Popen(CLI + ["custodian", str(cfg), "--name", n, "--csv", str(p), "--exchange", str(ex),
+                                      "--timeout", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+              for n, p in csvs.items()]
+    procs.append(subprocess.Popen(CLI + ["publish", str(cfg), "--exchange", str(ex), "--out", str(tmp_path / "dist"),
+                                         "--timeout", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    assert "published" in out
+    assert (tmp_path / "dist" / "synthetic.csv").read_bytes() == (tmp_path / "sim" / "synthetic.csv").read_bytes()
+    import json
+    rep = json.loads((tmp_path / "dist" / "report.json").read_text())
+    assert rep["collab"]["numeric_bins"] == sim.report["collab"]["numeric_bins"]
+    assert rep["privacy"]["spent_epsilon"] == pytest.approx(sim.report["privacy"]["spent_epsilon"])
+    assert not rep["privacy"]["planned_but_unspent"] and rep["mode"].startswith("horizontal custodians, separate")
+
+    # what a server receives: hellos (no data) and shares addressed to it, nothing else
+    for s in (0, 1):
+        files = sorted((ex / f"to_server{s}").iterdir())
+        assert files and all(f.suffix == ".npz" for f in files)
+        values = np.concatenate([CountShare.load(f).share for f in files])
+        assert (values < 2**40).mean() < 1e-3      # raw counts would all be small; shares are uniform in Z_2^64
+        assert 0.45 < (values >= 2**63).mean() < 0.55
+    # ... and each custodian's share pair is exactly its counts, which neither share alone shows
+    plan = _plan(cfg)
+    codes = plan.run.base.encode(pd.read_csv(csvs["A"], dtype=str, keep_default_na=False, na_values=[""]))
+    truth = codes.counts(["sex"]).values.ravel().astype(np.uint64)
+    name = f"{query_file('measure:pgm:sex')}__A.npz"
+    s0, s1 = (CountShare.load(ex / f"to_server{s}" / name).share for s in (0, 1))
+    assert np.array_equal(s0 + s1, truth) and not np.array_equal(s0, truth) and not np.array_equal(s1, truth)
+
+
+def test_roles_refuse_unknown_names_and_what_they_do_not_cover(tmp_path):
+    cfg, csvs = _setup(tmp_path)
+    with pytest.raises(DataError, match="unknown custodian 'C'; the config's custodians are \\['A', 'B'\\]"):
+        run_custodian(_plan(cfg), "C", csvs["A"], tmp_path / "ex")
+    with pytest.raises(DataError, match="unknown server 2; the config has collab.servers = 2"):
+        run_server(_plan(cfg), 2, tmp_path / "ex")
+    out = subprocess.run(CLI + ["server", str(cfg), "--index", "5", "--exchange", str(tmp_path / "ex")],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "unknown server 5" in out.stderr
+    out = subprocess.run(CLI + ["nosuchrole", str(cfg)], capture_output=True, text=True)
+    assert out.returncode != 0 and "No such command 'nosuchrole'" in out.stderr
+    (tmp_path / "h.toml").write_text(cfg.read_text().replace("[collab]", "[evaluation]\nholdout = 0.2\n[collab]"))
+    with pytest.raises(ConfigError, match="holdout = 0"):
+        run_server(_plan(tmp_path / "h.toml"), 0, tmp_path / "ex")
+
+
+def test_missing_messages_time_out_with_a_clear_error(tmp_path):
+    cfg, csvs = _setup(tmp_path)
+    plan = _plan(cfg)
+    t0 = time.monotonic()
+    with pytest.raises(MessageError, match="for the custodians' hellos .* missing \\['A', 'B'\\]; is a custodian down"):
+        run_server(plan, 0, tmp_path / "ex", timeout=0.5)
+    assert time.monotonic() - t0 < 10
+    for n in ("A", "B"):   # both custodians announced, but no server ever answers
+        publish(Hello(party=n, fingerprint=fingerprint(plan), columns=list(plan.run.base.domain.attributes)),
+                tmp_path / "ex", f"hello__{n}.npz")
+    with pytest.raises(MessageError, match="waited 0 s for server 0's noisy share of 'age:grid'"):
+        run_publisher(_plan(cfg), tmp_path / "ex", tmp_path / "out", timeout=0.3)
+    assert not (tmp_path / "out" / "synthetic.csv").exists()
+
+
+def test_a_custodian_with_a_different_schema_or_config_is_refused_by_everyone(tmp_path):
+    cfg, csvs = _setup(tmp_path)
+    bad = tmp_path / "bad.csv"
+    pd.read_csv(csvs["B"]).drop(columns=["income"]).to_csv(bad, index=False)
+    with pytest.raises(DataError, match="custodian 'B' has a different schema: lacks \\['income'\\]"):
+        run_custodian(_plan(cfg), "B", bad, tmp_path / "ex", timeout=1)
+    plan = _plan(cfg)
+    publish(Hello(party="A", fingerprint=fingerprint(plan), columns=list(plan.run.base.domain.attributes)),
+            tmp_path / "ex", "hello__A.npz")
+    # the server sees B's hello (written before B failed) and names the problem instead of waiting
+    with pytest.raises(DataError, match="custodian 'B' has a different schema: lacks \\['income'\\]"):
+        run_server(plan, 0, tmp_path / "ex", timeout=5)
+    other = tmp_path / "other"
+    other.mkdir()
+    publish(Hello(party="A", fingerprint="0123456789abcdef", columns=list(plan.run.base.domain.attributes)),
+            other, "hello__A.npz")
+    with pytest.raises(ConfigError, match="custodian 'A' runs a different config"):
+        run_server(_plan(cfg), 1, other, timeout=5)
+
+
+TUNED = """[collab.tuning]
+method = "{method}"
+folds = 2
+grid = {{ iters = [10, 20] }}
+{more}
+"""
+
+
+@pytest.mark.parametrize("method, more", [
+    ("private_selection", 'expected_runs = 3.0\nthresholds = { A = 0.6 }'),
+    ("paper", 'metric = "workload_error.l1_1way"\nthresholds = { A = 1.0, B = 2.0 }'),
+])
+def test_tuning_as_separate_processes_equals_the_simulation(tmp_path, method, more):
+    import json
+
+    cfg, csvs = _setup(tmp_path, extra=TUNED.format(method=method, more=more))
+    sim = run(load_config(cfg), tmp_path / "sim")
+    ex = tmp_path / "exchange"
+    outs = _spawn(cfg, csvs, ex, tmp_path / "dist")
+    rep = json.loads((tmp_path / "dist" / "report.json").read_text())
+    for key in ("chosen", "candidate_runs", "published", "label"):
+        assert rep["collab"]["tuning"][key] == sim.report["collab"]["tuning"][key], key
+    assert rep["collab"]["tuning"].get("dp_scores") == sim.report["collab"]["tuning"].get("dp_scores")
+    assert rep["privacy"]["spent_epsilon"] == pytest.approx(sim.report["privacy"]["spent_epsilon"])
+    assert rep["privacy"]["per_stage_epsilon"] == pytest.approx(sim.report["privacy"]["per_stage_epsilon"])
+    if sim.report["collab"]["published"]:
+        assert (tmp_path / "dist" / "synthetic.csv").read_bytes() == (tmp_path / "sim" / "synthetic.csv").read_bytes()
+        assert "published" in outs[-1]
+    else:
+        assert not (tmp_path / "dist" / "synthetic.csv").exists()
+    runs = sim.report["collab"]["tuning"]["candidate_runs"]
+    assert runs >= 1 and sim.report["collab"]["published"]   # these seeds publish: the equality covers the table
+    # what the custodians saw of the tuning: the publisher's steps and, sound: one DP score per run (no fold
+    # table ever leaves the publisher); paper: the fold runs' synthetic tables, which each scores on its folds
+    tuning = sorted(f.name for f in (ex / "tuning").iterdir())
+    sound = method != "paper"
+    assert len([f for f in tuning if f.startswith("synthetic_")]) == (0 if sound else 2 * runs)
+    assert len([f for f in tuning if f.startswith("score_")]) == (runs if sound else 0)
+    assert len([f for f in tuning if f.startswith("vote_")]) == 2 * runs   # yes/no only, one per custodian
+    assert len([f for f in tuning if f.startswith("step")]) == runs + 1
+    if method == "paper":
+        assert "not sound" in rep["privacy"]["tuning_accounting"]
+
+
+def test_tuning_errors_missing_votes_and_thresholds_out_of_range(tmp_path):
+    from vertisynth.collab.distributed import FollowerIO, PublisherFiles, PublisherIO, Vote, _vote_file
+    from vertisynth.collab.tuning import Selection
+
+    cfg, csvs = _setup(tmp_path, extra=TUNED.format(method="compose_all", more=""))
+    plan = _plan(cfg)
+    with pytest.raises(ConfigError, match="thresholds.A = 2.5 is outside the range \\[0.0, 2.0\\] of 'dp_workload.l1'"):
+        run_custodian(plan, "A", csvs["A"], tmp_path / "ex", threshold=2.5)
+    assert not (tmp_path / "ex" / "hello__A.npz").exists()   # refused before announcing anything
+    out = subprocess.run(CLI + ["custodian", str(cfg), "--name", "B", "--csv", str(csvs["B"]), "--exchange",
+                                str(tmp_path / "ex"), "--threshold", "-1"], capture_output=True, text=True)
+    assert out.returncode == 2 and "thresholds.B = -1.0 is outside the range" in out.stderr
+    (tmp_path / "plain").mkdir()
+    plain, _ = _setup(tmp_path / "plain")
+    with pytest.raises(ConfigError, match="this config has no \\[collab.tuning\\]"):
+        run_custodian(_plan(plain), "A", csvs["A"], tmp_path / "ex", threshold=0.5)
+    # the publisher waits for every custodian's vote on a candidate run, and names the missing one
+    ex = tmp_path / "votes"
+    io = PublisherIO(ex, 0.3, 0.05, PublisherFiles(2, ex), ["A", "B"], Selection("compose_all", [0, 1]), 3,
+                     plan.tuner.grid)
+    f = _vote_file(ex, 0, "A")
+    f.parent.mkdir(parents=True)
+    publish(Vote(party="A", run=0, yes=True), f.parent, f.name)
+    t0 = time.monotonic()
+    with pytest.raises(MessageError, match="waited 0 s for custodian 'B'.s vote on candidate run 0"):
+        io.votes(0, {})
+    assert time.monotonic() - t0 < 10
+    publish(Vote(party="A", run=1, yes=True), f.parent, _vote_file(ex, 0, "B").name)   # a vote for another run
+    with pytest.raises(MessageError, match="holds 'A'.s vote on run 1, expected 'B'.s on 0"):
+        io.votes(0, {})
+    # a custodian or server whose publisher never announces the next step times out clearly too
+    with pytest.raises(MessageError, match="waited 0 s for the publisher's tuning step 0"):
+        FollowerIO(tmp_path / "ex3", 0.3, 0.05, PublisherFiles(2, tmp_path / "ex3")).next_run(0, [])

@@ -1,0 +1,84 @@
+"""Optional capabilities a component may offer beyond its base interface, declared as `typing.Protocol`s.
+
+The pipeline, the cross-machine roles and the conformance kit check them with `isinstance` (never by probing
+for a method name), so a plugin author sees here everything the application may call. Implement the methods
+with these signatures; inheriting from the Protocol is optional but documents the intent.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from .dataset import Dataset
+from .messages import Message
+from .privacy import PrivacyLedger
+
+
+@runtime_checkable
+class PartyServerSplit(Protocol):
+    """A vertical synthesizer whose fit splits into a party side (own columns → messages) and a server side
+    (messages only): what `vertisynth party synth` and `vertisynth server` run on separate machines."""
+
+    def party_rngs(self, rng: np.random.Generator) -> tuple[np.random.Generator, dict[str, np.random.Generator]]:
+        """The key-agreement stream (shared by the parties, never the server) and one stream per party."""
+
+    def party_step(self, party: str, view: Dataset, ledger: PrivacyLedger, rng: np.random.Generator) -> list[Message]:
+        """Everything one party computes from its own columns, spending its planned charges."""
+
+    def server_step(self, messages: Sequence[Message]) -> None:
+        """Fit the model from every party's messages (no rows)."""
+
+    def needs_keys(self) -> bool:
+        """Whether the parties must agree hash keys hidden from the server first (`vertisynth party keys`)."""
+
+    def set_keys(self, keys: Mapping[str, Any]) -> None:
+        """Keys agreed in an earlier step, for the parties in `keys`."""
+
+    def agree_keys(self, key_rng: np.random.Generator) -> None:
+        """The one-process simulation's stand-in for the key agreement."""
+
+
+@runtime_checkable
+class ReportsModel(Protocol):
+    """A synthesizer that describes what it built (cliques, selected marginals...) for the report."""
+
+    def model_details(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class ReportsBudgetSplit(Protocol):
+    """A synthesizer that splits its budget between phases: the fractions of its zCDP ρ, for the report."""
+
+    def budget_split(self) -> dict[str, float]: ...
+
+
+@runtime_checkable
+class HasPrivacyNotes(Protocol):
+    """A component with caveats on its guarantee (e.g. bounded neighbours) that the summary must show."""
+
+    def privacy_notes(self) -> list[str]: ...
+
+
+@runtime_checkable
+class SharedKeyEncoder(Protocol):
+    """An encoder whose parties need hash keys common to them and unknown to the server (DPFM)."""
+
+    def agree_keys(self, rng: np.random.Generator | None) -> dict[str, Any]: ...
+
+    def set_keys(self, keys: dict[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class EstimatesWithVariance(Protocol):
+    """An encoder whose server side returns a marginal estimate together with its per-cell variance."""
+
+    def estimate_with_variance(self, messages: Sequence[Message], attrs_: Sequence[str]) -> Any: ...
+
+
+@runtime_checkable
+class ReleasesNoisyCount(Protocol):
+    """An encoder whose messages carry a DP estimate of the record count n̂ (with its variance)."""
+
+    def noisy_count(self, messages: Sequence[Message]) -> tuple[float, float]: ...

@@ -1,0 +1,80 @@
+"""Structuring settings (TOML tables) into attrs config classes: unknown keys and wrong types rejected by name.
+
+Every component's params, the run config and the parts' own sections go through `structure`."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import cattrs
+
+from .errors import ConfigError, VertisynthError, choices_text, suggest
+
+
+def _strict_converter() -> cattrs.Converter:
+    conv = cattrs.Converter(forbid_extra_keys=True)
+
+    def s_int(v: Any, _t: Any) -> int:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"expected an integer, got {v!r}")
+        return v
+
+    def s_float(v: Any, _t: Any) -> float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise TypeError(f"expected a number, got {v!r}")
+        return float(v)
+
+    def s_str(v: Any, _t: Any) -> str:
+        if not isinstance(v, str):
+            raise TypeError(f"expected a string, got {v!r}")
+        return v
+
+    def s_bool(v: Any, _t: Any) -> bool:
+        if not isinstance(v, bool):
+            raise TypeError(f"expected true or false, got {v!r}")
+        return v
+
+    conv.register_structure_hook(int, s_int)
+    conv.register_structure_hook(float, s_float)
+    conv.register_structure_hook(str, s_str)
+    conv.register_structure_hook(bool, s_bool)
+    return conv
+
+
+CONVERTER = _strict_converter()
+
+
+def _format(exc: BaseException, _type: Any) -> str:
+    if isinstance(exc, cattrs.ForbiddenExtraKeysError):
+        valid = [f.name for f in attrs.fields(exc.cl)]
+        parts = [f"unknown key {k!r}{suggest(k, valid)}" for k in sorted(exc.extra_fields)]
+        return "; ".join(parts) + f"; valid keys: {choices_text(valid)}"
+    if isinstance(exc, KeyError):
+        return f"required key {exc.args[0]!r} is missing"
+    if isinstance(exc, VertisynthError):
+        return str(exc)
+    return f"{exc}"
+
+
+def structure(data: Any, cls: type, where: str) -> Any:
+    """Structure `data` into `cls`, raising ConfigError with every problem and where it is."""
+    if data is None:
+        data = {}
+    if attrs.has(cls) and not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: expected a table of settings, got {data!r}")
+    try:
+        return CONVERTER.structure(data, cls)
+    except VertisynthError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    except (cattrs.BaseValidationError, TypeError, ValueError) as exc:
+        if isinstance(exc, cattrs.BaseValidationError):
+            msgs = cattrs.transform_error(exc, path="", format_exception=_format)
+        else:
+            msgs = [str(exc)]
+        lines = []
+        for m in msgs:
+            text, _, loc = m.partition(" @ ")
+            loc = loc.lstrip(".")
+            lines.append(f"{where}{'.' + loc if loc else ''}: {text}")
+        raise ConfigError("\n".join(lines)) from None

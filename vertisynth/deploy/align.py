@@ -1,0 +1,138 @@
+"""One party of PSI/PSU on its own machine: `vertisynth party align`, messages as files in a shared folder.
+
+Each party runs this with its own CSV (an identifier column) and the shared config: the [[parties]]
+list gives the ring order (the first party leads), [alignment] the protocol and its identifier
+options. Keys and shuffles come from the OS CSPRNG. The exchange folder only ever holds blinded group
+elements (`BlindedSet` files named r<round>__<from>__to__<to>__...npz); a party reads the files
+addressed to it, waits for the ones it expects each round, and writes its own atomically.
+
+Output (in --out, private to the party): `<party>_alignment.csv` with its row number, identifier and
+position in the common order (PSI: the intersection rows only; PSU: every row, positions in U) and
+`<party>_alignment.json` (protocol, sizes it learned, |U| or |∩|), and, when the config plans on this
+machine alone (a `csv` dataset with a public schema and named [[parties]]: see docs/alignment.md),
+`<party>_aligned.csv`: exactly its own columns, one row per common position (PSI: the intersection;
+PSU: U, its real rows where it holds the identifier and the config's fill elsewhere, DP fill spends
+in `<party>_alignment_ledger.json`). That file goes straight into `vertisynth party synth --csv`.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from vertisynth.core.dataset import Dataset
+from vertisynth.core.domain import Domain
+from vertisynth.core.encoding import TableSchema
+from vertisynth.core.errors import ConfigError, DataError, VertisynthError
+from vertisynth.core.messages import publish, wait_for_files
+from vertisynth.core.privacy import PrivacyLedger
+from vertisynth.core.structuring import structure
+from vertisynth.plugins.alignment.private_sets import PSIConfig, PSUConfig, prepare_ids
+from vertisynth.plugins.alignment.protocol import BlindedSet, make_parties
+from vertisynth.run.config import RunConfig
+from vertisynth.run.pipeline import make_plan
+
+
+def _inbox(folder: Path, party: str, r: int, expected: dict[str, int], timeout: float, poll: float) -> list[BlindedSet]:
+    files = wait_for_files(folder, f"r{r - 1:02d}__*__to__{party}__*.npz", sum(expected.values()),
+                           f"party {party!r}'s round-{r} message(s) {expected}", timeout, poll)
+    return [BlindedSet.load(f) for f in files]
+
+
+def _table_plan(config: RunConfig, party: str, frame: pd.DataFrame, id_column: str, data_dir: str | None):
+    """The public plan this party's aligned table follows (checked before the protocol runs) and its columns."""
+
+    try:
+        plan = make_plan(config, data_dir=data_dir)
+    except VertisynthError as exc:
+        raise ConfigError(f"party align writes the aligned table only when the config plans on this machine alone "
+                          f"([dataset] name = 'csv' with a public schema, and named [[parties]]); planning failed: "
+                          f"{exc}. Pass --no-table to write only the alignment") from None
+    if plan.source.schema.inferred:
+        raise ConfigError("the aligned table needs a public schema in the config ([dataset.params.schema]): a schema "
+                          "read off one party's rows would differ between parties and is not DP")
+    names = list(plan.partition.names)
+    if party not in names:
+        raise DataError(f"unknown party {party!r}; the config's [[parties]] are {names}")
+    own = list(plan.partition.parties[names.index(party)].attributes)
+    have = [c for c in frame.columns if c != id_column]
+    if sorted(have) != sorted(own):
+        raise DataError(f"party {party!r}'s CSV must hold its identifier column {id_column!r} and exactly its "
+                        f"attributes {own}; it has {have}")
+    if any(c.kind == "numeric" and c.binning == "quantile" and c.name in own for c in plan.source.schema.columns):
+        raise ConfigError("cross-machine runs need public bin edges (binning 'edges' or 'equal_width'), not DP quantiles")
+    return plan, own
+
+
+def _aligned_table(plan, own: list[str], party: str, frame: pd.DataFrame, row_of: np.ndarray,
+                   result) -> tuple[pd.DataFrame, list[dict]]:
+    """This party's own columns over the common positions, and the DP fill spends (PSU `marginal`/`majority`)."""
+
+    mine = frame[own].iloc[row_of].reset_index(drop=True)   # rows in the protocol's (deduplicated) order
+    if result.protocol == "psi":
+        return mine.iloc[result.rows].reset_index(drop=True), []
+    schema = TableSchema(tuple(c for c in plan.source.schema.columns if c.name in own))
+    rng = np.random.default_rng(np.random.SeedSequence().entropy)   # fill randomness from the OS
+    codec = schema.fit(mine, None, rng)
+    view = codec.encode(mine)
+    ledger = PrivacyLedger(plan.ledger.budget, [c for c in plan.ledger.planned
+                                                if c.party == party and c.stage == "alignment"])
+    filled = plan.aligner.instance.fill_party(party, view, result, ledger, rng)
+    table = codec.decode(filled, rng)
+    table.iloc[result.rows] = mine.to_numpy()   # real rows keep their exact values (decode only bins them)
+    if ledger.unspent():
+        raise DataError(f"party {party!r}: planned fill spends were not made: {ledger.unspent()}")
+    return table[own], [c.to_dict() for c in ledger.spent]
+
+
+def run_party_align(config: RunConfig, party: str, csv: Path, id_column: str, exchange: Path, out: Path,
+                    timeout: float = 600.0, poll: float = 0.1, write_table: bool = True,
+                    data_dir: str | None = None) -> Path:
+    protocol = config.alignment.use
+    if protocol not in ("psi", "psu"):
+        raise ConfigError(f"party align runs psi or psu; the config's alignment is {protocol!r}")
+    cls = PSIConfig if protocol == "psi" else PSUConfig
+    params = structure(config.alignment.params, cls, f"alignment.params of {protocol!r}")
+    ring = [p.name for p in config.parties]
+    if len(ring) < 2 or any(not n for n in ring):
+        raise ConfigError("party align needs the parties listed by name in [[parties]] (their order is the ring)")
+    if party not in ring:
+        raise DataError(f"unknown party {party!r}; the config's parties are {ring}")
+    if not csv.is_file():
+        raise DataError(f"CSV {str(csv)!r} does not exist")
+    frame = pd.read_csv(csv, dtype={id_column: str})
+    if id_column not in frame.columns:
+        raise DataError(f"CSV {str(csv)!r} has no identifier column {id_column!r}")
+    raw = frame[id_column].tolist()
+    table_plan = _table_plan(config, party, frame, id_column, data_dir) if write_table else None
+    # duplicates / normalisation exactly as in the one-process pipeline (views are row placeholders here)
+
+    rows = Dataset(np.arange(len(raw), dtype=np.int64)[:, None], Domain(["row"], [max(len(raw), 1)]))
+    ids, kept, _ = prepare_ids({party: rows}, {party: raw}, params)
+    me = make_parties(protocol, {p: (ids[party] if p == party else []) for p in ring}, None, params.workers)[party]
+    exchange.mkdir(parents=True, exist_ok=True)
+    for r in range(1, me.rounds + 1):
+        inbox = _inbox(exchange, party, r, me.expected(r), timeout, poll) if r > 1 else []
+        for msg in me.step(r, inbox):
+            publish(msg, exchange, msg.filename)
+    res = me.result
+    assert res is not None
+    row_of = kept[party].codes[:, 0]
+    if protocol == "psi":
+        table = pd.DataFrame({"row": row_of[res.rows], "id": [raw[i] for i in row_of[res.rows]],
+                              "position": np.arange(len(res.rows))})
+    else:
+        table = pd.DataFrame({"row": row_of, "id": [raw[i] for i in row_of], "position": res.rows})
+    aligned = _aligned_table(*table_plan, party, frame, row_of, res) if table_plan else None
+    out.mkdir(parents=True, exist_ok=True)
+    if aligned is not None:
+        aligned[0].to_csv(out / f"{party}_aligned.csv", index=False)
+        (out / f"{party}_alignment_ledger.json").write_text(json.dumps(aligned[1], indent=2))
+    path = out / f"{party}_alignment.csv"
+    table.to_csv(path, index=False)
+    (out / f"{party}_alignment.json").write_text(json.dumps(
+        {"protocol": protocol, "party": party, "ring": ring, "common_rows": res.n_common, "sizes_learned": res.sizes},
+        indent=2))
+    return path

@@ -1,0 +1,29 @@
+"""What every cross-machine role builds first: the run's plan from the shared config, and its random streams."""
+from __future__ import annotations
+
+import numpy as np
+
+from vertisynth.core.capabilities import PartyServerSplit
+from vertisynth.core.errors import ConfigError
+from vertisynth.run.config import RunConfig
+from vertisynth.run.pipeline import RNG_STREAMS, make_plan
+
+
+def streams(seed: int) -> dict[str, np.random.Generator]:
+    return dict(zip(RNG_STREAMS, (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(len(RNG_STREAMS)))))
+
+
+def vertical_plan(config: RunConfig, data_dir: str | None, aligned_csv: bool = False):
+    plan = make_plan(config, data_dir=data_dir)
+    synth = plan.synthesizer.instance
+    if not isinstance(synth, PartyServerSplit):
+        raise ConfigError(f"synthesizer {plan.synthesizer.spec.name!r} has no party/server split; use 'vertimrf'")
+    # psi/psu: the parties aligned their rows beforehand with `vertisynth party align` (its --table output)
+    if config.alignment.use not in ("positional", "psi", "psu"):
+        raise ConfigError(f"party/server runs support alignment 'positional', 'psi' or 'psu', not {config.alignment.use!r}")
+    if config.alignment.use != "positional" and not aligned_csv:
+        raise ConfigError(f"alignment {config.alignment.use!r}: run `vertisynth party align` first and pass its "
+                          "<party>_aligned.csv to `party synth --csv`")
+    if any(c.kind == "numeric" and c.binning == "quantile" for c in plan.source.schema.columns):
+        raise ConfigError("party/server runs need public bin edges (binning 'edges' or 'equal_width'), not DP quantiles")
+    return plan, synth

@@ -1,0 +1,163 @@
+"""Run configuration: TOML → attrs classes, with unknown keys and wrong types rejected by name.
+
+Shape (see README):
+    seed = 7
+    budget = { epsilon = 1.6, delta = 1e-5 }
+    [dataset]            name = "census", params = {...}
+    [[parties]]          name = "...", attributes = [...]       (optional: the dataset's default split)
+    [alignment]          use = "positional", params = {...}
+    [synthesizer]        use = "independent", params = {...}
+    [[evaluators]]       use = "tvd", params = {...}
+"""
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from vertisynth.core.errors import ConfigError, VertisynthError, choices_text, suggest
+from vertisynth.core.privacy import Budget
+from vertisynth.core.registry import Registry, default_registry
+from vertisynth.core.structuring import CONVERTER, structure
+
+
+@attrs.frozen
+class BudgetConfig:
+    epsilon: float
+    delta: float = 0.0
+
+    def to_budget(self) -> Budget:
+        return Budget(self.epsilon, self.delta)
+
+
+@attrs.frozen
+class ComponentConfig:
+    use: str
+    params: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class DatasetConfig:
+    name: str = "census"
+    params: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class PartyConfig:
+    attributes: list[str]
+    name: str | None = None
+
+
+@attrs.frozen
+class EvaluationConfig:
+    """holdout: fraction of the records kept away from the synthesizer (seeded split) for evaluators that
+    score against unseen data (ml_utility, svm_misclassification; tvd then scores against it too)."""
+
+    holdout: float = 0.0
+
+    def __attrs_post_init__(self) -> None:
+        if not 0 <= self.holdout < 1:
+            raise ConfigError(f"evaluation.holdout must be in [0, 1), got {self.holdout}")
+
+
+@attrs.frozen
+class RunConfig:
+    budget: BudgetConfig
+    seed: int = 0
+    dataset: DatasetConfig = attrs.field(factory=DatasetConfig)
+    parties: list[PartyConfig] | None = None
+    alignment: ComponentConfig = attrs.field(factory=lambda: ComponentConfig("positional"))
+    synthesizer: ComponentConfig = attrs.field(factory=lambda: ComponentConfig("independent"))
+    evaluators: list[ComponentConfig] = attrs.field(factory=lambda: [ComponentConfig("tvd")])
+    evaluation: EvaluationConfig = attrs.field(factory=EvaluationConfig)
+    sample_size: int | None = None
+    output: str | None = None
+    sections: dict[str, Any] = attrs.field(factory=dict)   # tables owned by other parts ([study], [collab]...)
+
+    def section(self, name: str) -> Any:
+        """The structured table `name` (e.g. "collab"), or None when the config has none."""
+        return self.sections.get(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = CONVERTER.unstructure(self)
+        d.pop("sections")
+        d.update({k: CONVERTER.unstructure(v) for k, v in self.sections.items()})
+        return d
+
+
+def section_classes(registry: Registry | None = None) -> dict[str, type]:
+    """Config tables the installed parts own (run modes' tables included): name -> attrs class."""
+    reg = registry or default_registry()
+    return {name: reg.get(kind, name).load_config_cls() for kind in ("section", "run_mode") for name in reg.names(kind)}
+
+
+def parse_config(data: Mapping[str, Any], where: str = "config", registry: Registry | None = None) -> RunConfig:
+    if "budget" not in data:
+        raise ConfigError(f"{where}: a privacy budget is required, e.g. budget = {{ epsilon = 1.0, delta = 1e-5 }}")
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: expected a table of settings, got {data!r}")
+    owned = section_classes(registry)
+    base = {k: v for k, v in data.items() if k not in owned}
+    known = [f.name for f in attrs.fields(RunConfig) if f.name != "sections"] + sorted(owned)
+    unknown = [k for k in base if k not in known or k == "sections"]
+    if unknown:
+        raise ConfigError(f"{where}: " + "; ".join(f"unknown key {k!r}{suggest(k, known)}" for k in sorted(unknown))
+                          + f"; valid keys: {choices_text(known)}")
+    sections = {k: structure(v, owned[k], f"{where}.{k}") for k, v in data.items() if k in owned}
+    cfg = attrs.evolve(structure(base, RunConfig, where), sections=sections)
+    try:
+        cfg.budget.to_budget()
+    except VertisynthError as exc:
+        raise ConfigError(f"{where}.budget: {exc}") from None
+    if cfg.sample_size is not None and cfg.sample_size < 1:
+        raise ConfigError(f"{where}.sample_size: must be >= 1, got {cfg.sample_size}")
+    return cfg
+
+
+def load_config(path: str | Path) -> RunConfig:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {str(path)!r} is not valid TOML: {exc}") from None
+    return parse_config(data, where=path.name)
+
+
+DEFAULT_CONFIG_TOML = """\
+# The offline default: the built-in census-like population, two parties, VertiMRF with DP FM sketches.
+seed = 0
+budget = { epsilon = 1.0, delta = 1e-5 }
+
+[dataset]
+name = "census"
+params = { n = 20000 }
+
+# parties: the dataset's default split (registry | employer) unless listed here with [[parties]]
+
+[alignment]
+use = "positional"
+
+[synthesizer]
+use = "vertimrf"
+params = { encoder = "dpfm" }
+
+[evaluation]
+holdout = 0.2          # records kept from the synthesizer, for scoring on unseen data
+
+[[evaluators]]
+use = "tvd"
+params = { ways = [2, 3, 4], marginals = 100 }
+
+[[evaluators]]
+use = "ml_utility"
+params = { label = "income" }
+"""
+
+
+def default_config() -> RunConfig:
+    return parse_config(tomllib.loads(DEFAULT_CONFIG_TOML), where="default config")

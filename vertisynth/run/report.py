@@ -1,0 +1,143 @@
+"""What a run writes: report.json, ledger.json, summary.md beside the synthetic CSV."""
+from __future__ import annotations
+
+import json
+import platform
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import numpy as np
+
+from vertisynth import __version__
+from vertisynth.core.capabilities import HasPrivacyNotes, ReportsBudgetSplit, ReportsModel
+from vertisynth.core.dataset import Dataset
+
+if TYPE_CHECKING:
+    from .pipeline import Plan, RunResult
+
+
+def build_report(plan: Plan, loaded: Any, real: Dataset, synthetic: Dataset, metrics: dict, align_info: dict,
+                 timings: dict[str, float]) -> dict[str, Any]:
+    synth = plan.synthesizer
+    centralized = "centralized" in synth.spec.capabilities and len(plan.partition) > 1
+    reg = plan.registry
+    return {
+        "vertisynth_version": __version__,
+        "python": platform.python_version(),
+        "seed": plan.config.seed,
+        "config": plan.config.to_dict(),
+        "dataset": {
+            "name": plan.dataset_name,
+            "description": loaded.description,
+            "records": real.n,
+            "attributes": list(real.domain.attributes),
+            "domain_sizes": list(real.domain.shape),
+            "schema_inferred_from_data": bool(loaded.schema.inferred),
+            "schema_note": ("the schema (categories, ranges) was read off the data and is NOT covered by the DP "
+                            "guarantee; give a public schema for that") if loaded.schema.inferred else "public schema",
+        },
+        "parties": plan.partition.to_dict(),
+        "alignment": {**plan.aligner.describe(), "info": align_info},
+        "synthesizer": {
+            **synth.describe(),
+            "mode": ("centralised baseline: the parties' columns were joined in one place (a comparison "
+                     "point, not a vertical protocol)") if centralized else "vertical: parties share only messages",
+            "phase_seconds": synth.instance.timings(),
+            **({"budget_split": synth.instance.budget_split()} if isinstance(synth.instance, ReportsBudgetSplit) else {}),
+            **({"privacy_notes": synth.instance.privacy_notes()} if isinstance(synth.instance, HasPrivacyNotes) else {}),
+            **({"model": synth.instance.model_details()} if isinstance(synth.instance, ReportsModel) else {}),
+        },
+        "synthetic_records": synthetic.n,
+        "evaluators": [e.describe() for e in plan.evaluators],
+        "metrics": metrics,
+        "metrics_note": "metrics compare against the real data and are not covered by the DP guarantee; "
+                        "only the synthetic table is the DP release",
+        "privacy": plan.ledger.to_dict(),
+        "plugins": reg.describe(),
+        "broken_plugins": [attrs.asdict(b) for b in reg.broken],
+        "timings_seconds": timings,
+    }
+
+
+def write_outputs(result: RunResult, out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    result.synthetic.to_csv(out / "synthetic.csv", index=False)
+    (out / "report.json").write_text(json.dumps(result.report, indent=2, default=json_default))
+    (out / "ledger.json").write_text(json.dumps(result.report["privacy"], indent=2, default=json_default))
+    (out / "summary.md").write_text(summary_markdown(result))
+    return out
+
+
+def json_default(o: Any) -> Any:
+    if isinstance(o, (np.integer, np.floating)):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, (set, frozenset, tuple)):
+        return list(o)
+    return str(o)
+
+
+def _alignment_line(info: dict[str, Any]) -> str:
+    if info.get("protocol") not in ("psi", "psu"):
+        return ""
+    sizes = ", ".join(f"{p} {k}" for p, k in info["set_sizes"].items())
+    if info["protocol"] == "psi":
+        return f" (set sizes {sizes}; intersection {info['intersection']}; revealed: {info['revealed']})"
+    fills = ", ".join(f"{p} {v:.1%}" for p, v in info["fill_rates"].items())
+    return (f" (set sizes {sizes}; union {info['union']}; fill '{info['fill']}' rates {fills}; "
+            f"revealed: {info['revealed']})")
+
+
+def summary_markdown(result: RunResult) -> str:
+    r = result.report
+    p = r["privacy"]
+    lines = [
+        f"# vertisynth run: {r['dataset']['name']} with {r['synthesizer']['use']}",
+        "",
+        f"- dataset: {r['dataset']['description']} ({r['dataset']['records']} records, "
+        f"{len(r['dataset']['attributes'])} attributes)",
+        "- parties: " + "; ".join(f"{q['name']}: {len(q['attributes'])} attributes" for q in r["parties"]),
+        f"- alignment: {r['alignment']['use']}" + _alignment_line(r["alignment"]["info"]),
+        f"- synthesizer: {r['synthesizer']['use']} ({r['synthesizer']['mode']})",
+        f"- synthetic records: {r['synthetic_records']}; seed {r['seed']}",
+        "",
+        "## Privacy",
+        "",
+        f"Budget ε = {p['budget']['epsilon']:.4g}, δ = {p['budget']['delta']:.3g}; "
+        f"spent ε = {p['spent_epsilon']:.4g} (composed across all parties); "
+        f"{'within budget' if p['within_budget'] else 'OVER BUDGET'}.",
+        "",
+        "| stage | ε alone |",
+        "|---|---|",
+        *[f"| {s} | {e:.4g} |" for s, e in p["per_stage_epsilon"].items()],
+        "",
+        "| party | ε alone |",
+        "|---|---|",
+        *[f"| {s} | {e:.4g} |" for s, e in p["per_party_epsilon"].items()],
+        "",
+        "## Metrics",
+        "",
+        "| evaluator | metric | value |",
+        "|---|---|---|",
+        *[f"| {ev} | {m} | {v:.4f} |" for ev, ms in r["metrics"].items() for m, v in ms.items()],
+        "",
+        f"_{r['metrics_note']}._",
+        "",
+        "## Timings (seconds)",
+        "",
+        *[f"- {k}: {v:.2f}" for k, v in r["timings_seconds"].items()],
+        *(["- synthesizer phases: " + "; ".join(f"{k} {v:.2f}" for k, v in r["synthesizer"]["phase_seconds"].items())]
+          if r["synthesizer"]["phase_seconds"] else []),
+    ]
+    if r["synthesizer"].get("privacy_notes"):
+        at = lines.index("## Metrics")
+        lines[at:at] = [f"Note: {n}." for n in r["synthesizer"]["privacy_notes"]] + [""]
+    if "budget_split" in r["synthesizer"]:
+        lines[lines.index("## Metrics"):lines.index("## Metrics")] = [
+            "Budget split inside the synthesizer (fractions of its zCDP ρ): "
+            + ", ".join(f"{k} {v:.2f}" for k, v in r["synthesizer"]["budget_split"].items()), ""]
+    if r["dataset"]["schema_inferred_from_data"]:
+        lines += ["", f"**Note:** {r['dataset']['schema_note']}."]
+    return "\n".join(lines) + "\n"

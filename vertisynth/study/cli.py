@@ -1,0 +1,41 @@
+"""`vertisynth study FILE`: run or resume a comparison study."""
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import click
+
+from vertisynth.core.errors import ConfigError, VertisynthError
+from vertisynth.run.console import fail as _fail
+
+from .runner import run_study
+
+
+@click.command()
+@click.argument("study_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Output folder (default: study-output/<file name>); finished cells are cached there.")
+@click.option("--quick", is_flag=True, help="Run the file's smaller [study.quick] variant.")
+@click.option("--jobs", "-j", type=int, default=None, help="Local joblib workers (default: the file's n_jobs, -1).")
+@click.option("--scheduler", default=None, help="tcp://host:port of an existing Dask cluster to run cells on.")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def study(study_file: Path, out: Path | None, quick: bool, jobs: int | None, scheduler: str | None,
+          data_dir: str | None, quiet: bool) -> None:
+    """Run (or resume) a comparison study: one pipeline run per [study] grid cell x repeat."""
+    try:
+        if not study_file.is_file():
+            raise ConfigError(f"study file {str(study_file)!r} does not exist")
+        try:
+            data = tomllib.loads(study_file.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"study file {str(study_file)!r} is not valid TOML: {exc}") from None
+        out_dir = out or Path("study-output") / (study_file.stem + ("-quick" if quick else ""))
+        table = run_study(data, out_dir, quick=quick, n_jobs=jobs, scheduler=scheduler, data_dir=data_dir,
+                          progress=not quiet)
+    except VertisynthError as exc:
+        _fail(exc)
+        return
+    click.echo(f"{table['cell'].nunique() if len(table) else 0} cells, {len(table)} rows -> "
+               f"{out_dir}/results.csv, results.parquet, summary.md, figures/")
