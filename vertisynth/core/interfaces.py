@@ -8,6 +8,7 @@ Life of a component in a pipeline run:
 """
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -24,7 +25,7 @@ from .errors import BudgetError
 from .privacy import Budget, Charge, Composition, Cost, PrivacyLedger, group_cost, remaining_rho
 
 
-@attrs.frozen
+@attrs.frozen(slots=False)   # not slotted: the grant below is computed once per context (cached_property)
 class PlanContext:
     """Public facts a component may use to plan its privacy spend (no data).
 
@@ -39,13 +40,13 @@ class PlanContext:
     n_public: int | None = None  # a public bound on the record count, when the config gives one
     group_size: int = 1  # rows one person may fill after alignment (ledger charges group privacy)
 
-    @property
+    @functools.cached_property
     def rho(self) -> float:
         """The largest zCDP ρ this component may spend so that everything fits the budget
         (divided by group_size², since the ledger charges c²ρ for groups of c)."""
         return remaining_rho(self.budget, self.planned_before) / self.group_size ** 2
 
-    @property
+    @functools.cached_property
     def epsilon(self) -> float:
         """The pure ε left for this component (basic composition with what is planned before)."""
         if not self.planned_before:

@@ -14,6 +14,7 @@ Conversions used (all standard):
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -203,18 +204,7 @@ class Budget:
             raise BudgetError(
                 "Gaussian (zCDP) mechanisms need delta > 0; set budget.delta (e.g. 1e-5 or 1/n)"
             )
-        lo, hi = 0.0, max(self.epsilon, 1.0)
-        while zcdp_to_approx(hi, self.delta) < self.epsilon:
-            hi *= 2
-        for _ in range(200):
-            mid = (lo + hi) / 2
-            if zcdp_to_approx(mid, self.delta) <= self.epsilon:
-                lo = mid
-            else:
-                hi = mid
-        if lo <= 0:
-            raise BudgetError(f"budget ε={self.epsilon:g}, δ={self.delta:g} is too small for any zCDP mechanism")
-        return lo
+        return _rho_of(self.epsilon, self.delta)
 
     def split(self, fractions: dict[str, float]) -> dict[str, float]:
         """Split the budget's ρ into named fractions (which must be positive and sum to <= 1)."""
@@ -224,6 +214,23 @@ class Budget:
 
     def to_dict(self) -> dict[str, float]:
         return {"epsilon": self.epsilon, "delta": self.delta}
+
+
+@functools.lru_cache(maxsize=256)
+def _rho_of(epsilon: float, delta: float) -> float:
+    """ε → ρ once per budget (bisection on the zCDP → (ε, δ) conversion)."""
+    lo, hi = 0.0, max(epsilon, 1.0)
+    while zcdp_to_approx(hi, delta) < epsilon:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if zcdp_to_approx(mid, delta) <= epsilon:
+            lo = mid
+        else:
+            hi = mid
+    if lo <= 0:
+        raise BudgetError(f"budget ε={epsilon:g}, δ={delta:g} is too small for any zCDP mechanism")
+    return lo
 
 
 def remaining_rho(budget: Budget, planned: Sequence[Cost]) -> float:
