@@ -67,7 +67,8 @@ def run(config: Path | None, out: Path | None, data_dir: str | None, seed: int |
 
 @main.command()
 @click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA",
+              help="Folder with the NLTCS/Adult benchmark data (or set VERTISYNTH_DATA).")
 def validate(config: Path, data_dir: str | None) -> None:
     """Check a CONFIG (keys, plugins, params, party split, budget plan) without reading any data rows."""
     try:
@@ -101,10 +102,11 @@ def plugins(strict: bool) -> None:
 
 @main.command()
 @click.argument("path", type=click.Path(dir_okay=False, path_type=Path), default="vertisynth.toml")
-def init(path: Path) -> None:
+@click.option("--force", "-f", is_flag=True, help="Overwrite PATH if it exists.")
+def init(path: Path, force: bool) -> None:
     """Write the default config to PATH (default: vertisynth.toml) as a starting point."""
-    if path.exists():
-        click.secho(f"error: {path} exists; not overwriting", fg="red", err=True)
+    if path.exists() and not force:
+        click.secho(f"error: {path} exists; not overwriting (pass --force to replace it)", fg="red", err=True)
         sys.exit(2)
     path.write_text(DEFAULT_CONFIG_TOML)
     click.echo(f"wrote {path}; edit it, then run: vertisynth run {path}")

@@ -77,6 +77,10 @@ class RunConfig:
     output: str | None = None
     sections: dict[str, Any] = attrs.field(factory=dict)   # tables owned by other parts ([study], [collab]...)
 
+    def __attrs_post_init__(self) -> None:
+        if self.seed < 0:   # numpy's SeedSequence takes only non-negative integers
+            raise ConfigError(f"seed must be a non-negative integer, got {self.seed}")
+
     def section(self, name: str) -> Any:
         """The structured table `name` (e.g. "collab"), or None when the config has none."""
         return self.sections.get(name)
