@@ -69,3 +69,11 @@ def test_benchmark_help_cites_no_developer_documents(script):
     assert res.returncode == 0, res.stderr[-500:]
     found = DEVELOPER_TEXT.findall(res.stdout)
     assert not found, f"{script} --help cites {found}"
+
+
+def test_party_synth_names_an_unknown_party_before_keys(tmp_path):
+    path = tmp_path / "job.toml"
+    assert CliRunner().invoke(main, ["init", str(path)]).exit_code == 0
+    res = CliRunner().invoke(main, ["party", "synth", str(path), "--party", "nobody", "-o", str(tmp_path / "o")])
+    assert res.exit_code == 2
+    assert "unknown party 'nobody'" in res.output and "keys" not in res.output.split("parties are")[0]
