@@ -28,7 +28,7 @@ from vertisynth.core.specs import ComponentSpec
 from vertisynth.core.structuring import CONVERTER, structure
 
 from .config import RunConfig
-from .report import build_report, write_outputs
+from .report import build_report, record_outputs, write_outputs
 
 RNG_STREAMS = ("preprocessing", "alignment", "fit", "sample", "decode", "evaluate", "split")
 
@@ -235,8 +235,10 @@ def execute(plan: Plan, output_dir: str | Path | None = None, progress: bool = F
     result = RunResult(frame, synthetic, real_aligned, metrics, plan.ledger, report)
     if output_dir is not None:
         result.output_dir = write_outputs(result, Path(output_dir))
+        written = ["synthetic.csv", "report.json", "ledger.json", "summary.md"]
         for comp in plan.evaluators:   # figures an evaluator made from its last scores (e.g. heatmaps)
-            comp.instance.write_artifacts(result.output_dir)
+            written += comp.instance.write_artifacts(result.output_dir) or []
+        record_outputs(result.output_dir, written)
     return result
 
 
