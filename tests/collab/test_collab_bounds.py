@@ -34,3 +34,9 @@ def test_coded_column_with_bounds_off_its_public_codes_is_refused_at_plan(tmp_pa
 def test_values_outside_the_public_bounds_are_refused_not_clamped():
     with pytest.raises(DataError, match=r"column 'age' has value\(s\) .* outside its public bounds \[40.0, 90.0\]"):
         run(_cfg({"name": "census", "params": {"n": 800}}, {"age": [40, 90]}))
+
+
+def test_collab_summary_has_timings(tmp_path):
+    run(_cfg({"name": "census", "params": {"n": 800}}, {"age": [17, 90]}), tmp_path)
+    summary = (tmp_path / "summary.md").read_text(encoding="utf-8")
+    assert "## Timings (seconds)" in summary and "- load data: " in summary and "- evaluate: " in summary
