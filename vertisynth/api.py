@@ -38,6 +38,7 @@ from .core.privacy import RDP, ZCDP, ApproxDP, Budget, Charge, PrivacyLedger, Pu
 from .core.specs import (AlignerSpec, CommandSpec, DatasetSpec, EncoderSpec, EvaluatorSpec, RunModeSpec, SectionSpec,
                          SynthesizerSpec)
 from .run.config import parse_config
+from .run.model import FittedModel
 from .run.pipeline import RunResult, execute, make_plan
 
 
@@ -107,6 +108,22 @@ def synthesize(
     return execute(make_plan(config, source=source), output_dir)
 
 
+def fit(data: pd.DataFrame | Mapping[str, pd.DataFrame], **kwargs: Any) -> FittedModel:
+    """Fit once (SDV's `fit`): the same arguments as `synthesize`; returns the fitted model, a DP release that
+    `sample(n, seed=...)`, `save(path)` and `vertisynth.load_model(path)` use without spending budget.
+    Synthesizers with no graphical model (dpsyn) are refused with the reason."""
+    result = synthesize(data, **kwargs)
+    if result.model is None:
+        raise ConfigError(result.report["privacy"]["releases"]["model.npz"])
+    return result.model
+
+
+def load_model(path: str | Path) -> FittedModel:
+    """A fitted model file (`model.npz` beside a run's table, or `FittedModel.save`); `.sample(n, seed=...)`
+    draws more raw-looking rows as post-processing. A malformed or altered file raises a MessageError."""
+    return FittedModel.load(path)
+
+
 def _synthesize_keyed(data: Any, id_column: str, alignment: str, alignment_params: Mapping[str, Any] | None,
                       **kw: Any) -> RunResult:
     if isinstance(data, pd.DataFrame) or not data or len(data) < 2:
@@ -145,6 +162,8 @@ def _synthesize_keyed(data: Any, id_column: str, alignment: str, alignment_param
 __all__ = [
     # pandas in, pandas out
     "synthesize", "RunResult",
+    # fit once, sample many
+    "fit", "load_model", "FittedModel",
     # plugin authors: registration
     "hookimpl", "AlignerSpec", "CommandSpec", "DatasetSpec", "EncoderSpec", "EvaluatorSpec", "RunModeSpec",
     "SectionSpec", "SynthesizerSpec",

@@ -62,6 +62,8 @@ def run(config: Path | None, out: Path | None, data_dir: str | None, seed: int |
         click.echo(f"cost: accounted ε = {costs['accounted_epsilon']:.4g}; the paper's argument would claim "
                    f"ε = {costs['paper_claimed_epsilon']:.4g}")
     written = "synthetic.csv, " if (out_dir / "synthetic.csv").is_file() else "(nothing published) "
+    if result.model is not None:
+        written += "model.npz, "
     click.echo(f"wrote {out_dir}/{written}report.json, ledger.json, summary.md")
 
 
@@ -110,6 +112,31 @@ def init(path: Path, force: bool) -> None:
         sys.exit(2)
     path.write_text(DEFAULT_CONFIG_TOML)
     click.echo(f"wrote {path}; edit it, then run: vertisynth run {path}")
+
+
+@main.command()
+@click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("-n", "--rows", type=click.IntRange(min=1), default=None,
+              help="Number of rows to draw (default: the model's DP record count).")
+@click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="CSV file to write the rows to.")
+@click.option("--seed", type=click.IntRange(min=0), default=None,
+              help="Seed for reproducible draws (default: fresh entropy from the OS).")
+def sample(model: Path, rows: int | None, out: Path, seed: int | None) -> None:
+    """Draw more rows from a fitted MODEL file (model.npz beside a run's table): post-processing, no budget."""
+    from vertisynth.run.model import FittedModel
+
+    try:
+        fitted = FittedModel.load(model)
+        frame = fitted.sample(rows, seed)
+    except VertisynthError as exc:
+        _fail(exc)
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(out, index=False)
+    eps = fitted.privacy.get("spent_epsilon")
+    click.echo(f"wrote {len(frame)} rows to {out} from {fitted.synthesizer or 'the'} model"
+               + (f" (released under ε = {eps:.4g}; sampling spent nothing)" if isinstance(eps, (int, float)) else ""))
 
 
 def _add_part_commands() -> None:

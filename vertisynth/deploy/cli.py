@@ -123,4 +123,5 @@ def server(config: Path, messages: Path, out: Path, data_dir: str | None) -> Non
     except VertisynthError as exc:
         _fail(exc)
         return
-    click.echo(f"server: wrote {out}/synthetic.csv, report.json, ledger.json")
+    model = ", model.npz" if (out / "model.npz").is_file() else ""
+    click.echo(f"server: wrote {out}/synthetic.csv{model}, report.json, ledger.json")

@@ -17,6 +17,7 @@ import attrs
 import numpy as np
 import pandas as pd
 
+from vertisynth.core.capabilities import HasGraphicalModel
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.encoding import TableCodec, TableSchema
 from vertisynth.core.errors import BudgetError, ConfigError, DataError
@@ -28,6 +29,7 @@ from vertisynth.core.specs import ComponentSpec
 from vertisynth.core.structuring import CONVERTER, structure
 
 from .config import RunConfig
+from .model import MODEL_FILE, FittedModel
 from .report import build_report, record_outputs, write_outputs
 
 RNG_STREAMS = ("preprocessing", "alignment", "fit", "sample", "decode", "evaluate", "split")
@@ -77,6 +79,14 @@ class RunResult:
     ledger: PrivacyLedger
     report: dict[str, Any]
     output_dir: Path | None = None
+    model: FittedModel | None = None   # the fitted model (a DP release), when the synthesizer has one
+
+    def sample(self, n: int | None = None, seed: int | np.random.Generator | None = None) -> pd.DataFrame:
+        """More rows from the fitted model: post-processing of the release, no budget spent."""
+        if self.model is None:
+            raise DataError(self.report.get("privacy", {}).get("releases", {}).get(MODEL_FILE)
+                            or "this run kept no model to sample from")
+        return self.model.sample(n, seed)
 
 
 def build_component(registry: Registry, kind: str, name: str, params: dict[str, Any], where: str) -> Component:
@@ -232,14 +242,46 @@ def execute(plan: Plan, output_dir: str | Path | None = None, progress: bool = F
                                          "holdout" if c.instance.prefers_holdout else "training table")
                            for c in plan.evaluators},
     }
-    result = RunResult(frame, synthetic, real_aligned, metrics, plan.ledger, report)
+    model = _keep_model(plan, codec, loaded)
+    report["privacy"]["releases"] = release_note(plan.synthesizer.spec.name, model)
+    result = RunResult(frame, synthetic, real_aligned, metrics, plan.ledger, report, model=model)
     if output_dir is not None:
         result.output_dir = write_outputs(result, Path(output_dir))
         written = ["synthetic.csv", "report.json", "ledger.json", "summary.md"]
+        if model is not None:
+            model.save(result.output_dir / MODEL_FILE)
+            written.append(MODEL_FILE)
         for comp in plan.evaluators:   # figures an evaluator made from its last scores (e.g. heatmaps)
             written += comp.instance.write_artifacts(result.output_dir) or []
         record_outputs(result.output_dir, written)
     return result
+
+
+def _keep_model(plan: Plan, codec: TableCodec, loaded: Any) -> FittedModel | None:
+    synth = plan.synthesizer.instance
+    if not isinstance(synth, HasGraphicalModel):
+        return None
+    gm, sampling = synth.fitted_model()
+    return FittedModel(gm, codec, sampling, plan.synthesizer.spec.name, model_privacy(plan.ledger, loaded.schema))
+
+
+def model_privacy(ledger: PrivacyLedger, schema: TableSchema) -> dict[str, Any]:
+    """What a model file says about its own privacy (the full ledger stays in ledger.json)."""
+    return {"spent_epsilon": ledger.spent_epsilon(), "budget": {"epsilon": ledger.budget.epsilon,
+                                                                 "delta": ledger.budget.delta},
+            "schema_inferred_from_data": bool(schema.inferred),
+            "note": "fitted under this budget; sampling it is post-processing and spends nothing"}
+
+
+def release_note(synthesizer: str, model: FittedModel | None) -> dict[str, str]:
+    """The files of the DP release, for the ledger and the report."""
+    return {"synthetic.csv": "the synthetic table",
+            MODEL_FILE: ("the fitted model (cliques, potentials, DP record count, public decoding): "
+                         "`vertisynth sample` draws more rows from it without spending budget")
+            if model is not None else
+            (f"not written: synthesizer {synthesizer!r} keeps no graphical model to sample from (it synthesises "
+             "records directly); run it again with a larger sample_size, or use a model-based synthesizer "
+             "(private_pgm, privmrf, vertimrf, independent)")}
 
 
 def _encode_parties(plan: Plan, loaded: Any, rng: np.random.Generator) -> tuple[TableCodec, dict[str, Dataset]]:

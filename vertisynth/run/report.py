@@ -52,7 +52,7 @@ def build_report(plan: Plan, loaded: Any, real: Dataset, synthetic: Dataset, met
         "evaluators": [e.describe() for e in plan.evaluators],
         "metrics": metrics,
         "metrics_note": "metrics compare against the real data and are not covered by the DP guarantee; "
-                        "only the synthetic table is the DP release",
+                        "only the synthetic table and the fitted model are the DP release",
         "privacy": plan.ledger.to_dict(),
         "plugins": reg.describe(),
         "broken_plugins": [attrs.asdict(b) for b in reg.broken],
