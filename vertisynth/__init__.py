@@ -3,7 +3,7 @@ __version__ = "0.1.0"
 
 from .core.hookspecs import hookimpl  # noqa: E402  (plugins import this)
 
-_LAZY = {"synthesize": ".api", "fit": ".api", "load_model": ".api"}   # lazy: importing vertisynth stays cheap for plugin modules
+_LAZY = {"synthesize": ".api", "fit": ".api", "load_model": ".api", "evaluate": ".api"}   # lazy: importing vertisynth stays cheap for plugin modules
 
 
 def __getattr__(name: str):
@@ -22,4 +22,4 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = ["__version__", "hookimpl", "synthesize", "fit", "load_model"]
+__all__ = ["__version__", "hookimpl", "synthesize", "fit", "load_model", "evaluate"]

@@ -9,7 +9,7 @@ import attrs
 import click
 
 from vertisynth import __version__
-from vertisynth.core.errors import PluginError, VertisynthError
+from vertisynth.core.errors import ConfigError, PluginError, VertisynthError
 from vertisynth.core.registry import Registry, default_registry
 from vertisynth.run.config import DEFAULT_CONFIG_TOML, default_config, load_config
 from vertisynth.run.console import fail as _fail
@@ -137,6 +137,50 @@ def sample(model: Path, rows: int | None, out: Path, seed: int | None) -> None:
     eps = fitted.privacy.get("spent_epsilon")
     click.echo(f"wrote {len(frame)} rows to {out} from {fitted.synthesizer or 'the'} model"
                + (f" (released under ε = {eps:.4g}; sampling spent nothing)" if isinstance(eps, (int, float)) else ""))
+
+
+@main.command()
+@click.argument("real", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("synthetic", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--config", "-c", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A TOML file: its [[evaluators]] and, for a csv dataset, its public schema (e.g. from `init --from`).")
+@click.option("--use", "uses", multiple=True, help="An evaluator by name, with its default params (repeatable).")
+@click.option("--holdout", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Records the synthesizer never saw, for evaluators that score on unseen data.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seed of the evaluators' own sampling (e.g. which marginals).")
+@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder for metrics.json and the evaluators' figures.")
+def evaluate(real: Path, synthetic: Path, config_path: Path | None, uses: tuple[str, ...], holdout: Path | None,
+             seed: int, out: Path | None) -> None:
+    """Score a SYNTHETIC CSV against a REAL one with the evaluator plugins (not DP: it reads the real rows)."""
+    import tomllib
+
+    from vertisynth.run.evaluate import evaluate_tables
+
+    try:
+        entries: list = [{"use": u} for u in uses]
+        schema = None
+        if config_path is not None:
+            if not config_path.is_file():
+                raise ConfigError(f"config file {str(config_path)!r} does not exist")
+            try:
+                raw = tomllib.loads(config_path.read_text())
+            except tomllib.TOMLDecodeError as exc:
+                raise ConfigError(f"config file {str(config_path)!r} is not valid TOML: {exc}") from None
+            entries = list(raw.get("evaluators", [])) + entries
+            schema = (raw.get("dataset") or {}).get("params", {}).get("schema")
+        metrics = evaluate_tables(real, synthetic, schema=schema, evaluators=entries or None, holdout=holdout,
+                                  seed=seed, output_dir=out)
+    except VertisynthError as exc:
+        _fail(exc)
+        return
+    for ev, values in metrics.items():
+        for m, v in values.items():
+            click.echo(f"{ev}.{m} = {v:.4f}" if isinstance(v, (int, float)) else f"{ev}.{m} = {v}")
+    if out is not None:
+        (out / "metrics.json").write_text(json.dumps(metrics, indent=2, default=str))
+        click.echo(f"wrote {out}/metrics.json")
 
 
 def _add_part_commands() -> None:

@@ -19,7 +19,7 @@ import pandas as pd
 from vertisynth import __version__
 from vertisynth.core.structuring import structure
 from vertisynth.run.config import RunConfig
-from vertisynth.run.pipeline import RunResult, build_component
+from vertisynth.run.pipeline import RunResult, build_component, build_evaluators
 from vertisynth.run.report import clear_previous_outputs, json_default, record_outputs
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.encoding import TableCodec
@@ -98,7 +98,7 @@ def make_collab_plan(config: RunConfig, registry: Registry, data_dir: str | None
     budget = config.budget.to_budget()
     ledger = PrivacyLedger(budget)
     ctx = PlanContext(base.domain, VerticalPartition.single(base.domain), budget)
-    evals = [build_component(registry, "evaluator", e.use, e.params, f"evaluators[{i}]") for i, e in enumerate(config.evaluators)]
+    evals = build_evaluators(registry, config.evaluators)
     for e in evals:
         if not isinstance(e.instance, Evaluator):
             raise DataError(f"evaluator {e.spec.name!r} from {e.provider} is not an Evaluator")
@@ -280,9 +280,9 @@ def execute_collab(plan: CollabPlan, output_dir: str | Path | None = None):
         t3 = time.perf_counter()
         for comp in plan.evaluators:
             if holdout is None:
-                metrics[comp.spec.name] = comp.instance.evaluate(real, synthetic, rng["evaluate"])
+                metrics[comp.label] = comp.instance.evaluate(real, synthetic, rng["evaluate"])
             else:
-                metrics[comp.spec.name] = comp.instance.evaluate_holdout(real, holdout, synthetic, rng["evaluate"])
+                metrics[comp.label] = comp.instance.evaluate_holdout(real, holdout, synthetic, rng["evaluate"])
         timings["evaluate"] = time.perf_counter() - t3
     if ledger.spent_epsilon() > ledger.budget.epsilon * (1 + 1e-9):
         raise BudgetError(f"the run spent ε={ledger.spent_epsilon():.4g}, more than the budget {ledger.budget.epsilon:.4g}")

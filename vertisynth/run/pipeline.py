@@ -41,10 +41,17 @@ class Component:
     config: Any
     instance: Any
     provider: str
+    alias: str | None = None
+
+    @property
+    def label(self) -> str:
+        """The name its metrics go under: the config's `as`, else the plugin's name."""
+        return self.alias or self.spec.name
 
     def describe(self) -> dict[str, Any]:
         return {
             "use": self.spec.name,
+            **({"as": self.alias} if self.alias else {}),
             "provider": self.provider,
             "params": CONVERTER.unstructure(self.config) if self.config is not None else {},
             "capabilities": sorted(self.spec.capabilities),
@@ -100,6 +107,21 @@ def build_component(registry: Registry, kind: str, name: str, params: dict[str, 
     return Component(spec, config, instance, registry.provider(kind, name))
 
 
+def build_evaluators(registry: Registry, entries: list[Any], where: str = "evaluators") -> list[Component]:
+    """The configured evaluators, each under its own label; a label used twice is refused (one entry's metrics
+    would silently replace the other's)."""
+    comps, seen = [], {}
+    for i, e in enumerate(entries):
+        comp = build_component(registry, "evaluator", e.use, e.params, f"{where}[{i}]")
+        comp.alias = getattr(e, "alias", None)
+        if comp.label in seen:
+            raise ConfigError(f"{where}[{i}]: {comp.label!r} is already the name of {where}[{seen[comp.label]}]; give "
+                              f'each entry its own name, e.g. as = "{comp.label}_{i + 1}"')
+        seen[comp.label] = i
+        comps.append(comp)
+    return comps
+
+
 def make_plan(config: RunConfig, registry: Registry | None = None, data_dir: str | None = None,
               source: DatasetSource | None = None) -> Plan:
     """Resolve plugins, structure params, split parties and plan the privacy spend (no data read).
@@ -118,7 +140,7 @@ def make_plan(config: RunConfig, registry: Registry | None = None, data_dir: str
         ds_config = structure(config.dataset.params, ds_cls, "dataset.params") if ds_cls else None
     aligner = build_component(registry, "aligner", config.alignment.use, config.alignment.params, "alignment")
     synth = build_component(registry, "synthesizer", config.synthesizer.use, config.synthesizer.params, "synthesizer")
-    evals = [build_component(registry, "evaluator", e.use, e.params, f"evaluators[{i}]") for i, e in enumerate(config.evaluators)]
+    evals = build_evaluators(registry, config.evaluators)
     for comp, base in [(aligner, Aligner), (synth, Synthesizer)] + [(e, Evaluator) for e in evals]:
         if not isinstance(comp.instance, base):
             raise DataError(f"{comp.spec.kind} {comp.spec.name!r} from {comp.provider} is not a {base.__name__}")
@@ -221,11 +243,11 @@ def execute(plan: Plan, output_dir: str | Path | None = None, progress: bool = F
         with _timed(timings, "evaluate", bar):
             for comp in plan.evaluators:
                 if comp.instance.uses_alignment and any(m.any() for m in alignment.filled.values()):
-                    metrics[comp.spec.name] = comp.instance.evaluate_alignment(alignment, streams["evaluate"])
+                    metrics[comp.label] = comp.instance.evaluate_alignment(alignment, streams["evaluate"])
                 elif holdout is None:
-                    metrics[comp.spec.name] = comp.instance.evaluate(real_aligned, synthetic, streams["evaluate"])
+                    metrics[comp.label] = comp.instance.evaluate(real_aligned, synthetic, streams["evaluate"])
                 else:
-                    metrics[comp.spec.name] = comp.instance.evaluate_holdout(real_aligned, holdout, synthetic,
+                    metrics[comp.label] = comp.instance.evaluate_holdout(real_aligned, holdout, synthetic,
                                                                              streams["evaluate"])
     finally:
         if bar is not None:
@@ -237,7 +259,7 @@ def execute(plan: Plan, output_dir: str | Path | None = None, progress: bool = F
     report = build_report(plan, loaded, real_aligned, synthetic, metrics, align_info, timings)
     report["evaluation"] = {
         "holdout_records": 0 if holdout is None else holdout.n,
-        "scored_against": {c.spec.name: ("training table" if holdout is None else
+        "scored_against": {c.label: ("training table" if holdout is None else
                                          "training and holdout" if c.instance.requires_holdout else
                                          "holdout" if c.instance.prefers_holdout else "training table")
                            for c in plan.evaluators},
