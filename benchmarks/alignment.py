@@ -1,4 +1,4 @@
-"""PSI and PSU speed and memory (issue 7 targets), and PSI side by side with openmined-psi.
+"""PSI and PSU speed and memory (against the targets in docs/alignment.md), and PSI side by side with openmined-psi.
 
     python benchmarks/alignment.py                 # 100,000 IDs per party, 50% overlap, 2 parties
     python benchmarks/alignment.py --n 20000 --repeats 3 --workers 2

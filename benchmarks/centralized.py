@@ -1,6 +1,6 @@
-"""Quality and time of the centralised synthesizers on NLTCS and Adult (issue 4's table).
+"""Quality and time of the centralised synthesizers on NLTCS and Adult.
 
-    python benchmarks/centralized.py [--data-dir ../shared/data] [--quick] [--synthesizers a,b,...]
+    python benchmarks/centralized.py [--data-dir DIR] [--quick] [--synthesizers a,b,...]
                                      [--params 'privmrf={"useful": "theta"}']
 
 For each dataset × ε × synthesizer: mean 3/4/5-way TVD over 300 random marginals (against the

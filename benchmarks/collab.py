@@ -1,6 +1,6 @@
 """Local-only vs combined DP binning across two horizontal custodians (seed 004, Table 1), on Adult.
 
-    python benchmarks/collab.py [--data-dir ../shared/data] [--quick] [--epsilons 1.0,3.0] [--repeats 3]
+    python benchmarks/collab.py [--data-dir DIR] [--quick] [--epsilons 1.0,3.0] [--repeats 3]
 
 Adult (the shared discretised copy) is split into two custodians — at random, and sorted by age (custodians
 whose populations differ, as hospitals' do). Its ordinal columns (age, fnlwgt, education-num, capital-gain,

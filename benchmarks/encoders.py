@@ -1,6 +1,6 @@
-"""Benchmark of the encoders (issue 5): DPFM speed on Adult, accuracy DPFM vs GRR, GRR vs pure-ldp.
+"""Benchmark of the encoders: DPFM speed on Adult, accuracy DPFM vs GRR, GRR vs pure-ldp.
 
-    PYTHONPATH=. python benchmarks/encoders.py [--data-dir ../shared/data] [--repeats 3]
+    PYTHONPATH=. python benchmarks/encoders.py [--data-dir DIR] [--repeats 3]
 
 Every time is the median of --repeats runs, and every speed figure is also printed as a ratio to an
 anchor measured in the same run: the bare AES-ECB cost of the same number of PRF blocks (the work no

@@ -1,6 +1,6 @@
 """vertisynth's graphical-model estimator against mbi (the reference Private-PGM), on Adult.
 
-    python benchmarks/pgm_vs_mbi.py [--data-dir ../shared/data] [--mbi-python /tmp/mbi-venv/bin/python]
+    python benchmarks/pgm_vs_mbi.py [--data-dir DIR] [--mbi-python /tmp/mbi-venv/bin/python]
                                     [--iters 500] [--runs 3] [--sets tree,dense]
 
 mbi is NOT a project dependency. Install it only for this benchmark, e.g.

@@ -1,6 +1,6 @@
-"""Why PrivMRF / MST score what they score (issue 4): oracle experiments on the benchmark data.
+"""Why PrivMRF / MST score what they score: oracle experiments on the benchmark data.
 
-    python benchmarks/privmrf_diagnostics.py [--data-dir ../shared/data] [--dataset nltcs] [--eps 0.2,0.8]
+    python benchmarks/privmrf_diagnostics.py [--data-dir DIR] [--dataset nltcs] [--eps 0.2,0.8]
                                              [--experiments tree,pairs,privmrf,useful]
 
 All TVDs are 3-way (and 4-way where printed), averaged over 300 random attribute triples, of the *model's*

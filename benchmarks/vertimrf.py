@@ -1,6 +1,6 @@
-"""VertiMRF against the reference numbers of DESIGN.md and against centralised PrivMRF (issue 6's tables).
+"""VertiMRF against the reference VertiMRF's published numbers and against centralised PrivMRF.
 
-    python benchmarks/vertimrf.py [--data-dir ../shared/data] [--quick]
+    python benchmarks/vertimrf.py [--data-dir DIR] [--quick]
 
 Tables printed (3/4/5-way TVD over 300 random marginals against the training table; seconds = fit + sample):
   1. NLTCS, split 0-7 | 8-15, ε = 0.8: VertiMRF-FM and -FO, mean ± std over `--runs` seeds (targets: FM <= 0.05,

@@ -1,9 +1,9 @@
 """VertiMRF-FM variants on Adult (split 0-7 | 8-14) against the paper's default budget split, by seed.
 
-    python benchmarks/vertimrf_variants.py --eps 0.8,1.6,3.2 --seeds 2,3,4 [--marginals 300] [--data-dir ../shared/data]
+    python benchmarks/vertimrf_variants.py --eps 0.8,1.6,3.2 --seeds 2,3,4 [--marginals 300] [--data-dir DIR]
 
 Prints, per ε and variant, the 3-way TVD over `--marginals` random marginals for each seed, their mean,
-and the seconds per run. Compare with centralised PrivMRF from `benchmarks/centralized.py` (issue 6's
+and the seconds per run. Compare with centralised PrivMRF from `benchmarks/centralized.py` (the
 "within 1.5x of centralised" target). The variants are configurations a user can set; the default split
 stays the paper's (40% local models, 40% encoder, 20% value distributions, which go to the encoder under
 binned-query recovery); t = 8000, iters = 1500 and bins = 8 were chosen from these measurements (see the

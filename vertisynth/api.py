@@ -38,6 +38,8 @@ from .core.privacy import RDP, ZCDP, ApproxDP, Budget, Charge, PrivacyLedger, Pu
 from .core.specs import (AlignerSpec, CommandSpec, DatasetSpec, EncoderSpec, EvaluatorSpec, RunModeSpec, SectionSpec,
                          SynthesizerSpec)
 from .run.config import parse_config
+from .run.evaluate import evaluate_tables
+from .run.model import FittedModel
 from .run.pipeline import RunResult, execute, make_plan
 
 
@@ -107,6 +109,36 @@ def synthesize(
     return execute(make_plan(config, source=source), output_dir)
 
 
+def fit(data: pd.DataFrame | Mapping[str, pd.DataFrame], **kwargs: Any) -> FittedModel:
+    """Fit once (SDV's `fit`): the same arguments as `synthesize`; returns the fitted model, a DP release that
+    `sample(n, seed=...)`, `save(path)` and `vertisynth.load_model(path)` use without spending budget.
+    Synthesizers with no graphical model (dpsyn) are refused with the reason."""
+    result = synthesize(data, **kwargs)
+    if result.model is None:
+        raise ConfigError(result.report["privacy"]["releases"]["model.npz"])
+    return result.model
+
+
+def load_model(path: str | Path) -> FittedModel:
+    """A fitted model file (`model.npz` beside a run's table, or `FittedModel.save`); `.sample(n, seed=...)`
+    draws more raw-looking rows as post-processing. A malformed or altered file raises a MessageError."""
+    return FittedModel.load(path)
+
+
+def evaluate(real: pd.DataFrame | str | Path, synthetic: pd.DataFrame | str | Path, *,
+             schema: Mapping[str, Mapping[str, Any]] | None = None,
+             evaluators: list[str | Mapping[str, Any]] | None = None, holdout: pd.DataFrame | str | Path | None = None,
+             seed: int = 0, output_dir: str | Path | None = None) -> dict[str, dict[str, float]]:
+    """Score any synthetic table against a real one with the evaluator plugins, outside a pipeline.
+
+    real, synthetic (and holdout): DataFrames or CSV paths with the same columns. schema: the public schema
+    (as for `synthesize`); without it one is read off both tables. evaluators: names or
+    {"use": ..., "params": {...}, "as": ...} entries (default: TVD over 1-, 2- and 3-way marginals).
+    Returns {evaluator: {metric: value}}; these numbers read the real data and are not DP."""
+    return evaluate_tables(real, synthetic, schema=schema, evaluators=evaluators, holdout=holdout, seed=seed,
+                           output_dir=output_dir)
+
+
 def _synthesize_keyed(data: Any, id_column: str, alignment: str, alignment_params: Mapping[str, Any] | None,
                       **kw: Any) -> RunResult:
     if isinstance(data, pd.DataFrame) or not data or len(data) < 2:
@@ -145,6 +177,8 @@ def _synthesize_keyed(data: Any, id_column: str, alignment: str, alignment_param
 __all__ = [
     # pandas in, pandas out
     "synthesize", "RunResult",
+    # fit once, sample many; evaluate any two tables
+    "fit", "load_model", "FittedModel", "evaluate",
     # plugin authors: registration
     "hookimpl", "AlignerSpec", "CommandSpec", "DatasetSpec", "EncoderSpec", "EvaluatorSpec", "RunModeSpec",
     "SectionSpec", "SynthesizerSpec",

@@ -167,7 +167,7 @@ TUNE = {"grid": {"iters": [10, 40], "bins": [3, 5]}, "folds": 2, "expected_runs"
 def test_sound_tuning_publishes_once_and_accounts_the_selection(tmp_path):
     cfg = _cfg(epsilon=4.0, n=1500, collab={"numeric": {"age": [17, 90]}, "tuning": TUNE})
     res = run(cfg, tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ledger.json", "report.json", "summary.md", "synthetic.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["ledger.json", "report.json", "summary.md", "synthetic.csv"]
     assert len(res.synthetic) == res.synthetic_codes.n > 0
     t = res.report["collab"]["tuning"]
     assert t["method"] == "private_selection" and t["label"].startswith("sound")

@@ -38,6 +38,8 @@ def test_parties_and_server_as_separate_processes_equal_the_simulation(tmp_path)
     simulated = run(load_config(tmp_path / "job.toml")).synthetic
     simulated.to_csv(tmp_path / "sim.csv", index=False)
     pd.testing.assert_frame_equal(deployed, pd.read_csv(tmp_path / "sim.csv"))
+    from vertisynth.api import load_model   # the server keeps the fitted model too (a DP release)
+    assert list(load_model(tmp_path / "out" / "model.npz").sample(20, seed=0).columns) == list(deployed.columns)
     # the server's inputs are message files only: no raw column of any party is among them
     assert all(p.suffix in (".npz", ".json") for p in (tmp_path / "msgs").iterdir())
 

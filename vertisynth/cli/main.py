@@ -9,7 +9,7 @@ import attrs
 import click
 
 from vertisynth import __version__
-from vertisynth.core.errors import PluginError, VertisynthError
+from vertisynth.core.errors import ConfigError, PluginError, VertisynthError
 from vertisynth.core.registry import Registry, default_registry
 from vertisynth.run.config import DEFAULT_CONFIG_TOML, default_config, load_config
 from vertisynth.run.console import fail as _fail
@@ -62,12 +62,15 @@ def run(config: Path | None, out: Path | None, data_dir: str | None, seed: int |
         click.echo(f"cost: accounted ε = {costs['accounted_epsilon']:.4g}; the paper's argument would claim "
                    f"ε = {costs['paper_claimed_epsilon']:.4g}")
     written = "synthetic.csv, " if (out_dir / "synthetic.csv").is_file() else "(nothing published) "
+    if result.model is not None:
+        written += "model.npz, "
     click.echo(f"wrote {out_dir}/{written}report.json, ledger.json, summary.md")
 
 
 @main.command()
 @click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA",
+              help="Folder with the NLTCS/Adult benchmark data (or set VERTISYNTH_DATA).")
 def validate(config: Path, data_dir: str | None) -> None:
     """Check a CONFIG (keys, plugins, params, party split, budget plan) without reading any data rows."""
     try:
@@ -101,13 +104,83 @@ def plugins(strict: bool) -> None:
 
 @main.command()
 @click.argument("path", type=click.Path(dir_okay=False, path_type=Path), default="vertisynth.toml")
-def init(path: Path) -> None:
+@click.option("--force", "-f", is_flag=True, help="Overwrite PATH if it exists.")
+def init(path: Path, force: bool) -> None:
     """Write the default config to PATH (default: vertisynth.toml) as a starting point."""
-    if path.exists():
-        click.secho(f"error: {path} exists; not overwriting", fg="red", err=True)
+    if path.exists() and not force:
+        click.secho(f"error: {path} exists; not overwriting (pass --force to replace it)", fg="red", err=True)
         sys.exit(2)
     path.write_text(DEFAULT_CONFIG_TOML)
     click.echo(f"wrote {path}; edit it, then run: vertisynth run {path}")
+
+
+@main.command()
+@click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("-n", "--rows", type=click.IntRange(min=1), default=None,
+              help="Number of rows to draw (default: the model's DP record count).")
+@click.option("--out", "-o", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="CSV file to write the rows to.")
+@click.option("--seed", type=click.IntRange(min=0), default=None,
+              help="Seed for reproducible draws (default: fresh entropy from the OS).")
+def sample(model: Path, rows: int | None, out: Path, seed: int | None) -> None:
+    """Draw more rows from a fitted MODEL file (model.npz beside a run's table): post-processing, no budget."""
+    from vertisynth.run.model import FittedModel
+
+    try:
+        fitted = FittedModel.load(model)
+        frame = fitted.sample(rows, seed)
+    except VertisynthError as exc:
+        _fail(exc)
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(out, index=False)
+    eps = fitted.privacy.get("spent_epsilon")
+    click.echo(f"wrote {len(frame)} rows to {out} from {fitted.synthesizer or 'the'} model"
+               + (f" (released under ε = {eps:.4g}; sampling spent nothing)" if isinstance(eps, (int, float)) else ""))
+
+
+@main.command()
+@click.argument("real", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("synthetic", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--config", "-c", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A TOML file: its [[evaluators]] and, for a csv dataset, its public schema (e.g. from `init --from`).")
+@click.option("--use", "uses", multiple=True, help="An evaluator by name, with its default params (repeatable).")
+@click.option("--holdout", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Records the synthesizer never saw, for evaluators that score on unseen data.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seed of the evaluators' own sampling (e.g. which marginals).")
+@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder for metrics.json and the evaluators' figures.")
+def evaluate(real: Path, synthetic: Path, config_path: Path | None, uses: tuple[str, ...], holdout: Path | None,
+             seed: int, out: Path | None) -> None:
+    """Score a SYNTHETIC CSV against a REAL one with the evaluator plugins (not DP: it reads the real rows)."""
+    import tomllib
+
+    from vertisynth.run.evaluate import evaluate_tables
+
+    try:
+        entries: list = [{"use": u} for u in uses]
+        schema = None
+        if config_path is not None:
+            if not config_path.is_file():
+                raise ConfigError(f"config file {str(config_path)!r} does not exist")
+            try:
+                raw = tomllib.loads(config_path.read_text())
+            except tomllib.TOMLDecodeError as exc:
+                raise ConfigError(f"config file {str(config_path)!r} is not valid TOML: {exc}") from None
+            entries = list(raw.get("evaluators", [])) + entries
+            schema = (raw.get("dataset") or {}).get("params", {}).get("schema")
+        metrics = evaluate_tables(real, synthetic, schema=schema, evaluators=entries or None, holdout=holdout,
+                                  seed=seed, output_dir=out)
+    except VertisynthError as exc:
+        _fail(exc)
+        return
+    for ev, values in metrics.items():
+        for m, v in values.items():
+            click.echo(f"{ev}.{m} = {v:.4f}" if isinstance(v, (int, float)) else f"{ev}.{m} = {v}")
+    if out is not None:
+        (out / "metrics.json").write_text(json.dumps(metrics, indent=2, default=str))
+        click.echo(f"wrote {out}/metrics.json")
 
 
 def _add_part_commands() -> None:

@@ -47,12 +47,14 @@ def collab() -> None:
 
 @collab.command()
 @click.option("--custodian", required=True, help="This custodian's name.")
-@click.option("--csv", "csv_path", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--csv", "csv_path", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="This custodian's integer-coded CSV.")
 @click.option("--domain", "domain_path", required=True, type=click.Path(exists=True, dir_okay=False),
               help="PrivMRF-style JSON domain of the integer-coded CSV (public).")
 @click.option("--marginal", "marginals", multiple=True, required=True, help="Comma-separated columns; repeatable.")
-@click.option("--servers", type=int, default=2, show_default=True)
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True)
+@click.option("--servers", type=int, default=2, show_default=True, help="Number of aggregation servers.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder for the share files (one sub-folder per server).")
 @click.option("--seed", type=int, default=None, help="For tests only: shares must be unpredictable in real use.")
 def share(custodian: str, csv_path: str, domain_path: str, marginals: tuple[str, ...], servers: int, out: Path,
           seed: int | None) -> None:
@@ -74,10 +76,12 @@ def share(custodian: str, csv_path: str, domain_path: str, marginals: tuple[str,
 
 
 @collab.command()
-@click.option("--server", type=int, required=True)
+@click.option("--server", type=int, required=True, help="This server's index (0-based).")
 @click.option("--rho", type=float, required=True, help="zCDP cost of each released marginal (sets σ).")
-@click.option("--inbox", type=click.Path(file_okay=False, path_type=Path), required=True)
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True)
+@click.option("--inbox", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder of share files written by `collab share`.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder for this server's noisy shares.")
 @click.option("--seed", type=int, default=None, help="For tests only.")
 def aggregate(server: int, rho: float, inbox: Path, out: Path, seed: int | None) -> None:
     """Add all custodians' shares per marginal and this server's own Gaussian noise."""
@@ -100,8 +104,10 @@ def aggregate(server: int, rho: float, inbox: Path, out: Path, seed: int | None)
 
 
 @collab.command(name="reconstruct")
-@click.option("--outbox", type=click.Path(file_okay=False, path_type=Path), required=True)
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@click.option("--outbox", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder with every server's noisy shares.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="File for the reconstructed noisy marginals (.npz).")
 def reconstruct_cmd(outbox: Path, out: Path) -> None:
     """Combine the servers' noisy shares: only the noisy totals are ever revealed (saved as .npz by marginal)."""
     try:

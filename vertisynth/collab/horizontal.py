@@ -192,10 +192,26 @@ def check_numeric_schema(base_columns, numeric: Mapping[str, Sequence[float]]) -
         c = by_name[name]
         if c.kind == "categorical":
             try:
-                [float(x) for x in c.categories]
+                values = [float(x) for x in c.categories]
             except (TypeError, ValueError):
                 raise ConfigError(f"collab.numeric: column {name!r} is categorical with non-numeric categories "
                                   f"{list(c.categories)[:5]}; only numeric values can be binned at quantiles") from None
+            lo, hi = (float(b) for b in numeric[name])
+            if min(values) < lo or max(values) > hi:   # e.g. raw-age bounds on a coded age: all would clamp
+                raise ConfigError(f"collab.numeric.{name}: the public bounds {[lo, hi]} do not cover the column's "
+                                  f"public values {min(values):g} .. {max(values):g}; give bounds in the column's "
+                                  "own units (a coded column needs bounds on its codes)")
+
+
+def check_within_bounds(values: np.ndarray, name: str, bounds: Sequence[float]) -> np.ndarray:
+    """Values outside the public bounds are refused, as the csv dataset does: clamping them would move them
+    silently to the edge bins."""
+    lo, hi = float(bounds[0]), float(bounds[1])
+    out = (values < lo) | (values > hi)
+    if out.any():
+        raise DataError(f"column {name!r} has value(s) {values[out][:5].tolist()} outside its public bounds "
+                        f"{[lo, hi]} ({int(out.sum())} of {len(values)} rows); widen collab.numeric.{name}")
+    return values
 
 
 def fit_binning(base: TableCodec, frames: Mapping[str, pd.DataFrame], plans: Sequence[QuantileBinningPlan],
@@ -205,7 +221,8 @@ def fit_binning(base: TableCodec, frames: Mapping[str, pd.DataFrame], plans: Seq
     rng = as_transport(rng, servers)
     numeric = {}
     for p in plans:
-        values = {name: numeric_values(f[p.column], p.column) for name, f in frames.items()}
+        values = {name: check_within_bounds(numeric_values(f[p.column], p.column), p.column, p.bounds)
+                  for name, f in frames.items()}
         if not local:
             e, m = combined_quantile_binning(p, values, ledger, rng, servers)
             numeric[p.column] = NumericBins(e[None, :], m[None, :])

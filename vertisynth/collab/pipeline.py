@@ -19,8 +19,8 @@ import pandas as pd
 from vertisynth import __version__
 from vertisynth.core.structuring import structure
 from vertisynth.run.config import RunConfig
-from vertisynth.run.pipeline import RunResult, build_component
-from vertisynth.run.report import json_default
+from vertisynth.run.pipeline import RunResult, build_component, build_evaluators
+from vertisynth.run.report import clear_previous_outputs, json_default, record_outputs
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.encoding import TableCodec
 from vertisynth.core.errors import BudgetError, ConfigError, DataError
@@ -98,7 +98,7 @@ def make_collab_plan(config: RunConfig, registry: Registry, data_dir: str | None
     budget = config.budget.to_budget()
     ledger = PrivacyLedger(budget)
     ctx = PlanContext(base.domain, VerticalPartition.single(base.domain), budget)
-    evals = [build_component(registry, "evaluator", e.use, e.params, f"evaluators[{i}]") for i, e in enumerate(config.evaluators)]
+    evals = build_evaluators(registry, config.evaluators)
     for e in evals:
         if not isinstance(e.instance, Evaluator):
             raise DataError(f"evaluator {e.spec.name!r} from {e.provider} is not an Evaluator")
@@ -280,9 +280,9 @@ def execute_collab(plan: CollabPlan, output_dir: str | Path | None = None):
         t3 = time.perf_counter()
         for comp in plan.evaluators:
             if holdout is None:
-                metrics[comp.spec.name] = comp.instance.evaluate(real, synthetic, rng["evaluate"])
+                metrics[comp.label] = comp.instance.evaluate(real, synthetic, rng["evaluate"])
             else:
-                metrics[comp.spec.name] = comp.instance.evaluate_holdout(real, holdout, synthetic, rng["evaluate"])
+                metrics[comp.label] = comp.instance.evaluate_holdout(real, holdout, synthetic, rng["evaluate"])
         timings["evaluate"] = time.perf_counter() - t3
     if ledger.spent_epsilon() > ledger.budget.epsilon * (1 + 1e-9):
         raise BudgetError(f"the run spent ε={ledger.spent_epsilon():.4g}, more than the budget {ledger.budget.epsilon:.4g}")
@@ -378,16 +378,20 @@ def summary_markdown(report: dict[str, Any]) -> str:
               *[f"| {s} | {e:.4g} |" for s, e in p["per_stage_epsilon"].items()], "",
               "## Metrics", "", "| evaluator | metric | value |", "|---|---|---|",
               *[f"| {ev} | {m} | {v:.4f} |" for ev, ms in report["metrics"].items() for m, v in ms.items()], "",
-              f"_{report['metrics_note']}._", ""]
+              f"_{report['metrics_note']}._", "",
+              "## Timings (seconds)", "",
+              *[f"- {k}: {v:.2f}" for k, v in report["timings_seconds"].items()], ""]
     return "\n".join(lines)
 
 
 def write_collab_outputs(result, out: Path, published: bool) -> Path:
     """Publish once: synthetic.csv is written only for the final run; the tuning's fold tables never are."""
     out.mkdir(parents=True, exist_ok=True)
+    clear_previous_outputs(out)   # an earlier run's synthetic.csv must not pass for this unpublished run's
     if published:
         result.synthetic.to_csv(out / "synthetic.csv", index=False)
     (out / "report.json").write_text(json.dumps(result.report, indent=2, default=json_default))
     (out / "ledger.json").write_text(json.dumps(result.report["privacy"], indent=2, default=json_default))
     (out / "summary.md").write_text(summary_markdown(result.report))
+    record_outputs(out, ["report.json", "ledger.json", "summary.md"] + (["synthetic.csv"] if published else []))
     return out

@@ -48,6 +48,15 @@ class ReportsModel(Protocol):
 
 
 @runtime_checkable
+class HasGraphicalModel(Protocol):
+    """A synthesizer whose fit ends in a graphical model that it samples from. The pipeline keeps the model and
+    writes it beside the table (`model.npz`, a DP release): more rows are then drawn from it without spending."""
+
+    def fitted_model(self) -> tuple[Any, str]:
+        """(the fitted `vertisynth.pgm.GraphicalModel`, its sampling method: "sample" or "round")."""
+
+
+@runtime_checkable
 class ReportsBudgetSplit(Protocol):
     """A synthesizer that splits its budget between phases: the fractions of its zCDP ρ, for the report."""
 

@@ -47,7 +47,8 @@ CONVERTER = _strict_converter()
 
 def _format(exc: BaseException, _type: Any) -> str:
     if isinstance(exc, cattrs.ForbiddenExtraKeysError):
-        valid = [f.name for f in attrs.fields(exc.cl)]
+        renamed = getattr(exc.cl, "toml_keys", {})   # fields spelt otherwise in TOML (e.g. alias -> "as")
+        valid = [renamed.get(f.name, f.name) for f in attrs.fields(exc.cl)]
         parts = [f"unknown key {k!r}{suggest(k, valid)}" for k in sorted(exc.extra_fields)]
         return "; ".join(parts) + f"; valid keys: {choices_text(valid)}"
     if isinstance(exc, KeyError):

@@ -38,7 +38,8 @@ def party() -> None:
 @click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Private folder for this party's group key (<party>_keys.json, owner-only).")
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds to wait for the others.")
-@click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA",
+              help="Folder with the NLTCS/Adult benchmark data (or set VERTISYNTH_DATA).")
 def party_keys(config: Path, party: str, exchange: Path, out: Path, timeout: float, data_dir: str | None) -> None:
     """Agree the DP FM sketch keys with the other parties (X25519 + HKDF) through shared files."""
     try:
@@ -60,8 +61,10 @@ def party_keys(config: Path, party: str, exchange: Path, out: Path, timeout: flo
 @click.option("--secret-seed", type=int, default=None,
               help="Seed the parties agreed on out of band (the server must never see it): reproducible noise, "
                    "and the sketch keys when --keys is not given. Without it noise comes from the OS.")
-@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True)
-@click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA")
+@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder for this party's message files (to hand to the server).")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA",
+              help="Folder with the NLTCS/Adult benchmark data (or set VERTISYNTH_DATA).")
 def party_synth(config: Path, party: str, csv_path: Path | None, keys_path: Path | None, secret_seed: int | None,
                 out: Path, data_dir: str | None) -> None:
     """Run one party's side of VertiMRF on its own columns; write its messages to OUT."""
@@ -78,7 +81,7 @@ def party_synth(config: Path, party: str, csv_path: Path | None, keys_path: Path
 @click.option("--party", required=True, help="This party's name in the config's [[parties]] (their order is the ring).")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="This party's own table: its identifier column and its attributes.")
-@click.option("--id-column", default="id", show_default=True)
+@click.option("--id-column", default="id", show_default=True, help="Column of --csv that identifies a person.")
 @click.option("--exchange", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder shared by the parties (e.g. synced): protocol messages, blinded elements only.")
 @click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True,
@@ -87,7 +90,8 @@ def party_synth(config: Path, party: str, csv_path: Path | None, keys_path: Path
 @click.option("--table/--no-table", default=True, show_default=True,
               help="Also write <party>_aligned.csv (its columns in the common order; PSU: filled) for "
                    "`party synth --csv`. Needs a config that plans alone: csv dataset with a public schema.")
-@click.option("--data-dir", default=None, type=click.Path(file_okay=False))
+@click.option("--data-dir", default=None, type=click.Path(file_okay=False), envvar="VERTISYNTH_DATA",
+              help="Folder with the NLTCS/Adult benchmark data (or set VERTISYNTH_DATA).")
 def party_align(config: Path, party: str, csv_path: Path, id_column: str, exchange: Path, out: Path,
                 timeout: float, table: bool, data_dir: str | None) -> None:
     """Run one party of the config's PSI/PSU protocol, exchanging message files with the others.
@@ -108,8 +112,10 @@ def party_align(config: Path, party: str, csv_path: Path, id_column: str, exchan
 @click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--messages", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder with every party's message files.")
-@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True)
-@click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA")
+@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Output folder: synthetic.csv, report.json, ledger.json.")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA",
+              help="Folder with the NLTCS/Adult benchmark data (or set VERTISYNTH_DATA).")
 def server(config: Path, messages: Path, out: Path, data_dir: str | None) -> None:
     """Build the synthetic table from the parties' message files only."""
     try:
@@ -117,4 +123,5 @@ def server(config: Path, messages: Path, out: Path, data_dir: str | None) -> Non
     except VertisynthError as exc:
         _fail(exc)
         return
-    click.echo(f"server: wrote {out}/synthetic.csv, report.json, ledger.json")
+    model = ", model.npz" if (out / "model.npz").is_file() else ""
+    click.echo(f"server: wrote {out}/synthetic.csv{model}, report.json, ledger.json")

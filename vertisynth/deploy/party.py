@@ -71,12 +71,12 @@ def _read_group_key(path: Path, party: str):
 
 def run_party(config: RunConfig, party: str, secret_seed: int | None, out: Path, data_dir: str | None = None,
               csv: Path | None = None, keys: Path | None = None) -> list[Path]:
+    plan, synth = _vertical_plan(config, data_dir, aligned_csv=csv is not None)
+    if party not in plan.partition.names:   # the first thing to tell a user who mistyped the name
+        raise DataError(f"unknown party {party!r}; the config's parties are {list(plan.partition.names)}")
     if secret_seed is None and keys is None:
         raise ConfigError("party synth needs the sketch keys: --keys FILE (from `vertisynth party keys`) or "
                           "--secret-seed S (agreed among the parties, never given to the server)")
-    plan, synth = _vertical_plan(config, data_dir, aligned_csv=csv is not None)
-    if party not in plan.partition.names:
-        raise DataError(f"unknown party {party!r}; the config's parties are {list(plan.partition.names)}")
     own = list(plan.partition.parties[plan.partition.names.index(party)].attributes)
     key_party = _read_group_key(keys, party) if keys is not None else None
     frame = _own_frame(plan, own, csv)

@@ -6,11 +6,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from vertisynth.core.capabilities import ReportsModel
+from vertisynth.core.capabilities import HasGraphicalModel, ReportsModel
 from vertisynth.core.errors import MessageError
 from vertisynth.core.messages import Message
 from vertisynth.core.privacy import PrivacyLedger
 from vertisynth.run.config import RunConfig
+from vertisynth.run.model import MODEL_FILE, FittedModel
+from vertisynth.run.pipeline import model_privacy, release_note
 
 from .plans import streams as _streams, vertical_plan as _vertical_plan
 
@@ -37,8 +39,15 @@ def run_server(config: RunConfig, messages_dir: Path, out: Path, data_dir: str |
               "privacy": ledger.to_dict(), "synthesizer": plan.synthesizer.describe(),
               "phase_seconds": synth.timings(), "seed": config.seed, "parties": plan.partition.to_dict(),
               **({"model": synth.model_details()} if isinstance(synth, ReportsModel) else {})}
+    model = None
+    if isinstance(synth, HasGraphicalModel):   # fit once, sample many: the model is part of the release
+        gm, sampling = synth.fitted_model()
+        model = FittedModel(gm, codec, sampling, plan.synthesizer.spec.name, model_privacy(ledger, plan.source.schema))
+    report["privacy"]["releases"] = release_note(plan.synthesizer.spec.name, model)
     out.mkdir(parents=True, exist_ok=True)
     frame.to_csv(out / "synthetic.csv", index=False)
+    if model is not None:
+        model.save(out / MODEL_FILE)
     (out / "report.json").write_text(json.dumps(report, indent=2, default=str))
     (out / "ledger.json").write_text(json.dumps(report["privacy"], indent=2, default=str))
     return out

@@ -14,7 +14,7 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
@@ -37,6 +37,15 @@ class BudgetConfig:
 class ComponentConfig:
     use: str
     params: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class EvaluatorConfig(ComponentConfig):
+    """[[evaluators]]: `as` names the entry's metrics (default: `use`), so one evaluator can be listed twice
+    with different params (`use = "tvd", as = "tvd_3way"`); two entries with the same name are refused."""
+
+    alias: str | None = None
+    toml_keys: ClassVar[dict[str, str]] = {"alias": "as"}
 
 
 @attrs.frozen
@@ -71,11 +80,15 @@ class RunConfig:
     parties: list[PartyConfig] | None = None
     alignment: ComponentConfig = attrs.field(factory=lambda: ComponentConfig("positional"))
     synthesizer: ComponentConfig = attrs.field(factory=lambda: ComponentConfig("independent"))
-    evaluators: list[ComponentConfig] = attrs.field(factory=lambda: [ComponentConfig("tvd")])
+    evaluators: list[EvaluatorConfig] = attrs.field(factory=lambda: [EvaluatorConfig("tvd")])
     evaluation: EvaluationConfig = attrs.field(factory=EvaluationConfig)
     sample_size: int | None = None
     output: str | None = None
     sections: dict[str, Any] = attrs.field(factory=dict)   # tables owned by other parts ([study], [collab]...)
+
+    def __attrs_post_init__(self) -> None:
+        if self.seed < 0:   # numpy's SeedSequence takes only non-negative integers
+            raise ConfigError(f"seed must be a non-negative integer, got {self.seed}")
 
     def section(self, name: str) -> Any:
         """The structured table `name` (e.g. "collab"), or None when the config has none."""
@@ -86,6 +99,19 @@ class RunConfig:
         d.pop("sections")
         d.update({k: CONVERTER.unstructure(v) for k, v in self.sections.items()})
         return d
+
+
+def _rename_as() -> None:
+    """TOML's `as` (a Python keyword) is the `alias` field."""
+    from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+
+    CONVERTER.register_structure_hook(EvaluatorConfig, make_dict_structure_fn(
+        EvaluatorConfig, CONVERTER, _cattrs_forbid_extra_keys=True, alias=override(rename="as")))
+    CONVERTER.register_unstructure_hook(EvaluatorConfig, make_dict_unstructure_fn(
+        EvaluatorConfig, CONVERTER, alias=override(rename="as", omit_if_default=True)))
+
+
+_rename_as()
 
 
 def section_classes(registry: Registry | None = None) -> dict[str, type]:

@@ -17,6 +17,7 @@ import attrs
 import numpy as np
 import pandas as pd
 
+from vertisynth.core.capabilities import HasGraphicalModel
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.encoding import TableCodec, TableSchema
 from vertisynth.core.errors import BudgetError, ConfigError, DataError
@@ -28,7 +29,8 @@ from vertisynth.core.specs import ComponentSpec
 from vertisynth.core.structuring import CONVERTER, structure
 
 from .config import RunConfig
-from .report import build_report, write_outputs
+from .model import MODEL_FILE, FittedModel
+from .report import build_report, record_outputs, write_outputs
 
 RNG_STREAMS = ("preprocessing", "alignment", "fit", "sample", "decode", "evaluate", "split")
 
@@ -39,10 +41,17 @@ class Component:
     config: Any
     instance: Any
     provider: str
+    alias: str | None = None
+
+    @property
+    def label(self) -> str:
+        """The name its metrics go under: the config's `as`, else the plugin's name."""
+        return self.alias or self.spec.name
 
     def describe(self) -> dict[str, Any]:
         return {
             "use": self.spec.name,
+            **({"as": self.alias} if self.alias else {}),
             "provider": self.provider,
             "params": CONVERTER.unstructure(self.config) if self.config is not None else {},
             "capabilities": sorted(self.spec.capabilities),
@@ -77,6 +86,14 @@ class RunResult:
     ledger: PrivacyLedger
     report: dict[str, Any]
     output_dir: Path | None = None
+    model: FittedModel | None = None   # the fitted model (a DP release), when the synthesizer has one
+
+    def sample(self, n: int | None = None, seed: int | np.random.Generator | None = None) -> pd.DataFrame:
+        """More rows from the fitted model: post-processing of the release, no budget spent."""
+        if self.model is None:
+            raise DataError(self.report.get("privacy", {}).get("releases", {}).get(MODEL_FILE)
+                            or "this run kept no model to sample from")
+        return self.model.sample(n, seed)
 
 
 def build_component(registry: Registry, kind: str, name: str, params: dict[str, Any], where: str) -> Component:
@@ -88,6 +105,21 @@ def build_component(registry: Registry, kind: str, name: str, params: dict[str, 
     factory = spec.load_factory()
     instance = factory(config) if cls is not None else factory()
     return Component(spec, config, instance, registry.provider(kind, name))
+
+
+def build_evaluators(registry: Registry, entries: list[Any], where: str = "evaluators") -> list[Component]:
+    """The configured evaluators, each under its own label; a label used twice is refused (one entry's metrics
+    would silently replace the other's)."""
+    comps, seen = [], {}
+    for i, e in enumerate(entries):
+        comp = build_component(registry, "evaluator", e.use, e.params, f"{where}[{i}]")
+        comp.alias = getattr(e, "alias", None)
+        if comp.label in seen:
+            raise ConfigError(f"{where}[{i}]: {comp.label!r} is already the name of {where}[{seen[comp.label]}]; give "
+                              f'each entry its own name, e.g. as = "{comp.label}_{i + 1}"')
+        seen[comp.label] = i
+        comps.append(comp)
+    return comps
 
 
 def make_plan(config: RunConfig, registry: Registry | None = None, data_dir: str | None = None,
@@ -108,7 +140,7 @@ def make_plan(config: RunConfig, registry: Registry | None = None, data_dir: str
         ds_config = structure(config.dataset.params, ds_cls, "dataset.params") if ds_cls else None
     aligner = build_component(registry, "aligner", config.alignment.use, config.alignment.params, "alignment")
     synth = build_component(registry, "synthesizer", config.synthesizer.use, config.synthesizer.params, "synthesizer")
-    evals = [build_component(registry, "evaluator", e.use, e.params, f"evaluators[{i}]") for i, e in enumerate(config.evaluators)]
+    evals = build_evaluators(registry, config.evaluators)
     for comp, base in [(aligner, Aligner), (synth, Synthesizer)] + [(e, Evaluator) for e in evals]:
         if not isinstance(comp.instance, base):
             raise DataError(f"{comp.spec.kind} {comp.spec.name!r} from {comp.provider} is not a {base.__name__}")
@@ -211,11 +243,11 @@ def execute(plan: Plan, output_dir: str | Path | None = None, progress: bool = F
         with _timed(timings, "evaluate", bar):
             for comp in plan.evaluators:
                 if comp.instance.uses_alignment and any(m.any() for m in alignment.filled.values()):
-                    metrics[comp.spec.name] = comp.instance.evaluate_alignment(alignment, streams["evaluate"])
+                    metrics[comp.label] = comp.instance.evaluate_alignment(alignment, streams["evaluate"])
                 elif holdout is None:
-                    metrics[comp.spec.name] = comp.instance.evaluate(real_aligned, synthetic, streams["evaluate"])
+                    metrics[comp.label] = comp.instance.evaluate(real_aligned, synthetic, streams["evaluate"])
                 else:
-                    metrics[comp.spec.name] = comp.instance.evaluate_holdout(real_aligned, holdout, synthetic,
+                    metrics[comp.label] = comp.instance.evaluate_holdout(real_aligned, holdout, synthetic,
                                                                              streams["evaluate"])
     finally:
         if bar is not None:
@@ -227,17 +259,51 @@ def execute(plan: Plan, output_dir: str | Path | None = None, progress: bool = F
     report = build_report(plan, loaded, real_aligned, synthetic, metrics, align_info, timings)
     report["evaluation"] = {
         "holdout_records": 0 if holdout is None else holdout.n,
-        "scored_against": {c.spec.name: ("training table" if holdout is None else
+        "scored_against": {c.label: ("training table" if holdout is None else
                                          "training and holdout" if c.instance.requires_holdout else
                                          "holdout" if c.instance.prefers_holdout else "training table")
                            for c in plan.evaluators},
     }
-    result = RunResult(frame, synthetic, real_aligned, metrics, plan.ledger, report)
+    model = _keep_model(plan, codec, loaded)
+    report["privacy"]["releases"] = release_note(plan.synthesizer.spec.name, model)
+    result = RunResult(frame, synthetic, real_aligned, metrics, plan.ledger, report, model=model)
     if output_dir is not None:
         result.output_dir = write_outputs(result, Path(output_dir))
+        written = ["synthetic.csv", "report.json", "ledger.json", "summary.md"]
+        if model is not None:
+            model.save(result.output_dir / MODEL_FILE)
+            written.append(MODEL_FILE)
         for comp in plan.evaluators:   # figures an evaluator made from its last scores (e.g. heatmaps)
-            comp.instance.write_artifacts(result.output_dir)
+            written += comp.instance.write_artifacts(result.output_dir) or []
+        record_outputs(result.output_dir, written)
     return result
+
+
+def _keep_model(plan: Plan, codec: TableCodec, loaded: Any) -> FittedModel | None:
+    synth = plan.synthesizer.instance
+    if not isinstance(synth, HasGraphicalModel):
+        return None
+    gm, sampling = synth.fitted_model()
+    return FittedModel(gm, codec, sampling, plan.synthesizer.spec.name, model_privacy(plan.ledger, loaded.schema))
+
+
+def model_privacy(ledger: PrivacyLedger, schema: TableSchema) -> dict[str, Any]:
+    """What a model file says about its own privacy (the full ledger stays in ledger.json)."""
+    return {"spent_epsilon": ledger.spent_epsilon(), "budget": {"epsilon": ledger.budget.epsilon,
+                                                                 "delta": ledger.budget.delta},
+            "schema_inferred_from_data": bool(schema.inferred),
+            "note": "fitted under this budget; sampling it is post-processing and spends nothing"}
+
+
+def release_note(synthesizer: str, model: FittedModel | None) -> dict[str, str]:
+    """The files of the DP release, for the ledger and the report."""
+    return {"synthetic.csv": "the synthetic table",
+            MODEL_FILE: ("the fitted model (cliques, potentials, DP record count, public decoding): "
+                         "`vertisynth sample` draws more rows from it without spending budget")
+            if model is not None else
+            (f"not written: synthesizer {synthesizer!r} keeps no graphical model to sample from (it synthesises "
+             "records directly); run it again with a larger sample_size, or use a model-based synthesizer "
+             "(private_pgm, privmrf, vertimrf, independent)")}
 
 
 def _encode_parties(plan: Plan, loaded: Any, rng: np.random.Generator) -> tuple[TableCodec, dict[str, Dataset]]:

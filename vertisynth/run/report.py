@@ -52,7 +52,7 @@ def build_report(plan: Plan, loaded: Any, real: Dataset, synthetic: Dataset, met
         "evaluators": [e.describe() for e in plan.evaluators],
         "metrics": metrics,
         "metrics_note": "metrics compare against the real data and are not covered by the DP guarantee; "
-                        "only the synthetic table is the DP release",
+                        "only the synthetic table and the fitted model are the DP release",
         "privacy": plan.ledger.to_dict(),
         "plugins": reg.describe(),
         "broken_plugins": [attrs.asdict(b) for b in reg.broken],
@@ -60,8 +60,32 @@ def build_report(plan: Plan, loaded: Any, real: Dataset, synthetic: Dataset, met
     }
 
 
+OUTPUTS_MANIFEST = ".vertisynth-outputs.json"   # the files the last run wrote into its output folder
+
+
+def clear_previous_outputs(out: Path) -> None:
+    """Remove what the previous run in `out` wrote (its manifest), so that no stale file (a heatmap from an
+    evaluator this run does not use) sits beside this run's outputs. Other files are left alone."""
+    manifest = out / OUTPUTS_MANIFEST
+    if not manifest.is_file():
+        return
+    try:
+        names = json.loads(manifest.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        names = []
+    for name in names if isinstance(names, list) else []:
+        if isinstance(name, str) and name == Path(name).name and (out / name).is_file():
+            (out / name).unlink()
+    manifest.unlink()
+
+
+def record_outputs(out: Path, names: list[str]) -> None:
+    (out / OUTPUTS_MANIFEST).write_text(json.dumps(sorted(set(names))))
+
+
 def write_outputs(result: RunResult, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
+    clear_previous_outputs(out)
     result.synthetic.to_csv(out / "synthetic.csv", index=False)
     (out / "report.json").write_text(json.dumps(result.report, indent=2, default=json_default))
     (out / "ledger.json").write_text(json.dumps(result.report["privacy"], indent=2, default=json_default))

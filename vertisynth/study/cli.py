@@ -19,7 +19,8 @@ from .runner import run_study
 @click.option("--quick", is_flag=True, help="Run the file's smaller [study.quick] variant.")
 @click.option("--jobs", "-j", type=int, default=None, help="Local joblib workers (default: the file's n_jobs, -1).")
 @click.option("--scheduler", default=None, help="tcp://host:port of an existing Dask cluster to run cells on.")
-@click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA",
+              help="Folder with the NLTCS/Adult benchmark data (or set VERTISYNTH_DATA).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def study(study_file: Path, out: Path | None, quick: bool, jobs: int | None, scheduler: str | None,
           data_dir: str | None, quiet: bool) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,46 @@ from vertisynth.study.grid import Cell, apply_quick, expand_grid
 from vertisynth.study.outputs import write_outputs
 
 
-def run_cell(cell: Cell, cache_dir: str, data_dir: str | None) -> str:
-    """Run one cell and write its metric rows to the cache; returns the cell key. Runs in a worker."""
+def _process_alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, killed but not yet reaped, counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True   # no /proc (not Linux): os.kill said it exists
+
+
+_WATCHED: set[int] = set()
+
+
+def _watch_runner(runner_pid: int) -> None:
+    """In a local worker: exit as soon as the study process that started it is gone (killed, Ctrl-C), so no
+    worker goes on computing and writing cells for a study nobody runs. One daemon thread per worker."""
+    if runner_pid == os.getpid() or runner_pid in _WATCHED:
+        return
+    _WATCHED.add(runner_pid)
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent and _process_alive(runner_pid):
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="vertisynth-study-watchdog", daemon=True).start()
+
+
+def run_cell(cell: Cell, cache_dir: str, data_dir: str | None, runner_pid: int | None = None) -> str:
+    """Run one cell and write its metric rows to the cache; returns the cell key. Runs in a worker.
+
+    runner_pid: the local study process; the worker stops when it is gone (None on a Dask cluster)."""
+    if runner_pid is not None:
+        _watch_runner(runner_pid)
     start = time.perf_counter()
     result = run(parse_config(cell.config, where=f"study cell {cell.index}"), data_dir=data_dir)
     rows = [{"evaluator": ev, "metric": m, "value": float(v)}
@@ -36,6 +75,8 @@ def run_cell(cell: Cell, cache_dir: str, data_dir: str | None) -> str:
               "params": cell.config.get("synthesizer", {}).get("params", {}),
               "epsilon": cell.config["budget"]["epsilon"], "rows": rows,
               "seconds": time.perf_counter() - start}
+    if runner_pid is not None and not _process_alive(runner_pid):
+        os._exit(1)   # the study was killed while this cell ran: write nothing
     fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".tmp")
     with os.fdopen(fd, "w") as fh:
         json.dump(record, fh, default=str)
@@ -72,7 +113,7 @@ def run_study(data: dict[str, Any], out_dir: str | Path, *, quick: bool = False,
     out = Path(out_dir)
     cache = out / "cells"
     cache.mkdir(parents=True, exist_ok=True)
-    todo = [c for c in cells if not (cache / f"{c.key}.json").is_file()]
+    todo = [c for c in cells if read_cell(cache, c) is None]
     if only is not None:
         todo = todo[:only]
     scheduler = scheduler or study.scheduler
@@ -84,7 +125,7 @@ def run_study(data: dict[str, Any], out_dir: str | Path, *, quick: bool = False,
     elif todo:
         from joblib import Parallel, delayed
         jobs = Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
-            delayed(run_cell)(c, str(cache), data_dir) for c in todo)
+            delayed(run_cell)(c, str(cache), data_dir, os.getpid()) for c in todo)
         for _ in jobs:
             bar.update(1)
     bar.close()
@@ -106,11 +147,28 @@ def _run_dask(todo: list[Cell], cache: str, data_dir: str | None, scheduler: str
             bar.update(1)
 
 
+def read_cell(cache: Path, cell: Cell) -> dict[str, Any] | None:
+    """A finished cell's record, or None when it has none. A cache file that does not parse, or lacks what
+    a record holds (cut short, from another version), is removed, so that the cell is computed again."""
+    path = cache / f"{cell.key}.json"
+    if not path.is_file():
+        return None
+    try:
+        rec = json.loads(path.read_text())
+        if isinstance(rec, dict) and rec.get("key") == cell.key and isinstance(rec.get("rows"), list) \
+                and all({"evaluator", "metric", "value"} <= set(r) for r in rec["rows"]) \
+                and {"dataset", "epsilon"} <= set(rec):
+            return rec
+    except (json.JSONDecodeError, UnicodeDecodeError, TypeError):
+        pass
+    path.unlink(missing_ok=True)
+    return None
+
+
 def collect(cells: list[Cell], cache: Path) -> pd.DataFrame:
     """Tidy table, one row per cell x metric, in cell order (finished cells only)."""
     rows = []
-    records = {c.index: json.loads((cache / f"{c.key}.json").read_text())
-               for c in cells if (cache / f"{c.key}.json").is_file()}
+    records = {c.index: rec for c in cells if (rec := read_cell(cache, c)) is not None}
     labels = method_labels([c.config for c in cells])
     for cell in cells:
         rec = records.get(cell.index)

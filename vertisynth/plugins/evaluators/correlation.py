@@ -79,6 +79,16 @@ class Correlation(Evaluator):
     def write_artifacts(self, out: Path) -> list[str]:
         if not self.config.heatmap or self._last is None:
             return []
+        import matplotlib.pyplot as plt
+
+        fig = self.heatmap_figure()
+        path = Path(out) / "correlation_heatmap.png"
+        fig.savefig(path, dpi=100, bbox_inches="tight")
+        plt.close(fig)
+        return [path.name]
+
+    def heatmap_figure(self):
+        """The real, synthetic and |difference| Cramér's V matrices side by side (after `evaluate`)."""
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
@@ -87,14 +97,14 @@ class Correlation(Evaluator):
         mats = [("real", self._last["real"]), ("synthetic", self._last["synthetic"]),
                 ("|real − synthetic|", np.abs(self._last["real"] - self._last["synthetic"]))]
         size = max(4.0, 0.35 * len(names))
-        fig, axes = plt.subplots(1, 3, figsize=(3 * size + 1, size))
-        for ax, (title, m) in zip(axes, mats):
+        # the three matrices share one attribute order: name the rows once, on the left panel, and let the
+        # constrained layout keep the tick labels out of the neighbouring panel
+        fig, axes = plt.subplots(1, 3, figsize=(3 * size + 2, size + 1), sharey=True, layout="constrained")
+        for i, (ax, (title, m)) in enumerate(zip(axes, mats)):
             im = ax.imshow(m, vmin=0, vmax=1, cmap="viridis")
             ax.set_title(f"Cramér's V: {title}")
             ax.set_xticks(range(len(names)), names, rotation=90, fontsize=7)
             ax.set_yticks(range(len(names)), names, fontsize=7)
+            ax.tick_params(axis="y", labelleft=i == 0)
         fig.colorbar(im, ax=axes, shrink=0.8)
-        path = Path(out) / "correlation_heatmap.png"
-        fig.savefig(path, dpi=100, bbox_inches="tight")
-        plt.close(fig)
-        return [path.name]
+        return fig

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 import numpy as np
@@ -21,8 +22,12 @@ from vertisynth.core.interfaces import PlanContext, Synthesizer, VerticalData
 from vertisynth.core.mechanisms import gaussian_mechanism, gaussian_sigma, laplace_mechanism, laplace_scale
 from vertisynth.core.messages import NoisyMarginals
 from vertisynth.core.privacy import Charge, PrivacyLedger, PureDP, ZCDP
+from vertisynth.pgm import GraphicalModel, build_junction_tree
 
 STAGE = "synthesizer"
+
+
+ZERO_LOG_POTENTIAL = -1000.0   # exp(-1000) underflows to exactly 0: an impossible cell, kept finite
 
 
 @attrs.frozen
@@ -106,6 +111,18 @@ class IndependentSynthesizer(Synthesizer):
             p = self._probs[a]
             cols.append(np.minimum(np.searchsorted(np.cumsum(p), rng.random(n) * p.sum(), side="right"), len(p) - 1))
         return Dataset(np.column_stack(cols).astype(np.int64), self._domain)
+
+    def fitted_model(self) -> tuple[Any, str]:
+        """The noisy 1-way marginals as a graphical model of single-attribute cliques (HasGraphicalModel), so
+        the fit can be saved and sampled again; a cell with probability 0 gets a log-potential whose exp is 0."""
+        if self._domain is None:
+            raise DataError("independent: fit() before fitted_model()")
+        tree = build_junction_tree(self._domain, [[a] for a in self._domain.attributes], max_cells=float("inf"))
+        theta = []
+        for c in tree.cliques:
+            p = self._probs[c[0]]
+            theta.append(np.where(p > 0, np.log(np.where(p > 0, p, 1.0)), ZERO_LOG_POTENTIAL))
+        return GraphicalModel(tree, theta, float(self._n_hat)), "sample"
 
     @property
     def n_hat(self) -> int | None:

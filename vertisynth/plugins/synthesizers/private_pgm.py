@@ -22,9 +22,9 @@ import itertools
 import math
 import time
 
-import attrs
 from typing import Any
 
+import attrs
 import numpy as np
 
 from vertisynth.core.dataset import Dataset
@@ -178,6 +178,12 @@ class PrivatePGMSynthesizer(Synthesizer, MeasuresMarginals):
         out = self._model.sample(self._n_hat if n is None else int(n), rng, self.config.sampling)
         self._timings["sample"] = time.perf_counter() - t0
         return out
+
+    def fitted_model(self) -> tuple[Any, str]:
+        """The fitted GraphicalModel and the sampling method (HasGraphicalModel): a DP release to sample from."""
+        if self._model is None:
+            raise DataError("private_pgm: fit() before fitted_model()")
+        return self._model, self.config.sampling
 
     def timings(self) -> dict[str, float]:
         return dict(self._timings)

@@ -400,5 +400,11 @@ class PrivMRFSynthesizer(Synthesizer):
                           edges=[list(e) for e in self._edges], marginals=[list(x.attributes) for x in self._measurements],
                           marginal_std=[float(x.std) for x in self._measurements]).validate()
 
+    def fitted_model(self) -> tuple[Any, str]:
+        """The fitted GraphicalModel and the sampling method (HasGraphicalModel): a DP release to sample from."""
+        if self._model is None:
+            raise DataError("privmrf: fit() before fitted_model()")
+        return self._model, self.config.sampling
+
     def timings(self) -> dict[str, float]:
         return dict(self._timings)

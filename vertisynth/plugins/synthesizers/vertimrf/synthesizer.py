@@ -381,6 +381,12 @@ class VertiMRFSynthesizer(Synthesizer):
                          "its guarantee is for replace-one (bounded) neighbours, as after PSI alignment")
         return notes
 
+    def fitted_model(self) -> tuple[Any, str]:
+        """The fitted GraphicalModel and the sampling method (HasGraphicalModel): a DP release to sample from."""
+        if self._model is None:
+            raise DataError("vertimrf: fit() before fitted_model()")
+        return self._model, self.config.sampling
+
     def timings(self) -> dict[str, float]:
         return dict(self._timings)
 

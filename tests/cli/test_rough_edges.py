@@ -1,0 +1,79 @@
+"""Rough edges a new user hits (issue 22), each reproduced."""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from vertisynth.cli import main
+from vertisynth.core.errors import ConfigError
+from vertisynth.run.config import parse_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_negative_seed_is_refused_by_validate(tmp_path):
+    with pytest.raises(ConfigError, match="seed"):
+        parse_config({"seed": -1, "budget": {"epsilon": 1.0}})
+    path = tmp_path / "neg.toml"
+    path.write_text("seed = -3\nbudget = { epsilon = 1.0, delta = 1e-5 }\n")
+    res = CliRunner().invoke(main, ["validate", str(path)])
+    assert res.exit_code == 2 and "seed" in res.output and "Traceback" not in res.output
+    res = CliRunner().invoke(main, ["run", "-q", "--seed", "-1", "-o", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "seed" in res.output
+
+
+def test_py_typed_is_shipped():
+    assert (REPO / "vertisynth" / "py.typed").is_file()
+
+
+def test_init_force_overwrites(tmp_path):
+    path = tmp_path / "job.toml"
+    path.write_text("old")
+    runner = CliRunner()
+    res = runner.invoke(main, ["init", str(path)])
+    assert res.exit_code == 2 and "--force" in res.output
+    assert runner.invoke(main, ["init", str(path), "--force"]).exit_code == 0
+    assert "budget" in path.read_text()
+
+
+def _options(cmd, path):
+    if isinstance(cmd, click.Group):
+        for name, sub in cmd.commands.items():
+            yield from _options(sub, path + [name])
+    for p in cmd.params:
+        if isinstance(p, click.Option) and not p.hidden:
+            yield " ".join(path), p
+
+
+def test_every_option_has_help_text():
+    missing = [f"{where} {p.opts}" for where, p in _options(main, ["vertisynth"]) if not p.help]
+    assert not missing, missing
+
+
+DEVELOPER_TEXT = re.compile(r"DESIGN\.md|issue \d|issues? #\d|/work/|shared/data")
+
+
+def test_study_files_cite_no_developer_paths():
+    for toml in sorted((REPO / "studies").glob("*.toml")):
+        assert not DEVELOPER_TEXT.search(toml.read_text()), toml.name
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (REPO / "benchmarks").glob("*.py")))
+def test_benchmark_help_cites_no_developer_documents(script):
+    res = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), "--help"], capture_output=True,
+                         text=True, timeout=120, cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert res.returncode == 0, res.stderr[-500:]
+    found = DEVELOPER_TEXT.findall(res.stdout)
+    assert not found, f"{script} --help cites {found}"
+
+
+def test_party_synth_names_an_unknown_party_before_keys(tmp_path):
+    path = tmp_path / "job.toml"
+    assert CliRunner().invoke(main, ["init", str(path)]).exit_code == 0
+    res = CliRunner().invoke(main, ["party", "synth", str(path), "--party", "nobody", "-o", str(tmp_path / "o")])
+    assert res.exit_code == 2
+    assert "unknown party 'nobody'" in res.output and "keys" not in res.output.split("parties are")[0]

@@ -1,0 +1,133 @@
+"""Fit once, sample many: the fitted model is kept, written as a DP release, and sampled again for free."""
+import io
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import vertisynth
+from vertisynth.cli import main
+from vertisynth.core.errors import ConfigError, DataError, MessageError
+from vertisynth.run.config import parse_config
+from vertisynth.run.model import FittedModel
+from vertisynth.run.pipeline import RNG_STREAMS, run
+
+
+def _cfg(synth="private_pgm", n=2000, seed=4):
+    return parse_config({"seed": seed, "budget": {"epsilon": 2.0, "delta": 1e-5},
+                         "dataset": {"name": "census", "params": {"n": n}}, "synthesizer": {"use": synth},
+                         "evaluators": [{"use": "tvd", "params": {"ways": [2], "marginals": 5}}]})
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    return run(_cfg(), output_dir=out), out
+
+
+def test_the_model_file_is_written_and_recorded_as_a_release(fitted):
+    result, out = fitted
+    assert (out / "model.npz").is_file() and result.model is not None
+    ledger = json.loads((out / "ledger.json").read_text())
+    assert "model.npz" in ledger["releases"] and "synthetic.csv" in ledger["releases"]
+    assert "model.npz" in json.loads((out / ".vertisynth-outputs.json").read_text())
+    assert result.model.privacy["spent_epsilon"] == pytest.approx(result.ledger.spent_epsilon())
+
+
+def test_the_loaded_model_reproduces_the_runs_table_exactly(fitted):
+    result, out = fitted
+    loaded = vertisynth.load_model(out / "model.npz")
+    stream = dict(zip(RNG_STREAMS, (np.random.default_rng(s) for s in np.random.SeedSequence(4).spawn(len(RNG_STREAMS)))))
+    codes = loaded.sample_codes(result.synthetic_codes.n, stream["sample"])
+    assert codes.to_frame().equals(result.synthetic_codes.to_frame())   # the file round-trips exactly
+
+
+def test_sampling_more_rows_is_raw_looking_reproducible_and_free(fitted):
+    result, out = fitted
+    model = vertisynth.load_model(out / "model.npz")
+    spent = result.ledger.spent_epsilon()
+    a, b = model.sample(5000, seed=7), model.sample(5000, seed=7)
+    pd.testing.assert_frame_equal(a, b)
+    assert len(a) == 5000 and list(a.columns) == list(result.synthetic.columns)
+    assert (a.dtypes == result.synthetic.dtypes).all()
+    assert set(a["sex"]) <= set(result.synthetic["sex"]) | {"Female", "Male"}
+    assert len(model.sample()) == model.n_records                   # default: the DP record count
+    assert len(result.sample(10, seed=1)) == 10
+    assert result.ledger.spent_epsilon() == spent and model.privacy["spent_epsilon"] == spent
+    with pytest.raises(DataError, match="positive integer"):
+        model.sample(0)
+
+
+def _rewrite(src, dst, change):
+    with np.load(src, allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    change(arrays)
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    dst.write_bytes(buf.getvalue())
+
+
+def test_an_altered_or_damaged_model_file_gets_one_line(fitted, tmp_path):
+    _, out = fitted
+    src = out / "model.npz"
+
+    def bump(arrays):
+        key = next(k for k in arrays if k.startswith("d/potentials/"))
+        arrays[key] = arrays[key] + 0.5
+
+    _rewrite(src, tmp_path / "altered.npz", bump)
+    with pytest.raises(MessageError, match="altered or damaged"):
+        vertisynth.load_model(tmp_path / "altered.npz")
+    (tmp_path / "cut.npz").write_bytes(src.read_bytes()[:200])
+    with pytest.raises(MessageError, match="truncated or not a vertisynth message"):
+        vertisynth.load_model(tmp_path / "cut.npz")
+    res = CliRunner().invoke(main, ["sample", str(tmp_path / "altered.npz"), "-n", "5", "-o", str(tmp_path / "x.csv")])
+    assert res.exit_code == 2 and "altered" in res.output and "Traceback" not in res.output
+    with pytest.raises(MessageError, match="does not exist"):
+        vertisynth.load_model(tmp_path / "none.npz")
+
+
+def test_cli_sample_draws_rows_from_a_model(fitted, tmp_path):
+    _, out = fitted
+    res = CliRunner().invoke(main, ["sample", str(out / "model.npz"), "-n", "300", "-o", str(tmp_path / "more.csv"),
+                                    "--seed", "2"])
+    assert res.exit_code == 0, res.output
+    assert "spent nothing" in res.output
+    assert len(pd.read_csv(tmp_path / "more.csv")) == 300
+
+
+def test_save_and_load_round_trip(fitted, tmp_path):
+    result, _ = fitted
+    path = result.model.save(tmp_path / "m.npz")
+    pd.testing.assert_frame_equal(FittedModel.load(path).sample(50, seed=1), result.model.sample(50, seed=1))
+    with pytest.raises(ConfigError, match=".npz"):
+        result.model.save(tmp_path / "m.bin")
+
+
+def test_every_model_based_synthesizer_keeps_a_model_and_dpsyn_says_why_not(tmp_path):
+    res = run(_cfg("independent", n=800), output_dir=tmp_path / "ind")
+    model = vertisynth.load_model(tmp_path / "ind" / "model.npz")
+    assert len(model.model.tree.cliques) == len(model.columns)          # single-attribute cliques
+    draws = model.sample_codes(20000, 0)
+    for a in ("sex", "income"):   # the noisy 1-way marginals it was fitted with
+        freq = np.bincount(draws.column(a), minlength=model.codec.domain.size(a)) / draws.n
+        real = np.bincount(res.real_codes.column(a), minlength=model.codec.domain.size(a)) / res.real_codes.n
+        assert np.abs(freq - real).sum() / 2 < 0.08
+    res = run(_cfg("dpsyn", n=800), output_dir=tmp_path / "dpsyn")
+    assert res.model is None and not (tmp_path / "dpsyn" / "model.npz").exists()
+    assert "keeps no graphical model" in res.report["privacy"]["releases"]["model.npz"]
+    with pytest.raises(DataError, match="dpsyn.*keeps no graphical model"):
+        res.sample(10)
+
+
+def test_fit_returns_the_model_and_refuses_a_model_free_synthesizer():
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"a": rng.integers(0, 3, 400), "b": rng.integers(0, 2, 400)})
+    schema = {"a": {"kind": "categorical", "categories": [0, 1, 2]}, "b": {"kind": "categorical", "categories": [0, 1]}}
+    model = vertisynth.fit(df, parties={"p": ["a"], "q": ["b"]}, schema=schema, epsilon=1.0,
+                           synthesizer="independent")
+    assert list(model.sample(20, seed=1).columns) == ["a", "b"]
+    with pytest.raises(ConfigError, match="dpsyn"):
+        vertisynth.fit(df, parties={"p": ["a"], "q": ["b"]}, schema=schema, epsilon=1.0, synthesizer="dpsyn")

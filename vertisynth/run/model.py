@@ -1,0 +1,181 @@
+"""Fit once, sample many: the fitted model as a DP release.
+
+A synthesizer whose fit ends in a graphical model (`HasGraphicalModel`: Private-PGM, PrivMRF, VertiMRF and the
+independent baseline, whose 1-way marginals are a model of single-attribute cliques) hands it to the pipeline,
+which keeps it on the RunResult and writes it beside the table as `model.npz`: the cliques, their
+log-potentials, the DP record count and the public decoding (schema, and the bin edges the run released).
+Everything in it was computed under the run's budget, so drawing more rows from it is post-processing: it
+spends nothing, and the ledger records the file as part of the release.
+
+The file is a `Message` (one .npz, no pickle, validated on load: shapes against the domain, finite values,
+cliques that form their own junction tree) with a SHA-256 digest of its contents, so a file cut short or
+edited by hand gets a one-line error. The digest detects alteration; it is not a signature.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, ClassVar
+
+import attrs
+import numpy as np
+import pandas as pd
+
+from vertisynth.core.dataset import Dataset
+from vertisynth.core.domain import Domain
+from vertisynth.core.encoding import ColumnCodec, ColumnSchema, TableCodec
+from vertisynth.core.errors import ConfigError, DataError, DomainError, MessageError
+from vertisynth.core.messages import Message
+from vertisynth.core.structuring import CONVERTER
+from vertisynth.pgm import GraphicalModel, build_junction_tree
+
+MODEL_FILE = "model.npz"
+
+
+@attrs.frozen(eq=False)
+class ModelRelease(Message):
+    """The fitted model as a file: what `vertisynth sample` and `vertisynth.load_model` read."""
+
+    kind: ClassVar[str] = "model_release"
+    domain: Domain = attrs.field(default=None)
+    cliques: list[list[str]] = attrs.field(factory=list)
+    potentials: dict[str, np.ndarray] = attrs.field(factory=dict)   # str(clique index) -> log-potential
+    total: float = 0.0                 # the DP record count: the default number of rows to draw
+    sampling: str = "sample"
+    synthesizer: str = ""
+    codec: list[dict[str, Any]] = attrs.field(factory=list)        # public decoding, one entry per column
+    privacy: dict[str, Any] = attrs.field(factory=dict)            # the run's spend, for whoever reads the file
+    digest: str = ""
+
+    def content_digest(self) -> str:
+        h = hashlib.sha256()
+        head = {"domain": self.domain.to_dict() if isinstance(self.domain, Domain) else None,
+                "cliques": self.cliques, "total": self.total, "sampling": self.sampling,
+                "synthesizer": self.synthesizer, "codec": self.codec, "privacy": self.privacy, "party": self.party}
+        h.update(json.dumps(head, sort_keys=True, default=str).encode())
+        for key in sorted(self.potentials):
+            arr = np.ascontiguousarray(self.potentials[key], dtype=np.float64)
+            h.update(key.encode() + str(arr.shape).encode() + arr.tobytes())
+        return h.hexdigest()
+
+    def validate(self) -> ModelRelease:
+        super().validate()
+        if not isinstance(self.domain, Domain):
+            raise self._fail("domain is missing")
+        if self.digest != self.content_digest():
+            raise self._fail("its contents do not match its digest: the file was altered or damaged")
+        if len(self.potentials) != len(self.cliques) or not self.cliques:
+            raise self._fail(f"{len(self.cliques)} cliques but {len(self.potentials)} potentials")
+        for i, c in enumerate(self.cliques):
+            try:
+                shape = self.domain.project(c).shape
+            except DomainError as exc:
+                raise self._fail(f"clique {c}: {exc}") from None
+            pot = self.potentials.get(str(i))
+            if pot is None or pot.shape != shape:
+                raise self._fail(f"potential of clique {c} has shape {getattr(pot, 'shape', None)}, expected {shape}")
+        if not self.total > 0:
+            raise self._fail(f"record count must be positive, got {self.total}")
+        if self.sampling not in ("sample", "round"):
+            raise self._fail(f"unknown sampling method {self.sampling!r}")
+        names = [c.get("schema", {}).get("name") for c in self.codec]
+        if sorted(map(str, names)) != sorted(self.domain.attributes):
+            raise self._fail(f"decoding covers columns {names}, the model {list(self.domain.attributes)}")
+        return self
+
+
+def _codec_to_json(codec: TableCodec) -> list[dict[str, Any]]:
+    return [{"schema": CONVERTER.unstructure(c.schema), "labels": list(c.labels),
+             "edges": None if c.edges is None else [float(e) for e in c.edges], "dtype": c.dtype}
+            for c in codec.columns]
+
+
+def _codec_from_json(entries: list[dict[str, Any]]) -> TableCodec:
+    cols = []
+    for e in entries:
+        schema = ColumnSchema(**e["schema"])
+        edges = None if e["edges"] is None else np.asarray(e["edges"], float)
+        cols.append(ColumnCodec(schema, tuple(e["labels"]), edges, e["dtype"]))
+    return TableCodec(tuple(cols))
+
+
+class FittedModel:
+    """A fitted synthesizer's model with its public decoding: `sample(n)` draws raw-looking rows and spends
+    nothing. `save(path)` writes it; `FittedModel.load(path)` (or `vertisynth.load_model`) reads it back."""
+
+    def __init__(self, model: GraphicalModel, codec: TableCodec, sampling: str = "sample", synthesizer: str = "",
+                 privacy: dict[str, Any] | None = None) -> None:
+        missing = [a for a in codec.domain.attributes if a not in model.domain.attributes]
+        if missing:
+            raise DataError(f"the model lacks the table's columns {missing}")
+        self.model, self.codec, self.sampling, self.synthesizer = model, codec, sampling, synthesizer
+        self.privacy = dict(privacy or {})
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self.codec.domain.attributes)
+
+    @property
+    def n_records(self) -> int:
+        """The DP record count the model was fitted with: `sample()`'s default size."""
+        return max(1, int(round(self.model.total)))
+
+    def sample_codes(self, n: int | None = None, seed: int | np.random.Generator | None = None) -> Dataset:
+        n = self.n_records if n is None else n
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise DataError(f"number of rows to sample must be a positive integer, got {n!r}")
+        if isinstance(seed, (int, np.integer)) and seed < 0:
+            raise DataError(f"seed must be a non-negative integer, got {seed}")
+        rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+        return self.model.sample(int(n), rng, self.sampling).project(self.codec.domain.attributes)
+
+    def sample(self, n: int | None = None, seed: int | np.random.Generator | None = None) -> pd.DataFrame:
+        """n rows (default: the DP record count), decoded to look like the input. Post-processing: no budget."""
+        rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+        codes = self.sample_codes(n, rng)
+        return self.codec.decode(codes, rng)
+
+    def to_release(self) -> ModelRelease:
+        m = self.model
+        fields = dict(party="release", domain=m.domain, cliques=[list(c) for c in m.tree.cliques],
+                      potentials={str(i): np.asarray(t, float) for i, t in enumerate(m.theta)}, total=float(m.total),
+                      sampling=self.sampling, synthesizer=self.synthesizer, codec=_codec_to_json(self.codec),
+                      privacy=json.loads(json.dumps(self.privacy, default=str)))
+        draft = ModelRelease(**fields)
+        return ModelRelease(**fields, digest=draft.content_digest()).validate()
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        if path.suffix != ".npz":
+            raise ConfigError(f"model file {str(path)!r}: use the .npz extension (numpy appends it otherwise)")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return self.to_release().save(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> FittedModel:
+        """Read and check a model file; a malformed or altered one gets a one-line MessageError."""
+        rel = ModelRelease.load(path)
+        try:
+            tree = build_junction_tree(rel.domain, rel.cliques, max_cells=float("inf"))
+        except (DomainError, ConfigError, ValueError) as exc:
+            raise MessageError(f"model file {str(path)!r}: its cliques do not form a model ({exc})") from None
+        if [list(c) for c in tree.cliques] != [list(c) for c in rel.cliques]:
+            raise MessageError(f"model file {str(path)!r}: its cliques are not the maximal cliques of their own "
+                               "triangulation")
+        try:
+            codec = _codec_from_json(rel.codec)
+        except (KeyError, TypeError, ValueError, ConfigError) as exc:
+            raise MessageError(f"model file {str(path)!r}: its decoding is malformed ({exc})") from None
+        if codec.domain.shape != rel.domain.project(codec.domain.attributes).shape:
+            raise MessageError(f"model file {str(path)!r}: its decoding's sizes {codec.domain.shape} do not match "
+                               "the model's")
+        model = GraphicalModel(tree, [rel.potentials[str(i)] for i in range(len(rel.cliques))], rel.total)
+        return cls(model, codec, rel.sampling, rel.synthesizer, rel.privacy)
+
+    def __repr__(self) -> str:
+        eps = self.privacy.get("spent_epsilon")
+        return (f"FittedModel({self.synthesizer or 'model'}: {len(self.columns)} columns, "
+                f"{len(self.model.tree.cliques)} cliques, n≈{self.n_records}"
+                + (f", ε={eps:.4g}" if isinstance(eps, (int, float)) else "") + ")")
+
