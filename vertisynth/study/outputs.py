@@ -1,6 +1,6 @@
 """Study outputs: results.csv / results.parquet (tidy), summary.md (mean ± std per dataset, method, ε) and
-one PNG per (dataset, metric): metric vs ε, one line per method, error bars = std over repeats (cf. the
-VertiMRF paper's Figures 4-5)."""
+one PNG per (dataset, metric): metric vs ε (ticks at the grid's ε values), one line per method, error bars = std
+over repeats (cf. the VertiMRF paper's Figures 4-5). A single repeat shows 'value (n=1)', not '± 0'."""
 from __future__ import annotations
 
 import re
@@ -18,7 +18,7 @@ def write_outputs(table: pd.DataFrame, out: Path) -> None:
     table.to_csv(out / "results.csv", index=False)
     table.to_parquet(out / "results.parquet", index=False)
     lines = ["# Study summary", "", f"{table['cell'].nunique() if len(table) else 0} cells, "
-             f"{len(table)} metric rows. Values are mean ± std over repeats.", ""]
+             f"{len(table)} metric rows. Values are mean ± std over repeats (one repeat: the value, n=1).", ""]
     if len(table):
         table = table.assign(name=table["evaluator"] + "." + table["metric"])
         agg = (table.groupby(["dataset", "method", "epsilon", "name"])["value"]
@@ -26,11 +26,17 @@ def write_outputs(table: pd.DataFrame, out: Path) -> None:
         for (dataset, name), part in agg.groupby(["dataset", "name"]):
             lines += [f"## {dataset}: {name}", "", "| method | ε | mean ± std | runs |", "|---|---|---|---|"]
             for r in part.itertuples():
-                std = 0.0 if pd.isna(r.std) else r.std
-                lines.append(f"| {r.method} | {r.epsilon:g} | {r.mean:.4f} ± {std:.4f} | {r.count} |")
+                lines.append(f"| {r.method} | {r.epsilon:g} | {mean_std(r.mean, r.std, r.count)} | {r.count} |")
             png = _plot(part, dataset, name, out)
             lines += ["", f"![{dataset} {name}]({png})", ""]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
+
+
+def mean_std(mean: float, std: float, count: int) -> str:
+    """'mean ± std' over repeats; with one repeat there is no spread to show: 'value (n=1)'."""
+    if count < 2 or pd.isna(std):
+        return f"{mean:.4f} (n={count})"
+    return f"{mean:.4f} ± {std:.4f}"
 
 
 def _plot(part: pd.DataFrame, dataset: str, name: str, out: Path) -> str:
@@ -43,6 +49,9 @@ def _plot(part: pd.DataFrame, dataset: str, name: str, out: Path) -> str:
         m = m.sort_values("epsilon")
         ax.errorbar(m["epsilon"], m["mean"], yerr=m["std"].fillna(0.0), marker="o", capsize=3, label=method)
     ax.set_xscale("log", base=2)
+    eps = sorted(part["epsilon"].unique())   # the grid's ε values as ticks, not powers of two
+    ax.set_xticks(eps, [f"{e:g}" for e in eps])
+    ax.minorticks_off()
     ax.set_xlabel("ε")
     ax.set_ylabel(name)
     ax.set_title(dataset)
