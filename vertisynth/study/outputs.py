@@ -20,7 +20,7 @@ def write_outputs(table: pd.DataFrame, out: Path) -> None:
     lines = ["# Study summary", "", f"{table['cell'].nunique() if len(table) else 0} cells, "
              f"{len(table)} metric rows. Values are mean ± std over repeats (one repeat: the value, n=1).", ""]
     if len(table):
-        table = table.assign(name=table["evaluator"] + "." + table["metric"])
+        table = table.assign(name=table["evaluator"] + "." + table["metric"], method=_method_and_point(table))
         agg = (table.groupby(["dataset", "method", "epsilon", "name"])["value"]
                .agg(["mean", "std", "count"]).reset_index())
         for (dataset, name), part in agg.groupby(["dataset", "name"]):
@@ -30,6 +30,18 @@ def write_outputs(table: pd.DataFrame, out: Path) -> None:
             png = _plot(part, dataset, name, out)
             lines += ["", f"![{dataset} {name}]({png})", ""]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
+
+
+def _method_and_point(table: pd.DataFrame) -> pd.Series:
+    """The method label plus the other grid keys that vary (e.g. parties.count), so that different grid points
+    are never averaged together as if they were repeats."""
+    own = ("grid:dataset.name", "grid:budget.epsilon")
+    extra = [c for c in table.columns if c.startswith("grid:") and c not in own
+             and not c[5:].startswith(("synthesizer", "collab")) and table[c].nunique() > 1]
+    if not extra:
+        return table["method"]
+    point = table[extra].astype(str).apply(lambda r: ",".join(f"{c[5:]}={v}" for c, v in r.items()), axis=1)
+    return table["method"] + " [" + point + "]"
 
 
 def mean_std(mean: float, std: float, count: int) -> str:
