@@ -6,8 +6,8 @@
     result.ledger.to_dict()   # the privacy spend, composed across parties
 
 This runs all parties in one process (a simulation of the protocol: party-side code still only sees
-its own columns). The party DataFrames must be row-aligned (same people, same order) unless an
-alignment protocol is chosen.
+its own columns). The party DataFrames are matched by index label (the same people; indexes that
+disagree are an error), or by an identifier column through an alignment protocol (`id_column=`).
 
 It is also the one front door for plugin authors: every name a plugin needs (hookimpl, the spec
 descriptors, the interfaces and capability Protocols, the ledger's charges and costs, the mechanisms, the
@@ -15,6 +15,7 @@ data model and the errors) is importable from here; docs/plugins.md shows a skel
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,9 @@ from .core.capabilities import (EstimatesWithVariance, HasPrivacyNotes, PartySer
                                 ReportsBudgetSplit, ReportsModel, SharedKeyEncoder)
 from .core.dataset import Dataset, VerticalPartition
 from .core.domain import Domain
-from .core.encoding import ColumnSchema, TableSchema
-from .core.errors import BudgetError, ConfigError, DataError, DomainError, MessageError, PluginError, VertisynthError
+from .core.encoding import ColumnSchema, TableSchema, inferred_schema_message
+from .core.errors import (BudgetError, ConfigError, DataError, DomainError, InferredSchemaWarning, MessageError,
+                          NoCrossPartyWarning, PluginError, VertisynthError, VertisynthWarning)
 from .core.factor import Factor
 from .core.hookspecs import hookimpl
 from .core.interfaces import (Aligner, Alignment, Encoder, Evaluator, MarginalQuery, MeasuresMarginals, PlanContext,
@@ -41,17 +43,22 @@ from .run.config import parse_config
 from .run.evaluate import evaluate_tables
 from .run.model import FittedModel
 from .run.pipeline import RunResult, execute, make_plan
+from .run.report import cross_party_note
+
+
+QUANTILE_SHARE = 0.1   # of ε, for the DP-quantile bins of numeric columns with public `bounds`, split among them
 
 
 def synthesize(
-    data: pd.DataFrame | Mapping[str, pd.DataFrame],
+    data: Mapping[str, pd.DataFrame] | pd.DataFrame,
     *,
     epsilon: float,
     delta: float = 1e-5,
-    synthesizer: str = "independent",
+    synthesizer: str = "vertimrf",
     params: Mapping[str, Any] | None = None,
     parties: Mapping[str, list[str]] | None = None,
     schema: Mapping[str, Mapping[str, Any]] | None = None,
+    bounds: Mapping[str, tuple[float, float]] | None = None,
     evaluators: list[dict[str, Any]] | None = None,
     n: int | None = None,
     seed: int = 0,
@@ -59,40 +66,67 @@ def synthesize(
     id_column: str | None = None,
     alignment: str | None = None,
     alignment_params: Mapping[str, Any] | None = None,
+    progress: bool = False,
 ) -> RunResult:
-    """Synthesise a DP table from one DataFrame per party (or one DataFrame plus `parties`).
+    """Synthesise one DP table from the columns several parties hold about the same people.
 
-    schema: public per-column schema (see `ColumnSchema`); without it the schema is read off the data,
-    which is NOT covered by the DP guarantee (the report says so).
+    data: {party name: DataFrame}, one frame per party, each holding that party's columns. Rows are matched
+        by index label (the same label is the same person; the order may differ); indexes that disagree are
+        an error. Or one DataFrame together with `parties`.
+    epsilon, delta: the privacy budget for the whole run, composed across all parties (one person's record
+        spans every party).
+    synthesizer: "vertimrf" (default: parties share only DP messages and the cross-party correlations are
+        modelled), "independent" (the no-correlation baseline), or a centralised comparison point ("privmrf",
+        "dpsyn", "private_pgm"). `params` are its options (see its module docstring).
+    parties: {party name: [columns]}, only with a single DataFrame.
+    schema: a public per-column schema, {column: {"kind": "categorical", "categories": [...]}} or
+        {"kind": "numeric", "bounds": [low, high], ...} (see `ColumnSchema`). Without it the schema is read off
+        the data, which is NOT covered by the DP guarantee: an `InferredSchemaWarning` says so, and a column
+        that looks like an identifier (IDs, e-mail addresses) is refused.
+    bounds: without `schema`, {column: (low, high)}: public ranges of numeric columns, which then get DP-quantile
+        bins (QUANTILE_SHARE of ε split among them, in the ledger) instead of equal-width bins over the data's
+        min-max.
+    evaluators: metrics against the real data (default: 2-way TVD); not part of the DP release.
+    n: number of synthetic records (default: as many as the real table). seed: the run's seed.
+    output_dir: if given, synthetic.csv, report.json, ledger.json and summary.md are written there.
     id_column: the parties' tables are keyed by this column (any row order, partial overlap); they are
-    aligned by `alignment` ("psi" by default, or "psu" with synthetic fill; docs/alignment.md).
+        aligned by `alignment` ("psi" by default, or "psu" with synthetic fill; docs/alignment.md), with
+        `alignment_params`.
+    progress: show a progress bar on stderr.
+
+    Returns a RunResult: `.synthetic` (the DataFrame), `.ledger` (the privacy spend), `.metrics`, `.report`.
+    A `NoCrossPartyWarning` says when the fitted model has no cross-party edge (the parties' columns then come
+    out independent of each other).
     """
+    if bounds and schema:
+        raise DataError("give `bounds` or a full `schema`, not both (put the bounds in the schema's numeric columns)")
     if id_column is not None:
-        return _synthesize_keyed(data, id_column, alignment or "psi", alignment_params, epsilon=epsilon,
-                                 delta=delta, synthesizer=synthesizer, params=params, schema=schema,
-                                 evaluators=evaluators, n=n, seed=seed, output_dir=output_dir)
+        result = _synthesize_keyed(data, id_column, alignment or "psi", alignment_params, epsilon=epsilon,
+                                   delta=delta, synthesizer=synthesizer, params=params, schema=schema, bounds=bounds,
+                                   evaluators=evaluators, n=n, seed=seed, output_dir=output_dir, progress=progress)
+        _warn_if_independent(result)
+        return result
     if isinstance(data, pd.DataFrame):
         frame = data
         if parties is None:
             raise DataError("pass `parties` ({name: [columns]}) with a single DataFrame, or a dict of DataFrames")
         split = {k: list(v) for k, v in parties.items()}
     else:
-        if not data:
-            raise DataError("no party data given")
-        lengths = {k: len(v) for k, v in data.items()}
-        if len(set(lengths.values())) > 1:
-            raise DataError(f"party tables are not row-aligned: row counts {lengths}")
+        data = _check_party_frames(data)
+        aligned = _align_by_index(data)
         seen: dict[str, str] = {}
-        for name, df in data.items():
+        for name, df in aligned.items():
             for c in df.columns:
                 if str(c) in seen:
                     raise DataError(f"column {c!r} is held by both {seen[str(c)]!r} and {name!r}")
                 seen[str(c)] = name
-        frame = pd.concat([df.reset_index(drop=True) for df in data.values()], axis=1)
-        split = {k: [str(c) for c in v.columns] for k, v in data.items()}
+        frame = pd.concat([df.reset_index(drop=True) for df in aligned.values()], axis=1)
+        split = {k: [str(c) for c in v.columns] for k, v in aligned.items()}
     frame = frame.copy()
     frame.columns = [str(c) for c in frame.columns]
-    table_schema = TableSchema.from_config(schema) if schema else TableSchema.infer(frame)
+    table_schema = (TableSchema.from_config(schema) if schema else
+                    TableSchema.infer(frame, **_bounds_kw(bounds, epsilon), warn=False))
+    _warn_inferred(table_schema)
     loaded = LoadedData(frame, table_schema, list(split.values()), list(split), "in-memory DataFrames",
                         info={"schema_inferred_from_data": table_schema.inferred})
     source = DatasetSource(table_schema, list(split.values()), lambda: loaded, list(split), loaded.description)
@@ -106,7 +140,73 @@ def synthesize(
         "evaluators": evaluators if evaluators is not None else [{"use": "tvd", "params": {"ways": [2]}}],
         **({"sample_size": n} if n is not None else {}),
     }, where="synthesize()")
-    return execute(make_plan(config, source=source), output_dir)
+    result = execute(make_plan(config, source=source), output_dir, progress=progress)
+    _warn_if_independent(result)
+    return result
+
+
+def _check_party_frames(data: Any) -> dict[str, pd.DataFrame]:
+    """{party name: DataFrame}, or a one-line error that says what was passed instead and what to pass."""
+    if isinstance(data, pd.Series):
+        raise DataError("synthesize() takes DataFrames, got a pandas Series: pass {party: series.to_frame(), ...}")
+    if not isinstance(data, Mapping):
+        raise DataError(f"synthesize() takes {{party name: DataFrame}} (or one DataFrame with `parties`), "
+                        f"got a {type(data).__name__}")
+    if not data:
+        raise DataError("no party data given")
+    for name, df in data.items():
+        if not isinstance(name, str):
+            raise DataError(f"party names must be strings, got {name!r}")
+        if isinstance(df, pd.Series):
+            raise DataError(f"party {name!r}: got a pandas Series; pass a DataFrame (series.to_frame())")
+        if not isinstance(df, pd.DataFrame):
+            raise DataError(f"party {name!r}: expected a pandas DataFrame, got a {type(df).__name__}")
+    return dict(data)
+
+
+def _align_by_index(data: Mapping[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """Match the parties' rows by index label (the order may differ); indexes that disagree are an error."""
+    names = list(data)
+    for name, df in data.items():
+        if not df.index.is_unique:
+            dup = df.index[df.index.duplicated()].unique()[:3].tolist()
+            raise DataError(f"party {name!r}'s index repeats labels (e.g. {dup}); rows are matched by index, one "
+                            "label per person: give each row its own label, or pass id_column=")
+    ref = data[names[0]].index
+    out = {names[0]: data[names[0]]}
+    for name in names[1:]:
+        df = data[name]
+        if df.index.equals(ref):
+            out[name] = df
+            continue
+        only_ref, only_this = ref.difference(df.index, sort=False), df.index.difference(ref, sort=False)
+        if len(only_ref) or len(only_this):
+            raise DataError(
+                f"party tables are not row-aligned: the indexes of {names[0]!r} ({len(ref)} rows) and {name!r} "
+                f"({len(df)} rows) disagree ({len(only_ref)} labels only in {names[0]!r}, e.g. "
+                f"{only_ref[:3].tolist()}; {len(only_this)} only in {name!r}, e.g. {only_this[:3].tolist()}). "
+                "Rows are matched by index label: give the tables the same index (the same people), or pass "
+                "id_column= to align ID-keyed tables by private set intersection")
+        out[name] = df.loc[ref]   # the same people in another order
+    return out
+
+
+def _bounds_kw(bounds: Mapping[str, tuple[float, float]] | None, epsilon: float) -> dict[str, Any]:
+    if not bounds:
+        return {}
+    return {"bounds": dict(bounds), "quantile_epsilon": QUANTILE_SHARE * epsilon / len(bounds)}
+
+
+def _warn_inferred(schema: TableSchema) -> None:
+    if schema.inferred:
+        observed = [c.name for c in schema.columns if c.kind == "numeric" and c.binning == "equal_width"]
+        warnings.warn(inferred_schema_message(schema, observed), InferredSchemaWarning, stacklevel=3)
+
+
+def _warn_if_independent(result: RunResult) -> None:
+    note = cross_party_note(result.report)
+    if note:
+        warnings.warn(note, NoCrossPartyWarning, stacklevel=3)
 
 
 def fit(data: pd.DataFrame | Mapping[str, pd.DataFrame], **kwargs: Any) -> FittedModel:
@@ -141,7 +241,10 @@ def evaluate(real: pd.DataFrame | str | Path, synthetic: pd.DataFrame | str | Pa
 
 def _synthesize_keyed(data: Any, id_column: str, alignment: str, alignment_params: Mapping[str, Any] | None,
                       **kw: Any) -> RunResult:
-    if isinstance(data, pd.DataFrame) or not data or len(data) < 2:
+    if isinstance(data, pd.DataFrame):
+        raise DataError("with id_column, pass one DataFrame per party: {name: frame}, at least two")
+    data = _check_party_frames(data)
+    if len(data) < 2:
         raise DataError("with id_column, pass one DataFrame per party: {name: frame}, at least two")
     frames, ids, seen = {}, {}, {}
     for name, df in data.items():
@@ -155,8 +258,10 @@ def _synthesize_keyed(data: Any, id_column: str, alignment: str, alignment_param
             seen[c] = name
         frames[name], ids[name] = body, df[id_column].tolist()
     split = {k: list(v.columns) for k, v in frames.items()}
-    schema = kw.pop("schema")
-    table_schema = TableSchema.from_config(schema) if schema else TableSchema.infer_parts(list(frames.values()))
+    schema, bounds = kw.pop("schema"), kw.pop("bounds")
+    table_schema = (TableSchema.from_config(schema) if schema else
+                    TableSchema.infer_parts(list(frames.values()), **_bounds_kw(bounds, kw["epsilon"]), warn=False))
+    _warn_inferred(table_schema)
     loaded = LoadedData(None, table_schema, list(split.values()), list(split), "in-memory ID-keyed DataFrames",
                         info={"schema_inferred_from_data": table_schema.inferred}, party_frames=frames, party_ids=ids)
     source = DatasetSource(table_schema, list(split.values()), lambda: loaded, list(split), loaded.description)
@@ -171,7 +276,7 @@ def _synthesize_keyed(data: Any, id_column: str, alignment: str, alignment_param
         "evaluators": evaluators if evaluators is not None else [{"use": "tvd", "params": {"ways": [2]}}],
         **({"sample_size": n} if n is not None else {}),
     }, where="synthesize()")
-    return execute(make_plan(config, source=source), kw["output_dir"])
+    return execute(make_plan(config, source=source), kw["output_dir"], progress=kw["progress"])
 
 
 __all__ = [
@@ -194,4 +299,6 @@ __all__ = [
     "VerticalPartition",
     # errors
     "BudgetError", "ConfigError", "DataError", "DomainError", "MessageError", "PluginError", "VertisynthError",
+    # warnings
+    "InferredSchemaWarning", "NoCrossPartyWarning", "VertisynthWarning",
 ]

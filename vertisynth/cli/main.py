@@ -13,7 +13,9 @@ from vertisynth.core.errors import ConfigError, PluginError, VertisynthError
 from vertisynth.core.registry import Registry, default_registry
 from vertisynth.run.config import DEFAULT_CONFIG_TOML, default_config, load_config
 from vertisynth.run.console import fail as _fail
+from vertisynth.run.console import warnings_as_lines
 from vertisynth.run.pipeline import execute, make_plan
+from vertisynth.run.report import cross_party_note
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -36,6 +38,11 @@ def main() -> None:
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def run(config: Path | None, out: Path | None, data_dir: str | None, seed: int | None, quiet: bool) -> None:
     """Run one pipeline from a TOML CONFIG (default: the built-in offline example)."""
+    with warnings_as_lines():
+        _run(config, out, data_dir, seed, quiet)
+
+
+def _run(config: Path | None, out: Path | None, data_dir: str | None, seed: int | None, quiet: bool) -> None:
     try:
         cfg = load_config(config) if config else default_config()
         if seed is not None:
@@ -53,6 +60,9 @@ def run(config: Path | None, out: Path | None, data_dir: str | None, seed: int |
         for m, v in metrics.items():
             click.echo(f"{ev}.{m} = {v:.4f}")
     click.echo(f"privacy: spent ε = {result.ledger.spent_epsilon():.4g} of {result.ledger.budget.epsilon:.4g}")
+    note = cross_party_note(result.report)
+    if note:
+        click.secho(f"warning: {note}", fg="yellow", err=True)
     collab = result.report.get("collab")
     if collab:   # the [collab] mode: which mode ran, the tuning's accounting, and whether anything was published
         click.echo(f"mode: {result.report['mode']}")

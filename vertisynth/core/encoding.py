@@ -12,6 +12,7 @@ are handled explicitly:
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,7 +22,7 @@ import pandas as pd
 
 from .dataset import Dataset
 from .domain import Domain
-from .errors import ConfigError, DataError, DomainError
+from .errors import ConfigError, DataError, DomainError, InferredSchemaWarning
 from .privacy import Charge, PrivacyLedger, PureDP
 
 MISSING_LABEL = "<missing>"
@@ -273,33 +274,82 @@ class TableSchema:
         return TableCodec(tuple(out))
 
     @classmethod
-    def infer(cls, frame: pd.DataFrame, max_categories: int = 50, bins: int = 8) -> TableSchema:
-        """Schema read off the data (NOT DP: reveals categories and ranges). For convenience only."""
+    def infer(cls, frame: pd.DataFrame, max_categories: int = 50, bins: int = 8,
+              bounds: Mapping[str, Sequence[float]] | None = None, quantile_epsilon: float = 0.0,
+              warn: bool = True) -> TableSchema:
+        """Schema read off the data (NOT DP: reveals categories and ranges). For convenience only.
+
+        A column that looks like an identifier (distinct values close to the row count) is refused: it would
+        copy real IDs into the output. `bounds` names numeric columns whose range is public: they get
+        `bins` DP-quantile bins, `quantile_epsilon` each (charged to the ledger); other numeric columns get
+        equal-width bins over their observed min-max (not DP). `warn`: give an `InferredSchemaWarning`.
+        """
         if len(frame) == 0:
             raise DataError("the table is empty: there is nothing to synthesise")
-        cols = []
+        bounds = dict(bounds or {})
+        unknown = [b for b in bounds if b not in set(map(str, frame.columns))]
+        if unknown:
+            raise DataError(f"bounds given for column(s) {unknown} that the table does not have; it has "
+                            f"{list(map(str, frame.columns))}")
+        cols, observed_range = [], []
         for name in frame.columns:
             s = frame[name]
             missing = "category" if s.isna().any() else "error"
             vals = s.dropna()
             numeric = pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s)
+            if len(vals) == 0:
+                raise DataError(f"column {name!r} holds only missing values")
+            integer = numeric and (pd.api.types.is_integer_dtype(vals) or bool(np.all(np.mod(vals, 1) == 0)))
+            if str(name) in bounds:
+                if not numeric:
+                    raise DataError(f"bounds given for column {name!r}, which is not numeric ({s.dtype})")
+                if not quantile_epsilon > 0:
+                    raise ConfigError(f"column {name!r}: DP-quantile bins inside public bounds need quantile_epsilon > 0")
+                try:
+                    lo, hi = (float(v) for v in bounds[str(name)])
+                except (TypeError, ValueError):
+                    raise ConfigError(f"bounds of column {name!r} must be two numbers (low, high), "
+                                      f"got {bounds[str(name)]!r}") from None
+                cols.append(ColumnSchema(str(name), "numeric", bins=bins, binning="quantile", bounds=(lo, hi),
+                                         integer=integer, missing=missing, quantile_epsilon=quantile_epsilon))
+                continue
+            reason = _identifier_reason(vals, numeric, integer, max_categories)
+            if reason:
+                raise DataError(
+                    f"column {name!r} looks like an identifier ({reason}): synthesising it would copy real IDs into "
+                    f"the output. Drop it (df.drop(columns=[{str(name)!r}])), use it to match the parties' rows "
+                    f"(synthesize(..., id_column={str(name)!r}), or the party_csv dataset), or, if it is a real "
+                    "attribute, declare it in a public schema")
             if numeric and vals.nunique() > max_categories:
                 lo, hi = float(vals.min()), float(vals.max())
-                integer = pd.api.types.is_integer_dtype(vals) or bool(np.all(np.mod(vals, 1) == 0))
                 cols.append(ColumnSchema(str(name), "numeric", bins=bins, bounds=(lo, hi + (1 if integer else 0)),
                                          integer=integer, missing=missing))
+                observed_range.append(str(name))
             else:
                 cats = sorted(vals.unique().tolist(), key=lambda v: (str(type(v)), v))
-                if len(cats) == 0:
-                    raise DataError(f"column {name!r} holds only missing values")
                 cols.append(ColumnSchema(str(name), "categorical", categories=tuple(cats), missing=missing))
-        return cls(tuple(cols), inferred=True)
+        schema = cls(tuple(cols), inferred=len(bounds) < len(cols))
+        if warn and schema.inferred:
+            warnings.warn(inferred_schema_message(schema, observed_range), InferredSchemaWarning, stacklevel=2)
+        return schema
 
     @classmethod
-    def infer_parts(cls, frames: Sequence[pd.DataFrame], **kw: Any) -> TableSchema:
+    def infer_parts(cls, frames: Sequence[pd.DataFrame], bounds: Mapping[str, Sequence[float]] | None = None,
+                    warn: bool = True, **kw: Any) -> TableSchema:
         """One schema from tables with different rows and disjoint columns (ID-keyed parties), each read
         off its own rows (NOT DP)."""
-        return cls(tuple(c for f in frames for c in cls.infer(f, **kw).columns), inferred=True)
+        bounds = dict(bounds or {})
+        names = {str(c) for f in frames for c in f.columns}
+        unknown = [b for b in bounds if b not in names]
+        if unknown:
+            raise DataError(f"bounds given for column(s) {unknown} that no party's table has")
+        parts = [cls.infer(f, bounds={k: v for k, v in bounds.items() if k in set(map(str, f.columns))}, warn=False,
+                           **kw) for f in frames]
+        schema = cls(tuple(c for p in parts for c in p.columns), inferred=any(p.inferred for p in parts))
+        if warn and schema.inferred:
+            observed = [c.name for c in schema.columns if c.kind == "numeric" and c.binning == "equal_width"]
+            warnings.warn(inferred_schema_message(schema, observed), InferredSchemaWarning, stacklevel=2)
+        return schema
 
     @classmethod
     def from_config(cls, columns: Mapping[str, Mapping[str, Any]]) -> TableSchema:
@@ -323,3 +373,28 @@ def _bin_label(a: float, b: float, integer: bool) -> str:
     if integer:
         return f"[{math.ceil(a)}, {math.ceil(b)})"
     return f"[{a:.4g}, {b:.4g})"
+
+
+def _identifier_reason(vals: pd.Series, numeric: bool, integer: bool, max_categories: int) -> str | None:
+    """Why a column looks like an identifier (IDs, e-mail addresses, names), or None. Text with distinct values
+    for most rows, or integers all distinct and packed into a range about the row count (1..n style)."""
+    n, k = len(vals), int(vals.nunique())
+    if k <= max_categories:
+        return None
+    if not numeric and k > n / 2:
+        return f"{k} distinct values in {n} rows"
+    if integer and k == n and float(vals.max()) - float(vals.min()) < 2 * n:
+        return f"{k} distinct integers in {n} rows, from {vals.min()} to {vals.max()}"
+    return None
+
+
+def inferred_schema_message(schema: TableSchema, observed_range: Sequence[str]) -> str:
+    """The warning for a schema read off the data: what is not DP, and what to do about it."""
+    read = [c.name for c in schema.columns if not (c.kind == "numeric" and c.binning == "quantile")]
+    msg = (f"the schema of column(s) {read} was read off the data (categories, ranges): it is NOT covered by the DP "
+           "guarantee; pass a public schema for a DP guarantee on the schema too")
+    if observed_range:
+        msg += (f". Numeric column(s) {list(observed_range)} were cut into equal-width bins over their observed "
+                "min-max (not DP, and a skewed column loses its shape): declare their public bounds (synthesize("
+                "bounds={name: (low, high)}), or `bounds` in the csv dataset's params) to get DP-quantile bins")
+    return msg

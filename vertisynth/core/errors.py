@@ -42,3 +42,15 @@ def suggest(name: str, choices: Iterable[str]) -> str:
 def choices_text(choices: Iterable[str]) -> str:
     items = sorted(choices)
     return ", ".join(repr(c) for c in items) if items else "(none)"
+
+
+class VertisynthWarning(UserWarning):
+    """Base class of the warnings vertisynth gives (something ran, but you should know this)."""
+
+
+class InferredSchemaWarning(VertisynthWarning):
+    """The schema (categories, ranges) was read off the data: it is not covered by the DP guarantee."""
+
+
+class NoCrossPartyWarning(VertisynthWarning):
+    """The synthesizer's model has no cross-party edge: the parties' columns come out independent."""

@@ -114,6 +114,19 @@ def _alignment_line(info: dict[str, Any]) -> str:
             f"revealed: {info['revealed']})")
 
 
+def cross_party_note(report: dict[str, Any]) -> str | None:
+    """A sentence when the synthesizer's model has no cross-party edge, read from its model details (VertiMRF's
+    `cross_party_marginals`, with the pairs `graph_combination` scored); None otherwise."""
+    if len(report.get("parties") or []) < 2:
+        return None
+    model = (report.get("synthesizer") or {}).get("model") or {}
+    if "cross_party_marginals" not in model or model["cross_party_marginals"]:
+        return None
+    edges = [g for g in model.get("graph_combination") or [] if g.get("added")]
+    return (f"the model has no cross-party edge ({len(edges)} cross-party pair(s) passed GraphCom, no cross-party "
+            "marginal was measured): your parties' columns are synthesised as independent")
+
+
 def summary_markdown(result: RunResult) -> str:
     r = result.report
     p = r["privacy"]
@@ -162,6 +175,9 @@ def summary_markdown(result: RunResult) -> str:
         lines[lines.index("## Metrics"):lines.index("## Metrics")] = [
             "Budget split inside the synthesizer (fractions of its zCDP ρ): "
             + ", ".join(f"{k} {v:.2f}" for k, v in r["synthesizer"]["budget_split"].items()), ""]
+    note = cross_party_note(r)
+    if note:
+        lines[lines.index("## Privacy"):lines.index("## Privacy")] = [f"**Warning:** {note}.", ""]
     if r["dataset"]["schema_inferred_from_data"]:
         lines += ["", f"**Note:** {r['dataset']['schema_note']}."]
     return "\n".join(lines) + "\n"

@@ -128,18 +128,24 @@ def adult(config: BenchmarkConfig, data_dir: str | None = None) -> DatasetSource
 @attrs.frozen
 class CsvConfig:
     """path: the CSV. schema: per-column public schema (see ColumnSchema), or domain: a PrivMRF-style JSON
-    domain for integer-coded CSVs. With neither, the schema is read off the data (NOT DP; the report says so)."""
+    domain for integer-coded CSVs. With neither, the schema is read off the data (NOT DP; a warning and the
+    report say so; an identifier-like column is refused); then `bounds` = {column = [low, high]} gives numeric
+    columns public ranges and DP-quantile bins, `quantile_epsilon` each (charged to the ledger)."""
 
     path: str
     schema: dict[str, dict[str, Any]] | None = None
     domain: str | None = None
     parties: list[list[str]] | None = None
+    bounds: dict[str, list[float]] | None = None
+    quantile_epsilon: float = 0.05
 
 
 def csv(config: CsvConfig, data_dir: str | None = None) -> DatasetSource:
     """With a public schema (or JSON domain) no row is read, nor the file looked for, until the plan is
     checked; without one the schema must be read off the data first (not DP, and the report says so)."""
     path = Path(config.path).expanduser()
+    if config.bounds and (config.domain or config.schema):
+        raise ConfigError("csv dataset: `bounds` applies to an inferred schema; with `schema`, put the bounds there")
     if config.domain or config.schema:
         # public schema: the file is read only at load time, so a server (or a party with its own
         # --csv) can plan from the schema alone, without the file
@@ -173,7 +179,8 @@ def _load_csv(config: CsvConfig) -> LoadedData:
         if len(frame) == 0:
             raise DataError(f"CSV {str(path)!r} has no rows: there is nothing to synthesise")
         frame.columns = [str(c) for c in frame.columns]
-        schema = TableSchema.from_config(config.schema) if config.schema else TableSchema.infer(frame)
+        schema = (TableSchema.from_config(config.schema) if config.schema else
+                  TableSchema.infer(frame, bounds=config.bounds, quantile_epsilon=config.quantile_epsilon))
     names = schema.names
     half = (len(names) + 1) // 2
     parties = config.parties or [names[:half], names[half:]]
