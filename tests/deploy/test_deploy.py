@@ -4,9 +4,10 @@ import sys
 
 import pandas as pd
 import pytest
+from deploy_helpers import SECRET, hello_all, keys_all, with_roster
 
+from vertisynth.deploy.simulate import simulate
 from vertisynth.run.config import load_config
-from vertisynth.run.pipeline import run
 
 CONFIG = """
 seed = 11
@@ -30,22 +31,29 @@ def cli(*args, cwd):
 
 
 def test_parties_and_server_as_separate_processes_equal_the_simulation(tmp_path):
-    (tmp_path / "job.toml").write_text(CONFIG)
+    (tmp_path / "job.toml").write_text(with_roster(tmp_path, CONFIG, ["registry", "employer"]))
+    hello_all(tmp_path, ["registry", "employer"], secret=SECRET)
+    keys_all(tmp_path, ["registry", "employer"])
     for party in ("registry", "employer"):
-        cli("party", "job.toml", "--party", party, "--secret-seed", "11", "--out", "msgs", cwd=tmp_path)
-    cli("server", "job.toml", "--messages", "msgs", "--out", "out", cwd=tmp_path)
+        res = cli("party", "job.toml", "--party", party, "--exchange", "shared", "--out", f"private_{party}",
+                  cwd=tmp_path)
+        assert "not for production" in res.stdout
+    res = cli("server", "job.toml", "--exchange", "shared", "--out", "out", cwd=tmp_path)
+    assert "not for production" in res.stdout
     deployed = pd.read_csv(tmp_path / "out" / "synthetic.csv")
-    simulated = run(load_config(tmp_path / "job.toml")).synthetic
+    simulated = simulate(load_config(tmp_path / "job.toml"), SECRET).synthetic
     simulated.to_csv(tmp_path / "sim.csv", index=False)
     pd.testing.assert_frame_equal(deployed, pd.read_csv(tmp_path / "sim.csv"))
-    # the server's inputs are message files only: no raw column of any party is among them
-    assert all(p.suffix in (".npz", ".json") for p in (tmp_path / "msgs").iterdir())
+    # the server's inputs are signed envelopes only: no raw column of any party is among them
+    assert all(p.suffix == ".env" for p in (tmp_path / "shared").iterdir())
+    assert "not for production" in (tmp_path / "out" / "report.json").read_text()
 
 
 def test_server_refuses_missing_parties(tmp_path):
-    (tmp_path / "job.toml").write_text(CONFIG)
-    cli("party", "job.toml", "--party", "registry", "--secret-seed", "1", "--out", "msgs", cwd=tmp_path)
-    res = subprocess.run([sys.executable, "-m", "vertisynth.cli", "server", "job.toml", "--messages", "msgs",
+    (tmp_path / "job.toml").write_text(with_roster(tmp_path, CONFIG.replace('encoder_params', 'encoder = "grr", encoder_params').replace("{ t = 200 }", "{}"), ["registry", "employer"]))
+    hello_all(tmp_path, ["registry", "employer"])
+    cli("party", "job.toml", "--party", "registry", "--exchange", "shared", "--out", "private_registry", cwd=tmp_path)
+    res = subprocess.run([sys.executable, "-m", "vertisynth.cli", "server", "job.toml", "--exchange", "shared",
                           "--out", "out"], capture_output=True, text=True, cwd=tmp_path)
     assert res.returncode == 2 and "no messages from parties ['employer']" in res.stderr
 
