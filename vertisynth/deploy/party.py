@@ -75,7 +75,8 @@ def _private_json(path: Path, content: dict) -> Path:
 
 def _read_group_key(path: Path, party: str, state: RunState) -> KeyParty:
     if not path.is_file():
-        raise DataError(f"key file {str(path)!r} does not exist; run `vertisynth party keys` first")
+        raise ConfigError(f"party synth needs the sketch keys: --keys FILE (from `vertisynth party keys`; "
+                          f"{str(path)!r} does not exist)")
     try:
         raw = json.loads(path.read_text())
         key = bytes.fromhex(raw["group_key"])
