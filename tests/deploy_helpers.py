@@ -35,9 +35,10 @@ def with_roster(tmp_path, config_text, names, private=lambda n: f"private_{n}"):
     return config_text + "\n[roster.keys]\n" + "\n".join(lines) + "\n"
 
 
-def hello_all(tmp_path, names, config="job.toml", exchange="shared", secret=None, timeout=30, ok=True):
+def hello_all(tmp_path, names, config="job.toml", exchange="shared", secret=None, timeout=30, ok=True,
+              private=lambda n: f"private_{n}"):
     extra = ["--test-secret", secret] if secret else []
-    res = parallel([["party", "hello", config, "--party", n, "--exchange", exchange, "--out", f"private_{n}",
+    res = parallel([["party", "hello", config, "--party", n, "--exchange", exchange, "--out", private(n),
                      "--timeout", str(timeout), *extra] for n in names], tmp_path)
     if ok:
         assert all(r[0] == 0 for r in res), res
