@@ -96,6 +96,21 @@ class Identity:
 
 
 @attrs.frozen
+class RosterConfig:
+    """The config's `[roster]`: every participant's pinned public key, `keys = { name = "ed25519:..." }`."""
+
+    keys: dict[str, str] = attrs.field(factory=dict)
+
+
+def roster_of(section: RosterConfig | None) -> Roster:
+    """The roster of a config's `[roster]` table (`config.section("roster")`); refuses a config without one."""
+    if section is None or not section.keys:
+        raise ConfigError("cross-machine runs need a [roster] in the shared config pinning every participant's "
+                          "public key: [roster.keys] name = \"ed25519:...\" (printed by `vertisynth party init`)")
+    return Roster.parse(section.keys)
+
+
+@attrs.frozen
 class Roster:
     """Participant name -> pinned public key, from the shared config."""
 

@@ -12,5 +12,5 @@ def vertisynth_commands():
 
 @hookimpl
 def vertisynth_config_sections():
-    return [SectionSpec("roster", None, "vertisynth.deploy.session:RosterConfig",
+    return [SectionSpec("roster", None, "vertisynth.core.identity:RosterConfig",
                         "the participants' pinned Ed25519 public keys")]

@@ -21,7 +21,7 @@ import attrs
 
 from vertisynth.core.envelope import ALL, Expect, Header, canonical, fingerprint, open_envelope, seal
 from vertisynth.core.errors import ConfigError, DataError, MessageError
-from vertisynth.core.identity import Identity, Roster, inside
+from vertisynth.core.identity import Identity, Roster, inside, roster_of as _roster_of
 from vertisynth.plugins.encoders.keys import hkdf
 from vertisynth.run.config import RunConfig
 
@@ -31,19 +31,8 @@ TEST_LABEL = "TEST SECRET: reproducible run, not for production"
 MAX_HELLO_AGE = 3600.0   # seconds: an older hello is an earlier run's
 
 
-@attrs.frozen
-class RosterConfig:
-    """`[roster]`: every participant's pinned public key, e.g. `keys = { hospital = "ed25519:..." }`."""
-
-    keys: dict[str, str] = attrs.field(factory=dict)
-
-
 def roster_of(config: RunConfig) -> Roster:
-    table = config.section("roster")
-    if table is None or not table.keys:
-        raise ConfigError("cross-machine runs need a [roster] in the shared config pinning every participant's "
-                          "public key: [roster] keys = { name = \"ed25519:...\" } (printed by `vertisynth party init`)")
-    return Roster.parse(table.keys)
+    return _roster_of(config.section("roster"))
 
 
 def public_config(config: RunConfig) -> dict[str, Any]:
