@@ -184,14 +184,20 @@ class Session:
                 ) -> dict[str, list[tuple[Header, bytes]]]:
         """Every sender's messages of `round_` addressed to `to` (default: me, or everybody)."""
         to = to or self.me
-        pattern = f"{round_}__*__to__*"
         want = len(senders) * per_sender
-        names = receive(self.transport, pattern, want, f"round {round_!r} from {senders}", self.timeout, self.poll)
+
+        def mine(name: str) -> bool:   # addressed to everybody or to `to` (never count another's mail)
+            label = name.split("__")[3] if name.count("__") >= 3 else ""
+            return label == "all" or to in label.split("+")
+
+        deadline = time.monotonic() + self.timeout
+        while len(names := [n for n in self.transport.names(f"{round_}__*__to__*") if mine(n)]) < want:
+            if time.monotonic() > deadline:
+                raise MessageError(f"waited {self.timeout:.0f} s for round {round_!r} from {senders} in "
+                                   f"{self.transport}, found {len(names)} of {want}; is another party down?")
+            time.sleep(self.poll)
         got: dict[str, list[tuple[Header, bytes]]] = {s: [] for s in senders}
         for name in names:
-            label = name.split("__")[3]
-            if label != "all" and to not in label.split("+"):
-                continue
             header, body = self.open(name, (round_,), to)
             if header.sender not in got:
                 raise MessageError(f"{name}: from {header.sender!r}, who is not expected in round {round_!r} "
