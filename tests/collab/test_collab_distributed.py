@@ -13,11 +13,50 @@ from vertisynth.collab.horizontal import simulate_custodians
 from vertisynth.collab.secure_aggregation import CountShare
 from vertisynth.run.config import load_config
 from vertisynth.core.errors import ConfigError, DataError, MessageError
-from vertisynth.core.messages import publish
 from vertisynth.run.pipeline import make_plan, run
 from vertisynth.plugins.datasets.census import CensusConfig, load
 
 CLI = [sys.executable, "-m", "vertisynth.cli", "collab"]
+ROLES = ["A", "B", "server0", "server1", "publisher"]
+
+
+def _keys(tmp_path):
+    """Every role's signing key (as `vertisynth party init` writes them) and the config's [roster]."""
+    from vertisynth.core.identity import Identity
+
+    folder = tmp_path / "keys"
+    lines = []
+    for n in ROLES:
+        path = folder / f"{n}_signing.pem"
+        if not path.exists():
+            Identity.generate(n).save(path)
+        lines.append(f'{n} = "{Identity.load(n, path).public_text()}"')
+    return "\n[roster.keys]\n" + "\n".join(lines) + "\n"
+
+
+def _id(tmp_path, name):
+    from vertisynth.core.identity import Identity
+
+    return Identity.load(name, tmp_path / "keys" / f"{name}_signing.pem")
+
+
+def _key(cfg, name):
+    return ["--key", str(cfg.parent / "keys" / f"{name}_signing.pem")]
+
+
+def _channel(cfg, name, ex, run=""):
+    """A role's channel, to write (or read) a file the way that role does."""
+    from vertisynth.collab.channel import Channel
+    from vertisynth.core.identity import roster_of
+
+    plan = _plan(cfg)
+    return Channel(_id(cfg.parent, name), roster_of(plan.config.section("roster")), ex, fingerprint(plan), run)
+
+
+def _body(cls, f):
+    """The message inside an envelope file (for assertions on what a role received)."""
+    data = f.read_bytes()
+    return cls.from_bytes(data[data.index(b"PK"):])
 
 
 def _setup(tmp_path, preprocessing="combined", extra=""):
@@ -43,21 +82,21 @@ servers = 2
 numeric = {{ age = [17, 90] }}
 bins = 4
 preprocessing = "{preprocessing}"
-{extra}""")
+{extra}""" + _keys(tmp_path))
     return cfg, csvs
 
 
 def _spawn(cfg, csvs, ex, out, seed=3, extra_custodian=()):
     """Every role its own OS process; they meet only in the exchange folder."""
     procs = [subprocess.Popen(CLI + ["server", str(cfg), "--index", str(s), "--exchange", str(ex), "--seed", str(seed),
-                                     "--timeout", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                     "--timeout", "120", *_key(cfg, f"server{s}")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for s in (0, 1)]
     procs += [subprocess.Popen(CLI + ["custodian", str(cfg), "--name", n, "--csv", str(p), "--exchange", str(ex),
-                                      "--timeout", "120", "--seed", str(seed), *extra_custodian],
+                                      "--timeout", "120", "--seed", str(seed), *extra_custodian, *_key(cfg, n)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
               for n, p in csvs.items()]
     procs.append(subprocess.Popen(CLI + ["publish", str(cfg), "--exchange", str(ex), "--out", str(out),
-                                         "--timeout", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+                                         "--timeout", "120", *_key(cfg, "publisher")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outs = []
     for p in procs:
         o, e = p.communicate(timeout=300)
@@ -77,13 +116,13 @@ def test_separate_processes_publish_exactly_the_simulation(tmp_path, preprocessi
     ex = tmp_path / "exchange"
     # every role its own OS process; they meet only in the exchange folder
     procs = [subprocess.Popen(CLI + ["server", str(cfg), "--index", str(s), "--exchange", str(ex), "--seed", "3",
-                                     "--timeout", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                     "--timeout", "120", *_key(cfg, f"server{s}")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for s in (0, 1)]
     procs += [subprocess.Popen(CLI + ["custodian", str(cfg), "--name", n, "--csv", str(p), "--exchange", str(ex),
-                                      "--timeout", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                      "--timeout", "120", *_key(cfg, n)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
               for n, p in csvs.items()]
     procs.append(subprocess.Popen(CLI + ["publish", str(cfg), "--exchange", str(ex), "--out", str(tmp_path / "dist"),
-                                         "--timeout", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+                                         "--timeout", "120", *_key(cfg, "publisher")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     for p in procs:
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
@@ -99,7 +138,7 @@ def test_separate_processes_publish_exactly_the_simulation(tmp_path, preprocessi
     for s in (0, 1):
         files = sorted((ex / f"to_server{s}").iterdir())
         assert files and all(f.suffix == ".npz" for f in files)
-        values = np.concatenate([CountShare.load(f).share for f in files])
+        values = np.concatenate([_body(CountShare, f).share for f in files])
         assert (values < 2**40).mean() < 1e-3      # raw counts would all be small; shares are uniform in Z_2^64
         assert 0.45 < (values >= 2**63).mean() < 0.55
     # ... and each custodian's share pair is exactly its counts, which neither share alone shows
@@ -107,7 +146,7 @@ def test_separate_processes_publish_exactly_the_simulation(tmp_path, preprocessi
     codes = plan.run.base.encode(pd.read_csv(csvs["A"], dtype=str, keep_default_na=False, na_values=[""]))
     truth = codes.counts(["sex"]).values.ravel().astype(np.uint64)
     name = f"{query_file('measure:pgm:sex')}__A.npz"
-    s0, s1 = (CountShare.load(ex / f"to_server{s}" / name).share for s in (0, 1))
+    s0, s1 = (_body(CountShare, ex / f"to_server{s}" / name).share for s in (0, 1))
     assert np.array_equal(s0 + s1, truth) and not np.array_equal(s0, truth) and not np.array_equal(s1, truth)
 
 
@@ -117,7 +156,8 @@ def test_roles_refuse_unknown_names_and_what_they_do_not_cover(tmp_path):
         run_custodian(_plan(cfg), "C", csvs["A"], tmp_path / "ex")
     with pytest.raises(DataError, match="unknown server 2; the config has collab.servers = 2"):
         run_server(_plan(cfg), 2, tmp_path / "ex")
-    out = subprocess.run(CLI + ["server", str(cfg), "--index", "5", "--exchange", str(tmp_path / "ex")],
+    out = subprocess.run(CLI + ["server", str(cfg), "--index", "5", "--exchange", str(tmp_path / "ex"),
+                                *_key(cfg, "server0")],
                          capture_output=True, text=True)
     assert out.returncode == 2 and "unknown server 5" in out.stderr
     out = subprocess.run(CLI + ["nosuchrole", str(cfg)], capture_output=True, text=True)
@@ -132,13 +172,14 @@ def test_missing_messages_time_out_with_a_clear_error(tmp_path):
     plan = _plan(cfg)
     t0 = time.monotonic()
     with pytest.raises(MessageError, match="for the custodians' hellos .* missing \\['A', 'B'\\]; is a custodian down"):
-        run_server(plan, 0, tmp_path / "ex", timeout=0.5)
+        run_server(plan, 0, tmp_path / "ex", timeout=0.5, identity=_id(tmp_path, "server0"))
     assert time.monotonic() - t0 < 10
     for n in ("A", "B"):   # both custodians announced, but no server ever answers
-        publish(Hello(party=n, fingerprint=fingerprint(plan), columns=list(plan.run.base.domain.attributes)),
-                tmp_path / "ex", f"hello__{n}.npz")
+        _channel(cfg, n, tmp_path / "ex").post(
+            Hello(party=n, fingerprint=fingerprint(plan), columns=list(plan.run.base.domain.attributes)),
+            tmp_path / "ex" / f"hello__{n}.npz", ["*"])
     with pytest.raises(MessageError, match="waited 0 s for server 0's noisy share of 'age:grid'"):
-        run_publisher(_plan(cfg), tmp_path / "ex", tmp_path / "out", timeout=0.3)
+        run_publisher(_plan(cfg), tmp_path / "ex", tmp_path / "out", timeout=0.3, identity=_id(tmp_path, "publisher"))
     assert not (tmp_path / "out" / "synthetic.csv").exists()
 
 
@@ -147,19 +188,21 @@ def test_a_custodian_with_a_different_schema_or_config_is_refused_by_everyone(tm
     bad = tmp_path / "bad.csv"
     pd.read_csv(csvs["B"]).drop(columns=["income"]).to_csv(bad, index=False)
     with pytest.raises(DataError, match="custodian 'B' has a different schema: lacks \\['income'\\]"):
-        run_custodian(_plan(cfg), "B", bad, tmp_path / "ex", timeout=1)
+        run_custodian(_plan(cfg), "B", bad, tmp_path / "ex", timeout=1, identity=_id(tmp_path, "B"))
     plan = _plan(cfg)
-    publish(Hello(party="A", fingerprint=fingerprint(plan), columns=list(plan.run.base.domain.attributes)),
-            tmp_path / "ex", "hello__A.npz")
+    _channel(cfg, "A", tmp_path / "ex").post(
+        Hello(party="A", fingerprint=fingerprint(plan), columns=list(plan.run.base.domain.attributes)),
+        tmp_path / "ex" / "hello__A.npz", ["*"])
     # the server sees B's hello (written before B failed) and names the problem instead of waiting
     with pytest.raises(DataError, match="custodian 'B' has a different schema: lacks \\['income'\\]"):
-        run_server(plan, 0, tmp_path / "ex", timeout=5)
+        run_server(plan, 0, tmp_path / "ex", timeout=5, identity=_id(tmp_path, "server0"))
     other = tmp_path / "other"
     other.mkdir()
-    publish(Hello(party="A", fingerprint="0123456789abcdef", columns=list(plan.run.base.domain.attributes)),
-            other, "hello__A.npz")
+    _channel(cfg, "A", other).post(
+        Hello(party="A", fingerprint="0123456789abcdef", columns=list(plan.run.base.domain.attributes)),
+        other / "hello__A.npz", ["*"])
     with pytest.raises(ConfigError, match="custodian 'A' runs a different config"):
-        run_server(_plan(cfg), 1, other, timeout=5)
+        run_server(_plan(cfg), 1, other, timeout=5, identity=_id(tmp_path, "server1"))
 
 
 TUNED = """[collab.tuning]
@@ -216,7 +259,8 @@ def test_tuning_errors_missing_votes_and_thresholds_out_of_range(tmp_path):
         run_custodian(plan, "A", csvs["A"], tmp_path / "ex", threshold=2.5)
     assert not (tmp_path / "ex" / "hello__A.npz").exists()   # refused before announcing anything
     out = subprocess.run(CLI + ["custodian", str(cfg), "--name", "B", "--csv", str(csvs["B"]), "--exchange",
-                                str(tmp_path / "ex"), "--threshold", "-1"], capture_output=True, text=True)
+                                str(tmp_path / "ex"), "--threshold", "-1", *_key(cfg, "B")], capture_output=True,
+                         text=True)
     assert out.returncode == 2 and "thresholds.B = -1.0 is outside the range" in out.stderr
     (tmp_path / "plain").mkdir()
     plain, _ = _setup(tmp_path / "plain")
@@ -224,17 +268,17 @@ def test_tuning_errors_missing_votes_and_thresholds_out_of_range(tmp_path):
         run_custodian(_plan(plain), "A", csvs["A"], tmp_path / "ex", threshold=0.5)
     # the publisher waits for every custodian's vote on a candidate run, and names the missing one
     ex = tmp_path / "votes"
-    io = PublisherIO(ex, 0.3, 0.05, PublisherFiles(2, ex), ["A", "B"], Selection("compose_all", [0, 1]), 3,
-                     plan.tuner.grid)
+    ex.mkdir()
+    io = PublisherIO(ex, 0.3, 0.05, PublisherFiles(2, ex, channel=_channel(cfg, "publisher", ex, "r1")), ["A", "B"],
+                     Selection("compose_all", [0, 1]), 3, plan.tuner.grid)
     f = _vote_file(ex, 0, "A")
-    f.parent.mkdir(parents=True)
-    publish(Vote(party="A", run=0, yes=True), f.parent, f.name)
+    _channel(cfg, "A", ex, "r1").post(Vote(party="A", run=0, yes=True), f, ["publisher"])
     t0 = time.monotonic()
     with pytest.raises(MessageError, match="waited 0 s for custodian 'B'.s vote on candidate run 0"):
         io.votes(0, {})
     assert time.monotonic() - t0 < 10
-    publish(Vote(party="A", run=1, yes=True), f.parent, _vote_file(ex, 0, "B").name)   # a vote for another run
-    with pytest.raises(MessageError, match="holds 'A'.s vote on run 1, expected 'B'.s on 0"):
+    _channel(cfg, "A", ex, "r1").post(Vote(party="A", run=1, yes=True), _vote_file(ex, 0, "B"), ["publisher"])
+    with pytest.raises(MessageError, match="from 'A' where 'B'.s message belongs"):   # a vote in B's slot
         io.votes(0, {})
     # a custodian or server whose publisher never announces the next step times out clearly too
     with pytest.raises(MessageError, match="waited 0 s for the publisher's tuning step 0"):

@@ -4,9 +4,10 @@ import sys
 
 import pandas as pd
 import pytest
+from deploy_helpers import SECRET, hello_all, keys_all, with_roster
 
+from vertisynth.deploy.simulate import simulate
 from vertisynth.run.config import load_config
-from vertisynth.run.pipeline import run
 
 CONFIG = """
 seed = 11
@@ -30,24 +31,31 @@ def cli(*args, cwd):
 
 
 def test_parties_and_server_as_separate_processes_equal_the_simulation(tmp_path):
-    (tmp_path / "job.toml").write_text(CONFIG)
+    (tmp_path / "job.toml").write_text(with_roster(tmp_path, CONFIG, ["registry", "employer"]))
+    hello_all(tmp_path, ["registry", "employer"], secret=SECRET)
+    keys_all(tmp_path, ["registry", "employer"])
     for party in ("registry", "employer"):
-        cli("party", "job.toml", "--party", party, "--secret-seed", "11", "--out", "msgs", cwd=tmp_path)
-    cli("server", "job.toml", "--messages", "msgs", "--out", "out", cwd=tmp_path)
+        res = cli("party", "job.toml", "--party", party, "--exchange", "shared", "--out", f"private_{party}",
+                  cwd=tmp_path)
+        assert "not for production" in res.stdout
+    res = cli("server", "job.toml", "--exchange", "shared", "--out", "out", cwd=tmp_path)
+    assert "not for production" in res.stdout
     deployed = pd.read_csv(tmp_path / "out" / "synthetic.csv")
-    simulated = run(load_config(tmp_path / "job.toml")).synthetic
+    simulated = simulate(load_config(tmp_path / "job.toml"), SECRET).synthetic
     simulated.to_csv(tmp_path / "sim.csv", index=False)
     pd.testing.assert_frame_equal(deployed, pd.read_csv(tmp_path / "sim.csv"))
     from vertisynth.api import load_model   # the server keeps the fitted model too (a DP release)
     assert list(load_model(tmp_path / "out" / "model.npz").sample(20, seed=0).columns) == list(deployed.columns)
-    # the server's inputs are message files only: no raw column of any party is among them
-    assert all(p.suffix in (".npz", ".json") for p in (tmp_path / "msgs").iterdir())
+    # the server's inputs are signed envelopes only: no raw column of any party is among them
+    assert all(p.suffix == ".env" for p in (tmp_path / "shared").iterdir())
+    assert "not for production" in (tmp_path / "out" / "report.json").read_text()
 
 
 def test_server_refuses_missing_parties(tmp_path):
-    (tmp_path / "job.toml").write_text(CONFIG)
-    cli("party", "job.toml", "--party", "registry", "--secret-seed", "1", "--out", "msgs", cwd=tmp_path)
-    res = subprocess.run([sys.executable, "-m", "vertisynth.cli", "server", "job.toml", "--messages", "msgs",
+    (tmp_path / "job.toml").write_text(with_roster(tmp_path, CONFIG.replace('encoder_params', 'encoder = "grr", encoder_params').replace("{ t = 200 }", "{}"), ["registry", "employer"]))
+    hello_all(tmp_path, ["registry", "employer"])
+    cli("party", "job.toml", "--party", "registry", "--exchange", "shared", "--out", "private_registry", cwd=tmp_path)
+    res = subprocess.run([sys.executable, "-m", "vertisynth.cli", "server", "job.toml", "--exchange", "shared",
                           "--out", "out"], capture_output=True, text=True, cwd=tmp_path)
     assert res.returncode == 2 and "no messages from parties ['employer']" in res.stderr
 
@@ -93,24 +101,22 @@ def _own_csvs(tmp_path, n=1500):
 def test_parties_agree_keys_through_files_and_run_on_their_own_csvs(tmp_path):
     import json
 
-    (tmp_path / "job.toml").write_text(KEYED)
+    (tmp_path / "job.toml").write_text(with_roster(tmp_path, KEYED, ["hospital", "insurer"]))
     _own_csvs(tmp_path)
-    procs = [subprocess.Popen([sys.executable, "-m", "vertisynth.cli", "party", "keys", "job.toml", "--party", p,
-                               "--exchange", "shared", "--out", f"private_{p}", "--timeout", "60"],
-                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for p in ("hospital", "insurer")]
-    outs = [proc.communicate(timeout=120) for proc in procs]
-    assert all(proc.returncode == 0 for proc in procs), outs
+    hello_all(tmp_path, ["hospital", "insurer"])
+    res = keys_all(tmp_path, ["hospital", "insurer"])
+    outs = [(o, e) for _, o, e in res]
     keys = {p: json.loads((tmp_path / f"private_{p}" / f"{p}_keys.json").read_text()) for p in ("hospital", "insurer")}
     assert keys["hospital"]["group_key"] == keys["insurer"]["group_key"]
     assert keys["hospital"]["fingerprint"] in outs[0][0]
     shared = list((tmp_path / "shared").iterdir())
-    assert sorted(f.name for f in shared) == ["keys__hospital__to__all.npz", "keys__insurer__to__all.npz"]
+    assert sorted(f.name for f in shared if not f.name.startswith("hello")) == [
+        "keys-pub__hospital__to__all__0.env", "keys-pub__insurer__to__all__0.env"]
     assert not any(bytes.fromhex(keys["hospital"]["group_key"]) in f.read_bytes() for f in shared)
     for p in ("hospital", "insurer"):   # no secret seed: noise from the OS; each party reads only its own CSV
         cli("party", "synth", "job.toml", "--party", p, "--csv", f"{p}.csv", "--keys", f"private_{p}/{p}_keys.json",
-            "--out", "msgs", cwd=tmp_path)
-    cli("server", "job.toml", "--messages", "msgs", "--out", "out", cwd=tmp_path)
+            "--exchange", "shared", "--out", f"private_{p}", cwd=tmp_path)
+    cli("server", "job.toml", "--exchange", "shared", "--out", "out", cwd=tmp_path)
     syn = pd.read_csv(tmp_path / "out" / "synthetic.csv")
     assert list(syn.columns) == ["a", "b", "c", "d"] and abs(len(syn) - 1500) < 200
     # the cross-party correlation: 0.85 in the data, 1/3 if lost (as with keys that differ between parties);
@@ -126,13 +132,23 @@ def test_three_parties_agree_one_group_key_and_bad_key_inputs(tmp_path):
     from vertisynth.deploy.party import run_party, run_party_keys
     from vertisynth.core.errors import ConfigError, DataError, MessageError
 
+    from vertisynth.core.identity import Identity
+    from vertisynth.deploy.session import hello
+    from vertisynth.deploy.transport import FolderTransport
+
+    names = ["hospital", "insurer", "bank"]
+    ids = {p: Identity.generate(p) for p in names}
+    for p in names:
+        ids[p].save(tmp_path / p / f"{p}_signing.pem")
     text = KEYED.replace('attributes = ["c", "d"]', 'attributes = ["c"]\n[[parties]]\nname = "bank"\nattributes = ["d"]')
+    text += "[roster.keys]\n" + "".join(f'{p} = "{ids[p].public_text()}"\n' for p in names)
     (tmp_path / "job.toml").write_text(text)
     config = load_config(tmp_path / "job.toml")
     paths, errors = {}, []
 
     def one(p):
         try:
+            hello(config, ids[p], FolderTransport(tmp_path / "shared"), names, tmp_path / p, None, 60, 0.02)
             paths[p] = run_party_keys(config, p, tmp_path / "shared", tmp_path / p, timeout=60, poll=0.02)
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
@@ -146,20 +162,21 @@ def test_three_parties_agree_one_group_key_and_bad_key_inputs(tmp_path):
     groups = {json.loads(paths[p].read_text())["group_key"] for p in paths}
     assert len(groups) == 1 and len(paths) == 3
     assert (paths["bank"].stat().st_mode & 0o077) == 0          # owner-only
-    wrapped = sorted(f.name for f in (tmp_path / "shared").glob("keys__hospital__to__*"))
-    assert wrapped == ["keys__hospital__to__all.npz", "keys__hospital__to__bank.npz", "keys__hospital__to__insurer.npz"]
+    wrapped = sorted(f.name for f in (tmp_path / "shared").glob("keys-*__hospital__to__*"))
+    assert wrapped == ["keys-pub__hospital__to__all__0.env", "keys-wrap__hospital__to__bank__bank.env",
+                       "keys-wrap__hospital__to__insurer__insurer.env"]
     # bad inputs
     with pytest.raises(MessageError, match="waited"):
-        run_party_keys(config, "hospital", tmp_path / "empty", tmp_path / "x", timeout=0.2, poll=0.05)
+        run_party_keys(config, "hospital", tmp_path / "empty", tmp_path / "hospital", timeout=0.2, poll=0.05)
     with pytest.raises(DataError, match="unknown party"):
         run_party_keys(config, "nobody", tmp_path / "shared", tmp_path / "x", timeout=1)
     with pytest.raises(ConfigError, match="--keys FILE"):
-        run_party(config, "hospital", None, tmp_path / "m")
+        run_party(config, "hospital", tmp_path / "shared", tmp_path / "hospital", keys=tmp_path / "absent.json")
     with pytest.raises(DataError, match="belongs to party"):
-        run_party(config, "insurer", None, tmp_path / "m", keys=paths["bank"])
+        run_party(config, "insurer", tmp_path / "shared", tmp_path / "insurer", keys=paths["bank"])
     _own_csvs(tmp_path)
     with pytest.raises(DataError, match="exactly this party's columns"):
-        run_party(config, "insurer", 1, tmp_path / "m", csv=tmp_path / "hospital.csv")
+        run_party(config, "insurer", tmp_path / "shared", tmp_path / "insurer", csv=tmp_path / "hospital.csv")
     grr = parse_config({**__import__("tomllib").loads(text),
                         "synthesizer": {"use": "vertimrf", "params": {"encoder": "grr"}}})
     with pytest.raises(ConfigError, match="needs no shared keys"):
@@ -184,7 +201,9 @@ def test_keyed_parties_align_then_synthesise_across_processes(tmp_path, fill):
     pd.DataFrame({"id": [f"p{i}" for i in people_i], "c": labels[c[people_i]],
                   "d": labels[rng.integers(0, 2, 1350)]}).to_csv(tmp_path / "insurer.csv", index=False)
     keyed = KEYED if fill == "marginal" else KEYED.replace("epsilon = 8.0", "epsilon = 20.0")  # group privacy: 4x
-    (tmp_path / "job.toml").write_text(keyed + f'[alignment]\nuse = "psu"\nparams = {{ fill = "{fill}", workers = 1 }}\n')
+    (tmp_path / "job.toml").write_text(with_roster(
+        tmp_path, keyed + f'[alignment]\nuse = "psu"\nparams = {{ fill = "{fill}", workers = 1 }}\n', ["hospital", "insurer"]))
+    hello_all(tmp_path, ["hospital", "insurer"])
     procs = [subprocess.Popen([sys.executable, "-m", "vertisynth.cli", "party", "align", "job.toml", "--party", p,
                                "--csv", f"{p}.csv", "--exchange", "shared", "--out", f"private_{p}", "--timeout", "60"],
                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -204,10 +223,11 @@ def test_keyed_parties_align_then_synthesise_across_processes(tmp_path, fill):
     assert (tables["hospital"].a.to_numpy()[rows] == tables["insurer"].c.to_numpy()[rows]).mean() > 0.8
     spends = json.loads((tmp_path / "private_hospital" / "hospital_alignment_ledger.json").read_text())
     assert [s["stage"] for s in spends] == (["alignment"] if fill == "marginal" else [])
+    keys_all(tmp_path, ["hospital", "insurer"])   # the documented flow: align -> keys -> synth
     for p in ("hospital", "insurer"):
-        cli("party", "synth", "job.toml", "--party", p, "--csv", f"private_{p}/{p}_aligned.csv", "--secret-seed", "3",
-            "--out", "msgs", cwd=tmp_path)
-    cli("server", "job.toml", "--messages", "msgs", "--out", "out", cwd=tmp_path)
+        cli("party", "synth", "job.toml", "--party", p, "--csv", f"private_{p}/{p}_aligned.csv",
+            "--exchange", "shared", "--out", f"private_{p}", cwd=tmp_path)
+    cli("server", "job.toml", "--exchange", "shared", "--out", "out", cwd=tmp_path)
     syn = pd.read_csv(tmp_path / "out" / "synthetic.csv")
     assert list(syn.columns) == ["a", "b", "c", "d"]
     assert (syn.a == syn.c).mean() > 0.45   # the cross-party correlation survives (1/3 if rows did not line up)
@@ -215,5 +235,6 @@ def test_keyed_parties_align_then_synthesise_across_processes(tmp_path, fill):
     assert ("alignment" in report["privacy"]["per_stage_epsilon"]) == (fill == "marginal")
     # without an aligned table party synth refuses a keyed config
     res = subprocess.run([sys.executable, "-m", "vertisynth.cli", "party", "synth", "job.toml", "--party",
-                          "hospital", "--secret-seed", "3", "--out", "m2"], capture_output=True, text=True, cwd=tmp_path)
+                          "hospital", "--exchange", "shared", "--out", "private_hospital"], capture_output=True,
+                         text=True, cwd=tmp_path)
     assert res.returncode == 2 and "run `vertisynth party align` first" in res.stderr

@@ -137,6 +137,20 @@ _EXCHANGE = click.option("--exchange", type=click.Path(file_okay=False, path_typ
                          help="The shared folder every role reads and writes (fresh for each run).")
 _TIMEOUT = click.option("--timeout", type=float, default=600.0, show_default=True,
                         help="Seconds to wait for any one expected message before failing.")
+_KEY = click.option("--key", type=click.Path(dir_okay=False, path_type=Path), required=True,
+                    help="This role's signing key (`vertisynth party init --party NAME`: a custodian's name, "
+                         "server<INDEX> or publisher), pinned in the config's [roster]; never in the exchange.")
+
+
+def _identity(name: str, key: Path, exchange: Path):
+    from vertisynth.core.errors import ConfigError
+    from vertisynth.core.identity import Identity, inside
+
+    if inside(key, exchange):
+        raise ConfigError(f"signing key {str(key)!r} lies in the exchange folder; keep it private")
+    return Identity.load(name, key)
+
+
 _DATA = click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA",
                      help="Where the dataset's public schema lives (the config's [dataset]); no rows are read.")
 
@@ -155,9 +169,10 @@ _DATA = click.option("--data-dir", type=click.Path(file_okay=False), default=Non
 @click.option("--seed", type=int, default=None,
               help="For tests only: draw this custodian's fold labels and evaluation randomness from SEED as "
                    "`vertisynth run` with config seed SEED does. Without it they come from the OS CSPRNG.")
+@_KEY
 @_DATA
 def custodian(config: Path, name: str, csv_path: Path, exchange: Path, timeout: float, threshold: float | None,
-              seed: int | None, data_dir: str | None) -> None:
+              seed: int | None, key: Path, data_dir: str | None) -> None:
     """Run one custodian: announce, then secret-share every round's counts to the servers.
 
     Reads only this custodian's CSV. Writes only shares (uniform ring elements, one file per server and
@@ -170,7 +185,7 @@ def custodian(config: Path, name: str, csv_path: Path, exchange: Path, timeout: 
     its own training and held-out folds. Shares come from the OS CSPRNG."""
     try:
         info = run_custodian(_plan(config, data_dir), name, csv_path, exchange, timeout, seed=seed,
-                             threshold=threshold)
+                             threshold=threshold, identity=_identity(name, key, exchange))
     except VertisynthError as exc:
         _fail(exc)
     tuned = f"; voted on {info['candidate_runs']} candidate run(s)" if "candidate_runs" in info else ""
@@ -187,8 +202,10 @@ def custodian(config: Path, name: str, csv_path: Path, exchange: Path, timeout: 
 @click.option("--seed", type=int, default=None,
               help="For tests only: derive this server's noise from SEED as `vertisynth run` with config seed "
                    "SEED does (then the release equals the simulation's). Without it the noise root is secret.")
+@_KEY
 @_DATA
-def server(config: Path, index: int, exchange: Path, timeout: float, seed: int | None, data_dir: str | None) -> None:
+def server(config: Path, index: int, exchange: Path, timeout: float, seed: int | None, key: Path,
+           data_dir: str | None) -> None:
     """Run one compute server: per round, add the custodians' shares and this server's own Gaussian noise.
 
     Reads only the custodians' hellos, the shares addressed to it (to_server<INDEX>/) and, with
@@ -197,7 +214,8 @@ def server(config: Path, index: int, exchange: Path, timeout: float, seed: int |
     share per round to noisy/ (tuning: the test-fold rounds and every fold run's rounds, then the final
     run). Semi-honest, and not all servers may collude (docs/collab.md)."""
     try:
-        info = run_server(_plan(config, data_dir), index, exchange, seed, timeout)
+        info = run_server(_plan(config, data_dir), index, exchange, seed, timeout,
+                          identity=_identity(f"server{index}", key, exchange))
     except VertisynthError as exc:
         _fail(exc)
     click.echo(f"server {index}: aggregated {info['rounds']} round(s)")
@@ -209,8 +227,9 @@ def server(config: Path, index: int, exchange: Path, timeout: float, seed: int |
 @click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Where synthetic.csv, report.json, ledger.json and summary.md go.")
 @_TIMEOUT
+@_KEY
 @_DATA
-def publish_cmd(config: Path, exchange: Path, out: Path, timeout: float, data_dir: str | None) -> None:
+def publish_cmd(config: Path, exchange: Path, out: Path, timeout: float, key: Path, data_dir: str | None) -> None:
     """Reconstruct every round's noisy total from all servers' shares, fit the synthesizer, publish once.
 
     Sees only the servers' noisy shares (whose sum is the DP release) and, with [collab.tuning], the
@@ -220,7 +239,8 @@ def publish_cmd(config: Path, exchange: Path, out: Path, timeout: float, data_di
     their votes, then runs the chosen candidate on all data and publishes it (or nothing, if no candidate
     passed). Uses the config's seed for its draws, fits and sampling, like `vertisynth run`."""
     try:
-        info = run_publisher(_plan(config, data_dir), exchange, out, timeout)
+        info = run_publisher(_plan(config, data_dir), exchange, out, timeout,
+                             identity=_identity("publisher", key, exchange))
     except VertisynthError as exc:
         _fail(exc)
     t = info["tuning"]

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -47,9 +48,12 @@ import pandas as pd
 from vertisynth import __version__
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.errors import ConfigError, DataError, MessageError
-from vertisynth.core.messages import Message, publish, wait_for_files
+from vertisynth.core.envelope import ALL
+from vertisynth.core.identity import Identity, roster_of
+from vertisynth.core.messages import Message, wait_for_files
 from vertisynth.run.report import json_default
 
+from .channel import PUBLISHER, Channel, collab_run_id, server_name
 from .horizontal import check_custodians
 from .pipeline import (CollabPlan, commit_choice, costs, read_custodian_csv, streams, summary_markdown,
                        tuning_report)
@@ -73,6 +77,7 @@ class Hello(Message):
     kind: ClassVar[str] = "collab_hello"
     fingerprint: str = ""
     columns: list[str] = attrs.field(factory=list)
+    nonce: str = ""   # fresh per run: the run id is the hash of every custodian's nonce (channel.py)
 
 
 @attrs.frozen(eq=False)
@@ -147,12 +152,12 @@ def _wait(path: Path, what: str, timeout: float, poll: float) -> Path:
 
 
 def _collect(folder: Path, query: str, servers: int, contributors: list[str], timeout: float,
-             poll: float) -> np.ndarray:
+             poll: float, channel: Channel) -> np.ndarray:
     noisy = []
     for s in range(servers):
         f = _wait(folder / "noisy" / f"{query_file(query)}__server{s}.npz",
                   f"server {s}'s noisy share of {query!r}", timeout, poll)
-        ns = NoisyShare.load(f)
+        ns = channel.load(NoisyShare, f, server_name(s))
         if ns.query != query or ns.server != s or ns.n_servers != servers:
             raise MessageError(f"{f.name}: holds server {ns.server}'s share of {ns.query!r} for {ns.n_servers} "
                                f"servers, expected server {s}'s of {query!r} for {servers}")
@@ -172,6 +177,7 @@ class CustodianFiles(Transport):
     poll: float = 0.05
     randomness: Randomness = attrs.field(factory=Randomness)   # no seed: shares from the OS CSPRNG
     rounds: int = 0
+    channel: Channel | None = None
 
     def total(self, query, per_custodian, sigma):
         if self.me not in per_custodian:   # another custodian's own round (local binning): not ours
@@ -180,12 +186,11 @@ class CustodianFiles(Transport):
         for sh in share_counts(self.me, query, counts.astype(np.int64), self.servers,
                                self.randomness.shares(self.me, query)):
             d = self.folder / f"to_server{sh.server}"
-            d.mkdir(parents=True, exist_ok=True)
-            publish(sh, d, f"{query_file(query)}__{self.me}.npz")
+            self.channel.post(sh, d / f"{query_file(query)}__{self.me}.npz", [server_name(sh.server)])
         self.rounds += 1
         if is_measure(query):   # the measurement round is for the publisher only
             return np.zeros(counts.shape, np.int64)
-        return _collect(self.folder, query, self.servers, sorted(per_custodian), self.timeout, self.poll)
+        return _collect(self.folder, query, self.servers, sorted(per_custodian), self.timeout, self.poll, self.channel)
 
 
 @attrs.define
@@ -197,6 +202,7 @@ class ServerFiles(Transport):
     timeout: float = 600.0
     poll: float = 0.05
     rounds: int = 0
+    channel: Channel | None = None
 
     def total(self, query, per_custodian, sigma):
         shape = list(np.asarray(next(iter(per_custodian.values()))).shape)   # public: from the schema
@@ -204,7 +210,7 @@ class ServerFiles(Transport):
         for c in sorted(per_custodian):
             f = _wait(self.folder / f"to_server{self.index}" / f"{query_file(query)}__{c}.npz",
                       f"custodian {c!r}'s share of {query!r} for server {self.index}", self.timeout, self.poll)
-            sh = CountShare.load(f)
+            sh = self.channel.load(CountShare, f, c)
             if sh.party != c or sh.query != query or sh.server != self.index or sh.n_servers != self.servers:
                 raise MessageError(f"{f.name}: holds {sh.party!r}'s share of {sh.query!r} for server {sh.server} of "
                                    f"{sh.n_servers}, expected {c!r}'s of {query!r} for server {self.index} of "
@@ -214,9 +220,7 @@ class ServerFiles(Transport):
                                    f"schema gives {shape}: does it run a different config?")
             shares.append(sh)
         ns = aggregate_at_server(self.index, shares, sigma, self.randomness.noise(self.index, query))
-        d = self.folder / "noisy"
-        d.mkdir(parents=True, exist_ok=True)
-        publish(ns, d, f"{query_file(query)}__server{self.index}.npz")
+        self.channel.post(ns, self.folder / "noisy" / f"{query_file(query)}__server{self.index}.npz", [ALL])
         self.rounds += 1
         return np.zeros(shape, np.int64)   # a server never learns the total
 
@@ -228,10 +232,11 @@ class PublisherFiles(Transport):
     timeout: float = 600.0
     poll: float = 0.05
     rounds: int = 0
+    channel: Channel | None = None
 
     def total(self, query, per_custodian, sigma):
         self.rounds += 1
-        return _collect(self.folder, query, self.servers, sorted(per_custodian), self.timeout, self.poll)
+        return _collect(self.folder, query, self.servers, sorted(per_custodian), self.timeout, self.poll, self.channel)
 
 
 # -- the tuning loop as files ---------------------------------------------------------------------------------
@@ -263,7 +268,7 @@ class FollowerIO(TuningIO):
 
     def next_run(self, run, tried):
         f = _wait(_step_file(self.folder, run), f"the publisher's tuning step {run}", self.timeout, self.poll)
-        step = TuningStep.load(f)
+        step = self.transport.channel.load(TuningStep, f, PUBLISHER)
         if step.run != run:
             raise MessageError(f"{f.name} holds the publisher's step {step.run}, expected {run}")
         if step.action == "stop":
@@ -308,7 +313,7 @@ class CustodianIO(FollowerIO):
             return None
         f = _wait(_synthetic_file(self.folder, run, fold), f"the publisher's synthetic table of run {run}, fold {fold}",
                   self.timeout, self.poll)
-        msg = FoldSynthetic.load(f)
+        msg = self.transport.channel.load(FoldSynthetic, f, PUBLISHER)
         if (msg.run, msg.fold) != (run, fold) or msg.codes.ndim != 2 or msg.codes.shape[1] != len(self.domain):
             raise MessageError(f"{f.name}: holds run {msg.run}, fold {msg.fold} with shape {msg.codes.shape}, "
                                f"expected run {run}, fold {fold} with {len(self.domain)} columns")
@@ -317,16 +322,15 @@ class CustodianIO(FollowerIO):
     def score(self, run, score):
         f = _wait(_score_file(self.folder, run), f"the publisher's DP score of candidate run {run}", self.timeout,
                   self.poll)
-        msg = TuningScore.load(f)
+        msg = self.transport.channel.load(TuningScore, f, PUBLISHER)
         if msg.run != run or not np.isfinite(msg.score):
             raise MessageError(f"{f.name}: holds the score {msg.score!r} of run {msg.run}, expected a finite score "
                                f"of run {run}")
         return float(msg.score)
 
     def votes(self, run, mine):
-        f = _vote_file(self.folder, run, self.me)
-        f.parent.mkdir(parents=True, exist_ok=True)
-        publish(Vote(party=self.me, run=run, yes=bool(mine[self.me])), f.parent, f.name)
+        self.transport.channel.post(Vote(party=self.me, run=run, yes=bool(mine[self.me])),
+                                    _vote_file(self.folder, run, self.me), [PUBLISHER])
         return None
 
 
@@ -350,22 +354,19 @@ class PublisherIO(TuningIO):
         return g
 
     def _step(self, step: TuningStep) -> None:
-        f = _step_file(self.folder, step.run)
-        f.parent.mkdir(parents=True, exist_ok=True)
-        publish(step, f.parent, f.name)
+        self.transport.channel.post(step, _step_file(self.folder, step.run), [ALL])
 
     def synthetic(self, run, fold, measured):
         ds = fold_synthetic(measured, party_rng(self.seed, "fit", run, fold))
         if not self.sound:   # paper: each custodian scores the fold table on its own folds
-            f = _synthetic_file(self.folder, run, fold)
-            publish(FoldSynthetic(party="publisher", run=run, fold=fold, codes=ds.codes.astype(np.int64)),
-                    f.parent, f.name)
+            self.transport.channel.post(
+                FoldSynthetic(party=PUBLISHER, run=run, fold=fold, codes=ds.codes.astype(np.int64)),
+                _synthetic_file(self.folder, run, fold), [ALL])
         return ds
 
     def score(self, run, score):
-        f = _score_file(self.folder, run)
-        f.parent.mkdir(parents=True, exist_ok=True)
-        publish(TuningScore(party="publisher", run=run, score=float(score)), f.parent, f.name)
+        self.transport.channel.post(TuningScore(party=PUBLISHER, run=run, score=float(score)),
+                                    _score_file(self.folder, run), [ALL])
         return score
 
     def votes(self, run, mine):
@@ -373,7 +374,7 @@ class PublisherIO(TuningIO):
         for c in self.custodians:
             f = _wait(_vote_file(self.folder, run, c), f"custodian {c!r}'s vote on candidate run {run}",
                       self.timeout, self.poll)
-            v = Vote.load(f)
+            v = self.transport.channel.load(Vote, f, c)
             if v.party != c or v.run != run:
                 raise MessageError(f"{f.name} holds {v.party!r}'s vote on run {v.run}, expected {c!r}'s on {run}")
             out[c] = bool(v.yes)
@@ -408,8 +409,9 @@ def _check_name(plan: CollabPlan, name: str) -> None:
                         "(collab.files keys, or custodian1..N for collab.custodians = N)")
 
 
-def wait_for_custodians(plan: CollabPlan, folder: Path, timeout: float, poll: float) -> None:
-    """Every custodian's hello: a known name, the same config, the same columns (else a clear error)."""
+def wait_for_custodians(plan: CollabPlan, folder: Path, timeout: float, poll: float, channel: Channel) -> None:
+    """Every custodian's hello: a known name, the same config, the same columns (else a clear error); then the
+    run id, from every hello's nonce, binds every later file of the run."""
     want, fp = set(plan.custodians), fingerprint(plan)
     deadline = time.monotonic() + timeout
     seen: dict[str, Hello] = {}
@@ -418,8 +420,8 @@ def wait_for_custodians(plan: CollabPlan, folder: Path, timeout: float, poll: fl
             name = f.name[len("hello__"):-len(".npz")]
             if name in seen:
                 continue
-            h = Hello.load(f)
-            _check_name(plan, h.party)
+            _check_name(plan, name)
+            h = channel.load(Hello, f, name, hello=True)
             if h.party != name:
                 raise MessageError(f"{f.name} holds the hello of {h.party!r}")
             if h.fingerprint != fp:
@@ -428,6 +430,7 @@ def wait_for_custodians(plan: CollabPlan, folder: Path, timeout: float, poll: fl
             check_custodians({h.party: pd.DataFrame(columns=h.columns, index=[0])}, _attributes(plan))
             seen[name] = h
         if set(seen) == want:
+            channel.run = collab_run_id(channel.config, {n: h.nonce for n, h in seen.items()})
             return
         if time.monotonic() > deadline:
             raise MessageError(f"waited {timeout:.0f} s for the custodians' hellos in {str(folder)!r}: missing "
@@ -435,8 +438,24 @@ def wait_for_custodians(plan: CollabPlan, folder: Path, timeout: float, poll: fl
         time.sleep(poll)
 
 
+def channel_for(plan: CollabPlan, identity: Identity | None, role: str, folder: Path) -> Channel:
+    """This role's channel: its signing key, checked against the config's [roster]."""
+    if identity is None:
+        raise ConfigError(f"{role!r} needs its signing key (--key, from `vertisynth party init --party {role}`)")
+    if identity.name != role:
+        raise ConfigError(f"the signing key is {identity.name!r}'s, this role is {role!r}")
+    roster = roster_of(plan.config.section("roster"))
+    roster.check_own(identity)
+    missing = [n for n in [*plan.custodians, *map(server_name, range(plan.run.servers)), PUBLISHER]
+               if n not in roster.keys]
+    if missing:
+        raise ConfigError(f"the config's [roster] names no public key for {missing}")
+    return Channel(identity, roster, folder, fingerprint(plan))
+
+
 def run_custodian(plan: CollabPlan, name: str, csv: Path, folder: Path, timeout: float = 600.0,
-                  poll: float = 0.05, seed: int | None = None, threshold: float | None = None) -> dict[str, Any]:
+                  poll: float = 0.05, seed: int | None = None, threshold: float | None = None,
+                  identity: Identity | None = None) -> dict[str, Any]:
     check_separable(plan)
     _check_name(plan, name)
     thresholds = None
@@ -445,17 +464,19 @@ def run_custodian(plan: CollabPlan, name: str, csv: Path, folder: Path, timeout:
             raise ConfigError("--threshold is a custodian's quality threshold for [collab.tuning]; this config "
                               "has no [collab.tuning]")
         thresholds = {name: plan.tuner.check_threshold(name, threshold)}
+    channel = channel_for(plan, identity, name, folder)
     frame = read_custodian_csv(name, csv)
     folder.mkdir(parents=True, exist_ok=True)
     if (folder / f"hello__{name}.npz").exists():
         raise MessageError(f"{str(folder)!r} already holds custodian {name!r}'s hello from an earlier run: use a "
                            "fresh exchange folder for every run (old shares would be mixed into this one)")
     # announce first, so the others fail fast and clearly if this CSV has the wrong columns
-    publish(Hello(party=name, fingerprint=fingerprint(plan), columns=[str(c) for c in frame.columns]), folder,
-            f"hello__{name}.npz")
+    channel.post(Hello(party=name, fingerprint=fingerprint(plan), columns=[str(c) for c in frame.columns],
+                       nonce=os.urandom(16).hex()), folder / f"hello__{name}.npz", [ALL])
     check_custodians({name: frame}, _attributes(plan))
     frame = frame[_attributes(plan)]
-    transport = CustodianFiles(name, plan.run.servers, folder, timeout, poll)
+    wait_for_custodians(plan, folder, timeout, poll, channel)   # the run id
+    transport = CustodianFiles(name, plan.run.servers, folder, timeout, poll, channel=channel)
     # the others' tables are empty here: their counts are zero vectors of the public shapes, never sent
     frames = {**_empty_frames(plan), name: frame}
     params: dict[str, Any] = {}
@@ -474,18 +495,20 @@ def run_custodian(plan: CollabPlan, name: str, csv: Path, folder: Path, timeout:
 
 
 def run_server(plan: CollabPlan, index: int, folder: Path, seed: int | None = None, timeout: float = 600.0,
-               poll: float = 0.05) -> dict[str, Any]:
+               poll: float = 0.05, identity: Identity | None = None) -> dict[str, Any]:
     check_separable(plan)
     if not 0 <= index < plan.run.servers:
         raise DataError(f"unknown server {index}; the config has collab.servers = {plan.run.servers} "
                         f"(indices 0..{plan.run.servers - 1})")
+    channel = channel_for(plan, identity, server_name(index), folder)
     folder.mkdir(parents=True, exist_ok=True)
-    wait_for_custodians(plan, folder, timeout, poll)
+    wait_for_custodians(plan, folder, timeout, poll, channel)
     root = server_randomness(seed, "final")   # one secret root; the run label keeps tuning and final noise apart
     params: dict[str, Any] = {}
     rounds = 0
     if plan.tuner is not None:
-        tt = ServerFiles(index, plan.run.servers, folder, attrs.evolve(root, run="tuning"), timeout, poll)
+        tt = ServerFiles(index, plan.run.servers, folder, attrs.evolve(root, run="tuning"), timeout, poll,
+                         channel=channel)
         outcome = tuning_protocol(plan.tuner, plan.run, _empty_frames(plan), plan.ledger,
                                   FollowerIO(folder, timeout, poll, tt))
         rounds = tt.rounds
@@ -493,20 +516,21 @@ def run_server(plan: CollabPlan, index: int, folder: Path, seed: int | None = No
             return {"server": index, "rounds": rounds, "published": False}
         params = outcome.chosen or {}
         commit_choice(plan, params)
-    transport = ServerFiles(index, plan.run.servers, folder, root, timeout, poll)
+    transport = ServerFiles(index, plan.run.servers, folder, root, timeout, poll, channel=channel)
     plan.run.measure(_empty_frames(plan), params, plan.rho_pre, plan.rho_synth, plan.ledger, transport)
     return {"server": index, "rounds": rounds + transport.rounds, "published": True}
 
 
 def run_publisher(plan: CollabPlan, folder: Path, out: Path, timeout: float = 600.0,
-                  poll: float = 0.05) -> dict[str, Any]:
+                  poll: float = 0.05, identity: Identity | None = None) -> dict[str, Any]:
     check_separable(plan)
     cfg = plan.config
+    channel = channel_for(plan, identity, PUBLISHER, folder)
     folder.mkdir(parents=True, exist_ok=True)
-    wait_for_custodians(plan, folder, timeout, poll)
+    wait_for_custodians(plan, folder, timeout, poll, channel)
     rng = streams(cfg.seed)
     timings: dict[str, float] = {}
-    transport = PublisherFiles(plan.run.servers, folder, timeout, poll)
+    transport = PublisherFiles(plan.run.servers, folder, timeout, poll, channel=channel)
     outcome: TuningOutcome | None = None
     params: dict[str, Any] = {}
     if plan.tuner is not None:

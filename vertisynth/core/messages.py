@@ -55,6 +55,10 @@ class Message:
     # -- files --------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
         path = Path(path)
+        path.write_bytes(self.to_bytes())
+        return path
+
+    def to_bytes(self) -> bytes:
         arrays: dict[str, np.ndarray] = {}
         header: dict[str, Any] = {"format": FORMAT_VERSION, "kind": self.kind, "fields": {}}
         for f in attrs.fields(type(self)):
@@ -73,8 +77,7 @@ class Message:
                 header["fields"][f.name] = {"as": "json", "value": _jsonable(value)}
         buf = io.BytesIO()
         np.savez_compressed(buf, __header__=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8), **arrays)
-        path.write_bytes(buf.getvalue())
-        return path
+        return buf.getvalue()
 
     @classmethod
     def load(cls, path: str | Path) -> Message:
@@ -82,8 +85,13 @@ class Message:
         path = Path(path)
         if not path.is_file():
             raise MessageError(f"message file {str(path)!r} does not exist")
+        return cls.from_bytes(path.read_bytes(), path)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, path: str | Path = "<bytes>") -> Message:
+        """Parse and validate a message (e.g. an envelope's body)."""
         try:
-            with np.load(path, allow_pickle=False) as npz:
+            with np.load(io.BytesIO(data), allow_pickle=False) as npz:
                 header = json.loads(bytes(npz["__header__"]).decode())
                 data = {k: npz[k] for k in npz.files if k != "__header__"}
         except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError, json.JSONDecodeError) as exc:

@@ -3,8 +3,10 @@
 Each party runs this with its own CSV (an identifier column) and the shared config: the [[parties]]
 list gives the ring order (the first party leads), [alignment] the protocol and its identifier
 options. Keys and shuffles come from the OS CSPRNG. The exchange folder only ever holds blinded group
-elements (`BlindedSet` files named r<round>__<from>__to__<to>__...npz); a party reads the files
-addressed to it, waits for the ones it expects each round, and writes its own atomically.
+elements (`BlindedSet` messages), each in a signed envelope bound to the run of `party hello` and to its
+round (`align-rNN`); a party reads the envelopes addressed to it, checks them before use (a replay from
+an earlier run or round is refused), waits for the ones it expects each round, and writes its own
+atomically. Mismatched settings (party order, normalize, fill, budget) are named by the hello round.
 
 Output (in --out, private to the party): `<party>_alignment.csv` with its row number, identifier and
 position in the common order (PSI: the intersection rows only; PSU: every row, positions in U) and
@@ -25,8 +27,7 @@ import pandas as pd
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.encoding import TableSchema
-from vertisynth.core.errors import ConfigError, DataError, VertisynthError
-from vertisynth.core.messages import publish, wait_for_files
+from vertisynth.core.errors import ConfigError, DataError, MessageError, VertisynthError
 from vertisynth.core.privacy import PrivacyLedger
 from vertisynth.core.structuring import structure
 from vertisynth.plugins.alignment.private_sets import PSIConfig, PSUConfig, prepare_ids
@@ -34,11 +35,26 @@ from vertisynth.plugins.alignment.protocol import BlindedSet, make_parties
 from vertisynth.run.config import RunConfig
 from vertisynth.run.pipeline import make_plan
 
+from .session import Session, session
+from .transport import receive
 
-def _inbox(folder: Path, party: str, r: int, expected: dict[str, int], timeout: float, poll: float) -> list[BlindedSet]:
-    files = wait_for_files(folder, f"r{r - 1:02d}__*__to__{party}__*.npz", sum(expected.values()),
-                           f"party {party!r}'s round-{r} message(s) {expected}", timeout, poll)
-    return [BlindedSet.load(f) for f in files]
+
+def _round(r: int) -> str:
+    return f"align-r{r:02d}"
+
+
+def _inbox(sess: Session, party: str, r: int, expected: dict[str, int]) -> list[BlindedSet]:
+    names = receive(sess.transport, f"{_round(r - 1)}__*__to__{party}__*", sum(expected.values()),
+                    f"party {party!r}'s round-{r} message(s) {expected}", sess.timeout, sess.poll)
+    out = []
+    for name in names:
+        header, body = sess.open(name, (_round(r - 1),))
+        msg = BlindedSet.from_bytes(body, name)
+        if msg.party != header.sender or msg.to != party or msg.round != r - 1:
+            raise MessageError(f"{name}: from {header.sender!r}: its content (from {msg.party!r} to {msg.to!r}, "
+                               f"round {msg.round}) does not match its envelope; refused")
+        out.append(msg)
+    return out
 
 
 def _table_plan(config: RunConfig, party: str, frame: pd.DataFrame, id_column: str, data_dir: str | None):
@@ -63,6 +79,12 @@ def _table_plan(config: RunConfig, party: str, frame: pd.DataFrame, id_column: s
                         f"attributes {own}; it has {have}")
     if any(c.kind == "numeric" and c.binning == "quantile" and c.name in own for c in plan.source.schema.columns):
         raise ConfigError("cross-machine runs need public bin edges (binning 'edges' or 'equal_width'), not DP quantiles")
+    for c in plan.source.schema.columns:   # the CSV was read as text; numbers are the schema's numeric columns
+        if c.name in own and c.kind == "numeric":
+            try:
+                frame[c.name] = pd.to_numeric(frame[c.name])
+            except ValueError as exc:
+                raise DataError(f"party {party!r}'s numeric column {c.name!r}: {exc}") from None
     return plan, own
 
 
@@ -88,8 +110,8 @@ def _aligned_table(plan, own: list[str], party: str, frame: pd.DataFrame, row_of
 
 
 def run_party_align(config: RunConfig, party: str, csv: Path, id_column: str, exchange: Path, out: Path,
-                    timeout: float = 600.0, poll: float = 0.1, write_table: bool = True,
-                    data_dir: str | None = None) -> Path:
+                    timeout: float = 600.0, poll: float = 0.05, write_table: bool = True,
+                    data_dir: str | None = None, key: Path | None = None) -> Path:
     protocol = config.alignment.use
     if protocol not in ("psi", "psu"):
         raise ConfigError(f"party align runs psi or psu; the config's alignment is {protocol!r}")
@@ -102,7 +124,10 @@ def run_party_align(config: RunConfig, party: str, csv: Path, id_column: str, ex
         raise DataError(f"unknown party {party!r}; the config's parties are {ring}")
     if not csv.is_file():
         raise DataError(f"CSV {str(csv)!r} does not exist")
-    frame = pd.read_csv(csv, dtype={id_column: str})
+    sess = session(config, party, exchange, out, key, timeout, poll)
+    if list(sess.state.parties) != ring:
+        raise ConfigError(f"the hello round ran with parties {list(sess.state.parties)}, the config's ring is {ring}")
+    frame = pd.read_csv(csv, dtype=str)   # as text: the schema's categories are text ("1" stays "1"), ids too
     if id_column not in frame.columns:
         raise DataError(f"CSV {str(csv)!r} has no identifier column {id_column!r}")
     raw = frame[id_column].tolist()
@@ -112,11 +137,10 @@ def run_party_align(config: RunConfig, party: str, csv: Path, id_column: str, ex
     rows = Dataset(np.arange(len(raw), dtype=np.int64)[:, None], Domain(["row"], [max(len(raw), 1)]))
     ids, kept, _ = prepare_ids({party: rows}, {party: raw}, params)
     me = make_parties(protocol, {p: (ids[party] if p == party else []) for p in ring}, None, params.workers)[party]
-    exchange.mkdir(parents=True, exist_ok=True)
     for r in range(1, me.rounds + 1):
-        inbox = _inbox(exchange, party, r, me.expected(r), timeout, poll) if r > 1 else []
+        inbox = _inbox(sess, party, r, me.expected(r)) if r > 1 else []
         for msg in me.step(r, inbox):
-            publish(msg, exchange, msg.filename)
+            sess.send(_round(r), [msg.to], msg.kind, msg.to_bytes(), tag=msg.filename[:-4].split("__", 4)[-1])
     res = me.result
     assert res is not None
     row_of = kept[party].codes[:, 0]

@@ -6,13 +6,16 @@ from pathlib import Path
 
 import click
 
-from vertisynth.core.errors import VertisynthError
+from vertisynth.core.errors import ConfigError, VertisynthError
+from vertisynth.core.identity import Identity, inside
 from vertisynth.run.config import load_config
 from vertisynth.run.console import fail as _fail
 
 from .align import run_party_align
 from .party import run_party, run_party_keys
 from .server import run_server
+from .session import TEST_LABEL, hello, identity_path, load_identity, parse_test_secret, private_folder
+from .transport import FolderTransport
 
 
 class _DefaultGroup(click.Group):
@@ -26,29 +29,95 @@ class _DefaultGroup(click.Group):
 
 @click.group(cls=_DefaultGroup)
 def party() -> None:
-    """One party's side of a cross-machine run: `keys` (sketch keys), `synth` (default: VertiMRF messages),
-    `align` (PSI/PSU)."""
+    """One party's side of a cross-machine run: `init` (signing key), `hello` (the run), `align` (PSI/PSU),
+    `keys` (sketch keys), `synth` (default: VertiMRF messages)."""
+
+
+_exchange = click.option("--exchange", type=click.Path(file_okay=False, path_type=Path), required=True,
+                         help="Folder shared by the roles (e.g. synced): signed envelopes only.")
+_out = click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True,
+                    help="This party's private folder (signing key, run state, keys, outputs); never the exchange.")
+_key = click.option("--key", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                    help="This party's signing key (default: OUT/<party>_signing.pem from `party init`).")
+_timeout = click.option("--timeout", type=float, default=600.0, show_default=True,
+                        help="Seconds to wait for the others in each round.")
+_data_dir = click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA",
+                         help="Folder with the NLTCS/Adult benchmark data (or set VERTISYNTH_DATA).")
+
+
+@party.command("init")
+@click.option("--party", "name", required=True, help="This participant's name (a party, 'server', a collab role).")
+@_out
+@click.option("--exchange", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="The exchange folder, to refuse writing the key into it.")
+def party_init(name: str, out: Path, exchange: Path | None) -> None:
+    """Make this participant's long-term Ed25519 signing key (OUT/<name>_signing.pem, 0600) and print the
+    roster line every participant's config must hold."""
+    try:
+        if exchange is not None and (inside(out, exchange) or inside(exchange, out)):
+            raise ConfigError(f"--out {str(out)!r} is the exchange folder or inside it: a private key never goes there")
+        if out.is_dir() and any(p.suffix == ".env" for p in out.iterdir()):
+            raise ConfigError(f"--out {str(out)!r} holds exchanged envelopes: it looks like an exchange folder; "
+                              "a private key never goes there")
+        identity = Identity.generate(name)
+        path = identity.save(identity_path(out, name))
+    except VertisynthError as exc:
+        _fail(exc)
+        return
+    click.echo(f"{name}: signing key in {path} (owner-only). Add to the shared config's [roster] keys:")
+    click.echo(f'{name} = "{identity.public_text()}"')
+
+
+@party.command("hello")
+@click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--party", required=True, help="This party's name in the config.")
+@_exchange
+@_out
+@_key
+@click.option("--test-secret", default=None,
+              help="Reproducible run (tests, deployment-equals-simulation checks only): >= 128 bits of hex shared "
+                   "by the parties, never the config seed. Labelled not for production in every output.")
+@_timeout
+@_data_dir
+def party_hello(config: Path, party: str, exchange: Path, out: Path, key: Path | None, test_secret: str | None,
+                timeout: float, data_dir: str | None) -> None:
+    """The hello round: every party checks every other runs this same config, and the run id is agreed."""
+    try:
+        cfg = load_config(config)
+        private_folder(out, exchange)
+        secret = parse_test_secret(test_secret, cfg.seed) if test_secret is not None else None
+        identity = load_identity(cfg, party, out, key, exchange)
+        if cfg.parties:
+            names = [p.name for p in cfg.parties]
+        else:
+            from vertisynth.run.pipeline import make_plan
+            names = list(make_plan(cfg, data_dir=data_dir).partition.names)
+        state = hello(cfg, identity, FolderTransport(exchange), names, out, secret, timeout)
+    except VertisynthError as exc:
+        _fail(exc)
+        return
+    click.echo(f"{party}: run {state.run} with {list(state.parties)}" + (f" [{TEST_LABEL}]" if secret else ""))
 
 
 @party.command("keys")
 @click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--party", required=True, help="This party's name in the config (the first party leads).")
-@click.option("--exchange", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Folder shared by the parties (e.g. synced): public keys and wrapped keys only.")
-@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Private folder for this party's group key (<party>_keys.json, owner-only).")
-@click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds to wait for the others.")
-@click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA",
-              help="Folder with the NLTCS/Adult benchmark data (or set VERTISYNTH_DATA).")
-def party_keys(config: Path, party: str, exchange: Path, out: Path, timeout: float, data_dir: str | None) -> None:
-    """Agree the DP FM sketch keys with the other parties (X25519 + HKDF) through shared files."""
+@_exchange
+@_out
+@_key
+@_timeout
+@_data_dir
+def party_keys(config: Path, party: str, exchange: Path, out: Path, key: Path | None, timeout: float,
+               data_dir: str | None) -> None:
+    """Agree the DP FM sketch keys with the other parties (signed X25519 + HKDF bound to the run)."""
     try:
-        path = run_party_keys(load_config(config), party, exchange, out, timeout, data_dir=data_dir)
+        path = run_party_keys(load_config(config), party, exchange, out, timeout, data_dir=data_dir, key=key)
     except VertisynthError as exc:
         _fail(exc)
         return
-    fingerprint = json.loads(path.read_text())["fingerprint"]
-    click.echo(f"{party}: group key in {path} (fingerprint {fingerprint}: every party should see the same)")
+    content = json.loads(path.read_text())
+    click.echo(f"{party}: group key in {path} (fingerprint {content['fingerprint']})"
+               + (f" [{TEST_LABEL}]" if "test_secret" in content else ""))
 
 
 @party.command("synth")
@@ -57,23 +126,22 @@ def party_keys(config: Path, party: str, exchange: Path, out: Path, timeout: flo
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="This party's own table: exactly its columns (else the config's dataset, for simulations).")
 @click.option("--keys", "keys_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="This party's key file from `vertisynth party keys`.")
-@click.option("--secret-seed", type=int, default=None,
-              help="Seed the parties agreed on out of band (the server must never see it): reproducible noise, "
-                   "and the sketch keys when --keys is not given. Without it noise comes from the OS.")
-@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Folder for this party's message files (to hand to the server).")
-@click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA",
-              help="Folder with the NLTCS/Adult benchmark data (or set VERTISYNTH_DATA).")
-def party_synth(config: Path, party: str, csv_path: Path | None, keys_path: Path | None, secret_seed: int | None,
-                out: Path, data_dir: str | None) -> None:
-    """Run one party's side of VertiMRF on its own columns; write its messages to OUT."""
+              help="This party's key file from `party keys` (default: OUT/<party>_keys.json).")
+@_exchange
+@_out
+@_key
+@_data_dir
+def party_synth(config: Path, party: str, csv_path: Path | None, keys_path: Path | None, exchange: Path, out: Path,
+                key: Path | None, data_dir: str | None) -> None:
+    """Run one party's side of VertiMRF on its own columns; send its envelopes and signed ledger to the server."""
     try:
-        paths = run_party(load_config(config), party, secret_seed, out, data_dir, csv=csv_path, keys=keys_path)
+        names = run_party(load_config(config), party, exchange, out, data_dir, csv=csv_path, keys=keys_path, key=key)
+        test = json.loads((out / f"{party}_run.json").read_text()).get("test_secret")
     except VertisynthError as exc:
         _fail(exc)
         return
-    click.echo(f"{party}: wrote {len(paths)} message file(s) to {out}")
+    click.echo(f"{party}: sent {len(names)} message(s) and a signed ledger to {exchange}"
+               + (f" [{TEST_LABEL}]" if test else ""))
 
 
 @party.command("align")
@@ -82,25 +150,23 @@ def party_synth(config: Path, party: str, csv_path: Path | None, keys_path: Path
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="This party's own table: its identifier column and its attributes.")
 @click.option("--id-column", default="id", show_default=True, help="Column of --csv that identifies a person.")
-@click.option("--exchange", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Folder shared by the parties (e.g. synced): protocol messages, blinded elements only.")
-@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Private folder for this party's alignment (rows, positions, sizes learned).")
-@click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds to wait for each round.")
+@_exchange
+@_out
+@_key
+@_timeout
 @click.option("--table/--no-table", default=True, show_default=True,
               help="Also write <party>_aligned.csv (its columns in the common order; PSU: filled) for "
                    "`party synth --csv`. Needs a config that plans alone: csv dataset with a public schema.")
-@click.option("--data-dir", default=None, type=click.Path(file_okay=False), envvar="VERTISYNTH_DATA",
-              help="Folder with the NLTCS/Adult benchmark data (or set VERTISYNTH_DATA).")
+@click.option("--data-dir", default=None, type=click.Path(file_okay=False))
 def party_align(config: Path, party: str, csv_path: Path, id_column: str, exchange: Path, out: Path,
-                timeout: float, table: bool, data_dir: str | None) -> None:
-    """Run one party of the config's PSI/PSU protocol, exchanging message files with the others.
+                key: Path | None, timeout: float, table: bool, data_dir: str | None) -> None:
+    """Run one party of the config's PSI/PSU protocol, exchanging signed envelopes with the others.
 
     Writes, to OUT (private): <party>_alignment.csv/.json (its rows' positions, the sizes it learned) and,
     with --table, <party>_aligned.csv, the input of `vertisynth party synth --csv`."""
     try:
         path = run_party_align(load_config(config), party, csv_path, id_column, exchange, out, timeout,
-                               write_table=table, data_dir=data_dir)
+                               write_table=table, data_dir=data_dir, key=key)
     except VertisynthError as exc:
         _fail(exc)
         return
@@ -110,18 +176,17 @@ def party_align(config: Path, party: str, csv_path: Path, id_column: str, exchan
 
 @click.command()
 @click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--messages", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Folder with every party's message files.")
-@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Output folder: synthetic.csv, report.json, ledger.json.")
-@click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA",
-              help="Folder with the NLTCS/Adult benchmark data (or set VERTISYNTH_DATA).")
-def server(config: Path, messages: Path, out: Path, data_dir: str | None) -> None:
-    """Build the synthetic table from the parties' message files only."""
+@click.option("--exchange", "--messages", "exchange", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="The exchange folder with every party's hello, envelopes and signed ledger.")
+@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True)
+@_data_dir
+def server(config: Path, exchange: Path, out: Path, data_dir: str | None) -> None:
+    """Build the synthetic table from the parties' signed envelopes only."""
     try:
-        run_server(load_config(config), messages, out, data_dir)
+        run_server(load_config(config), exchange, out, data_dir)
+        test = json.loads((out / "report.json").read_text()).get("test_secret")
     except VertisynthError as exc:
         _fail(exc)
         return
     model = ", model.npz" if (out / "model.npz").is_file() else ""
-    click.echo(f"server: wrote {out}/synthetic.csv{model}, report.json, ledger.json")
+    click.echo(f"server: wrote {out}/synthetic.csv{model}, report.json, ledger.json" + (f" [{TEST_LABEL}]" if test else ""))

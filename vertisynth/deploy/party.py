@@ -1,20 +1,22 @@
-"""`vertisynth party` and `vertisynth server`: VertiMRF across machines, exchanging only files.
+"""`vertisynth party`: one party's side of a cross-machine VertiMRF run, every message in a signed envelope.
 
-Each party runs on its own machine with the shared config (public: schema, party split, budget,
-plugins) and its own CSV (`--csv`: exactly its columns, coded by the config's public schema).
+Each party runs on its own machine with the shared config (public: schema, party split, budget, plugins,
+[roster]) and its own CSV (`--csv`: exactly its columns, coded by the config's public schema).
 
-1. `party keys`: the DP FM sketches need hash keys common to the parties and unknown to the server.
-   The parties run X25519 + HKDF through a shared folder (public keys; for three or more parties the
-   leader's AES-GCM-wrapped group key), and each keeps the group key in its private folder.
-2. `party synth`: local model, binning, value distributions and encoding -> message files. Noise comes
-   from the OS entropy source, unless `--secret-seed` is given: a seed agreed among the parties that
-   the server never sees; with it and no `--keys`, the sketch keys are derived from the seed as in the
-   one-process simulation, which the result then equals exactly (tested).
-3. `server`: only the message files -> synthetic table, ledger (the public plan, which the parties'
-   spends must match) and a report.
+0. `party init`: the party's long-term Ed25519 signing key (private folder, 0600); its public key goes into
+   the config's [roster]. `party hello`: the hello round (deploy/session.py), which fixes the run id.
+1. `party keys`: the DP FM sketches need hash keys common to the parties and unknown to the server. The
+   parties run X25519 + HKDF (the leader wraps a group key for three or more), each ephemeral public key
+   signed by its sender's roster key, every derivation bound to the run id and the config fingerprint.
+2. `party synth`: local model, binning, value distributions and encoding -> envelopes to the server, and a
+   signed ledger of what this party actually spent. Noise comes from the OS; only an explicit test secret
+   given to `party hello` (>= 128 bits, never the config seed) makes a run reproducible (labelled so).
+   One release per party and run: a second `party synth` is refused.
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 from pathlib import Path
@@ -23,13 +25,21 @@ import numpy as np
 import pandas as pd
 
 from vertisynth.core.encoding import TableSchema
+from vertisynth.core.envelope import ALL, canonical
 from vertisynth.core.errors import ConfigError, DataError, MessageError
-from vertisynth.core.messages import Message, publish, wait_for_files
 from vertisynth.core.privacy import PrivacyLedger
-from vertisynth.plugins.encoders.keys import KeyAgreementMessage, KeyParty
+from vertisynth.plugins.encoders.keys import KeyParty
 from vertisynth.run.config import RunConfig
 
 from .plans import streams as _streams, vertical_plan as _vertical_plan
+from .session import TEST_LABEL, RunState, Session, key_context, session, test_noise_seed
+
+SERVER = "server"
+
+
+def schema_dtypes(plan, columns: list[str]) -> dict[str, type]:
+    """Read categorical columns as text, so integer-looking labels ("1", "2") stay the schema's categories."""
+    return {c.name: str for c in plan.source.schema.columns if c.name in columns and c.kind != "numeric"}
 
 
 def _own_frame(plan, own: list[str], csv: Path | None) -> pd.DataFrame:
@@ -42,7 +52,7 @@ def _own_frame(plan, own: list[str], csv: Path | None) -> pd.DataFrame:
     if not csv.is_file():
         raise DataError(f"CSV {str(csv)!r} does not exist")
     try:
-        frame = pd.read_csv(csv)
+        frame = pd.read_csv(csv, dtype=schema_dtypes(plan, own))
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise DataError(f"cannot read CSV {str(csv)!r}: {exc}") from None
     frame.columns = [str(c) for c in frame.columns]
@@ -54,11 +64,19 @@ def _own_frame(plan, own: list[str], csv: Path | None) -> pd.DataFrame:
     return frame[own]
 
 
-def _read_group_key(path: Path, party: str):
+def _private_json(path: Path, content: dict) -> Path:
+    tmp = path.with_suffix(".part")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(content, fh, indent=2)
+    os.replace(tmp, path)
+    return path
 
 
+def _read_group_key(path: Path, party: str, state: RunState) -> KeyParty:
     if not path.is_file():
-        raise DataError(f"key file {str(path)!r} does not exist; run `vertisynth party keys` first")
+        raise ConfigError(f"party synth needs the sketch keys: --keys FILE (from `vertisynth party keys`; "
+                          f"{str(path)!r} does not exist)")
     try:
         raw = json.loads(path.read_text())
         key = bytes.fromhex(raw["group_key"])
@@ -66,88 +84,111 @@ def _read_group_key(path: Path, party: str):
         raise DataError(f"key file {str(path)!r} is malformed: {exc}") from None
     if raw.get("party") != party:
         raise DataError(f"key file {str(path)!r} belongs to party {raw.get('party')!r}, not {party!r}")
+    if raw.get("run") != state.run or raw.get("config") != state.config:
+        raise DataError(f"key file {str(path)!r} comes from another key agreement (run {str(raw.get('run'))[:12]}..., "
+                        f"this run is {state.run[:12]}...): stale keys are refused; run `vertisynth party keys`")
     return KeyParty.from_group_key(party, key)
 
 
-def run_party(config: RunConfig, party: str, secret_seed: int | None, out: Path, data_dir: str | None = None,
-              csv: Path | None = None, keys: Path | None = None) -> list[Path]:
-    plan, synth = _vertical_plan(config, data_dir, aligned_csv=csv is not None)
-    if party not in plan.partition.names:   # the first thing to tell a user who mistyped the name
-        raise DataError(f"unknown party {party!r}; the config's parties are {list(plan.partition.names)}")
-    if secret_seed is None and keys is None:
-        raise ConfigError("party synth needs the sketch keys: --keys FILE (from `vertisynth party keys`) or "
-                          "--secret-seed S (agreed among the parties, never given to the server)")
-    own = list(plan.partition.parties[plan.partition.names.index(party)].attributes)
-    key_party = _read_group_key(keys, party) if keys is not None else None
-    frame = _own_frame(plan, own, csv)
-    # a real deployment draws its noise from the OS; a shared secret seed reproduces the simulation
-    streams = _streams(secret_seed if secret_seed is not None else np.random.SeedSequence().entropy)
-    # only this party's columns are encoded and kept: the rest of the table is dropped at once
-    schema = TableSchema(tuple(c for c in plan.source.schema.columns if c.name in own))
-    view = schema.fit(frame, plan.ledger, streams["preprocessing"]).encode(frame)
-    key_rng, rngs = synth.party_rngs(streams["fit"])
-    if key_party is not None:
-        synth.set_keys({party: key_party})
-    else:
-        synth.agree_keys(key_rng)
-    ledger = PrivacyLedger(plan.ledger.budget, [c for c in plan.ledger.planned if c.party == party],
-                           group_size=plan.ledger.group_size)   # a `sample` fill: later spends pay group privacy
-    messages = synth.party_step(party, view, ledger, rngs[party])
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [m.save(out / f"{party}__{i}_{m.kind}.npz") for i, m in enumerate(messages)]
-    (out / f"{party}__ledger.json").write_text(json.dumps([c.to_dict() for c in ledger.spent], indent=2))
-    return paths
+def _test_rngs(synth, state: RunState):
+    """The parties' key and noise streams of a reproducible run (from the explicit test secret only)."""
+    secret = state.secret()
+    seed = test_noise_seed(secret) if secret is not None else np.random.SeedSequence().entropy
+    return _streams(seed)
 
 
-# -- key agreement through a shared folder ------------------------------------------------------------
+# -- key agreement --------------------------------------------------------------------------------------------
 def run_party_keys(config: RunConfig, party: str, exchange: Path, out: Path, timeout: float = 600.0,
-                   poll: float = 0.1, data_dir: str | None = None) -> Path:
-    """One party of the DPFM key agreement (encoders/keys.py), messages as files in `exchange`.
-
-    Writes `<party>_keys.json` (the group key, readable by its owner only) to the private folder `out`
-    and returns its path. The exchange folder only ever holds public keys and wrapped (encrypted) keys."""
-
-
-    plan, synth = _vertical_plan(config, data_dir)
+                   poll: float = 0.05, data_dir: str | None = None, key: Path | None = None) -> Path:
+    """One party of the authenticated DPFM key agreement; writes `<party>_keys.json` (0600) to `out`."""
+    plan, synth = _vertical_plan(config, data_dir, aligned_csv=True)   # psi/psu: keys come before or after align
     if not synth.needs_keys():
         raise ConfigError("party keys: the config's encoder needs no shared keys (only 'dpfm' does)")
     names = list(plan.partition.names)
     if party not in names:
         raise DataError(f"unknown party {party!r}; the config's parties are {names}")
-    exchange.mkdir(parents=True, exist_ok=True)
-    me = KeyParty.create(party)  # OS entropy
-    pub = np.frombuffer(me.public_bytes(), np.uint8).copy()
-    msg = KeyAgreementMessage(party, "*", pub).validate()
-    publish(msg, exchange, msg.filename)
-    files = wait_for_files(exchange, "keys__*__to__all.npz", len(names), "every party's public key", timeout, poll)
-    published: dict[str, bytes] = {}
-    for f in files:
-        msg = Message.load(f)
-        if not isinstance(msg, KeyAgreementMessage) or msg.to != "*":
-            raise MessageError(f"{f.name}: not a public-key message")
-        if msg.party not in names:
-            raise MessageError(f"{f.name}: public key from {msg.party!r}, who is not a party of this config")
-        published[msg.party] = msg.public_key.tobytes()
+    sess = session(config, party, exchange, out, key, timeout, poll)
+    state = sess.state
+    ctx = key_context(state.run, state.config)
+    key_rng = None
+    if state.test_secret:   # reproducible: the simulation's key stream, drawn in the simulation's order
+        key_rng, _ = synth.party_rngs(_test_rngs(synth, state)["fit"])
+        raw = [key_rng.bytes(32) for _ in names[:names.index(party) + 1 if party != names[0] else len(names)]]
+        from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+        me = KeyParty(party, X25519PrivateKey.from_private_bytes(raw[names.index(party)]), None, ctx)
+    else:
+        me = KeyParty.create(party, None, ctx)   # OS entropy
+    sess.send("keys-pub", [ALL], "x25519_public", me.public_bytes())
+    got = sess.receive("keys-pub", names, to=party)
+    published = {}
+    for who, [(_, body)] in got.items():
+        if len(body) != 32:
+            raise MessageError(f"keys-pub from {who!r}: a public key of {len(body)} bytes, expected 32; refused")
+        published[who] = body
+    if published[party] != me.public_bytes():
+        raise MessageError(f"keys-pub: the exchange holds a public key under {party!r}'s name that is not ours; refused")
     leader = names[0]
     if len(names) == 2:
         other = names[1 - names.index(party)]
         me.derive_pair_group(other, published[other])
     elif party == leader:
-        wrapped = me.wrap_group_for({n: published[n] for n in names[1:]}, None)
-        for n, blob in wrapped.items():
-            msg = KeyAgreementMessage(party, n, pub, np.frombuffer(blob, np.uint8).copy()).validate()
-            publish(msg, exchange, msg.filename)
+        for n, blob in me.wrap_group_for({n: published[n] for n in names[1:]}, key_rng).items():
+            sess.send("keys-wrap", [n], "wrapped_group_key", blob, tag=n)
     else:
-        f = wait_for_files(exchange, f"keys__{leader}__to__{party}.npz", 1, f"the group key wrapped by {leader!r}",
-                           timeout, poll)[0]
-        msg = Message.load(f)
-        if not isinstance(msg, KeyAgreementMessage) or msg.party != leader or msg.to != party:
-            raise MessageError(f"{f.name}: not the leader's wrapped key for {party!r}")
-        me.unwrap_group(leader, published[leader], msg.wrapped.tobytes())
+        [(_, blob)] = sess.receive("keys-wrap", [leader], to=party)[leader]
+        me.unwrap_group(leader, published[leader], blob)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{party}_keys.json"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump({"party": party, "parties": names, "group_key": me.group_key().hex(),
-                   "fingerprint": me.group_fingerprint()}, fh, indent=2)
-    return path
+    return _private_json(out / f"{party}_keys.json", {
+        "party": party, "parties": names, "run": state.run, "config": state.config,
+        "group_key": me.group_key().hex(), "fingerprint": me.group_fingerprint(),
+        **({"test_secret": TEST_LABEL} if state.test_secret else {})})
+
+
+# -- one party's release ----------------------------------------------------------------------------------------
+def rows_tag(n: int, key: KeyParty | None, run: str) -> str:
+    """Lets the server check that every party holds the same number of rows without learning it (a MAC under
+    the group key); with no group key (no DPFM) the count itself."""
+    if key is None:
+        return f"rows={n}"
+    return hmac.new(key.group_key(), f"vertisynth/rows/v1|{run}|{n}".encode(), hashlib.sha256).hexdigest()
+
+
+def run_party(config: RunConfig, party: str, exchange: Path, out: Path, data_dir: str | None = None,
+              csv: Path | None = None, keys: Path | None = None, key: Path | None = None) -> list[str]:
+    plan, synth = _vertical_plan(config, data_dir, aligned_csv=csv is not None)
+    if party not in plan.partition.names:
+        raise DataError(f"unknown party {party!r}; the config's parties are {list(plan.partition.names)}")
+    sess: Session = session(config, party, exchange, out, key, 0.0)
+    state = sess.state
+    marker = out / f"{party}_released.json"
+    if sess.transport.names(f"synth__{party}__*") or sess.transport.names(f"ledger__{party}__*") or (
+            marker.is_file() and json.loads(marker.read_text()).get("run") == state.run):
+        raise MessageError(f"party {party!r} already released its messages in run {state.run[:12]}...; a second "
+                           "`party synth` in the same run is a second, unplanned release: refused")
+    own = list(plan.partition.parties[plan.partition.names.index(party)].attributes)
+    key_party = None
+    if synth.needs_keys():
+        key_party = _read_group_key(keys or out / f"{party}_keys.json", party, state)
+        synth.set_keys({party: key_party})
+    elif keys is not None:
+        raise ConfigError("party synth: the config's encoder takes no shared keys; leave out --keys")
+    frame = _own_frame(plan, own, csv)
+    streams = _test_rngs(synth, state)
+    # only this party's columns are encoded and kept: the rest of the table is dropped at once
+    schema = TableSchema(tuple(c for c in plan.source.schema.columns if c.name in own))
+    view = schema.fit(frame, plan.ledger, streams["preprocessing"]).encode(frame)
+    _, rngs = synth.party_rngs(streams["fit"])
+    ledger = PrivacyLedger(plan.ledger.budget, [c for c in plan.ledger.planned if c.party == party],
+                           group_size=plan.ledger.group_size)   # a `sample` fill: later spends pay group privacy
+    messages = synth.party_step(party, view, ledger, rngs[party])
+    align_ledger = out / f"{party}_alignment_ledger.json"
+    spent = (json.loads(align_ledger.read_text()) if align_ledger.is_file() else []) + [c.to_dict() for c in ledger.spent]
+    for i, m in enumerate(messages):
+        sess.send("synth", [SERVER], m.kind, m.to_bytes(), tag=f"{i:03d}")
+    sess.send("ledger", [SERVER], "ledger", canonical({
+        "party": party, "spent": spent, "messages": len(messages), "rows": rows_tag(view.n, key_party, state.run),
+        "test": bool(state.test_secret)}))
+    out.mkdir(parents=True, exist_ok=True)
+    _private_json(marker, {"run": state.run, "messages": len(messages)})
+    (out / f"{party}__ledger.json").write_text(json.dumps(spent, indent=2))
+    return [f"synth__{party}__{i:03d}" for i in range(len(messages))]

@@ -1,7 +1,14 @@
-"""`vertisynth server`: the synthetic table from the parties' message files only (no rows)."""
+"""`vertisynth server`: the synthetic table from the parties' envelopes only (no rows).
+
+Before a byte is used the server checks the hello round (every party ran this very config: a different
+budget or setting is named), then every envelope (roster, signature, run id, config, round, recipient). The
+released ledger is composed from the parties' signed ledgers of what they actually spent, each checked
+against the public plan; parties whose row counts differ (their MACs under the group key differ) are refused.
+"""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -15,27 +22,87 @@ from vertisynth.run.model import MODEL_FILE, FittedModel
 from vertisynth.run.pipeline import model_privacy, release_note
 
 from .plans import streams as _streams, vertical_plan as _vertical_plan
+from .session import TEST_LABEL, RunState, Session, config_fingerprint, read_hellos, roster_of
+from .transport import FolderTransport
+
+SERVER = "server"
 
 
-def run_server(config: RunConfig, messages_dir: Path, out: Path, data_dir: str | None = None) -> Path:
+def _same_spend(planned: dict, reported: dict) -> bool:
+    """Same stage, mechanism, party and cost (numbers to 1e-9 relative; the note is free text)."""
+    keys = (set(planned) | set(reported)) - {"note"}
+    for k in keys:
+        a, b = planned.get(k), reported.get(k)
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+            if not math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0):
+                return False
+        elif a != b:
+            return False
+    return True
+
+
+def _compose_ledger(plan, reports: dict[str, dict]) -> PrivacyLedger:
+    """The parties' reported spends, each matched to a planned charge of that party; nothing more, nothing less."""
+    planned = list(plan.ledger.planned)
+    as_dict = [json.loads(json.dumps(c.to_dict())) for c in planned]
+    taken = [False] * len(planned)
+    spent = []
+    for party, report in reports.items():
+        for s in report["spent"]:
+            idx = next((i for i, d in enumerate(as_dict) if not taken[i] and d.get("party") == party and _same_spend(d, s)), None)
+            if idx is None:
+                raise MessageError(f"ledger from {party!r}: spend {s.get('stage')}/{s.get('mechanism')} "
+                                   f"({s.get('cost_type')}) is not in the plan of this config; refused")
+            taken[idx] = True
+            spent.append(planned[idx])
+    missing = [f"{d['party']}: {d['stage']}/{d['mechanism']}" for d, t in zip(as_dict, taken) if not t]
+    if missing:
+        raise MessageError(f"the parties' signed ledgers do not report planned spends {missing}; refused")
+    return PrivacyLedger(plan.ledger.budget, planned, spent)
+
+
+def run_server(config: RunConfig, exchange: Path, out: Path, data_dir: str | None = None) -> Path:
     plan, synth = _vertical_plan(config, data_dir, aligned_csv=True)   # the server never sees rows anyway
-    files = sorted(messages_dir.glob("*.npz"))
-    if not files:
-        raise MessageError(f"no message files in {str(messages_dir)!r}")
-    messages = [Message.load(f) for f in files]
-    senders = {m.party for m in messages}
-    missing = [p for p in plan.partition.names if p not in senders]
+    names = list(plan.partition.names)
+    transport = FolderTransport(exchange)
+    if not transport.names("*"):
+        raise MessageError(f"no envelopes in {str(exchange)!r}")
+    run = read_hellos(config, transport, names, "server")
+    sess = Session(None, roster_of(config), transport, RunState(SERVER, run, config_fingerprint(config), tuple(names)))
+    reports = {}
+    for name in transport.names("ledger__*"):
+        header, body = sess.open(name, ("ledger",))
+        reports[header.sender] = json.loads(body)
+    missing = [p for p in names if p not in reports]
     if missing:
         raise MessageError(f"no messages from parties {missing}")
+    messages, files = [], []
+    for name in transport.names("synth__*"):
+        header, body = sess.open(name, ("synth",))
+        msg = Message.from_bytes(body, name)
+        if msg.party != header.sender:
+            raise MessageError(f"{name}: from {header.sender!r} but holds a message of {msg.party!r}; refused")
+        messages.append(msg)
+        files.append(name)
+    counts = {p: sum(m.party == p for m in messages) for p in names}
+    wrong = {p: (counts[p], reports[p]["messages"]) for p in names if counts[p] != reports[p]["messages"]}
+    if wrong:
+        raise MessageError(f"message counts (found, signed ledger says) differ: {wrong}; refused")
+    tags = {p: reports[p]["rows"] for p in names}
+    if len(set(tags.values())) > 1:
+        raise MessageError("party tables of different lengths (their row counts differ: "
+                           + ", ".join(f"{p}: {t if t.startswith('rows=') else 'MAC ' + t[:8]}" for p, t in tags.items())
+                           + "); align them first (`vertisynth party align`); refused")
+    ledger = _compose_ledger(plan, reports)
+    test = any(r.get("test") for r in reports.values())
     synth.server_step(messages)
     streams = _streams(config.seed)
     synthetic = synth.sample(config.sample_size, streams["sample"]).project(plan.source.schema.names)
     empty = pd.DataFrame({c.name: pd.Series(dtype=object) for c in plan.source.schema.columns})
     codec = plan.source.schema.fit(empty, None, streams["preprocessing"])
     frame = codec.decode(synthetic, streams["decode"])
-    planned = plan.ledger.planned
-    ledger = PrivacyLedger(plan.ledger.budget, list(planned), list(planned))
-    report = {"mode": "server: built from the parties' message files only", "messages": [f.name for f in files],
+    report = {"mode": "server: built from the parties' signed envelopes only", "run": run,
+              **({"test_secret": TEST_LABEL} if test else {}), "messages": files,
               "privacy": ledger.to_dict(), "synthesizer": plan.synthesizer.describe(),
               "phase_seconds": synth.timings(), "seed": config.seed, "parties": plan.partition.to_dict(),
               **({"model": synth.model_details()} if isinstance(synth, ReportsModel) else {})}
@@ -49,5 +116,6 @@ def run_server(config: RunConfig, messages_dir: Path, out: Path, data_dir: str |
     if model is not None:
         model.save(out / MODEL_FILE)
     (out / "report.json").write_text(json.dumps(report, indent=2, default=str))
-    (out / "ledger.json").write_text(json.dumps(report["privacy"], indent=2, default=str))
+    (out / "ledger.json").write_text(json.dumps({**report["privacy"], "run": run,
+                                                 **({"test_secret": TEST_LABEL} if test else {})}, indent=2, default=str))
     return out

@@ -190,11 +190,17 @@ def _timed(timings: dict[str, float], name: str, progress: Any) -> Iterator[None
         progress.update(1)
 
 
-def execute(plan: Plan, output_dir: str | Path | None = None, progress: bool = False) -> RunResult:
+def execute(plan: Plan, output_dir: str | Path | None = None, progress: bool = False,
+            party_seed: int | None = None) -> RunResult:
+    """`party_seed`: the parties' own randomness (preprocessing, fit) from a seed other than the config's,
+    as a reproducible cross-machine run under a test secret draws it (deploy/simulate.py)."""
     if not isinstance(plan, Plan):   # another run mode's plan runs itself
         return plan.execute(output_dir, progress)
     cfg = plan.config
     streams = dict(zip(RNG_STREAMS, (np.random.default_rng(s) for s in np.random.SeedSequence(cfg.seed).spawn(len(RNG_STREAMS)))))
+    if party_seed is not None:
+        own = dict(zip(RNG_STREAMS, (np.random.default_rng(s) for s in np.random.SeedSequence(party_seed).spawn(len(RNG_STREAMS)))))
+        streams.update(preprocessing=own["preprocessing"], fit=own["fit"])
     timings: dict[str, float] = {}
     bar = None
     if progress:

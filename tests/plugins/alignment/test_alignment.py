@@ -393,7 +393,9 @@ def test_party_align_across_processes(tmp_path, protocol):
     b = [f"id{i}" for i in range(40, 90)]
     pd.DataFrame({"id": a[::-1], "x": 1}).to_csv(tmp_path / "a.csv", index=False)
     pd.DataFrame({"id": b, "y": 2}).to_csv(tmp_path / "b.csv", index=False)
-    (tmp_path / "job.toml").write_text(f"""
+    from deploy_helpers import hello_all, with_roster
+
+    (tmp_path / "job.toml").write_text(with_roster(tmp_path, f"""
 budget = {{ epsilon = 1.0, delta = 1e-5 }}
 [[parties]]
 name = "hospital"
@@ -404,7 +406,8 @@ attributes = ["y"]
 [alignment]
 use = "{protocol}"
 params = {{ workers = 1 }}
-""")
+""", ["hospital", "insurer"], private=lambda n: f"out_{n}"))
+    hello_all(tmp_path, ["hospital", "insurer"], exchange="exchange", private=lambda n: f"out_{n}")
     procs = [subprocess.Popen([sys.executable, "-m", "vertisynth.cli", "party", "align", "job.toml",
                                "--party", p, "--csv", f, "--exchange", "exchange", "--out", f"out_{p}",
                                "--timeout", "60", "--no-table"], cwd=tmp_path, stdout=subprocess.PIPE,
@@ -422,7 +425,7 @@ params = {{ workers = 1 }}
         both = pd.concat([ha, ib])
         assert both.groupby("position").id.nunique().eq(1).all()   # one identifier per UID
         assert both.position.nunique() == len(set(a) | set(b))
-    assert all(f.name.endswith(".npz") for f in (tmp_path / "exchange").iterdir())  # only message files shared
+    assert all(f.name.endswith(".env") for f in (tmp_path / "exchange").iterdir())  # only signed envelopes shared
 
 
 def test_synthesize_api_with_id_column_and_psu():

@@ -167,6 +167,7 @@ class DPFMEncoder(Encoder):
         self.params: SketchParams | None = None
         self._attributes: dict[str, tuple[str, ...]] = {}
         self._keys: dict[str, KeyParty] | None = None
+        self.key_context = b""   # what the agreed keys are bound to (a run across machines; see keys.py)
 
     # -- plan (public facts only) -------------------------------------------------------------
     def plan(self, ctx: PlanContext) -> list[Charge]:
@@ -203,7 +204,8 @@ class DPFMEncoder(Encoder):
         """Run the key agreement among the planned parties (simulated here; see `keys.py`)."""
         if not self._attributes:
             raise DataError("dpfm: plan() must run before the key agreement")
-        self._keys = agree_keys(list(self._attributes), rng if self.config.reproducible_keys else None)
+        self._keys = agree_keys(list(self._attributes), rng if self.config.reproducible_keys else None,
+                                self.key_context)
         return self._keys
 
     def set_keys(self, keys: dict[str, KeyParty]) -> None:

@@ -11,8 +11,13 @@ message. The protocol (X25519 Diffie-Hellman + HKDF-SHA256, AES-GCM key wrapping
 The server sees public keys and wrapped ciphertexts only; recovering a key from them is the
 computational Diffie-Hellman problem on Curve25519. Nothing on the server path takes a key.
 
-`reproducible=True` draws the private keys and the leader's group key from the numpy Generator so a
-seeded simulation repeats exactly; a real deployment sets it False to use the OS entropy source.
+Every derivation is bound to a context (`key_context` in deploy/session.py: the run id and the config
+fingerprint), so keys from another run or another config never agree. Across machines each public key
+and wrapped key travels in a signed envelope (the sender's long-term Ed25519 key), which makes the
+exchange authenticated; the server relays them and learns nothing.
+
+A seeded Generator draws the private keys and the leader's group key only in the one-process simulation
+and in reproducible test runs under an explicit high-entropy test secret; a real deployment uses the OS.
 """
 from __future__ import annotations
 
@@ -46,11 +51,15 @@ class KeyParty:
     name: str
     _private: X25519PrivateKey = attrs.field(repr=False)
     _group: bytes | None = attrs.field(default=None, repr=False)
+    context: bytes = b""   # run id + config fingerprint across machines; b"" in the simulation
 
     @classmethod
-    def create(cls, name: str, rng: np.random.Generator | None = None) -> KeyParty:
+    def create(cls, name: str, rng: np.random.Generator | None = None, context: bytes = b"") -> KeyParty:
         priv = X25519PrivateKey.from_private_bytes(rng.bytes(32)) if rng is not None else X25519PrivateKey.generate()
-        return cls(name, priv)
+        return cls(name, priv, None, context)
+
+    def _info(self, base: bytes) -> bytes:
+        return base + (b"|" + self.context if self.context else b"")
 
     def public_bytes(self) -> bytes:
         return self._private.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
@@ -60,12 +69,15 @@ class KeyParty:
             shared = self._private.exchange(X25519PublicKey.from_public_bytes(other_public))
         except ValueError as exc:
             raise MessageError(f"key agreement: bad public key from {names}: {exc}") from None
-        return hkdf(shared, INFO_PAIR, salt="|".join(sorted(names)).encode())
+        return hkdf(shared, self._info(INFO_PAIR), salt="|".join(sorted(names)).encode())
 
     # two parties: the group key is the HKDF of the DH secret itself
     def derive_pair_group(self, other: str, other_public: bytes) -> None:
-        shared = self._private.exchange(X25519PublicKey.from_public_bytes(other_public))
-        self._group = hkdf(shared, INFO_GROUP, salt="|".join(sorted((self.name, other))).encode())
+        try:
+            shared = self._private.exchange(X25519PublicKey.from_public_bytes(other_public))
+        except ValueError as exc:
+            raise MessageError(f"key agreement: bad public key from {other!r}: {exc}") from None
+        self._group = hkdf(shared, self._info(INFO_GROUP), salt="|".join(sorted((self.name, other))).encode())
 
     # three or more: the leader wraps a fresh group key for each member
     def wrap_group_for(self, members: dict[str, bytes], rng: np.random.Generator | None) -> dict[str, bytes]:
@@ -74,13 +86,13 @@ class KeyParty:
         for name, pub in members.items():
             nonce = rng.bytes(12) if rng is not None else _os_random(12)
             aead = AESGCM(self._pair_key(pub, (self.name, name)))
-            out[name] = nonce + aead.encrypt(nonce, self._group, f"{self.name}->{name}".encode())
+            out[name] = nonce + aead.encrypt(nonce, self._group, self._info(f"{self.name}->{name}".encode()))
         return out
 
     def unwrap_group(self, leader: str, leader_public: bytes, wrapped: bytes) -> None:
         aead = AESGCM(self._pair_key(leader_public, (leader, self.name)))
         try:
-            self._group = aead.decrypt(wrapped[:12], wrapped[12:], f"{leader}->{self.name}".encode())
+            self._group = aead.decrypt(wrapped[:12], wrapped[12:], self._info(f"{leader}->{self.name}".encode()))
         except InvalidTag:
             raise MessageError(f"key agreement: the group key wrapped by {leader!r} for {self.name!r} does not verify") from None
 
@@ -116,13 +128,13 @@ def _os_random(k: int) -> bytes:
     return os.urandom(k)
 
 
-def agree_keys(names: Sequence[str], rng: np.random.Generator | None = None) -> dict[str, KeyParty]:
+def agree_keys(names: Sequence[str], rng: np.random.Generator | None = None, context: bytes = b"") -> dict[str, KeyParty]:
     """Run the protocol among `names` (simulated in one process; every step uses only what that
     party may know: its own private key plus what was published). Returns each party's state."""
     names = list(names)
     if not names or len(set(names)) != len(names):
         raise DataError(f"key agreement needs distinct party names, got {names}")
-    parties = {n: KeyParty.create(n, rng) for n in names}
+    parties = {n: KeyParty.create(n, rng, context) for n in names}
     published = {n: p.public_bytes() for n, p in parties.items()}  # what the server relays
     if len(names) == 1:
         only = parties[names[0]]

@@ -340,6 +340,11 @@ class VertiMRFSynthesizer(Synthesizer):
         if isinstance(self._encoder, SharedKeyEncoder):
             self._encoder.agree_keys(key_rng)
 
+    def set_key_context(self, context: bytes) -> None:
+        """Bind the simulated key agreement to a run (deploy/simulate.py reproduces a run across machines)."""
+        if isinstance(self._encoder, SharedKeyEncoder):
+            self._encoder.key_context = context
+
     def needs_keys(self) -> bool:
         """Whether the encoder needs hash keys shared by the parties and hidden from the server (DPFM)."""
         return isinstance(self._encoder, SharedKeyEncoder)

@@ -1,0 +1,60 @@
+"""Collab files in signed envelopes: a share replayed from another run, moved to another slot, edited, or
+signed by a role the roster does not name is refused, naming the sender."""
+import numpy as np
+import pytest
+
+from vertisynth.collab.channel import Channel
+from vertisynth.collab.secure_aggregation import CountShare
+from vertisynth.core.errors import MessageError
+from vertisynth.core.identity import Identity, Roster
+
+
+@pytest.fixture
+def roles():
+    ids = {n: Identity.generate(n) for n in ("A", "B", "server0")}
+    return ids, Roster.parse({n: i.public_text() for n, i in ids.items()})
+
+
+def _share(party="A"):
+    return CountShare(party=party, query="q", server=0, n_servers=2, shape=[3],
+                      share=np.array([1, 2, 3], np.uint64)).validate()
+
+
+def _ch(ids, roster, name, folder, run="run1"):
+    return Channel(ids[name], roster, folder, "cfg", run)
+
+
+def test_an_honest_share_is_read(tmp_path, roles):
+    ids, roster = roles
+    f = _ch(ids, roster, "A", tmp_path).post(_share(), tmp_path / "to_server0" / "q__A.npz", ["server0"])
+    assert _ch(ids, roster, "server0", tmp_path).load(CountShare, f, "A").share.tolist() == [1, 2, 3]
+
+
+def test_replay_from_another_run_is_refused(tmp_path, roles):
+    ids, roster = roles
+    f = _ch(ids, roster, "A", tmp_path, "run0").post(_share(), tmp_path / "to_server0" / "q__A.npz", ["server0"])
+    with pytest.raises(MessageError, match="from 'A': run id run0... is not this run's"):
+        _ch(ids, roster, "server0", tmp_path).load(CountShare, f, "A")
+
+
+def test_moved_edited_forged_and_duplicate_files_are_refused(tmp_path, roles):
+    ids, roster = roles
+    server = _ch(ids, roster, "server0", tmp_path)
+    f = _ch(ids, roster, "A", tmp_path).post(_share(), tmp_path / "to_server0" / "q__A.npz", ["server0"])
+    moved = tmp_path / "to_server0" / "other__A.npz"
+    moved.write_bytes(f.read_bytes())
+    with pytest.raises(MessageError, match="from 'A': round 'to_server0/q__A.npz'"):
+        server.load(CountShare, moved, "A")
+    data = f.read_bytes()
+    f.write_bytes(data[:-3] + b"xyz")
+    with pytest.raises(MessageError, match="from 'A': the body does not match its signed hash"):
+        server.load(CountShare, f, "A")
+    forged = _ch(ids, roster, "A", tmp_path).post(_share("B"), tmp_path / "to_server0" / "q__B.npz", ["server0"])
+    with pytest.raises(MessageError, match="from 'A' where 'B'.s message belongs"):
+        server.load(CountShare, forged, "B")
+    stranger = Channel(Identity.generate("mallory"), roster, tmp_path, "cfg", "run1")
+    g = stranger.post(_share("B"), tmp_path / "to_server0" / "q2__B.npz", ["server0"])
+    with pytest.raises(MessageError, match="'mallory' is not in the roster"):
+        server.load(CountShare, g, "B")
+    with pytest.raises(MessageError, match="already exists"):
+        _ch(ids, roster, "A", tmp_path).post(_share(), tmp_path / "to_server0" / "q__A.npz", ["server0"])

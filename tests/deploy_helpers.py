@@ -1,0 +1,53 @@
+"""Shared helpers of the cross-machine tests: identities, a roster in the config, roles as real processes."""
+import subprocess
+import sys
+
+SECRET = "9f1c2b7a4e6d8c0b5a3f1e2d7c9b8a60"   # an explicit test secret (128 bits), not the config seed
+
+
+def cli(*args, cwd, ok=True, timeout=180):
+    res = subprocess.run([sys.executable, "-m", "vertisynth.cli", *args], capture_output=True, text=True, cwd=cwd,
+                         timeout=timeout)
+    if ok:
+        assert res.returncode == 0, res.stderr
+    return res
+
+
+def parallel(argvs, cwd, timeout=180):
+    procs = [subprocess.Popen([sys.executable, "-m", "vertisynth.cli", *a], cwd=cwd, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for a in argvs]
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=timeout))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            outs.append(p.communicate())
+    return [(p.returncode, o, e) for p, (o, e) in zip(procs, outs)]
+
+
+def with_roster(tmp_path, config_text, names, private=lambda n: f"private_{n}"):
+    """`party init` for each name, then the config with a [roster] pinning their public keys."""
+    lines = []
+    for n in names:
+        res = cli("party", "init", "--party", n, "--out", private(n), cwd=tmp_path)
+        lines.append(res.stdout.strip().splitlines()[-1])
+    return config_text + "\n[roster.keys]\n" + "\n".join(lines) + "\n"
+
+
+def hello_all(tmp_path, names, config="job.toml", exchange="shared", secret=None, timeout=30, ok=True,
+              private=lambda n: f"private_{n}"):
+    extra = ["--test-secret", secret] if secret else []
+    res = parallel([["party", "hello", config, "--party", n, "--exchange", exchange, "--out", private(n),
+                     "--timeout", str(timeout), *extra] for n in names], tmp_path)
+    if ok:
+        assert all(r[0] == 0 for r in res), res
+    return res
+
+
+def keys_all(tmp_path, names, config="job.toml", exchange="shared", timeout=30, ok=True):
+    res = parallel([["party", "keys", config, "--party", n, "--exchange", exchange, "--out", f"private_{n}",
+                     "--timeout", str(timeout)] for n in names], tmp_path)
+    if ok:
+        assert all(r[0] == 0 for r in res), res
+    return res

@@ -1,0 +1,286 @@
+"""A run across machines: who takes part (the roster), which run this is (the hello round) and how every
+message is sealed and checked (the envelope, `core/envelope.py`), over a transport (`transport.py`).
+
+`vertisynth party hello` runs the hello round: every party signs and posts its config fingerprint, every
+setting of the resolved public config and a fresh random nonce; each party checks every other party's hello
+(roster, signature, same settings: the first differences are named, at once, no wait) and the run id is the
+hash of the fingerprint and all nonces, so it is fresh for every party that took part. Every later message of
+the run carries that run id and is refused elsewhere. The run state (run id, fingerprint, the optional test
+secret) is kept in the party's private folder for the later steps.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from vertisynth.core.envelope import ALL, Expect, Header, canonical, fingerprint, open_envelope, seal
+from vertisynth.core.errors import ConfigError, DataError, MessageError
+from vertisynth.core.identity import Identity, Roster, inside, roster_of as _roster_of
+from vertisynth.plugins.encoders.keys import hkdf
+from vertisynth.run.config import RunConfig
+
+from .transport import FolderTransport, Transport, receive
+
+TEST_LABEL = "TEST SECRET: reproducible run, not for production"
+MAX_HELLO_AGE = 3600.0   # seconds: an older hello is an earlier run's
+
+
+def roster_of(config: RunConfig) -> Roster:
+    return _roster_of(config.section("roster"))
+
+
+def public_config(config: RunConfig) -> dict[str, Any]:
+    return json.loads(json.dumps(config.to_dict(), default=str))
+
+
+def config_fingerprint(config: RunConfig) -> str:
+    return fingerprint(public_config(config))
+
+
+def flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, dict):
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: d}
+
+
+def differences(mine: dict[str, Any], theirs: dict[str, Any], limit: int = 4) -> list[str]:
+    keys = sorted(set(mine) | set(theirs), key=lambda k: (not k.startswith(("budget", "parties", "alignment")), k))
+    diffs = [f"{k} = {json.dumps(theirs.get(k, '<unset>'))} there, {json.dumps(mine.get(k, '<unset>'))} here"
+             for k in keys if mine.get(k, "<unset>") != theirs.get(k, "<unset>")]
+    return diffs[:limit] + ([f"and {len(diffs) - limit} more"] if len(diffs) > limit else [])
+
+
+# -- the explicit test secret ----------------------------------------------------------------------------------
+def parse_test_secret(text: str, config_seed: int) -> bytes:
+    """A reproducible run's secret: >= 128 bits of hex, never the public config seed or made from it."""
+    try:
+        raw = bytes.fromhex(text)
+    except ValueError:
+        raise ConfigError("--test-secret must be hex digits (e.g. from `python -c \"import secrets; "
+                          "print(secrets.token_hex(16))\"`)") from None
+    if len(raw) < 16:
+        raise ConfigError(f"--test-secret has {len(raw) * 8} bits; a test secret needs at least 128")
+    value = int.from_bytes(raw, "big")
+    seedish = {config_seed, abs(config_seed)}
+    derived = {hashlib.sha256(str(config_seed).encode()).digest(), str(config_seed).encode(),
+               config_seed.to_bytes(32, "big", signed=True) if -2**255 <= config_seed < 2**255 else b""}
+    if value in seedish or raw in derived or raw.lstrip(b"\0") in derived or value < 2**64 or len(set(raw)) < 8:
+        raise ConfigError(f"--test-secret is equal to, made from or as guessable as the public config seed "
+                          f"({config_seed}): anyone holding the config would rebuild the keys and remove the noise")
+    return raw
+
+
+def test_nonce(secret: bytes, party: str) -> bytes:
+    return hkdf(secret, b"vertisynth/test-hello-nonce/v1|" + party.encode())[:16]
+
+
+def test_noise_seed(secret: bytes) -> int:
+    return int.from_bytes(hkdf(secret, b"vertisynth/test-noise-seed/v1"), "big")
+
+
+def run_id(config_fp: str, nonces: dict[str, bytes]) -> str:
+    return hashlib.sha256(canonical({"config": config_fp, "nonces": {p: n.hex() for p, n in sorted(nonces.items())}})
+                          ).hexdigest()[:32]
+
+
+def key_context(run: str, config_fp: str) -> bytes:
+    """What the group key is bound to: this run and this config (HKDF info of the key agreement)."""
+    return f"run={run}|config={config_fp}".encode()
+
+
+# -- the run state kept in a party's private folder --------------------------------------------------------------
+@attrs.frozen
+class RunState:
+    party: str
+    run: str
+    config: str
+    parties: tuple[str, ...]
+    test_secret: str | None = None
+
+    def secret(self) -> bytes | None:
+        return bytes.fromhex(self.test_secret) if self.test_secret else None
+
+    @staticmethod
+    def path(out: Path, party: str) -> Path:
+        return out / f"{party}_run.json"
+
+    def save(self, out: Path) -> Path:
+        out.mkdir(parents=True, exist_ok=True)
+        path = self.path(out, self.party)
+        tmp = path.with_suffix(".part")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump({**attrs.asdict(self), "parties": list(self.parties)}, fh, indent=2)
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(cls, out: Path, party: str) -> RunState:
+        path = cls.path(out, party)
+        if not path.is_file():
+            raise DataError(f"no run state {str(path)!r}: run `vertisynth party hello` first (same --out)")
+        try:
+            raw = json.loads(path.read_text())
+            return cls(**{**raw, "parties": tuple(raw["parties"])})
+        except (ValueError, TypeError, KeyError) as exc:
+            raise DataError(f"run state {str(path)!r} is malformed: {exc}") from None
+
+
+def private_folder(out: Path, exchange: Path) -> None:
+    if inside(out, exchange) or inside(exchange, out):
+        raise ConfigError(f"--out {str(out)!r} is inside (or holds) the exchange folder {str(exchange)!r}: private "
+                          "keys and outputs would be where the relay reads them; use a private folder")
+
+
+def identity_path(out: Path, name: str) -> Path:
+    return out / f"{name}_signing.pem"
+
+
+def load_identity(config: RunConfig, name: str, out: Path, key: Path | None, exchange: Path | None) -> Identity:
+    path = key or identity_path(out, name)
+    if exchange is not None and inside(path, exchange):
+        raise ConfigError(f"signing key {str(path)!r} lies in the exchange folder; keep it private")
+    identity = Identity.load(name, path)
+    roster_of(config).check_own(identity)
+    return identity
+
+
+# -- a session: sealed sends and checked receives ------------------------------------------------------------------
+@attrs.define
+class Session:
+    identity: Identity | None   # None: a role that only reads (the server)
+    roster: Roster
+    transport: Transport
+    state: RunState
+    timeout: float = 600.0
+    poll: float = 0.05
+
+    @property
+    def me(self) -> str:
+        return self.state.party
+
+    def send(self, round_: str, to: list[str], kind: str, body: bytes, tag: str = "0") -> None:
+        label = ALL if to == [ALL] else "+".join(to)
+        data = seal(self.identity, self.state.run, self.state.config, to, round_, kind, body)
+        self.transport.send(f"{round_}__{self.me}__to__{'all' if label == ALL else label}__{tag}", data)
+
+    def open(self, name: str, rounds: tuple[str, ...], me: str | None = None) -> tuple[Header, bytes]:
+        header, body = open_envelope(self.transport.read(name), self.roster,
+                                     Expect(self.state.run, self.state.config, me or self.me, rounds), name)
+        if name.split("__")[1] != header.sender:
+            raise MessageError(f"{name}: from {header.sender!r} under another sender's name; refused")
+        return header, body
+
+    def receive(self, round_: str, senders: list[str], to: str | None = None, per_sender: int = 1
+                ) -> dict[str, list[tuple[Header, bytes]]]:
+        """Every sender's messages of `round_` addressed to `to` (default: me, or everybody)."""
+        to = to or self.me
+        want = len(senders) * per_sender
+
+        def mine(name: str) -> bool:   # addressed to everybody or to `to` (never count another's mail)
+            label = name.split("__")[3] if name.count("__") >= 3 else ""
+            return label == "all" or to in label.split("+")
+
+        deadline = time.monotonic() + self.timeout
+        while len(names := [n for n in self.transport.names(f"{round_}__*__to__*") if mine(n)]) < want:
+            if time.monotonic() > deadline:
+                raise MessageError(f"waited {self.timeout:.0f} s for round {round_!r} from {senders} in "
+                                   f"{self.transport}, found {len(names)} of {want}; is another party down?")
+            time.sleep(self.poll)
+        got: dict[str, list[tuple[Header, bytes]]] = {s: [] for s in senders}
+        for name in names:
+            header, body = self.open(name, (round_,), to)
+            if header.sender not in got:
+                raise MessageError(f"{name}: from {header.sender!r}, who is not expected in round {round_!r} "
+                                   f"({senders}); refused")
+            got[header.sender].append((header, body))
+        short = {s: len(v) for s, v in got.items() if len(v) != per_sender}
+        if short:
+            raise MessageError(f"round {round_!r}: expected {per_sender} message(s) from each of {senders}, got {short}")
+        return got
+
+
+def hello(config: RunConfig, identity: Identity, transport: Transport, parties: list[str], out: Path,
+          test_secret: bytes | None, timeout: float, poll: float = 0.05) -> RunState:
+    """The hello round (see the module doc); returns and saves this party's run state."""
+    roster = roster_of(config)
+    roster.require(parties, "parties")
+    party = identity.name
+    if party not in parties:
+        raise DataError(f"unknown party {party!r}; the config's parties are {parties}")
+    others = [n for n in transport.names("*") if not n.startswith("hello__")]
+    if others:
+        raise MessageError(f"exchange folder {transport} already holds messages of a run ({others[0]}, ...): a reused "
+                           "exchange folder; use a fresh one for every run")
+    settings = flat(public_config(config))
+    fp = config_fingerprint(config)
+    nonce = test_nonce(test_secret, party) if test_secret else os.urandom(16)
+    body = canonical({"nonce": nonce.hex(), "created": time.time(), "settings": settings, "test": bool(test_secret)})
+    transport.send(f"hello__{party}__to__all__0", seal(identity, "", fp, [ALL], "hello", "hello", body))
+    names = receive(transport, "hello__*", len(parties), f"every party's hello {parties}", timeout, poll)
+    nonces = {}
+    for name in names:
+        header, raw = open_envelope(transport.read(name), roster, None, name)
+        who = header.sender
+        if name.split("__")[1] != who or header.round != "hello":
+            raise MessageError(f"{name}: from {who!r}: not {who!r}'s hello; refused")
+        if who not in parties:
+            raise MessageError(f"{name}: from {who!r}, who is not a party of this config ({parties}); refused")
+        content = json.loads(raw)
+        diffs = differences(settings, content["settings"])
+        if diffs:
+            raise ConfigError(f"hello from {who!r}: its config differs from this one: " + "; ".join(diffs))
+        if header.config != fp:
+            raise ConfigError(f"hello from {who!r}: config fingerprint {header.config[:12]}... is not ours {fp[:12]}...")
+        if content["test"] != bool(test_secret):
+            raise ConfigError(f"hello from {who!r}: {'a' if content['test'] else 'no'} test secret there, "
+                              f"{'a' if test_secret else 'no'} test secret here; every party must run the same way")
+        if time.time() - float(content["created"]) > MAX_HELLO_AGE:
+            raise MessageError(f"{name}: from {who!r}: a hello from {time.time() - content['created']:.0f} s ago (an "
+                               "earlier run's; a reused exchange folder); refused")
+        nonces[who] = bytes.fromhex(content["nonce"])
+    state = RunState(party, run_id(fp, nonces), fp, tuple(parties), test_secret.hex() if test_secret else None)
+    state.save(out)
+    return state
+
+
+def read_hellos(config: RunConfig, transport: Transport, parties: list[str], role: str) -> str:
+    """A role that took no part in the hello round (the server) checks it: same config, and the run id."""
+    roster = roster_of(config)
+    settings, fp = flat(public_config(config)), config_fingerprint(config)
+    names = transport.names("hello__*")
+    nonces = {}
+    for name in names:
+        header, raw = open_envelope(transport.read(name), roster, None, name)
+        content = json.loads(raw)
+        diffs = differences(settings, content["settings"])
+        if diffs:
+            raise ConfigError(f"{role}: party {header.sender!r} ran a different config: " + "; ".join(diffs))
+        if header.sender not in parties or name.split("__")[1] != header.sender:
+            raise MessageError(f"{name}: from {header.sender!r}, who is not a party of this config; refused")
+        nonces[header.sender] = bytes.fromhex(content["nonce"])
+    missing = [p for p in parties if p not in nonces]
+    if missing:
+        raise MessageError(f"{role}: no hello from parties {missing} in {transport}: run `vertisynth party hello` first")
+    return run_id(fp, nonces)
+
+
+def session(config: RunConfig, party: str, exchange: Path, out: Path, key: Path | None, timeout: float,
+            poll: float = 0.05) -> Session:
+    """The session of a step after the hello round, from the run state in `out`."""
+    private_folder(out, exchange)
+    identity = load_identity(config, party, out, key, exchange)
+    state = RunState.load(out, party)
+    if state.config != config_fingerprint(config):
+        raise ConfigError(f"the run state in {str(out)!r} belongs to another config (fingerprint {state.config[:12]}..."
+                          f" vs {config_fingerprint(config)[:12]}...); run `vertisynth party hello` again")
+    return Session(identity, roster_of(config), FolderTransport(exchange), state, timeout, poll)

@@ -1,0 +1,22 @@
+"""The one-process simulation of a reproducible cross-machine run: what `party hello --test-secret S` then
+keys, synth and server produce, computed by the ordinary pipeline (`run.pipeline.execute`) with the parties'
+randomness and the key agreement's binding taken from S. Tests use it to show deployment equals simulation."""
+from __future__ import annotations
+
+from vertisynth.core.errors import ConfigError
+from vertisynth.run.config import RunConfig
+from vertisynth.run.pipeline import RunResult, execute, make_plan
+
+from .session import config_fingerprint, key_context, parse_test_secret, run_id, test_noise_seed, test_nonce
+
+
+def simulate(config: RunConfig, test_secret: str, data_dir: str | None = None) -> RunResult:
+    secret = parse_test_secret(test_secret, config.seed)
+    plan = make_plan(config, data_dir=data_dir)
+    fp = config_fingerprint(config)
+    run = run_id(fp, {p: test_nonce(secret, p) for p in plan.partition.names})
+    synth = plan.synthesizer.instance
+    if not hasattr(synth, "set_key_context"):
+        raise ConfigError(f"synthesizer {plan.synthesizer.spec.name!r} has no party/server split; use 'vertimrf'")
+    synth.set_key_context(key_context(run, fp))
+    return execute(plan, party_seed=test_noise_seed(secret))
