@@ -236,7 +236,11 @@ def _user_values(fn: Callable[[Any], Any], raw: Any, what: str) -> np.ndarray:
 
 
 def _as_2d(outputs: Any, n: int) -> np.ndarray:
-    out = np.asarray(outputs)
+    try:
+        out = np.asarray(outputs)
+    except (ValueError, TypeError):  # e.g. sequences of different lengths
+        raise DataError("audit: the outputs are not a rectangular numeric array (give features= to map "
+                        "structured outputs to numbers)") from None
     if out.ndim == 0 or out.shape[0] != n:
         raise DataError(f"audit: the mechanism returned outputs of shape {out.shape}, expected ({n}, ...)")
     out = out.reshape(n, -1)
@@ -547,12 +551,20 @@ class GaussianNoise:
     sensitivity: float = 1.0
 
 
-def _views(raw: Any, n: int, features: Callable[[Any], Any] | None) -> dict[str, Any]:
+def _views(raw: Any, n: int, features: Callable[[Any], Any] | None, user_only: bool = False) -> dict[str, Any]:
     """What events read: the "raw" outputs; "builtin" rows for the built-in events (the outputs
     themselves when numeric, as before feature maps existed, else their features); "learned" rows for
-    the classifier (the features when given)."""
+    the classifier (the features when given). `user_only`: outputs of any type are allowed when the caller's
+    events or summaries can read them."""
     if features is None:
-        rows = _as_2d(raw, n)
+        try:
+            rows = _as_2d(raw, n)
+        except DataError:
+            if not user_only:
+                raise
+            if len(raw) != n:
+                raise DataError(f"audit: the mechanism returned {len(raw)} outputs, expected {n}") from None
+            rows = np.zeros((len(raw), 0), np.int64)  # outputs of any type: only the caller's events read them
         return {"raw": raw, "builtin": rows, "learned": rows}
     feats = _features_of(raw, n, features)
     try:
@@ -648,11 +660,12 @@ def audit(
         raise ConfigError(f"audit: n_samples must be >= 10, got {n}")
     a = alpha / (2 * len(pairs) * len(claims))  # Bonferroni: two one-sided intervals per pair and claim
     seeds = np.random.SeedSequence(seed).spawn(len(pairs))
+    has_user = bool(events or summaries)
     results = []
     for pair, ss in zip(pairs, seeds):
         r_sel1, r_sel2, r_test1, r_test2 = (np.random.default_rng(s) for s in ss.spawn(4))
-        v1 = _views(mechanism.sample(pair.base, m, r_sel1), m, features)
-        v2 = _views(mechanism.sample(pair.neighbour, m, r_sel2), m, features)
+        v1 = _views(mechanism.sample(pair.base, m, r_sel1), m, features, has_user)
+        v2 = _views(mechanism.sample(pair.neighbour, m, r_sel2), m, features, has_user)
         shape = {}  # per numeric view: its informative columns and whether they are integer codes
         for view in ("builtin", "learned"):
             if v1[view].shape[1] != v2[view].shape[1]:
@@ -683,8 +696,8 @@ def audit(
             best = int(np.argmax(np.concatenate([fwd, bwd])))
             chosen.append((cands[best % len(cands)], best >= len(cands)))
         # Phase 2: fresh samples, the pre-chosen events, one test per claim.
-        w1 = _views(mechanism.sample(pair.base, n, r_test1), n, features)
-        w2 = _views(mechanism.sample(pair.neighbour, n, r_test2), n, features)
+        w1 = _views(mechanism.sample(pair.base, n, r_test1), n, features, has_user)
+        w2 = _views(mechanism.sample(pair.neighbour, n, r_test2), n, features, has_user)
         for view in ("builtin", "learned"):
             w1[view], w2[view] = _prepare(w1[view], *shape[view]), _prepare(w2[view], *shape[view])
         for (e, d), (event, swapped) in zip(claims, chosen):
