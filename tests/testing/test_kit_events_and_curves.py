@@ -10,7 +10,7 @@ from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.core.privacy import ZCDP, zcdp_to_approx
 from vertisynth.testing import strategies as vst
 from vertisynth.testing.audit import (CURVE_DELTAS, GaussianNoise, audit, curve_claims, gaussian_claims,
-                                      gaussian_delta)
+                                      gaussian_delta, looped)
 from vertisynth.testing.features import pad_answers, sequence_features
 from vertisynth.testing.zoo import GaussianQueries, NoisyMax, SparseVector
 
@@ -106,6 +106,11 @@ def test_variable_length_outputs_through_sequence_features():
     report = audit(mech, [vst.query_pattern("x_shape", K)], 0.7, level="standard", seed=0,
                    features=sequence_features(K))
     assert not report.passed, report.message()
+    # the real code path, one variable-length output per call
+    one = looped(lambda q, rng: mech.sample(q, 1, rng)[0], raw=True)
+    assert isinstance(one.sample(np.ones(K), 3, np.random.default_rng(1)), list)
+    small = audit(one, [vst.query_pattern("x_shape", K)], 0.7, n_samples=2000, seed=0, features=sequence_features(K))
+    assert small.results[0].n == 2000
     with pytest.raises(DataError, match="more than width"):
         sequence_features(3)(outs if max(map(len, outs)) > 3 else [[0, 0, 0, 0]])
 

@@ -25,6 +25,13 @@ Vector outputs are reduced to scalar summaries learned in phase 1 only: a diagon
 discriminant w_j = (mean₁ⱼ − mean₂ⱼ) / var_j (the likelihood ratio of a Gaussian shift) and its
 per-coordinate clipped form (the likelihood ratio of a Laplace shift), whose top threshold isolates
 "every changed coordinate moved", where composed pure-DP noise is tight.
+More candidates (any function of the output is post-processing, so every one is a valid event; only
+the one chosen in phase 1 is tested, so they cost nothing in α): the caller's `events` and
+`summaries`, and a learned event (DP-Sniper, Bichsel et al. 2021): a classifier trained on half of the
+phase-1 samples, its score thresholded on the other half. `features` maps structured outputs (mixed
+codes and values, variable length; see `features.py`) to numbers for the classifier.
+A claim can be a curve (`cost=`): a Gaussian mechanism's exact (ε, δ) curve or a zCDP/RDP cost's is
+audited at several δ, where an under-set σ shows with far fewer samples than at the budget's δ.
 
 A mechanism under audit only needs `sample(dataset, n_samples, rng) -> ndarray` returning
 `n_samples` outputs (shape (n,) or (n, k)); vectorise it so that 10⁵–10⁶ samples take seconds.
@@ -84,8 +91,11 @@ class looped:
     """
 
     fn: Callable[[Any, np.random.Generator], Any]
+    raw: bool = False  # True: keep the outputs as they are (a list; structured, variable-length), for features=
 
-    def sample(self, dataset: Any, n_samples: int, rng: np.random.Generator) -> np.ndarray:
+    def sample(self, dataset: Any, n_samples: int, rng: np.random.Generator) -> Any:
+        if self.raw:
+            return [self.fn(dataset, rng) for _ in range(n_samples)]
         return np.stack([np.asarray(self.fn(dataset, rng)).ravel() for _ in range(n_samples)])
 
 
@@ -671,8 +681,8 @@ def audit(
             if v1[view].shape[1] != v2[view].shape[1]:
                 raise DataError(f"audit: outputs on the two datasets have different widths {v1[view].shape[1]} "
                                 f"and {v2[view].shape[1]}")
-            shape[view] = _informative_columns(v1[view], v2[view])
-            v1[view], v2[view] = _prepare(v1[view], *shape[view]), _prepare(v2[view], *shape[view])
+            shape[view] = (*_informative_columns(v1[view], v2[view]), v1[view].shape[1])
+            v1[view], v2[view] = _prepare(v1[view], *shape[view][:2]), _prepare(v2[view], *shape[view][:2])
         x1, x2 = v1["builtin"], v2["builtin"]
         if not x1.shape[1] and not v1["learned"].shape[1] and not events and not summaries:
             # the output never varies: no event can tell the datasets apart (ε = 0)
@@ -699,7 +709,10 @@ def audit(
         w1 = _views(mechanism.sample(pair.base, n, r_test1), n, features, has_user)
         w2 = _views(mechanism.sample(pair.neighbour, n, r_test2), n, features, has_user)
         for view in ("builtin", "learned"):
-            w1[view], w2[view] = _prepare(w1[view], *shape[view]), _prepare(w2[view], *shape[view])
+            if not w1[view].shape[1] == w2[view].shape[1] == shape[view][2]:
+                raise DataError(f"audit: phase-2 outputs have widths {w1[view].shape[1]} and {w2[view].shape[1]}, "
+                                f"phase 1 had {shape[view][2]} (a feature map must give a fixed width)")
+            w1[view], w2[view] = _prepare(w1[view], *shape[view][:2]), _prepare(w2[view], *shape[view][:2])
         for (e, d), (event, swapped) in zip(claims, chosen):
             k1, k2 = int(event.indicator(w1).sum()), int(event.indicator(w2).sum())
             if swapped:
