@@ -55,5 +55,7 @@ def test_sparse_vector_outputs():
     assert np.all(SparseVector(1.0, 6, threshold=0.0).sample(q, 50, rng) == [1, 0, 1, 1])  # no cutoff
     with pytest.raises(ConfigError):
         NoisyMax(0.0)
+    with pytest.raises(ConfigError, match="cutoff"):
+        SparseVector(1.0, cutoff=0)
     with pytest.raises(ConfigError):
         NoisyMax(1.0).sample([], 10, rng)

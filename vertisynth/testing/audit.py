@@ -257,7 +257,8 @@ def _as_2d(outputs: Any, n: int) -> np.ndarray:
     if out.dtype.kind == "b":
         out = out.astype(np.int64)
     if out.dtype.kind not in "iuf":
-        raise DataError(f"audit: outputs must be numeric, got dtype {out.dtype} (give features= to map structured outputs to numbers)")
+        raise DataError(f"audit: outputs must be numeric, got dtype {out.dtype} "
+                        "(give features= to map structured outputs to numbers)")
     if out.dtype.kind == "f" and not np.all(np.isfinite(out)):
         raise DataError("audit: the mechanism returned NaN or inf outputs")
     return out

@@ -54,6 +54,11 @@ def _positive(_inst, attr, value) -> None:
         raise ConfigError(f"{attr.name} must be positive and finite, got {value}")
 
 
+def _at_least_one(cutoff: int) -> None:
+    if not (isinstance(cutoff, int) and cutoff >= 1):
+        raise ConfigError(f"the Sparse Vector cutoff c must be an integer >= 1, got {cutoff!r}")
+
+
 @attrs.frozen
 class NoisyMax:
     """Report Noisy Max over sensitivity-1 queries with Lap(2/ε) or Exp(2/ε) noise.
@@ -141,7 +146,7 @@ class SparseVector:
     epsilon: float = attrs.field(validator=_positive)
     variant: int = attrs.field(default=1, validator=attrs.validators.in_(tuple(SVT_VARIANTS)))
     threshold: float = 0.5
-    cutoff: int = 1
+    cutoff: int = attrs.field(default=1, validator=lambda _i, _a, v: _at_least_one(v))
 
     @property
     def cost(self) -> PureDP:
