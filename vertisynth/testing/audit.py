@@ -25,6 +25,13 @@ Vector outputs are reduced to scalar summaries learned in phase 1 only: a diagon
 discriminant w_j = (mean₁ⱼ − mean₂ⱼ) / var_j (the likelihood ratio of a Gaussian shift) and its
 per-coordinate clipped form (the likelihood ratio of a Laplace shift), whose top threshold isolates
 "every changed coordinate moved", where composed pure-DP noise is tight.
+More candidates (any function of the output is post-processing, so every one is a valid event; only
+the one chosen in phase 1 is tested, so they cost nothing in α): the caller's `events` and
+`summaries`, and a learned event (DP-Sniper, Bichsel et al. 2021): a classifier trained on half of the
+phase-1 samples, its score thresholded on the other half. `features` maps structured outputs (mixed
+codes and values, variable length; see `features.py`) to numbers for the classifier.
+A claim can be a curve (`cost=`): a Gaussian mechanism's exact (ε, δ) curve or a zCDP/RDP cost's is
+audited at several δ, where an under-set σ shows with far fewer samples than at the budget's δ.
 
 A mechanism under audit only needs `sample(dataset, n_samples, rng) -> ndarray` returning
 `n_samples` outputs (shape (n,) or (n, k)); vectorise it so that 10⁵–10⁶ samples take seconds.
@@ -40,6 +47,7 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 import numpy as np
 from scipy.special import betaincinv  # the Beta quantile, without importing all of scipy.stats
+from threadpoolctl import threadpool_limits
 
 from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.core.privacy import Composition, Cost
@@ -83,8 +91,11 @@ class looped:
     """
 
     fn: Callable[[Any, np.random.Generator], Any]
+    raw: bool = False  # True: keep the outputs as they are (a list; structured, variable-length), for features=
 
-    def sample(self, dataset: Any, n_samples: int, rng: np.random.Generator) -> np.ndarray:
+    def sample(self, dataset: Any, n_samples: int, rng: np.random.Generator) -> Any:
+        if self.raw:
+            return [self.fn(dataset, rng) for _ in range(n_samples)]
         return np.stack([np.asarray(self.fn(dataset, rng)).ravel() for _ in range(n_samples)])
 
 
@@ -156,20 +167,55 @@ class Summary:
 
 
 @attrs.frozen(eq=False)
+class UserSummary:
+    """A scalar summary given by the caller (`audit(summaries=[...])`), applied to the raw outputs."""
+
+    fn: Callable[[Any], Any]
+
+    def __call__(self, outputs: Any) -> np.ndarray:
+        return _user_values(self.fn, outputs, "summary")
+
+    def describe(self) -> str:
+        return f"summary {_label(self.fn)}"
+
+
+@attrs.frozen(eq=False)
+class LearnedSummary:
+    """A classifier's log-odds that an output came from M(D) rather than M(D') (DP-Sniper's idea,
+    Bichsel et al. 2021): fitted on a training split of phase 1, thresholded on the rest."""
+
+    model: Any
+
+    def __call__(self, features: np.ndarray) -> np.ndarray:
+        with threadpool_limits(1):
+            return self.model.decision_function(features.astype(float))
+
+    def describe(self) -> str:
+        return "learned score (gradient-boosted classifier log-odds)"
+
+
+@attrs.frozen(eq=False)
 class Event:
-    """An output event: a single outcome (row equality) or a threshold on a scalar summary."""
+    """An output event: a single outcome (row equality), a threshold on a scalar summary, or a
+    caller's event function."""
 
-    kind: str  # "outcome" | "ge" | "le"
-    value: Any  # the outcome row, or the threshold
-    summary: Summary | None = None  # None: the (scalar) output itself
+    kind: str  # "outcome" | "ge" | "le" | "user"
+    value: Any  # the outcome row, the threshold, or the event function
+    summary: Any = None  # None: the (scalar) output itself
+    view: str = "builtin"  # what it reads: "raw" outputs, or the "builtin" / "learned" numeric rows
 
-    def indicator(self, outputs: np.ndarray) -> np.ndarray:
+    def indicator(self, views: dict[str, Any]) -> np.ndarray:
+        outputs = views[self.view]
+        if self.kind == "user":
+            return _user_values(self.value, outputs, "event")
         if self.kind == "outcome":
             return np.all(outputs == self.value, axis=1)
         s = outputs[:, 0].astype(float) if self.summary is None else self.summary(outputs)
         return s >= self.value if self.kind == "ge" else s <= self.value
 
     def describe(self) -> str:
+        if self.kind == "user":
+            return f"event {_label(self.value)}"
         if self.kind == "outcome":
             v = self.value.tolist()
             return f"output == {v[0] if len(v) == 1 else v}"
@@ -177,15 +223,42 @@ class Event:
         return f"{what} {'>=' if self.kind == 'ge' else '<='} {self.value:.6g}"
 
 
+def _label(fn: Any) -> str:
+    return getattr(fn, "__name__", None) or repr(fn)
+
+
+def _user_values(fn: Callable[[Any], Any], raw: Any, what: str) -> np.ndarray:
+    """A caller's event (boolean) or summary (real) on every output, checked: one finite value each."""
+    n = len(raw)
+    try:
+        vals = np.asarray(fn(raw))
+    except Exception as exc:  # noqa: BLE001 — name the caller's function in the error
+        raise DataError(f"audit: {what} {_label(fn)} failed on the outputs: {type(exc).__name__}: {exc}") from exc
+    if vals.shape != (n,):
+        raise DataError(f"audit: {what} {_label(fn)} must return one value per output, shape ({n},), got {vals.shape}")
+    if what == "event":
+        if vals.dtype.kind != "b":
+            raise DataError(f"audit: event {_label(fn)} must return booleans, got dtype {vals.dtype}")
+        return vals
+    if vals.dtype.kind not in "biuf" or not np.all(np.isfinite(vals.astype(float))):
+        raise DataError(f"audit: summary {_label(fn)} must return finite real numbers")
+    return vals.astype(float)
+
+
 def _as_2d(outputs: Any, n: int) -> np.ndarray:
-    out = np.asarray(outputs)
+    try:
+        out = np.asarray(outputs)
+    except (ValueError, TypeError):  # e.g. sequences of different lengths
+        raise DataError("audit: the outputs are not a rectangular numeric array (give features= to map "
+                        "structured outputs to numbers)") from None
     if out.ndim == 0 or out.shape[0] != n:
         raise DataError(f"audit: the mechanism returned outputs of shape {out.shape}, expected ({n}, ...)")
     out = out.reshape(n, -1)
     if out.dtype.kind == "b":
         out = out.astype(np.int64)
     if out.dtype.kind not in "iuf":
-        raise DataError(f"audit: outputs must be numeric, got dtype {out.dtype}")
+        raise DataError(f"audit: outputs must be numeric, got dtype {out.dtype} "
+                        "(give features= to map structured outputs to numbers)")
     if out.dtype.kind == "f" and not np.all(np.isfinite(out)):
         raise DataError("audit: the mechanism returned NaN or inf outputs")
     return out
@@ -221,6 +294,21 @@ def _prepare(x: np.ndarray, cols: np.ndarray, as_int: bool) -> np.ndarray:
     return np.round(x).astype(np.int64) if as_int and x.dtype.kind == "f" else x
 
 
+def _threshold_counts(s1: np.ndarray, s2: np.ndarray, n_thresholds: int, tails: bool = False):
+    """Thresholds t at quantiles of both samples' scores and the counts of s >= t and s <= t on each side.
+    `tails` adds quantiles down to 1e-4 from either end (rare events, as learned scores isolate)."""
+    s1, s2 = np.sort(s1), np.sort(s2)
+    probs = np.linspace(0, 1, n_thresholds)
+    if tails:
+        tail = np.geomspace(1e-4, 1e-2, 20)
+        probs = np.unique(np.r_[probs, tail, 1 - tail])
+    qs = np.unique(np.quantile(np.concatenate([s1, s2]), probs))
+    # counts of s >= t and s <= t for every threshold t, by binary search
+    c1 = [len(s1) - np.searchsorted(s1, qs, "left"), np.searchsorted(s1, qs, "right")]
+    c2 = [len(s2) - np.searchsorted(s2, qs, "left"), np.searchsorted(s2, qs, "right")]
+    return qs, c1, c2
+
+
 def _candidates(x1: np.ndarray, x2: np.ndarray, n_thresholds: int, max_outcomes: int) -> tuple[list[Event], np.ndarray, np.ndarray]:
     """Candidate events and their counts on the phase-1 samples of both sides."""
     events: list[Event] = []
@@ -234,14 +322,63 @@ def _candidates(x1: np.ndarray, x2: np.ndarray, n_thresholds: int, max_outcomes:
             c1.append(np.bincount(inv[: len(x1)], minlength=len(uniq)))
             c2.append(np.bincount(inv[len(x1):], minlength=len(uniq)))
     for summ in _summaries(x1, x2):
-        s1 = np.sort(x1[:, 0].astype(float) if summ is None else summ(x1))
-        s2 = np.sort(x2[:, 0].astype(float) if summ is None else summ(x2))
-        qs = np.unique(np.quantile(np.concatenate([s1, s2]), np.linspace(0, 1, n_thresholds)))
-        # counts of s >= t and s <= t for every threshold t, by binary search
-        c1 += [len(s1) - np.searchsorted(s1, qs, "left"), np.searchsorted(s1, qs, "right")]
-        c2 += [len(s2) - np.searchsorted(s2, qs, "left"), np.searchsorted(s2, qs, "right")]
+        s1 = x1[:, 0].astype(float) if summ is None else summ(x1)
+        s2 = x2[:, 0].astype(float) if summ is None else summ(x2)
+        qs, d1, d2 = _threshold_counts(s1, s2, n_thresholds)
+        c1 += d1
+        c2 += d2
         events += [Event("ge", float(t), summ) for t in qs] + [Event("le", float(t), summ) for t in qs]
     return events, np.concatenate(c1).astype(float), np.concatenate(c2).astype(float)
+
+
+def _user_candidates(raw1: Any, raw2: Any, events: Sequence[Callable], summaries: Sequence[Callable],
+                     n_thresholds: int) -> tuple[list[Event], np.ndarray, np.ndarray]:
+    """The caller's events, and threshold events on the caller's summaries, counted on phase 1."""
+    cands: list[Event] = []
+    c1: list[np.ndarray] = [np.zeros(0)]
+    c2: list[np.ndarray] = [np.zeros(0)]
+    for fn in events:
+        cands.append(Event("user", fn, view="raw"))
+        c1.append(np.array([_user_values(fn, raw1, "event").sum()]))
+        c2.append(np.array([_user_values(fn, raw2, "event").sum()]))
+    for fn in summaries:
+        summ = UserSummary(fn)
+        qs, d1, d2 = _threshold_counts(summ(raw1), summ(raw2), n_thresholds)
+        c1 += d1
+        c2 += d2
+        cands += [Event("ge", float(t), summ, "raw") for t in qs] + [Event("le", float(t), summ, "raw") for t in qs]
+    return cands, np.concatenate(c1).astype(float), np.concatenate(c2).astype(float)
+
+
+# Learned events: the classifier trains on this fraction of the phase-1 samples, the threshold is chosen
+# on the rest; below LEARNED_MIN_SAMPLES phase-1 samples per side it is not worth its time.
+LEARNED_TRAIN_FRACTION = 0.5
+LEARNED_MIN_SAMPLES = 2000
+# A learned event is chosen over the built-in and the caller's only when its projected bound is this
+# fraction larger: it is counted on half the phase-1 samples over ~2x more thresholds, so its phase-1
+# winners are more often lucky. benchmarks/dp_kit.py, seed 0: without it Lee & Clifton's Sparse Vector
+# got 0.913 (learned) instead of 0.962 (a single outcome).
+LEARNED_HANDICAP = 0.1
+
+
+def _handicap(projected: np.ndarray, fraction: float) -> np.ndarray:
+    return projected - fraction * np.abs(projected) if fraction else projected
+
+
+def _learned_candidates(x1: np.ndarray, x2: np.ndarray, n_thresholds: int, seed: int):
+    """DP-Sniper's event (Bichsel et al. 2021): a classifier told M(D)'s outputs from M(D')'s on a
+    training split, its score thresholded; counts on the held-out split (whose size is returned)."""
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    h = int(len(x1) * LEARNED_TRAIN_FRACTION)
+    train = np.vstack([x1[:h], x2[:h]]).astype(float)
+    label = np.r_[np.ones(h), np.zeros(h)]
+    with threadpool_limits(1):  # OpenMP threads cost ~20x the CPU on a shared, busy machine
+        model = HistGradientBoostingClassifier(max_iter=100, random_state=seed).fit(train, label)
+        summ = LearnedSummary(model)
+        qs, d1, d2 = _threshold_counts(summ(x1[h:]), summ(x2[h:]), n_thresholds, tails=True)
+    events = [Event("ge", float(t), summ, "learned") for t in qs] + [Event("le", float(t), summ, "learned") for t in qs]
+    return events, np.concatenate(d1).astype(float), np.concatenate(d2).astype(float), len(x1) - h
 
 
 # One-sided level of the pessimistic phase-1 estimates used for selection. benchmarks/audit_power.py
@@ -370,6 +507,94 @@ def claimed_profile(costs: Iterable[Cost], budget_delta: float) -> list[tuple[fl
     return [(e, d) for e, d in points if math.isfinite(e)]
 
 
+# δ at which a Gaussian mechanism's exact curve is audited by default (with the claim's own δ, if any).
+CURVE_DELTAS = (1e-5, 1e-3, 1e-2, 5e-2)
+
+
+def gaussian_delta(epsilon: float, sigma: float, sensitivity: float = 1.0) -> float:
+    """The exact δ(ε) of the Gaussian mechanism N(0, σ²) at L2 sensitivity Δ (Balle & Wang 2018, Thm 8):
+    Φ(Δ/2σ − εσ/Δ) − e^ε Φ(−Δ/2σ − εσ/Δ)."""
+    from scipy.special import log_ndtr, ndtr
+
+    a, b = sensitivity / (2 * sigma), epsilon * sigma / sensitivity
+    return float(ndtr(a - b) - math.exp(epsilon + log_ndtr(-a - b)))
+
+
+def gaussian_claims(sigma: float, sensitivity: float = 1.0,
+                    deltas: Sequence[float] = CURVE_DELTAS) -> list[tuple[float, float]]:
+    """(ε(δ), δ) points on the exact privacy curve of a Gaussian mechanism with noise σ at L2 sensitivity Δ.
+
+    Every point is a valid claim for a correct Gaussian mechanism whatever (ε, δ) it was calibrated
+    for, and the points at large δ are where an under-set σ shows with few samples.
+    """
+    from scipy.optimize import brentq
+
+    if not (sigma > 0 and sensitivity > 0 and math.isfinite(sigma / sensitivity)):
+        raise ConfigError(f"gaussian_claims: sigma and sensitivity must be positive, got {sigma}, {sensitivity}")
+    points = []
+    for d in sorted(set(deltas)):
+        if not 0 < d < 1:
+            raise ConfigError(f"gaussian_claims: every delta must be in (0, 1), got {d}")
+        if gaussian_delta(0.0, sigma, sensitivity) <= d:
+            points.append((0.0, d))
+            continue
+        hi = 1.0
+        while gaussian_delta(hi, sigma, sensitivity) > d:
+            hi *= 2
+        points.append((brentq(lambda e: gaussian_delta(e, sigma, sensitivity) - d, 0.0, hi, xtol=1e-12), d))
+    return points
+
+
+def curve_claims(cost: Any, delta: float = 0.0) -> list[tuple[float, float]]:
+    """The (ε, δ) points to audit for a declared cost: a vertisynth Cost or list of them
+    (`claimed_profile`: pure ε-DP at its one point, zCDP/RDP at several δ), or a `GaussianNoise`."""
+    if isinstance(cost, GaussianNoise):
+        return gaussian_claims(cost.sigma, cost.sensitivity, tuple({*CURVE_DELTAS, *([delta] if delta > 0 else [])}))
+    costs = list(cost) if isinstance(cost, (list, tuple)) else [cost]
+    return claimed_profile(costs, delta if delta > 0 else CURVE_DELTAS[0])
+
+
+@attrs.frozen
+class GaussianNoise:
+    """A claim "this is the Gaussian mechanism with noise σ at L2 sensitivity Δ": audited on its exact curve."""
+
+    sigma: float
+    sensitivity: float = 1.0
+
+
+def _views(raw: Any, n: int, features: Callable[[Any], Any] | None, user_only: bool = False) -> dict[str, Any]:
+    """What events read: the "raw" outputs; "builtin" rows for the built-in events (the outputs
+    themselves when numeric, as before feature maps existed, else their features); "learned" rows for
+    the classifier (the features when given). `user_only`: outputs of any type are allowed when the caller's
+    events or summaries can read them."""
+    if features is None:
+        try:
+            rows = _as_2d(raw, n)
+        except DataError:
+            if not user_only:
+                raise
+            if len(raw) != n:
+                raise DataError(f"audit: the mechanism returned {len(raw)} outputs, expected {n}") from None
+            rows = np.zeros((len(raw), 0), np.int64)  # outputs of any type: only the caller's events read them
+        return {"raw": raw, "builtin": rows, "learned": rows}
+    feats = _features_of(raw, n, features)
+    try:
+        rows = _as_2d(raw, n)
+    except DataError:  # structured outputs: the built-in events read the features too
+        rows = feats
+    return {"raw": raw, "builtin": rows, "learned": feats}
+
+
+def _features_of(raw: Any, n: int, features: Callable[[Any], Any]) -> np.ndarray:
+    try:
+        length = len(raw)
+    except TypeError:
+        length = None
+    if length != n:
+        raise DataError(f"audit: the mechanism returned {length} outputs, expected {n}")
+    return _as_2d(features(raw), n)
+
+
 def audit(
     mechanism: AuditableMechanism,
     pairs: Sequence[NeighbourPair | tuple[Any, Any]],
@@ -377,6 +602,7 @@ def audit(
     delta: float = 0.0,
     *,
     claims: Sequence[tuple[float, float]] | None = None,
+    cost: Any = None,
     level: str | None = None,
     n_samples: int | None = None,
     selection_samples: int | None = None,
@@ -385,12 +611,24 @@ def audit(
     name: str | None = None,
     n_thresholds: int = 200,
     max_outcomes: int = 5000,
+    events: Sequence[Callable[[Any], Any]] = (),
+    summaries: Sequence[Callable[[Any], Any]] = (),
+    features: Callable[[Any], Any] | None = None,
+    learned: bool = True,
 ) -> AuditReport:
     """Audit `mechanism`'s claim of (ε, δ)-DP on the given neighbouring pairs (see module doc).
 
-    `claims` (instead of epsilon/delta) audits several (ε, δ) points a cost promises at once (e.g.
-    `claimed_profile(costs, δ)` of a zCDP plan): the samples are shared, each claim selects its own
-    event on the phase-1 samples, and α is split over pairs x claims x 2 intervals.
+    The claim: `epsilon`/`delta` (one point), `claims=[(ε, δ), ...]` (several points, e.g.
+    `claimed_profile(costs, δ)` of a zCDP plan), or `cost=` (a vertisynth Cost, a list of them, or
+    `GaussianNoise(σ, Δ)`): audited at several points of its curve (`curve_claims`). The samples are
+    shared, each claim selects its own event on the phase-1 samples, and α is split over
+    pairs x claims x 2 intervals.
+    `events` (functions outputs -> booleans, one per output) and `summaries` (outputs -> reals,
+    thresholded like the built-in ones) join the candidate events: any function of the output is
+    post-processing, so any of them is a valid event, and only the one chosen in phase 1 is tested.
+    `features` maps raw outputs (e.g. a list of variable-length answers) to a numeric (n, f) array for
+    the built-in and learned events; `learned` adds DP-Sniper's classifier event (vector outputs, at
+    least LEARNED_MIN_SAMPLES phase-1 samples).
     `n_samples` (default: the level's count) fresh samples per side per pair are drawn in phase 2,
     `selection_samples` (default n_samples // 4) in phase 1. Fixed `seed`: the same call gives the
     same verdict; never rerun a failed audit with another seed.
@@ -399,12 +637,16 @@ def audit(
         raise ConfigError(f"audit: {mechanism!r} has no sample(dataset, n_samples, rng) method")
     if not (0 < alpha < 1):
         raise ConfigError(f"audit: alpha must be in (0, 1), got {alpha}")
-    if claims is None:
+    if sum(x is not None for x in (epsilon, claims, cost)) > 1:
+        raise ConfigError("audit: give either epsilon/delta, claims or cost, not several")
+    if epsilon is None and claims is None and cost is None:
+        cost = getattr(mechanism, "cost", None)  # a mechanism may declare its own claim
+    if cost is not None:
+        claims = curve_claims(cost, delta)
+    elif claims is None:
         if epsilon is None:
-            raise ConfigError("audit: give the claimed epsilon (and delta), or claims=[(epsilon, delta), ...]")
+            raise ConfigError("audit: give the claimed epsilon (and delta), claims=[(epsilon, delta), ...] or cost=")
         claims = [(epsilon, delta)]
-    elif epsilon is not None:
-        raise ConfigError("audit: give either epsilon/delta or claims, not both")
     claims = [(float(e), float(d)) for e, d in claims]
     if not claims:
         raise ConfigError("audit: claims is empty")
@@ -413,6 +655,11 @@ def audit(
             raise ConfigError(f"audit: the claimed epsilon must be finite and >= 0, got {e}")
         if not (0 <= d < 1):
             raise ConfigError(f"audit: delta must be in [0, 1), got {d}")
+    for fn in (*events, *summaries, *([features] if features is not None else [])):
+        if not callable(fn):
+            raise ConfigError(f"audit: events, summaries and features must be functions of the outputs, got {fn!r}")
+    if features is None and callable(getattr(mechanism, "features", None)):
+        features = mechanism.features  # a mechanism may declare its output's feature map
     pairs = [p if isinstance(p, NeighbourPair) else NeighbourPair(*p) for p in pairs]
     if not pairs:
         raise ConfigError("audit: give at least one neighbouring pair")
@@ -424,30 +671,51 @@ def audit(
         raise ConfigError(f"audit: n_samples must be >= 10, got {n}")
     a = alpha / (2 * len(pairs) * len(claims))  # Bonferroni: two one-sided intervals per pair and claim
     seeds = np.random.SeedSequence(seed).spawn(len(pairs))
+    has_user = bool(events or summaries)
     results = []
     for pair, ss in zip(pairs, seeds):
         r_sel1, r_sel2, r_test1, r_test2 = (np.random.default_rng(s) for s in ss.spawn(4))
-        x1 = _as_2d(mechanism.sample(pair.base, m, r_sel1), m)
-        x2 = _as_2d(mechanism.sample(pair.neighbour, m, r_sel2), m)
-        if x1.shape[1] != x2.shape[1]:
-            raise DataError(f"audit: outputs on the two datasets have different widths {x1.shape[1]} and {x2.shape[1]}")
-        cols, as_int = _informative_columns(x1, x2)
-        if not cols.size:  # the output never varies: no event can tell the datasets apart (ε = 0)
+        v1 = _views(mechanism.sample(pair.base, m, r_sel1), m, features, has_user)
+        v2 = _views(mechanism.sample(pair.neighbour, m, r_sel2), m, features, has_user)
+        shape = {}  # per numeric view: its informative columns and whether they are integer codes
+        for view in ("builtin", "learned"):
+            if v1[view].shape[1] != v2[view].shape[1]:
+                raise DataError(f"audit: outputs on the two datasets have different widths {v1[view].shape[1]} "
+                                f"and {v2[view].shape[1]}")
+            shape[view] = (*_informative_columns(v1[view], v2[view]), v1[view].shape[1])
+            v1[view], v2[view] = _prepare(v1[view], *shape[view][:2]), _prepare(v2[view], *shape[view][:2])
+        x1, x2 = v1["builtin"], v2["builtin"]
+        if not x1.shape[1] and not v1["learned"].shape[1] and not events and not summaries:
+            # the output never varies: no event can tell the datasets apart (ε = 0)
             results += [PairResult(pair.describe(), "(output is constant)", False, m, m, m, 1.0, 1.0, 0.0, e, d, a)
                         for e, d in claims]
             continue
-        x1, x2 = _prepare(x1, cols, as_int), _prepare(x2, cols, as_int)
-        cands, c1, c2 = _candidates(x1, x2, n_thresholds, max_outcomes)
+        groups = []  # (candidate events, phase-1 counts on each side, phase-1 samples they were counted on)
+        if x1.shape[1]:
+            groups.append((*_candidates(x1, x2, n_thresholds, max_outcomes), m, 0.0))
+        if learned and v1["learned"].shape[1] > 1 and m >= LEARNED_MIN_SAMPLES:
+            ev, k1, k2, m_held = _learned_candidates(v1["learned"], v2["learned"], n_thresholds,
+                                                     int(ss.generate_state(1)[0]))
+            groups.append((ev, k1, k2, m_held, LEARNED_HANDICAP))
+        if events or summaries:
+            groups.append((*_user_candidates(v1["raw"], v2["raw"], events, summaries, n_thresholds), m, 0.0))
+        cands = [ev for g in groups for ev in g[0]]
         chosen = []
         for e, d in claims:  # each claim picks its event from phase 1 only
-            scores = np.concatenate([_projected(c1, c2, m, n, a, d), _projected(c2, c1, m, n, a, d)])
-            best = int(np.argmax(scores))
+            fwd = np.concatenate([_handicap(_projected(c1, c2, mg, n, a, d), h) for _, c1, c2, mg, h in groups])
+            bwd = np.concatenate([_handicap(_projected(c2, c1, mg, n, a, d), h) for _, c1, c2, mg, h in groups])
+            best = int(np.argmax(np.concatenate([fwd, bwd])))
             chosen.append((cands[best % len(cands)], best >= len(cands)))
         # Phase 2: fresh samples, the pre-chosen events, one test per claim.
-        y1 = _prepare(_as_2d(mechanism.sample(pair.base, n, r_test1), n), cols, as_int)
-        y2 = _prepare(_as_2d(mechanism.sample(pair.neighbour, n, r_test2), n), cols, as_int)
+        w1 = _views(mechanism.sample(pair.base, n, r_test1), n, features, has_user)
+        w2 = _views(mechanism.sample(pair.neighbour, n, r_test2), n, features, has_user)
+        for view in ("builtin", "learned"):
+            if not w1[view].shape[1] == w2[view].shape[1] == shape[view][2]:
+                raise DataError(f"audit: phase-2 outputs have widths {w1[view].shape[1]} and {w2[view].shape[1]}, "
+                                f"phase 1 had {shape[view][2]} (a feature map must give a fixed width)")
+            w1[view], w2[view] = _prepare(w1[view], *shape[view][:2]), _prepare(w2[view], *shape[view][:2])
         for (e, d), (event, swapped) in zip(claims, chosen):
-            k1, k2 = int(event.indicator(y1).sum()), int(event.indicator(y2).sum())
+            k1, k2 = int(event.indicator(w1).sum()), int(event.indicator(w2).sum())
             if swapped:
                 k1, k2 = k2, k1
             lb = float(epsilon_lower_bound(k1, k2, n, a, d))

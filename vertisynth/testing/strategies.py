@@ -187,3 +187,73 @@ def budgets(min_epsilon: float = 0.05, max_epsilon: float = 10.0,
 def gaussian_budgets(min_epsilon: float = 0.05, max_epsilon: float = 10.0) -> st.SearchStrategy[Budget]:
     """Budgets usable by zCDP mechanisms (δ > 0)."""
     return budgets(min_epsilon, max_epsilon, deltas=(1e-9, 1e-5, 1e-3))
+
+
+# -- query-level neighbours ---------------------------------------------------------------------
+# StatDP's patterns (Ding et al. 2018, Sec. 5.1) for k answers of sensitivity-1 queries: the base is
+# all ones and the neighbour moves answers by at most 1 each. "one_*" move a single answer (fit
+# mechanisms whose neighbours change one count: histograms, one record in one cell); the others move
+# several answers in different directions (fit mechanisms over arbitrary sensitivity-1 queries:
+# Noisy Max, Sparse Vector, per-query Gaussian or Laplace answers).
+QUERY_PATTERNS = ("one_above", "one_below", "one_above_rest_below", "one_below_rest_above", "half_half",
+                  "all_above", "all_below", "x_shape")
+ONE_DIFFER = ("one_above", "one_below")
+
+
+def query_pattern(name: str, k: int) -> NeighbourPair:
+    """One StatDP pattern as a NeighbourPair of answer vectors (float arrays of length k)."""
+    if k < 1:
+        raise ConfigError(f"query_pattern(): k must be >= 1, got {k}")
+    base = np.ones(k)
+    h = k // 2
+    moves = {
+        "one_above": np.r_[2.0, np.ones(k - 1)],
+        "one_below": np.r_[0.0, np.ones(k - 1)],
+        "one_above_rest_below": np.r_[2.0, np.zeros(k - 1)],
+        "one_below_rest_above": np.r_[0.0, np.full(k - 1, 2.0)],
+        "half_half": np.r_[np.full(h, 2.0), np.zeros(k - h)],
+        "all_above": np.full(k, 2.0),
+        "all_below": np.zeros(k),
+    }
+    if name == "x_shape":
+        base = np.r_[np.ones(h), np.zeros(k - h)]
+        return NeighbourPair(base, 1.0 - base, "queries", "x_shape")
+    if name not in moves:
+        raise ConfigError(f"unknown query pattern {name!r}; choose from {QUERY_PATTERNS}")
+    return NeighbourPair(base, moves[name], "queries", name)
+
+
+def query_pairs(k: int, patterns: Sequence[str] = QUERY_PATTERNS) -> list[NeighbourPair]:
+    """StatDP's patterns over k answers, as a plain list for `audit` (ONE_DIFFER for histograms)."""
+    return [query_pattern(p, k) for p in patterns]
+
+
+@st.composite
+def query_neighbours(draw, k: int | st.SearchStrategy[int] = st.integers(1, 10),
+                     patterns: Sequence[str] = QUERY_PATTERNS, one_differ: bool = False,
+                     max_answer: int = 5) -> NeighbourPair:
+    """Neighbouring answer vectors of sensitivity-1 queries: StatDP's `patterns` first, then random
+    integer answers in [0, max_answer] moved by a random ±1 vector (`one_differ`: one answer by ±1).
+    Hypothesis shrinks towards the patterns."""
+    size = draw(k) if isinstance(k, st.SearchStrategy) else k
+    if size < 1:
+        raise ConfigError(f"query_neighbours(): k must be >= 1, got {size}")
+    if one_differ:
+        patterns = [p for p in patterns if p in ONE_DIFFER]
+
+    @st.composite
+    def random_move(draw2) -> NeighbourPair:
+        base = np.array(draw2(st.lists(st.integers(0, max_answer), min_size=size, max_size=size)), float)
+        if one_differ:
+            move = np.zeros(size)
+            move[draw2(st.integers(0, size - 1))] = draw2(st.sampled_from([-1.0, 1.0]))
+        else:
+            move = np.array(draw2(st.lists(st.sampled_from([-1.0, 0.0, 1.0]), min_size=size, max_size=size)))
+            if not move.any():
+                move[0] = 1.0
+        return NeighbourPair(base, base + move, "queries", f"random ±1 move {move.astype(int).tolist()}")
+
+    options = [random_move()]
+    if patterns:
+        options.insert(0, st.sampled_from([query_pattern(p, size) for p in patterns]))
+    return draw(st.one_of(*options))

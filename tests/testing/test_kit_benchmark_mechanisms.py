@@ -1,0 +1,61 @@
+"""The kit on the classic benchmark (vertisynth.testing.zoo): every incorrect mechanism is caught at the
+default level (α = 1e-6, 1e5 samples per side per pair, fixed seed), every correct one passes.
+The same cases and settings as benchmarks/dp_kit.py; the measured table is in docs/testing.md."""
+import numpy as np
+import pytest
+
+from vertisynth.core.errors import ConfigError
+from vertisynth.testing.audit import audit
+from vertisynth.testing.zoo import (SVT_VARIANTS, NoisyHistogram, NoisyMax, SparseVector, benchmark_cases,
+                                    classic_gaussian_sigma)
+
+SEED = 0
+
+
+def _cases(epsilon):
+    return [pytest.param(c, id=c.name) for c in benchmark_cases(epsilon, k=10)]
+
+
+def _check(case):
+    report = audit(case.mechanism, list(case.pairs), level="standard", seed=SEED)
+    if case.truly_dp:
+        assert report.passed, report.message()
+    else:
+        assert not report.passed, f"{case.name} (not DP) passed: {report.message()}"
+    return report
+
+
+@pytest.mark.parametrize("case", _cases(0.7))
+def test_benchmark_verdicts_at_the_default_level(case):
+    _check(case)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("epsilon", [1.5])
+def test_benchmark_verdicts_at_a_larger_epsilon(epsilon):
+    for case in benchmark_cases(epsilon, k=10, gaussian=False):
+        _check(case)
+
+
+def test_the_lists_are_what_the_literature_says():
+    cases = benchmark_cases(0.7, k=10)
+    assert sum(c.truly_dp for c in cases) == 6 and sum(not c.truly_dp for c in cases) == 8
+    assert [v for v in SVT_VARIANTS if SVT_VARIANTS[v][6]] == [1, 2]  # Lyu et al. 2017: only Alg. 1, 2 are ε-DP
+    assert NoisyHistogram(1.5, broken=True).truly_dp  # Lap(ε) with ε >= 1 is at least Lap(1/ε)
+    assert classic_gaussian_sigma(1.0, 1e-5) == pytest.approx(np.sqrt(2 * np.log(1.25e5)))
+
+
+def test_sparse_vector_outputs():
+    rng = np.random.default_rng(0)
+    q = np.array([1e4, -1e4, 1e4, 1e4])  # far from the threshold: deterministic answers
+    codes = SparseVector(1.0, 1, threshold=0.0, cutoff=2).sample(q, 50, rng)
+    assert np.all(codes == [1, 0, 1, -1])  # ⊤, ⊥, ⊤, then the cutoff: unanswered
+    roth = SparseVector(1.0, 3, threshold=0.0).sample(q, 50, rng)
+    assert roth.shape == (50, 8) and np.all(roth[:, :4] == [1, -1, -1, -1]) and np.all(roth[:, 4] > 0)
+    assert np.all(SparseVector(1.0, 6, threshold=0.0).sample(q, 50, rng) == [1, 0, 1, 1])  # no cutoff
+    with pytest.raises(ConfigError):
+        NoisyMax(0.0)
+    with pytest.raises(ConfigError, match="cutoff"):
+        SparseVector(1.0, cutoff=0)
+    with pytest.raises(ConfigError):
+        NoisyMax(1.0).sample([], 10, rng)
