@@ -157,7 +157,7 @@ def party_synth(config: Path, party: str, csv_path: Path | None, keys_path: Path
 @click.option("--table/--no-table", default=True, show_default=True,
               help="Also write <party>_aligned.csv (its columns in the common order; PSU: filled) for "
                    "`party synth --csv`. Needs a config that plans alone: csv dataset with a public schema.")
-@click.option("--data-dir", default=None, type=click.Path(file_okay=False))
+@_data_dir
 def party_align(config: Path, party: str, csv_path: Path, id_column: str, exchange: Path, out: Path,
                 key: Path | None, timeout: float, table: bool, data_dir: str | None) -> None:
     """Run one party of the config's PSI/PSU protocol, exchanging signed envelopes with the others.
@@ -178,7 +178,8 @@ def party_align(config: Path, party: str, csv_path: Path, id_column: str, exchan
 @click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--exchange", "--messages", "exchange", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="The exchange folder with every party's hello, envelopes and signed ledger.")
-@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True)
+@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Output folder: synthetic.csv, model.npz, report.json, ledger.json.")
 @_data_dir
 def server(config: Path, exchange: Path, out: Path, data_dir: str | None) -> None:
     """Build the synthetic table from the parties' signed envelopes only."""
