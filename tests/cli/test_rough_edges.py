@@ -74,6 +74,7 @@ def test_benchmark_help_cites_no_developer_documents(script):
 def test_party_synth_names_an_unknown_party_before_keys(tmp_path):
     path = tmp_path / "job.toml"
     assert CliRunner().invoke(main, ["init", str(path)]).exit_code == 0
-    res = CliRunner().invoke(main, ["party", "synth", str(path), "--party", "nobody", "-o", str(tmp_path / "o")])
+    res = CliRunner().invoke(main, ["party", "synth", str(path), "--party", "nobody", "--exchange", str(tmp_path / "x"),
+                                   "-o", str(tmp_path / "o")])
     assert res.exit_code == 2
     assert "unknown party 'nobody'" in res.output and "keys" not in res.output.split("parties are")[0]
