@@ -45,9 +45,9 @@ from vertisynth.core.privacy import Budget, Charge, PrivacyLedger, ZCDP, zcdp_to
 
 from .chunked import ChunkJob
 from .common import Estimate, agree, owners, project_to_simplex, query_domain
-from .fm_sketch import EMPTY, cardinality, finalize, fm_parameters, group_max, grouping
+from .fm_sketch import BLOCK_BYTES, EMPTY, cardinality, finalize, fm_parameters, record_groups
 from .keys import KeyParty, agree_keys
-from .prf import FMStream
+from .prf import FMRecordStream
 
 STAGE = "encoder"
 SKETCH = "dpfm_sketches"
@@ -62,7 +62,9 @@ class DPFMConfig:
     "clip_rescale" (then scaled to sum n̂), "project" (the nearest table >= 0 summing to n̂: every cell
     moves by the same amount before clipping, so small cells are not inflated as by clipping alone;
     much lower TVD in the benchmark) or "none" (unbiased up to O(1/t)), rep_block: repetitions hashed per
-    vectorised step (memory ≈ rep_block × n × 18 bytes), reproducible_keys: draw the X25519 keys from
+    vectorised step, block_mb: memory of one step's buffers in MB (36 bytes per repetition·row: the rows per
+    step are block_mb / (36 × rep_block), at least 1; the old whole-view block took ≈ 47 B × rep_block × n),
+    reproducible_keys: draw the X25519 keys from
     the seeded Generator (simulation) rather than the OS (deployment); chunk_rows / dask_scheduler: how
     `chunked.encode_csv` reads a party's CSV (a scheduler address such as "tcp://host:8786" runs the
     chunks on that Dask cluster)."""
@@ -74,7 +76,8 @@ class DPFMConfig:
     calibration: str = "paper"
     epsilon: float | None = None
     postprocess: str = "clip"
-    rep_block: int = 64
+    rep_block: int = 256
+    block_mb: float = 16.0
     reproducible_keys: bool = True
     chunk_rows: int = 100_000
     dask_scheduler: str | None = None
@@ -98,6 +101,8 @@ class DPFMConfig:
             raise ConfigError(f"dpfm: chunk_rows must be a positive integer, got {self.chunk_rows!r}")
         if not (isinstance(self.rep_block, int) and self.rep_block >= 1):
             raise ConfigError(f"dpfm: rep_block must be a positive integer, got {self.rep_block!r}")
+        if not (isinstance(self.block_mb, (int, float)) and math.isfinite(self.block_mb) and self.block_mb > 0):
+            raise ConfigError(f"dpfm: block_mb must be a positive number of MB, got {self.block_mb!r}")
 
 
 @attrs.frozen
@@ -221,7 +226,8 @@ class DPFMEncoder(Encoder):
 
     def raw_maxima(self, key: bytes, view: Dataset, ids: np.ndarray) -> dict[str, np.ndarray]:
         """See `sketch_maxima`; uses the planned t and γ."""
-        return sketch_maxima(key, view, ids, self.params.t, self.params.gamma, self.config.rep_block)
+        return sketch_maxima(key, view, ids, self.params.t, self.params.gamma, self.config.rep_block,
+                             self.config.block_mb)
 
     def finish(self, party: str, domain: Domain, raw: dict[str, np.ndarray], n: int,
                ledger: PrivacyLedger, rng: np.random.Generator) -> DPFMMessage:
@@ -267,7 +273,8 @@ class DPFMEncoder(Encoder):
             raise DomainError(f"dpfm: party {party!r} must encode all its planned attributes {list(self._attributes[party])}")
         key = self.party_key(party, rng)
         self._spend_sketches(party, domain, ledger)
-        mapper = partial(sketch_maxima, key, t=self.params.t, gamma=self.params.gamma, rep_block=self.config.rep_block)
+        mapper = partial(sketch_maxima, key, t=self.params.t, gamma=self.params.gamma, rep_block=self.config.rep_block,
+                         block_mb=self.config.block_mb)
         return ChunkJob(domain, mapper, _max_merge, lambda raw, n: self.finish(party, domain, raw, n, ledger, rng))
 
     def encode_chunks(self, party: str, domain: Domain, chunks: Iterable[tuple[np.ndarray, Dataset]],
@@ -325,21 +332,48 @@ class DPFMEncoder(Encoder):
         return _noisy_count(list(messages))
 
 
-def sketch_maxima(key: bytes, view: Dataset, ids: np.ndarray, t: int, gamma: float, rep_block: int) -> dict[str, np.ndarray]:
+def sketch_maxima(key: bytes, view: Dataset, ids: np.ndarray, t: int, gamma: float, rep_block: int,
+                  block_mb: float = 16.0) -> dict[str, np.ndarray]:
     """max_{x: A_j(x)=v} H_ξh(id_x) for every repetition h, attribute and value (EMPTY if no record):
     the data-dependent part of the sketches, mergeable across record chunks by element-wise max.
-    A plain function of picklable arguments, so Dask workers can run it on their chunk."""
+    A plain function of picklable arguments, so Dask workers can run it on their chunk.
+
+    Blocks of rows × `rep_block` repetitions, record-major (each record's repetitions contiguous), so
+    the group max per attribute gathers whole rows and `maximum.reduceat` streams down them; the rows
+    per block keep the block's buffers (BLOCK_BYTES per repetition·row) within `block_mb` MB."""
     ids = np.asarray(ids)
     if ids.shape != (view.n,) or ids.dtype.kind not in "iu" or (ids.size and ids.min() < 0):
         raise DataError(f"dpfm: need {view.n} non-negative integer record ids, got shape {ids.shape} {ids.dtype}")
-    out = {a: np.empty((t, view.domain.size(a)), dtype=np.int16) for a in view.attributes}
-    groups = {a: grouping(view.column(a)) for a in view.attributes}  # sort once, reuse in every block
-    stream = FMStream(key, ids, gamma, min(rep_block, t))
-    for h0 in range(0, t, rep_block):
-        reps = np.arange(h0, min(h0 + rep_block, t))
-        values = stream.values(reps)  # (block, n): one PRF pass serves all attributes
-        for a in view.attributes:
-            out[a][h0:h0 + reps.size] = group_max(values, None, view.domain.size(a), groups[a])
+    out = {a: np.full((t, view.domain.size(a)), EMPTY, dtype=np.int16) for a in view.attributes}
+    if view.n == 0:
+        return out
+    reps = min(rep_block, t)
+    rows = int(max(1, min(view.n, block_mb * 2**20 // (BLOCK_BYTES * reps))))
+    stream = FMRecordStream(key, gamma, rows, reps)
+    gathered = np.empty(rows * reps, dtype=np.uint8 if gamma == 1.0 else np.int16)
+    for r0 in range(0, view.n, rows):
+        stream.set_ids(ids[r0:r0 + rows])
+        groups = {a: record_groups(view.column(a)[r0:r0 + rows]) for a in view.attributes}
+        for h0 in range(0, t, reps):
+            nr = min(reps, t - h0)
+            values, words = stream.values(h0, nr)
+            rare = None
+            for a, (order, starts, present, group_of) in groups.items():
+                g = np.take(values, order, axis=0, out=gathered[: values.size].reshape(values.shape))
+                red = np.empty((present.size, nr), dtype=values.dtype)
+                for j, (s, e) in enumerate(zip(starts, np.r_[starts[1:], order.size])):
+                    np.max(g[s:e], axis=0, out=red[j])  # contiguous rows: a streamed reduction
+                if gamma == 1.0:
+                    if rare is None:  # table value 16 (prob. 2^-16): the exact value may be larger
+                        hit = np.flatnonzero(red.max(axis=0) >= 16)
+                        cells = [(np.flatnonzero(values[:, r] == 16), r) for r in hit]
+                        i = np.concatenate([c[0] for c in cells]) if cells else np.zeros(0, np.int64)
+                        r = np.concatenate([np.full(c[0].size, c[1]) for c in cells]) if cells else i
+                        rare = (i, r, stream.exact(words, i, r))
+                    if rare[0].size:
+                        np.maximum.at(red, (group_of[rare[0]], rare[1]), rare[2])
+                blk = out[a][h0:h0 + nr]
+                blk[:, present] = np.maximum(blk[:, present], red.T)
     return out
 
 

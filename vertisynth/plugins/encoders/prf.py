@@ -105,3 +105,62 @@ class FMStream:
 
     def values(self, reps: np.ndarray) -> np.ndarray:
         return geometric_from_words(self._prf.words(reps)[..., 0], self._gamma)
+
+
+def _leading_zeros16() -> np.ndarray:
+    """clz of every 16-bit value (16 for 0) as uint8."""
+    bits = np.zeros(1 << 16, dtype=np.uint8)
+    for k in range(16):
+        bits[1 << k:] = k + 1
+    return (16 - bits).astype(np.uint8)
+
+
+LZ16 = _leading_zeros16()
+
+
+class FMRecordStream:
+    """H_ξh(id) record-major, (ids, reps), for a block of ids and a block of repetitions: the same PRF
+    inputs as `fm_geometric` laid out id by id, so the ids' rows are contiguous for the group max.
+
+    For γ = 1 the value is min(clz64(w), 53) of the low word w (= `geometric_from_words`, see there), read
+    in one pass from a 16-bit leading-zero table on w's top 16 bits; those are all zero with probability
+    2^-16, and such entries (table value 16, a lower bound) are corrected by the caller with `exact`.
+    Other γ take `geometric_from_words` on the same words. Returns views valid until the next call."""
+
+    def __init__(self, key: bytes, gamma: float, max_ids: int, reps: int) -> None:
+        _check_key(key)
+        self._cipher = Cipher(algorithms.AES(bytes(key)), modes.ECB())
+        self._gamma = float(gamma)
+        self._blocks = np.empty((max_ids, reps, 2), dtype="<u8")
+        self._out = np.empty(self._blocks.nbytes + 16, dtype=np.uint8)
+        self._vals = np.empty((max_ids, reps), dtype=np.uint8 if gamma == 1.0 else np.int16)
+        self._n = 0
+
+    def set_ids(self, ids: np.ndarray) -> None:
+        ids = np.asarray(ids, dtype=np.uint64)
+        if ids.size > self._blocks.shape[0]:
+            raise ConfigError(f"FMRecordStream holds {self._blocks.shape[0]} ids, given {ids.size}")
+        self._n = ids.size
+        self._blocks[: ids.size, :, 1] = ids[:, None]
+
+    def values(self, h0: int, nreps: int) -> tuple[np.ndarray, np.ndarray]:
+        """(values (n_ids, nreps), words (n_ids, nreps, 2)) for repetitions h0..h0+nreps-1."""
+        if nreps > self._blocks.shape[1] or h0 + nreps > 1 << 56:
+            raise ConfigError(f"FMRecordStream: bad repetition block {h0}+{nreps}")
+        n = self._n
+        blocks = self._blocks[:n, :nreps]
+        blocks[..., 0] = np.arange(h0, h0 + nreps, dtype=np.uint64) | np.uint64(TAG_FM << 56)
+        flat = self._blocks[:n] if nreps == self._blocks.shape[1] else np.ascontiguousarray(blocks)
+        enc = self._cipher.encryptor()
+        written = enc.update_into(memoryview(flat).cast("B"), self._out)
+        words = self._out[:written].view("<u8").reshape(n, nreps, 2)
+        vals = self._vals.reshape(-1)[: n * nreps].reshape(n, nreps)  # contiguous
+        if self._gamma != 1.0:
+            vals[...] = geometric_from_words(words[..., 0], self._gamma)
+            return vals, words
+        np.take(LZ16, words.view("<u2")[..., 3], out=vals)  # top 16 bits of the low word (little-endian)
+        return vals, words
+
+    def exact(self, words: np.ndarray, i: np.ndarray, r: np.ndarray) -> np.ndarray:
+        """The exact γ = 1 values of entries (i, r) of a `values` call's words (where the table said 16)."""
+        return geometric_from_words(words[i, r, 0], 1.0).astype(np.uint8)

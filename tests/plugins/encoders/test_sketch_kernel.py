@@ -1,0 +1,79 @@
+"""The record-major DPFM kernel (issue 21) equals the reference path bit for bit: `fm_geometric` (rep-major
+PRF, seven-pass geometric values) then `group_max` per attribute, for any block shape, down to 1 row."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vertisynth.core.dataset import Dataset
+from vertisynth.core.domain import Domain
+from vertisynth.plugins.encoders.dpfm import sketch_maxima
+from vertisynth.plugins.encoders.fm_sketch import BLOCK_BYTES, group_max
+from vertisynth.plugins.encoders.prf import LZ16, fm_geometric
+
+KEY = bytes(range(32))
+
+
+def reference(key, view, ids, t, gamma):
+    values = fm_geometric(key, np.arange(t), ids, gamma)  # (t, n) int16
+    return {a: group_max(values, view.column(a), view.domain.size(a)) for a in view.attributes}
+
+
+def table(n, sizes, seed):
+    rng = np.random.default_rng(seed)
+    dom = Domain(tuple(f"a{i}" for i in range(len(sizes))), tuple(sizes))
+    return Dataset(np.stack([rng.integers(0, s, n) for s in sizes], 1).reshape(n, len(sizes)), dom)
+
+
+def test_leading_zero_table():
+    x = np.arange(1, 1 << 16)
+    assert LZ16[0] == 16
+    assert np.array_equal(LZ16[1:], 16 - np.floor(np.log2(x)).astype(int) - 1)
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 300), t=st.integers(1, 70), rep_block=st.integers(1, 80),
+       rows=st.integers(1, 301), gamma=st.sampled_from([1.0, 1.0, 0.5, 2.0]), seed=st.integers(0, 2**16))
+def test_kernel_equals_reference_for_any_block(n, t, rep_block, rows, gamma, seed):
+    view = table(n, [3, 1, 6], seed)
+    ids = np.random.default_rng(seed).permutation(10 * n)[:n]  # global ids need not be 0..n-1
+    block_mb = rows * BLOCK_BYTES * min(rep_block, t) / 2**20  # exactly `rows` rows per block
+    got = sketch_maxima(KEY, view, ids, t, gamma, rep_block, block_mb)
+    want = reference(KEY, view, ids, t, gamma)
+    for a in view.attributes:
+        assert got[a].dtype == np.int16 and np.array_equal(got[a], want[a]), a
+
+
+def test_rare_entries_beyond_the_table_are_exact():
+    """Records whose PRF word has 16 leading zero bits (probability 2^-16) get their exact value."""
+    t = 64
+    vals = fm_geometric(KEY, np.arange(t), np.arange(60_000), 1.0)
+    deep = np.unique(np.nonzero(vals > 16)[1])  # ids with a value the 16-bit table cannot give
+    assert deep.size >= 5
+    ids = np.concatenate([deep, np.arange(60_000, 60_200)])
+    view = table(ids.size, [2, 4], 3)
+    for rows in (1, 7, ids.size):
+        got = sketch_maxima(KEY, view, ids, t, 1.0, 32, rows * BLOCK_BYTES * 32 / 2**20)
+        want = reference(KEY, view, ids, t, 1.0)
+        assert all(np.array_equal(got[a], want[a]) for a in view.attributes)
+        assert max(int(got[a].max()) for a in view.attributes) > 16
+
+
+def test_empty_view_and_block_memory_bound(monkeypatch):
+    import vertisynth.plugins.encoders.dpfm as dpfm
+
+    view = table(0, [3], 0)
+    assert np.array_equal(sketch_maxima(KEY, view, np.zeros(0, np.int64), 5, 1.0, 4)["a0"], np.full((5, 3), -1))
+    made = []  # the block buffers stay within block_mb whatever n is
+
+    class Spy(dpfm.FMRecordStream):
+        def __init__(self, key, gamma, max_ids, reps):
+            made.append(max_ids * reps)
+            super().__init__(key, gamma, max_ids, reps)
+
+    monkeypatch.setattr(dpfm, "FMRecordStream", Spy)
+    view = table(5000, [4], 1)
+    got = sketch_maxima(KEY, view, np.arange(5000), 100, 1.0, 50, block_mb=0.5)
+    assert made and made[0] * BLOCK_BYTES <= 0.5 * 2**20 and made[0] < 5000 * 50
+    assert np.array_equal(got["a0"], reference(KEY, view, np.arange(5000), 100, 1.0)["a0"])
