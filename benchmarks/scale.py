@@ -157,6 +157,7 @@ def one(n: int, dataset: str, eps: float, seed: int, tvd: bool, anchor: bool) ->
     out_tab = syn.sample(None, rng)
     out = {"n": n, "run_cpu": total_cpu() - c0, "run_wall": time.perf_counter() - w0,
            "cpu": meter.cpu, "peak_mb": meter.peak, "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    out["model_cells"] = int(sum(syn._domain.project(c).size() for c in syn._model.tree.cliques))
     if tvd:
         joined = data.joined().project(out_tab.domain.attributes)
         names = joined.domain.attributes
@@ -217,11 +218,11 @@ def main() -> int:
     base = results[0]
     print(f"dataset {args.dataset}, ε = {args.eps}, seed {args.seed}; CPU seconds (peak RSS MB); "
           f"ns/row and its ratio to n = {base['n']:,}")
-    print(f"{'n':>10} {'run cpu':>8} {'wall':>6} " + " ".join(f"{p:>17}" for p in phases) + "   tvd3")
+    print(f"{'n':>10} {'run cpu':>8} {'wall':>6} " + " ".join(f"{p:>17}" for p in phases) + "   model cells   tvd3")
     for r in results:
         cells = [f"{r['cpu'].get(p, 0):8.2f} ({r['peak_mb'].get(p, 0):5.0f})" for p in phases]
         tv = f"{r['tvd3']:.4f}" if "tvd3" in r else ""
-        print(f"{r['n']:>10,} {r['run_cpu']:8.2f} {r['run_wall']:6.1f} " + " ".join(f"{c:>17}" for c in cells) + f"   {tv}")
+        print(f"{r['n']:>10,} {r['run_cpu']:8.2f} {r['run_wall']:6.1f} " + " ".join(f"{c:>17}" for c in cells) + f"   {r['model_cells']:>11,}   {tv}")
     print(f"{'per row':>10} " + " ".join(f"{p:>17}" for p in ["run"] + phases))
     for r in results:
         cells = []
