@@ -47,7 +47,7 @@ from .chunked import ChunkJob
 from .common import Estimate, agree, owners, project_to_simplex, query_domain
 from .fm_sketch import BLOCK_BYTES, EMPTY, cardinality, finalize, fm_parameters, record_groups
 from .keys import KeyParty, agree_keys
-from .prf import FMRecordStream
+from .prf import LZ16, FMRecordStream
 
 STAGE = "encoder"
 SKETCH = "dpfm_sketches"
@@ -350,7 +350,8 @@ def sketch_maxima(key: bytes, view: Dataset, ids: np.ndarray, t: int, gamma: flo
     reps = min(rep_block, t)
     rows = int(max(1, min(view.n, block_mb * 2**20 // (BLOCK_BYTES * reps))))
     stream = FMRecordStream(key, gamma, rows, reps)
-    gathered = np.empty(rows * reps, dtype=np.uint8 if gamma == 1.0 else np.int16)
+    gathered = np.empty(rows * reps, dtype=np.uint16 if gamma == 1.0 else np.int16)
+    reduce = np.min if gamma == 1.0 else np.max  # γ = 1: group min of the top bits (see FMRecordStream)
     for r0 in range(0, view.n, rows):
         stream.set_ids(ids[r0:r0 + rows])
         groups = {a: record_groups(view.column(a)[r0:r0 + rows]) for a in view.attributes}
@@ -362,14 +363,15 @@ def sketch_maxima(key: bytes, view: Dataset, ids: np.ndarray, t: int, gamma: flo
                 g = np.take(values, order, axis=0, out=gathered[: values.size].reshape(values.shape))
                 red = np.empty((present.size, nr), dtype=values.dtype)
                 for j, (s, e) in enumerate(zip(starts, np.r_[starts[1:], order.size])):
-                    np.max(g[s:e], axis=0, out=red[j])  # contiguous rows: a streamed reduction
+                    reduce(g[s:e], axis=0, out=red[j])  # contiguous rows: a streamed reduction
                 if gamma == 1.0:
-                    if rare is None:  # table value 16 (prob. 2^-16): the exact value may be larger
-                        hit = np.flatnonzero(red.max(axis=0) >= 16)
-                        cells = [(np.flatnonzero(values[:, r] == 16), r) for r in hit]
+                    if rare is None:  # a record whose top 16 bits are 0 (prob. 2^-16): its exact value
+                        hit = np.flatnonzero((red == 0).any(axis=0))
+                        cells = [(np.flatnonzero(values[:, r] == 0), r) for r in hit]
                         i = np.concatenate([c[0] for c in cells]) if cells else np.zeros(0, np.int64)
                         r = np.concatenate([np.full(c[0].size, c[1]) for c in cells]) if cells else i
                         rare = (i, r, stream.exact(words, i, r))
+                    red = LZ16[red]  # the value of each group's smallest word
                     if rare[0].size:
                         np.maximum.at(red, (group_of[rare[0]], rare[1]), rare[2])
                 blk = out[a][h0:h0 + nr]

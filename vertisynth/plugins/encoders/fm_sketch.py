@@ -62,7 +62,7 @@ def group_max(values: np.ndarray, codes: np.ndarray, size: int, groups=None) -> 
 
 
 # bytes per repetition·row of a record-major block (dpfm.sketch_maxima): AES input and output 16 + 16, the
-# values and their gathered copy 1 + 1 (γ = 1; 2 + 2 otherwise)
+# top bits (γ = 1) or values and their gathered copy 2 + 2
 BLOCK_BYTES = 36
 
 

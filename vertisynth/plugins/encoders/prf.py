@@ -122,10 +122,12 @@ class FMRecordStream:
     """H_ξh(id) record-major, (ids, reps), for a block of ids and a block of repetitions: the same PRF
     inputs as `fm_geometric` laid out id by id, so the ids' rows are contiguous for the group max.
 
-    For γ = 1 the value is min(clz64(w), 53) of the low word w (= `geometric_from_words`, see there), read
-    in one pass from a 16-bit leading-zero table on w's top 16 bits; those are all zero with probability
-    2^-16, and such entries (table value 16, a lower bound) are corrected by the caller with `exact`.
-    Other γ take `geometric_from_words` on the same words. Returns views valid until the next call."""
+    For γ = 1 the value is min(clz64(w), 53) of the low word w (= `geometric_from_words`, see there), a
+    decreasing function of w: the stream returns w's top 16 bits (one strided copy), the caller takes the
+    group MIN of those and converts only the minima with the leading-zero table LZ16; a minimum of 0
+    (probability 2^-16 per record) is refined with `exact` on the records whose top bits are all zero.
+    Other γ: the values themselves, `geometric_from_words` on the same words (group max).
+    Returns views valid until the next call."""
 
     def __init__(self, key: bytes, gamma: float, max_ids: int, reps: int) -> None:
         _check_key(key)
@@ -133,7 +135,7 @@ class FMRecordStream:
         self._gamma = float(gamma)
         self._blocks = np.empty((max_ids, reps, 2), dtype="<u8")
         self._out = np.empty(self._blocks.nbytes + 16, dtype=np.uint8)
-        self._vals = np.empty((max_ids, reps), dtype=np.uint8 if gamma == 1.0 else np.int16)
+        self._vals = np.empty((max_ids, reps), dtype=np.uint16 if gamma == 1.0 else np.int16)
         self._n = 0
 
     def set_ids(self, ids: np.ndarray) -> None:
@@ -144,7 +146,7 @@ class FMRecordStream:
         self._blocks[: ids.size, :, 1] = ids[:, None]
 
     def values(self, h0: int, nreps: int) -> tuple[np.ndarray, np.ndarray]:
-        """(values (n_ids, nreps), words (n_ids, nreps, 2)) for repetitions h0..h0+nreps-1."""
+        """(top 16 bits (γ = 1) or values, (n_ids, nreps); words (n_ids, nreps, 2)) for reps h0..h0+nreps-1."""
         if nreps > self._blocks.shape[1] or h0 + nreps > 1 << 56:
             raise ConfigError(f"FMRecordStream: bad repetition block {h0}+{nreps}")
         n = self._n
@@ -158,9 +160,9 @@ class FMRecordStream:
         if self._gamma != 1.0:
             vals[...] = geometric_from_words(words[..., 0], self._gamma)
             return vals, words
-        np.take(LZ16, words.view("<u2")[..., 3], out=vals)  # top 16 bits of the low word (little-endian)
+        np.copyto(vals, words.view("<u2")[..., 3])  # top 16 bits of the low word (little-endian)
         return vals, words
 
     def exact(self, words: np.ndarray, i: np.ndarray, r: np.ndarray) -> np.ndarray:
-        """The exact γ = 1 values of entries (i, r) of a `values` call's words (where the table said 16)."""
+        """The exact γ = 1 values of entries (i, r) of a `values` call's words (where the top bits are 0)."""
         return geometric_from_words(words[i, r, 0], 1.0).astype(np.uint8)
