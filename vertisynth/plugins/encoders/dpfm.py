@@ -62,8 +62,8 @@ class DPFMConfig:
     "clip_rescale" (then scaled to sum n̂), "project" (the nearest table >= 0 summing to n̂: every cell
     moves by the same amount before clipping, so small cells are not inflated as by clipping alone;
     much lower TVD in the benchmark) or "none" (unbiased up to O(1/t)), rep_block: repetitions hashed per
-    vectorised step, block_mb: memory of one step's buffers in MB (36 bytes per repetition·row: the rows per
-    step are block_mb / (36 × rep_block), at least 1; the old whole-view block took ≈ 47 B × rep_block × n),
+    vectorised step, block_mb: memory of one step's buffers in MB (20 bytes per repetition·row: the rows per
+    step are block_mb / (20 × rep_block), at least 1; the old whole-view block took ≈ 47 B × rep_block × n),
     reproducible_keys: draw the X25519 keys from
     the seeded Generator (simulation) rather than the OS (deployment); chunk_rows / dask_scheduler: how
     `chunked.encode_csv` reads a party's CSV (a scheduler address such as "tcp://host:8786" runs the
@@ -347,7 +347,7 @@ def sketch_maxima(key: bytes, view: Dataset, ids: np.ndarray, t: int, gamma: flo
     out = {a: np.full((t, view.domain.size(a)), EMPTY, dtype=np.int16) for a in view.attributes}
     if view.n == 0:
         return out
-    reps = min(rep_block, t)
+    reps = min(rep_block + rep_block % 2, t + t % 2)  # even: a block starts on an AES block's first word
     rows = int(max(1, min(view.n, block_mb * 2**20 // (BLOCK_BYTES * reps))))
     stream = FMRecordStream(key, gamma, rows, reps)
     gathered = np.empty(rows * reps, dtype=np.uint16 if gamma == 1.0 else np.int16)

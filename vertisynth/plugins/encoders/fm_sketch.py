@@ -61,9 +61,9 @@ def group_max(values: np.ndarray, codes: np.ndarray, size: int, groups=None) -> 
     return out
 
 
-# bytes per repetition·row of a record-major block (dpfm.sketch_maxima): AES input and output 16 + 16, the
-# top bits (γ = 1) or values and their gathered copy 2 + 2
-BLOCK_BYTES = 36
+# bytes per repetition·row of a record-major block (dpfm.sketch_maxima): AES input and output 8 + 8 (one
+# 16-byte block serves two repetitions), the top bits (γ = 1) or values and their gathered copy 2 + 2
+BLOCK_BYTES = 20
 
 
 def record_groups(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
