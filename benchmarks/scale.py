@@ -125,7 +125,7 @@ def total_cpu() -> float:
     return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
 
 
-def one(n: int, dataset: str, eps: float, seed: int, tvd: bool, anchor: bool) -> dict:
+def one(n: int, dataset: str, eps: float, seed: int, tvd: bool, anchor: bool, params: dict | None = None) -> dict:
     """One VertiMRF run at n rows (in this process); returns the measurements."""
     from vertisynth.core.config import parse_config
     from vertisynth.core.interfaces import VerticalData
@@ -135,9 +135,10 @@ def one(n: int, dataset: str, eps: float, seed: int, tvd: bool, anchor: bool) ->
     from vertisynth.plugins.synthesizers.privmrf.synthesizer import PrivMRFSynthesizer
     from vertisynth.plugins.synthesizers.vertimrf import synthesizer as vsyn
 
-    params = {"data_dir": DATA} if dataset == "adult" else {"n": n}
+    ds_params = {"data_dir": DATA} if dataset == "adult" else {"n": n}
     cfg = parse_config({"seed": seed, "budget": {"epsilon": eps, "delta": 1e-5},
-                        "dataset": {"name": dataset, "params": params}, "synthesizer": {"use": "vertimrf"}})
+                        "dataset": {"name": dataset, "params": ds_params},
+                        "synthesizer": {"use": "vertimrf", "params": params or {}}})
     plan = make_plan(cfg)
     rng = np.random.default_rng(seed)
     loaded = plan.source.load()
@@ -196,19 +197,22 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tvd", action="store_true", help="3-way TVD of the synthetic table (100 marginals)")
     ap.add_argument("--anchor-encoder", action="store_true", help="time the old DPFM kernel on the same views")
+    ap.add_argument("--param", action="append", default=[], metavar="KEY=JSON",
+                    help="a VertiMRF parameter, e.g. --param local_start=false --param iters=300")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: run one n, print JSON
     args = ap.parse_args()
     if args.dataset == "adult" and not (Path(DATA) / "adult").is_dir():
         print(f"Adult not found under {DATA}; using the census generator", file=sys.stderr)
         args.dataset = "census"
     if args.one:
-        print(json.dumps(one(args.one, args.dataset, args.eps, args.seed, args.tvd, args.anchor_encoder)))
+        params = {k: json.loads(v) for k, v in (p.split("=", 1) for p in args.param)}
+        print(json.dumps(one(args.one, args.dataset, args.eps, args.seed, args.tvd, args.anchor_encoder, params)))
         return 0
     rows = [int(float(r)) for r in args.rows.split(",")]
     results = []
     for n in rows:
         cmd = [sys.executable, __file__, "--one", str(n), "--dataset", args.dataset, "--eps", str(args.eps),
-               "--seed", str(args.seed)] + (["--tvd"] if args.tvd else []) + (["--anchor-encoder"] if args.anchor_encoder else [])
+               "--seed", str(args.seed)] + [f"--param={p}" for p in args.param] + (["--tvd"] if args.tvd else []) + (["--anchor-encoder"] if args.anchor_encoder else [])
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode:
             print(f"n={n}: failed\n{proc.stderr[-2000:]}", file=sys.stderr)
@@ -218,7 +222,7 @@ def main() -> int:
         return 1
     phases = ["LocMRF", "LocEnc", "server", "InitMRF", "OptMRF"]
     base = results[0]
-    print(f"dataset {args.dataset}, ε = {args.eps}, seed {args.seed}; CPU seconds (peak RSS MB); "
+    print(f"dataset {args.dataset}, ε = {args.eps}, seed {args.seed}, params {args.param}; CPU seconds (peak RSS MB); "
           f"ns/row and its ratio to n = {base['n']:,}")
     print(f"{'n':>10} {'run cpu':>8} {'wall':>6} " + " ".join(f"{p:>17}" for p in phases) + "   model cells   tvd3")
     for r in results:
