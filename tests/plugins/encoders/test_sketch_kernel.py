@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
-from vertisynth.plugins.encoders.dpfm import sketch_maxima
+import vertisynth.plugins.encoders.dpfm as dpfm
+from vertisynth.plugins.encoders.dpfm import _passes, sketch_maxima
 from vertisynth.plugins.encoders.fm_sketch import BLOCK_BYTES, group_max
 from vertisynth.plugins.encoders.prf import LZ16, fm_geometric
 
@@ -32,20 +33,26 @@ def test_leading_zero_table():
     assert np.array_equal(LZ16[1:], 16 - np.floor(np.log2(x)).astype(int) - 1)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(n=st.integers(1, 300), t=st.integers(1, 70), rep_block=st.integers(1, 80),
-       rows=st.integers(1, 301), gamma=st.sampled_from([1.0, 1.0, 0.5, 2.0]), seed=st.integers(0, 2**16))
-def test_kernel_equals_reference_for_any_block(n, t, rep_block, rows, gamma, seed):
-    view = table(n, [3, 1, 6], seed)
+       rows=st.integers(1, 301), gamma=st.sampled_from([1.0, 1.0, 0.5, 2.0]), seed=st.integers(0, 2**16),
+       pair_min_rows=st.sampled_from([1, 4, dpfm.PAIR_MIN_ROWS]))
+def test_kernel_equals_reference_for_any_block(n, t, rep_block, rows, gamma, seed, pair_min_rows):
+    view = table(n, [3, 1, 6, 2, 9], seed)
     ids = np.random.default_rng(seed).permutation(10 * n)[:n]  # global ids need not be 0..n-1
-    block_mb = rows * BLOCK_BYTES * min(rep_block, t) / 2**20  # exactly `rows` rows per block
-    got = sketch_maxima(KEY, view, ids, t, gamma, rep_block, block_mb)
+    block_mb = rows * BLOCK_BYTES * min(rep_block, t) / 2**20  # about `rows` rows per block
+    saved = dpfm.PAIR_MIN_ROWS
+    dpfm.PAIR_MIN_ROWS = pair_min_rows  # pairs of attributes share a pass even in small blocks
+    try:
+        got = sketch_maxima(KEY, view, ids, t, gamma, rep_block, block_mb)
+    finally:
+        dpfm.PAIR_MIN_ROWS = saved
     want = reference(KEY, view, ids, t, gamma)
     for a in view.attributes:
         assert got[a].dtype == np.int16 and np.array_equal(got[a], want[a]), a
 
 
-def test_rare_entries_beyond_the_table_are_exact():
+def test_rare_entries_beyond_the_table_are_exact(monkeypatch):
     """Records whose PRF word has 16 leading zero bits (probability 2^-16) get their exact value."""
     t = 64
     vals = fm_geometric(KEY, np.arange(t), np.arange(60_000), 1.0)
@@ -53,6 +60,7 @@ def test_rare_entries_beyond_the_table_are_exact():
     assert deep.size >= 5
     ids = np.concatenate([deep, np.arange(60_000, 60_200)])
     view = table(ids.size, [2, 4], 3)
+    monkeypatch.setattr(dpfm, "PAIR_MIN_ROWS", 1)
     for rows in (1, 7, ids.size):
         got = sketch_maxima(KEY, view, ids, t, 1.0, 32, rows * BLOCK_BYTES * 32 / 2**20)
         want = reference(KEY, view, ids, t, 1.0)
@@ -60,9 +68,13 @@ def test_rare_entries_beyond_the_table_are_exact():
         assert max(int(got[a].max()) for a in view.attributes) > 16
 
 
-def test_empty_view_and_block_memory_bound(monkeypatch):
-    import vertisynth.plugins.encoders.dpfm as dpfm
+def test_attributes_pair_up_when_their_joint_table_is_small():
+    dom = Domain(("a", "b", "c", "d", "e"), (2, 8, 5, 40, 8))
+    assert _passes(dom, 10_000) == [("a", "e"), ("c", "b"), ("d",)]
+    assert _passes(dom, 100) == [("a",), ("c",), ("b",), ("e",), ("d",)]  # too few rows per joint cell
 
+
+def test_empty_view_and_block_memory_bound(monkeypatch):
     view = table(0, [3], 0)
     assert np.array_equal(sketch_maxima(KEY, view, np.zeros(0, np.int64), 5, 1.0, 4)["a0"], np.full((5, 3), -1))
     made = []  # the block buffers stay within block_mb whatever n is

@@ -45,7 +45,7 @@ from vertisynth.core.privacy import Budget, Charge, PrivacyLedger, ZCDP, zcdp_to
 
 from .chunked import ChunkJob
 from .common import Estimate, agree, owners, project_to_simplex, query_domain
-from .fm_sketch import BLOCK_BYTES, EMPTY, cardinality, finalize, fm_parameters, record_groups
+from .fm_sketch import BLOCK_BYTES, EMPTY, cardinality, finalize, fm_parameters, grouping
 from .keys import KeyParty, agree_keys
 from .prf import LZ16, FMRecordStream
 
@@ -352,31 +352,79 @@ def sketch_maxima(key: bytes, view: Dataset, ids: np.ndarray, t: int, gamma: flo
     stream = FMRecordStream(key, gamma, rows, reps)
     gathered = np.empty(rows * reps, dtype=np.uint16 if gamma == 1.0 else np.int16)
     reduce = np.min if gamma == 1.0 else np.max  # γ = 1: group min of the top bits (see FMRecordStream)
+    combine = np.minimum if gamma == 1.0 else np.maximum
+    passes = _passes(view.domain, rows)
     for r0 in range(0, view.n, rows):
         stream.set_ids(ids[r0:r0 + rows])
-        groups = {a: record_groups(view.column(a)[r0:r0 + rows]) for a in view.attributes}
+        plans = [_pass_plan(view, attrs_, r0, rows) for attrs_ in passes]
         for h0 in range(0, t, reps):
             nr = min(reps, t - h0)
             values, words = stream.values(h0, nr)
             rare = None
-            for a, (order, starts, present, group_of) in groups.items():
+            for order, starts, per_attr in plans:
                 g = np.take(values, order, axis=0, out=gathered[: values.size].reshape(values.shape))
-                red = np.empty((present.size, nr), dtype=values.dtype)
+                red = np.empty((starts.size, nr), dtype=values.dtype)  # one row per present (joint) cell
                 for j, (s, e) in enumerate(zip(starts, np.r_[starts[1:], order.size])):
                     reduce(g[s:e], axis=0, out=red[j])  # contiguous rows: a streamed reduction
-                if gamma == 1.0:
-                    if rare is None:  # a record whose top 16 bits are 0 (prob. 2^-16): its exact value
-                        hit = np.flatnonzero((red == 0).any(axis=0))
-                        cells = [(np.flatnonzero(values[:, r] == 0), r) for r in hit]
-                        i = np.concatenate([c[0] for c in cells]) if cells else np.zeros(0, np.int64)
-                        r = np.concatenate([np.full(c[0].size, c[1]) for c in cells]) if cells else i
-                        rare = (i, r, stream.exact(words, i, r))
-                    red = LZ16[red]  # the value of each group's smallest word
-                    if rare[0].size:
-                        np.maximum.at(red, (group_of[rare[0]], rare[1]), rare[2])
-                blk = out[a][h0:h0 + nr]
-                blk[:, present] = np.maximum(blk[:, present], red.T)
+                if gamma == 1.0 and rare is None:  # a record whose top 16 bits are 0 (prob. 2^-16): exact value
+                    hit = np.flatnonzero((red == 0).any(axis=0))
+                    cells = [(np.flatnonzero(values[:, r] == 0), r) for r in hit]
+                    i = np.concatenate([c[0] for c in cells]) if cells else np.zeros(0, np.int64)
+                    r = np.concatenate([np.full(c[0].size, c[1]) for c in cells]) if cells else i
+                    rare = (i, r, stream.exact(words, i, r))
+                for a, (cell_order, seg, present, group_of) in per_attr.items():
+                    red_a = combine.reduceat(red[cell_order], seg, axis=0)  # joint cells onto a's values
+                    if gamma == 1.0:
+                        red_a = LZ16[red_a]  # the value of each group's smallest word
+                        if rare[0].size:
+                            np.maximum.at(red_a, (group_of[rare[0]], rare[1]), rare[2])
+                    blk = out[a][h0:h0 + nr]
+                    blk[:, present] = np.maximum(blk[:, present], red_a.T)
     return out
+
+
+# attributes whose joint domain has at most this many cells share one gather and group reduction (per
+# block of rows, at least PAIR_MIN_ROWS rows per cell on average): each attribute's maxima are then read
+# off the joint cells' table, which is small
+PAIR_MAX_CELLS = 64
+PAIR_MIN_ROWS = 32
+
+
+def _passes(domain: Domain, rows: int) -> list[tuple[str, ...]]:
+    """The party's attributes in passes of one or two (the smallest with the largest that fits)."""
+    cap = min(PAIR_MAX_CELLS, rows // PAIR_MIN_ROWS)
+    left = sorted(domain.attributes, key=domain.size)
+    out: list[tuple[str, ...]] = []
+    while left:
+        a = left.pop(0)
+        fits = [b for b in left if domain.size(a) * domain.size(b) <= cap]
+        if fits:
+            left.remove(fits[-1])
+            out.append((a, fits[-1]))
+        else:
+            out.append((a,))
+    return out
+
+
+def _pass_plan(view: Dataset, attrs_: tuple[str, ...], r0: int, rows: int) -> tuple:
+    """For one pass over rows r0..r0+rows-1: the records' order by joint code, where each present joint
+    cell starts, and per attribute how the joint cells reduce onto its values (cell order, segment
+    starts, present values, each record's value index)."""
+    cols = [view.column(a)[r0:r0 + rows] for a in attrs_]
+    sizes = [view.domain.size(a) for a in attrs_]
+    joint = cols[0].astype(np.int64)
+    for c, u in zip(cols[1:], sizes[1:]):
+        joint = joint * u + c
+    order, starts, present = grouping(joint)
+    per_attr = {}
+    for k, a in enumerate(attrs_):
+        comp = (present // math.prod(sizes[k + 1:])) % sizes[k]  # attribute a's value of each joint cell
+        cell_order = np.argsort(comp, kind="stable")
+        sc = comp[cell_order]
+        seg = np.flatnonzero(np.r_[True, sc[1:] != sc[:-1]])
+        values_a = sc[seg]
+        per_attr[a] = (cell_order, seg, values_a, np.searchsorted(values_a, cols[k]))
+    return order, starts, per_attr
 
 
 def _max_merge(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
