@@ -3,8 +3,9 @@
 Party side. With the t hash keys ξ_h agreed among the parties (`keys.py`) and unknown to the server,
 every party hashes every record id to a geometric value H_ξh(id) (`prf.py`: the same value at every
 party and for every attribute) and, for each attribute A_j and value v, sends the DP FM sketch of the
-id set {records with A_j = v} (`fm_sketch.py`). Vectorised: per block of repetitions one PRF call over
-all records, then a sorted group-max per attribute. One party also sends a Gaussian noisy count n̂.
+id set {records with A_j = v} (`fm_sketch.py`). Vectorised in blocks of rows × repetitions bounded by
+`block_mb` (`sketch_maxima`): one PRF call per block, then a sorted group reduction per attribute (or pair
+of attributes). One party also sends a Gaussian noisy count n̂.
 
 Server side. The count of cell v = (v_1..v_l) of marginal M is n̂ minus the union of the complements:
 the complement sketch of v_i is the max over A_i's other values, the union of complements is the max

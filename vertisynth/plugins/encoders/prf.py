@@ -10,7 +10,8 @@ Both encoders draw their per-record randomness from PRF(key, row, id) instead of
 Why the server cannot predict the values: AES is a pseudo-random permutation; without the 256-bit
 key (agreed by the parties through X25519 + HKDF, see `keys.py`, and never sent to the server)
 the outputs on distinct blocks are computationally indistinguishable from independent uniform
-128-bit strings. The repetition index h sits inside the block, so (key, h) acts as t independent
+128-bit strings. The repetition index sits inside the block (DPFM: repetitions 2k and 2k+1 take the two
+64-bit halves of block k), so (key, h) acts as t independent
 hash keys ξ_1..ξ_t. ECB mode is the right mode here: it *is* the PRF applied to each distinct
 block (no block repeats, so no pattern leaks); OpenSSL runs it with AES-NI at GB/s.
 """

@@ -56,6 +56,10 @@ hours-per-week in one bin; 8 keep the cross-party detail the estimates can affor
 then bins 4 → 8 (seed 200, all 455 3-way marginals): ε 0.8 0.0674 → 0.0651, ε 3.2 0.0597 → 0.0526;
 `benchmarks/vertimrf.py` (seeds 200-201) with all defaults: the README table (1.39x / 1.29x / 1.36x centralised).
 The split stays the paper's; giving the local models half the budget measured better on Adult.
+Server cost (issue 21, docs/scale.md): InitMRF starts at the product of the local models (`local_start`),
+which already has every local marginal it fits, instead of 1500 steps from uniform; OptMRF's intermediate
+rounds, whose models only rank the next candidates and warm-start the next fit, run `round_iters` = 500
+steps with the step size carried over, the last round `iters` (3-way TVD unchanged within seed noise).
 Equal-mass instead of equal-width bins (edges from the local model's DP 1-way table) measured 2-9%
 lower TVD in an oracle experiment at 4 bins (one seed each at ε 0.8 and 3.2); not built.
 """
