@@ -125,7 +125,31 @@ def total_cpu() -> float:
     return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
 
 
-def one(n: int, dataset: str, eps: float, seed: int, tvd: bool, anchor: bool, params: dict | None = None) -> dict:
+def kernel_only(syn, data, t: int, n: int, rng) -> dict:
+    """The DPFM kernel alone (raw maxima) on each party's binned view, t repetitions: CPU and peak RSS."""
+    from vertisynth.plugins.encoders import dpfm
+    from vertisynth.plugins.synthesizers.vertimrf import synthesizer as vsyn
+
+    enc = syn._encoder
+    lows = []
+    for party in data.partition.names:
+        view = data.views[party]
+        mine = [a for a in view.attributes if a in syn._binned]
+        lows.append((party, vsyn.bin_dataset(view, syn.config.bins, mine) if mine else view))
+    data = None  # the raw views are not needed any more
+    base = rss_mb()
+    meter = Meter()
+    for party, low in lows:
+        with meter.phase("kernel"):
+            dpfm.sketch_maxima(enc.party_key(party, rng), low, np.arange(low.n), t, enc.params.gamma,
+                               enc.config.rep_block, enc.config.block_mb)
+    meter._stop = True
+    return {"n": n, "t": t, "cpu": meter.cpu["kernel"], "peak_mb": meter.peak["kernel"], "before_mb": base,
+            "ns_per_rep_row": meter.cpu["kernel"] / (t * n * len(lows)) * 1e9}
+
+
+def one(n: int, dataset: str, eps: float, seed: int, tvd: bool, anchor: bool, params: dict | None = None,
+        kernel_t: int = 0) -> dict:
     """One VertiMRF run at n rows (in this process); returns the measurements."""
     from vertisynth.core.config import parse_config
     from vertisynth.core.interfaces import VerticalData
@@ -148,6 +172,8 @@ def one(n: int, dataset: str, eps: float, seed: int, tvd: bool, anchor: bool, pa
         real = real.take(np.random.default_rng(seed + 2).integers(0, real.n, n))
     data = VerticalData(plan.partition, plan.partition.views(real))
     syn = plan.synthesizer.instance
+    if kernel_t:
+        return kernel_only(syn, data, kernel_t, n, rng)
     meter = Meter()
     wrap(PrivMRFSynthesizer, "fit_table", meter, lambda i: "LocMRF")
     wrap(syn._encoder, "encode", meter, lambda i: "LocEnc")
@@ -199,6 +225,9 @@ def main() -> int:
     ap.add_argument("--anchor-encoder", action="store_true", help="time the old DPFM kernel on the same views")
     ap.add_argument("--param", action="append", default=[], metavar="KEY=JSON",
                     help="a VertiMRF parameter, e.g. --param local_start=false --param iters=300")
+    ap.add_argument("--kernel-only", type=int, default=0, metavar="T",
+                    help="time only the DPFM kernel (raw maxima of every party, T repetitions) per n: ns per "
+                         "repetition·row of a party and the RSS it adds (the linearity and memory check at 4.5M-10M)")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: run one n, print JSON
     args = ap.parse_args()
     if args.dataset == "adult" and not (Path(DATA) / "adult").is_dir():
@@ -206,13 +235,14 @@ def main() -> int:
         args.dataset = "census"
     if args.one:
         params = {k: json.loads(v) for k, v in (p.split("=", 1) for p in args.param)}
-        print(json.dumps(one(args.one, args.dataset, args.eps, args.seed, args.tvd, args.anchor_encoder, params)))
+        print(json.dumps(one(args.one, args.dataset, args.eps, args.seed, args.tvd, args.anchor_encoder, params,
+                             args.kernel_only)))
         return 0
     rows = [int(float(r)) for r in args.rows.split(",")]
     results = []
     for n in rows:
         cmd = [sys.executable, __file__, "--one", str(n), "--dataset", args.dataset, "--eps", str(args.eps),
-               "--seed", str(args.seed)] + [f"--param={p}" for p in args.param] + (["--tvd"] if args.tvd else []) + (["--anchor-encoder"] if args.anchor_encoder else [])
+               "--seed", str(args.seed), "--kernel-only", str(args.kernel_only)] + [f"--param={p}" for p in args.param] + (["--tvd"] if args.tvd else []) + (["--anchor-encoder"] if args.anchor_encoder else [])
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode:
             print(f"n={n}: failed\n{proc.stderr[-2000:]}", file=sys.stderr)
@@ -220,6 +250,14 @@ def main() -> int:
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     if not results:
         return 1
+    if args.kernel_only:
+        b = results[0]
+        print(f"DPFM kernel only, t = {args.kernel_only}, {args.dataset}: CPU s, ns per repetition·row (ratio to "
+              f"n = {b['n']:,}), RSS before and peak during (MB)")
+        for r in results:
+            print(f"{r['n']:>11,} {r['cpu']:8.2f} s {r['ns_per_rep_row']:6.2f} ns {r['ns_per_rep_row'] / b['ns_per_rep_row']:5.2f}x"
+                  f"   {r['before_mb']:7.0f} -> {r['peak_mb']:7.0f} MB")
+        return 0
     phases = ["LocMRF", "LocEnc", "server", "InitMRF", "OptMRF"]
     base = results[0]
     print(f"dataset {args.dataset}, ε = {args.eps}, seed {args.seed}, params {args.param}; CPU seconds (peak RSS MB); "
