@@ -66,14 +66,6 @@ def group_max(values: np.ndarray, codes: np.ndarray, size: int, groups=None) -> 
 BLOCK_BYTES = 20
 
 
-def record_groups(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """`grouping(codes)` plus each record's group number (its run among the present codes)."""
-    order, starts, present = grouping(codes)
-    group_of = np.empty(codes.size, dtype=np.int64)
-    group_of[order] = np.repeat(np.arange(starts.size), np.diff(np.r_[starts, codes.size]))
-    return order, starts, present, group_of
-
-
 def phantom_max(rng: np.random.Generator, shape: tuple[int, ...], k_p: int, gamma: float) -> np.ndarray:
     """Maximum of k_p iid Geometric(γ/(1+γ)) draws on {0,1,...}, sampled by inversion of its CDF."""
     u = rng.random(shape)
