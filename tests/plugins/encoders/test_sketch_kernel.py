@@ -3,6 +3,7 @@ PRF, seven-pass geometric values) then `group_max` per attribute, for any block 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -89,3 +90,22 @@ def test_empty_view_and_block_memory_bound(monkeypatch):
     got = sketch_maxima(KEY, view, np.arange(5000), 100, 1.0, 50, block_mb=0.5)
     assert made and made[0] * BLOCK_BYTES <= 0.5 * 2**20 and made[0] < 5000 * 50
     assert np.array_equal(got["a0"], reference(KEY, view, np.arange(5000), 100, 1.0)["a0"])
+
+
+def test_messages_carry_the_prf_layout(tmp_path):
+    """Sketches hashed with another PRF layout (e.g. a party on an older version) are refused, not mixed."""
+    import attrs
+
+    from vertisynth.core.errors import MessageError
+    from vertisynth.plugins.encoders.dpfm import DPFMMessage
+    from vertisynth.plugins.encoders.fm_sketch import fm_parameters
+    from vertisynth.plugins.encoders.prf import FM_LAYOUT
+
+    k_p, floor = fm_parameters(0.5, 1.0)
+    dom = Domain(("a",), (2,))
+    msg = DPFMMessage(party="p", domain=dom, t=3, gamma=1.0, eps_prime=0.5, k_p=k_p, floor=floor,
+                      n_hat=10.0, n_hat_variance=1.0, sketches={"a": np.full((3, 2), floor + 1, np.int16)})
+    assert msg.validate().prf == FM_LAYOUT
+    assert DPFMMessage.load(msg.save(tmp_path / "m.npz")).prf == FM_LAYOUT
+    with pytest.raises(MessageError, match="PRF layout 'aes256-ecb/low64'"):
+        attrs.evolve(msg, prf="aes256-ecb/low64").validate()

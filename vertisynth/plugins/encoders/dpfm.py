@@ -48,7 +48,7 @@ from .chunked import ChunkJob
 from .common import Estimate, agree, owners, project_to_simplex, query_domain
 from .fm_sketch import BLOCK_BYTES, EMPTY, cardinality, finalize, fm_parameters, grouping
 from .keys import KeyParty, agree_keys
-from .prf import LZ16, FMRecordStream
+from .prf import FM_LAYOUT, LZ16, FMRecordStream
 
 STAGE = "encoder"
 SKETCH = "dpfm_sketches"
@@ -134,11 +134,15 @@ class DPFMMessage(Message):
     n_hat: float | None = None
     n_hat_variance: float | None = None
     sketches: dict[str, np.ndarray] = attrs.field(factory=dict)
+    prf: str = FM_LAYOUT
 
     def validate(self) -> DPFMMessage:
         super().validate()
         if not isinstance(self.domain, Domain):
             raise self._fail("domain is missing")
+        if self.prf != FM_LAYOUT:
+            raise self._fail(f"sketches hashed with PRF layout {self.prf!r}, this version uses {FM_LAYOUT!r}: every "
+                             "party and the server must run the same vertisynth version")
         if not (isinstance(self.t, int) and self.t >= 1):
             raise self._fail(f"t must be a positive integer, got {self.t!r}")
         try:

@@ -112,6 +112,10 @@ def _leading_zeros16() -> np.ndarray:
 
 LZ16 = _leading_zeros16()
 
+# how FM hash values are drawn from the PRF; sketches drawn otherwise cannot be combined, so DPFM messages
+# carry it (the low-64-bit layout before issue 21 was "aes256-ecb/low64")
+FM_LAYOUT = "aes256-ecb/2x64"
+
 
 class FMRecordStream:
     """H_ξh(id) record-major, (ids, reps), for a block of ids and a block of repetitions: the PRF of
