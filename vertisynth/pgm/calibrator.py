@@ -22,7 +22,9 @@ than there. The message buffers are reused between calls: one Calibrator serves 
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from functools import lru_cache
 
 import numpy as np
 import scipy.sparse as sp
@@ -47,30 +49,52 @@ def _proj_index(shape: Sequence[int], keep: Sequence[bool]) -> np.ndarray:
 def _sum_block(t: np.ndarray, i: int, j: int) -> np.ndarray:
     """t summed over its contiguous axes i..j-1, viewed as (A, k, B). numpy's own reduction is slow when
     the kept inner block B is short (a few cells per inner loop), so those cases go through BLAS."""
-    s = t.shape
-    a, k, b = (int(np.prod(s[:i], dtype=np.int64)), int(np.prod(s[i:j], dtype=np.int64)),
-               int(np.prod(s[j:], dtype=np.int64)))
+    return _run_block(t, _block_program(t.shape, i, j))
+
+
+@lru_cache(maxsize=4096)
+def _block_program(s: tuple[int, ...], i: int, j: int) -> tuple:
+    """The sizes _sum_block needs for a table of shape s, computed once per (shape, axes): the calibrator
+    sums the same shapes thousands of times, and np.prod on a tuple costs microseconds each time."""
+    a, k, b = math.prod(s[:i]), math.prod(s[i:j]), math.prod(s[j:])
+    ones = np.ones(k)
+    ones.setflags(write=False)
+    return a, k, b, ones, s[:i] + s[j:]
+
+
+def _run_block(t: np.ndarray, prog: tuple) -> np.ndarray:
+    a, k, b, ones, out = prog
     if b == 1:
-        r = t.reshape(a, k) @ np.ones(k)
+        r = t.reshape(a, k) @ ones
     elif a == 1:
         r = t.reshape(k, b).sum(axis=0)
     else:
-        r = np.matmul(np.ones(k), t.reshape(a, k, b))
-    return r.reshape(s[:i] + s[j:])
+        r = np.matmul(ones, t.reshape(a, k, b))
+    return r.reshape(out)
 
 
-def _sum_out(t: np.ndarray, drop: tuple[int, ...]) -> np.ndarray:
-    """t summed over the axes `drop` (ascending), one contiguous block of axes at a time, leading first."""
+@lru_cache(maxsize=4096)
+def _sum_program(shape: tuple[int, ...], drop: tuple[int, ...]) -> tuple:
+    """_sum_out's block programs for a table of `shape`: one contiguous block of axes at a time."""
     blocks: list[list[int]] = []
     for a in drop:
         if blocks and blocks[-1][1] == a:
             blocks[-1][1] = a + 1
         else:
             blocks.append([a, a + 1])
-    removed = 0
+    progs, removed = [], 0
     for i, j in blocks:
-        t = _sum_block(t, i - removed, j - removed)
+        prog = _block_program(shape, i - removed, j - removed)
+        progs.append(prog)
+        shape = prog[4]
         removed += j - i
+    return tuple(progs)
+
+
+def _sum_out(t: np.ndarray, drop: tuple[int, ...]) -> np.ndarray:
+    """t summed over the axes `drop` (ascending), one contiguous block of axes at a time, leading first."""
+    for prog in _sum_program(t.shape, drop):
+        t = _run_block(t, prog)
     return t
 
 
@@ -480,7 +504,7 @@ class Calibrator:
         plan = self._plans[i]
         if plan["up"] is not None:
             lo, _, pb = plan["up"]
-            acc *= down[lo:lo + int(np.prod(pb, dtype=np.int64))].reshape(pb)
+            acc *= down[lo:lo + math.prod(pb)].reshape(pb)
         tabs = [acc]
         for src, drop, _ in plan["steps"]:
             tabs.append(_sum_out(tabs[src], drop))

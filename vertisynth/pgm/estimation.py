@@ -104,6 +104,7 @@ class EstimationResult:
     losses: list[float]
     iterations: int
     seconds: float
+    step: float = 0.0  # the last accepted step size η (a re-estimate can start from it)
 
 
 def _total(measurements: Sequence[Measurement]) -> float:
@@ -115,8 +116,11 @@ def _total(measurements: Sequence[Measurement]) -> float:
 def estimate(domain: Domain, measurements: Sequence[Measurement], total: float | None = None, iters: int = 1000,
              warm_start: GraphicalModel | None = None, max_cells: float = DEFAULT_MAX_CELLS, tol: float = 1e-7,
              extra_cliques: Sequence[Sequence[str]] = (),
-             callback: Callable[[int, float], None] | None = None, growth: float = 1.05) -> EstimationResult:
-    """Fit a GraphicalModel to noisy marginal measurements by mirror descent with Armijo line search."""
+             callback: Callable[[int, float], None] | None = None, growth: float = 1.05,
+             step: float | None = None) -> EstimationResult:
+    """Fit a GraphicalModel to noisy marginal measurements by mirror descent with Armijo line search.
+    `step`: the initial step size η (default 1/total, doubled until the first backtrack); a re-estimate
+    warm-started from an earlier result can pass that result's `step`."""
     if not growth >= 1.0:
         raise ConfigError(f"step growth must be >= 1, got {growth}")
     if not measurements:
@@ -170,9 +174,9 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], total: float |
 
     loss, grad, mu = loss_and_grad(phi)
     losses = [loss]
-    eta = 1.0 / total
+    eta = 1.0 / total if step is None or not step > 0 else float(step)
     small = 0
-    ramp = True  # double the step until the first backtrack, then grow it gently
+    ramp = True  # double the step until the first backtrack (at once if `step` was good), then grow it gently
     it = 0
     for it in range(1, iters + 1):
         while True:
@@ -196,4 +200,4 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], total: float |
         if small >= 5:
             break
     model = model.with_potentials(cal.potentials(phi, base), total)
-    return EstimationResult(model, losses, it, time.perf_counter() - t0)
+    return EstimationResult(model, losses, it, time.perf_counter() - t0, eta)

@@ -57,10 +57,48 @@ def csv_row_count(path: Path) -> int:
     return max(lines + (last != b"\n") - 1, 0)
 
 
-def read_csv_span(path: str, domain: Domain, start: int, nrows: int) -> tuple[np.ndarray, Dataset]:
-    """Rows start..start+nrows-1 (0-based, after the header) of the domain's columns, with global ids."""
-    frame = pd.read_csv(path, skiprows=range(1, start + 1), nrows=nrows, usecols=list(domain.attributes))
-    frame.columns = [str(c) for c in frame.columns]
+def csv_spans(path: str | Path, chunk_rows: int) -> list[tuple[int, int, int]]:
+    """(first row, byte offset, rows) of each span of chunk_rows data rows, from one pass over the file's
+    newlines (no parsing): each span is then read by seeking to its offset, not by re-scanning the file
+    from the top (which made reading all spans quadratic in the file's length). Line breaks inside quoted
+    fields are not supported here (`read_csv_span` notices the short span)."""
+    if chunk_rows < 1:
+        raise ConfigError(f"chunk_rows must be positive, got {chunk_rows}")
+    size = Path(path).stat().st_size
+    offsets: list[int] = []  # byte offset of data rows 0, chunk_rows, 2·chunk_rows, ...
+    newlines, base = 0, 0
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 22):
+            nl = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+            # the newline numbered k (0-based, file-wide) ends line k, so data row k starts after it
+            k = newlines + np.arange(nl.size)
+            offsets.extend((base + nl[k % chunk_rows == 0] + 1).tolist())
+            newlines += nl.size
+            base += len(block)
+            last = block[-1:]
+    if size == 0:
+        return []
+    rows = newlines + (last != b"\n") - 1
+    offsets = [o for o in offsets if o < size][: -(-rows // chunk_rows) if rows > 0 else 0]
+    return [(i * chunk_rows, off, min(chunk_rows, rows - i * chunk_rows)) for i, off in enumerate(offsets)]
+
+
+def read_csv_span(path: str, domain: Domain, start: int, nrows: int, offset: int | None = None) -> tuple[np.ndarray, Dataset]:
+    """Rows start..start+nrows-1 (0-based, after the header) of the domain's columns, with global ids.
+    `offset`: the byte offset of row `start` (from `csv_spans`); without it the file is scanned for it."""
+    header = [str(c) for c in pd.read_csv(path, nrows=0).columns]
+    if offset is None:
+        spans = [sp for sp in csv_spans(path, start if start > 0 else 1 << 62) if sp[0] == start]
+        if not spans:
+            raise DataError(f"CSV {str(path)!r} has no row {start}")
+        offset = spans[0][1]
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        frame = pd.read_csv(fh, header=None, names=header, nrows=nrows, usecols=list(domain.attributes))
+    if len(frame) != nrows:
+        raise DataError(f"CSV {str(path)!r}: expected {nrows} rows from row {start}, read {len(frame)} "
+                        "(line breaks inside quoted fields are not supported when reading in spans)")
+    frame = frame[list(domain.attributes)]
     rows = Dataset.from_frame(frame, domain)
     return np.arange(start, start + rows.n, dtype=np.int64), rows
 
@@ -84,8 +122,9 @@ def csv_chunks(path: str | Path, domain: Domain, chunk_rows: int) -> Iterator[tu
         start += rows.n
 
 
-def _map_span(path: str, domain: Domain, start: int, nrows: int, mapper: Callable) -> tuple[int, Any]:
-    ids, rows = read_csv_span(path, domain, start, nrows)
+def _map_span(path: str, domain: Domain, start: int, nrows: int, mapper: Callable,
+              offset: int | None = None) -> tuple[int, Any]:
+    ids, rows = read_csv_span(path, domain, start, nrows, offset)
     return rows.n, mapper(rows, ids)
 
 
@@ -107,14 +146,14 @@ def encode_csv(encoder: Any, party: str, path: str | Path, domain: Domain, ledge
     path = Path(path)
     if not path.is_file():
         raise DataError(f"CSV file {str(path)!r} does not exist")
-    total = csv_row_count(path)
-    if total == 0:
+    spans = csv_spans(path, chunk_rows)
+    if not spans:
         raise DataError(f"CSV {str(path)!r} has no data rows")
     client = scheduler if isinstance(scheduler, Client) else Client(scheduler)
     try:
-        starts = list(range(0, total, chunk_rows))
-        futures = client.map(_map_span, [str(path)] * len(starts), [domain] * len(starts), starts,
-                             [chunk_rows] * len(starts), [job.mapper] * len(starts), pure=False)
+        k = len(spans)
+        futures = client.map(_map_span, [str(path)] * k, [domain] * k, [sp[0] for sp in spans], [sp[2] for sp in spans],
+                             [job.mapper] * k, [sp[1] for sp in spans], pure=False)
         acc, n = None, 0
         for fut in futures:  # in chunk order: GRR's concatenation needs it, DPFM's max does not care
             rows, part = fut.result()

@@ -3,8 +3,9 @@
 Party side. With the t hash keys ξ_h agreed among the parties (`keys.py`) and unknown to the server,
 every party hashes every record id to a geometric value H_ξh(id) (`prf.py`: the same value at every
 party and for every attribute) and, for each attribute A_j and value v, sends the DP FM sketch of the
-id set {records with A_j = v} (`fm_sketch.py`). Vectorised: per block of repetitions one PRF call over
-all records, then a sorted group-max per attribute. One party also sends a Gaussian noisy count n̂.
+id set {records with A_j = v} (`fm_sketch.py`). Vectorised in blocks of rows × repetitions bounded by
+`block_mb` (`sketch_maxima`): one PRF call per block, then a sorted group reduction per attribute (or pair
+of attributes). One party also sends a Gaussian noisy count n̂.
 
 Server side. The count of cell v = (v_1..v_l) of marginal M is n̂ minus the union of the complements:
 the complement sketch of v_i is the max over A_i's other values, the union of complements is the max
@@ -45,9 +46,9 @@ from vertisynth.core.privacy import Budget, Charge, PrivacyLedger, ZCDP, zcdp_to
 
 from .chunked import ChunkJob
 from .common import Estimate, agree, owners, project_to_simplex, query_domain
-from .fm_sketch import EMPTY, cardinality, finalize, fm_parameters, group_max, grouping
+from .fm_sketch import BLOCK_BYTES, EMPTY, cardinality, finalize, fm_parameters, grouping
 from .keys import KeyParty, agree_keys
-from .prf import FMStream
+from .prf import FM_LAYOUT, LZ16, FMRecordStream
 
 STAGE = "encoder"
 SKETCH = "dpfm_sketches"
@@ -62,7 +63,9 @@ class DPFMConfig:
     "clip_rescale" (then scaled to sum n̂), "project" (the nearest table >= 0 summing to n̂: every cell
     moves by the same amount before clipping, so small cells are not inflated as by clipping alone;
     much lower TVD in the benchmark) or "none" (unbiased up to O(1/t)), rep_block: repetitions hashed per
-    vectorised step (memory ≈ rep_block × n × 18 bytes), reproducible_keys: draw the X25519 keys from
+    vectorised step, block_mb: memory of one step's buffers in MB (20 bytes per repetition·row: the rows per
+    step are block_mb / (20 × rep_block), at least 1; the old whole-view block took ≈ 47 B × rep_block × n),
+    reproducible_keys: draw the X25519 keys from
     the seeded Generator (simulation) rather than the OS (deployment); chunk_rows / dask_scheduler: how
     `chunked.encode_csv` reads a party's CSV (a scheduler address such as "tcp://host:8786" runs the
     chunks on that Dask cluster)."""
@@ -74,7 +77,8 @@ class DPFMConfig:
     calibration: str = "tight"   # the paper: "paper"
     epsilon: float | None = None
     postprocess: str = "project"  # the paper (Alg. 4): "clip"
-    rep_block: int = 64
+    rep_block: int = 256
+    block_mb: float = 16.0
     reproducible_keys: bool = True
     chunk_rows: int = 100_000
     dask_scheduler: str | None = None
@@ -98,6 +102,8 @@ class DPFMConfig:
             raise ConfigError(f"dpfm: chunk_rows must be a positive integer, got {self.chunk_rows!r}")
         if not (isinstance(self.rep_block, int) and self.rep_block >= 1):
             raise ConfigError(f"dpfm: rep_block must be a positive integer, got {self.rep_block!r}")
+        if not (isinstance(self.block_mb, (int, float)) and math.isfinite(self.block_mb) and self.block_mb > 0):
+            raise ConfigError(f"dpfm: block_mb must be a positive number of MB, got {self.block_mb!r}")
 
 
 @attrs.frozen
@@ -128,11 +134,15 @@ class DPFMMessage(Message):
     n_hat: float | None = None
     n_hat_variance: float | None = None
     sketches: dict[str, np.ndarray] = attrs.field(factory=dict)
+    prf: str = FM_LAYOUT
 
     def validate(self) -> DPFMMessage:
         super().validate()
         if not isinstance(self.domain, Domain):
             raise self._fail("domain is missing")
+        if self.prf != FM_LAYOUT:
+            raise self._fail(f"sketches hashed with PRF layout {self.prf!r}, this version uses {FM_LAYOUT!r}: every "
+                             "party and the server must run the same vertisynth version")
         if not (isinstance(self.t, int) and self.t >= 1):
             raise self._fail(f"t must be a positive integer, got {self.t!r}")
         try:
@@ -223,7 +233,8 @@ class DPFMEncoder(Encoder):
 
     def raw_maxima(self, key: bytes, view: Dataset, ids: np.ndarray) -> dict[str, np.ndarray]:
         """See `sketch_maxima`; uses the planned t and γ."""
-        return sketch_maxima(key, view, ids, self.params.t, self.params.gamma, self.config.rep_block)
+        return sketch_maxima(key, view, ids, self.params.t, self.params.gamma, self.config.rep_block,
+                             self.config.block_mb)
 
     def finish(self, party: str, domain: Domain, raw: dict[str, np.ndarray], n: int,
                ledger: PrivacyLedger, rng: np.random.Generator) -> DPFMMessage:
@@ -269,7 +280,8 @@ class DPFMEncoder(Encoder):
             raise DomainError(f"dpfm: party {party!r} must encode all its planned attributes {list(self._attributes[party])}")
         key = self.party_key(party, rng)
         self._spend_sketches(party, domain, ledger)
-        mapper = partial(sketch_maxima, key, t=self.params.t, gamma=self.params.gamma, rep_block=self.config.rep_block)
+        mapper = partial(sketch_maxima, key, t=self.params.t, gamma=self.params.gamma, rep_block=self.config.rep_block,
+                         block_mb=self.config.block_mb)
         return ChunkJob(domain, mapper, _max_merge, lambda raw, n: self.finish(party, domain, raw, n, ledger, rng))
 
     def encode_chunks(self, party: str, domain: Domain, chunks: Iterable[tuple[np.ndarray, Dataset]],
@@ -327,22 +339,99 @@ class DPFMEncoder(Encoder):
         return _noisy_count(list(messages))
 
 
-def sketch_maxima(key: bytes, view: Dataset, ids: np.ndarray, t: int, gamma: float, rep_block: int) -> dict[str, np.ndarray]:
+def sketch_maxima(key: bytes, view: Dataset, ids: np.ndarray, t: int, gamma: float, rep_block: int,
+                  block_mb: float = 16.0) -> dict[str, np.ndarray]:
     """max_{x: A_j(x)=v} H_ξh(id_x) for every repetition h, attribute and value (EMPTY if no record):
     the data-dependent part of the sketches, mergeable across record chunks by element-wise max.
-    A plain function of picklable arguments, so Dask workers can run it on their chunk."""
+    A plain function of picklable arguments, so Dask workers can run it on their chunk.
+
+    Blocks of rows × `rep_block` repetitions, record-major (each record's repetitions contiguous), so
+    the group max per attribute gathers whole rows and `maximum.reduceat` streams down them; the rows
+    per block keep the block's buffers (BLOCK_BYTES per repetition·row) within `block_mb` MB."""
     ids = np.asarray(ids)
     if ids.shape != (view.n,) or ids.dtype.kind not in "iu" or (ids.size and ids.min() < 0):
         raise DataError(f"dpfm: need {view.n} non-negative integer record ids, got shape {ids.shape} {ids.dtype}")
-    out = {a: np.empty((t, view.domain.size(a)), dtype=np.int16) for a in view.attributes}
-    groups = {a: grouping(view.column(a)) for a in view.attributes}  # sort once, reuse in every block
-    stream = FMStream(key, ids, gamma, min(rep_block, t))
-    for h0 in range(0, t, rep_block):
-        reps = np.arange(h0, min(h0 + rep_block, t))
-        values = stream.values(reps)  # (block, n): one PRF pass serves all attributes
-        for a in view.attributes:
-            out[a][h0:h0 + reps.size] = group_max(values, None, view.domain.size(a), groups[a])
+    out = {a: np.full((t, view.domain.size(a)), EMPTY, dtype=np.int16) for a in view.attributes}
+    if view.n == 0:
+        return out
+    reps = min(rep_block + rep_block % 2, t + t % 2)  # even: a block starts on an AES block's first word
+    rows = int(max(1, min(view.n, block_mb * 2**20 // (BLOCK_BYTES * reps))))
+    stream = FMRecordStream(key, gamma, rows, reps)
+    gathered = np.empty(rows * reps, dtype=np.uint16 if gamma == 1.0 else np.int16)
+    reduce = np.min if gamma == 1.0 else np.max  # γ = 1: group min of the top bits (see FMRecordStream)
+    combine = np.minimum if gamma == 1.0 else np.maximum
+    passes = _passes(view.domain, rows)
+    for r0 in range(0, view.n, rows):
+        stream.set_ids(ids[r0:r0 + rows])
+        plans = [_pass_plan(view, attrs_, r0, rows) for attrs_ in passes]
+        for h0 in range(0, t, reps):
+            nr = min(reps, t - h0)
+            values, words = stream.values(h0, nr)
+            rare = None
+            for order, starts, per_attr in plans:
+                g = np.take(values, order, axis=0, out=gathered[: values.size].reshape(values.shape))
+                red = np.empty((starts.size, nr), dtype=values.dtype)  # one row per present (joint) cell
+                for j, (s, e) in enumerate(zip(starts, np.r_[starts[1:], order.size])):
+                    reduce(g[s:e], axis=0, out=red[j])  # contiguous rows: a streamed reduction
+                if gamma == 1.0 and rare is None:  # a record whose top 16 bits are 0 (prob. 2^-16): exact value
+                    hit = np.flatnonzero((red == 0).any(axis=0))
+                    cells = [(np.flatnonzero(values[:, r] == 0), r) for r in hit]
+                    i = np.concatenate([c[0] for c in cells]) if cells else np.zeros(0, np.int64)
+                    r = np.concatenate([np.full(c[0].size, c[1]) for c in cells]) if cells else i
+                    rare = (i, r, stream.exact(words, i, r))
+                for a, (cell_order, seg, present, group_of) in per_attr.items():
+                    red_a = combine.reduceat(red[cell_order], seg, axis=0)  # joint cells onto a's values
+                    if gamma == 1.0:
+                        red_a = LZ16[red_a]  # the value of each group's smallest word
+                        if rare[0].size:
+                            np.maximum.at(red_a, (group_of[rare[0]], rare[1]), rare[2])
+                    blk = out[a][h0:h0 + nr]
+                    blk[:, present] = np.maximum(blk[:, present], red_a.T)
     return out
+
+
+# attributes whose joint domain has at most this many cells share one gather and group reduction (per
+# block of rows, at least PAIR_MIN_ROWS rows per cell on average): each attribute's maxima are then read
+# off the joint cells' table, which is small
+PAIR_MAX_CELLS = 64
+PAIR_MIN_ROWS = 32
+
+
+def _passes(domain: Domain, rows: int) -> list[tuple[str, ...]]:
+    """The party's attributes in passes of one or two (the smallest with the largest that fits)."""
+    cap = min(PAIR_MAX_CELLS, rows // PAIR_MIN_ROWS)
+    left = sorted(domain.attributes, key=domain.size)
+    out: list[tuple[str, ...]] = []
+    while left:
+        a = left.pop(0)
+        fits = [b for b in left if domain.size(a) * domain.size(b) <= cap]
+        if fits:
+            left.remove(fits[-1])
+            out.append((a, fits[-1]))
+        else:
+            out.append((a,))
+    return out
+
+
+def _pass_plan(view: Dataset, attrs_: tuple[str, ...], r0: int, rows: int) -> tuple:
+    """For one pass over rows r0..r0+rows-1: the records' order by joint code, where each present joint
+    cell starts, and per attribute how the joint cells reduce onto its values (cell order, segment
+    starts, present values, each record's value index)."""
+    cols = [view.column(a)[r0:r0 + rows] for a in attrs_]
+    sizes = [view.domain.size(a) for a in attrs_]
+    joint = cols[0].astype(np.int64)
+    for c, u in zip(cols[1:], sizes[1:]):
+        joint = joint * u + c
+    order, starts, present = grouping(joint)
+    per_attr = {}
+    for k, a in enumerate(attrs_):
+        comp = (present // math.prod(sizes[k + 1:])) % sizes[k]  # attribute a's value of each joint cell
+        cell_order = np.argsort(comp, kind="stable")
+        sc = comp[cell_order]
+        seg = np.flatnonzero(np.r_[True, sc[1:] != sc[:-1]])
+        values_a = sc[seg]
+        per_attr[a] = (cell_order, seg, values_a, np.searchsorted(values_a, cols[k]))
+    return order, starts, per_attr
 
 
 def _max_merge(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -61,6 +61,11 @@ def group_max(values: np.ndarray, codes: np.ndarray, size: int, groups=None) -> 
     return out
 
 
+# bytes per repetition·row of a record-major block (dpfm.sketch_maxima): AES input and output 8 + 8 (one
+# 16-byte block serves two repetitions), the top bits (γ = 1) or values and their gathered copy 2 + 2
+BLOCK_BYTES = 20
+
+
 def phantom_max(rng: np.random.Generator, shape: tuple[int, ...], k_p: int, gamma: float) -> np.ndarray:
     """Maximum of k_p iid Geometric(γ/(1+γ)) draws on {0,1,...}, sampled by inversion of its CDF."""
     u = rng.random(shape)

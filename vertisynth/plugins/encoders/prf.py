@@ -10,7 +10,8 @@ Both encoders draw their per-record randomness from PRF(key, row, id) instead of
 Why the server cannot predict the values: AES is a pseudo-random permutation; without the 256-bit
 key (agreed by the parties through X25519 + HKDF, see `keys.py`, and never sent to the server)
 the outputs on distinct blocks are computationally indistinguishable from independent uniform
-128-bit strings. The repetition index h sits inside the block, so (key, h) acts as t independent
+128-bit strings. The repetition index sits inside the block (DPFM: repetitions 2k and 2k+1 take the two
+64-bit halves of block k), so (key, h) acts as t independent
 hash keys ξ_1..ξ_t. ECB mode is the right mode here: it *is* the PRF applied to each distinct
 block (no block repeats, so no pattern leaks); OpenSSL runs it with AES-NI at GB/s.
 """
@@ -92,16 +93,78 @@ def geometric_from_uniform(u: np.ndarray, gamma: float) -> np.ndarray:
 
 
 def fm_geometric(key: bytes, reps: np.ndarray, ids: np.ndarray, gamma: float) -> np.ndarray:
-    """The hashed geometric value H_{ξ_h}(id) for every repetition h in `reps` and record id: (len(reps), len(ids)) int16."""
-    return geometric_from_words(prf_words(key, TAG_FM, reps, ids)[..., 0], gamma)
+    """The hashed geometric value H_{ξ_h}(id) for every repetition h in `reps` and record id: (len(reps), len(ids)) int16.
+    Repetition h reads word h % 2 of the PRF block (h // 2, id): both 64-bit halves of each AES block
+    are used (two independent uniform words), so t repetitions cost t/2 AES blocks per record."""
+    reps = np.asarray(reps, dtype=np.uint64)
+    words = prf_words(key, TAG_FM, reps // np.uint64(2), ids)  # (len(reps), len(ids), 2)
+    half = (reps % np.uint64(2)).astype(np.intp)
+    return geometric_from_words(np.take_along_axis(words, half[:, None, None], axis=2)[..., 0], gamma)
 
 
-class FMStream:
-    """`fm_geometric` block after block over one id vector, reusing the PRF buffers (the hot path)."""
+def _leading_zeros16() -> np.ndarray:
+    """clz of every 16-bit value (16 for 0) as uint8."""
+    bits = np.zeros(1 << 16, dtype=np.uint8)
+    for k in range(16):
+        bits[1 << k:] = k + 1
+    return (16 - bits).astype(np.uint8)
 
-    def __init__(self, key: bytes, ids: np.ndarray, gamma: float, max_reps: int) -> None:
-        self._prf = PRFStream(key, TAG_FM, ids, max_reps)
-        self._gamma = gamma
 
-    def values(self, reps: np.ndarray) -> np.ndarray:
-        return geometric_from_words(self._prf.words(reps)[..., 0], self._gamma)
+LZ16 = _leading_zeros16()
+
+# how FM hash values are drawn from the PRF; sketches drawn otherwise cannot be combined, so DPFM messages
+# carry it (the low-64-bit layout before issue 21 was "aes256-ecb/low64")
+FM_LAYOUT = "aes256-ecb/2x64"
+
+
+class FMRecordStream:
+    """H_ξh(id) record-major, (ids, reps), for a block of ids and a block of repetitions: the PRF of
+    `fm_geometric` laid out id by id (repetitions h0, h0+1 from the two words of block h0 // 2), so the
+    ids' rows are contiguous for the group max.
+
+    For γ = 1 the value is min(clz64(w), 53) of the word w (= `geometric_from_words`, see there), a
+    decreasing function of w: the stream returns w's top 16 bits (one strided copy), the caller takes the
+    group MIN of those and converts only the minima with the leading-zero table LZ16; a minimum of 0
+    (probability 2^-16 per record) is refined with `exact` on the records whose top bits are all zero.
+    Other γ: the values themselves, `geometric_from_words` on the same words (group max).
+    Returns views valid until the next call."""
+
+    def __init__(self, key: bytes, gamma: float, max_ids: int, reps: int) -> None:
+        _check_key(key)
+        self._cipher = Cipher(algorithms.AES(bytes(key)), modes.ECB())
+        self._gamma = float(gamma)
+        self._blocks = np.empty((max_ids, (reps + 1) // 2, 2), dtype="<u8")
+        self._out = np.empty(self._blocks.nbytes + 16, dtype=np.uint8)
+        self._vals = np.empty((max_ids, reps), dtype=np.uint16 if gamma == 1.0 else np.int16)
+        self._n = 0
+
+    def set_ids(self, ids: np.ndarray) -> None:
+        ids = np.asarray(ids, dtype=np.uint64)
+        if ids.size > self._blocks.shape[0]:
+            raise ConfigError(f"FMRecordStream holds {self._blocks.shape[0]} ids, given {ids.size}")
+        self._n = ids.size
+        self._blocks[: ids.size, :, 1] = ids[:, None]
+
+    def values(self, h0: int, nreps: int) -> tuple[np.ndarray, np.ndarray]:
+        """(top 16 bits (γ = 1) or values; words), both (n_ids, nreps), for repetitions h0..h0+nreps-1."""
+        pairs = (nreps + 1) // 2
+        if h0 % 2 or nreps > self._vals.shape[1] or h0 + nreps > 1 << 56:
+            raise ConfigError(f"FMRecordStream: bad repetition block {h0}+{nreps} (must start even)")
+        n = self._n
+        blocks = self._blocks[:n, :pairs]
+        blocks[..., 0] = np.arange(h0 // 2, h0 // 2 + pairs, dtype=np.uint64) | np.uint64(TAG_FM << 56)
+        flat = self._blocks[:n] if pairs == self._blocks.shape[1] else np.ascontiguousarray(blocks)
+        enc = self._cipher.encryptor()
+        written = enc.update_into(memoryview(flat).cast("B"), self._out)
+        full = self._out[:written].view("<u8").reshape(n, 2 * pairs)  # word j: repetition h0 + j
+        words = full[:, :nreps]
+        vals = self._vals.reshape(-1)[: n * nreps].reshape(n, nreps)  # contiguous
+        if self._gamma != 1.0:
+            vals[...] = geometric_from_words(words, self._gamma)
+            return vals, words
+        np.copyto(vals, full.view("<u2").reshape(n, 2 * pairs, 4)[:, :nreps, 3])  # top 16 bits (little-endian)
+        return vals, words
+
+    def exact(self, words: np.ndarray, i: np.ndarray, r: np.ndarray) -> np.ndarray:
+        """The exact γ = 1 values of entries (i, r) of a `values` call's words (where the top bits are 0)."""
+        return geometric_from_words(words[i, r], 1.0).astype(np.uint8)

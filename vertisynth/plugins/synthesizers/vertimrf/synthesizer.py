@@ -26,9 +26,9 @@ from vertisynth.core.privacy import Charge, PrivacyLedger
 from vertisynth.core.registry import default_registry
 from vertisynth.core.structuring import CONVERTER, structure
 
-from vertisynth.pgm import Measurement, estimate
+from vertisynth.pgm import GraphicalModel, Measurement, estimate
 from vertisynth.pgm.estimation import bin_query
-from vertisynth.pgm.graph import min_fill_cliques
+from vertisynth.pgm.graph import build_junction_tree, min_fill_cliques
 from ..privmrf import LocalModel, PrivMRFConfig, PrivMRFSynthesizer
 from .dimension import (ValueDistributions, bin_dataset, bin_map, binned_domain, hisrec, measure_value_distributions,
                         planned_charges as value_charges, uniform_distributions)
@@ -55,6 +55,8 @@ class VertiMRFConfig:
     max_std_ratio: float = 5.0
     iters: int = 1500
     sampling: str = "round"
+    local_start: bool = True
+    round_iters: int | None = 500
 
     def __attrs_post_init__(self) -> None:
         fr = [self.local_fraction, self.encoder_fraction, self.value_fraction]
@@ -73,6 +75,8 @@ class VertiMRFConfig:
             raise ConfigError(f"vertimrf: weighting must be 'paper' or 'variance', got {self.weighting!r}")
         if self.sampling not in ("sample", "round"):
             raise ConfigError(f"vertimrf: sampling must be 'sample' or 'round', got {self.sampling!r}")
+        if self.round_iters is not None and self.round_iters < 1:
+            raise ConfigError(f"vertimrf: round_iters must be >= 1 or omitted, got {self.round_iters}")
         if self.rounds < 0 or self.per_round < 1 or self.iters < 1 or self.max_clique_cells < 4:
             raise ConfigError("vertimrf: rounds >= 0, per_round >= 1, iters >= 1, max_clique_cells >= 4")
 
@@ -235,7 +239,9 @@ class VertiMRFSynthesizer(Synthesizer):
                 one_way[a] = (np.clip(counts.values, 0, None), var)
                 meas.append(Measurement((a,), counts.values, math.sqrt(var) if c.weighting == "variance" else 1.0,
                                         self._bins_of((a,))))
-        res = estimate(dom, meas, total=n_hat, iters=c.iters, extra_cliques=cliques, max_cells=float("inf"))
+        start = self._local_start(dom, meas, cliques, locals_, n_hat) if c.local_start and locals_ else None
+        res = estimate(dom, meas, total=n_hat, iters=c.iters, extra_cliques=cliques, max_cells=float("inf"),
+                       warm_start=start)
         t2 = time.perf_counter()
         # Phase 5: OptMRF with cross-party marginals inside the global cliques
         cands = sorted({p for q in cliques for p in itertools.combinations(q, 2) if owner[p[0]] != owner[p[1]]})
@@ -254,7 +260,7 @@ class VertiMRFSynthesizer(Synthesizer):
                 usable.append((p, counts, var))
         std_cap = c.max_std_ratio * float(np.median([m.std for m in meas]))
         chosen: list[tuple[str, ...]] = []
-        for _ in range(c.rounds):
+        for rnd in range(c.rounds):
             left = [u for u in usable if u[0] not in chosen]
             if not left:
                 break
@@ -267,7 +273,11 @@ class VertiMRFSynthesizer(Synthesizer):
                 std = min(math.sqrt(max(var, 1e-12)), std_cap) if c.weighting == "variance" else 1.0
                 meas.append(Measurement(p, vals, std, self._bins_of(p)))
                 chosen.append(p)
-            res = estimate(dom, meas, total=n_hat, iters=c.iters, warm_start=res.model, max_cells=float("inf"))
+            # a round's model only ranks the next candidates and warm-starts the next fit: the last fit gets `iters`
+            last = rnd == c.rounds - 1 or not [u for u in usable if u[0] not in chosen]
+            iters = c.iters if last or c.round_iters is None else min(c.round_iters, c.iters)
+            res = estimate(dom, meas, total=n_hat, iters=iters, warm_start=res.model, max_cells=float("inf"),
+                           step=res.step or None)
         self._model = res.model
         self._n_hat = n_hat
         self._measurements = meas
@@ -275,6 +285,26 @@ class VertiMRFSynthesizer(Synthesizer):
         self._cliques = cliques
         self._timings.update({"GraphCom (server)": t1 - t0, "InitMRF (server)": t2 - t1,
                               "OptMRF (server)": time.perf_counter() - t2})
+
+    @staticmethod
+    def _local_start(dom: Any, meas: Sequence[Measurement], cliques: Sequence[tuple[str, ...]],
+                     locals_: Mapping[str, LocalModel], n_hat: float) -> GraphicalModel | None:
+        """InitMRF's starting point: the product of the parties' local models (independent across parties)
+        as log-potentials on the global junction tree. It already has every local marginal InitMRF fits, so
+        the fit starts at its optimum instead of 1500 steps from uniform. None if a local clique does not
+        fit in a global one (min-fill on the joint graph may triangulate a party's attributes otherwise)."""
+        tree = build_junction_tree(dom, [m.attributes for m in meas] + [tuple(q) for q in cliques], float("inf"))
+        theta = [np.zeros(dom.project(q).shape) for q in tree.cliques]
+        for lm in locals_.values():
+            model = lm.model()
+            for q, th in zip(model.tree.cliques, model.theta):
+                i = tree.clique_for(q)
+                if i is None:
+                    return None
+                target = tree.cliques[i]
+                axes = sorted(range(len(q)), key=lambda k: target.index(q[k]))  # into the global clique's order
+                theta[i] += np.transpose(th, axes).reshape([dom.size(a) if a in q else 1 for a in target])
+        return GraphicalModel(tree, theta, n_hat)
 
     def _query(self, model: Any, attrs_: tuple[str, ...]) -> np.ndarray:
         """The model's marginal on `attrs_`, summed into bins where the measurement is binned ("query")."""

@@ -1,0 +1,111 @@
+"""The record-major DPFM kernel (issue 21) equals the reference path bit for bit: `fm_geometric` (rep-major
+PRF, seven-pass geometric values) then `group_max` per attribute, for any block shape, down to 1 row."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vertisynth.core.dataset import Dataset
+from vertisynth.core.domain import Domain
+import vertisynth.plugins.encoders.dpfm as dpfm
+from vertisynth.plugins.encoders.dpfm import _passes, sketch_maxima
+from vertisynth.plugins.encoders.fm_sketch import BLOCK_BYTES, group_max
+from vertisynth.plugins.encoders.prf import LZ16, fm_geometric
+
+KEY = bytes(range(32))
+
+
+def reference(key, view, ids, t, gamma):
+    values = fm_geometric(key, np.arange(t), ids, gamma)  # (t, n) int16
+    return {a: group_max(values, view.column(a), view.domain.size(a)) for a in view.attributes}
+
+
+def table(n, sizes, seed):
+    rng = np.random.default_rng(seed)
+    dom = Domain(tuple(f"a{i}" for i in range(len(sizes))), tuple(sizes))
+    return Dataset(np.stack([rng.integers(0, s, n) for s in sizes], 1).reshape(n, len(sizes)), dom)
+
+
+def test_leading_zero_table():
+    x = np.arange(1, 1 << 16)
+    assert LZ16[0] == 16
+    assert np.array_equal(LZ16[1:], 16 - np.floor(np.log2(x)).astype(int) - 1)
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 300), t=st.integers(1, 70), rep_block=st.integers(1, 80),
+       rows=st.integers(1, 301), gamma=st.sampled_from([1.0, 1.0, 0.5, 2.0]), seed=st.integers(0, 2**16),
+       pair_min_rows=st.sampled_from([1, 4, dpfm.PAIR_MIN_ROWS]))
+def test_kernel_equals_reference_for_any_block(n, t, rep_block, rows, gamma, seed, pair_min_rows):
+    view = table(n, [3, 1, 6, 2, 9], seed)
+    ids = np.random.default_rng(seed).permutation(10 * n)[:n]  # global ids need not be 0..n-1
+    block_mb = rows * BLOCK_BYTES * min(rep_block, t) / 2**20  # about `rows` rows per block
+    saved = dpfm.PAIR_MIN_ROWS
+    dpfm.PAIR_MIN_ROWS = pair_min_rows  # pairs of attributes share a pass even in small blocks
+    try:
+        got = sketch_maxima(KEY, view, ids, t, gamma, rep_block, block_mb)
+    finally:
+        dpfm.PAIR_MIN_ROWS = saved
+    want = reference(KEY, view, ids, t, gamma)
+    for a in view.attributes:
+        assert got[a].dtype == np.int16 and np.array_equal(got[a], want[a]), a
+
+
+def test_rare_entries_beyond_the_table_are_exact(monkeypatch):
+    """Records whose PRF word has 16 leading zero bits (probability 2^-16) get their exact value."""
+    t = 64
+    vals = fm_geometric(KEY, np.arange(t), np.arange(60_000), 1.0)
+    deep = np.unique(np.nonzero(vals > 16)[1])  # ids with a value the 16-bit table cannot give
+    assert deep.size >= 5
+    ids = np.concatenate([deep, np.arange(60_000, 60_200)])
+    view = table(ids.size, [2, 4], 3)
+    monkeypatch.setattr(dpfm, "PAIR_MIN_ROWS", 1)
+    for rows in (1, 7, ids.size):
+        got = sketch_maxima(KEY, view, ids, t, 1.0, 32, rows * BLOCK_BYTES * 32 / 2**20)
+        want = reference(KEY, view, ids, t, 1.0)
+        assert all(np.array_equal(got[a], want[a]) for a in view.attributes)
+        assert max(int(got[a].max()) for a in view.attributes) > 16
+
+
+def test_attributes_pair_up_when_their_joint_table_is_small():
+    dom = Domain(("a", "b", "c", "d", "e"), (2, 8, 5, 40, 8))
+    assert _passes(dom, 10_000) == [("a", "e"), ("c", "b"), ("d",)]
+    assert _passes(dom, 100) == [("a",), ("c",), ("b",), ("e",), ("d",)]  # too few rows per joint cell
+
+
+def test_empty_view_and_block_memory_bound(monkeypatch):
+    view = table(0, [3], 0)
+    assert np.array_equal(sketch_maxima(KEY, view, np.zeros(0, np.int64), 5, 1.0, 4)["a0"], np.full((5, 3), -1))
+    made = []  # the block buffers stay within block_mb whatever n is
+
+    class Spy(dpfm.FMRecordStream):
+        def __init__(self, key, gamma, max_ids, reps):
+            made.append(max_ids * reps)
+            super().__init__(key, gamma, max_ids, reps)
+
+    monkeypatch.setattr(dpfm, "FMRecordStream", Spy)
+    view = table(5000, [4], 1)
+    got = sketch_maxima(KEY, view, np.arange(5000), 100, 1.0, 50, block_mb=0.5)
+    assert made and made[0] * BLOCK_BYTES <= 0.5 * 2**20 and made[0] < 5000 * 50
+    assert np.array_equal(got["a0"], reference(KEY, view, np.arange(5000), 100, 1.0)["a0"])
+
+
+def test_messages_carry_the_prf_layout(tmp_path):
+    """Sketches hashed with another PRF layout (e.g. a party on an older version) are refused, not mixed."""
+    import attrs
+
+    from vertisynth.core.errors import MessageError
+    from vertisynth.plugins.encoders.dpfm import DPFMMessage
+    from vertisynth.plugins.encoders.fm_sketch import fm_parameters
+    from vertisynth.plugins.encoders.prf import FM_LAYOUT
+
+    k_p, floor = fm_parameters(0.5, 1.0)
+    dom = Domain(("a",), (2,))
+    msg = DPFMMessage(party="p", domain=dom, t=3, gamma=1.0, eps_prime=0.5, k_p=k_p, floor=floor,
+                      n_hat=10.0, n_hat_variance=1.0, sketches={"a": np.full((3, 2), floor + 1, np.int16)})
+    assert msg.validate().prf == FM_LAYOUT
+    assert DPFMMessage.load(msg.save(tmp_path / "m.npz")).prf == FM_LAYOUT
+    with pytest.raises(MessageError, match="PRF layout 'aes256-ecb/low64'"):
+        attrs.evolve(msg, prf="aes256-ecb/low64").validate()
