@@ -57,6 +57,7 @@ def synthesize(
     id_column: str | None = None,
     alignment: str | None = None,
     alignment_params: Mapping[str, Any] | None = None,
+    noise: str = "simulation",
 ) -> RunResult:
     """Synthesise a DP table from one DataFrame per party (or one DataFrame plus `parties`).
 
@@ -64,11 +65,13 @@ def synthesize(
     which is NOT covered by the DP guarantee (the report says so).
     id_column: the parties' tables are keyed by this column (any row order, partial overlap); they are
     aligned by `alignment` ("psi" by default, or "psu" with synthetic fill; docs/alignment.md).
+    noise: "simulation" (seeded numpy noise, reproducible) or "secure" (discrete noise from the OS CSPRNG
+    for a release; docs/privacy.md).
     """
     if id_column is not None:
         return _synthesize_keyed(data, id_column, alignment or "psi", alignment_params, epsilon=epsilon,
                                  delta=delta, synthesizer=synthesizer, params=params, schema=schema,
-                                 evaluators=evaluators, n=n, seed=seed, output_dir=output_dir)
+                                 evaluators=evaluators, n=n, seed=seed, output_dir=output_dir, noise=noise)
     if isinstance(data, pd.DataFrame):
         frame = data
         if parties is None:
@@ -96,6 +99,7 @@ def synthesize(
     source = DatasetSource(table_schema, list(split.values()), lambda: loaded, list(split), loaded.description)
     config = parse_config({
         "seed": seed,
+        "noise": noise,
         "budget": {"epsilon": epsilon, "delta": delta},
         "dataset": {"name": "in-memory"},
         "parties": [{"name": k, "attributes": v} for k, v in split.items()],
@@ -131,6 +135,7 @@ def _synthesize_keyed(data: Any, id_column: str, alignment: str, alignment_param
     n, evaluators = kw.pop("n"), kw.pop("evaluators")
     config = parse_config({
         "seed": kw["seed"],
+        "noise": kw["noise"],
         "budget": {"epsilon": kw["epsilon"], "delta": kw["delta"]},
         "dataset": {"name": "in-memory"},
         "parties": [{"name": k, "attributes": v} for k, v in split.items()],
