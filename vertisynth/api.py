@@ -67,6 +67,7 @@ def synthesize(
     alignment: str | None = None,
     alignment_params: Mapping[str, Any] | None = None,
     progress: bool = False,
+    noise: str = "simulation",
 ) -> RunResult:
     """Synthesise one DP table from the columns several parties hold about the same people.
 
@@ -97,13 +98,16 @@ def synthesize(
     Returns a RunResult: `.synthetic` (the DataFrame), `.ledger` (the privacy spend), `.metrics`, `.report`.
     A `NoCrossPartyWarning` says when the fitted model has no cross-party edge (the parties' columns then come
     out independent of each other).
+    noise: "simulation" (seeded numpy noise, reproducible) or "secure" (discrete noise from the OS CSPRNG
+        for a release; docs/privacy.md).
     """
     if bounds and schema:
         raise DataError("give `bounds` or a full `schema`, not both (put the bounds in the schema's numeric columns)")
     if id_column is not None:
         result = _synthesize_keyed(data, id_column, alignment or "psi", alignment_params, epsilon=epsilon,
                                    delta=delta, synthesizer=synthesizer, params=params, schema=schema, bounds=bounds,
-                                   evaluators=evaluators, n=n, seed=seed, output_dir=output_dir, progress=progress)
+                                   evaluators=evaluators, n=n, seed=seed, output_dir=output_dir, progress=progress,
+                                   noise=noise)
         _warn_if_independent(result)
         return result
     if isinstance(data, pd.DataFrame):
@@ -132,6 +136,7 @@ def synthesize(
     source = DatasetSource(table_schema, list(split.values()), lambda: loaded, list(split), loaded.description)
     config = parse_config({
         "seed": seed,
+        "noise": noise,
         "budget": {"epsilon": epsilon, "delta": delta},
         "dataset": {"name": "in-memory"},
         "parties": [{"name": k, "attributes": v} for k, v in split.items()],
@@ -268,6 +273,7 @@ def _synthesize_keyed(data: Any, id_column: str, alignment: str, alignment_param
     n, evaluators = kw.pop("n"), kw.pop("evaluators")
     config = parse_config({
         "seed": kw["seed"],
+        "noise": kw["noise"],
         "budget": {"epsilon": kw["epsilon"], "delta": kw["delta"]},
         "dataset": {"name": "in-memory"},
         "parties": [{"name": k, "attributes": v} for k, v in split.items()],

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vertisynth.collab.distributed import Hello, fingerprint, query_file, run_custodian, run_publisher, run_server
+from vertisynth.collab.distributed import Hello, fingerprint, run_custodian, run_publisher, run_server
 from vertisynth.collab.horizontal import simulate_custodians
-from vertisynth.collab.secure_aggregation import CountShare
+from vertisynth.collab.secure_aggregation import SealedShare, ServerKey
 from vertisynth.run.config import load_config
 from vertisynth.core.errors import ConfigError, DataError, MessageError
 from vertisynth.run.pipeline import make_plan, run
@@ -67,6 +67,7 @@ def _setup(tmp_path, preprocessing="combined", extra=""):
         part.to_csv(csvs[as_], index=False)
     cfg = tmp_path / "c.toml"
     cfg.write_text(f"""seed = 3
+noise = "simulation"   # servers run with --seed to reproduce the one-process simulation
 budget = {{ epsilon = 5.0, delta = 1e-5 }}
 [dataset]
 name = "census"
@@ -134,20 +135,16 @@ def test_separate_processes_publish_exactly_the_simulation(tmp_path, preprocessi
     assert rep["privacy"]["spent_epsilon"] == pytest.approx(sim.report["privacy"]["spent_epsilon"])
     assert not rep["privacy"]["planned_but_unspent"] and rep["mode"].startswith("horizontal custodians, separate")
 
-    # what a server receives: hellos (no data) and shares addressed to it, nothing else
+    assert rep["privacy"]["noise"].startswith("simulation")   # the servers ran with --seed, and the report says so
+
+    # what the shared folder holds: hellos (no data), the servers' public keys and shares sealed to one server
+    # each (ciphertext: a reader of the folder, or the other server, cannot open them)
     for s in (0, 1):
         files = sorted((ex / f"to_server{s}").iterdir())
         assert files and all(f.suffix == ".npz" for f in files)
-        values = np.concatenate([_body(CountShare, f).share for f in files])
-        assert (values < 2**40).mean() < 1e-3      # raw counts would all be small; shares are uniform in Z_2^64
-        assert 0.45 < (values >= 2**63).mean() < 0.55
-    # ... and each custodian's share pair is exactly its counts, which neither share alone shows
-    plan = _plan(cfg)
-    codes = plan.run.base.encode(pd.read_csv(csvs["A"], dtype=str, keep_default_na=False, na_values=[""]))
-    truth = codes.counts(["sex"]).values.ravel().astype(np.uint64)
-    name = f"{query_file('measure:pgm:sex')}__A.npz"
-    s0, s1 = (_body(CountShare, ex / f"to_server{s}" / name).share for s in (0, 1))
-    assert np.array_equal(s0 + s1, truth) and not np.array_equal(s0, truth) and not np.array_equal(s1, truth)
+        sealed = [_body(SealedShare, f) for f in files]   # shares travel sealed to their server, inside envelopes
+        assert all(isinstance(m, SealedShare) and m.server == s for m in sealed)
+        assert _body(ServerKey, ex / f"server_key__{s}.npz").server == s
 
 
 def test_roles_refuse_unknown_names_and_what_they_do_not_cover(tmp_path):
@@ -283,3 +280,17 @@ def test_tuning_errors_missing_votes_and_thresholds_out_of_range(tmp_path):
     # a custodian or server whose publisher never announces the next step times out clearly too
     with pytest.raises(MessageError, match="waited 0 s for the publisher's tuning step 0"):
         FollowerIO(tmp_path / "ex3", 0.3, 0.05, PublisherFiles(2, tmp_path / "ex3")).next_run(0, [])
+
+
+def test_secure_noise_is_the_servers_default_and_a_seed_needs_simulation(tmp_path):
+    cfg, csvs = _setup(tmp_path)
+    secure = tmp_path / "secure.toml"
+    secure.write_text(cfg.read_text().replace('noise = "simulation"', 'noise = "secure"'))
+    with pytest.raises(ConfigError, match="server --seed draws reproducible simulation noise"):
+        run_server(_plan(secure), 0, tmp_path / "ex", seed=3)
+    unset = tmp_path / "unset.toml"   # no noise key: the cross-machine roles take secure noise
+    unset.write_text(cfg.read_text().replace('noise = "simulation"', ''))
+    with pytest.raises(ConfigError, match="server --seed"):
+        run_server(_plan(unset), 1, tmp_path / "ex2", seed=3)
+    res = run(load_config(secure), tmp_path / "sim")   # the one-process collab run with secure noise
+    assert res.report["privacy"]["noise"].startswith("secure") and not res.ledger.unspent()

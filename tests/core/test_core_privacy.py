@@ -110,23 +110,49 @@ def test_ledger_plan_and_spend_contract():
     assert "pre" in str(e.value) and "synth" in str(e.value) and "0.13" in str(e.value)
 
 
+def test_ledger_spends_only_the_planned_charge_not_a_near_copy():
+    """A spend is the planned Charge itself, matched exactly: no float tolerance, no other object type."""
+    ledger = PrivacyLedger(Budget(1.0, 1e-5))
+    ch = Charge("synth", "gaussian", ZCDP(0.1), "p1", "marginal (a, b)")
+    ledger.plan([ch])
+    for near in (Charge("synth", "gaussian", ZCDP(0.1 * (1 + 1e-12)), "p1", "marginal (a, b)"),  # allclose once took it
+                 Charge("synth", "gaussian", ZCDP(0.1), "p1", "another marginal"),
+                 Charge("synth", "gaussian", ZCDP(0.1), "p2", "marginal (a, b)")):
+        with pytest.raises(BudgetError, match="unplanned"):
+            ledger.spend(near)
+    with pytest.raises(BudgetError, match="Charge object"):
+        ledger.spend(ZCDP(0.1))
+    ledger.spend(ch)
+    assert ledger.spent == [ch] and not ledger.unspent()
+    grouped = PrivacyLedger(Budget(1.0, 1e-5), group_size=2)
+    grouped.plan([ch])
+    grouped.spend(ch)       # the planned object is recorded with group privacy, as planned
+    assert grouped.spent[0].cost == ZCDP(0.4) and not grouped.unspent()
+    with pytest.raises(BudgetError, match="noise must be one of"):
+        PrivacyLedger(Budget(1.0), noise="fast")
+
+
 def test_costs_of_parties_compose():
     """Two parties' mechanisms on the same people add up (the vertical unit of privacy)."""
     ledger = PrivacyLedger(Budget(1.0))
-    ledger.plan([Charge("s", "laplace", PureDP(0.4), "A"), Charge("s", "laplace", PureDP(0.4), "B")])
-    ledger.spend(Charge("s", "laplace", PureDP(0.4), "A"))
-    ledger.spend(Charge("s", "laplace", PureDP(0.4), "B"))
+    a, b = Charge("s", "laplace", PureDP(0.4), "A"), Charge("s", "laplace", PureDP(0.4), "B")
+    ledger.plan([a, b])
+    ledger.spend(a)
+    ledger.spend(b)
     assert ledger.spent_epsilon() == pytest.approx(0.8)
 
 
 def test_mechanisms_charge_before_noise_and_are_calibrated():
     ledger = PrivacyLedger(Budget(1.0, 1e-5))
     with pytest.raises(BudgetError):
-        gaussian_mechanism(np.zeros(3), 0.1, np.random.default_rng(0), ledger, "s")
+        gaussian_mechanism(np.zeros(3), Charge("s", "gaussian", ZCDP(0.1)), np.random.default_rng(0), ledger)
     rho, eps = 0.05, 0.5
-    ledger.plan([Charge("s", "gaussian", ZCDP(rho)), Charge("s", "laplace", PureDP(eps))])
-    g = gaussian_mechanism(np.zeros(200_000), rho, np.random.default_rng(1), ledger, "s")
-    lap = laplace_mechanism(np.zeros(200_000), eps, np.random.default_rng(2), ledger, "s")
+    gauss, lap_charge = Charge("s", "gaussian", ZCDP(rho)), Charge("s", "laplace", PureDP(eps))
+    ledger.plan([gauss, lap_charge])
+    with pytest.raises(BudgetError, match="needs a ZCDP charge"):
+        gaussian_mechanism(np.zeros(3), lap_charge, np.random.default_rng(0), ledger)
+    g = gaussian_mechanism(np.zeros(200_000), gauss, np.random.default_rng(1), ledger)
+    lap = laplace_mechanism(np.zeros(200_000), lap_charge, np.random.default_rng(2), ledger)
     assert np.std(g) == pytest.approx(gaussian_sigma(rho), rel=0.01)
     assert np.std(lap) == pytest.approx(math.sqrt(2) / eps, rel=0.01)
 
@@ -139,12 +165,13 @@ class CountMechanism:
 
     def sample(self, data, n, rng):
         ledger = PrivacyLedger(Budget(1e9, 1e-5))
-        ledger.plan([Charge("a", self.kind, ZCDP(self.budget) if self.kind == "gaussian" else PureDP(self.budget))])
+        charge = Charge("a", self.kind, ZCDP(self.budget) if self.kind == "gaussian" else PureDP(self.budget))
+        ledger.plan([charge])
         noise_budget = self.budget * self.scale
         values = np.full(n, float(data.n))
         if self.kind == "gaussian":
             return values + np.random.default_rng(rng.integers(2**63)).normal(0, gaussian_sigma(noise_budget), n)
-        return laplace_mechanism(values, self.budget, rng, ledger, "a") if self.scale == 1 else \
+        return laplace_mechanism(values, charge, rng, ledger) if self.scale == 1 else \
             values + rng.laplace(0, 1 / noise_budget, n)
 
 

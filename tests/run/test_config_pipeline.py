@@ -56,6 +56,20 @@ def test_ledger_spends_exactly_the_plan_across_parties():
     assert parties == {"registry", "employer"}  # both parties' mechanisms count against one budget
 
 
+def test_noise_setting_is_validated_labelled_and_secure_runs(tmp_path):
+    with pytest.raises(ConfigError, match="noise: must be one of \\['secure', 'simulation'\\], got 'secur' "
+                                          "\\(did you mean 'secure'"):
+        cfg(noise="secur")
+    sim = run(cfg(), tmp_path / "sim")        # one-process runs default to the seeded simulation, and say so
+    assert sim.report["privacy"]["noise"].startswith("simulation") and "NOT for production" in \
+        (tmp_path / "sim" / "summary.md").read_text()
+    a, b = run(cfg(noise="secure"), tmp_path / "sec"), run(cfg(noise="secure"))
+    assert a.report["privacy"]["noise"].startswith("secure: discrete Gaussian")
+    assert "Noise: secure" in (tmp_path / "sec" / "summary.md").read_text()
+    assert not a.ledger.unspent() and a.ledger.spent_epsilon() == pytest.approx(sim.ledger.spent_epsilon())
+    assert not a.synthetic.equals(b.synthetic)    # the seed no longer fixes the noise
+
+
 def test_unknown_config_key_names_key_and_valid_ones():
     with pytest.raises(ConfigError) as e:
         parse_config({**BASE, "sede": 1})

@@ -146,14 +146,15 @@ class IndependentNoSplit(IndependentSynthesizer):
     the whole ρ (the split over the d = 6 attributes forgotten), so the release is really d·ρ-zCDP."""
 
     def measure_party(self, party, view, ledger, rng):
-        per = self._per_attr
-        self._per_attr = per * len(self._plan_domain)
+        planned = self._charges
+        d = len(self._plan_domain)
+        self._charges = {k: attrs.evolve(c, cost=ZCDP(c.cost.rho * d)) for k, c in planned.items()}
         try:
             out = super().measure_party(party, view, AuditLedger(ledger.budget), rng)
         finally:
-            self._per_attr = per
-        for _ in view.attributes:
-            ledger.spend(Charge("synthesizer", "gaussian_1way", ZCDP(per), party))
+            self._charges = planned
+        for a in view.attributes:
+            ledger.spend(planned[(party, a)])
         return out
 
     def plan(self, ctx):
@@ -194,14 +195,15 @@ class LaplaceHistogramEncoder(Encoder):
 
     def plan(self, ctx: PlanContext):
         self.per_attr = ctx.epsilon * self.config.epsilon_scale / len(ctx.domain)
-        return [Charge(self.STAGE, "laplace_hist", PureDP(self.per_attr), p.name)
-                for p in ctx.partition for _ in p.attributes]
+        self.charges = {(p.name, a): Charge(self.STAGE, "laplace_hist", PureDP(self.per_attr), p.name)
+                        for p in ctx.partition for a in p.attributes}
+        return list(self.charges.values())
 
-    def noise(self, counts, party, ledger, rng):
-        return laplace_mechanism(counts, self.per_attr, rng, ledger, self.STAGE, party, mechanism="laplace_hist")
+    def noise(self, counts, charge, ledger, rng):
+        return laplace_mechanism(counts, charge, rng, ledger)
 
     def encode(self, party, view, ledger, rng):
-        out = {a: self.noise(view.counts([a]).values, party, ledger, rng) for a in view.attributes}
+        out = {a: self.noise(view.counts([a]).values, self.charges[(party, a)], ledger, rng) for a in view.attributes}
         return NoisyMarginals(party=party, domain=view.domain, marginals=out).validate()
 
     def estimate(self, messages: Sequence[NoisyMarginals], attrs_):
@@ -224,30 +226,30 @@ class LaplaceHistogramEncoder(Encoder):
 class OverspendingEncoder(LaplaceHistogramEncoder):
     """BROKEN: declares and charges ε, but calibrates its noise to 1.25 ε."""
 
-    def noise(self, counts, party, ledger, rng):
-        ledger.spend(Charge(self.STAGE, "laplace_hist", PureDP(self.per_attr), party))
+    def noise(self, counts, charge, ledger, rng):
+        ledger.spend(charge)
         return counts + rng.laplace(0, 1 / (1.25 * self.per_attr), counts.shape)
 
 
 class GlobalRngEncoder(LaplaceHistogramEncoder):
     """BROKEN: draws its noise from numpy's global RNG."""
 
-    def noise(self, counts, party, ledger, rng):
-        ledger.spend(Charge(self.STAGE, "laplace_hist", PureDP(self.per_attr), party))
+    def noise(self, counts, charge, ledger, rng):
+        ledger.spend(charge)
         return counts + np.random.laplace(0, 1 / self.per_attr, counts.shape)
 
 
 class MisdeclaredEncoder(LaplaceHistogramEncoder):
     """BROKEN: the plan declares ε/d per attribute but the ledger is charged (and noise drawn) at 2ε/d."""
 
-    def noise(self, counts, party, ledger, rng):
-        return laplace_mechanism(counts, 2 * self.per_attr, rng, ledger, self.STAGE, party, mechanism="laplace_hist")
+    def noise(self, counts, charge, ledger, rng):
+        return laplace_mechanism(counts, attrs.evolve(charge, cost=PureDP(2 * self.per_attr)), rng, ledger)
 
 
 class SilentEncoder(LaplaceHistogramEncoder):
     """BROKEN: declares its cost but never tells the ledger what it spends."""
 
-    def noise(self, counts, party, ledger, rng):
+    def noise(self, counts, charge, ledger, rng):
         return counts + rng.laplace(0, 1 / self.per_attr, counts.shape)
 
 
@@ -283,18 +285,18 @@ def test_kit_catches_global_numpy_rng():
 class PythonRandomEncoder(LaplaceHistogramEncoder):
     """BROKEN: picks its noise scale jitter from Python's global `random` module."""
 
-    def noise(self, counts, party, ledger, rng):
+    def noise(self, counts, charge, ledger, rng):
         import random
 
-        ledger.spend(Charge(self.STAGE, "laplace_hist", PureDP(self.per_attr), party))
+        ledger.spend(charge)
         return counts + rng.laplace(0, 1 / self.per_attr, counts.shape) + random.random() * 0
 
 
 class UnseededEncoder(LaplaceHistogramEncoder):
     """BROKEN: ignores its rng and makes a fresh unseeded Generator (nondeterministic)."""
 
-    def noise(self, counts, party, ledger, rng):
-        return super().noise(counts, party, ledger, np.random.default_rng())
+    def noise(self, counts, charge, ledger, rng):
+        return super().noise(counts, charge, ledger, np.random.default_rng())
 
 
 def test_kit_catches_python_random_and_unseeded_generators():
@@ -316,8 +318,9 @@ class IgnoresEarlierStagesEncoder(LaplaceHistogramEncoder):
 
     def plan(self, ctx):
         self.per_attr = ctx.budget.epsilon / len(ctx.domain)
-        return [Charge(self.STAGE, "laplace_hist", PureDP(self.per_attr), p.name)
-                for p in ctx.partition for _ in p.attributes]
+        self.charges = {(p.name, a): Charge(self.STAGE, "laplace_hist", PureDP(self.per_attr), p.name)
+                        for p in ctx.partition for a in p.attributes}
+        return list(self.charges.values())
 
 
 def test_kit_catches_plan_that_ignores_earlier_stages():

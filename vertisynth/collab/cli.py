@@ -62,7 +62,7 @@ def share(custodian: str, csv_path: str, domain_path: str, marginals: tuple[str,
     try:
         sizes = read_domain_json(Path(domain_path))
         data = Dataset.from_frame(read_codes_csv(Path(csv_path), sizes), Domain.from_sizes(sizes))
-        rng = np.random.default_rng(seed)  # None: fresh OS entropy
+        rng = None if seed is None else np.random.default_rng(seed)  # None: masks from the OS CSPRNG
         for m in marginals:
             attrs_ = m.split(",")
             counts = data.counts(attrs_).values.astype(np.int64)
@@ -93,7 +93,7 @@ def aggregate(server: int, rho: float, inbox: Path, out: Path, seed: int | None)
         for f in files:
             sh = CountShare.load(f)
             by_query.setdefault(sh.query, []).append(sh)
-        rng = np.random.default_rng(seed)
+        rng = None if seed is None else np.random.default_rng(seed)  # None: discrete Gaussian, OS CSPRNG
         out.mkdir(parents=True, exist_ok=True)
         for q, shares in by_query.items():
             aggregate_at_server(server, shares, sigma_for_rho(rho), rng).save(
@@ -201,12 +201,13 @@ def custodian(config: Path, name: str, csv_path: Path, exchange: Path, timeout: 
 @_TIMEOUT
 @click.option("--seed", type=int, default=None,
               help="For tests only: derive this server's noise from SEED as `vertisynth run` with config seed "
-                   "SEED does (then the release equals the simulation's). Without it the noise root is secret.")
+                   "SEED does (then the release equals the simulation's; needs noise = \"simulation\" in the "
+                   "config). Without it: discrete Gaussian noise from the OS CSPRNG.")
 @_KEY
 @_DATA
 def server(config: Path, index: int, exchange: Path, timeout: float, seed: int | None, key: Path,
            data_dir: str | None) -> None:
-    """Run one compute server: per round, add the custodians' shares and this server's own Gaussian noise.
+    """Run one compute server: per round, open the shares sealed to it, add them and its own discrete Gaussian noise.
 
     Reads only the custodians' hellos, the shares addressed to it (to_server<INDEX>/) and, with
     [collab.tuning], the publisher's steps (which candidate each run tries: public), never another server's
@@ -218,7 +219,7 @@ def server(config: Path, index: int, exchange: Path, timeout: float, seed: int |
                           identity=_identity(f"server{index}", key, exchange))
     except VertisynthError as exc:
         _fail(exc)
-    click.echo(f"server {index}: aggregated {info['rounds']} round(s)")
+    click.echo(f"server {index}: aggregated {info['rounds']} round(s) with {info.get('noise', 'no')} noise")
 
 
 @collab.command(name="publish")

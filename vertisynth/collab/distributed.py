@@ -7,11 +7,12 @@ noise → noisy shares reconstructed". What differs per role is what it holds:
 
   * custodian (`vertisynth collab custodian`): its own CSV only. It announces itself (`hello__<name>.npz`:
     its name, the config's fingerprint and its CSV's column names), then for every round writes one
-    `CountShare` per server into `to_server<s>/`. For binning rounds it waits for the servers' noisy shares
+    `CountShare` per server into `to_server<s>/`, sealed to that server's key (`server_key__<s>.npz`). For binning rounds it waits for the servers' noisy shares
     and reconstructs the noisy totals (the DP edges and bin means, released anyway) to bin its own rows; it
     never reconstructs the measurement round.
-  * server s (`vertisynth collab server`): no rows. It reads only `to_server<s>/` (uniformly random ring
-    elements) and the custodians' hellos, adds its own Gaussian noise from a secret root (OS CSPRNG), and
+  * server s (`vertisynth collab server`): no rows. It publishes a fresh X25519 key for the run, opens only
+    `to_server<s>/` (uniformly random ring elements, sealed to it) and reads the custodians' hellos, adds its
+    own discrete Gaussian noise from the OS CSPRNG (or seeded simulation noise with --seed), and
     writes its `NoisyShare` into `noisy/`. The noise scale of every round comes from the config (public),
     never from a custodian's message; shapes are checked against the public schema.
   * publisher (`vertisynth collab publish`): no rows. It reconstructs every round's noisy total from
@@ -51,14 +52,16 @@ from vertisynth.core.errors import ConfigError, DataError, MessageError
 from vertisynth.core.envelope import ALL
 from vertisynth.core.identity import Identity, roster_of
 from vertisynth.core.messages import Message, wait_for_files
+from vertisynth.core.privacy import NOISE_LABELS
+from vertisynth.run.config import noise_for
 from vertisynth.run.report import json_default
 
 from .channel import PUBLISHER, Channel, collab_run_id, server_name
 from .horizontal import check_custodians
 from .pipeline import (CollabPlan, commit_choice, costs, read_custodian_csv, streams, summary_markdown,
                        tuning_report)
-from .secure_aggregation import (CountShare, NoisyShare, Randomness, Transport, aggregate_at_server, reconstruct,
-                                 server_randomness, share_counts)
+from .secure_aggregation import (NoisyShare, Randomness, SealedShare, ServerKey, ServerKeyPair, Transport,
+                                 aggregate_at_server, reconstruct, seal_share, server_randomness, share_counts)
 from .tuning import Selection, TuningIO, TuningOutcome, fold_synthetic, party_rng, tuning_protocol
 
 MEASURE = "measure:"   # the measurement round's scope (HorizontalRun.measure): custodians do not reconstruct it
@@ -151,8 +154,20 @@ def _wait(path: Path, what: str, timeout: float, poll: float) -> Path:
     return wait_for_files(path.parent, path.name, 1, what, timeout, poll)[0]
 
 
+def _server_key_file(folder: Path, server: int) -> Path:
+    return folder / f"server_key__{server}.npz"
+
+
+def _server_key(folder: Path, server: int, timeout: float, poll: float, channel: Channel) -> ServerKey:
+    f = _wait(_server_key_file(folder, server), f"server {server}'s public key", timeout, poll)
+    key = channel.load(ServerKey, f, server_name(server))
+    if key.server != server:
+        raise MessageError(f"{f.name}: not server {server}'s public key")
+    return key
+
+
 def _collect(folder: Path, query: str, servers: int, contributors: list[str], timeout: float,
-             poll: float, channel: Channel) -> np.ndarray:
+             poll: float, channel: Channel, kinds: set[str] | None = None) -> np.ndarray:
     noisy = []
     for s in range(servers):
         f = _wait(folder / "noisy" / f"{query_file(query)}__server{s}.npz",
@@ -164,6 +179,8 @@ def _collect(folder: Path, query: str, servers: int, contributors: list[str], ti
         if ns.custodians != contributors:
             raise MessageError(f"server {s} aggregated {query!r} over custodians {ns.custodians}, expected "
                                f"{contributors}")
+        if kinds is not None:
+            kinds.add(ns.noise)
         noisy.append(ns)
     return reconstruct(noisy)
 
@@ -178,6 +195,7 @@ class CustodianFiles(Transport):
     randomness: Randomness = attrs.field(factory=Randomness)   # no seed: shares from the OS CSPRNG
     rounds: int = 0
     channel: Channel | None = None
+    server_keys: dict[int, ServerKey] = attrs.field(factory=dict)
 
     def total(self, query, per_custodian, sigma):
         if self.me not in per_custodian:   # another custodian's own round (local binning): not ours
@@ -185,8 +203,11 @@ class CustodianFiles(Transport):
         counts = np.asarray(per_custodian[self.me])
         for sh in share_counts(self.me, query, counts.astype(np.int64), self.servers,
                                self.randomness.shares(self.me, query)):
+            if sh.server not in self.server_keys:
+                self.server_keys[sh.server] = _server_key(self.folder, sh.server, self.timeout, self.poll, self.channel)
             d = self.folder / f"to_server{sh.server}"
-            self.channel.post(sh, d / f"{query_file(query)}__{self.me}.npz", [server_name(sh.server)])
+            self.channel.post(seal_share(sh, self.server_keys[sh.server]), d / f"{query_file(query)}__{self.me}.npz",
+                              [server_name(sh.server)])
         self.rounds += 1
         if is_measure(query):   # the measurement round is for the publisher only
             return np.zeros(counts.shape, np.int64)
@@ -203,6 +224,7 @@ class ServerFiles(Transport):
     poll: float = 0.05
     rounds: int = 0
     channel: Channel | None = None
+    keys: ServerKeyPair | None = None     # opens the sealed shares (run_server makes and publishes it)
 
     def total(self, query, per_custodian, sigma):
         shape = list(np.asarray(next(iter(per_custodian.values()))).shape)   # public: from the schema
@@ -210,7 +232,10 @@ class ServerFiles(Transport):
         for c in sorted(per_custodian):
             f = _wait(self.folder / f"to_server{self.index}" / f"{query_file(query)}__{c}.npz",
                       f"custodian {c!r}'s share of {query!r} for server {self.index}", self.timeout, self.poll)
-            sh = self.channel.load(CountShare, f, c)
+            sealed = self.channel.load(SealedShare, f, c)
+            if self.keys is None:
+                raise MessageError(f"server {self.index} has no key pair to open the custodians' shares")
+            sh = self.keys.open(sealed)
             if sh.party != c or sh.query != query or sh.server != self.index or sh.n_servers != self.servers:
                 raise MessageError(f"{f.name}: holds {sh.party!r}'s share of {sh.query!r} for server {sh.server} of "
                                    f"{sh.n_servers}, expected {c!r}'s of {query!r} for server {self.index} of "
@@ -233,10 +258,12 @@ class PublisherFiles(Transport):
     poll: float = 0.05
     rounds: int = 0
     channel: Channel | None = None
+    noise: set[str] = attrs.field(factory=set)   # the noise the servers report having added
 
     def total(self, query, per_custodian, sigma):
         self.rounds += 1
-        return _collect(self.folder, query, self.servers, sorted(per_custodian), self.timeout, self.poll, self.channel)
+        return _collect(self.folder, query, self.servers, sorted(per_custodian), self.timeout, self.poll, self.channel,
+                        self.noise)
 
 
 # -- the tuning loop as files ---------------------------------------------------------------------------------
@@ -502,13 +529,21 @@ def run_server(plan: CollabPlan, index: int, folder: Path, seed: int | None = No
                         f"(indices 0..{plan.run.servers - 1})")
     channel = channel_for(plan, identity, server_name(index), folder)
     folder.mkdir(parents=True, exist_ok=True)
+    noise = noise_for(plan.config, cross_machine=True)
+    if noise == "secure" and seed is not None:
+        raise ConfigError("server --seed draws reproducible simulation noise, but the config's noise is 'secure' "
+                          "(the default across machines): drop --seed, or set noise = \"simulation\" for a test")
     wait_for_custodians(plan, folder, timeout, poll, channel)
-    root = server_randomness(seed, "final")   # one secret root; the run label keeps tuning and final noise apart
+    keys = ServerKeyPair(index)   # this run only; the custodians seal their shares to it (signed: run-bound)
+    channel.post(keys.public(), _server_key_file(folder, index), [ALL])
+    # secure: discrete Gaussian from the OS CSPRNG; with --seed a reproducible simulation (the run label keeps
+    # tuning and final noise apart)
+    root = server_randomness(seed, "final")
     params: dict[str, Any] = {}
     rounds = 0
     if plan.tuner is not None:
         tt = ServerFiles(index, plan.run.servers, folder, attrs.evolve(root, run="tuning"), timeout, poll,
-                         channel=channel)
+                         channel=channel, keys=keys)
         outcome = tuning_protocol(plan.tuner, plan.run, _empty_frames(plan), plan.ledger,
                                   FollowerIO(folder, timeout, poll, tt))
         rounds = tt.rounds
@@ -516,9 +551,16 @@ def run_server(plan: CollabPlan, index: int, folder: Path, seed: int | None = No
             return {"server": index, "rounds": rounds, "published": False}
         params = outcome.chosen or {}
         commit_choice(plan, params)
-    transport = ServerFiles(index, plan.run.servers, folder, root, timeout, poll, channel=channel)
+    transport = ServerFiles(index, plan.run.servers, folder, root, timeout, poll, channel=channel, keys=keys)
     plan.run.measure(_empty_frames(plan), params, plan.rho_pre, plan.rho_synth, plan.ledger, transport)
-    return {"server": index, "rounds": rounds + transport.rounds, "published": True}
+    return {"server": index, "rounds": rounds + transport.rounds, "published": True, "noise": root.noise_kind}
+
+
+def _noise_label(kinds: set[str]) -> str:
+    """What the servers say they added (NoisyShare.noise): the report states it, whatever the config said."""
+    if not kinds:
+        return "none released"
+    return "; ".join(NOISE_LABELS[k] for k in sorted(kinds)) + (" (servers differed)" if len(kinds) > 1 else "")
 
 
 def run_publisher(plan: CollabPlan, folder: Path, out: Path, timeout: float = 600.0,
@@ -579,7 +621,8 @@ def run_publisher(plan: CollabPlan, folder: Path, out: Path, timeout: float = 60
         "evaluation": {"holdout_records": 0},
         "metrics": {},
         "metrics_note": "no metrics: in the separate-process protocol no one holds the custodians' real rows",
-        "privacy": {**plan.ledger.to_dict(), **({"tuning_accounting": outcome.label} if outcome is not None else {})},
+        "privacy": {**plan.ledger.to_dict(), "noise": _noise_label(transport.noise),
+                    **({"tuning_accounting": outcome.label} if outcome is not None else {})},
         "timings_seconds": timings,
     }
     (out / "report.json").write_text(json.dumps(report, indent=2, default=json_default))

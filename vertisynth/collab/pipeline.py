@@ -18,7 +18,7 @@ import pandas as pd
 
 from vertisynth import __version__
 from vertisynth.core.structuring import structure
-from vertisynth.run.config import RunConfig
+from vertisynth.run.config import RunConfig, noise_for
 from vertisynth.run.pipeline import RunResult, build_component, build_evaluators
 from vertisynth.run.report import clear_previous_outputs, json_default, record_outputs
 from vertisynth.core.dataset import Dataset, VerticalPartition
@@ -96,7 +96,7 @@ def make_collab_plan(config: RunConfig, registry: Registry, data_dir: str | None
         return factory(structure(merged, synth_cls, f"synthesizer.params of {synth.spec.name!r}"))
 
     budget = config.budget.to_budget()
-    ledger = PrivacyLedger(budget)
+    ledger = PrivacyLedger(budget, noise=noise_for(config, cross_machine=False))
     ctx = PlanContext(base.domain, VerticalPartition.single(base.domain), budget)
     evals = build_evaluators(registry, config.evaluators)
     for e in evals:
@@ -205,7 +205,8 @@ def streams(seed: int | None) -> dict[str, np.random.Generator]:
 
 def final_randomness(seed: int | None) -> Randomness:
     """Shares and server noise of the final run in the simulation: derived per (server, query) from the config
-    seed, so `vertisynth collab server --seed SEED` reproduces it (tests); real servers draw a secret root."""
+    seed, so `vertisynth collab server --seed SEED` reproduces it (tests); None: OS-CSPRNG shares and
+    discrete Gaussian noise (noise = "secure", and real servers)."""
     return Randomness(seed, "final")
 
 
@@ -258,7 +259,8 @@ def execute_collab(plan: CollabPlan, output_dir: str | Path | None = None):
     params: dict[str, Any] = {}
     if plan.tuner is not None:
         t1 = time.perf_counter()
-        outcome = plan.tuner.run(run, frames, ledger, rng["tuning"], cfg.seed)
+        secure = InMemory(run.servers, Randomness(None, "tuning")) if ledger.noise == "secure" else None
+        outcome = plan.tuner.run(run, frames, ledger, rng["tuning"], cfg.seed, transport=secure)
         timings["tuning"] = time.perf_counter() - t1
         params = outcome.chosen or {}
         commit_choice(plan, params)
@@ -272,7 +274,7 @@ def execute_collab(plan: CollabPlan, output_dir: str | Path | None = None):
     if published:
         t2 = time.perf_counter()
         codec, synth = run.fit(frames, params, plan.rho_pre, plan.rho_synth, ledger, rng["fit"],
-                               InMemory(run.servers, final_randomness(cfg.seed)))
+                               InMemory(run.servers, final_randomness(None if ledger.noise == "secure" else cfg.seed)))
         timings["final run (preprocess, secure measurement, fit)"] = time.perf_counter() - t2
         codes = synth.sample(cfg.sample_size, rng["sample"])
         frame = codec.decode(codes, rng["decode"])
@@ -374,6 +376,7 @@ def summary_markdown(report: dict[str, Any]) -> str:
               f"{c['costs']['paper_claimed_epsilon']:.4g}"
               + (f" (composing the runs it made: ε = {c['costs']['honest_composition_epsilon']:.4g}; "
                  f"{c['costs']['label']})" if "honest_composition_epsilon" in c["costs"] else "") + ".", "",
+              f"Noise: {p.get('noise', 'not recorded')}.", "",
               "| stage | ε alone |", "|---|---|",
               *[f"| {s} | {e:.4g} |" for s, e in p["per_stage_epsilon"].items()], "",
               "## Metrics", "", "| evaluator | metric | value |", "|---|---|---|",

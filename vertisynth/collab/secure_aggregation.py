@@ -7,6 +7,14 @@ Threat model: semi-honest (honest-but-curious) compute servers, S >= 2 of them, 
     coalition of fewer than S servers learns anything about x.
   * Aggregation. Each server adds up the shares it received from all custodians (the ring sum of
     shares is a share of the sum of counts) — no server ever sees a custodian's marginal in the clear.
+  * Randomness. Shares are uniform ring elements read from the OS CSPRNG (os.urandom). Secure noise (the
+    separate-process servers' default) is the discrete Gaussian N_Z(0, σ²) from the OS CSPRNG (OpenDP,
+    core/noise.py), which is 1/(2σ²)-zCDP on its own (Canonne, Kamath & Steinke 2020); the seeded
+    simulation draws round(N(0, σ²)) from numpy instead (the argument below).
+  * Sealed shares. Across processes every share travels encrypted to its server's X25519 key
+    (ephemeral-static X25519, HKDF-SHA256, AES-256-GCM; the header fields are the associated data), so a
+    reader of the shared folder sees ciphertexts only, and a share moved, edited or re-addressed fails to
+    open.
   * Noise as shares. Each server s adds its own integer noise z_s = round(N(0, σ²)) to its share, so
     the reconstructed output is Σx + Σ_s z_s. Why every server draws a *full* σ: a server (or a
     coalition of up to S−1 servers) knows its own z_s and can subtract it, and what remains includes
@@ -21,16 +29,24 @@ Messages are files (`Message` subclasses), so custodians and servers can run as 
 """
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 import attrs
 import numpy as np
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from vertisynth.core.errors import DataError, MessageError
 from vertisynth.core.mechanisms import gaussian_sigma
 from vertisynth.core.messages import Message
-from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
+from vertisynth.core.noise import discrete_gaussian
+from vertisynth.core.privacy import NOISE_KINDS, Charge, PrivacyLedger, ZCDP
 
 STAGE = "secure_aggregation"
 
@@ -68,24 +84,35 @@ class NoisyShare(Message):
     custodians: list[str] = attrs.field(factory=list)
     shape: list[int] = attrs.field(factory=list)
     share: np.ndarray = attrs.field(factory=lambda: np.zeros(0, np.uint64))
+    noise: str = "secure"      # which noise the server added (the publisher reports it)
 
     def validate(self) -> NoisyShare:
         super().validate()
+        if self.noise not in NOISE_KINDS:
+            raise self._fail(f"noise must be one of {list(NOISE_KINDS)}, got {self.noise!r}")
         if self.share.dtype != np.uint64 or list(self.share.shape) != list(self.shape):
             raise self._fail(f"share must be uint64 of shape {self.shape}, got {self.share.dtype} {self.share.shape}")
         return self
 
 
+def _os_ring(shape: tuple[int, ...]) -> np.ndarray:
+    """Uniform elements of Z_{2^64} from the OS CSPRNG."""
+    n = int(np.prod(shape))
+    return np.frombuffer(os.urandom(8 * n), dtype=np.uint64).reshape(shape).copy()
+
+
 def share_counts(custodian: str, query: str, counts: np.ndarray, n_servers: int,
-                 rng: np.random.Generator) -> list[CountShare]:
-    """Split integer counts into n_servers additive shares over Z_{2^64} (custodian side)."""
+                 rng: np.random.Generator | None) -> list[CountShare]:
+    """Split integer counts into n_servers additive shares over Z_{2^64} (custodian side): uniform masks from
+    the OS CSPRNG, or from `rng` in a seeded simulation."""
     if n_servers < 2:
         raise DataError("secure aggregation needs at least 2 servers")
     x = np.asarray(counts)
     if x.dtype.kind not in "iu" or (x < 0).any() or (x.size and int(x.max()) >= 2**62):
         raise DataError(f"custodian {custodian!r}: counts for {query!r} must be non-negative integers below 2^62")
     x = x.astype(np.uint64)
-    shares = [rng.integers(0, 2**64, size=x.shape, dtype=np.uint64, endpoint=False) for _ in range(n_servers - 1)]
+    shares = [_os_ring(x.shape) if rng is None else rng.integers(0, 2**64, size=x.shape, dtype=np.uint64, endpoint=False)
+              for _ in range(n_servers - 1)]
     last = x.copy()
     for s in shares:
         last -= s  # wraps mod 2^64
@@ -105,8 +132,9 @@ def sigma_for_rho(rho: float) -> float:
 
 
 def aggregate_at_server(server: int, shares: Sequence[CountShare], sigma: float,
-                        rng: np.random.Generator) -> NoisyShare:
-    """Server side: add the custodians' shares for one query and this server's own noise."""
+                        rng: np.random.Generator | None) -> NoisyShare:
+    """Server side: add the custodians' shares for one query and this server's own noise: discrete Gaussian
+    from the OS CSPRNG (`rng` None: secure), or round(N(0, σ²)) from a seeded `rng` (the simulation)."""
     if not shares:
         raise MessageError(f"server {server}: no shares received")
     q = shares[0].query
@@ -120,10 +148,16 @@ def aggregate_at_server(server: int, shares: Sequence[CountShare], sigma: float,
     total = np.zeros(tuple(shares[0].shape), np.uint64)
     for s in shares:
         total += s.share
-    noise = np.rint(rng.normal(0.0, sigma, size=total.shape)).astype(np.int64)
+    if sigma <= 0:
+        noise = np.zeros(total.shape, np.int64)
+    elif rng is None:
+        noise = discrete_gaussian(np.zeros(total.shape), 1 / (2 * sigma**2)).astype(np.int64)
+    else:
+        noise = np.rint(rng.normal(0.0, sigma, size=total.shape)).astype(np.int64)
     total += noise.astype(np.uint64)  # two's complement: adding a negative int64 wraps correctly
     return NoisyShare(party=f"server{server}", query=q, server=server, n_servers=shares[0].n_servers,
-                      custodians=sorted(names), shape=list(total.shape), share=total)
+                      custodians=sorted(names), shape=list(total.shape), share=total,
+                      noise="simulation" if rng is not None else "secure")
 
 
 def reconstruct(noisy: Sequence[NoisyShare], ledger: PrivacyLedger | None = None,
@@ -164,9 +198,10 @@ class Randomness:
     """Where shares and server noise come from, per (party, query) and independent of call order, so a
     separate-process run reproduces the one-process simulation under the same seed.
 
-    `seed=None` (real use): fresh OS entropy for every share and a secret per-process root for noise.
-    With a seed (the simulation, tests) the streams are derived from (seed, run, role, party, query); `run`
-    names the run ("final", a tuning fold run, ...) so no two releases ever reuse noise."""
+    `seed=None` (real use): shares from the OS CSPRNG and secure noise (discrete Gaussian, OS CSPRNG): the
+    streams are None. With a seed (the simulation, tests) the streams are Generators derived from (seed, run,
+    role, party, query); `run` names the run ("final", a tuning fold run, ...) so no two releases ever
+    reuse noise."""
 
     seed: int | None = None
     run: str = "final"
@@ -178,24 +213,129 @@ class Randomness:
     def scoped(self, run: str) -> Randomness:
         return attrs.evolve(self, run=f"{self.run}/{run}")
 
-    def _rng(self, role: int, index: int | str, query: str) -> np.random.Generator:
+    @property
+    def noise_kind(self) -> str:
+        return "secure" if self.seed is None else "simulation"
+
+    def _rng(self, role: int, index: int | str, query: str) -> np.random.Generator | None:
         if self.seed is None:
-            return np.random.default_rng()
+            return None
         idx = index if isinstance(index, int) else _h(index)
         return np.random.default_rng(np.random.SeedSequence([self.seed, role, idx, _h(self.run), _h(query)]))
 
-    def noise(self, server: int, query: str) -> np.random.Generator:
+    def noise(self, server: int, query: str) -> np.random.Generator | None:
         return self._rng(1, server, query)
 
-    def shares(self, custodian: str, query: str) -> np.random.Generator:
+    def shares(self, custodian: str, query: str) -> np.random.Generator | None:
         return self._rng(2, custodian, query)
 
 
 def server_randomness(seed: int | None, run: str = "final") -> Randomness:
-    """A server's noise source: a secret root drawn once from the OS CSPRNG, or a test seed."""
-    import secrets
+    """A server's noise source: secure noise from the OS CSPRNG (no seed), or a seeded simulation."""
+    return Randomness(seed, run)
 
-    return Randomness(secrets.randbits(126) if seed is None else seed, run)
+
+# -- shares sealed to their server's key (X25519 + HKDF-SHA256 + AES-256-GCM) --------------------------------
+SEAL_INFO = b"vertisynth collab share v1"
+
+
+@attrs.frozen(eq=False)
+class ServerKey(Message):
+    """A server's X25519 public key for this run, published in the shared folder for the custodians."""
+
+    kind: ClassVar[str] = "server_key"
+    server: int = 0
+    public_key: np.ndarray = attrs.field(factory=lambda: np.zeros(32, np.uint8))
+
+    def validate(self) -> ServerKey:
+        super().validate()
+        if self.public_key.dtype != np.uint8 or self.public_key.shape != (32,):
+            raise self._fail("public_key must be 32 bytes (X25519)")
+        return self
+
+
+@attrs.frozen(eq=False)
+class SealedShare(Message):
+    """A CountShare encrypted to one server: only that server's private key opens it."""
+
+    kind: ClassVar[str] = "sealed_share"
+    query: str = ""
+    server: int = 0
+    n_servers: int = 2
+    shape: list[int] = attrs.field(factory=list)
+    ephemeral: np.ndarray = attrs.field(factory=lambda: np.zeros(32, np.uint8))
+    nonce: np.ndarray = attrs.field(factory=lambda: np.zeros(12, np.uint8))
+    ciphertext: np.ndarray = attrs.field(factory=lambda: np.zeros(0, np.uint8))
+
+    def validate(self) -> SealedShare:
+        super().validate()
+        if (self.ephemeral.dtype != np.uint8 or self.ephemeral.shape != (32,) or self.nonce.dtype != np.uint8
+                or self.nonce.shape != (12,) or self.ciphertext.dtype != np.uint8 or self.ciphertext.ndim != 1):
+            raise self._fail("ephemeral key (32 bytes), nonce (12 bytes) and ciphertext must be byte vectors")
+        return self
+
+
+def _bytes(b: bytes) -> np.ndarray:
+    return np.frombuffer(b, np.uint8).copy()
+
+
+def _seal_key(shared: bytes, ephemeral: bytes, server_public: bytes) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
+                info=SEAL_INFO + b"|" + ephemeral + server_public).derive(shared)
+
+
+def _aad(party: str, query: str, server: int, n_servers: int, shape: Sequence[int]) -> bytes:
+    return json.dumps([party, query, server, n_servers, list(shape)]).encode()
+
+
+class ServerKeyPair:
+    """A server's key pair for one run: the private key never leaves the server's process."""
+
+    def __init__(self, server: int) -> None:
+        self.server = server
+        self._private = X25519PrivateKey.generate()
+
+    def public(self) -> ServerKey:
+        raw = self._private.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        return ServerKey(party=f"server{self.server}", server=self.server, public_key=_bytes(raw)).validate()
+
+    def open(self, sealed: SealedShare) -> CountShare:
+        if sealed.server != self.server:
+            raise MessageError(f"share from {sealed.party!r} for {sealed.query!r} is sealed to server "
+                               f"{sealed.server}, not {self.server}")
+        mine = self.public().public_key.tobytes()
+        eph = sealed.ephemeral.tobytes()
+        try:
+            shared = self._private.exchange(X25519PublicKey.from_public_bytes(eph))
+            plain = AESGCM(_seal_key(shared, eph, mine)).decrypt(
+                sealed.nonce.tobytes(), sealed.ciphertext.tobytes(),
+                _aad(sealed.party, sealed.query, sealed.server, sealed.n_servers, sealed.shape))
+        except (InvalidTag, ValueError):
+            raise MessageError(f"share from {sealed.party!r} for {sealed.query!r} does not open with server "
+                               f"{self.server}'s key: it was edited, re-addressed, or sealed to another run's key") from None
+        share = np.frombuffer(plain, np.uint64).copy()
+        if share.size != int(np.prod(sealed.shape, dtype=np.int64)):
+            raise MessageError(f"share from {sealed.party!r} for {sealed.query!r} has {share.size} elements, "
+                               f"declared shape {sealed.shape}")
+        return CountShare(party=sealed.party, query=sealed.query, server=sealed.server, n_servers=sealed.n_servers,
+                          shape=list(sealed.shape), share=share.reshape(sealed.shape)).validate()
+
+
+def seal_share(share: CountShare, server_key: ServerKey) -> SealedShare:
+    """Encrypt `share` to its server's public key (a fresh ephemeral key and nonce per share)."""
+    if server_key.server != share.server:
+        raise MessageError(f"server key {server_key.server} used to seal a share for server {share.server}")
+    eph = X25519PrivateKey.generate()
+    eph_pub = eph.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    server_pub = server_key.public_key.tobytes()
+    shared = eph.exchange(X25519PublicKey.from_public_bytes(server_pub))
+    nonce = os.urandom(12)
+    ct = AESGCM(_seal_key(shared, eph_pub, server_pub)).encrypt(
+        nonce, np.ascontiguousarray(share.share, dtype=np.uint64).tobytes(),
+        _aad(share.party, share.query, share.server, share.n_servers, share.shape))
+    return SealedShare(party=share.party, query=share.query, server=share.server, n_servers=share.n_servers,
+                       shape=list(share.shape), ephemeral=_bytes(eph_pub), nonce=_bytes(nonce),
+                       ciphertext=_bytes(ct)).validate()
 
 
 class Transport:

@@ -23,6 +23,7 @@ import pandas as pd
 from .dataset import Dataset
 from .domain import Domain
 from .errors import ConfigError, DataError, DomainError, InferredSchemaWarning
+from .noise import secure_gumbel, secure_uniform
 from .privacy import Charge, PrivacyLedger, PureDP
 
 MISSING_LABEL = "<missing>"
@@ -82,7 +83,7 @@ class ColumnSchema:
 
 
 def dp_quantiles(values: np.ndarray, qs: Sequence[float], bounds: tuple[float, float], epsilon: float,
-                 rng: np.random.Generator) -> np.ndarray:
+                 rng: np.random.Generator, secure: bool = False) -> np.ndarray:
     """ε-DP quantiles by the exponential mechanism over a public range (Smith 2011), ε/len(qs) each.
 
     Utility of the interval between the i-th and (i+1)-th sorted value is −|i − q·n| (sensitivity 1);
@@ -99,8 +100,10 @@ def dp_quantiles(values: np.ndarray, qs: Sequence[float], bounds: tuple[float, f
         logw = np.log(widths)
     for k, q in enumerate(qs):
         score = logw - eps_q * np.abs(ranks - q * len(x)) / 2
-        i = int(np.argmax(score + rng.gumbel(size=score.shape)))  # Gumbel-max = exponential mechanism
-        out[k] = rng.uniform(pts[i], pts[i + 1])
+        gumbel = secure_gumbel(score.shape) if secure else rng.gumbel(size=score.shape)
+        i = int(np.argmax(score + gumbel))  # Gumbel-max = exponential mechanism
+        u = float(secure_uniform(1)[0]) if secure else rng.uniform()
+        out[k] = pts[i] + u * (pts[i + 1] - pts[i])
     return np.sort(out)
 
 
@@ -265,7 +268,8 @@ class TableSchema:
                     for ch in c.planned_charges():
                         ledger.spend(ch)
                     vals = pd.to_numeric(frame[c.name], errors="coerce").dropna().to_numpy(float)
-                    inner = dp_quantiles(vals, np.arange(1, c.bins) / c.bins, c.bounds, c.quantile_epsilon, rng)
+                    inner = dp_quantiles(vals, np.arange(1, c.bins) / c.bins, c.bounds, c.quantile_epsilon, rng,
+                                         secure=ledger.noise == "secure")
                     edges = np.concatenate([[c.bounds[0]], inner, [c.bounds[1]]])
                 labels = tuple(_bin_label(a, b, c.integer) for a, b in zip(edges[:-1], edges[1:]))
             if c.missing == "category":

@@ -276,6 +276,12 @@ def group_cost(cost: Cost, c: int) -> Cost:
 
 
 # -- ledger -----------------------------------------------------------------------------------
+NOISE_KINDS = ("secure", "simulation")
+NOISE_LABELS = {
+    "secure": "secure: discrete Gaussian/Laplace from the OS CSPRNG (OpenDP samplers)",
+    "simulation": "simulation: numpy's seeded float samplers; reproducible, NOT for production releases",
+}
+
 @attrs.frozen
 class Charge:
     """One mechanism's cost, attributed to a pipeline stage and (optionally) a party."""
@@ -297,24 +303,16 @@ class Charge:
         return d
 
 
-def _same_cost(a: Cost, b: Cost) -> bool:
-    if type(a) is not type(b):
-        return False
-    da, db = attrs.asdict(a), attrs.asdict(b)
-    for k in da:
-        va, vb = np.asarray(da[k], float), np.asarray(db[k], float)
-        if va.shape != vb.shape or not np.allclose(va, vb, rtol=1e-9, atol=0):
-            return False
-    return True
-
-
 @attrs.define
 class PrivacyLedger:
     """Records what every stage plans to spend (before data is touched) and what it actually spends.
 
     * `plan` registers charges; `check_plan` refuses a plan whose composition exceeds the budget.
-    * `spend` is called by a mechanism right before it adds noise; it must match a planned,
-      not yet spent charge (same stage, mechanism, party and cost), so nothing unplanned is spent.
+    * `spend` is called by a mechanism right before it adds noise with the very Charge object the
+      component's `plan()` returned; it must equal (exactly: no float tolerance) a planned, not yet
+      spent entry, so nothing unplanned is spent and no spend is a rebuilt approximation of its plan.
+    * `noise` says which noise the mechanisms draw: "secure" (integer-valued mechanisms from the OS
+      CSPRNG, core/noise.py) or "simulation" (numpy's seeded float samplers; studies and tests).
     """
 
     budget: Budget
@@ -323,6 +321,12 @@ class PrivacyLedger:
     # Group privacy: when alignment lets one person's record appear in up to `group_size` rows (a
     # `sample` fill copies real records), every later charge costs what it costs for a group that size.
     group_size: int = 1
+    noise: str = attrs.field(default="simulation", kw_only=True)
+
+    @noise.validator
+    def _noise_ok(self, _attr: Any, value: str) -> None:
+        if value not in NOISE_KINDS:
+            raise BudgetError(f"noise must be one of {list(NOISE_KINDS)}, got {value!r}")
 
     def plan(self, charges: Iterable[Charge]) -> None:
         self.planned.extend(map(self.grouped, charges))
@@ -356,27 +360,24 @@ class PrivacyLedger:
             )
 
     def spend(self, charge: Charge) -> None:
-        charge = self.grouped(charge)
-
-        def matches(c: Charge) -> bool:
-            return c.key() == charge.key() and _same_cost(c.cost, charge.cost)
-
-        if sum(map(matches, self.spent)) < sum(map(matches, self.planned)):
-            self.spent.append(charge)
+        if not isinstance(charge, Charge):
+            raise BudgetError(f"a spend takes the Charge object that plan() returned, got {type(charge).__name__}")
+        recorded = self.grouped(charge)
+        if self.spent.count(recorded) < self.planned.count(recorded):
+            self.spent.append(recorded)
             return
         raise BudgetError(
             f"unplanned privacy spend: stage {charge.stage!r}, mechanism {charge.mechanism!r}, "
-            f"party {charge.party!r}, cost {charge.cost.describe()}; every spend must be declared in the plan"
+            f"party {charge.party!r}, cost {charge.cost.describe()}; a mechanism spends only a Charge its "
+            f"component planned (the same object, matched exactly), and each planned charge once"
         )
 
     def unspent(self) -> list[Charge]:
         remaining = list(self.spent)
         out = []
         for c in self.planned:
-            for i, s in enumerate(remaining):
-                if s.key() == c.key() and _same_cost(s.cost, c.cost):
-                    del remaining[i]
-                    break
+            if c in remaining:
+                remaining.remove(c)
             else:
                 out.append(c)
         return out
@@ -403,6 +404,7 @@ class PrivacyLedger:
     def to_dict(self) -> dict[str, Any]:
         comp = Composition.of(c.cost for c in self.spent) if self.spent else None
         return {
+            "noise": NOISE_LABELS[self.noise],
             "unit_of_privacy": "one person's whole record across all parties (add/remove neighbours)",
             "budget": self.budget.to_dict(),
             "spent_epsilon": self.spent_epsilon(),

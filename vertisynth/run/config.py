@@ -3,6 +3,7 @@
 Shape (see README):
     seed = 7
     budget = { epsilon = 1.6, delta = 1e-5 }
+    noise = "simulation"  # or "secure" (discrete noise from the OS CSPRNG); unset: the role's default
     [dataset]            name = "census", params = {...}
     [[parties]]          name = "...", attributes = [...]       (optional: the dataset's default split)
     [alignment]          use = "positional", params = {...}
@@ -19,7 +20,7 @@ from typing import Any, ClassVar
 import attrs
 
 from vertisynth.core.errors import ConfigError, VertisynthError, choices_text, suggest
-from vertisynth.core.privacy import Budget
+from vertisynth.core.privacy import NOISE_KINDS, Budget
 from vertisynth.core.registry import Registry, default_registry
 from vertisynth.core.structuring import CONVERTER, structure
 
@@ -84,6 +85,7 @@ class RunConfig:
     evaluation: EvaluationConfig = attrs.field(factory=EvaluationConfig)
     sample_size: int | None = None
     output: str | None = None
+    noise: str | None = None       # "secure" | "simulation"; unset: each role's default (`noise_for`)
     sections: dict[str, Any] = attrs.field(factory=dict)   # tables owned by other parts ([study], [collab]...)
 
     def __attrs_post_init__(self) -> None:
@@ -140,7 +142,18 @@ def parse_config(data: Mapping[str, Any], where: str = "config", registry: Regis
         raise ConfigError(f"{where}.budget: {exc}") from None
     if cfg.sample_size is not None and cfg.sample_size < 1:
         raise ConfigError(f"{where}.sample_size: must be >= 1, got {cfg.sample_size}")
+    if cfg.noise is not None and cfg.noise not in NOISE_KINDS:
+        raise ConfigError(f"{where}.noise: must be one of {list(NOISE_KINDS)}, got {cfg.noise!r}"
+                          f"{suggest(str(cfg.noise), list(NOISE_KINDS))}")
     return cfg
+
+
+def noise_for(config: RunConfig, cross_machine: bool) -> str:
+    """The noise a role draws: the config's `noise`, else "secure" for the cross-machine roles (party synth,
+    party align, collab custodian/server) and "simulation" for one-process runs, the API and studies."""
+    if config.noise is not None:
+        return config.noise
+    return "secure" if cross_machine else "simulation"
 
 
 def load_config(path: str | Path) -> RunConfig:

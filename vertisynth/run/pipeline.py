@@ -28,7 +28,7 @@ from vertisynth.core.registry import Registry, default_registry
 from vertisynth.core.specs import ComponentSpec
 from vertisynth.core.structuring import CONVERTER, structure
 
-from .config import RunConfig
+from .config import RunConfig, noise_for
 from .model import MODEL_FILE, FittedModel
 from .report import build_report, record_outputs, write_outputs
 
@@ -156,7 +156,7 @@ def make_plan(config: RunConfig, registry: Registry | None = None, data_dir: str
     partition.validate(domain)
 
     budget = config.budget.to_budget()
-    ledger = PrivacyLedger(budget)
+    ledger = PrivacyLedger(budget, noise=noise_for(config, cross_machine=False))
     ledger.plan(source.schema.planned_charges())
     for comp in [aligner, synth, *evals]:
         ledger.check_plan()  # an earlier stage may already exceed the budget: say so with the split

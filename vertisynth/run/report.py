@@ -146,6 +146,8 @@ def summary_markdown(result: RunResult) -> str:
         f"spent ε = {p['spent_epsilon']:.4g} (composed across all parties); "
         f"{'within budget' if p['within_budget'] else 'OVER BUDGET'}.",
         "",
+        f"Noise: {p['noise']}.",
+        "",
         "| stage | ε alone |",
         "|---|---|",
         *[f"| {s} | {e:.4g} |" for s, e in p["per_stage_epsilon"].items()],

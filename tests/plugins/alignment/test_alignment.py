@@ -223,9 +223,10 @@ def test_marginal_fill_is_charged_and_sample_fill_costs_group_privacy():
     assert not ledger.spent and PSUAligner(PSUConfig(fill="sample")).group_size() == 2
     ledger = PrivacyLedger(Budget(1.0, 1e-5), group_size=2)
     from vertisynth.core.privacy import Charge
-    ledger.plan([Charge("synthesizer", "m", ZCDP(0.01))])
+    planned = Charge("synthesizer", "m", ZCDP(0.01))
+    ledger.plan([planned])
     assert ledger.planned[0].cost.rho == pytest.approx(0.04)  # c² ρ for groups of c = 2
-    ledger.spend(Charge("synthesizer", "m", ZCDP(0.01)))
+    ledger.spend(planned)
     assert not ledger.unspent()
 
 

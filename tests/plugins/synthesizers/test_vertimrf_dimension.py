@@ -68,8 +68,9 @@ def test_hisrec_beats_uniform_on_skewed_values():
 def test_value_distributions_are_noised_and_charged(tmp_path):
     data = _data()
     ledger = PrivacyLedger(Budget(1.0))
-    ledger.plan(planned_charges("p1", ["x", "y"], 0.1))
-    msg = measure_value_distributions("p1", data, 4, ["x", "y"], 0.1, ledger, np.random.default_rng(0))
+    charges = dict(zip(["x", "y"], planned_charges("p1", ["x", "y"], 0.1)))
+    ledger.plan(charges.values())
+    msg = measure_value_distributions("p1", data, 4, ["x", "y"], charges, ledger, np.random.default_rng(0))
     assert ledger.spent_epsilon() == pytest.approx(0.2)  # sequential over attributes
     exact = normalise_within_bins(data.counts(["x"]).values, 4)
     assert not np.allclose(msg.distributions["x"], exact)  # really noised
@@ -78,7 +79,7 @@ def test_value_distributions_are_noised_and_charged(tmp_path):
     back = ValueDistributions.load(tmp_path / "vd.npz")
     assert np.allclose(back.distributions["y"], msg.distributions["y"])
     with pytest.raises(BudgetError, match="unplanned"):
-        measure_value_distributions("p1", data, 4, ["z"], 0.1, ledger, np.random.default_rng(0))
+        measure_value_distributions("p1", data, 4, ["x"], charges, ledger, np.random.default_rng(0))  # spent once
 
 
 def test_malformed_value_distributions_are_refused():

@@ -70,12 +70,12 @@ def plan_charges(rho: float, dp_attrs: Mapping[str, Sequence[str]]) -> list[Char
 
 
 def fill_view(view: Dataset, positions: np.ndarray, n_u: int, strategy: str, columns: Mapping[str, ColumnFill],
-              dp_attrs: Sequence[str], rho_party: float, ledger: PrivacyLedger, party: str,
+              dp_attrs: Sequence[str], charge: Charge | None, ledger: PrivacyLedger, party: str,
               rng: np.random.Generator, max_copies: int = 1) -> Dataset:
     """A table over all `n_u` universal IDs: the party's row i at U position `positions[i]`, filled rows
     at the positions it does not hold.
 
-    `rho_party` is this party's share of the fill budget for the DP 1-way marginals of `dp_attrs`
+    `charge` is this party's planned share of the fill budget (from `plan_charges`) for the DP 1-way marginals of `dp_attrs`
     (L2 sensitivity sqrt(len(dp_attrs)), so every party's marginals get the same σ)."""
     dom = view.domain
     positions = np.asarray(positions, dtype=np.int64)
@@ -89,8 +89,7 @@ def fill_view(view: Dataset, positions: np.ndarray, n_u: int, strategy: str, col
     noisy: dict[str, np.ndarray] = {}
     if dp_attrs:  # released (and charged) even when nothing is missing: the spend must not depend on data
         counts = np.concatenate([view.counts([a]).values.ravel() for a in dp_attrs])
-        noisy_all = gaussian_mechanism(counts, rho_party, rng, ledger, STAGE, party,
-                                       l2_sensitivity=math.sqrt(len(dp_attrs)), mechanism="fill marginals (gaussian)")
+        noisy_all = gaussian_mechanism(counts, charge, rng, ledger, l2_sensitivity=math.sqrt(len(dp_attrs)))
         at = 0
         for a in dp_attrs:
             noisy[a] = noisy_all[at:at + dom.size(a)]

@@ -110,7 +110,7 @@ class PSUAligner(Aligner):
         if self.config.max_copies < 1:
             raise ConfigError(f"alignment max_copies must be >= 1, got {self.config.max_copies}")
         self._dp_attrs: dict[str, list[str]] = {}
-        self._rho = 0.0
+        self._charges: dict[str, Charge] = {}   # the planned fill charge per party, spent as planned
 
     def group_size(self) -> int:
         return 1 + self.config.max_copies if self.config.fill == "sample" else 1
@@ -122,8 +122,9 @@ class PSUAligner(Aligner):
         self._dp_attrs = fill_mod.dp_attributes(self.config.fill, self.config.fill_columns, ctx.partition)
         if not self._dp_attrs:
             return []
-        self._rho = self.config.fill_budget * ctx.rho
-        return fill_mod.plan_charges(self._rho, self._dp_attrs)
+        charges = fill_mod.plan_charges(self.config.fill_budget * ctx.rho, self._dp_attrs)
+        self._charges = {c.party: c for c in charges}
+        return charges
 
     def fill_party(self, party: str, view: Dataset, result: PartyResult, ledger: PrivacyLedger,
                    rng: np.random.Generator) -> Dataset:
@@ -137,9 +138,10 @@ class PSUAligner(Aligner):
                             f"max_copies = {cfg.max_copies} can fill at most {cfg.max_copies * view.n}; raise "
                             "max_copies (more group privacy) or use fill = 'marginal'")
         attrs_p = self._dp_attrs.get(party, [])
-        d = sum(len(v) for v in self._dp_attrs.values())
-        rho_p = self._rho * len(attrs_p) / d if attrs_p else 0.0
-        return fill_mod.fill_view(view, result.rows, result.n_common, cfg.fill, cfg.fill_columns, attrs_p, rho_p,
+        charge = self._charges.get(party)
+        if attrs_p and charge is None:
+            raise ConfigError(f"party {party!r}: the DP fill needs the aligner's plan() first")
+        return fill_mod.fill_view(view, result.rows, result.n_common, cfg.fill, cfg.fill_columns, attrs_p, charge,
                                   ledger, party, rng, cfg.max_copies)
 
     def align(self, views: Mapping[str, Dataset], ledger: PrivacyLedger, rng: np.random.Generator,

@@ -41,6 +41,7 @@ from vertisynth.core.errors import BudgetError, ConfigError, DataError, DomainEr
 from vertisynth.core.factor import Factor
 from vertisynth.core.interfaces import Encoder, PlanContext
 from vertisynth.core.mechanisms import gaussian_mechanism, gaussian_sigma
+from vertisynth.core.noise import party_randomness
 from vertisynth.core.messages import Message
 from vertisynth.core.privacy import Budget, Charge, PrivacyLedger, ZCDP, zcdp_to_approx
 
@@ -178,6 +179,8 @@ class DPFMEncoder(Encoder):
         self._attributes: dict[str, tuple[str, ...]] = {}
         self._keys: dict[str, KeyParty] | None = None
         self.key_context = b""   # what the agreed keys are bound to (a run across machines; see keys.py)
+        self._charges: dict[str, Charge] = {}
+        self._count_charge: Charge | None = None
 
     # -- plan (public facts only) -------------------------------------------------------------
     def plan(self, ctx: PlanContext) -> list[Charge]:
@@ -199,11 +202,12 @@ class DPFMEncoder(Encoder):
         self._attributes = {p.name: tuple(p.attributes) for p in ctx.partition}
         if self._keys is not None and set(self._keys) != set(names):
             self._keys = None  # a different set of parties must agree on new keys
-        charges = [Charge(STAGE, SKETCH, self._sketch_cost(len(p.attributes)), p.name,
-                          note=f"t={cfg.t} × {len(p.attributes)} attributes at ε'={eps_prime:.4g}")
-                   for p in ctx.partition]
-        charges.append(Charge(STAGE, COUNT, ZCDP(rho_count), names[0], note="noisy record count n̂"))
-        return charges
+        # kept: the parties spend these very charges
+        self._charges = {p.name: Charge(STAGE, SKETCH, self._sketch_cost(len(p.attributes)), p.name,
+                                        note=f"t={cfg.t} × {len(p.attributes)} attributes at ε'={eps_prime:.4g}")
+                         for p in ctx.partition}
+        self._count_charge = Charge(STAGE, COUNT, ZCDP(rho_count), names[0], note="noisy record count n̂")
+        return [*self._charges.values(), self._count_charge]
 
     def _sketch_cost(self, d_p: int) -> ZCDP:
         # ε'-DP sketch ⇒ (ε'²/2)-zCDP; t repetitions × d_p attributes compose (Theorem 2, tight form).
@@ -240,17 +244,17 @@ class DPFMEncoder(Encoder):
                ledger: PrivacyLedger, rng: np.random.Generator) -> DPFMMessage:
         """Phantoms and floor (Alg. 1 line 4) on the merged maxima, plus n̂ at the counting party."""
         p = self.params
-        sketches = {a: finalize(raw[a], rng, p.k_p, p.floor, p.gamma) for a in domain.attributes}
+        phantoms = party_randomness(rng, ledger.noise)   # the sketches' DP randomness: OS CSPRNG when secure
+        sketches = {a: finalize(raw[a], phantoms, p.k_p, p.floor, p.gamma) for a in domain.attributes}
         n_hat = n_var = None
         if party == p.count_party:
-            n_hat = float(gaussian_mechanism(np.array(float(n)), p.rho_count, rng, ledger, STAGE, party, mechanism=COUNT))
+            n_hat = float(gaussian_mechanism(np.array(float(n)), self._count_charge, rng, ledger))
             n_var = gaussian_sigma(p.rho_count) ** 2
         return DPFMMessage(party=party, domain=domain, t=p.t, gamma=p.gamma, eps_prime=p.eps_prime, k_p=p.k_p,
                            floor=p.floor, n_hat=n_hat, n_hat_variance=n_var, sketches=sketches).validate()
 
     def _spend_sketches(self, party: str, domain: Domain, ledger: PrivacyLedger) -> None:
-        ledger.spend(Charge(STAGE, SKETCH, self._sketch_cost(len(self._attributes[party])), party,
-                            note=f"t={self.params.t} × {len(self._attributes[party])} attributes at ε'={self.params.eps_prime:.4g}"))
+        ledger.spend(self._charges[party])
 
     def party_key(self, party: str, rng: np.random.Generator) -> bytes:
         if self._keys is None:

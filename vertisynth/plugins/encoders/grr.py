@@ -47,6 +47,7 @@ from vertisynth.core.errors import BudgetError, ConfigError, DataError, DomainEr
 from vertisynth.core.factor import Factor
 from vertisynth.core.interfaces import Encoder, PlanContext
 from vertisynth.core.messages import Message
+from vertisynth.core.noise import party_randomness
 from vertisynth.core.privacy import Charge, Composition, PrivacyLedger, PureDP
 
 from .chunked import ChunkJob
@@ -160,6 +161,7 @@ class GRREncoder(Encoder):
 
     def __init__(self, config: GRRConfig | None = None) -> None:
         super().__init__(config or GRRConfig())
+        self._charges: dict[tuple[str, str], Charge] = {}
         self.epsilon0: float | None = None
         self._attributes: dict[str, tuple[str, ...]] = {}
 
@@ -168,8 +170,10 @@ class GRREncoder(Encoder):
         d = len(ctx.domain)
         self.epsilon0 = calibrate_epsilon0(d, ctx, self.config.epsilon)
         self._attributes = {p.name: tuple(p.attributes) for p in ctx.partition}
-        return [Charge(STAGE, MECHANISM, PureDP(self.epsilon0), p.name, note=f"GRR ε₀ on {a!r}")
-                for p in ctx.partition for a in p.attributes]
+        # kept: `spend` spends these very charges
+        self._charges = {(p.name, a): Charge(STAGE, MECHANISM, PureDP(self.epsilon0), p.name, note=f"GRR ε₀ on {a!r}")
+                         for p in ctx.partition for a in p.attributes}
+        return list(self._charges.values())
 
     # -- party side ---------------------------------------------------------------------------
     def _check_view(self, party: str, view: Dataset) -> None:
@@ -183,7 +187,10 @@ class GRREncoder(Encoder):
 
     def spend(self, party: str, view_domain: Domain, ledger: PrivacyLedger) -> None:
         for a in view_domain.attributes:
-            ledger.spend(Charge(STAGE, MECHANISM, PureDP(self.epsilon0), party, note=f"GRR ε₀ on {a!r}"))
+            charge = self._charges.get((party, a))
+            if charge is None:
+                raise DataError(f"grr: attribute {a!r} of party {party!r} was not in the plan")
+            ledger.spend(charge)
 
     def perturb(self, party: str, view: Dataset, key: bytes, ids: np.ndarray) -> dict[str, np.ndarray]:
         """The perturbed columns of `view` (rows with global ids `ids`); no ledger involved (see `encode`)."""
@@ -198,7 +205,7 @@ class GRREncoder(Encoder):
         """Chunked encoding (see `chunked.py`): charge first, perturb chunk by chunk with global ids
         (a picklable function, runnable on Dask workers), concatenate in order. Equals `encode`."""
         self._check_view(party, Dataset(np.zeros((0, len(domain)), dtype=np.int64), domain))
-        key = rng.bytes(32)
+        key = party_randomness(rng, ledger.noise).bytes(32)   # secret PRF key: OS CSPRNG when secure
         self.spend(party, domain, ledger)
         index = {a: i for i, a in enumerate(self._attributes[party])}
         mapper = partial(perturb_view, epsilon=self.epsilon0, key=key, index=index)
@@ -216,7 +223,7 @@ class GRREncoder(Encoder):
                ids: np.ndarray | None = None) -> GRRMessage:
         """Runs at the party on its own columns; charges the ledger before perturbing."""
         self._check_view(party, view)
-        key = rng.bytes(32)  # party-local secret PRF key; never leaves the party
+        key = party_randomness(rng, ledger.noise).bytes(32)  # party-local secret PRF key; never leaves the party
         self.spend(party, view.domain, ledger)
         ids = np.arange(view.n, dtype=np.int64) if ids is None else ids
         cols = self.perturb(party, view, key, ids)

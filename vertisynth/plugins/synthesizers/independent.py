@@ -49,6 +49,7 @@ class IndependentSynthesizer(Synthesizer):
         self._n_hat: int | None = None
         self._timings: dict[str, float] = {}
         self._per_attr: float | None = None
+        self._charges: dict[tuple[str, str], Charge] = {}   # (party, attribute) -> its planned charge
 
     # -- privacy plan -------------------------------------------------------------------------
     def _charge(self, party: str, amount: float) -> Charge:
@@ -59,7 +60,8 @@ class IndependentSynthesizer(Synthesizer):
     def plan(self, ctx: PlanContext) -> list[Charge]:
         d = len(ctx.domain)
         self._per_attr = (ctx.rho if self.config.mechanism == "gaussian" else ctx.epsilon) / d
-        return [self._charge(p.name, self._per_attr) for p in ctx.partition for _ in p.attributes]
+        self._charges = {(p.name, a): self._charge(p.name, self._per_attr) for p in ctx.partition for a in p.attributes}
+        return list(self._charges.values())
 
     # -- party side ---------------------------------------------------------------------------
     def measure_party(self, party: str, view: Dataset, ledger: PrivacyLedger, rng: np.random.Generator) -> NoisyMarginals:
@@ -69,10 +71,11 @@ class IndependentSynthesizer(Synthesizer):
         out = {}
         for a in view.attributes:
             counts = view.counts([a]).values
-            if self.config.mechanism == "gaussian":
-                out[a] = gaussian_mechanism(counts, self._per_attr, rng, ledger, STAGE, party, mechanism="gaussian_1way")
-            else:
-                out[a] = laplace_mechanism(counts, self._per_attr, rng, ledger, STAGE, party, mechanism="laplace_1way")
+            charge = self._charges.get((party, a))
+            if charge is None:
+                raise DataError(f"independent: attribute {a!r} of party {party!r} was not in the plan")
+            mechanism = gaussian_mechanism if self.config.mechanism == "gaussian" else laplace_mechanism
+            out[a] = mechanism(counts, charge, rng, ledger)
         return NoisyMarginals(party=party, domain=view.domain, marginals=out).validate()
 
     # -- server side --------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from vertisynth.core.dataset import Dataset
 from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.core.domain import Domain
 from vertisynth.core.interfaces import MarginalQuery, MeasuresMarginals, PlanContext, Synthesizer, VerticalData
-from vertisynth.core.mechanisms import gaussian_mechanism, gaussian_sigma
+from vertisynth.core.mechanisms import exponential_noise, gaussian_mechanism, gaussian_sigma
 from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
 
 from vertisynth.pgm import Measurement, estimate
@@ -56,10 +56,13 @@ class PrivatePGMConfig:
             raise ConfigError("private_pgm: iters must be >= 1")
 
 
-def exponential_mechanism(scores: np.ndarray, epsilon: float, sensitivity: float, rng: np.random.Generator) -> int:
-    """Index chosen with probability ∝ exp(ε·score / (2Δ)) (Gumbel-max trick)."""
+def exponential_mechanism(scores: np.ndarray, epsilon: float, sensitivity: float, rng: np.random.Generator,
+                          ledger: PrivacyLedger | None = None) -> int:
+    """Index chosen with probability ∝ exp(ε·score / (2Δ)) (Gumbel-max trick; the Gumbel draws come from
+    the OS CSPRNG when `ledger` runs secure noise)."""
     logits = epsilon * np.asarray(scores, float) / (2 * sensitivity)
-    return int(np.argmax(logits + rng.gumbel(size=logits.shape)))
+    gumbel = exponential_noise(logits.shape, rng, ledger) if ledger is not None else rng.gumbel(size=logits.shape)
+    return int(np.argmax(logits + gumbel))
 
 
 class PrivatePGMSynthesizer(Synthesizer, MeasuresMarginals):
@@ -80,12 +83,17 @@ class PrivatePGMSynthesizer(Synthesizer, MeasuresMarginals):
             self._rho1 = rho / (3 * d)
             self._rho_sel = rho / (3 * (d - 1))
             self._rho2 = rho / (3 * (d - 1))
-            return ([Charge(STAGE, "gaussian_1way", ZCDP(self._rho1)) for _ in range(d)]
-                    + [Charge(STAGE, "exponential_select", ZCDP(self._rho_sel)) for _ in range(d - 1)]
-                    + [Charge(STAGE, "gaussian_2way", ZCDP(self._rho2)) for _ in range(d - 1)])
-        self._workload = self._workload_of(ctx.domain)
-        self._rho_each = rho / len(self._workload)
-        return [Charge(STAGE, "gaussian_marginal", ZCDP(self._rho_each)) for _ in self._workload]
+            # kept: the mechanisms spend these very charges, in order
+            self._charges = {"gaussian_1way": [Charge(STAGE, "gaussian_1way", ZCDP(self._rho1)) for _ in range(d)],
+                             "exponential_select": [Charge(STAGE, "exponential_select", ZCDP(self._rho_sel))
+                                                    for _ in range(d - 1)],
+                             "gaussian_2way": [Charge(STAGE, "gaussian_2way", ZCDP(self._rho2)) for _ in range(d - 1)]}
+        else:
+            self._workload = self._workload_of(ctx.domain)
+            self._rho_each = rho / len(self._workload)
+            self._charges = {"gaussian_marginal": [Charge(STAGE, "gaussian_marginal", ZCDP(self._rho_each))
+                                                   for _ in self._workload]}
+        return [c for group in self._charges.values() for c in group]
 
     # -- measurements from elsewhere (horizontal custodians, secure aggregation) --------------------
     def _workload_of(self, domain: Domain) -> list[tuple[str, ...]]:
@@ -113,10 +121,10 @@ class PrivatePGMSynthesizer(Synthesizer, MeasuresMarginals):
         self._n_hat = max(1, int(round(res.model.total)))
         self._timings = {"estimate": res.seconds}
 
-    def _measure(self, table: Dataset, attrs_: tuple[str, ...], rho: float, mech: str, ledger: PrivacyLedger,
+    def _measure(self, table: Dataset, attrs_: tuple[str, ...], charge: Charge, ledger: PrivacyLedger,
                  rng: np.random.Generator) -> Measurement:
-        noisy = gaussian_mechanism(table.counts(attrs_).values, rho, rng, ledger, STAGE, None, 1.0, mech)
-        return Measurement(attrs_, noisy, gaussian_sigma(rho))
+        noisy = gaussian_mechanism(table.counts(attrs_).values, charge, rng, ledger)
+        return Measurement(attrs_, noisy, gaussian_sigma(charge.cost.rho))
 
     def measure(self, data: VerticalData, ledger: PrivacyLedger, rng: np.random.Generator) -> list[Measurement]:
         """The DP part: noisy marginals (and, for MST, the privately selected pairs), spending the plan."""
@@ -124,14 +132,15 @@ class PrivatePGMSynthesizer(Synthesizer, MeasuresMarginals):
         table = data.joined().project(self._domain.attributes)
         attrs_ = self._domain.attributes
         if self.config.measurements == "workload":
-            meas = [self._measure(table, w, self._rho_each, "gaussian_marginal", ledger, rng) for w in self._workload]
+            meas = [self._measure(table, w, ch, ledger, rng)
+                    for w, ch in zip(self._workload, self._charges["gaussian_marginal"])]
             t1 = t2 = time.perf_counter()
         else:
-            meas = [self._measure(table, (a,), self._rho1, "gaussian_1way", ledger, rng) for a in attrs_]
+            meas = [self._measure(table, (a,), ch, ledger, rng) for a, ch in zip(attrs_, self._charges["gaussian_1way"])]
             t1 = time.perf_counter()
             pairs = self._select_tree(table, meas, ledger, rng)
             t2 = time.perf_counter()
-            meas += [self._measure(table, p, self._rho2, "gaussian_2way", ledger, rng) for p in pairs]
+            meas += [self._measure(table, p, ch, ledger, rng) for p, ch in zip(pairs, self._charges["gaussian_2way"])]
         self._timings = {"measure": time.perf_counter() - t2 + (t1 - t0), "select": t2 - t1}
         return meas
 
@@ -158,11 +167,11 @@ class PrivatePGMSynthesizer(Synthesizer, MeasuresMarginals):
         comp = {a: i for i, a in enumerate(attrs_)}
         eps = math.sqrt(8 * self._rho_sel)
         chosen = []
-        for _ in range(len(attrs_) - 1):
+        for charge in self._charges["exponential_select"]:
             ok = np.array([comp[a] != comp[b] for a, b in pairs])
-            ledger.spend(Charge(STAGE, "exponential_select", ZCDP(self._rho_sel)))
+            ledger.spend(charge)
             idx = np.flatnonzero(ok)
-            pick = idx[exponential_mechanism(scores[idx], eps, 1.0, rng)]
+            pick = idx[exponential_mechanism(scores[idx], eps, 1.0, rng, ledger)]
             a, b = pairs[pick]
             chosen.append((a, b))
             old, new = comp[b], comp[a]

@@ -28,12 +28,12 @@ class UniformSynthesizer(Synthesizer):
         self._domain = ctx.domain
         # one party holds the row count as much as any other; charge it to the first party
         self._party = ctx.partition.names[0]
-        return [Charge("synthesizer", "laplace_count", PureDP(self._epsilon), self._party)]
+        self._charge = Charge("synthesizer", "laplace_count", PureDP(self._epsilon), self._party)
+        return [self._charge]   # kept: fit spends this very charge
 
     def fit(self, data: VerticalData, ledger: PrivacyLedger, rng: np.random.Generator) -> None:
         n = data.views[self._party].n
-        noisy = laplace_mechanism(np.array([n]), self._epsilon, rng, ledger, "synthesizer", self._party,
-                                  mechanism="laplace_count")
+        noisy = laplace_mechanism(np.array([n]), self._charge, rng, ledger)
         self._n_hat = max(self.config.min_records, int(round(noisy[0])))
 
     def sample(self, n: int | None, rng: np.random.Generator) -> Dataset:

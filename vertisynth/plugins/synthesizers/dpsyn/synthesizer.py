@@ -108,29 +108,28 @@ class DPSynSynthesizer(Synthesizer, MeasuresMarginals):
         sel = total * c.selection_fraction if self._greedy else 0.0
         self._select_budget, self._measure_budget = sel, total - sel
         cost = ZCDP if self._noise == "gaussian" else PureDP
-        charges = []
-        if self._greedy:
-            charges.append(Charge(STAGE, f"{self._noise}_indif_scores", cost(sel), None, f"{len(pairs)} pair scores"))
-        charges.append(Charge(STAGE, f"{self._noise}_2way_marginals", cost(self._measure_budget), None,
-                              "all chosen 2-way marginals as one vector"))
-        return charges
+        # kept: the mechanisms spend these very charges
+        self._select_charge = (Charge(STAGE, f"{self._noise}_indif_scores", cost(sel), None, f"{len(pairs)} pair scores")
+                               if self._greedy else None)
+        self._measure_charge = Charge(STAGE, f"{self._noise}_2way_marginals", cost(self._measure_budget), None,
+                                      "all chosen 2-way marginals as one vector")
+        return [c for c in (self._select_charge, self._measure_charge) if c is not None]
 
     # -- fit ----------------------------------------------------------------------------------
-    def _noisy(self, values: np.ndarray, budget: float, l2: float, l1: float, mech: str,
+    def _noisy(self, values: np.ndarray, charge: Charge, l2: float, l1: float,
                ledger: PrivacyLedger, rng: np.random.Generator) -> tuple[np.ndarray, float]:
         if self._noise == "gaussian":
-            out = gaussian_mechanism(values, budget, rng, ledger, STAGE, None, l2, mech)
-            return out, l2**2 / (2 * budget)
-        out = laplace_mechanism(values, budget, rng, ledger, STAGE, None, l1, mech)
-        return out, 2 * (l1 / budget) ** 2
+            out = gaussian_mechanism(values, charge, rng, ledger, l2)
+            return out, l2**2 / (2 * charge.cost.rho)
+        out = laplace_mechanism(values, charge, rng, ledger, l1)
+        return out, 2 * (l1 / charge.cost.epsilon) ** 2
 
     def _select(self, data: Dataset, ledger: PrivacyLedger, rng: np.random.Generator) -> list[tuple[str, str]]:
         theta = self.config.max_records_per_individual
         m = len(self._pairs)
         scores = np.array([indif(data, a, b) for a, b in self._pairs])
         sens = INDIF_SENSITIVITY * theta
-        noisy, _ = self._noisy(scores, self._select_budget, sens * math.sqrt(m), sens * m,
-                               f"{self._noise}_indif_scores", ledger, rng)
+        noisy, _ = self._noisy(scores, self._select_charge, sens * math.sqrt(m), sens * m, ledger, rng)
         cells = np.array([self._domain.size(a) * self._domain.size(b) for a, b in self._pairs], float)
 
         def per_cell_error(k: int) -> float:  # expected |noise| per cell with k marginals measured
@@ -170,8 +169,7 @@ class DPSynSynthesizer(Synthesizer, MeasuresMarginals):
         k = len(pairs)
         self._exact_shapes = [table.domain.project(list(p)) for p in pairs]
         flat = np.concatenate([table.counts(list(p)).values.ravel() for p in pairs])
-        noisy, self._var = self._noisy(flat, self._measure_budget, theta * math.sqrt(k), theta * k,
-                                       f"{self._noise}_2way_marginals", ledger, rng)
+        noisy, self._var = self._noisy(flat, self._measure_charge, theta * math.sqrt(k), theta * k, ledger, rng)
         self._selected = pairs
         self.noisy_vector = noisy  # the DP measurement itself (kept for inspection and audits)
         self._timings = {"select": t1 - t0, "measure": time.perf_counter() - t1}

@@ -147,12 +147,15 @@ class PrivMRFSynthesizer(Synthesizer):
         self._rho_ref_round = rho * c.refine_fraction / self._rounds if self._rounds else 0.0
         used = self._rho_count + self._rho_r + self._rho_ref_round * self._rounds
         self._rho_marg = (rho - used) / self._k_marg
-        charges = [Charge(STAGE, "gaussian_count", ZCDP(self._rho_count), party)]
-        if self._pairs:
-            charges.append(Charge(STAGE, "gaussian_r_scores", ZCDP(self._rho_r), party))
-        charges += [Charge(STAGE, "gaussian_refine_queries", ZCDP(self._rho_ref_round), party) for _ in range(self._rounds)]
-        charges += [Charge(STAGE, "gaussian_marginal", ZCDP(self._rho_marg), party) for _ in range(self._k_marg)]
-        return charges
+        # kept: fit_table spends these very charges
+        self._charges = {
+            "count": [Charge(STAGE, "gaussian_count", ZCDP(self._rho_count), party)],
+            "r_scores": [Charge(STAGE, "gaussian_r_scores", ZCDP(self._rho_r), party)] if self._pairs else [],
+            "refine": [Charge(STAGE, "gaussian_refine_queries", ZCDP(self._rho_ref_round), party)
+                       for _ in range(self._rounds)],
+            "marginal": [Charge(STAGE, "gaussian_marginal", ZCDP(self._rho_marg), party) for _ in range(self._k_marg)],
+        }
+        return [c for group in self._charges.values() for c in group]
 
     # -- phases -------------------------------------------------------------------------------
     def _graph(self, scores: np.ndarray) -> tuple[list[tuple[str, str]], list[tuple[str, ...]]]:
@@ -290,8 +293,7 @@ class PrivMRFSynthesizer(Synthesizer):
         return initial + [(a,) for a in dom.attributes if a not in covered]
 
     def measure_count(self, table: Dataset, ledger: PrivacyLedger, rng: np.random.Generator) -> float:
-        noisy = gaussian_mechanism(np.array([float(table.n)]), self._rho_count, rng, ledger, STAGE, self._party,
-                                   1.0, "gaussian_count")
+        noisy = gaussian_mechanism(np.array([float(table.n)]), self._charges["count"][0], rng, ledger)
         return max(float(noisy[0]), 1.0)
 
     def fit_table(self, table: Dataset, ledger: PrivacyLedger, rng: np.random.Generator) -> None:
@@ -302,8 +304,8 @@ class PrivMRFSynthesizer(Synthesizer):
         n_hat = self.measure_count(table, ledger, rng)
         if self._pairs:
             m = len(self._pairs)
-            noisy_r = gaussian_mechanism(r_scores(table, self._pairs), self._rho_r, rng, ledger, STAGE, self._party,
-                                         R_SENSITIVITY * math.sqrt(m), "gaussian_r_scores")
+            noisy_r = gaussian_mechanism(r_scores(table, self._pairs), self._charges["r_scores"][0], rng, ledger,
+                                         R_SENSITIVITY * math.sqrt(m))
         else:
             noisy_r = np.zeros(0)
         edges, cliques = self._graph(noisy_r)
@@ -328,8 +330,7 @@ class PrivMRFSynthesizer(Synthesizer):
         meas = []
 
         def measure(s: tuple[str, ...]) -> None:
-            noisy = gaussian_mechanism(table.counts(s).values, self._rho_marg, rng, ledger, STAGE, self._party, 1.0,
-                                       "gaussian_marginal")
+            noisy = gaussian_mechanism(table.counts(s).values, self._charges["marginal"][len(meas)], rng, ledger)
             meas.append(Measurement(s, noisy, sigma))
 
         for s in initial:
@@ -347,10 +348,9 @@ class PrivMRFSynthesizer(Synthesizer):
                 idx = rng.choice(len(remaining), c.max_queries, replace=False, p=w / w.sum())
                 remaining = [remaining[i] for i in np.sort(idx)]
             errs = np.array([np.abs(res.model.marginal(s).values - table.counts(s).values).sum() for s in remaining])
-            noisy_err = gaussian_mechanism(errs, self._rho_ref_round, rng, ledger, STAGE, self._party,
-                                           math.sqrt(max(len(errs), 1)), "gaussian_refine_queries") \
-                if len(errs) else gaussian_mechanism(np.zeros(1), self._rho_ref_round, rng, ledger, STAGE, self._party,
-                                                      1.0, "gaussian_refine_queries")
+            refine = self._charges["refine"][r]
+            noisy_err = gaussian_mechanism(errs, refine, rng, ledger, math.sqrt(max(len(errs), 1))) \
+                if len(errs) else gaussian_mechanism(np.zeros(1), refine, rng, ledger)
             if not remaining or per_round == 0:
                 continue
             order = np.argsort(-noisy_err[: len(remaining)], kind="stable")

@@ -88,13 +88,15 @@ def normalise_within_bins(counts: np.ndarray, bins: int) -> np.ndarray:
     return np.where(totals[bm] > 0, c / np.where(totals[bm] > 0, totals[bm], 1), 1.0 / sizes[bm])
 
 
-def measure_value_distributions(party: str, view: Dataset, bins: int, attrs_: Sequence[str], epsilon_per_attr: float,
-                                ledger: PrivacyLedger, rng: np.random.Generator) -> ValueDistributions:
-    """Party side: Laplace-noised value counts of each binned attribute, normalised within bins."""
+def measure_value_distributions(party: str, view: Dataset, bins: int, attrs_: Sequence[str],
+                                charges: Mapping[str, Charge], ledger: PrivacyLedger,
+                                rng: np.random.Generator) -> ValueDistributions:
+    """Party side: Laplace-noised value counts of each binned attribute (its planned charge from
+    `planned_charges`), normalised within bins."""
     out = {}
     for a in attrs_:
         counts = view.counts([a]).values
-        noisy = laplace_mechanism(counts, epsilon_per_attr, rng, ledger, STAGE, party, 1.0, "laplace_value_counts")
+        noisy = laplace_mechanism(counts, charges[a], rng, ledger)
         out[a] = normalise_within_bins(noisy, bins)
     return ValueDistributions(party=party, bins=bins, distributions=out).validate()
 

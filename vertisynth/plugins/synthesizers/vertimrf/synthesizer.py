@@ -121,10 +121,13 @@ class VertiMRFSynthesizer(Synthesizer):
                 self._local[p.name] = syn
         # Phase 2: value distributions (pure ε per binned attribute, Σ ε²/2 = their ρ) and the encoder
         self._eps_value = math.sqrt(2 * rho * value_frac / len(self._binned)) if value_frac > 0 else 0.0
+        self._value_charges: dict[str, Charge] = {}   # attribute -> its planned charge, spent as planned
         for p in ctx.partition:
             mine = [a for a in p.attributes if a in self._binned]
             if value_frac > 0:
-                charges += value_charges(p.name, mine, self._eps_value)
+                planned = value_charges(p.name, mine, self._eps_value)
+                self._value_charges.update(zip(mine, planned))
+                charges += planned
         self._low_domain = binned_domain(ctx.domain, c.bins, self._binned) if self._binned else ctx.domain
         spec = default_registry().get("encoder", c.encoder)
         enc_cls = spec.load_config_cls()
@@ -156,7 +159,7 @@ class VertiMRFSynthesizer(Synthesizer):
             out.append(local.export(party))
         mine = [a for a in view.attributes if a in self._binned]
         if mine and self._eps_value > 0:
-            out.append(measure_value_distributions(party, view, c.bins, mine, self._eps_value, ledger, rng))
+            out.append(measure_value_distributions(party, view, c.bins, mine, self._value_charges, ledger, rng))
         low = bin_dataset(view, c.bins, mine) if mine else view
         out.append(self._encoder.encode(party, low, ledger, rng))
         return out

@@ -1,0 +1,170 @@
+"""Secure noise: the discrete Gaussian/Laplace samplers (OpenDP over the OS CSPRNG) have the exact
+distributions their costs assume, pass the kit's privacy audit, and production paths never touch numpy's
+float samplers. The samplers are unseeded by design, so the statistical checks use thresholds whose
+false-alarm probability is at most 1e-6 each."""
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from vertisynth.core.dataset import Dataset, VerticalPartition
+from vertisynth.core.domain import Domain
+from vertisynth.core.interfaces import PlanContext
+from vertisynth.core.mechanisms import gaussian_mechanism, laplace_mechanism
+from vertisynth.core.noise import discrete_gaussian, discrete_laplace
+from vertisynth.core.privacy import Budget, Charge, PrivacyLedger, PureDP, ZCDP
+from vertisynth.testing.audit import NeighbourPair, audit, claimed_profile
+
+P_FLOOR = 1e-6
+
+
+def _pmf_check(draws: np.ndarray, log_weight, support: int) -> None:
+    """Chi-square of integer draws against the pmf ∝ exp(log_weight(k)) on |k| <= support (tails pooled)."""
+    assert np.array_equal(draws, np.rint(draws))
+    ks = np.arange(-support, support + 1)
+    p = np.exp(log_weight(ks) - log_weight(ks).max())
+    tail = np.exp(log_weight(np.arange(support + 1, support + 200)) - log_weight(ks).max()).sum()
+    full = np.concatenate([[tail], p, [tail]])
+    full /= full.sum()
+    k = np.clip(draws.astype(np.int64), -support - 1, support + 1) + support + 1
+    observed = np.bincount(k, minlength=len(full))
+    assert stats.chisquare(observed, full * len(draws)).pvalue > P_FLOOR
+
+
+def test_discrete_gaussian_has_the_exact_pmf_mean_variance_and_symmetry():
+    rho = 0.08
+    sigma = 1 / math.sqrt(2 * rho)                      # 2.5
+    noise = discrete_gaussian(np.zeros(100_000), rho)
+    _pmf_check(noise, lambda k: -(k.astype(float) ** 2) / (2 * sigma**2), 12)
+    ks = np.arange(-60, 61)
+    w = np.exp(-ks**2 / (2 * sigma**2))
+    exact_var = float((w * ks**2).sum() / w.sum())      # slightly below σ² (CKS 2020, Cor. 9)
+    assert exact_var <= sigma**2
+    se = math.sqrt(2 * exact_var**2 / len(noise))
+    assert abs(noise.var() - exact_var) < 6 * se
+    assert abs(noise.mean()) < 6 * math.sqrt(exact_var / len(noise))
+    pos, neg = (noise > 0).sum(), (noise < 0).sum()     # symmetric: the sign is a fair coin
+    assert stats.binomtest(int(pos), int(pos + neg)).pvalue > P_FLOOR
+
+
+def test_discrete_laplace_has_the_exact_pmf_and_variance():
+    eps = 0.7
+    noise = discrete_laplace(np.full(100_000, 5.0), eps) - 5.0
+    _pmf_check(noise, lambda k: -eps * np.abs(k).astype(float), 15)
+    q = math.exp(-eps)
+    exact_var = 2 * q / (1 - q) ** 2
+    assert abs(noise.var() - exact_var) < 6 * math.sqrt(2 * exact_var**2 * 3 / len(noise))
+
+
+def test_non_integer_queries_are_noised_on_a_fine_grid_at_the_planned_scale():
+    """An R-score-like float query with sensitivity 2.5·√m: output on the 2^k grid, σ within 1 + 2^-20."""
+    m = 10
+    sens = 2.5 * math.sqrt(m)
+    values = np.linspace(0.1, 9.3, 50_000)
+    rho = 0.5
+    out = discrete_gaussian(values, rho, sens)
+    noise = out - values
+    sigma = sens / math.sqrt(2 * rho)
+    assert abs(noise.std() / sigma - 1) < 0.02
+    k = math.floor(math.log2(sens / math.sqrt(values.size))) - 20
+    assert np.array_equal(out / 2.0**k, np.rint(out / 2.0**k))          # every release is on the grid
+    assert not np.array_equal(out, np.rint(out))
+
+
+class _DiscreteCount:
+    """The noisy record count through the real mechanism with secure noise (audit sampling hook)."""
+
+    def __init__(self, kind, claimed, used):
+        self.kind, self.claimed, self.used = kind, claimed, used
+
+    def sample(self, data, n, rng):
+        cost = ZCDP(self.used) if self.kind == "gaussian" else PureDP(self.used)
+        ledger = PrivacyLedger(Budget(1e9, 1e-5), noise="secure")
+        charge = Charge("audit", self.kind, cost)
+        ledger.plan([charge])
+        mech = gaussian_mechanism if self.kind == "gaussian" else laplace_mechanism
+        return mech(np.full(n, float(data.n)), charge, rng, ledger)
+
+
+def _pairs():
+    dom = Domain(["a"], [2])
+    return [NeighbourPair(Dataset(np.zeros((3, 1), dtype=np.int64), dom), Dataset(np.zeros((4, 1), dtype=np.int64), dom),
+                          "add_remove", "3 vs 4 records")]
+
+
+def _audit(kind, claimed, used, n):
+    costs = [ZCDP(claimed)] if kind == "gaussian" else [PureDP(claimed)]
+    return audit(_DiscreteCount(kind, claimed, used), _pairs(), claims=claimed_profile(costs, 1e-5),
+                 n_samples=n, seed=5, name=f"discrete {kind}")
+
+
+@pytest.mark.parametrize("kind, budget", [("laplace", 1.0), ("gaussian", 0.5)])
+def test_discrete_mechanisms_pass_the_audit_and_an_overclaim_fails(kind, budget):
+    ok = _audit(kind, budget, budget, 20_000)
+    assert ok.passed, ok.message()
+    bad = _audit(kind, budget, 4 * budget if kind == "gaussian" else 2 * budget, 20_000)
+    assert not bad.passed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind, budget", [("laplace", 0.5), ("laplace", 2.0), ("gaussian", 0.1), ("gaussian", 2.0)])
+def test_discrete_mechanisms_thorough_audit(kind, budget):
+    report = _audit(kind, budget, budget, 1_000_000)
+    assert report.passed, report.message()
+
+
+class Tripwire(np.random.Generator):
+    """A Generator whose float noise samplers raise: what production (secure) paths must never call."""
+
+    def _refuse(self, *a, **k):
+        raise AssertionError("numpy float sampler called on a secure path")
+
+    normal = laplace = gumbel = exponential = standard_normal = _refuse
+
+
+def test_secure_party_paths_never_call_numpy_float_samplers():
+    from vertisynth.plugins.alignment.fill import fill_view, plan_charges
+    from vertisynth.plugins.encoders.grr import GRRConfig, GRREncoder
+    from vertisynth.plugins.synthesizers.dpsyn.synthesizer import DPSynConfig, DPSynSynthesizer
+    from vertisynth.plugins.synthesizers.vertimrf.synthesizer import VertiMRFConfig, VertiMRFSynthesizer
+    from vertisynth.core.interfaces import VerticalData
+
+    rng = np.random.default_rng(0)
+    dom = Domain(["a", "b", "c", "d"], [3, 12, 2, 4])
+    data = Dataset(np.column_stack([rng.integers(0, s, 800) for s in dom.shape]), dom)
+    part = VerticalPartition.from_lists([["a", "b"], ["c", "d"]])
+    budget = Budget(4.0, 1e-5)
+    trip = Tripwire(np.random.PCG64(1))
+    # VertiMRF's whole party side: local PrivMRF (count, R-scores, marginals, refinement), value
+    # distributions of the binned attribute, DP FM sketches (phantoms) and the noisy count n̂
+    syn = VertiMRFSynthesizer(VertiMRFConfig(encoder_params={"t": 50}, local_params={"iters": 10, "refine_iters": 5},
+                                             bins=4))
+    ledger = PrivacyLedger(budget, noise="secure")
+    ledger.plan(syn.plan(PlanContext(dom, part, budget)))
+    key_rng, _ = syn.party_rngs(np.random.default_rng(3))
+    syn.agree_keys(key_rng)
+    for p in part.names:
+        assert syn.party_step(p, part.views(data)[p], ledger, trip)
+    assert not ledger.unspent() and ledger.to_dict()["noise"].startswith("secure")
+    # GRR's perturbation key, DPSyn's selection and marginals, the PSU fill's DP marginals
+    grr = GRREncoder(GRRConfig())
+    gl = PrivacyLedger(budget, noise="secure")
+    gl.plan(grr.plan(PlanContext(dom, part, budget)))
+    first = part.names[0]
+    grr.encode(first, part.views(data)[first], gl, trip)
+    dpsyn = DPSynSynthesizer(DPSynConfig(selection="greedy"))
+    dl = PrivacyLedger(budget, noise="secure")
+    dl.plan(dpsyn.plan(PlanContext(dom, part, budget)))
+    dpsyn.measure(VerticalData(part, part.views(data)), dl, trip)
+    fl = PrivacyLedger(budget, noise="secure")
+    charges = plan_charges(0.1, {first: ["a", "b"]})
+    fl.plan(charges)
+    view = part.views(data)[first]
+    fill_view(view, np.arange(view.n), view.n + 50, "marginal", {}, ["a", "b"], charges[0], fl, first, trip)
+    assert not fl.unspent()
+    # the tripwire is live: the same party step on a simulation ledger calls numpy's samplers
+    sim = PrivacyLedger(budget, noise="simulation")
+    sim.plan(syn.plan(PlanContext(dom, part, budget)))
+    with pytest.raises(AssertionError, match="float sampler"):
+        syn.party_step(first, part.views(data)[first], sim, trip)

@@ -1,0 +1,146 @@
+"""Secure noise: integer-valued mechanisms sampled exactly from the OS CSPRNG (OpenDP's samplers).
+
+* Discrete Gaussian N_Z(0, σ²) on an integer query of L2 sensitivity Δ is (Δ²/2σ²)-zCDP and discrete
+  Laplace with scale b on an integer query of L1 sensitivity Δ₁ is (Δ₁/b)-DP (Canonne, Kamath & Steinke
+  2020, Thm 14 and Sec. 2.2): the same costs as their continuous twins, with no floating-point attack.
+* A query that is not integer-valued (a float score, a mean) is rounded to the grid
+  2^k and noised on that grid (OpenDP's discretised mechanism); rounding moves each coordinate by at
+  most 2^k, so OpenDP's privacy map charges Δ + 2^k·√d (L2) or Δ + 2^k·d (L1). k is chosen 2^-20 of
+  the way below Δ and σ is calibrated to the inflated sensitivity, so the cost stays exactly the
+  charge's and the noise grows by a factor below 1 + 2^-20.
+* Every call asks OpenDP's own privacy map whether the measurement fits the charge before it draws.
+
+OpenDP (Rust, samplers over the OS CSPRNG) does the sampling; see docs/privacy.md for why not our own.
+"""
+from __future__ import annotations
+
+import math
+from functools import cache
+
+import numpy as np
+
+from .errors import BudgetError, DataError
+
+GRID_BITS = 20           # the rounding grid sits 2^-20 below the sensitivity (per coordinate)
+EXACT_INT = 2**52        # integers beyond this are not exact in float64: use the grid path
+
+
+@cache
+def _dp():
+    try:
+        import opendp.prelude as dp
+    except ImportError as exc:  # pragma: no cover - a declared dependency
+        raise BudgetError(f"secure noise needs the 'opendp' package ({exc}); pip install opendp") from None
+    dp.enable_features("contrib")
+    return dp
+
+
+def _as_vector(values: np.ndarray) -> np.ndarray:
+    x = np.asarray(values, dtype=float).reshape(-1)
+    if not np.isfinite(x).all():
+        raise DataError("secure noise: the query's values must be finite")
+    return x
+
+
+def _integer_valued(x: np.ndarray) -> bool:
+    return bool(np.all(x == np.rint(x))) and (x.size == 0 or float(np.abs(x).max()) < EXACT_INT)
+
+
+def _grid(sensitivity: float, spread: float) -> int:
+    """k of the rounding grid 2^k: 2^-GRID_BITS of the sensitivity, shared over `spread` coordinates."""
+    return math.floor(math.log2(sensitivity / max(spread, 1.0))) - GRID_BITS
+
+
+def _fit(make, bound: float, d_in, scale: float):
+    """The measurement at `scale` (or a hair above it) whose own privacy map fits `bound`."""
+    for _ in range(60):
+        meas = make(scale)
+        if meas.map(d_in) <= bound:
+            return meas
+        scale *= 1 + 1e-12 + 1e-9 * _
+    raise BudgetError(f"OpenDP's privacy map never fit the planned cost {bound:g}")  # pragma: no cover
+
+
+def discrete_gaussian(values: np.ndarray, rho: float, l2_sensitivity: float = 1.0) -> np.ndarray:
+    """values + discrete Gaussian noise that is ρ-zCDP for L2 sensitivity Δ, from the OS CSPRNG."""
+    if not (rho > 0 and l2_sensitivity > 0):
+        raise BudgetError(f"discrete Gaussian needs rho > 0 and sensitivity > 0, got {rho}, {l2_sensitivity}")
+    dp = _dp()
+    x = _as_vector(values)
+    if x.size == 0:
+        return x.reshape(np.shape(values))
+    if _integer_valued(x):
+        # the zCDP map is Δ²/(2σ²): checking it at d_in = 1 against ρ/Δ² covers a non-integer L2 Δ (√d)
+        space = dp.vector_domain(dp.atom_domain(T="i64")), dp.l2_distance(T="i64")
+        meas = _fit(lambda s: dp.m.make_gaussian(*space, scale=s), rho / l2_sensitivity**2, 1,
+                    l2_sensitivity / math.sqrt(2 * rho))
+        out = np.asarray(meas(x.astype(np.int64).tolist()), dtype=float)
+    else:
+        k = _grid(l2_sensitivity, math.sqrt(x.size))
+        space = dp.vector_domain(dp.atom_domain(T=float, nan=False), size=x.size), dp.l2_distance(T=float)
+        wide = l2_sensitivity + 2.0**k * math.sqrt(x.size)
+        meas = _fit(lambda s: dp.m.make_gaussian(*space, scale=s, k=k), rho, float(l2_sensitivity),
+                    wide / math.sqrt(2 * rho))
+        out = np.asarray(meas(x.tolist()), dtype=float)
+    return out.reshape(np.shape(values))
+
+
+def discrete_laplace(values: np.ndarray, epsilon: float, l1_sensitivity: float = 1.0) -> np.ndarray:
+    """values + discrete Laplace noise that is ε-DP for L1 sensitivity Δ₁, from the OS CSPRNG."""
+    if not (epsilon > 0 and l1_sensitivity > 0):
+        raise BudgetError(f"discrete Laplace needs epsilon > 0 and sensitivity > 0, got {epsilon}, {l1_sensitivity}")
+    dp = _dp()
+    x = _as_vector(values)
+    if x.size == 0:
+        return x.reshape(np.shape(values))
+    if _integer_valued(x):
+        space = dp.vector_domain(dp.atom_domain(T="i64")), dp.l1_distance(T="i64")   # map Δ₁/b: linear
+        meas = _fit(lambda s: dp.m.make_laplace(*space, scale=s), epsilon / l1_sensitivity, 1,
+                    l1_sensitivity / epsilon)
+        out = np.asarray(meas(x.astype(np.int64).tolist()), dtype=float)
+    else:
+        k = _grid(l1_sensitivity, float(x.size))
+        space = dp.vector_domain(dp.atom_domain(T=float, nan=False), size=x.size), dp.l1_distance(T=float)
+        wide = l1_sensitivity + 2.0**k * x.size
+        meas = _fit(lambda s: dp.m.make_laplace(*space, scale=s, k=k), epsilon, float(l1_sensitivity),
+                    wide / epsilon)
+        out = np.asarray(meas(x.tolist()), dtype=float)
+    return out.reshape(np.shape(values))
+
+
+def secure_gumbel(size: int | tuple[int, ...]) -> np.ndarray:
+    """Standard Gumbel draws for the exponential mechanism (Gumbel-max), from 53-bit uniforms read from
+    the OS CSPRNG (a continuous selection: its output is an index, not a released float)."""
+    n = int(np.prod(size))
+    u = (np.frombuffer(_urandom(8 * n), dtype=np.uint64) >> np.uint64(11)).astype(float)
+    u = (u + 0.5) / 2.0**53           # in (0, 1), never 0 or 1
+    return -np.log(-np.log(u)).reshape(size)
+
+
+def secure_uniform(size: int | tuple[int, ...]) -> np.ndarray:
+    """Uniforms in [0, 1) with 53 random bits each, from the OS CSPRNG."""
+    n = int(np.prod(size))
+    u = (np.frombuffer(_urandom(8 * n), dtype=np.uint64) >> np.uint64(11)).astype(float)
+    return (u / 2.0**53).reshape(size)
+
+
+def _urandom(nbytes: int) -> bytes:
+    import os
+
+    return os.urandom(nbytes)
+
+
+class SystemRandom:
+    """The two numpy Generator methods that party-side randomisers use (`random`, `bytes`), read from the
+    OS CSPRNG: what DP FM phantoms and GRR keys draw from when the ledger runs secure noise."""
+
+    def random(self, size: int | tuple[int, ...] | None = None) -> np.ndarray | float:
+        return float(secure_uniform(1)[0]) if size is None else secure_uniform(size)
+
+    def bytes(self, length: int) -> bytes:
+        return _urandom(length)
+
+
+def party_randomness(rng: np.random.Generator, noise: str) -> np.random.Generator | SystemRandom:
+    """`rng` for the simulation, the OS CSPRNG for secure noise."""
+    return SystemRandom() if noise == "secure" else rng
