@@ -32,7 +32,7 @@ from vertisynth.core.privacy import PrivacyLedger
 from vertisynth.core.structuring import structure
 from vertisynth.plugins.alignment.private_sets import PSIConfig, PSUConfig, prepare_ids
 from vertisynth.plugins.alignment.protocol import BlindedSet, make_parties
-from vertisynth.run.config import RunConfig
+from vertisynth.run.config import RunConfig, noise_for
 from vertisynth.run.pipeline import make_plan
 
 from .session import Session, session
@@ -100,7 +100,8 @@ def _aligned_table(plan, own: list[str], party: str, frame: pd.DataFrame, row_of
     codec = schema.fit(mine, None, rng)
     view = codec.encode(mine)
     ledger = PrivacyLedger(plan.ledger.budget, [c for c in plan.ledger.planned
-                                                if c.party == party and c.stage == "alignment"])
+                                                if c.party == party and c.stage == "alignment"],
+                           noise=noise_for(config, cross_machine=True))
     filled = plan.aligner.instance.fill_party(party, view, result, ledger, rng)
     table = codec.decode(filled, rng)
     table.iloc[result.rows] = mine.to_numpy()   # real rows keep their exact values (decode only bins them)

@@ -29,7 +29,7 @@ from vertisynth.core.envelope import ALL, canonical
 from vertisynth.core.errors import ConfigError, DataError, MessageError
 from vertisynth.core.privacy import PrivacyLedger
 from vertisynth.plugins.encoders.keys import KeyParty
-from vertisynth.run.config import RunConfig
+from vertisynth.run.config import RunConfig, noise_for
 
 from .plans import streams as _streams, vertical_plan as _vertical_plan
 from .session import TEST_LABEL, RunState, Session, key_context, session, test_noise_seed
@@ -178,8 +178,10 @@ def run_party(config: RunConfig, party: str, exchange: Path, out: Path, data_dir
     schema = TableSchema(tuple(c for c in plan.source.schema.columns if c.name in own))
     view = schema.fit(frame, plan.ledger, streams["preprocessing"]).encode(frame)
     _, rngs = synth.party_rngs(streams["fit"])
+    # secure noise unless the config says otherwise; an explicit test secret reproduces the simulation's noise
+    noise = noise_for(config, cross_machine=not state.test_secret)
     ledger = PrivacyLedger(plan.ledger.budget, [c for c in plan.ledger.planned if c.party == party],
-                           group_size=plan.ledger.group_size)   # a `sample` fill: later spends pay group privacy
+                           group_size=plan.ledger.group_size, noise=noise)   # `sample` fill: group privacy
     messages = synth.party_step(party, view, ledger, rngs[party])
     align_ledger = out / f"{party}_alignment_ledger.json"
     spent = (json.loads(align_ledger.read_text()) if align_ledger.is_file() else []) + [c.to_dict() for c in ledger.spent]
@@ -187,7 +189,7 @@ def run_party(config: RunConfig, party: str, exchange: Path, out: Path, data_dir
         sess.send("synth", [SERVER], m.kind, m.to_bytes(), tag=f"{i:03d}")
     sess.send("ledger", [SERVER], "ledger", canonical({
         "party": party, "spent": spent, "messages": len(messages), "rows": rows_tag(view.n, key_party, state.run),
-        "test": bool(state.test_secret)}))
+        "test": bool(state.test_secret), "noise": noise}))
     out.mkdir(parents=True, exist_ok=True)
     _private_json(marker, {"run": state.run, "messages": len(messages)})
     (out / f"{party}__ledger.json").write_text(json.dumps(spent, indent=2))

@@ -58,7 +58,10 @@ def _compose_ledger(plan, reports: dict[str, dict]) -> PrivacyLedger:
     missing = [f"{d['party']}: {d['stage']}/{d['mechanism']}" for d, t in zip(as_dict, taken) if not t]
     if missing:
         raise MessageError(f"the parties' signed ledgers do not report planned spends {missing}; refused")
-    return PrivacyLedger(plan.ledger.budget, planned, spent)
+    kinds = {r.get("noise", "simulation") for r in reports.values()}
+    if len(kinds) > 1:
+        raise MessageError(f"the parties drew different noise ({sorted(kinds)}): one release, one kind; refused")
+    return PrivacyLedger(plan.ledger.budget, planned, spent, noise=kinds.pop() if kinds else "simulation")
 
 
 def run_server(config: RunConfig, exchange: Path, out: Path, data_dir: str | None = None) -> Path:
