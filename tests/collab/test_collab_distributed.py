@@ -53,10 +53,13 @@ def _channel(cfg, name, ex, run=""):
     return Channel(_id(cfg.parent, name), roster_of(plan.config.section("roster")), ex, fingerprint(plan), run)
 
 
-def _body(cls, f):
-    """The message inside an envelope file (for assertions on what a role received)."""
-    data = f.read_bytes()
-    return cls.from_bytes(data[data.index(b"PK"):])
+def _body(cls, f, cfg):
+    """The message inside an envelope file (for assertions on what a role received), its signature checked."""
+    from vertisynth.core.envelope import open_envelope
+    from vertisynth.core.identity import roster_of
+
+    roster = roster_of(load_config(cfg).section("roster"))
+    return cls.from_bytes(open_envelope(f.read_bytes(), roster, None, f.name)[1])
 
 
 def _setup(tmp_path, preprocessing="combined", extra=""):
@@ -138,7 +141,7 @@ def test_separate_processes_publish_exactly_the_simulation(tmp_path, preprocessi
     for s in (0, 1):
         files = sorted((ex / f"to_server{s}").iterdir())
         assert files and all(f.suffix == ".npz" for f in files)
-        values = np.concatenate([_body(CountShare, f).share for f in files])
+        values = np.concatenate([_body(CountShare, f, cfg).share for f in files])
         assert (values < 2**40).mean() < 1e-3      # raw counts would all be small; shares are uniform in Z_2^64
         assert 0.45 < (values >= 2**63).mean() < 0.55
     # ... and each custodian's share pair is exactly its counts, which neither share alone shows
@@ -146,7 +149,7 @@ def test_separate_processes_publish_exactly_the_simulation(tmp_path, preprocessi
     codes = plan.run.base.encode(pd.read_csv(csvs["A"], dtype=str, keep_default_na=False, na_values=[""]))
     truth = codes.counts(["sex"]).values.ravel().astype(np.uint64)
     name = f"{query_file('measure:pgm:sex')}__A.npz"
-    s0, s1 = (_body(CountShare, ex / f"to_server{s}" / name).share for s in (0, 1))
+    s0, s1 = (_body(CountShare, ex / f"to_server{s}" / name, cfg).share for s in (0, 1))
     assert np.array_equal(s0 + s1, truth) and not np.array_equal(s0, truth) and not np.array_equal(s1, truth)
 
 
