@@ -53,10 +53,13 @@ def _channel(cfg, name, ex, run=""):
     return Channel(_id(cfg.parent, name), roster_of(plan.config.section("roster")), ex, fingerprint(plan), run)
 
 
-def _body(cls, f):
-    """The message inside an envelope file (for assertions on what a role received)."""
-    data = f.read_bytes()
-    return cls.from_bytes(data[data.index(b"PK"):])
+def _body(cls, f, cfg):
+    """The message inside an envelope file (for assertions on what a role received), its signature checked."""
+    from vertisynth.core.envelope import open_envelope
+    from vertisynth.core.identity import roster_of
+
+    roster = roster_of(load_config(cfg).section("roster"))
+    return cls.from_bytes(open_envelope(f.read_bytes(), roster, None, f.name)[1])
 
 
 def _setup(tmp_path, preprocessing="combined", extra=""):
@@ -142,9 +145,9 @@ def test_separate_processes_publish_exactly_the_simulation(tmp_path, preprocessi
     for s in (0, 1):
         files = sorted((ex / f"to_server{s}").iterdir())
         assert files and all(f.suffix == ".npz" for f in files)
-        sealed = [_body(SealedShare, f) for f in files]   # shares travel sealed to their server, inside envelopes
+        sealed = [_body(SealedShare, f, cfg) for f in files]   # shares travel sealed to their server, in envelopes
         assert all(isinstance(m, SealedShare) and m.server == s for m in sealed)
-        assert _body(ServerKey, ex / f"server_key__{s}.npz").server == s
+        assert _body(ServerKey, ex / f"server_key__{s}.npz", cfg).server == s
 
 
 def test_roles_refuse_unknown_names_and_what_they_do_not_cover(tmp_path):

@@ -84,7 +84,8 @@ def test_edited_message_is_refused(released, tmp_path):
     make_plan(load_config(run / "job.toml"))   # registers the synthesizer's message kinds in this process
     victim = sorted((run / "shared").glob("synth__insurer__*.env"))[0]
     data = victim.read_bytes()
-    msg_start = data.index(b"PK")                       # the body: a valid message file
+    from vertisynth.core.envelope import MAGIC
+    msg_start = len(MAGIC) + 4 + int.from_bytes(data[len(MAGIC):len(MAGIC) + 4], "big") + 64   # the body
     msg = Message.from_bytes(data[msg_start:])
     import attrs
     changed = {k: v for k, v in attrs.asdict(msg, recurse=False).items()}
