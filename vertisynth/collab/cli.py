@@ -24,7 +24,7 @@ from vertisynth.core.domain import Domain
 from vertisynth.core.errors import VertisynthError
 from vertisynth.plugins.datasets.files import read_codes_csv, read_domain_json
 from vertisynth.run.config import load_config
-from vertisynth.run.console import fail as _fail
+from vertisynth.run.console import fail as _fail, progress_bar
 from vertisynth.run.pipeline import make_plan
 
 from .distributed import run_custodian, run_publisher, run_server
@@ -137,6 +137,7 @@ _EXCHANGE = click.option("--exchange", type=click.Path(file_okay=False, path_typ
                          help="The shared folder every role reads and writes (fresh for each run).")
 _TIMEOUT = click.option("--timeout", type=float, default=600.0, show_default=True,
                         help="Seconds to wait for any one expected message before failing.")
+_QUIET = click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 _DATA = click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA",
                      help="Where the dataset's public schema lives (the config's [dataset]); no rows are read.")
 
@@ -156,8 +157,9 @@ _DATA = click.option("--data-dir", type=click.Path(file_okay=False), default=Non
               help="For tests only: draw this custodian's fold labels and evaluation randomness from SEED as "
                    "`vertisynth run` with config seed SEED does. Without it they come from the OS CSPRNG.")
 @_DATA
+@_QUIET
 def custodian(config: Path, name: str, csv_path: Path, exchange: Path, timeout: float, threshold: float | None,
-              seed: int | None, data_dir: str | None) -> None:
+              seed: int | None, data_dir: str | None, quiet: bool) -> None:
     """Run one custodian: announce, then secret-share every round's counts to the servers.
 
     Reads only this custodian's CSV. Writes only shares (uniform ring elements, one file per server and
@@ -169,8 +171,9 @@ def custodian(config: Path, name: str, csv_path: Path, exchange: Path, timeout: 
     sends (DP outputs) and votes: sound methods on the DP score, 'paper' on the evaluator's metric over
     its own training and held-out folds. Shares come from the OS CSPRNG."""
     try:
-        info = run_custodian(_plan(config, data_dir), name, csv_path, exchange, timeout, seed=seed,
-                             threshold=threshold)
+        with progress_bar(f"custodian {name}: rounds", not quiet):
+            info = run_custodian(_plan(config, data_dir), name, csv_path, exchange, timeout, seed=seed,
+                                 threshold=threshold)
     except VertisynthError as exc:
         _fail(exc)
     tuned = f"; voted on {info['candidate_runs']} candidate run(s)" if "candidate_runs" in info else ""
@@ -188,7 +191,9 @@ def custodian(config: Path, name: str, csv_path: Path, exchange: Path, timeout: 
               help="For tests only: derive this server's noise from SEED as `vertisynth run` with config seed "
                    "SEED does (then the release equals the simulation's). Without it the noise root is secret.")
 @_DATA
-def server(config: Path, index: int, exchange: Path, timeout: float, seed: int | None, data_dir: str | None) -> None:
+@_QUIET
+def server(config: Path, index: int, exchange: Path, timeout: float, seed: int | None, data_dir: str | None,
+           quiet: bool) -> None:
     """Run one compute server: per round, add the custodians' shares and this server's own Gaussian noise.
 
     Reads only the custodians' hellos, the shares addressed to it (to_server<INDEX>/) and, with
@@ -197,7 +202,8 @@ def server(config: Path, index: int, exchange: Path, timeout: float, seed: int |
     share per round to noisy/ (tuning: the test-fold rounds and every fold run's rounds, then the final
     run). Semi-honest, and not all servers may collude (docs/collab.md)."""
     try:
-        info = run_server(_plan(config, data_dir), index, exchange, seed, timeout)
+        with progress_bar(f"server {index}: rounds", not quiet):
+            info = run_server(_plan(config, data_dir), index, exchange, seed, timeout)
     except VertisynthError as exc:
         _fail(exc)
     click.echo(f"server {index}: aggregated {info['rounds']} round(s)")
@@ -210,7 +216,8 @@ def server(config: Path, index: int, exchange: Path, timeout: float, seed: int |
               help="Where synthetic.csv, report.json, ledger.json and summary.md go.")
 @_TIMEOUT
 @_DATA
-def publish_cmd(config: Path, exchange: Path, out: Path, timeout: float, data_dir: str | None) -> None:
+@_QUIET
+def publish_cmd(config: Path, exchange: Path, out: Path, timeout: float, data_dir: str | None, quiet: bool) -> None:
     """Reconstruct every round's noisy total from all servers' shares, fit the synthesizer, publish once.
 
     Sees only the servers' noisy shares (whose sum is the DP release) and, with [collab.tuning], the
@@ -220,7 +227,8 @@ def publish_cmd(config: Path, exchange: Path, out: Path, timeout: float, data_di
     their votes, then runs the chosen candidate on all data and publishes it (or nothing, if no candidate
     passed). Uses the config's seed for its draws, fits and sampling, like `vertisynth run`."""
     try:
-        info = run_publisher(_plan(config, data_dir), exchange, out, timeout)
+        with progress_bar("publisher: rounds, fit", not quiet):
+            info = run_publisher(_plan(config, data_dir), exchange, out, timeout)
     except VertisynthError as exc:
         _fail(exc)
     t = info["tuning"]

@@ -8,7 +8,7 @@ import click
 
 from vertisynth.core.errors import VertisynthError
 from vertisynth.run.config import load_config
-from vertisynth.run.console import fail as _fail
+from vertisynth.run.console import fail as _fail, progress_bar
 
 from .align import run_party_align
 from .party import run_party, run_party_keys
@@ -40,10 +40,13 @@ def party() -> None:
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds to wait for the others.")
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA",
               help="Folder with the NLTCS/Adult benchmark data (or set VERTISYNTH_DATA).")
-def party_keys(config: Path, party: str, exchange: Path, out: Path, timeout: float, data_dir: str | None) -> None:
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def party_keys(config: Path, party: str, exchange: Path, out: Path, timeout: float, data_dir: str | None,
+               quiet: bool) -> None:
     """Agree the DP FM sketch keys with the other parties (X25519 + HKDF) through shared files."""
     try:
-        path = run_party_keys(load_config(config), party, exchange, out, timeout, data_dir=data_dir)
+        with progress_bar(f"{party}: key agreement", not quiet):
+            path = run_party_keys(load_config(config), party, exchange, out, timeout, data_dir=data_dir)
     except VertisynthError as exc:
         _fail(exc)
         return
@@ -65,11 +68,13 @@ def party_keys(config: Path, party: str, exchange: Path, out: Path, timeout: flo
               help="Folder for this party's message files (to hand to the server).")
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA",
               help="Folder with the NLTCS/Adult benchmark data (or set VERTISYNTH_DATA).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def party_synth(config: Path, party: str, csv_path: Path | None, keys_path: Path | None, secret_seed: int | None,
-                out: Path, data_dir: str | None) -> None:
+                out: Path, data_dir: str | None, quiet: bool) -> None:
     """Run one party's side of VertiMRF on its own columns; write its messages to OUT."""
     try:
-        paths = run_party(load_config(config), party, secret_seed, out, data_dir, csv=csv_path, keys=keys_path)
+        with progress_bar(f"{party}: local model, sketches", not quiet):
+            paths = run_party(load_config(config), party, secret_seed, out, data_dir, csv=csv_path, keys=keys_path)
     except VertisynthError as exc:
         _fail(exc)
         return
@@ -92,15 +97,17 @@ def party_synth(config: Path, party: str, csv_path: Path | None, keys_path: Path
                    "`party synth --csv`. Needs a config that plans alone: csv dataset with a public schema.")
 @click.option("--data-dir", default=None, type=click.Path(file_okay=False), envvar="VERTISYNTH_DATA",
               help="Folder with the NLTCS/Adult benchmark data (or set VERTISYNTH_DATA).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def party_align(config: Path, party: str, csv_path: Path, id_column: str, exchange: Path, out: Path,
-                timeout: float, table: bool, data_dir: str | None) -> None:
+                timeout: float, table: bool, data_dir: str | None, quiet: bool) -> None:
     """Run one party of the config's PSI/PSU protocol, exchanging message files with the others.
 
     Writes, to OUT (private): <party>_alignment.csv/.json (its rows' positions, the sizes it learned) and,
     with --table, <party>_aligned.csv, the input of `vertisynth party synth --csv`."""
     try:
-        path = run_party_align(load_config(config), party, csv_path, id_column, exchange, out, timeout,
-                               write_table=table, data_dir=data_dir)
+        with progress_bar(f"{party}: alignment", not quiet):
+            path = run_party_align(load_config(config), party, csv_path, id_column, exchange, out, timeout,
+                                   write_table=table, data_dir=data_dir)
     except VertisynthError as exc:
         _fail(exc)
         return
@@ -116,10 +123,12 @@ def party_align(config: Path, party: str, csv_path: Path, id_column: str, exchan
               help="Output folder: synthetic.csv, report.json, ledger.json.")
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA",
               help="Folder with the NLTCS/Adult benchmark data (or set VERTISYNTH_DATA).")
-def server(config: Path, messages: Path, out: Path, data_dir: str | None) -> None:
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def server(config: Path, messages: Path, out: Path, data_dir: str | None, quiet: bool) -> None:
     """Build the synthetic table from the parties' message files only."""
     try:
-        run_server(load_config(config), messages, out, data_dir)
+        with progress_bar("server: fit the global model", not quiet):
+            run_server(load_config(config), messages, out, data_dir)
     except VertisynthError as exc:
         _fail(exc)
         return

@@ -34,6 +34,7 @@ from typing import ClassVar
 import attrs
 import numpy as np
 
+from vertisynth.core import progress
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import BudgetError, ConfigError, DataError, DomainError, MessageError
@@ -340,6 +341,7 @@ def sketch_maxima(key: bytes, view: Dataset, ids: np.ndarray, t: int, gamma: flo
         values = stream.values(reps)  # (block, n): one PRF pass serves all attributes
         for a in view.attributes:
             out[a][h0:h0 + reps.size] = group_max(values, None, view.domain.size(a), groups[a])
+        progress.step("DPFM repetitions", int(reps[-1]) + 1, t)
     return out
 
 
