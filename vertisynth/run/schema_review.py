@@ -41,6 +41,8 @@ def _column_line(c: ColumnSchema) -> str:
     fields: dict[str, Any] = {"kind": c.kind}
     if c.kind == "categorical":
         fields["categories"] = list(c.categories)
+    elif c.kind == "datetime":
+        fields.update(bounds=list(c.bounds), bins=c.bins)
     else:
         fields.update(bounds=list(c.bounds), bins=c.bins)
         if c.integer:
@@ -50,11 +52,27 @@ def _column_line(c: ColumnSchema) -> str:
     return f"{_key(c.name)} = {{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in fields.items()) + " }"
 
 
+def _as_datetime(c: ColumnSchema, col: pd.Series) -> ColumnSchema:
+    """A text column whose every value parses as a date becomes kind = "datetime" (bounds: first and last day)."""
+    if c.kind != "categorical" or pd.api.types.is_numeric_dtype(col) or len(c.categories) <= MANY_CATEGORIES:
+        return c
+    try:
+        when = pd.to_datetime(col.dropna().astype(str), format="mixed")
+    except (TypeError, ValueError):
+        return c
+    first, last = when.min().floor("D"), when.max().floor("D") + pd.Timedelta(days=1)
+    return ColumnSchema(c.name, "datetime", bounds=(first.strftime("%Y-%m-%d"), last.strftime("%Y-%m-%d")),
+                        missing=c.missing)
+
+
 def _review_note(c: ColumnSchema, col: pd.Series) -> str | None:
     n, distinct = len(col), col.nunique(dropna=True)
     if n > 1 and distinct == n:
         return (f"every one of the {n} values is distinct: an identifier? Drop the column from the CSV "
                 "(or align on it with id_column), never synthesise it")
+    if c.kind == "datetime":
+        return (f"dates: bounds {list(c.bounds)} were read off the data's first and last day (not DP): replace "
+                "them by public ones (e.g. the study period)")
     if c.kind == "numeric":
         return (f"bounds {list(c.bounds)} were read off the data's min and max (not DP): replace them by public "
                 "bounds (a legal or survey range); set clip = true to fold outliers in")
@@ -75,7 +93,8 @@ def review_config(csv_path: str | Path, frame: pd.DataFrame | None = None) -> st
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
             raise DataError(f"cannot read CSV {str(path)!r}: {exc}") from None
     frame.columns = [str(c) for c in frame.columns]
-    schema = TableSchema.infer(frame)
+    schema = TableSchema(tuple(_as_datetime(c, frame[c.name]) for c in TableSchema.infer(frame).columns),
+                         inferred=True)
     names = schema.names
     half = (len(names) + 1) // 2
     lines = [f"# A config for {path.name}, its schema read off the data by `vertisynth init --from`.",
