@@ -350,7 +350,7 @@ def test_component_checks_cover_each_kind():
     names = {c.__name__ for _, c in component_checks(CORRECT_ENCODER)}
     assert {"check_privacy_audit", "check_ledger_matches_plan", "check_no_global_rng", "check_implements_interface",
             "check_encoder_contract", "check_config_roundtrip", "check_declares_cost",
-            "check_plan_fits_any_budget"} == names
+            "check_plan_fits_any_budget", "check_plan_is_cheap"} == names
 
 
 def test_kit_catches_a_component_of_the_wrong_kind():
