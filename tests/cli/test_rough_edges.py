@@ -78,3 +78,35 @@ def test_party_synth_names_an_unknown_party_before_keys(tmp_path):
                                    "-o", str(tmp_path / "o")])
     assert res.exit_code == 2
     assert "unknown party 'nobody'" in res.output and "keys" not in res.output.split("parties are")[0]
+
+
+def test_init_from_csv_writes_a_reviewable_schema_that_runs(tmp_path):
+    import numpy as np
+    import pandas as pd
+    import tomllib
+
+    rng = np.random.default_rng(0)
+    n = 400
+    pd.DataFrame({"person id": [f"p{i:04d}" for i in range(n)], "age": rng.integers(17, 91, n),
+                  "sex": rng.choice(["F", "M"], n), "city": rng.choice([f"c{i}" for i in range(30)], n),
+                  "score": rng.normal(0, 1, n).round(3)}).to_csv(tmp_path / "people.csv", index=False)
+    cfg = tmp_path / "people.toml"
+    res = CliRunner().invoke(main, ["init", str(cfg), "--from", str(tmp_path / "people.csv")])
+    assert res.exit_code == 0, res.output
+    text = cfg.read_text()
+    data = tomllib.loads(text)
+    schema = data["dataset"]["params"]["schema"]
+    assert schema["age"]["kind"] == "numeric" and schema["sex"]["categories"] == ["F", "M"]
+    for col, what in [("person id", "identifier"), ("age", "public bounds"), ("city", "30 categories"),
+                      ("score", "public bounds"), ("sex", "public list")]:
+        assert re.search(rf"# REVIEW {col}: .*{what}", text), col
+    # after dropping the identifier, the config validates as written
+    schema.pop("person id")
+    pd.read_csv(tmp_path / "people.csv").drop(columns=["person id"]).to_csv(tmp_path / "people.csv", index=False)
+    assert CliRunner().invoke(main, ["init", str(cfg), "--from", str(tmp_path / "people.csv")]).exit_code == 2
+    res = CliRunner().invoke(main, ["init", str(cfg), "--force", "--from", str(tmp_path / "people.csv")])
+    assert res.exit_code == 0
+    res = CliRunner().invoke(main, ["validate", str(cfg)])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(main, ["init", str(tmp_path / "x.toml"), "--from", str(tmp_path / "none.csv")])
+    assert res.exit_code == 2 and "does not exist" in res.output

@@ -115,13 +115,29 @@ def plugins(strict: bool) -> None:
 @main.command()
 @click.argument("path", type=click.Path(dir_okay=False, path_type=Path), default="vertisynth.toml")
 @click.option("--force", "-f", is_flag=True, help="Overwrite PATH if it exists.")
-def init(path: Path, force: bool) -> None:
-    """Write the default config to PATH (default: vertisynth.toml) as a starting point."""
+@click.option("--from", "from_csv", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A CSV: write a config for it, its schema read off the data with a REVIEW note on every "
+                   "column that needs a public decision (bounds, categories, identifiers).")
+def init(path: Path, force: bool, from_csv: Path | None) -> None:
+    """Write a starting config to PATH (default: vertisynth.toml): the built-in example, or one for --from CSV."""
     if path.exists() and not force:
         click.secho(f"error: {path} exists; not overwriting (pass --force to replace it)", fg="red", err=True)
         sys.exit(2)
-    path.write_text(DEFAULT_CONFIG_TOML)
-    click.echo(f"wrote {path}; edit it, then run: vertisynth run {path}")
+    if from_csv is None:
+        path.write_text(DEFAULT_CONFIG_TOML)
+        click.echo(f"wrote {path}; edit it, then run: vertisynth run {path}")
+        return
+    from vertisynth.run.schema_review import review_config
+
+    try:
+        text = review_config(from_csv)
+    except VertisynthError as exc:
+        _fail(exc)
+        return
+    path.write_text(text)
+    notes = text.count("# REVIEW ")
+    click.echo(f"wrote {path}: {notes} REVIEW note(s) to settle (the schema was read off the data and is not DP "
+               f"until its bounds and categories are public); then run: vertisynth run {path}")
 
 
 @main.command()

@@ -24,7 +24,7 @@ from vertisynth.core.domain import Domain
 from vertisynth.core.errors import VertisynthError
 from vertisynth.plugins.datasets.files import read_codes_csv, read_domain_json
 from vertisynth.run.config import load_config
-from vertisynth.run.console import fail as _fail
+from vertisynth.run.console import fail as _fail, progress_bar
 from vertisynth.run.pipeline import make_plan
 
 from .distributed import run_custodian, run_publisher, run_server
@@ -151,6 +151,7 @@ def _identity(name: str, key: Path, exchange: Path):
     return Identity.load(name, key)
 
 
+_QUIET = click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 _DATA = click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA",
                      help="Where the dataset's public schema lives (the config's [dataset]); no rows are read.")
 
@@ -171,8 +172,9 @@ _DATA = click.option("--data-dir", type=click.Path(file_okay=False), default=Non
                    "`vertisynth run` with config seed SEED does. Without it they come from the OS CSPRNG.")
 @_KEY
 @_DATA
+@_QUIET
 def custodian(config: Path, name: str, csv_path: Path, exchange: Path, timeout: float, threshold: float | None,
-              seed: int | None, key: Path, data_dir: str | None) -> None:
+              seed: int | None, key: Path, data_dir: str | None, quiet: bool) -> None:
     """Run one custodian: announce, then secret-share every round's counts to the servers.
 
     Reads only this custodian's CSV. Writes only shares (uniform ring elements, one file per server and
@@ -184,8 +186,9 @@ def custodian(config: Path, name: str, csv_path: Path, exchange: Path, timeout: 
     sends (DP outputs) and votes: sound methods on the DP score, 'paper' on the evaluator's metric over
     its own training and held-out folds. Shares come from the OS CSPRNG."""
     try:
-        info = run_custodian(_plan(config, data_dir), name, csv_path, exchange, timeout, seed=seed,
-                             threshold=threshold, identity=_identity(name, key, exchange))
+        with progress_bar(f"custodian {name}: rounds", not quiet):
+            info = run_custodian(_plan(config, data_dir), name, csv_path, exchange, timeout, seed=seed,
+                                 threshold=threshold, identity=_identity(name, key, exchange))
     except VertisynthError as exc:
         _fail(exc)
     tuned = f"; voted on {info['candidate_runs']} candidate run(s)" if "candidate_runs" in info else ""
@@ -205,8 +208,9 @@ def custodian(config: Path, name: str, csv_path: Path, exchange: Path, timeout: 
                    "config). Without it: discrete Gaussian noise from the OS CSPRNG.")
 @_KEY
 @_DATA
+@_QUIET
 def server(config: Path, index: int, exchange: Path, timeout: float, seed: int | None, key: Path,
-           data_dir: str | None) -> None:
+           data_dir: str | None, quiet: bool) -> None:
     """Run one compute server: per round, open the shares sealed to it, add them and its own discrete Gaussian noise.
 
     Reads only the custodians' hellos, the shares addressed to it (to_server<INDEX>/) and, with
@@ -215,8 +219,9 @@ def server(config: Path, index: int, exchange: Path, timeout: float, seed: int |
     share per round to noisy/ (tuning: the test-fold rounds and every fold run's rounds, then the final
     run). Semi-honest, and not all servers may collude (docs/collab.md)."""
     try:
-        info = run_server(_plan(config, data_dir), index, exchange, seed, timeout,
-                          identity=_identity(f"server{index}", key, exchange))
+        with progress_bar(f"server {index}: rounds", not quiet):
+            info = run_server(_plan(config, data_dir), index, exchange, seed, timeout,
+                              identity=_identity(f"server{index}", key, exchange))
     except VertisynthError as exc:
         _fail(exc)
     click.echo(f"server {index}: aggregated {info['rounds']} round(s) with {info.get('noise', 'no')} noise")
@@ -230,7 +235,9 @@ def server(config: Path, index: int, exchange: Path, timeout: float, seed: int |
 @_TIMEOUT
 @_KEY
 @_DATA
-def publish_cmd(config: Path, exchange: Path, out: Path, timeout: float, key: Path, data_dir: str | None) -> None:
+@_QUIET
+def publish_cmd(config: Path, exchange: Path, out: Path, timeout: float, key: Path, data_dir: str | None,
+                quiet: bool) -> None:
     """Reconstruct every round's noisy total from all servers' shares, fit the synthesizer, publish once.
 
     Sees only the servers' noisy shares (whose sum is the DP release) and, with [collab.tuning], the
@@ -240,8 +247,9 @@ def publish_cmd(config: Path, exchange: Path, out: Path, timeout: float, key: Pa
     their votes, then runs the chosen candidate on all data and publishes it (or nothing, if no candidate
     passed). Uses the config's seed for its draws, fits and sampling, like `vertisynth run`."""
     try:
-        info = run_publisher(_plan(config, data_dir), exchange, out, timeout,
-                             identity=_identity("publisher", key, exchange))
+        with progress_bar("publisher: rounds, fit", not quiet):
+            info = run_publisher(_plan(config, data_dir), exchange, out, timeout,
+                                 identity=_identity("publisher", key, exchange))
     except VertisynthError as exc:
         _fail(exc)
     t = info["tuning"]

@@ -22,6 +22,7 @@ import attrs
 import numpy as np
 import pandas as pd
 
+from vertisynth.core import progress
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.encoding import TableCodec
@@ -256,7 +257,8 @@ def secure_measure(queries: Sequence[MarginalQuery], codes: Mapping[str, Dataset
     """Each query's noisy concatenated counts over all custodians, and the per-cell noise variance S·σ²."""
     rng = as_transport(rng, servers)
     answers, variances = [], []
-    for q in queries:
+    for i, q in enumerate(queries):
+        progress.step("secure aggregation rounds", i + 1, len(queries))
         per = {name: np.concatenate([ds.counts(list(m)).values.ravel() for m in q.marginals]).astype(np.int64)
                for name, ds in codes.items()}
         sigma = gaussian_sigma(q.rho, q.l2_sensitivity)

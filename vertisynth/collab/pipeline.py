@@ -19,6 +19,7 @@ import pandas as pd
 from vertisynth import __version__
 from vertisynth.core.structuring import structure
 from vertisynth.run.config import RunConfig, noise_for
+from vertisynth.run.console import progress_bar
 from vertisynth.run.pipeline import RunResult, build_component, build_evaluators
 from vertisynth.run.report import clear_previous_outputs, json_default, record_outputs
 from vertisynth.core.dataset import Dataset, VerticalPartition
@@ -58,7 +59,8 @@ class CollabPlan:
         return f"{len(self.custodians)} horizontal custodians"
 
     def execute(self, output_dir: str | Path | None = None, progress: bool = False):
-        return execute_collab(self, output_dir)
+        with progress_bar("collab run", progress):
+            return execute_collab(self, output_dir)
 
 
 def make_collab_plan(config: RunConfig, registry: Registry, data_dir: str | None,

@@ -34,14 +34,16 @@ PREPROCESSING_STAGE = "preprocessing"
 class ColumnSchema:
     """Public description of one raw column.
 
-    kind: "categorical" (needs `categories`) or "numeric" (needs `bounds` or `edges`).
+    kind: "categorical" (needs `categories`), "numeric" (needs `bounds` or `edges`) or "datetime" (needs
+          public `bounds` as ISO dates or times, e.g. ["2020-01-01", "2025-01-01"]; equal-width bins in time;
+          decoded to dates when both bounds are midnights, else to seconds).
     binning: "equal_width" (edges from public bounds), "quantile" (DP quantiles, costs budget)
              or "edges" (public edges given).
     missing: "error" (missing values are refused) or "category" (an explicit extra code).
     """
 
     name: str
-    kind: str = attrs.field(validator=attrs.validators.in_(["categorical", "numeric"]))
+    kind: str = attrs.field(validator=attrs.validators.in_(["categorical", "numeric", "datetime"]))
     categories: tuple[Any, ...] | None = attrs.field(default=None, converter=attrs.converters.optional(tuple))
     bins: int = 8
     binning: str = attrs.field(default="equal_width", validator=attrs.validators.in_(["equal_width", "quantile", "edges"]))
@@ -59,6 +61,19 @@ class ColumnSchema:
                 raise ConfigError(f"{where}: a categorical column needs a non-empty list of categories")
             if len(set(map(str, self.categories))) != len(self.categories):
                 raise ConfigError(f"{where}: categories repeat a value")
+            return
+        if self.kind == "datetime":
+            if self.binning != "equal_width":
+                raise ConfigError(f"{where}: a datetime column takes equal-width bins between public bounds, "
+                                  f"not binning {self.binning!r}")
+            if self.bounds is None or len(self.bounds) != 2:
+                raise ConfigError(f"{where}: a datetime column needs public bounds [first, last], e.g. "
+                                  '["2020-01-01", "2025-01-01"]')
+            lo, hi = (_seconds_of(b, where) for b in self.bounds)
+            if not lo < hi:
+                raise ConfigError(f"{where}: datetime bounds must be increasing, got {list(self.bounds)}")
+            if self.bins < 1:
+                raise ConfigError(f"{where}: bins must be >= 1, got {self.bins}")
             return
         if self.binning == "edges":
             e = self.edges
@@ -140,17 +155,24 @@ class ColumnCodec:
                 )
             codes[~miss] = mapped.to_numpy(dtype=np.int64)
         else:
-            try:
-                vals = pd.to_numeric(col[~miss]).to_numpy(dtype=float)
-            except (TypeError, ValueError) as exc:
-                raise DomainError(f"numeric column {s.name!r} has non-numeric values: {exc}") from None
+            if s.kind == "datetime":
+                try:
+                    vals = _seconds(pd.to_datetime(col[~miss]))
+                except (TypeError, ValueError) as exc:
+                    raise DomainError(f"datetime column {s.name!r} has values that are not dates: {exc}") from None
+            else:
+                try:
+                    vals = pd.to_numeric(col[~miss]).to_numpy(dtype=float)
+                except (TypeError, ValueError) as exc:
+                    raise DomainError(f"numeric column {s.name!r} has non-numeric values: {exc}") from None
             lo, hi = self.edges[0], self.edges[-1]
             out = (vals < lo) | (vals > hi)
             if out.any():
                 if not s.clip:
-                    bad = vals[out][:5].tolist()
+                    bad = (col[~miss][out].astype(str) if s.kind == "datetime" else pd.Series(vals[out]))[:5].tolist()
+                    shown = list(s.bounds) if s.kind == "datetime" else [lo, hi]
                     raise DomainError(
-                        f"column {s.name!r} has value(s) {bad} outside its public range [{lo}, {hi}]; "
+                        f"column {s.name!r} has value(s) {bad} outside its public range [{shown[0]}, {shown[1]}]; "
                         "widen the bounds or set clip = true"
                     )
                 vals = np.clip(vals, lo, hi)
@@ -176,6 +198,13 @@ class ColumnCodec:
         nb = len(e) - 1
         b = np.minimum(codes, nb - 1)
         lo, hi = e[b], e[b + 1]
+        if s.kind == "datetime":
+            when = pd.to_datetime(np.floor(rng.uniform(lo, hi)), unit="s")
+            if all(pd.Timestamp(x) == pd.Timestamp(x).normalize() for x in s.bounds):
+                when = when.normalize()   # bounds given as dates: decode to dates
+            out = pd.Series(when, name=s.name)
+            out[miss] = pd.NaT
+            return out
         if s.integer:
             ilo = np.ceil(lo)
             ihi = np.where(b == nb - 1, np.floor(hi), np.ceil(hi) - 1)  # last bin is closed
@@ -257,6 +286,10 @@ class TableSchema:
             if c.kind == "categorical":
                 labels = tuple(str(x) for x in c.categories)
                 edges = None
+            elif c.kind == "datetime":
+                edges = np.linspace(*(_seconds_of(b, c.name) for b in c.bounds), c.bins + 1)
+                labels = tuple(f"{pd.to_datetime(a, unit='s')} .. {pd.to_datetime(b, unit='s')}"
+                               for a, b in zip(edges[:-1], edges[1:]))
             else:
                 if c.binning == "edges":
                     edges = np.asarray(c.edges, float)
@@ -371,6 +404,21 @@ class TableSchema:
 
     def to_dict(self) -> dict[str, Any]:
         return {c.name: {k: v for k, v in attrs.asdict(c).items() if k != "name"} for c in self.columns}
+
+
+def _seconds(values: pd.Series | pd.DatetimeIndex) -> np.ndarray:
+    """Seconds since 1970 as floats (exact to the microsecond for today's dates)."""
+    stamps = pd.DatetimeIndex(values)
+    if stamps.tz is not None:
+        stamps = stamps.tz_convert("UTC").tz_localize(None)
+    return (stamps - pd.Timestamp(0)) / pd.Timedelta(seconds=1)
+
+
+def _seconds_of(value: Any, where: str) -> float:
+    try:
+        return float(_seconds(pd.DatetimeIndex([pd.Timestamp(value)]))[0])
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: datetime bound {value!r} is not a date or time ({exc})") from None
 
 
 def _bin_label(a: float, b: float, integer: bool) -> str:

@@ -9,7 +9,7 @@ import click
 from vertisynth.core.errors import ConfigError, VertisynthError
 from vertisynth.core.identity import Identity, inside
 from vertisynth.run.config import load_config
-from vertisynth.run.console import fail as _fail
+from vertisynth.run.console import fail as _fail, progress_bar
 
 from .align import run_party_align
 from .party import run_party, run_party_keys
@@ -43,6 +43,7 @@ _timeout = click.option("--timeout", type=float, default=600.0, show_default=Tru
                         help="Seconds to wait for the others in each round.")
 _data_dir = click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA",
                          help="Folder with the NLTCS/Adult benchmark data (or set VERTISYNTH_DATA).")
+_quiet = click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 
 
 @party.command("init")
@@ -107,11 +108,13 @@ def party_hello(config: Path, party: str, exchange: Path, out: Path, key: Path |
 @_key
 @_timeout
 @_data_dir
+@_quiet
 def party_keys(config: Path, party: str, exchange: Path, out: Path, key: Path | None, timeout: float,
-               data_dir: str | None) -> None:
+               data_dir: str | None, quiet: bool) -> None:
     """Agree the DP FM sketch keys with the other parties (signed X25519 + HKDF bound to the run)."""
     try:
-        path = run_party_keys(load_config(config), party, exchange, out, timeout, data_dir=data_dir, key=key)
+        with progress_bar(f"{party}: key agreement", not quiet):
+            path = run_party_keys(load_config(config), party, exchange, out, timeout, data_dir=data_dir, key=key)
     except VertisynthError as exc:
         _fail(exc)
         return
@@ -131,11 +134,13 @@ def party_keys(config: Path, party: str, exchange: Path, out: Path, key: Path | 
 @_out
 @_key
 @_data_dir
+@_quiet
 def party_synth(config: Path, party: str, csv_path: Path | None, keys_path: Path | None, exchange: Path, out: Path,
-                key: Path | None, data_dir: str | None) -> None:
+                key: Path | None, data_dir: str | None, quiet: bool) -> None:
     """Run one party's side of VertiMRF on its own columns; send its envelopes and signed ledger to the server."""
     try:
-        names = run_party(load_config(config), party, exchange, out, data_dir, csv=csv_path, keys=keys_path, key=key)
+        with progress_bar(f"{party}: local model, sketches", not quiet):
+            names = run_party(load_config(config), party, exchange, out, data_dir, csv=csv_path, keys=keys_path, key=key)
         test = json.loads((out / f"{party}_run.json").read_text()).get("test_secret")
     except VertisynthError as exc:
         _fail(exc)
@@ -158,15 +163,18 @@ def party_synth(config: Path, party: str, csv_path: Path | None, keys_path: Path
               help="Also write <party>_aligned.csv (its columns in the common order; PSU: filled) for "
                    "`party synth --csv`. Needs a config that plans alone: csv dataset with a public schema.")
 @_data_dir
+@_quiet
 def party_align(config: Path, party: str, csv_path: Path, id_column: str, exchange: Path, out: Path,
-                key: Path | None, timeout: float, table: bool, data_dir: str | None) -> None:
+                key: Path | None, timeout: float, table: bool, data_dir: str | None,
+                quiet: bool) -> None:
     """Run one party of the config's PSI/PSU protocol, exchanging signed envelopes with the others.
 
     Writes, to OUT (private): <party>_alignment.csv/.json (its rows' positions, the sizes it learned) and,
     with --table, <party>_aligned.csv, the input of `vertisynth party synth --csv`."""
     try:
-        path = run_party_align(load_config(config), party, csv_path, id_column, exchange, out, timeout,
-                               write_table=table, data_dir=data_dir, key=key)
+        with progress_bar(f"{party}: alignment", not quiet):
+            path = run_party_align(load_config(config), party, csv_path, id_column, exchange, out, timeout,
+                                   write_table=table, data_dir=data_dir, key=key)
     except VertisynthError as exc:
         _fail(exc)
         return
@@ -181,10 +189,12 @@ def party_align(config: Path, party: str, csv_path: Path, id_column: str, exchan
 @click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Output folder: synthetic.csv, model.npz, report.json, ledger.json.")
 @_data_dir
-def server(config: Path, exchange: Path, out: Path, data_dir: str | None) -> None:
+@_quiet
+def server(config: Path, exchange: Path, out: Path, data_dir: str | None, quiet: bool) -> None:
     """Build the synthetic table from the parties' signed envelopes only."""
     try:
-        run_server(load_config(config), exchange, out, data_dir)
+        with progress_bar("server: fit the global model", not quiet):
+            run_server(load_config(config), exchange, out, data_dir)
         test = json.loads((out / "report.json").read_text()).get("test_secret")
     except VertisynthError as exc:
         _fail(exc)

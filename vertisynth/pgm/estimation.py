@@ -31,6 +31,7 @@ import attrs
 import numpy as np
 from scipy import sparse
 
+from vertisynth.core import progress
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import ConfigError, DomainError
 
@@ -195,6 +196,7 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], total: float |
         losses.append(loss)
         if callback is not None:
             callback(it, loss)
+        progress.step("mirror descent", it, iters)
         eta *= 2.0 if ramp else growth
         small = small + 1 if rel < tol else 0
         if small >= 5:

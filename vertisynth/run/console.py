@@ -1,14 +1,17 @@
-"""What every CLI command does with an expected error: one red line on stderr, exit status 2."""
+"""What every CLI command does with an expected error (one red line on stderr, exit status 2), and its
+progress bar."""
 from __future__ import annotations
 
 import contextlib
 import sys
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import click
 
 from vertisynth.core.errors import VertisynthWarning
+from vertisynth.core.progress import reporting
 
 
 def fail(exc: Exception) -> None:
@@ -34,3 +37,29 @@ def warnings_as_lines() -> Iterator[None]:
 
         warnings.showwarning = show
         yield
+
+
+@contextlib.contextmanager
+def progress_bar(label: str, enabled: bool = True, total: int | None = None) -> Iterator[Any]:
+    """A bar on stderr whose first frame already names the work (`label`), and which shows the inner
+    progress (`vertisynth.core.progress.step`: mirror-descent iterations, DPFM repetitions, rounds) as its
+    postfix. Disabled (`-q`): no bar. Yields the bar (None when disabled)."""
+    if not enabled:   # no bar; a reporter installed around this call (an application's own) still hears
+        yield None
+        return
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=total, desc=label, unit="stage" if total else "it", file=sys.stderr, leave=total is not None,
+               bar_format="{desc:<28}{bar}| {n_fmt}/{total_fmt} [{elapsed}]{postfix}" if total else
+               "{desc:<28}[{elapsed}]{postfix}")
+    bar.refresh()   # the first frame, with its label, before any work starts
+
+    def report(inner: str, done: int, of: int) -> None:
+        bar.set_postfix_str(f"{inner} {done}/{of}", refresh=False)
+        bar.refresh() if total is None else bar.update(0)
+
+    try:
+        with reporting(report):
+            yield bar
+    finally:
+        bar.close()

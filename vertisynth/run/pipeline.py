@@ -29,6 +29,7 @@ from vertisynth.core.specs import ComponentSpec
 from vertisynth.core.structuring import CONVERTER, structure
 
 from .config import RunConfig, noise_for
+from .console import progress_bar
 from .model import MODEL_FILE, FittedModel
 from .report import build_report, record_outputs, write_outputs
 
@@ -202,62 +203,59 @@ def execute(plan: Plan, output_dir: str | Path | None = None, progress: bool = F
         own = dict(zip(RNG_STREAMS, (np.random.default_rng(s) for s in np.random.SeedSequence(party_seed).spawn(len(RNG_STREAMS)))))
         streams.update(preprocessing=own["preprocessing"], fit=own["fit"])
     timings: dict[str, float] = {}
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    with progress_bar("load data", progress, total=7) as bar:
+        return _execute(plan, cfg, streams, timings, bar, output_dir)
 
-        bar = tqdm(total=7, unit="stage", bar_format="{desc:<28}{bar}| {n_fmt}/{total_fmt} [{elapsed}]")
-    try:
-        with _timed(timings, "load data", bar):
-            loaded = plan.source.load()
-        holdout, keyed = None, loaded.party_frames is not None
-        with _timed(timings, "encode", bar):
-            if keyed:
-                codec, views = _encode_parties(plan, loaded, streams["preprocessing"])
+
+def _execute(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.Generator], timings: dict[str, float],
+             bar: Any, output_dir: str | Path | None) -> RunResult:
+    with _timed(timings, "load data", bar):
+        loaded = plan.source.load()
+    holdout, keyed = None, loaded.party_frames is not None
+    with _timed(timings, "encode", bar):
+        if keyed:
+            codec, views = _encode_parties(plan, loaded, streams["preprocessing"])
+        else:
+            codec = loaded.schema.fit(loaded.frame, plan.ledger, streams["preprocessing"])
+            real = codec.encode(loaded.frame)
+            if cfg.evaluation.holdout > 0:  # a seeded, data-independent split: the synthesizer never sees these rows
+                taken = _holdout_rows(np.arange(real.n), cfg.evaluation.holdout, streams["split"])
+                holdout, real = real.take(taken), real.take(np.setdiff1d(np.arange(real.n), taken))
+            views = plan.partition.views(real)
+    with _timed(timings, "align", bar):
+        alignment = plan.aligner.instance.align(views, plan.ledger, streams["alignment"],
+                                                ids=loaded.party_ids if keyed else None)
+        if isinstance(alignment, tuple):  # an aligner written against the older (views, info) contract
+            alignment = Alignment(*alignment)
+        views, align_info = alignment.views, alignment.info
+        if keyed and cfg.evaluation.holdout > 0:  # held-out people come from those every party holds
+            joined = VerticalData(plan.partition, views).joined()
+            taken = _holdout_rows(np.flatnonzero(alignment.real_everywhere()), cfg.evaluation.holdout,
+                                  streams["split"])
+            holdout = joined.take(taken).project(codec.domain.attributes)
+            keep = np.setdiff1d(np.arange(joined.n), taken)
+            views = {p: v.take(keep) for p, v in views.items()}
+            alignment = Alignment(views, align_info, {p: m[keep] for p, m in alignment.filled.items()})
+    data = VerticalData(plan.partition, views)
+    with _timed(timings, "fit", bar):
+        plan.synthesizer.instance.fit(data, plan.ledger, streams["fit"])
+    with _timed(timings, "sample", bar):
+        synthetic = plan.synthesizer.instance.sample(cfg.sample_size, streams["sample"])
+        synthetic = synthetic.project(codec.domain.attributes)
+    with _timed(timings, "decode", bar):
+        frame = codec.decode(synthetic, streams["decode"])
+    metrics: dict[str, dict[str, float]] = {}
+    # evaluators compare with the people every party holds for real (all rows unless a fill ran)
+    real_aligned = data.joined().take(np.flatnonzero(alignment.real_everywhere())).project(codec.domain.attributes)
+    with _timed(timings, "evaluate", bar):
+        for comp in plan.evaluators:
+            if comp.instance.uses_alignment and any(m.any() for m in alignment.filled.values()):
+                metrics[comp.label] = comp.instance.evaluate_alignment(alignment, streams["evaluate"])
+            elif holdout is None:
+                metrics[comp.label] = comp.instance.evaluate(real_aligned, synthetic, streams["evaluate"])
             else:
-                codec = loaded.schema.fit(loaded.frame, plan.ledger, streams["preprocessing"])
-                real = codec.encode(loaded.frame)
-                if cfg.evaluation.holdout > 0:  # a seeded, data-independent split: the synthesizer never sees these rows
-                    taken = _holdout_rows(np.arange(real.n), cfg.evaluation.holdout, streams["split"])
-                    holdout, real = real.take(taken), real.take(np.setdiff1d(np.arange(real.n), taken))
-                views = plan.partition.views(real)
-        with _timed(timings, "align", bar):
-            alignment = plan.aligner.instance.align(views, plan.ledger, streams["alignment"],
-                                                    ids=loaded.party_ids if keyed else None)
-            if isinstance(alignment, tuple):  # an aligner written against the older (views, info) contract
-                alignment = Alignment(*alignment)
-            views, align_info = alignment.views, alignment.info
-            if keyed and cfg.evaluation.holdout > 0:  # held-out people come from those every party holds
-                joined = VerticalData(plan.partition, views).joined()
-                taken = _holdout_rows(np.flatnonzero(alignment.real_everywhere()), cfg.evaluation.holdout,
-                                      streams["split"])
-                holdout = joined.take(taken).project(codec.domain.attributes)
-                keep = np.setdiff1d(np.arange(joined.n), taken)
-                views = {p: v.take(keep) for p, v in views.items()}
-                alignment = Alignment(views, align_info, {p: m[keep] for p, m in alignment.filled.items()})
-        data = VerticalData(plan.partition, views)
-        with _timed(timings, "fit", bar):
-            plan.synthesizer.instance.fit(data, plan.ledger, streams["fit"])
-        with _timed(timings, "sample", bar):
-            synthetic = plan.synthesizer.instance.sample(cfg.sample_size, streams["sample"])
-            synthetic = synthetic.project(codec.domain.attributes)
-        with _timed(timings, "decode", bar):
-            frame = codec.decode(synthetic, streams["decode"])
-        metrics: dict[str, dict[str, float]] = {}
-        # evaluators compare with the people every party holds for real (all rows unless a fill ran)
-        real_aligned = data.joined().take(np.flatnonzero(alignment.real_everywhere())).project(codec.domain.attributes)
-        with _timed(timings, "evaluate", bar):
-            for comp in plan.evaluators:
-                if comp.instance.uses_alignment and any(m.any() for m in alignment.filled.values()):
-                    metrics[comp.label] = comp.instance.evaluate_alignment(alignment, streams["evaluate"])
-                elif holdout is None:
-                    metrics[comp.label] = comp.instance.evaluate(real_aligned, synthetic, streams["evaluate"])
-                else:
-                    metrics[comp.label] = comp.instance.evaluate_holdout(real_aligned, holdout, synthetic,
-                                                                             streams["evaluate"])
-    finally:
-        if bar is not None:
-            bar.close()
+                metrics[comp.label] = comp.instance.evaluate_holdout(real_aligned, holdout, synthetic,
+                                                                         streams["evaluate"])
 
     spent = plan.ledger.spent_epsilon()
     if spent > plan.ledger.budget.epsilon * (1 + 1e-9):  # cannot happen if spend() matched the plan

@@ -342,6 +342,29 @@ def check_plan_fits_any_budget(subject: Subject) -> None:
     prop()
 
 
+PLAN_CPU_SECONDS = 0.05   # per call: the application calls plan() ~30 times (validate, the kit, studies' cells)
+
+
+def check_plan_is_cheap(subject: Subject) -> None:
+    """plan() is called often (validation, every study cell, the kit's properties): it must cost well under
+    PLAN_CPU_SECONDS of CPU per call, i.e. work from the public context only, never fit or simulate."""
+    import time
+
+    component = subject.build()
+    ctx = subject.context()
+    try:
+        component.plan(ctx)   # the first call may import lazily
+    except (BudgetError, ConfigError):
+        return   # refusing this context is check_plan_fits_any_budget's business
+    calls, t0 = 5, time.process_time()
+    for _ in range(calls):
+        component.plan(ctx)
+    per_call = (time.process_time() - t0) / calls
+    if per_call > PLAN_CPU_SECONDS:
+        raise _fail(subject, f"plan() takes {per_call * 1000:.0f} ms of CPU per call (limit {PLAN_CPU_SECONDS * 1000:.0f} "
+                             "ms): it is called ~30 times per run; compute costs from the public context only")
+
+
 def check_ledger_matches_plan(subject: Subject) -> None:
     """Run on real data with a strict ledger: every spend matches a planned charge and all are spent."""
     component = subject.build()
@@ -601,10 +624,10 @@ def check_horizontal_contract(subject: Subject) -> None:
 # -- the collection -------------------------------------------------------------------------------
 CHECKS: dict[str, tuple[Callable[[Subject], None], ...]] = {
     "synthesizer": (check_implements_interface, check_config_roundtrip, check_declares_cost,
-                    check_plan_fits_any_budget, check_ledger_matches_plan,
+                    check_plan_fits_any_budget, check_plan_is_cheap, check_ledger_matches_plan,
                     check_no_global_rng, check_privacy_audit),
     "encoder": (check_implements_interface, check_config_roundtrip, check_declares_cost,
-                check_plan_fits_any_budget, check_ledger_matches_plan,
+                check_plan_fits_any_budget, check_plan_is_cheap, check_ledger_matches_plan,
                 check_no_global_rng, check_encoder_contract, check_privacy_audit),
     "evaluator": (check_implements_interface, check_config_roundtrip, check_evaluator_no_charges, check_evaluator_range,
                   check_evaluator_ordering, check_evaluator_symmetry,
@@ -632,13 +655,23 @@ def component_checks(subject: Subject) -> Iterator[tuple[Subject, Callable[[Subj
                 yield subject, check
 
 
+def _entry(table: dict, subject: Subject, check: Callable) -> str | None:
+    """The reason listed for this subject's params variant (its label), else for its (kind, name)."""
+    for key in (subject.label(), (subject.kind, subject.name)):
+        if (reason := table.get(key, {}).get(check.__name__)) is not None:
+            return reason
+    return None
+
+
 def parametrize_with_checks(subjects: Iterable[Subject],
-                            skip: dict[tuple[str, str], dict[str, str]] | None = None,
-                            expected_failures: dict[tuple[str, str], dict[str, str]] | None = None):
+                            skip: dict[tuple[str, str] | str, dict[str, str]] | None = None,
+                            expected_failures: dict[tuple[str, str] | str, dict[str, str]] | None = None):
     """A pytest.mark.parametrize("subject, check", ...) over every subject's checks, with readable ids.
 
-    skip / expected_failures: {(kind, name): {check name: reason}}; an expected failure is a strict
-    xfail, so the suite turns red when the component gets fixed and the entry is stale.
+    skip / expected_failures: {(kind, name) or a subject's label: {check name: reason}}; a label
+    ("synthesizer:vertimrf[encoder=grr]", see Subject.label) picks one params variant and wins over its
+    (kind, name). An expected failure is a strict xfail, so the suite turns red when the component gets
+    fixed and the entry is stale.
     """
     import pytest
 
@@ -648,9 +681,9 @@ def parametrize_with_checks(subjects: Iterable[Subject],
     for s in subjects:
         for _, c in component_checks(s):
             marks = []
-            if (reason := skip.get((s.kind, s.name), {}).get(c.__name__)) is not None:
+            if (reason := _entry(skip, s, c)) is not None:
                 marks.append(pytest.mark.skip(reason=reason))
-            if (reason := expected_failures.get((s.kind, s.name), {}).get(c.__name__)) is not None:
+            if (reason := _entry(expected_failures, s, c)) is not None:
                 marks.append(pytest.mark.xfail(reason=reason, strict=True))
             cases.append(pytest.param(s, c, marks=marks, id=f"{s.label()}-{c.__name__}"))
     return pytest.mark.parametrize("subject, check", cases)

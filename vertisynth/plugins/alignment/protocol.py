@@ -41,6 +41,7 @@ from typing import Any, ClassVar
 import attrs
 import numpy as np
 
+from vertisynth.core import progress
 from vertisynth.core.errors import DataError, MessageError
 from vertisynth.core.messages import Message
 
@@ -338,6 +339,7 @@ def simulate(parties: Mapping[str, _Party], transcript: list[BlindedSet] | None 
             inbox[msg.to].append(msg)
         if transcript is not None:
             transcript += outgoing
+        progress.step("alignment rounds", r, rounds)
     results = {p: party.result for p, party in parties.items()}
     assert all(res is not None for res in results.values()), "protocol ended without a result"
     return results  # type: ignore[return-value]

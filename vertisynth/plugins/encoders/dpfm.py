@@ -35,6 +35,7 @@ from typing import ClassVar
 import attrs
 import numpy as np
 
+from vertisynth.core import progress
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import BudgetError, ConfigError, DataError, DomainError, MessageError
@@ -391,6 +392,7 @@ def sketch_maxima(key: bytes, view: Dataset, ids: np.ndarray, t: int, gamma: flo
                             np.maximum.at(red_a, (group_of[rare[0]], rare[1]), rare[2])
                     blk = out[a][h0:h0 + nr]
                     blk[:, present] = np.maximum(blk[:, present], red_a.T)
+            progress.step("DPFM repetitions", h0 + nr, t)
     return out
 
 

@@ -1,0 +1,2 @@
+# The vertisynth conformance kit: fixtures, --vertisynth-audit=smoke|standard|thorough, Hypothesis CI profile.
+pytest_plugins = ["vertisynth.testing.plugin"]

@@ -1,0 +1,128 @@
+"""`vertisynth init --from data.csv`: a config whose schema was read off the data, written out for review.
+
+A schema read off the data is not covered by the DP guarantee: a numeric column's min and max, and the list
+of a categorical column's values, can single out a person (the one 97-year-old; the one rare category).
+So the inferred schema is written as TOML with a `# REVIEW` comment on every column that needs a public
+decision: bounds to replace by public ones (a legal range, a survey's codebook), categories to check against
+a public list, identifier-like columns to drop. The config runs as written; after review it is DP end to end.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from vertisynth.core.encoding import ColumnSchema, TableSchema
+from vertisynth.core.errors import DataError
+
+MANY_CATEGORIES = 20     # more values than this: ask whether the list is public or should be coarsened
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        if isinstance(v, float) and not math.isfinite(v):
+            raise DataError(f"cannot write the non-finite number {v} into a schema")
+        return repr(int(v)) if isinstance(v, int) else repr(float(v))
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return json.dumps(str(v), ensure_ascii=False)   # a TOML basic string is a JSON string
+
+
+def _key(name: str) -> str:
+    return name if name.replace("_", "").replace("-", "").isalnum() and name.isascii() else json.dumps(name)
+
+
+def _column_line(c: ColumnSchema) -> str:
+    fields: dict[str, Any] = {"kind": c.kind}
+    if c.kind == "categorical":
+        fields["categories"] = list(c.categories)
+    elif c.kind == "datetime":
+        fields.update(bounds=list(c.bounds), bins=c.bins)
+    else:
+        fields.update(bounds=list(c.bounds), bins=c.bins)
+        if c.integer:
+            fields["integer"] = True
+    if c.missing != "error":
+        fields["missing"] = c.missing
+    return f"{_key(c.name)} = {{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in fields.items()) + " }"
+
+
+def _as_datetime(c: ColumnSchema, col: pd.Series) -> ColumnSchema:
+    """A text column whose every value parses as a date becomes kind = "datetime" (bounds: first and last day)."""
+    if c.kind != "categorical" or pd.api.types.is_numeric_dtype(col) or len(c.categories) <= MANY_CATEGORIES:
+        return c
+    try:
+        when = pd.to_datetime(col.dropna().astype(str), format="mixed")
+    except (TypeError, ValueError):
+        return c
+    first, last = when.min().floor("D"), when.max().floor("D") + pd.Timedelta(days=1)
+    return ColumnSchema(c.name, "datetime", bounds=(first.strftime("%Y-%m-%d"), last.strftime("%Y-%m-%d")),
+                        missing=c.missing)
+
+
+def _review_note(c: ColumnSchema, col: pd.Series) -> str | None:
+    n, distinct = len(col), col.nunique(dropna=True)
+    if n > 1 and distinct == n:
+        return (f"every one of the {n} values is distinct: an identifier? Drop the column from the CSV "
+                "(or align on it with id_column), never synthesise it")
+    if c.kind == "datetime":
+        return (f"dates: bounds {list(c.bounds)} were read off the data's first and last day (not DP): replace "
+                "them by public ones (e.g. the study period)")
+    if c.kind == "numeric":
+        return (f"bounds {list(c.bounds)} were read off the data's min and max (not DP): replace them by public "
+                "bounds (a legal or survey range); set clip = true to fold outliers in")
+    if len(c.categories) > MANY_CATEGORIES:
+        return (f"{len(c.categories)} categories read off the data (not DP): keep only a public list "
+                "(rare values can single a person out), or declare missing = \"category\" for the rest")
+    return "categories read off the data (not DP): check them against a public list (a codebook)"
+
+
+def review_config(csv_path: str | Path, frame: pd.DataFrame | None = None) -> str:
+    """The TOML text of a runnable config for `csv_path`, its inferred schema marked for review."""
+    path = Path(csv_path)
+    if frame is None:
+        if not path.is_file():
+            raise DataError(f"CSV {str(path)!r} does not exist")
+        try:
+            frame = pd.read_csv(path)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+            raise DataError(f"cannot read CSV {str(path)!r}: {exc}") from None
+    frame.columns = [str(c) for c in frame.columns]
+    schema = TableSchema(tuple(_as_datetime(c, frame[c.name]) for c in TableSchema.infer(frame).columns),
+                         inferred=True)
+    names = schema.names
+    half = (len(names) + 1) // 2
+    lines = [f"# A config for {path.name}, its schema read off the data by `vertisynth init --from`.",
+             "# The schema below is NOT DP yet: every line marked REVIEW needs a public decision. Then:",
+             f"#   vertisynth validate THIS_FILE && vertisynth run THIS_FILE",
+             "seed = 0",
+             "budget = { epsilon = 1.0, delta = 1e-5 }",
+             "",
+             "[dataset]",
+             'name = "csv"',
+             "",
+             "[dataset.params]",
+             f"path = {_toml_value(str(path))}",
+             "",
+             "[dataset.params.schema]"]
+    reviewed = 0
+    for c in schema.columns:
+        note = _review_note(c, frame[c.name])
+        if note:
+            reviewed += 1
+            lines.append(f"# REVIEW {c.name}: {note}")
+        lines.append(_column_line(c))
+    lines += ["",
+              "# REVIEW parties: who holds which columns (here: the first and second half of the table)",
+              "[[parties]]", 'name = "party1"', f"attributes = {_toml_value(names[:half])}",
+              "", "[[parties]]", 'name = "party2"', f"attributes = {_toml_value(names[half:])}",
+              "", "[synthesizer]", 'use = "vertimrf"',
+              "", "[[evaluators]]", 'use = "tvd"', "params = { ways = [2, 3] }", ""]
+    if len(names) < 2:
+        raise DataError(f"CSV {str(path)!r} has {len(names)} column(s); parties need at least two")
+    return "\n".join(lines)
