@@ -61,3 +61,10 @@ def test_zoo_runs_through_a_config():
     assert len(plan.partition) == 2
     res = run(cfg)
     assert list(res.synthetic.columns) == [f"x{i:02d}" for i in range(5)] and abs(len(res.synthetic) - 1000) < 50
+
+
+def test_the_hospital_insurer_scenario_is_fixed_and_many_valued():
+    data = load(ZooConfig("hospital-insurer", n=3000, seed=1))
+    assert data.party_names == ["hospital", "insurer"] and data.default_parties == [["age", "sex"], ["claims", "plan"]]
+    assert data.domain.shape == (70, 2, 40, 4)
+    assert correlation_of(data.truth(["age", "claims"]).values) == pytest.approx(0.59, abs=0.01)

@@ -16,6 +16,9 @@ Presets (`ZOO_PRESETS`, in the order benchmarks list them):
   mixed          15 attributes, domains 2-46, 3 parties (the middle of the range)
   small-split     5 attributes, domains 10-60, 2 parties (2 + 3)
   many-parties   10 attributes, domains 2-40, 5 parties of 1-3 attributes
+and one fixed scenario (`SCENARIOS`), the small split users bring first:
+  hospital-insurer  hospital {age (70 values), sex} + insurer {claims (40 values), plan (4)};
+                    corr(age, claims) = 0.59, plan depends weakly on age (corr 0.24)
 """
 from __future__ import annotations
 
@@ -61,6 +64,7 @@ ZOO_PRESETS: dict[str, ZooShape] = {
     "many-parties": ZooShape(10, (2, 40), 2, 1.5, 0.5, 5, summary="10 attributes, domains 2-40, 5 parties of 1-3"),
 }
 
+SCENARIOS = {"hospital-insurer": "hospital {age, sex} + insurer {claims, plan}; corr(age, claims) = 0.59"}
 MAX_PARENT_CELLS = 4000  # a node's parent configurations are capped: its table stays small
 
 
@@ -88,6 +92,7 @@ class ZooNetwork:
             self.parents[name] = tuple(sorted(picks, key=self.names.index))
             self.cpts[name] = self._table(name, shape, rng)
         self.party_split = self._split(shape, rng)
+        self.party_names = [f"party{i + 1}" for i in range(shape.parties)]
 
     def _table(self, name: str, shape: ZooShape, rng: np.random.Generator) -> np.ndarray:
         """P(child | parents): logits = skewed base + strength · child position · parents' score + wiggle."""
@@ -102,14 +107,31 @@ class ZooNetwork:
         score = sum(s * g for s, g in zip(signs, grids)) / np.sqrt(len(parents))
         u = np.linspace(-1, 1, k)
         logits = base + shape.strength * score[..., None] * u + shape.wiggle * rng.standard_normal(score.shape + (k,))
-        p = np.exp(logits - logits.max(axis=-1, keepdims=True))
-        return p / p.sum(axis=-1, keepdims=True)
+        return _softmax(logits)
 
     def _split(self, shape: ZooShape, rng: np.random.Generator) -> list[list[str]]:
         """Attributes shuffled and cut into `parties` nonempty groups of near-equal size."""
         order = [self.names[i] for i in rng.permutation(len(self.names))]
         groups = np.array_split(np.arange(len(order)), shape.parties)
         return [sorted((order[i] for i in g), key=self.names.index) for g in groups]
+
+    @classmethod
+    def hospital_insurer(cls) -> ZooNetwork:
+        """The fixed scenario: many-valued age and claims held by different parties, strongly correlated."""
+        net = cls.__new__(cls)
+        net.names = ["age", "sex", "claims", "plan"]
+        net.sizes = {"age": 70, "sex": 2, "claims": 40, "plan": 4}
+        net.parents = {"age": (), "sex": (), "claims": ("age", "sex"), "plan": ("age",)}
+        age = np.exp(-np.linspace(0, 1.2, 70))   # more young people than old
+        u_age, u_claims, u_plan = np.linspace(-1, 1, 70), np.linspace(-1, 1, 40), np.linspace(-1, 1, 4)
+        claims = (2.5 * u_age[:, None, None] * u_claims + 0.3 * np.array([-1, 1])[None, :, None] * u_claims
+                  - np.linspace(0, 2, 40))       # few large claims; older (and one sex) claim more
+        plan = 0.6 * u_age[:, None] * u_plan
+        net.cpts = {"age": age / age.sum(), "sex": np.array([0.52, 0.48]),
+                    "claims": _softmax(claims), "plan": _softmax(plan)}
+        net.party_split = [["age", "sex"], ["claims", "plan"]]
+        net.party_names = ["hospital", "insurer"]
+        return net
 
     @cached_property
     def domain(self) -> Domain:
@@ -152,6 +174,11 @@ class ZooNetwork:
         return correlation_of(self.marginal([a, b]).values)
 
 
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    p = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return p / p.sum(axis=-1, keepdims=True)
+
+
 def correlation_of(table: np.ndarray) -> float:
     """Pearson correlation of the row and column codes of a 2-way table of counts or probabilities."""
     p = np.asarray(table, float) / max(float(np.sum(table)), 1e-300)
@@ -166,29 +193,33 @@ def correlation_of(table: np.ndarray) -> float:
 
 @attrs.frozen
 class ZooConfig:
-    """preset: one of ZOO_PRESETS; n: records (default: the preset's); seed: draws the network and the records."""
+    """preset: one of ZOO_PRESETS or SCENARIOS; n: records (default: the preset's, 20,000 for a scenario);
+    seed: draws the network (of a random preset) and the records."""
 
     preset: str = "mixed"
     n: int | None = None
     seed: int = 0
 
     def __attrs_post_init__(self) -> None:
-        if self.preset not in ZOO_PRESETS:
-            raise ConfigError(f"zoo dataset: unknown preset {self.preset!r}; choose one of {', '.join(ZOO_PRESETS)}")
+        if self.preset not in ZOO_PRESETS and self.preset not in SCENARIOS:
+            raise ConfigError(f"zoo dataset: unknown preset {self.preset!r}; choose one of "
+                              f"{', '.join([*ZOO_PRESETS, *SCENARIOS])}")
         if self.n is not None and self.n < 1:
             raise ConfigError(f"zoo dataset: n must be >= 1, got {self.n}")
 
     @property
-    def shape(self) -> ZooShape:
-        return ZOO_PRESETS[self.preset]
+    def records(self) -> int:
+        return (ZOO_PRESETS[self.preset].n if self.preset in ZOO_PRESETS else 20000) if self.n is None else self.n
 
     @property
-    def records(self) -> int:
-        return self.shape.n if self.n is None else self.n
+    def summary(self) -> str:
+        return ZOO_PRESETS[self.preset].summary if self.preset in ZOO_PRESETS else SCENARIOS[self.preset]
 
     def network(self) -> ZooNetwork:
         """The preset's network for this seed (the preset's name salts the draw, so presets differ)."""
-        return ZooNetwork(self.shape, self.seed, zlib.crc32(self.preset.encode()))
+        if self.preset in SCENARIOS:
+            return ZooNetwork.hospital_insurer()
+        return ZooNetwork(ZOO_PRESETS[self.preset], self.seed, zlib.crc32(self.preset.encode()))
 
 
 def schema(net: ZooNetwork) -> TableSchema:
@@ -197,8 +228,7 @@ def schema(net: ZooNetwork) -> TableSchema:
 
 def source(config: ZooConfig, data_dir: str | None = None) -> DatasetSource:
     net = config.network()
-    names = [f"party{i + 1}" for i in range(len(net.party_split))]
-    return DatasetSource(schema(net), net.party_split, lambda: load(config, net), names,
+    return DatasetSource(schema(net), net.party_split, lambda: load(config, net), net.party_names,
                          f"zoo preset {config.preset!r} (seed {config.seed}), {config.records} records")
 
 
@@ -211,8 +241,8 @@ def load(config: ZooConfig, net: ZooNetwork | None = None) -> LoadedData:
         frame=pd.DataFrame(codes, columns=net.names),
         schema=schema(net),
         default_parties=net.party_split,
-        party_names=[f"party{i + 1}" for i in range(len(net.party_split))],
-        description=f"zoo preset {config.preset!r}: {config.shape.summary} (random Bayesian network, seed {config.seed})",
+        party_names=net.party_names,
+        description=f"zoo preset {config.preset!r}: {config.summary} (Bayesian network, seed {config.seed})",
         truth=net.marginal,
         info={"generator": "zoo", "preset": config.preset, "n": config.records, "seed": config.seed,
               "parents": {a: list(p) for a, p in net.parents.items() if p}},
