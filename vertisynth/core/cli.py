@@ -58,6 +58,8 @@ def run(config: Path | None, out: Path | None, data_dir: str | None, seed: int |
         for m, v in metrics.items():
             click.echo(f"{ev}.{m} = {v:.4f}")
     click.echo(f"privacy: spent ε = {result.ledger.spent_epsilon():.4g} of {result.ledger.budget.epsilon:.4g}")
+    for note in result.report.get("synthesizer", {}).get("model", {}).get("notes", []):
+        click.secho(f"note: {note}", fg="yellow")   # e.g. no cross-party edge: the parties come out independent
     collab = result.report.get("collab")
     if collab:   # the [collab] mode: which mode ran, the tuning's accounting, and whether anything was published
         click.echo(f"mode: {result.report['mode']}")

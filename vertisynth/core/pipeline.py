@@ -354,6 +354,7 @@ def summary_markdown(result: RunResult) -> str:
         f"- alignment: {r['alignment']['use']}" + _alignment_line(r["alignment"]["info"]),
         f"- synthesizer: {r['synthesizer']['use']} ({r['synthesizer']['mode']})",
         f"- synthetic records: {r['synthetic_records']}; seed {r['seed']}",
+        *[f"- **note**: {n}" for n in r["synthesizer"].get("model", {}).get("notes", [])],
         "",
         "## Privacy",
         "",
