@@ -70,3 +70,11 @@ def test_the_cli_and_summary_say_when_parties_come_out_independent(tmp_path):
     assert res.exit_code == 0, res.output
     assert "synthesised as independent" in res.output
     assert "synthesised as independent" in (tmp_path / "out" / "summary.md").read_text()
+
+
+def test_the_interaction_scale_is_the_median_dispersion_clipped():
+    from vertisynth.plugins.synthesizers.vertimrf.synthesizer import interaction_scale
+
+    assert interaction_scale([0.1, 0.12, 5.0]) == pytest.approx(0.12)
+    assert interaction_scale([3.0, 4.0]) == 1.0 and interaction_scale([0.0, 0.001]) == 0.02
+    assert interaction_scale([]) == 1.0

@@ -104,9 +104,11 @@ def dependence_evidence(counts: np.ndarray, variance: np.ndarray) -> dict[str, f
       ((D − df) / sqrt(2 df)); per cell, so a many-valued pair is not penalised for its size.
     z_trend: the linear-trend statistic Σ x̃ ỹ T (centred codes) over its null std (encoder + sampling): one
       degree of freedom for ordinal dependence (age × claims), valid (if less powerful) for any coding.
-    z: the larger of z_chi and |z_trend|. The encoder's per-cell variance includes row and column components
-    that cancel in both statistics, so the test is conservative (measured: z_chi -5..-1 on pairs without
-    dependence on Adult)."""
+    z: the larger of z_chi and |z_trend|.
+    dispersion: D / df, about 1 under the null when `variance` is the noise of the table's interaction part.
+    DPFM's per-cell variance is mostly row and column noise (a cell's estimate shares its sketches with its
+    row and column), which the independence table's margins cancel: on Adult and the zoo, pairs without
+    dependence show a dispersion of about 0.1. `interaction_scale` calibrates that (see server_step)."""
     t = np.asarray(counts, float)
     v = np.clip(np.asarray(variance, float), 0, None)
     tc = np.clip(t, 0, None)
@@ -124,7 +126,17 @@ def dependence_evidence(counts: np.ndarray, variance: np.ndarray) -> dict[str, f
     null_var = float((x2y2 * v).sum() + (x2y2 * expected).sum())
     z_chi = (d - df) / math.sqrt(2 * df)
     z_trend = trend / math.sqrt(null_var) if null_var > 0 else 0.0
-    return {"r_score": r_score, "z_chi": z_chi, "z_trend": z_trend, "z": max(z_chi, abs(z_trend))}
+    return {"r_score": r_score, "z_chi": z_chi, "z_trend": z_trend, "z": max(z_chi, abs(z_trend)),
+            "dispersion": d / df}
+
+
+def interaction_scale(dispersions: Sequence[float], floor: float = 0.02) -> float:
+    """The share of the encoder's per-cell variance left in a 2-way table's interaction part, from every cross
+    pair's dispersion: their median (most cross pairs are near independence; the dependent ones sit in the upper
+    half and can only make the scale conservative), clipped to [floor, 1]."""
+    if not dispersions:
+        return 1.0
+    return float(np.clip(np.median(dispersions), floor, 1.0))
 
 
 @attrs.frozen
@@ -295,11 +307,13 @@ class VertiMRFSynthesizer(Synthesizer):
         # Phase 3: GraphCom
         edges = [tuple(e) for m in locals_.values() for e in m.edges]
         cross = [(a, b) for a, b in itertools.combinations(dom.attributes, 2) if owner[a] != owner[b]]
-        evidence: dict[tuple[str, str], dict[str, float]] = {}
+        tables = {}
         for a, b in cross:
             est = self._encoder.estimate_with_variance(enc, [a, b])
-            evidence[(a, b)] = dependence_evidence(est.counts.transpose((a, b)).values,
-                                                   est.variance.transpose((a, b)).values)
+            tables[(a, b)] = (est.counts.transpose((a, b)).values, est.variance.transpose((a, b)).values)
+        # the test's null: the encoder's noise in the interaction part, calibrated on all cross pairs at once
+        self._kappa = interaction_scale([dependence_evidence(*tables[p])["dispersion"] for p in cross])
+        evidence = {p: dependence_evidence(t, self._kappa * v) for p, (t, v) in tables.items()}
         # "paper": every pair, by descending R-score; "variance": the pairs whose dependence test passes (in
         # the paper's R-score order), or, when none does, the best-evidenced pair of every two parties
         passed = [p for p in cross if c.weighting == "paper" or evidence[p]["z"] >= c.test_z]
@@ -513,5 +527,5 @@ class VertiMRFSynthesizer(Synthesizer):
             return {}
         return {"notes": self.model_notes(), "graph_combination": self._graph_info,
                 "cross_party_candidates": self._candidate_info,
-                "cross_party_marginals": [list(p) for p in self._chosen],
+                "cross_party_marginals": [list(p) for p in self._chosen], "interaction_scale": self._kappa,
                 "cliques": [list(q) for q in self._cliques if len(q) > 1], "n_hat": self._n_hat}
