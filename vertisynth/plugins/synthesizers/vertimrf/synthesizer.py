@@ -91,7 +91,8 @@ from ..pgm import Measurement, estimate
 from ..pgm.estimation import bin_query
 from ..pgm.graph import min_fill_cliques
 from ..privmrf.synthesizer import LocalModel, PrivMRFConfig, PrivMRFSynthesizer
-from .dimension import (ValueDistributions, bin_dataset, bin_map, binned_domain, hisrec, measure_value_distributions,
+from .dimension import (ValueDistributions, bin_dataset, bin_map, binned_domain, hisrec, mass_bin_map,
+                        measure_value_distributions,
                         planned_charges as value_charges, uniform_distributions)
 
 
@@ -148,6 +149,7 @@ class VertiMRFConfig:
     encoder_fraction: float = 0.4
     value_fraction: float = 0.2
     bins: int | None = 8
+    binning: str = "width"
     recovery: str = "query"
     max_clique_cells: float = 1e5
     weighting: str = "variance"
@@ -173,6 +175,11 @@ class VertiMRFConfig:
                               "with use_local = false set recovery = 'hisrec' (DP within-bin value distributions)")
         if self.bins is not None and self.bins < 2:
             raise ConfigError(f"vertimrf: bins must be >= 2 or omitted, got {self.bins}")
+        if self.binning not in ("width", "mass"):
+            raise ConfigError(f"vertimrf: binning must be 'width' or 'mass', got {self.binning!r}")
+        if self.binning == "mass" and (self.recovery != "query" or not self.use_local):
+            raise ConfigError("vertimrf: binning 'mass' takes its edges from the local models' 1-way tables and "
+                              "needs recovery = 'query' and use_local = true")
         if self.recovery not in ("hisrec", "uniform", "query"):
             raise ConfigError(f"vertimrf: recovery must be 'hisrec', 'uniform' or 'query', got {self.recovery!r}")
         if self.weighting not in ("paper", "variance"):
@@ -181,6 +188,12 @@ class VertiMRFConfig:
             raise ConfigError(f"vertimrf: sampling must be 'sample' or 'round', got {self.sampling!r}")
         if self.rounds < 0 or self.per_round < 1 or self.iters < 1 or self.max_clique_cells < 4:
             raise ConfigError("vertimrf: rounds >= 0, per_round >= 1, iters >= 1, max_clique_cells >= 4")
+
+
+def mass_maps(local: LocalModel, bins: int, attrs_: Sequence[str]) -> dict[str, np.ndarray]:
+    """Equal-mass bin maps of `attrs_` from a party's local model (DP): the same on the party and the server."""
+    model = local.model()
+    return {a: mass_bin_map(model.marginal([a]).values, bins) for a in attrs_}
 
 
 class VertiMRFSynthesizer(Synthesizer):
@@ -263,7 +276,9 @@ class VertiMRFSynthesizer(Synthesizer):
         mine = [a for a in view.attributes if a in self._binned]
         if mine and self._eps_value > 0:
             out.append(measure_value_distributions(party, view, c.bins, mine, self._eps_value, ledger, rng))
-        low = bin_dataset(view, c.bins, mine) if mine else view
+        if mine and c.binning == "mass":   # edges from the local model just sent (DP), as the server will compute
+            self._maps = {**getattr(self, "_maps", {}), **mass_maps(out[0], c.bins, mine)}
+        low = bin_dataset(view, c.bins, mine, getattr(self, "_maps", None)) if mine else view
         out.append(self._encoder.encode(party, low, ledger, rng))
         return out
 
@@ -286,7 +301,9 @@ class VertiMRFSynthesizer(Synthesizer):
         """For "query": each binned attribute's value -> bin map (the measurement is a binned linear query)."""
         if self.config.recovery != "query":
             return None
-        return {a: bin_map(self._domain.size(a), self.config.bins) for a in attrs_ if a in self._binned} or None
+        maps = getattr(self, "_maps", {})
+        return {a: maps[a] if a in maps else bin_map(self._domain.size(a), self.config.bins)
+                for a in attrs_ if a in self._binned} or None
 
     def server_step(self, messages: Sequence[Message]) -> None:
         """Phases 3-5 from the parties' messages only."""
@@ -294,6 +311,9 @@ class VertiMRFSynthesizer(Synthesizer):
         dom = self._domain
         owner = {a: p.name for p in self._partition for a in p.attributes}
         locals_ = {m.party: m for m in messages if isinstance(m, LocalModel)}
+        if c.binning == "mass":   # the parties' equal-mass bins, recomputed from their local models
+            self._maps = {a: bm for lm in locals_.values()
+                          for a, bm in mass_maps(lm, c.bins, [a for a in lm.domain.attributes if a in self._binned]).items()}
         dists: dict[str, np.ndarray] = {}
         for m in messages:
             if isinstance(m, ValueDistributions):
