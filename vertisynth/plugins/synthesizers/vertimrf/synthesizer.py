@@ -6,9 +6,10 @@ Party side (each party sees only its own columns; everything it sends is a Messa
                    sends DP within-bin value distributions (Laplace, `value_fraction` of the budget) and
                    encodes its (binned) columns with the chosen encoder (`dpfm` = VertiMRF-FM, `grr` = -FO).
 Server side (messages only):
-  Phase 3 GraphCom join the local attribute graphs; estimate every cross-party pair's R-score from the
-                   encoder (CarEst) and add pairs by descending score while the triangulated graph's
-                   largest clique stays within τ (`max_clique_cells`).
+  Phase 3 GraphCom join the local attribute graphs; estimate every cross-party pair's table from the
+                   encoder (CarEst), keep the pairs whose dependence test passes ("variance"; "paper": all)
+                   and add them by descending R-score while the triangulated graph's largest clique stays
+                   within τ (`max_clique_cells`).
   Phase 4 InitMRF  initial marginal set = union of the local marginal sets, targets inferred from the
                    local models (knowledge transfer); the global model is estimated by the engine.
   Phase 5 OptMRF   rounds that add cross-party marginals (pairs inside the global cliques) whose estimate
@@ -64,8 +65,8 @@ hours-per-week in one bin; 8 keep the cross-party detail the estimates can affor
 then bins 4 → 8 (seed 200, all 455 3-way marginals): ε 0.8 0.0674 → 0.0651, ε 3.2 0.0597 → 0.0526;
 `benchmarks/vertimrf.py` (seeds 200-201) with all defaults: the README table (1.39x / 1.29x / 1.36x centralised).
 The split stays the paper's; giving the local models half the budget measured better on Adult.
-Equal-mass instead of equal-width bins (edges from the local model's DP 1-way table) measured 2-9%
-lower TVD in an oracle experiment at 4 bins (one seed each at ε 0.8 and 3.2); not built.
+`binning = "mass"`: equal-mass bins cut from the local model's DP 1-way table (the party bins with the model it
+sends; the server recomputes the same cuts from that message). Measurements: docs/vertimrf.md.
 """
 from __future__ import annotations
 
