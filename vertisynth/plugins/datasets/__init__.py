@@ -1,4 +1,4 @@
-"""Built-in datasets: the offline `census` generator, the `nltcs`/`adult` benchmarks, and `csv`."""
+"""Built-in datasets: the offline `census` generator, the `zoo` of generated networks, the `nltcs`/`adult` benchmarks, and `csv`."""
 from vertisynth.core.hookspecs import hookimpl
 from vertisynth.core.specs import DatasetSpec
 
@@ -9,6 +9,9 @@ def vertisynth_datasets():
         DatasetSpec("census", "vertisynth.plugins.datasets.census:source",
                     "vertisynth.plugins.datasets.census:CensusConfig",
                     "built-in census-like population with a known distribution (offline default)"),
+        DatasetSpec("zoo", "vertisynth.plugins.datasets.zoo:source",
+                    "vertisynth.plugins.datasets.zoo:ZooConfig",
+                    "generated tables with known truth from random Bayesian networks, by named preset"),
         DatasetSpec("nltcs", "vertisynth.plugins.datasets.files:nltcs",
                     "vertisynth.plugins.datasets.files:BenchmarkConfig",
                     "NLTCS benchmark (21,574 x 16 binary) from the data folder"),

@@ -41,19 +41,39 @@ def bin_map(size: int, bins: int) -> np.ndarray:
     return (np.arange(size) * bins) // size
 
 
+def mass_bin_map(probabilities: np.ndarray, bins: int) -> np.ndarray:
+    """Equal-mass bins of the values 0..u-1 from a (DP) 1-way distribution: contiguous, exactly `bins` of them
+    (each at least one value), cut where the cumulative mass crosses k / bins. With u <= bins, no binning."""
+    p = np.clip(np.asarray(probabilities, float), 0, None)
+    u = p.size
+    if u <= bins:
+        return np.arange(u)
+    cdf = np.cumsum(p) / p.sum() if p.sum() > 0 else np.arange(1, u + 1) / u
+    target = np.arange(1, bins) / bins
+    first = np.minimum(np.searchsorted(cdf, target, side="left"), u - 1)     # first value whose cdf reaches k / b
+    below = np.abs(cdf[np.maximum(first - 1, 0)] - target) < np.abs(cdf[first] - target)
+    cuts = np.where(below & (first > 0), first, first + 1)    # first value of bins 1..b-1: the nearer crossing
+    for k in range(bins - 1):     # strictly increasing and leaving room for the bins after it
+        lo = cuts[k - 1] + 1 if k else 1
+        cuts[k] = min(max(cuts[k], lo), u - (bins - 1 - k))
+    return np.searchsorted(cuts, np.arange(u), side="right")
+
+
 def binned_domain(domain: Domain, bins: int, attrs_: Sequence[str] | None = None) -> Domain:
     attrs_ = list(domain.attributes if attrs_ is None else attrs_)
     return Domain(domain.attributes, [int(bin_map(s, bins).max()) + 1 if a in attrs_ else s
                                       for a, s in zip(domain.attributes, domain.shape)])
 
 
-def bin_dataset(data: Dataset, bins: int, attrs_: Sequence[str] | None = None) -> Dataset:
-    """The party's table with `attrs_` (default all) replaced by their bin indices."""
+def bin_dataset(data: Dataset, bins: int, attrs_: Sequence[str] | None = None,
+                maps: Mapping[str, np.ndarray] | None = None) -> Dataset:
+    """The party's table with `attrs_` (default all) replaced by their bin indices (equal-width, or `maps`)."""
     dom = binned_domain(data.domain, bins, attrs_)
     codes = data.codes.copy()
     for j, a in enumerate(data.domain.attributes):
         if attrs_ is None or a in attrs_:
-            codes[:, j] = bin_map(data.domain.shape[j], bins)[codes[:, j]]
+            bm = maps[a] if maps and a in maps else bin_map(data.domain.shape[j], bins)
+            codes[:, j] = bm[codes[:, j]]
     return Dataset(codes, dom)
 
 

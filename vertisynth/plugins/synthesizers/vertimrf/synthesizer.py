@@ -30,8 +30,53 @@ from vertisynth.pgm import GraphicalModel, Measurement, estimate
 from vertisynth.pgm.estimation import bin_query
 from vertisynth.pgm.graph import build_junction_tree, min_fill_cliques
 from ..privmrf import LocalModel, PrivMRFConfig, PrivMRFSynthesizer
-from .dimension import (ValueDistributions, bin_dataset, bin_map, binned_domain, hisrec, measure_value_distributions,
+from .dimension import (ValueDistributions, bin_dataset, bin_map, binned_domain, hisrec, mass_bin_map,
+                        measure_value_distributions,
                         planned_charges as value_charges, uniform_distributions)
+
+
+def dependence_evidence(counts: np.ndarray, variance: np.ndarray) -> dict[str, float]:
+    """How sure an estimated 2-way table shows dependence, in units of its own measurement error.
+
+    r_score: the paper's R-score (half the L1 distance from independence, in counts, on the clipped table).
+    z_chi: the chi-square statistic Σ (T − E)² / (v + E), E the independence table from T's own margins and
+      v + E each cell's variance (the encoder's plus sampling), standardised against its null
+      ((D − df) / sqrt(2 df)); per cell, so a many-valued pair is not penalised for its size.
+    z_trend: the linear-trend statistic Σ x̃ ỹ T (centred codes) over its null std (encoder + sampling): one
+      degree of freedom for ordinal dependence (age × claims), valid (if less powerful) for any coding.
+    z: the larger of z_chi and |z_trend|.
+    dispersion: D / df, about 1 under the null when `variance` is the noise of the table's interaction part.
+    DPFM's per-cell variance is mostly row and column noise (a cell's estimate shares its sketches with its
+    row and column), which the independence table's margins cancel: on Adult and the zoo, pairs without
+    dependence show a dispersion of about 0.1. `interaction_scale` calibrates that (see server_step)."""
+    t = np.asarray(counts, float)
+    v = np.clip(np.asarray(variance, float), 0, None)
+    tc = np.clip(t, 0, None)
+    total = max(tc.sum(), 1.0)
+    r_score = 0.5 * float(np.abs(tc - np.outer(tc.sum(1), tc.sum(0)) / total).sum())
+    rows, cols = t.sum(1), t.sum(0)   # the raw table's own margins, so the statistics are centred under the null
+    total = rows.sum() if rows.sum() > 0 else total
+    expected = np.outer(rows, cols) / total
+    df = max((t.shape[0] - 1) * (t.shape[1] - 1), 1)
+    d = float(((t - expected) ** 2 / (v + np.maximum(expected, 1.0))).sum())
+    x = np.arange(t.shape[0], dtype=float) - rows @ np.arange(t.shape[0]) / total
+    y = np.arange(t.shape[1], dtype=float) - cols @ np.arange(t.shape[1]) / total
+    x2y2 = np.outer(x**2, y**2)
+    trend = float((np.outer(x, y) * t).sum())
+    null_var = float((x2y2 * v).sum() + (x2y2 * expected).sum())
+    z_chi = (d - df) / math.sqrt(2 * df)
+    z_trend = trend / math.sqrt(null_var) if null_var > 0 else 0.0
+    return {"r_score": r_score, "z_chi": z_chi, "z_trend": z_trend, "z": max(z_chi, abs(z_trend)),
+            "dispersion": d / df}
+
+
+def interaction_scale(dispersions: Sequence[float], floor: float = 0.02) -> float:
+    """The share of the encoder's per-cell variance left in a 2-way table's interaction part, from every cross
+    pair's dispersion: their median (most cross pairs are near independence; the dependent ones sit in the upper
+    half and can only make the scale conservative), clipped to [floor, 1]."""
+    if not dispersions:
+        return 1.0
+    return float(np.clip(np.median(dispersions), floor, 1.0))
 
 
 @attrs.frozen
@@ -43,15 +88,17 @@ class VertiMRFConfig:
     encoder_fraction: float = 0.4
     value_fraction: float = 0.2
     bins: int | None = 8
+    binning: str = "width"
     recovery: str = "query"
     max_clique_cells: float = 1e5
     weighting: str = "variance"
     d_c: float = 50.0
     z: float = 3.0
+    test_z: float = 3.0
     consistency: bool = True
     use_local: bool = True
     rounds: int = 3
-    per_round: int = 4
+    per_round: int = 64
     max_std_ratio: float = 5.0
     iters: int = 1500
     sampling: str = "round"
@@ -69,6 +116,11 @@ class VertiMRFConfig:
                               "with use_local = false set recovery = 'hisrec' (DP within-bin value distributions)")
         if self.bins is not None and self.bins < 2:
             raise ConfigError(f"vertimrf: bins must be >= 2 or omitted, got {self.bins}")
+        if self.binning not in ("width", "mass"):
+            raise ConfigError(f"vertimrf: binning must be 'width' or 'mass', got {self.binning!r}")
+        if self.binning == "mass" and (self.recovery != "query" or not self.use_local):
+            raise ConfigError("vertimrf: binning 'mass' takes its edges from the local models' 1-way tables and "
+                              "needs recovery = 'query' and use_local = true")
         if self.recovery not in ("hisrec", "uniform", "query"):
             raise ConfigError(f"vertimrf: recovery must be 'hisrec', 'uniform' or 'query', got {self.recovery!r}")
         if self.weighting not in ("paper", "variance"):
@@ -79,6 +131,12 @@ class VertiMRFConfig:
             raise ConfigError(f"vertimrf: round_iters must be >= 1 or omitted, got {self.round_iters}")
         if self.rounds < 0 or self.per_round < 1 or self.iters < 1 or self.max_clique_cells < 4:
             raise ConfigError("vertimrf: rounds >= 0, per_round >= 1, iters >= 1, max_clique_cells >= 4")
+
+
+def mass_maps(local: LocalModel, bins: int, attrs_: Sequence[str]) -> dict[str, np.ndarray]:
+    """Equal-mass bin maps of `attrs_` from a party's local model (DP): the same on the party and the server."""
+    model = local.model()
+    return {a: mass_bin_map(model.marginal([a]).values, bins) for a in attrs_}
 
 
 class VertiMRFSynthesizer(Synthesizer):
@@ -131,7 +189,7 @@ class VertiMRFSynthesizer(Synthesizer):
         self._low_domain = binned_domain(ctx.domain, c.bins, self._binned) if self._binned else ctx.domain
         spec = default_registry().get("encoder", c.encoder)
         enc_cls = spec.load_config_cls()
-        # the encoder's own config class holds its defaults (the DPFM ones measured best: docs/vertimrf.md)
+        # the encoder's own config class holds its defaults (the DPFM ones measured best: docs/synthesizers/vertimrf.md)
         enc_cfg = structure(dict(c.encoder_params), enc_cls, f"vertimrf.encoder_params of {c.encoder!r}")
         self._encoder = spec.load_factory()(enc_cfg)
         # the encoder plans last, granted exactly what is left after the pipeline's earlier stages and our
@@ -160,7 +218,9 @@ class VertiMRFSynthesizer(Synthesizer):
         mine = [a for a in view.attributes if a in self._binned]
         if mine and self._eps_value > 0:
             out.append(measure_value_distributions(party, view, c.bins, mine, self._value_charges, ledger, rng))
-        low = bin_dataset(view, c.bins, mine) if mine else view
+        if mine and c.binning == "mass":   # edges from the local model just sent (DP), as the server will compute
+            self._maps = {**getattr(self, "_maps", {}), **mass_maps(out[0], c.bins, mine)}
+        low = bin_dataset(view, c.bins, mine, getattr(self, "_maps", None)) if mine else view
         out.append(self._encoder.encode(party, low, ledger, rng))
         return out
 
@@ -183,7 +243,9 @@ class VertiMRFSynthesizer(Synthesizer):
         """For "query": each binned attribute's value -> bin map (the measurement is a binned linear query)."""
         if self.config.recovery != "query":
             return None
-        return {a: bin_map(self._domain.size(a), self.config.bins) for a in attrs_ if a in self._binned} or None
+        maps = getattr(self, "_maps", {})
+        return {a: maps[a] if a in maps else bin_map(self._domain.size(a), self.config.bins)
+                for a in attrs_ if a in self._binned} or None
 
     def server_step(self, messages: Sequence[Message]) -> None:
         """Phases 3-5 from the parties' messages only."""
@@ -191,6 +253,9 @@ class VertiMRFSynthesizer(Synthesizer):
         dom = self._domain
         owner = {a: p.name for p in self._partition for a in p.attributes}
         locals_ = {m.party: m for m in messages if isinstance(m, LocalModel)}
+        if c.binning == "mass":   # the parties' equal-mass bins, recomputed from their local models
+            self._maps = {a: bm for lm in locals_.values()
+                          for a, bm in mass_maps(lm, c.bins, [a for a in lm.domain.attributes if a in self._binned]).items()}
         dists: dict[str, np.ndarray] = {}
         for m in messages:
             if isinstance(m, ValueDistributions):
@@ -204,24 +269,33 @@ class VertiMRFSynthesizer(Synthesizer):
         # Phase 3: GraphCom
         edges = [tuple(e) for m in locals_.values() for e in m.edges]
         cross = [(a, b) for a, b in itertools.combinations(dom.attributes, 2) if owner[a] != owner[b]]
-        scored = []
+        tables = {}
         for a, b in cross:
             est = self._encoder.estimate_with_variance(enc, [a, b])
-            t = np.clip(est.counts.transpose((a, b)).values, 0, None)
-            tot = max(t.sum(), 1.0)
-            r = 0.5 * np.abs(t - np.outer(t.sum(1), t.sum(0)) / tot).sum()
-            noise = 0.5 * np.sqrt(np.clip(est.variance.values, 0, None)).sum() * math.sqrt(2 / math.pi)
-            if c.weighting == "variance" and r <= noise:
-                continue  # an R-score within its own noise is no evidence of correlation
-            scored.append((r, (a, b), noise))
+            tables[(a, b)] = (est.counts.transpose((a, b)).values, est.variance.transpose((a, b)).values)
+        # the test's null: the encoder's noise in the interaction part, calibrated on all cross pairs at once
+        self._kappa = interaction_scale([dependence_evidence(*tables[p])["dispersion"] for p in cross])
+        evidence = {p: dependence_evidence(t, self._kappa * v) for p, (t, v) in tables.items()}
+        # "paper": every pair, by descending R-score; "variance": the pairs whose dependence test passes (in
+        # the paper's R-score order), or, when none does, the best-evidenced pair of every two parties
+        passed = [p for p in cross if c.weighting == "paper" or evidence[p]["z"] >= c.test_z]
+        self._fallback: list[tuple[str, str]] = []
+        if not passed and cross:
+            best: dict[frozenset[str], tuple[str, str]] = {}
+            for p in sorted(cross, key=lambda p: -evidence[p]["z"]):
+                best.setdefault(frozenset((owner[p[0]], owner[p[1]])), p)
+            self._fallback = passed = list(best.values())
         self._graph_info: list[dict[str, Any]] = []
-        for r, pair, noise in sorted(scored, reverse=True):
+        for pair in sorted(passed, key=lambda p: -evidence[p]["r_score"]):
             trial = edges + [pair]
             cl = min_fill_cliques(dom, trial)
             added = max(dom.project(q).size() for q in cl) <= c.max_clique_cells
             if added:
                 edges = trial
-            self._graph_info.append({"pair": list(pair), "r_score": float(r), "noise": float(noise), "added": added})
+            self._graph_info.append({"pair": list(pair), **{k: round(v, 3) for k, v in evidence[pair].items()},
+                                     "added": added, "fallback": pair in self._fallback})
+        self._graph_info += [{"pair": list(p), **{k: round(v, 3) for k, v in evidence[p].items()}, "added": False,
+                              "fallback": False, "test_failed": True} for p in cross if p not in passed]
         cliques = min_fill_cliques(dom, edges)
         t1 = time.perf_counter()
         # Phase 4: InitMRF from the local models' marginals
@@ -255,8 +329,10 @@ class VertiMRFSynthesizer(Synthesizer):
             low_cells = self._low_domain.project(p).size()
             if c.weighting == "paper":
                 ok = n_hat / low_cells >= c.d_c
-            else:
-                ok = n_hat / low_cells >= c.z * math.sqrt(max(var, 1e-12))
+            else:   # the marginal is measured well enough on average, or its pair showed real dependence
+                ev = evidence.get(p) or evidence.get(p[::-1]) or {"z": 0.0}
+                ok = (n_hat / low_cells >= c.z * math.sqrt(max(var, 1e-12)) or ev["z"] >= c.test_z
+                      or p in self._fallback or p[::-1] in self._fallback)
             self._candidate_info.append({"pair": list(p), "mean_cell_count": n_hat / low_cells,
                                          "cell_std": math.sqrt(max(var, 0.0)), "usable": bool(ok)})
             if ok:
@@ -428,11 +504,27 @@ class VertiMRFSynthesizer(Synthesizer):
     def timings(self) -> dict[str, float]:
         return dict(self._timings)
 
+    def model_notes(self) -> list[str]:
+        """What a user must know about the fitted model's cross-party structure (CLI output and summary)."""
+        if not hasattr(self, "_model"):
+            return []
+        owner = {a: p.name for p in self._partition for a in p.attributes}
+        crossing = [q for q in self._cliques if len({owner[a] for a in q}) > 1]
+        notes = []
+        if len(self._partition) > 1 and not crossing:
+            notes.append("the model has no cross-party edge: your parties' columns are synthesised as independent "
+                         "(raise epsilon, give the encoder more budget, or bin many-valued attributes more coarsely)")
+        elif self._fallback:
+            notes.append("no cross-party pair passed the dependence test; kept the best-evidenced pair of every two "
+                         "parties anyway: " + ", ".join(" x ".join(p) for p in self._fallback))
+        return notes
+
     def model_details(self) -> dict[str, Any]:
         """What the server built, for the report: the cross-party pairs GraphCom scored (R-score, its noise,
         whether the edge fit under τ), the OptMRF candidates and the cross-party marginals it measured."""
         if self._model is None:
             return {}
-        return {"graph_combination": self._graph_info, "cross_party_candidates": self._candidate_info,
-                "cross_party_marginals": [list(p) for p in self._chosen],
+        return {"notes": self.model_notes(), "graph_combination": self._graph_info,
+                "cross_party_candidates": self._candidate_info,
+                "cross_party_marginals": [list(p) for p in self._chosen], "interaction_scale": self._kappa,
                 "cliques": [list(q) for q in self._cliques if len(q) > 1], "n_hat": self._n_hat}
