@@ -174,3 +174,18 @@ def test_cli_csv_without_schema_refuses_ids_and_warns_in_one_line(tmp_path):
         else:
             assert "warning: the schema of column(s)" in res.output and "NOT covered" in res.output
             assert res.output.count("warning: the schema") == 1
+
+
+def test_public_bounds_in_a_schema_default_to_dp_quantile_bins():
+    rng = np.random.default_rng(1)
+    n = 3000
+    a = pd.DataFrame({"sex": rng.choice(["F", "M"], n)})
+    b = pd.DataFrame({"income": np.round(np.exp(rng.normal(10, 0.9, n)), 2)})
+    schema = {"sex": {"kind": "categorical", "categories": ["F", "M"]},
+              "income": {"kind": "numeric", "bounds": [0, 1e6]}}
+    res = vertisynth.synthesize({"h": a, "i": b}, epsilon=1.0, schema=schema, **FAST)
+    assert res.report["privacy"]["per_stage_epsilon"]["preprocessing"] == pytest.approx(0.1, rel=1e-3)
+    assert abs(res.synthetic.income.median() / np.median(b.income) - 1) < 0.2
+    plain = vertisynth.synthesize({"h": a, "i": b}, epsilon=1.0, **FAST,
+                                  schema={**schema, "income": {**schema["income"], "binning": "equal_width"}})
+    assert "preprocessing" not in plain.report["privacy"]["per_stage_epsilon"]   # asked for: no quantile spend
