@@ -145,13 +145,19 @@ def test_no_cross_party_edge_is_said():
     report["synthesizer"]["model"]["cross_party_marginals"] = [["x", "y"]]
     assert cross_party_note(report) is None
     assert cross_party_note({"parties": [{"name": "a"}], "synthesizer": {}}) is None
-    # end to end: independent data leave VertiMRF nothing to connect, and the call says so
+    # end to end: the call warns exactly when the fitted model has no cross-party marginal (independent data:
+    # today's GraphCom keeps none; a rule that keeps the best pair anyway makes the warning go away)
     rng = np.random.default_rng(0)
     a = pd.DataFrame({"x": rng.integers(0, 3, 400)})
     b = pd.DataFrame({"y": rng.integers(0, 3, 400)})
-    with pytest.warns(NoCrossPartyWarning, match="synthesised as independent"):
-        vertisynth.synthesize({"a": a, "b": b}, epsilon=0.5, schema={
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = vertisynth.synthesize({"a": a, "b": b}, epsilon=0.5, schema={
             "x": {"kind": "categorical", "categories": [0, 1, 2]}, "y": {"kind": "categorical", "categories": [0, 1, 2]}})
+    warned = [w for w in caught if issubclass(w.category, NoCrossPartyWarning)]
+    independent = not res.report["synthesizer"]["model"]["cross_party_marginals"]
+    assert len(warned) == int(independent)
+    assert all("synthesised as independent" in str(w.message) for w in warned)
 
 
 def test_cli_csv_without_schema_refuses_ids_and_warns_in_one_line(tmp_path):
@@ -189,3 +195,27 @@ def test_public_bounds_in_a_schema_default_to_dp_quantile_bins():
     plain = vertisynth.synthesize({"h": a, "i": b}, epsilon=1.0, **FAST,
                                   schema={**schema, "income": {**schema["income"], "binning": "equal_width"}})
     assert "preprocessing" not in plain.report["privacy"]["per_stage_epsilon"]   # asked for: no quantile spend
+
+
+def test_cli_and_summary_say_when_the_model_has_no_cross_party_edge(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from vertisynth.cli import main
+
+    rng = np.random.default_rng(0)
+    pd.DataFrame({"x": rng.integers(0, 3, 400), "y": rng.integers(0, 3, 400)}).to_csv(tmp_path / "t.csv", index=False)
+    job = tmp_path / "job.toml"
+    job.write_text(f'budget = {{ epsilon = 0.5, delta = 1e-5 }}\n[dataset]\nname = "csv"\n'
+                   f'params = {{ path = "{tmp_path / "t.csv"}", schema = {{ x = {{ kind = "categorical", categories = [0, 1, 2] }},'
+                   ' y = { kind = "categorical", categories = [0, 1, 2] } } }\n'
+                   '[synthesizer]\nuse = "vertimrf"\n[[evaluators]]\nuse = "tvd"\nparams = { ways = [2] }\n')
+    res = CliRunner().invoke(main, ["run", str(job), "-q", "-o", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    independent = not report["synthesizer"]["model"]["cross_party_marginals"]
+    said = "warning: the model has no cross-party edge" in res.output
+    assert said == independent
+    assert ("synthesised as independent" in (tmp_path / "o" / "summary.md").read_text()) == independent
+    assert "warning: the schema" not in res.output             # a public schema: nothing to warn about
