@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import vertisynth
-from vertisynth.api import InferredSchemaWarning, NoCrossPartyWarning
+from vertisynth.api import InferredSchemaWarning, NoCrossPartyWarning, VertisynthWarning
 from vertisynth.core.errors import DataError
 from vertisynth.run.report import cross_party_note
 
@@ -219,3 +219,31 @@ def test_cli_and_summary_say_when_the_model_has_no_cross_party_edge(tmp_path):
     assert said == independent
     assert ("synthesised as independent" in (tmp_path / "o" / "summary.md").read_text()) == independent
     assert "warning: the schema" not in res.output             # a public schema: nothing to warn about
+
+
+def test_party_csv_without_schema_takes_public_bounds(tmp_path):
+    from vertisynth.run.config import parse_config
+    from vertisynth.run.pipeline import run
+
+    rng = np.random.default_rng(0)
+    n = 4000
+    ids = [f"p{i}" for i in range(n)]
+    income = np.round(np.exp(rng.normal(10, 0.9, n)), 2)
+    pd.DataFrame({"id": ids, "sex": rng.choice(["F", "M"], n)}).to_csv(tmp_path / "a.csv", index=False)
+    pd.DataFrame({"id": ids[::-1], "income": income[::-1]}).to_csv(tmp_path / "b.csv", index=False)
+    files = {"h": str(tmp_path / "a.csv"), "i": str(tmp_path / "b.csv")}
+    cfg = parse_config({"budget": {"epsilon": 1.0, "delta": 1e-5}, "alignment": {"use": "psi"},
+                        "dataset": {"name": "party_csv", "params": {"files": files, "bounds": {"income": [0, 1e6]}}},
+                        "synthesizer": {"use": "independent"}, "evaluators": [{"use": "tvd", "params": {"ways": [2]}}]})
+    with pytest.warns(InferredSchemaWarning, match=r"\['sex'\]"):   # income's bins are DP: only sex is read off
+        res = run(cfg)
+    assert res.report["privacy"]["per_stage_epsilon"]["preprocessing"] == pytest.approx(0.1, rel=1e-3)
+    assert abs(res.synthetic.income.median() / np.median(income) - 1) < 0.25
+
+
+def test_too_little_budget_for_dp_quantiles_is_warned():
+    rng = np.random.default_rng(0)
+    a = pd.DataFrame({"sex": rng.choice(["F", "M"], 1000)})
+    b = pd.DataFrame({"income": np.exp(rng.normal(10, 0.9, 1000))})
+    with pytest.warns(VertisynthWarning, match=r"'income'.*n·ε 20 < 200.*raise quantile_epsilon"):
+        vertisynth.synthesize({"h": a, "i": b}, epsilon=0.2, bounds={"income": (0, 1e6)}, **FAST)
