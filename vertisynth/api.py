@@ -80,9 +80,9 @@ def synthesize(
     schema: a public per-column schema, {column: {"kind": "categorical", "categories": [...]}} or
         {"kind": "numeric", "bounds": [low, high], ...} (see `ColumnSchema`); a numeric column with bounds and no
         `binning` gets DP-quantile bins (QUANTILE_SHARE of ε split among such columns; `"binning": "equal_width"`
-        keeps equal-width bins at no cost). Without it the schema is read off
-        the data, which is NOT covered by the DP guarantee: an `InferredSchemaWarning` says so, and a column
-        that looks like an identifier (IDs, e-mail addresses) is refused.
+        keeps equal-width bins at no cost). Without it the schema is read off the data, which is NOT covered by
+        the DP guarantee: an `InferredSchemaWarning` says so, and a column that looks like an identifier (IDs,
+        e-mail addresses) is refused.
     bounds: without `schema`, {column: (low, high)}: public ranges of numeric columns, which then get DP-quantile
         bins (QUANTILE_SHARE of ε split among them, in the ledger) instead of equal-width bins over the data's
         min-max.
