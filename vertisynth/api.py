@@ -81,9 +81,11 @@ def synthesize(
         "dpsyn", "private_pgm"). `params` are its options (see its module docstring).
     parties: {party name: [columns]}, only with a single DataFrame.
     schema: a public per-column schema, {column: {"kind": "categorical", "categories": [...]}} or
-        {"kind": "numeric", "bounds": [low, high], ...} (see `ColumnSchema`). Without it the schema is read off
-        the data, which is NOT covered by the DP guarantee: an `InferredSchemaWarning` says so, and a column
-        that looks like an identifier (IDs, e-mail addresses) is refused.
+        {"kind": "numeric", "bounds": [low, high], ...} (see `ColumnSchema`); a numeric column with bounds and no
+        `binning` gets DP-quantile bins (QUANTILE_SHARE of ε split among such columns; `"binning": "equal_width"`
+        keeps equal-width bins at no cost). Without it the schema is read off the data, which is NOT covered by
+        the DP guarantee: an `InferredSchemaWarning` says so, and a column that looks like an identifier (IDs,
+        e-mail addresses) is refused.
     bounds: without `schema`, {column: (low, high)}: public ranges of numeric columns, which then get DP-quantile
         bins (QUANTILE_SHARE of ε split among them, in the ledger) instead of equal-width bins over the data's
         min-max.
@@ -128,7 +130,7 @@ def synthesize(
         split = {k: [str(c) for c in v.columns] for k, v in aligned.items()}
     frame = frame.copy()
     frame.columns = [str(c) for c in frame.columns]
-    table_schema = (TableSchema.from_config(schema) if schema else
+    table_schema = (_public_schema(schema, epsilon) if schema else
                     TableSchema.infer(frame, **_bounds_kw(bounds, epsilon), warn=False))
     _warn_inferred(table_schema)
     loaded = LoadedData(frame, table_schema, list(split.values()), list(split), "in-memory DataFrames",
@@ -194,6 +196,18 @@ def _align_by_index(data: Mapping[str, pd.DataFrame]) -> dict[str, pd.DataFrame]
                 "id_column= to align ID-keyed tables by private set intersection")
         out[name] = df.loc[ref]   # the same people in another order
     return out
+
+
+def _public_schema(schema: Mapping[str, Mapping[str, Any]], epsilon: float) -> TableSchema:
+    """The caller's schema; a numeric column with public bounds and no `binning` (or `edges`) gets DP-quantile bins,
+    QUANTILE_SHARE of ε split among such columns, rather than equal-width bins that a skewed column cannot use."""
+    if not isinstance(schema, Mapping):
+        raise DataError(f"schema must be {{column: {{kind: ...}}}}, got a {type(schema).__name__}")
+    auto = [c for c, spec in schema.items() if isinstance(spec, Mapping) and spec.get("kind") == "numeric"
+            and spec.get("bounds") is not None and "binning" not in spec and spec.get("edges") is None]
+    spec = {c: ({**v, "binning": "quantile", "quantile_epsilon": QUANTILE_SHARE * epsilon / len(auto)} if c in auto
+                else v) for c, v in schema.items()}
+    return TableSchema.from_config(spec)
 
 
 def _bounds_kw(bounds: Mapping[str, tuple[float, float]] | None, epsilon: float) -> dict[str, Any]:
@@ -264,7 +278,7 @@ def _synthesize_keyed(data: Any, id_column: str, alignment: str, alignment_param
         frames[name], ids[name] = body, df[id_column].tolist()
     split = {k: list(v.columns) for k, v in frames.items()}
     schema, bounds = kw.pop("schema"), kw.pop("bounds")
-    table_schema = (TableSchema.from_config(schema) if schema else
+    table_schema = (_public_schema(schema, kw["epsilon"]) if schema else
                     TableSchema.infer_parts(list(frames.values()), **_bounds_kw(bounds, kw["epsilon"]), warn=False))
     _warn_inferred(table_schema)
     loaded = LoadedData(None, table_schema, list(split.values()), list(split), "in-memory ID-keyed DataFrames",

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import vertisynth
-from vertisynth.api import InferredSchemaWarning, NoCrossPartyWarning
+from vertisynth.api import InferredSchemaWarning, NoCrossPartyWarning, VertisynthWarning
 from vertisynth.core.errors import DataError
 from vertisynth.run.report import cross_party_note
 
@@ -145,13 +145,19 @@ def test_no_cross_party_edge_is_said():
     report["synthesizer"]["model"]["cross_party_marginals"] = [["x", "y"]]
     assert cross_party_note(report) is None
     assert cross_party_note({"parties": [{"name": "a"}], "synthesizer": {}}) is None
-    # end to end: independent data leave VertiMRF nothing to connect, and the call says so
+    # end to end: the call warns exactly when the fitted model has no cross-party marginal (independent data:
+    # today's GraphCom keeps none; a rule that keeps the best pair anyway makes the warning go away)
     rng = np.random.default_rng(0)
     a = pd.DataFrame({"x": rng.integers(0, 3, 400)})
     b = pd.DataFrame({"y": rng.integers(0, 3, 400)})
-    with pytest.warns(NoCrossPartyWarning, match="synthesised as independent"):
-        vertisynth.synthesize({"a": a, "b": b}, epsilon=0.5, schema={
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = vertisynth.synthesize({"a": a, "b": b}, epsilon=0.5, schema={
             "x": {"kind": "categorical", "categories": [0, 1, 2]}, "y": {"kind": "categorical", "categories": [0, 1, 2]}})
+    warned = [w for w in caught if issubclass(w.category, NoCrossPartyWarning)]
+    independent = not res.report["synthesizer"]["model"]["cross_party_marginals"]
+    assert len(warned) == int(independent)
+    assert all("synthesised as independent" in str(w.message) for w in warned)
 
 
 def test_cli_csv_without_schema_refuses_ids_and_warns_in_one_line(tmp_path):
@@ -174,3 +180,70 @@ def test_cli_csv_without_schema_refuses_ids_and_warns_in_one_line(tmp_path):
         else:
             assert "warning: the schema of column(s)" in res.output and "NOT covered" in res.output
             assert res.output.count("warning: the schema") == 1
+
+
+def test_public_bounds_in_a_schema_default_to_dp_quantile_bins():
+    rng = np.random.default_rng(1)
+    n = 3000
+    a = pd.DataFrame({"sex": rng.choice(["F", "M"], n)})
+    b = pd.DataFrame({"income": np.round(np.exp(rng.normal(10, 0.9, n)), 2)})
+    schema = {"sex": {"kind": "categorical", "categories": ["F", "M"]},
+              "income": {"kind": "numeric", "bounds": [0, 1e6]}}
+    res = vertisynth.synthesize({"h": a, "i": b}, epsilon=1.0, schema=schema, **FAST)
+    assert res.report["privacy"]["per_stage_epsilon"]["preprocessing"] == pytest.approx(0.1, rel=1e-3)
+    assert abs(res.synthetic.income.median() / np.median(b.income) - 1) < 0.2
+    plain = vertisynth.synthesize({"h": a, "i": b}, epsilon=1.0, **FAST,
+                                  schema={**schema, "income": {**schema["income"], "binning": "equal_width"}})
+    assert "preprocessing" not in plain.report["privacy"]["per_stage_epsilon"]   # asked for: no quantile spend
+
+
+def test_cli_and_summary_say_when_the_model_has_no_cross_party_edge(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from vertisynth.cli import main
+
+    rng = np.random.default_rng(0)
+    pd.DataFrame({"x": rng.integers(0, 3, 400), "y": rng.integers(0, 3, 400)}).to_csv(tmp_path / "t.csv", index=False)
+    job = tmp_path / "job.toml"
+    job.write_text(f'budget = {{ epsilon = 0.5, delta = 1e-5 }}\n[dataset]\nname = "csv"\n'
+                   f'params = {{ path = "{tmp_path / "t.csv"}", schema = {{ x = {{ kind = "categorical", categories = [0, 1, 2] }},'
+                   ' y = { kind = "categorical", categories = [0, 1, 2] } } }\n'
+                   '[synthesizer]\nuse = "vertimrf"\n[[evaluators]]\nuse = "tvd"\nparams = { ways = [2] }\n')
+    res = CliRunner().invoke(main, ["run", str(job), "-q", "-o", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    independent = not report["synthesizer"]["model"]["cross_party_marginals"]
+    said = "warning: the model has no cross-party edge" in res.output
+    assert said == independent
+    assert ("synthesised as independent" in (tmp_path / "o" / "summary.md").read_text()) == independent
+    assert "warning: the schema" not in res.output             # a public schema: nothing to warn about
+
+
+def test_party_csv_without_schema_takes_public_bounds(tmp_path):
+    from vertisynth.run.config import parse_config
+    from vertisynth.run.pipeline import run
+
+    rng = np.random.default_rng(0)
+    n = 4000
+    ids = [f"p{i}" for i in range(n)]
+    income = np.round(np.exp(rng.normal(10, 0.9, n)), 2)
+    pd.DataFrame({"id": ids, "sex": rng.choice(["F", "M"], n)}).to_csv(tmp_path / "a.csv", index=False)
+    pd.DataFrame({"id": ids[::-1], "income": income[::-1]}).to_csv(tmp_path / "b.csv", index=False)
+    files = {"h": str(tmp_path / "a.csv"), "i": str(tmp_path / "b.csv")}
+    cfg = parse_config({"budget": {"epsilon": 1.0, "delta": 1e-5}, "alignment": {"use": "psi"},
+                        "dataset": {"name": "party_csv", "params": {"files": files, "bounds": {"income": [0, 1e6]}}},
+                        "synthesizer": {"use": "independent"}, "evaluators": [{"use": "tvd", "params": {"ways": [2]}}]})
+    with pytest.warns(InferredSchemaWarning, match=r"\['sex'\]"):   # income's bins are DP: only sex is read off
+        res = run(cfg)
+    assert res.report["privacy"]["per_stage_epsilon"]["preprocessing"] == pytest.approx(0.1, rel=1e-3)
+    assert abs(res.synthetic.income.median() / np.median(income) - 1) < 0.25
+
+
+def test_too_little_budget_for_dp_quantiles_is_warned():
+    rng = np.random.default_rng(0)
+    a = pd.DataFrame({"sex": rng.choice(["F", "M"], 1000)})
+    b = pd.DataFrame({"income": np.exp(rng.normal(10, 0.9, 1000))})
+    with pytest.warns(VertisynthWarning, match=r"'income'.*n·ε 20 < 200.*raise quantile_epsilon"):
+        vertisynth.synthesize({"h": a, "i": b}, epsilon=0.2, bounds={"income": (0, 1e6)}, **FAST)

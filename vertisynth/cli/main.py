@@ -84,7 +84,8 @@ def _run(config: Path | None, out: Path | None, data_dir: str | None, seed: int 
 def validate(config: Path, data_dir: str | None) -> None:
     """Check a CONFIG (keys, plugins, params, party split, budget plan) without reading any data rows."""
     try:
-        plan = make_plan(load_config(config), data_dir=data_dir)
+        with warnings_as_lines():
+            plan = make_plan(load_config(config), data_dir=data_dir)
     except VertisynthError as exc:
         _fail(exc)
         return

@@ -22,12 +22,15 @@ import pandas as pd
 
 from .dataset import Dataset
 from .domain import Domain
-from .errors import ConfigError, DataError, DomainError, InferredSchemaWarning
+from .errors import ConfigError, DataError, DomainError, InferredSchemaWarning, VertisynthWarning
 from .noise import secure_gumbel, secure_uniform
 from .privacy import Charge, PrivacyLedger, PureDP
 
 MISSING_LABEL = "<missing>"
 PREPROCESSING_STAGE = "preprocessing"
+# below this n·quantile_epsilon, DP quantiles inside wide bounds miss badly (lognormal income, bounds [0, 1e6],
+# 7 quantiles, 20 seeds: n·ε 100 -> median edge off by 4.4x typically; 200 -> within 2x at worst; 400 -> 1.25x)
+QUANTILE_MIN_N_EPSILON = 200
 
 
 @attrs.frozen
@@ -301,6 +304,13 @@ class TableSchema:
                     for ch in c.planned_charges():
                         ledger.spend(ch)
                     vals = pd.to_numeric(frame[c.name], errors="coerce").dropna().to_numpy(float)
+                    if len(vals) * c.quantile_epsilon < QUANTILE_MIN_N_EPSILON:
+                        warnings.warn(
+                            f"column {c.name!r}: DP-quantile bins from quantile_epsilon={c.quantile_epsilon:.3g} on "
+                            f"{len(vals)} values (n·ε {len(vals) * c.quantile_epsilon:.0f} < {QUANTILE_MIN_N_EPSILON}) "
+                            "can land far from the data (the exponential mechanism favours wide empty stretches of "
+                            "the bounds); raise quantile_epsilon, tighten the bounds, or give public edges",
+                            VertisynthWarning, stacklevel=2)
                     inner = dp_quantiles(vals, np.arange(1, c.bins) / c.bins, c.bounds, c.quantile_epsilon, rng,
                                          secure=ledger.noise == "secure")
                     edges = np.concatenate([[c.bounds[0]], inner, [c.bounds[1]]])

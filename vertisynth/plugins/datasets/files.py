@@ -137,7 +137,7 @@ class CsvConfig:
     domain: str | None = None
     parties: list[list[str]] | None = None
     bounds: dict[str, list[float]] | None = None
-    quantile_epsilon: float = 0.05
+    quantile_epsilon: float = 0.1
 
 
 def csv(config: CsvConfig, data_dir: str | None = None) -> DatasetSource:
@@ -192,12 +192,15 @@ def _load_csv(config: CsvConfig) -> LoadedData:
 class PartyCsvConfig:
     """files: one CSV per party, {party name = path}; each holds an identifier column `id_column` and that
     party's attributes, rows in any order, people partly overlapping. schema: public per-column schema
-    (see ColumnSchema); without it the schema is read off the data (NOT DP; the report says so).
+    (see ColumnSchema); without it the schema is read off the data (NOT DP; a warning and the report say so), and
+    `bounds` = {column = [low, high]} gives numeric columns DP-quantile bins, `quantile_epsilon` each (n·ε ≥ 200).
     Align with `psi` or `psu`."""
 
     files: dict[str, str]
     id_column: str = "id"
     schema: dict[str, dict[str, Any]] | None = None
+    bounds: dict[str, list[float]] | None = None
+    quantile_epsilon: float = 0.1
 
 
 def _read_party_csv(path: Path, id_column: str) -> pd.DataFrame:
@@ -219,6 +222,8 @@ def _read_party_csv(path: Path, id_column: str) -> pd.DataFrame:
 def party_csv(config: PartyCsvConfig, data_dir: str | None = None) -> DatasetSource:
     """Only the headers are read before the plan is checked (which columns each party holds), unless the
     schema must be inferred from the rows."""
+    if config.bounds and config.schema:
+        raise ConfigError("party_csv dataset: `bounds` applies to an inferred schema; with `schema`, put the bounds there")
     if len(config.files) < 2:
         raise ConfigError(f"party_csv needs a CSV for each of at least two parties, got {sorted(config.files)}")
     paths = {p: Path(f).expanduser() for p, f in config.files.items()}
@@ -242,7 +247,8 @@ def party_csv(config: PartyCsvConfig, data_dir: str | None = None) -> DatasetSou
     def load(schema: TableSchema | None = None) -> LoadedData:
         frames = {p: _read_party_csv(path, config.id_column) for p, path in paths.items()}
         if schema is None:
-            schema = TableSchema.infer_parts([f.drop(columns=[config.id_column]) for f in frames.values()])  # NOT DP
+            schema = TableSchema.infer_parts([f.drop(columns=[config.id_column]) for f in frames.values()],  # NOT DP
+                                             bounds=config.bounds, quantile_epsilon=config.quantile_epsilon)
         ids = {p: f[config.id_column].tolist() for p, f in frames.items()}
         sizes = ", ".join(f"{p} {len(f)}" for p, f in frames.items())
         return LoadedData(None, schema, [columns[p] for p in names], names,
