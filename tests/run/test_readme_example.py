@@ -30,9 +30,6 @@ def test_readme_python_example_keeps_a_cross_party_dependence(capsys):
     age = ns["age_group"]
     real = _cramers_v(age(people), people["health_insurance"])    # about 0.29; independent columns give ~0.02
     synth = _cramers_v(age(result.synthetic), result.synthetic["health_insurance"])
-    if not result.report["synthesizer"]["model"]["cross_party_marginals"]:
-        # today's GraphCom keeps no cross pair on this data at ε = 1 (synthetic V 0.03); the per-cell dependence
-        # test on the zoo branch keeps it (measured there: 0.27 of 0.29). Remove this once that rule is merged.
-        pytest.xfail(f"VertiMRF measured no cross-party marginal: Cramér's V {synth:.2f} vs real {real:.2f}")
+    assert result.report["synthesizer"]["model"]["cross_party_marginals"], "VertiMRF measured no cross-party marginal"
     assert real > 0.2
     assert synth > 0.6 * real, (synth, real)
