@@ -67,12 +67,17 @@ class WorkloadError(Evaluator):
         self._check_workload(names)
         if self.config.workload is not None:
             errs = [l1_error(real, synthetic, tuple(m)) for m in self.config.workload]
-            return {"l1_workload": float(np.mean(errs)), "l1_max": float(np.max(errs))}
+            return {"l1_workload": _mean(errs), "l1_max": float(np.max(errs))}
         out, every = {}, []
         for k in self.config.ways:
             subsets = distinct_subsets(len(names), k, self.config.marginals, rng)
             errs = [l1_error(real, synthetic, tuple(names[i] for i in s)) for s in subsets]
-            out[f"l1_{k}way"] = float(np.mean(errs))
+            out[f"l1_{k}way"] = _mean(errs)
             every += errs
-        out["l1_mean"], out["l1_max"] = float(np.mean(every)), float(np.max(every))
+        out["l1_mean"], out["l1_max"] = _mean(every), float(np.max(every))
         return out
+
+
+def _mean(errs: list[float]) -> float:
+    """The mean, never a rounding step above the largest error (Hypothesis found mean = max + 1 ulp)."""
+    return min(float(np.mean(errs)), float(np.max(errs)))
