@@ -151,9 +151,9 @@ def kernel_only(syn, data, t: int, n: int, rng) -> dict:
 def one(n: int, dataset: str, eps: float, seed: int, tvd: bool, anchor: bool, params: dict | None = None,
         kernel_t: int = 0) -> dict:
     """One VertiMRF run at n rows (in this process); returns the measurements."""
-    from vertisynth.core.config import parse_config
+    from vertisynth.run.config import parse_config
     from vertisynth.core.interfaces import VerticalData
-    from vertisynth.core.pipeline import make_plan
+    from vertisynth.run.pipeline import make_plan
     from vertisynth.plugins.encoders import dpfm
     from vertisynth.plugins.evaluators.tvd import marginal_tvd, distinct_subsets
     from vertisynth.plugins.synthesizers.privmrf.synthesizer import PrivMRFSynthesizer

@@ -24,8 +24,8 @@ import time
 
 import numpy as np
 
-from vertisynth.core.config import parse_config
-from vertisynth.core.pipeline import run
+from vertisynth.run.config import parse_config
+from vertisynth.run.pipeline import run
 from vertisynth.plugins.datasets.zoo import ZooConfig, correlation_of
 
 

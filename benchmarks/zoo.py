@@ -19,8 +19,8 @@ import statistics
 import sys
 import time
 
-from vertisynth.core.config import parse_config
-from vertisynth.core.pipeline import run
+from vertisynth.run.config import parse_config
+from vertisynth.run.pipeline import run
 from vertisynth.plugins.datasets.zoo import ZOO_PRESETS
 
 

@@ -11,7 +11,7 @@ from vertisynth.core.domain import Domain
 from vertisynth.core.errors import ConfigError
 from vertisynth.core.interfaces import PlanContext, VerticalData
 from vertisynth.core.privacy import Budget, PrivacyLedger
-from vertisynth.plugins.synthesizers.pgm import Measurement, estimate
+from vertisynth.pgm import Measurement, estimate
 from vertisynth.plugins.synthesizers.vertimrf import synthesizer as vsyn
 
 FAST = {"encoder_params": {"t": 200}, "local_params": {"iters": 40, "refine_iters": 10}, "iters": 60, "rounds": 3,

@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from vertisynth.core.config import parse_config
+from vertisynth.run.config import parse_config
 from vertisynth.core.errors import ConfigError
-from vertisynth.core.pipeline import make_plan, run
+from vertisynth.run.pipeline import make_plan, run
 from vertisynth.plugins.datasets.zoo import ZOO_PRESETS, ZooConfig, correlation_of, load, source
 
 

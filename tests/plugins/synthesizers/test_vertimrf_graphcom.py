@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from vertisynth.core.config import parse_config
-from vertisynth.core.pipeline import run
+from vertisynth.run.config import parse_config
+from vertisynth.run.pipeline import run
 from vertisynth.plugins.datasets.zoo import correlation_of
 from vertisynth.plugins.synthesizers.vertimrf.synthesizer import dependence_evidence
 
@@ -59,7 +59,7 @@ def test_the_evidence_is_per_cell_not_per_table():
 def test_the_cli_and_summary_say_when_parties_come_out_independent(tmp_path):
     from click.testing import CliRunner
 
-    from vertisynth.core.cli import main
+    from vertisynth.cli import main
 
     cfg = tmp_path / "run.toml"
     cfg.write_text('seed = 1\nbudget = { epsilon = 1.0, delta = 1e-5 }\n'

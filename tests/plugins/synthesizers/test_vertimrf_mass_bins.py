@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vertisynth.core.config import structure
+from vertisynth.core.structuring import structure
 from vertisynth.core.errors import ConfigError
 from vertisynth.plugins.synthesizers.vertimrf.dimension import mass_bin_map
 from vertisynth.plugins.synthesizers.vertimrf.synthesizer import VertiMRFConfig
