@@ -58,9 +58,9 @@ def test_exact_counts_against_plaintext(keys, sizes, split, n, seed, tuples):
     names = [f"x{i}" for i in range(len(sizes))]
     a = table(rng, dict(zip(names[:split], sizes[:split])), n)
     b = table(rng, dict(zip(names[split:], sizes[split:])), n)
-    if tuples:  # tuple blocks on both sides, not a full product: the aligned layout
+    if tuples:  # tuple blocks on both sides, summed by different groupings: one ciphertext group each
         queries = [(tuple(a.attributes), (b.attributes[0],)), ((a.attributes[0],), tuple(b.attributes))]
-    else:       # every attribute pair: the tight layout
+    else:       # every attribute pair: all blocks in one tight group
         queries = [((x,), (y,)) for x in a.attributes for y in b.attributes]
     out = protocol.run_real("A", "B", a, b, queries, 2.0, ZeroSource(), ZeroSource(), keys, "test", workers=1)
     for q in queries:
@@ -106,7 +106,7 @@ def test_slot_overflow_refused(keys):
     pk, _ = keys
     need = slot_width(1000, 50)
     with pytest.raises(ConfigError, match="could overflow"):
-        Layout.build([("a",)], [3], 1000, 50, 512, aligned=False, width=need - 1)
+        Layout.build([("a",)], [3], 1000, 50, 512, width=need - 1)
     rng = np.random.default_rng(0)
     a, b = table(rng, {"a1": 3}, 20), table(rng, {"b1": 2}, 20)
     q = [(("a1",), ("b1",))]

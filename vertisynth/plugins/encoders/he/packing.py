@@ -26,19 +26,23 @@ def slot_width(n: int, offset: int) -> int:
 class Layout:
     """Where every block's cells sit: block b (an attribute tuple with `cells[b]` cells) occupies the global slots
     starts[b] .. starts[b] + cells[b] - 1; global slot s lives in plaintext s // per at position s % per.
-    `aligned`: every block starts on a fresh plaintext, so a block can be summed without its neighbours."""
+    `groups`: a block whose group differs from the previous block's starts on a fresh plaintext, so the summing
+    party can add up one group's ciphertexts without touching another group's counts (blocks that are summed by
+    the same groupings share a group and pack tightly)."""
 
     blocks: tuple[tuple[str, ...], ...]
     cells: tuple[int, ...]
     width: int
     per: int
-    aligned: bool
+    groups: tuple[int, ...]
     starts: tuple[int, ...] = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
+        if len(self.groups) != len(self.cells):
+            raise ConfigError("he: layout needs one group per block")
         starts, s = [], 0
-        for c in self.cells:
-            if self.aligned and s % self.per:
+        for i, c in enumerate(self.cells):
+            if i and self.groups[i] != self.groups[i - 1] and s % self.per:
                 s += self.per - s % self.per
             starts.append(s)
             s += c
@@ -46,7 +50,7 @@ class Layout:
 
     @classmethod
     def build(cls, blocks: Sequence[tuple[str, ...]], cells: Sequence[int], n: int, offset: int, modulus_bits: int,
-              aligned: bool, width: int | None = None) -> Layout:
+              groups: Sequence[int] | None = None, width: int | None = None) -> Layout:
         need = slot_width(n, offset)
         width = need if width is None else int(width)
         if width < need:
@@ -55,7 +59,8 @@ class Layout:
         per = (modulus_bits - 1) // width
         if per < 1:
             raise ConfigError(f"he: a {width}-bit slot does not fit a {modulus_bits}-bit Paillier plaintext")
-        return cls(tuple(tuple(b) for b in blocks), tuple(int(c) for c in cells), width, per, aligned)
+        groups = tuple(int(g) for g in groups) if groups is not None else (0,) * len(cells)
+        return cls(tuple(tuple(b) for b in blocks), tuple(int(c) for c in cells), width, per, groups)
 
     @property
     def slots(self) -> int:

@@ -17,7 +17,7 @@ same noise sources it returns exactly what the protocol returns.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar
 
 import attrs
@@ -55,11 +55,11 @@ class EncryptedOneHot(Message):
     cells: list = attrs.field(factory=list)
     width: int = 0
     per: int = 0
-    aligned: bool = False
+    groups: list = attrs.field(factory=list)
     ciphertexts: np.ndarray = attrs.field(factory=lambda: np.zeros((0, 0, 0), np.uint8))
 
     def layout(self) -> Layout:
-        return Layout(tuple(tuple(b) for b in self.blocks), tuple(self.cells), self.width, self.per, self.aligned)
+        return Layout(tuple(tuple(b) for b in self.blocks), tuple(self.cells), self.width, self.per, tuple(self.groups))
 
     def validate(self) -> EncryptedOneHot:
         super().validate()
@@ -132,24 +132,35 @@ def _blocks_and_groupings(queries: Sequence[Query]) -> tuple[list, list]:
     return blocks, groupings
 
 
-def is_full_product(queries: Sequence[Query]) -> bool:
-    blocks, groupings = _blocks_and_groupings(queries)
-    return len(set(queries)) == len(queries) == len(blocks) * len(groupings)
+def block_groups(queries: Sequence[Query]) -> tuple[list, list[int]]:
+    """E's blocks ordered so that blocks summed by the same set of S's groupings are adjacent, and each block's
+    group id (blocks of one group share ciphertexts; a new group starts a fresh one)."""
+    blocks, _ = _blocks_and_groupings(queries)
+    sets = {b: frozenset(q[1] for q in queries if q[0] == b) for b in blocks}
+    ids = {s: i for i, s in enumerate(dict.fromkeys(sets[b] for b in blocks))}
+    ordered = sorted(blocks, key=lambda b: ids[sets[b]])
+    return ordered, [ids[sets[b]] for b in ordered]
+
+
+def row_ciphertexts(queries: Sequence[Query], size: Callable[[tuple[str, ...]], int], n: int, offset: int,
+                    modulus_bits: int, slot_bits: int | None = None) -> int:
+    """Ciphertexts per row the encrypting side of `queries` makes (its layout's plaintexts)."""
+    blocks, groups = block_groups(unique(queries))
+    return Layout.build(blocks, [size(b) for b in blocks], n, offset, modulus_bits, groups, slot_bits).plaintexts
 
 
 def encrypt_rows(party: str, recipient: str, view: Dataset, queries: Sequence[Query], public_key, offset: int,
                  workers: int = 0, chunk: int = 2048, slot_bits: int | None = None) -> EncryptedOneHot:
-    """Round 1 at E. Tight packing when S may sum every block with every grouping (the queries are a full
-    product), else every block on its own ciphertexts (aligned)."""
+    """Round 1 at E. Blocks summed by the same groupings pack tightly together; each such group starts on a fresh
+    ciphertext (`block_groups`)."""
     queries = unique(queries)
-    blocks, _ = _blocks_and_groupings(queries)
+    blocks, groups = block_groups(queries)
     codes, cells = zip(*(tuple_codes(view, b) for b in blocks))
-    lay = Layout.build(blocks, cells, view.n, offset, public_key.n.bit_length(), aligned=not is_full_product(queries),
-                       width=slot_bits)
+    lay = Layout.build(blocks, cells, view.n, offset, public_key.n.bit_length(), groups, width=slot_bits)
     plain = lay.pack_rows(codes)
     cts = np.array(paillier.encrypt_many(public_key, plain.ravel().tolist(), workers, chunk), dtype=object)
     return EncryptedOneHot(party, recipient, format(public_key.n, "x"), [list(b) for b in blocks], list(cells),
-                           lay.width, lay.per, lay.aligned,
+                           lay.width, lay.per, list(lay.groups),
                            paillier.to_bytes(public_key, cts.reshape(plain.shape))).validate()
 
 
@@ -162,7 +173,7 @@ def sum_and_noise(party: str, msg: EncryptedOneHot, view: Dataset, queries: Sequ
     lay = msg.layout()
     pk = paillier.phe.PaillierPublicKey(int(msg.modulus, 16))
     t = support_bound(sigma)
-    if lay.width < Layout.build(lay.blocks, lay.cells, view.n, t, pk.n.bit_length(), lay.aligned).width:
+    if lay.width < Layout.build(lay.blocks, lay.cells, view.n, t, pk.n.bit_length(), lay.groups).width:
         raise ConfigError(f"he: the encrypting party's {lay.width}-bit slots could overflow with {view.n} rows and "
                           f"noise offset {t}; refusing to sum")
     if msg.ciphertexts.shape[0] != view.n:
