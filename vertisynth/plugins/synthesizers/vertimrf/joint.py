@@ -112,7 +112,8 @@ def server_joint(syn: Any, messages: Sequence[Message], measure: Callable[[list]
     for pair in sel:
         counts, var = syn._cross_estimate(enc, pair, dists)
         sel_counts[pair] = np.clip(counts.values, 0, None)
-        meas.append(Measurement(pair, counts.values, math.sqrt(var), syn._bins_of(pair)))
+        if any(set(pair) <= set(q) for q in cliques):   # (a pair outside the graph would force a larger tree)
+            meas.append(Measurement(pair, counts.values, math.sqrt(var), syn._bins_of(pair)))
     if not locals_:
         for a in dom.attributes:
             counts, var = syn._cross_estimate(enc, (a,), dists)
