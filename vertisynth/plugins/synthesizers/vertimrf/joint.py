@@ -6,12 +6,12 @@ The phases (seed 003, Alg. 2) with measured counts instead of sketch estimates:
      every cross-party 2-way marginal (or the encoder's budgeted subset) with a small share of the encoder's budget;
   2. GraphCom on those tables: R-scores minus their noise level, edges added greedily under max_clique_cells;
   3. InitMRF from the local models' marginals AND the selection tables (their variance 2σ² is known exactly);
-  4. the chosen cliques: for every global clique, the attribute tuple it spans on two parties (whole when its
-     cells allow, else its cross pairs), ranked by the model's error on their selection tables, the top `cliques`
-     measured with the rest of the budget; then OptMRF once more.
-Cliques spanning three or more parties are measured as their two-party sub-tuples (each pair of parties that the
-clique spans gives a table), not by chaining the protocol nor by sketches: every count stays exact and the model
-joins them; what is lost is the direct three-party term (docs/he.md measures it on 3-party data).
+  4. the chosen tables: cross-party pairs and triples inside the cliques (each spanning two parties, cells under
+     the encoder's max_cells and n/z·σ), picked greedily by the model's error on the cross pairs they cover beyond
+     the selection tables' own noise; the top `cliques` measured with the rest of the budget; OptMRF once more.
+Cliques spanning three or more parties are measured through their two-party pairs and triples, not by chaining
+the protocol nor by sketches: every count stays exact and the model joins them; what is lost is the direct
+three-party term (docs/he.md measures it on 3-party data).
 """
 from __future__ import annotations
 
@@ -120,23 +120,42 @@ def server_joint(syn: Any, messages: Sequence[Message], measure: Callable[[list]
             one_way[a] = (np.clip(counts.values, 0, None), var)
     res = estimate(dom, meas, total=n_hat, iters=c.iters, extra_cliques=cliques, max_cells=float("inf"))
     t2 = time.perf_counter()
-    # the chosen cliques: two-party tuples of every clique, ranked by the model's error on the selection tables
+    # the chosen tables: two-party pairs and triples inside the cliques, picked greedily by the model's excess error
+    # on the cross pairs they cover (error beyond the selection table's own noise) that no earlier pick covered
     var_cl = encoder.variance("cliques")
-    cands: dict[tuple[str, ...], float] = {}
+    limit = min(encoder.config.max_cells, n_hat / (c.z * math.sqrt(var_cl)))
+    excess, raw = {}, {}
+    for pr, tab in sel_counts.items():
+        # E(model − y)² = (model − truth)² + var per cell: Σ(model − y)² − cells·var estimates ‖model − truth‖²,
+        # and √(cells·‖·‖²) bounds its L1 (what the TVD counts)
+        diff = syn._query(res.model, pr) - tab
+        sq = float((diff ** 2).sum()) - tab.size * float(sel[pr].variance.values.mean())
+        excess[pr] = math.sqrt(max(sq, 0.0) * tab.size)
+        raw[pr] = float(np.abs(diff).sum())
+    cands: set[tuple[str, ...]] = set()
+    order = {a: i for i, a in enumerate(dom.attributes)}
     for q in cliques:
-        parties = sorted({owner[a] for a in q})
-        for p, r in itertools.combinations(parties, 2):
-            tup = tuple(a for a in q if owner[a] in (p, r))
-            cells = syn._low_domain.project(tup).size()
-            subs = [tup] if (cells <= encoder.config.max_cells and n_hat / cells >= c.z * math.sqrt(var_cl)) else [
-                pr for pr in itertools.combinations(tup, 2) if owner[pr[0]] != owner[pr[1]]]
-            for s in subs:
-                pairs = [pr for pr in itertools.combinations(s, 2) if pr in sel_counts]
-                err = sum(float(np.abs(syn._query(res.model, pr) - sel_counts[pr]).sum())
-                          for pr in pairs)
-                cands[s] = max(cands.get(s, 0.0), err)
-    chosen = [s for s, _ in sorted(cands.items(), key=lambda kv: -kv[1])][: encoder.config.cliques]
-    syn._candidate_info = [{"attributes": list(s), "model_error": e, "measured": s in chosen} for s, e in cands.items()]
+        q = tuple(sorted(q, key=order.get))
+        for a, b in itertools.combinations(q, 2):
+            if owner[a] == owner[b] or (a, b) not in excess:
+                continue
+            cands.add((a, b))
+            for x in q:   # a triple: the pair and one more attribute of either of its two parties
+                t = tuple(sorted({a, b, x}, key=order.get))
+                if len(t) == 3 and owner[x] in (owner[a], owner[b]) and syn._low_domain.project(t).size() <= limit:
+                    cands.add(t)
+    covered: set[tuple[str, str]] = set()
+    chosen: list[tuple[str, ...]] = []
+    pairs_of = {t: [pr for pr in itertools.combinations(t, 2) if pr in excess] for t in cands}
+    while cands and len(chosen) < encoder.config.cliques:
+        gain = {t: sum(excess[pr] for pr in pairs_of[t] if pr not in covered) for t in cands}
+        # (when no excess is left, the raw error ranks: the budget is planned for `cliques` tables)
+        best = max(cands, key=lambda t: (gain[t], sum(raw[pr] for pr in pairs_of[t] if pr not in covered),
+                                         -syn._low_domain.project(t).size(), t))
+        chosen.append(best)
+        covered |= set(pairs_of[best])
+        cands.discard(best)
+    syn._candidate_info = [{"pair": list(pr), "excess_error": e, "covered": pr in covered} for pr, e in excess.items()]
     if chosen:
         queries = []
         for s in chosen:
@@ -147,11 +166,10 @@ def server_joint(syn: Any, messages: Sequence[Message], measure: Callable[[list]
             queries.append((tuple(sa), tuple(sb)))
         got = measure(queries)
         for s in chosen:
+            # unbiased counts with a known variance go to the estimator as they are: §6.2's consistency step
+            # (clip, renormalise) is for sketch estimates and biases tables with many near-empty cells
             counts, var = syn._cross_estimate(got, s, dists)
-            vals = counts.values
-            if c.consistency:
-                vals = syn._consistent(s, vals, var, syn._one_way_at(one_way, s), n_hat)
-            meas.append(Measurement(s, vals, math.sqrt(var), syn._bins_of(s)))
+            meas.append(Measurement(s, counts.values, math.sqrt(var), syn._bins_of(s)))
         res = estimate(dom, meas, total=n_hat, iters=c.iters, warm_start=res.model, max_cells=float("inf"))
     syn._model, syn._n_hat, syn._measurements = res.model, n_hat, meas
     syn._chosen, syn._cliques = chosen, cliques
