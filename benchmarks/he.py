@@ -39,11 +39,18 @@ def methods(crypto: str = "simulated") -> dict[str, tuple[str, dict]]:
             "VertiMRF-FM": ("vertimrf", {})}
 
 
+ZOO = None   # the zoo dataset module when it is given as a file (--zoo-module)
+
+
 def run_one(dataset: dict, eps: float, synth: str, params: dict, seed: int, marginals: int):
+    source = None
+    if dataset["name"] == "zoo" and ZOO is not None:   # the zoo from a file: pass its source to the pipeline
+        source = ZOO.source(ZOO.ZooConfig(**dataset["params"]))
+        dataset = {"name": "census"}
     cfg = parse_config({"seed": seed, "budget": {"epsilon": eps, "delta": 1e-5}, "dataset": dataset,
                         "synthesizer": {"use": synth, "params": params},
                         "evaluators": [{"use": "tvd", "params": {"ways": [3], "marginals": marginals}}]})
-    plan = make_plan(cfg)
+    plan = make_plan(cfg, source=source)
     c0 = time.process_time()
     res = execute(plan)
     return res.metrics["tvd"]["tvd_3way"], time.process_time() - c0, plan.synthesizer.instance
@@ -141,32 +148,48 @@ def cost(data_dir: str, rows_list, eps: float = 1.6) -> None:
 
 
 def main() -> int:
+    global ZOO
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", default=os.environ.get("VERTISYNTH_DATA",
                                                          str(Path(__file__).resolve().parents[2] / "shared" / "data")))
-    ap.add_argument("--only", choices=["quality", "cost"], default=None)
+    ap.add_argument("--only", choices=["quality", "nltcs", "adult", "zoo", "cost"], default=None,
+                    help="quality = nltcs + adult + zoo")
     ap.add_argument("--runs", type=int, default=1, help="seeds per cell (CPU is scarce: default 1)")
     ap.add_argument("--marginals", type=int, default=300)
     ap.add_argument("--eps", default="0.2,0.4,0.8,1.6,3.2", help="Adult's ε grid")
-    ap.add_argument("--zoo", default="all", help="zoo presets at ε 1.6 ('all', 'none' or a comma list)")
+    ap.add_argument("--zoo", default="all", help="zoo presets at ε 1.6 ('all' or a comma list)")
+    ap.add_argument("--zoo-module", default=None,
+                    help="the zoo dataset's module file when the `zoo` dataset is not installed in this checkout "
+                         "(e.g. from `git show zoo:vertisynth/plugins/datasets/zoo.py > /tmp/zoo_ds.py`)")
     ap.add_argument("--cost-rows", default="1000,4000", help="Adult subsample sizes for the real-crypto cost")
     args = ap.parse_args()
     dd = args.data_dir
-    if args.only in (None, "quality"):
+    want = lambda part: args.only == part or args.only is None or (args.only == "quality" and part != "cost")  # noqa: E731
+    if want("nltcs"):
         quality("NLTCS", {"name": "nltcs", "params": {"data_dir": dd}}, [0.4, 1.6], args.runs, args.marginals)
-        adult = quality("Adult", {"name": "adult", "params": {"data_dir": dd}},
-                        [float(e) for e in args.eps.split(",")], args.runs, args.marginals)
-        print(f"Adult HE/PrivMRF at ε >= 0.4: max {max(r for e, r in zip(args.eps.split(','), adult) if float(e) >= 0.4):.2f}x "
-              "(target <= 1.15x)")
-        if args.zoo != "none" and "zoo" in default_registry().names("dataset"):
-            from vertisynth.plugins.datasets.zoo import ZOO_PRESETS
-            presets = list(ZOO_PRESETS) if args.zoo == "all" else args.zoo.split(",")
+    if want("adult"):
+        eps = [float(e) for e in args.eps.split(",")]
+        adult = quality("Adult", {"name": "adult", "params": {"data_dir": dd}}, eps, args.runs, args.marginals)
+        hi = [r for e, r in zip(eps, adult) if e >= 0.4]
+        if hi:
+            print(f"Adult HE/PrivMRF at ε >= 0.4: max {max(hi):.2f}x (target <= 1.15x)")
+    if want("zoo"):
+        if args.zoo_module:
+            import importlib.util
+
+            spec = importlib.util.spec_from_file_location("zoo_dataset", args.zoo_module)
+            ZOO = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(ZOO)
+        elif "zoo" in default_registry().names("dataset"):
+            from vertisynth.plugins.datasets import zoo as ZOO
+        if ZOO is None:
+            print("zoo: the `zoo` dataset is not installed in this checkout (give --zoo-module); skipped")
+        else:
+            presets = list(ZOO.ZOO_PRESETS) if args.zoo == "all" else args.zoo.split(",")
             zr = [quality(f"zoo {p}", {"name": "zoo", "params": {"preset": p}}, [1.6], args.runs, args.marginals)[0]
                   for p in presets]
             print(f"zoo HE/PrivMRF: median {np.median(zr):.2f}x (target <= 1.15x), worst {max(zr):.2f}x (target <= 1.4x)")
-        elif args.zoo != "none":
-            print("zoo: the `zoo` dataset is not installed in this checkout; skipped")
-    if args.only in (None, "cost"):
+    if want("cost"):
         cost(dd, [int(r) for r in args.cost_rows.split(",")])
     return 0
 
