@@ -111,3 +111,25 @@ def test_cost_estimate_per_party():
     enc = max(est, key=lambda p: est[p]["ciphertexts"])
     assert est[enc]["ciphertexts"] >= 45_000 and est[enc]["bytes"] == est[enc]["ciphertexts"] * 512
     assert all(v["cpu_s"] > 0 for v in est.values())
+
+
+def test_validate_prints_the_cost_per_party(tmp_path):
+    from click.testing import CliRunner
+
+    from vertisynth.cli.main import main
+
+    cfg = tmp_path / "he.toml"
+    cfg.write_text('seed = 1\nbudget = { epsilon = 1.0, delta = 1e-5 }\n[dataset]\nname = "census"\nparams = { n = 500 }\n'
+                   '[synthesizer]\nuse = "vertimrf"\nparams = { encoder = "he", bins = 1000 }\n')
+    out = CliRunner().invoke(main, ["validate", str(cfg), "--rows", "45222"])
+    assert out.exit_code == 0, out.output
+    assert "Expected cost per party for 45,222 rows" in out.output
+    assert out.output.count("ciphertexts") == 2 and "ms)" in out.output
+
+
+@pytest.mark.slow
+def test_real_crypto_at_2048_bits_end_to_end():
+    data = _data(n=150, seed=3)
+    syn, ledger = _fit(data, [["a", "c", "e"], ["b", "d", "f"]], {"crypto": "real", "cliques": 2, "workers": 1})
+    assert not ledger.unspent() and syn._encoder._keys
+    assert all(k[0].n.bit_length() >= 2048 for k in syn._encoder._keys.values())

@@ -144,6 +144,8 @@ def server_joint(syn: Any, messages: Sequence[Message], measure: Callable[[list]
                 t = tuple(sorted({a, b, x}, key=order.get))
                 if len(t) == 3 and owner[x] in (owner[a], owner[b]) and syn._low_domain.project(t).size() <= limit:
                     cands.add(t)
+    if not cands:   # no cross-party edge made the graph: the planned tables go to the selection pairs instead
+        cands = set(excess)
     covered: set[tuple[str, str]] = set()
     chosen: list[tuple[str, ...]] = []
     pairs_of = {t: [pr for pr in itertools.combinations(t, 2) if pr in excess] for t in cands}
