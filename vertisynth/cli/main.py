@@ -9,6 +9,7 @@ import attrs
 import click
 
 from vertisynth import __version__
+from vertisynth.core.capabilities import CostEstimate
 from vertisynth.core.errors import ConfigError, PluginError, VertisynthError
 from vertisynth.core.registry import Registry, default_registry
 from vertisynth.run.config import DEFAULT_CONFIG_TOML, default_config, load_config
@@ -81,16 +82,26 @@ def _run(config: Path | None, out: Path | None, data_dir: str | None, seed: int 
 @click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA",
               help="Folder with the NLTCS/Adult benchmark data (or set VERTISYNTH_DATA).")
-def validate(config: Path, data_dir: str | None) -> None:
+@click.option("--rows", type=int, default=100_000, show_default=True,
+              help="Row count for the expected cost per party (encoders that report one, e.g. 'he').")
+def validate(config: Path, data_dir: str | None, rows: int) -> None:
     """Check a CONFIG (keys, plugins, params, party split, budget plan) without reading any data rows."""
     try:
         with warnings_as_lines():
             plan = make_plan(load_config(config), data_dir=data_dir)
+        syn = plan.synthesizer.instance
+        cost = syn.cost_estimate(rows) if isinstance(syn, CostEstimate) else {}
     except VertisynthError as exc:
         _fail(exc)
         return
     click.echo(f"{config}: valid. Planned privacy spend:")
     click.echo(plan.ledger.table(plan.ledger.planned))
+    if cost:
+        click.echo(f"Expected cost per party for {rows:,} rows (upper estimate; per row in brackets):")
+        for party, c in cost.items():
+            click.echo(f"  {party:<12} ciphertexts {c['ciphertexts']:>14,.0f}  sent {c['bytes'] / 1e6:>10,.1f} MB "
+                       f"({c['bytes'] / rows:,.0f} B)  CPU {c['cpu_s']:>9,.1f} s ({1e3 * c['cpu_s'] / rows:.2f} ms)"
+                       + (f"  [{c['note']}]" if c.get("note") else ""))
 
 
 @main.command()

@@ -91,3 +91,25 @@ class ReleasesNoisyCount(Protocol):
     """An encoder whose messages carry a DP estimate of the record count n̂ (with its variance)."""
 
     def noisy_count(self, messages: Sequence[Message]) -> tuple[float, float]: ...
+
+
+@runtime_checkable
+class MeasuresJointly(Protocol):
+    """An encoder whose parties measure cross-party marginals together by an interactive protocol (encoder "he":
+    exact counts under homomorphic encryption, two-sided noise) instead of each releasing sketches alone. A query
+    is (attributes of one party, attributes of another); the answers are messages with noisy tables."""
+
+    def selection_queries(self) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+        """The cross-party pairs measured (with a small share) for the selection scores, fixed at plan time."""
+
+    def measure(self, views: Mapping[str, Dataset], queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]],
+                stage: str, ledger: PrivacyLedger, rngs: Mapping[str, np.random.Generator]) -> list[Message]:
+        """Run the protocol between the parties holding `views` for `queries`, spending `stage`'s planned charge."""
+
+
+@runtime_checkable
+class CostEstimate(Protocol):
+    """A component that can say before a run what it will cost each party (`vertisynth validate` prints it):
+    {party: {"ciphertexts": ..., "bytes": ..., "cpu_s": ...}} for `n` rows."""
+
+    def cost_estimate(self, n: int) -> dict[str, dict[str, float]]: ...

@@ -20,4 +20,11 @@ def vertisynth_encoders():
             "generalized randomized response per attribute, Kronecker-inverse estimates (VertiMRF Sec. 4.2)",
             {"vertical"},
         ),
+        EncoderSpec(
+            "he",
+            "vertisynth.plugins.encoders.he.encoder:HEEncoder",
+            "vertisynth.plugins.encoders.he.encoder:HEConfig",
+            "cross-party marginals counted exactly under Paillier, two-sided discrete Gaussian noise (issue 25)",
+            {"vertical"},
+        ),
     ]

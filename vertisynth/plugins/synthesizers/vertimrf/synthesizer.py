@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from vertisynth.core.capabilities import ReleasesNoisyCount, SharedKeyEncoder
+from vertisynth.core.capabilities import CostEstimate, MeasuresJointly, ReleasesNoisyCount, SharedKeyEncoder
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.core.factor import Factor
@@ -249,6 +249,9 @@ class VertiMRFSynthesizer(Synthesizer):
 
     def server_step(self, messages: Sequence[Message]) -> None:
         """Phases 3-5 from the parties' messages only."""
+        if isinstance(self._encoder, MeasuresJointly):
+            raise ConfigError(f"vertimrf: encoder {self.config.encoder!r} measures across parties in interactive "
+                              "rounds; the separate-process server does not run them yet: use `vertisynth run`")
         c = self.config
         dom = self._domain
         owner = {a: p.name for p in self._partition for a in p.attributes}
@@ -468,6 +471,9 @@ class VertiMRFSynthesizer(Synthesizer):
         sizes = {p: v.n for p, v in data.views.items()}
         if len(set(sizes.values())) > 1:
             raise DataError(f"vertimrf: parties are not row-aligned (row counts {sizes}); align them first (psi/psu)")
+        if isinstance(self._encoder, MeasuresJointly):   # encoder "he": cross-party counts measured exactly
+            from .joint import fit_joint
+            return fit_joint(self, data, ledger, rng)
         messages: list[Message] = []
         t0 = time.perf_counter()
         key_rng, rngs = self.party_rngs(rng)
@@ -484,6 +490,10 @@ class VertiMRFSynthesizer(Synthesizer):
         out = self._model.sample(int(round(self._n_hat)) if n is None else int(n), rng, self.config.sampling)
         self._timings["sample"] = time.perf_counter() - t0
         return out
+
+    def cost_estimate(self, n: int) -> dict[str, dict[str, float]]:
+        """The encoder's expected cost per party for n rows (`vertisynth validate`); {} when it has none."""
+        return self._encoder.cost_estimate(n) if isinstance(self._encoder, CostEstimate) else {}
 
     def budget_split(self) -> dict[str, float]:
         return dict(self._split)

@@ -1,0 +1,135 @@
+"""VertiMRF with encoder "he": end to end for 2 and 3 parties, the ledger, simulated vs real, the cost estimate."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vertisynth.core.capabilities import CostEstimate, MeasuresJointly
+from vertisynth.core.dataset import Dataset, VerticalPartition
+from vertisynth.core.domain import Domain
+from vertisynth.core.errors import ConfigError
+from vertisynth.core.interfaces import PlanContext, VerticalData
+from vertisynth.core.privacy import Budget, PrivacyLedger
+from vertisynth.plugins.encoders.he import paillier
+from vertisynth.plugins.encoders.he.noise import GeneratorSource
+from vertisynth.plugins.synthesizers.vertimrf.synthesizer import VertiMRFConfig, VertiMRFSynthesizer
+
+pytest.importorskip("phe", reason="the he encoder's real crypto needs `pip install vertisynth[he]` (phe, gmpy2)")
+pytest.importorskip("gmpy2", reason="the he encoder's real crypto needs `pip install vertisynth[he]` (phe, gmpy2)")
+
+FAST = {"local_params": {"iters": 40, "refine_iters": 10}, "iters": 60, "bins": None}
+
+
+def _data(n=2000, seed=0):
+    rng = np.random.default_rng(seed)
+    dom = Domain(["a", "b", "c", "d", "e", "f"], [3, 6, 2, 4, 2, 3])
+    a = rng.integers(0, 3, n)
+    b = (2 * a + rng.integers(0, 2, n)) % 6
+    c = (a == 0).astype(int) ^ (rng.random(n) < 0.1)
+    d = (b // 2 + (rng.random(n) < 0.2)) % 4
+    e = (c + (rng.random(n) < 0.15)) % 2
+    f = (d + e + (rng.random(n) < 0.2)) % 3
+    return Dataset(np.column_stack([a, b, c, d, e, f]), dom)
+
+
+def _fit(data, parts, enc_params, seed=0, sources=None, budget=Budget(3.0, 1e-5)):
+    part = VerticalPartition.from_lists(parts)
+    syn = VertiMRFSynthesizer(VertiMRFConfig(**FAST, encoder="he", encoder_params=enc_params))
+    ledger = PrivacyLedger(budget)
+    ledger.plan(syn.plan(PlanContext(data.domain, part, budget)))
+    ledger.check_plan()
+    if sources is not None:
+        syn._encoder.test_sources = sources
+    syn.fit(VerticalData(part, part.views(data)), ledger, np.random.default_rng(seed))
+    return syn, ledger
+
+
+def _independent_tvd(data, pair):
+    indep = data.counts([pair[0]]).values[:, None] * data.counts([pair[1]]).values[None, :] / data.n
+    return 0.5 * np.abs(indep / data.n - data.counts(list(pair)).values / data.n).sum()
+
+
+def _tvd(model, data, attrs_):
+    m = model.marginal(attrs_).values
+    t = data.counts(attrs_).values
+    return 0.5 * np.abs(m / m.sum() - t / t.sum()).sum()
+
+
+def test_two_parties_simulated_end_to_end_and_ledger():
+    data = _data()
+    syn, ledger = _fit(data, [["a", "c", "e"], ["b", "d", "f"]], {"crypto": "simulated", "cliques": 4})
+    assert isinstance(syn._encoder, MeasuresJointly) and isinstance(syn, CostEstimate)
+    assert not ledger.unspent()
+    assert {c.mechanism for c in ledger.spent} >= {"he_selection", "he_cliques"}
+    assert ledger.spent_epsilon() == pytest.approx(3.0, rel=1e-4)
+    assert 1 <= len(syn._chosen) <= 4
+    # the model learns the cross-party dependence a-b far beyond independent columns
+    assert _tvd(syn._model, data, ["a", "b"]) < _independent_tvd(data, ["a", "b"]) / 3
+    assert syn.sample(None, np.random.default_rng(1)).n == pytest.approx(data.n, rel=0.1)
+
+
+def test_three_parties_simulated():
+    data = _data(seed=1)
+    syn, ledger = _fit(data, [["a", "c"], ["b", "e"], ["d", "f"]], {"crypto": "simulated", "cliques": 6})
+    assert not ledger.unspent()
+    owners = {"a": 0, "c": 0, "b": 1, "e": 1, "d": 2, "f": 2}
+    for s in syn._chosen:   # every measured table spans exactly two parties (3-party cliques are decomposed)
+        assert len({owners[x] for x in s}) == 2
+    assert _tvd(syn._model, data, ["a", "b"]) < _independent_tvd(data, ["a", "b"]) / 3
+
+
+def test_real_equals_simulated_under_fixed_noise(monkeypatch):
+    monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
+    data = _data(n=300, seed=2)
+    parts = [["a", "c", "e"], ["b", "d", "f"]]
+    src = lambda: {p: GeneratorSource(np.random.default_rng(i)) for i, p in enumerate(("party1", "party2"))}  # noqa: E731
+    out = {}
+    for crypto in ("real", "simulated"):
+        syn, _ = _fit(data, parts, {"crypto": crypto, "cliques": 3, "key_bits": 512, "workers": 1}, sources=src())
+        out[crypto] = syn
+    r, s = out["real"], out["simulated"]
+    assert r._chosen == s._chosen
+    for m1, m2 in zip(r._measurements, s._measurements):
+        np.testing.assert_array_equal(m1.values, m2.values)
+    assert r._encoder.costs["selection"].bytes_sent["party1"] > 0   # ciphertexts really went round
+    assert set(r._encoder.encrypting.values()) <= {"party1", "party2"}
+
+
+def test_config_refuses_short_keys_and_one_party():
+    with pytest.raises(ConfigError, match="key_bits must be >= 2048"):
+        _fit(_data(n=50), [["a", "b", "c"], ["d", "e", "f"]], {"key_bits": 1024})
+    with pytest.raises(ConfigError, match="at least two parties"):
+        _fit(_data(n=50), [["a", "b", "c", "d", "e", "f"]], {"crypto": "simulated"})
+
+
+def test_cost_estimate_per_party():
+    part = VerticalPartition.from_lists([["a", "c", "e"], ["b", "d", "f"]])
+    syn = VertiMRFSynthesizer(VertiMRFConfig(**FAST, encoder="he"))
+    syn.plan(PlanContext(_data(n=10).domain, part, Budget(1.0, 1e-5)))
+    est = syn.cost_estimate(45_000)
+    assert set(est) == {"party1", "party2"}
+    enc = max(est, key=lambda p: est[p]["ciphertexts"])
+    assert est[enc]["ciphertexts"] >= 45_000 and est[enc]["bytes"] == est[enc]["ciphertexts"] * 512
+    assert all(v["cpu_s"] > 0 for v in est.values())
+
+
+def test_validate_prints_the_cost_per_party(tmp_path):
+    from click.testing import CliRunner
+
+    from vertisynth.cli.main import main
+
+    cfg = tmp_path / "he.toml"
+    cfg.write_text('seed = 1\nbudget = { epsilon = 1.0, delta = 1e-5 }\n[dataset]\nname = "census"\nparams = { n = 500 }\n'
+                   '[synthesizer]\nuse = "vertimrf"\nparams = { encoder = "he", bins = 1000 }\n')
+    out = CliRunner().invoke(main, ["validate", str(cfg), "--rows", "45222"])
+    assert out.exit_code == 0, out.output
+    assert "Expected cost per party for 45,222 rows" in out.output
+    assert out.output.count("ciphertexts") == 2 and "ms)" in out.output
+
+
+@pytest.mark.slow
+def test_real_crypto_at_2048_bits_end_to_end():
+    data = _data(n=150, seed=3)
+    syn, ledger = _fit(data, [["a", "c", "e"], ["b", "d", "f"]], {"crypto": "real", "cliques": 2, "workers": 1})
+    assert not ledger.unspent() and syn._encoder._keys
+    assert all(k[0].n.bit_length() >= 2048 for k in syn._encoder._keys.values())

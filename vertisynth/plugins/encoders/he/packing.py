@@ -1,0 +1,113 @@
+"""Packing many counts into one Paillier plaintext, as FATE's SecureBoost does.
+
+A plaintext (an integer below the modulus N) holds `per` slots of `width` bits each; slot j is the integer's bits
+[j·width, (j+1)·width). Adding ciphertexts adds the packed integers, so each slot accumulates its own count as long as
+no slot ever exceeds 2^width - 1 (no carry into the next). The encrypting party's one-hot codes put a 1 in one slot
+per block (an attribute tuple) per row; the summing party adds at most n rows and then its noise plus the offset T
+(so the noise never makes a slot negative, which would borrow from the next): every slot stays within n + 2T.
+`slot_width` picks the width from exactly that bound; `Layout` refuses a width that could overflow.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+import numpy as np
+
+from vertisynth.core.errors import ConfigError
+
+
+def slot_width(n: int, offset: int) -> int:
+    """Bits a slot needs to hold any count of n rows plus noise in [-offset, offset] shifted by +offset."""
+    return int(n + 2 * offset).bit_length()
+
+
+@attrs.frozen
+class Layout:
+    """Where every block's cells sit: block b (an attribute tuple with `cells[b]` cells) occupies the global slots
+    starts[b] .. starts[b] + cells[b] - 1; global slot s lives in plaintext s // per at position s % per.
+    `groups`: a block whose group differs from the previous block's starts on a fresh plaintext, so the summing
+    party can add up one group's ciphertexts without touching another group's counts (blocks that are summed by
+    the same groupings share a group and pack tightly)."""
+
+    blocks: tuple[tuple[str, ...], ...]
+    cells: tuple[int, ...]
+    width: int
+    per: int
+    groups: tuple[int, ...]
+    starts: tuple[int, ...] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        if len(self.groups) != len(self.cells):
+            raise ConfigError("he: layout needs one group per block")
+        starts, s = [], 0
+        for i, c in enumerate(self.cells):
+            if i and self.groups[i] != self.groups[i - 1] and s % self.per:
+                s += self.per - s % self.per
+            starts.append(s)
+            s += c
+        object.__setattr__(self, "starts", tuple(starts))
+
+    @classmethod
+    def build(cls, blocks: Sequence[tuple[str, ...]], cells: Sequence[int], n: int, offset: int, modulus_bits: int,
+              groups: Sequence[int] | None = None, width: int | None = None) -> Layout:
+        need = slot_width(n, offset)
+        width = need if width is None else int(width)
+        if width < need:
+            raise ConfigError(f"he: a slot of {width} bits could overflow: counts of up to {n} rows plus noise offset "
+                              f"{offset} need {need} bits (slot_bits too small)")
+        per = (modulus_bits - 1) // width
+        if per < 1:
+            raise ConfigError(f"he: a {width}-bit slot does not fit a {modulus_bits}-bit Paillier plaintext")
+        groups = tuple(int(g) for g in groups) if groups is not None else (0,) * len(cells)
+        return cls(tuple(tuple(b) for b in blocks), tuple(int(c) for c in cells), width, per, groups)
+
+    @property
+    def slots(self) -> int:
+        return self.starts[-1] + self.cells[-1] if self.cells else 0
+
+    @property
+    def plaintexts(self) -> int:
+        """Ciphertexts per row."""
+        return -(-self.slots // self.per)
+
+    def columns(self, block: int) -> range:
+        """The plaintext columns block `block` touches."""
+        s = self.starts[block]
+        return range(s // self.per, (s + self.cells[block] - 1) // self.per + 1)
+
+    def pack_rows(self, codes: Sequence[np.ndarray]) -> np.ndarray:
+        """One-hot rows packed: codes[b][i] is row i's cell in block b; returns an (n, plaintexts) object array of
+        Python ints (numpy applies the shifts elementwise; there is no per-row Python loop)."""
+        n = len(codes[0]) if codes else 0
+        out = np.zeros((n, self.plaintexts), dtype=object)
+        rows = np.arange(n)
+        for b, code in enumerate(codes):
+            slot = self.starts[b] + np.asarray(code, np.int64)
+            col, pos = slot // self.per, slot % self.per
+            shifts = (pos * self.width).astype(object)
+            np.add.at(out, (rows, col), np.left_shift(np.ones(n, dtype=object), shifts))
+        return out
+
+    def pack_values(self, values: Sequence[tuple[int, np.ndarray]]) -> list[int]:
+        """Plaintexts carrying the given per-slot values: (block, int array of that block's cells); other slots 0.
+        Every value must fit its slot."""
+        out = [0] * self.plaintexts
+        top = 1 << self.width
+        for b, vals in values:
+            vals = np.asarray(vals, np.int64).ravel()
+            if vals.size != self.cells[b] or vals.min(initial=0) < 0 or vals.max(initial=0) >= top:
+                raise ConfigError(f"he: values for block {self.blocks[b]} do not fit {self.width}-bit slots")
+            for k, v in enumerate(vals.tolist()):
+                s = self.starts[b] + k
+                out[s // self.per] += v << (self.width * (s % self.per))
+        return out
+
+    def unpack(self, plaintexts: Sequence[int], block: int) -> np.ndarray:
+        """Block `block`'s slot values from the plaintexts (a missing column reads as zero)."""
+        mask = (1 << self.width) - 1
+        out = np.empty(self.cells[block], dtype=np.int64)
+        for k in range(self.cells[block]):
+            s = self.starts[block] + k
+            out[k] = (int(plaintexts[s // self.per]) >> (self.width * (s % self.per))) & mask
+        return out

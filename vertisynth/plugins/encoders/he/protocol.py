@@ -1,0 +1,292 @@
+"""Two-party exact measurement of cross-party marginals under Paillier (the SecureBoost histogram pattern).
+
+A query is (SA, SB): an attribute tuple of the encrypting party E and one of the summing party S; the answer is the
+contingency table on SA + SB (E's attributes first). Rounds, each a `Message` (so the signed envelope can wrap it):
+
+  1. E → S  `EncryptedOneHot`: per row, the packed one-hot codes of every distinct SA (layout in `packing.py`),
+     encrypted with fresh randomness.
+  2. S → E  `EncryptedSums`: for every distinct SB and each of its values v, the product (homomorphic sum) of the
+     ciphertexts of the rows with SB = v, over the columns holding the SA blocks queried with SB, times an encryption
+     (fresh randomness, which re-randomises the sum) of S's noise plus the offset T in every slot of those blocks.
+  3. E → server  `NoisyCounts`: E decrypts, unpacks, removes T, adds its own noise, publishes.
+
+S refuses to return a column that holds a block not queried with that SB (it would leave E a count without S's noise).
+`simulate` computes the same released tables in plaintext, drawing both parties' noise in the same order: with the
+same noise sources it returns exactly what the protocol returns.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import ClassVar
+
+import attrs
+import numpy as np
+
+from vertisynth.core.dataset import Dataset
+from vertisynth.core.errors import ConfigError, MessageError
+from vertisynth.core.messages import Message
+
+from . import paillier
+from .noise import UniformSource, discrete_gaussian, support_bound
+from .packing import Layout
+
+Query = tuple[tuple[str, ...], tuple[str, ...]]
+
+
+def key_of(attrs_: Sequence[str]) -> str:
+    return "|".join(attrs_)
+
+
+def tuple_codes(view: Dataset, attrs_: Sequence[str]) -> tuple[np.ndarray, int]:
+    """Every row's cell index in the tuple `attrs_` (row-major over the attributes' sizes) and the cell count."""
+    shape = tuple(view.domain.size(a) for a in attrs_)
+    codes = np.ravel_multi_index(tuple(np.asarray(view.column(a), np.int64) for a in attrs_), shape)
+    return codes, int(np.prod(shape))
+
+
+# -- messages -------------------------------------------------------------------------------------
+@attrs.frozen(eq=False)
+class EncryptedOneHot(Message):
+    kind: ClassVar[str] = "he_encrypted_onehot"
+    recipient: str = ""
+    modulus: str = ""                      # N in hex: the public key
+    blocks: list = attrs.field(factory=list)
+    cells: list = attrs.field(factory=list)
+    width: int = 0
+    per: int = 0
+    groups: list = attrs.field(factory=list)
+    ciphertexts: np.ndarray = attrs.field(factory=lambda: np.zeros((0, 0, 0), np.uint8))
+
+    def layout(self) -> Layout:
+        return Layout(tuple(tuple(b) for b in self.blocks), tuple(self.cells), self.width, self.per, tuple(self.groups))
+
+    def validate(self) -> EncryptedOneHot:
+        super().validate()
+        lay = self.layout()
+        if self.ciphertexts.dtype != np.uint8 or self.ciphertexts.ndim != 3 or self.ciphertexts.shape[1] != lay.plaintexts:
+            raise self._fail(f"ciphertexts have shape {self.ciphertexts.shape}, expected (rows, {lay.plaintexts}, bytes)")
+        if int(self.modulus, 16).bit_length() < paillier.MIN_KEY_BITS:
+            raise self._fail(f"Paillier modulus shorter than {paillier.MIN_KEY_BITS} bits")
+        return self
+
+
+@attrs.frozen(eq=False)
+class EncryptedSums(Message):
+    kind: ClassVar[str] = "he_encrypted_sums"
+    recipient: str = ""
+    groupings: list = attrs.field(factory=list)   # [{"attrs": SB, "columns": [...], "groups": G}]
+    sums: dict = attrs.field(factory=dict)        # "g<i>" -> uint8 (G, len(columns), bytes)
+
+    def validate(self) -> EncryptedSums:
+        super().validate()
+        for i, g in enumerate(self.groupings):
+            arr = self.sums.get(f"g{i}")
+            if arr is None or arr.dtype != np.uint8 or arr.shape[:2] != (g["groups"], len(g["columns"])):
+                raise self._fail(f"sums of grouping {g['attrs']} are missing or misshapen")
+        return self
+
+
+@attrs.frozen(eq=False)
+class NoisyCounts(Message):
+    """Cross-party tables with two-sided discrete Gaussian noise; every cell's noise variance is `variance`."""
+
+    kind: ClassVar[str] = "he_noisy_counts"
+    peer: str = ""
+    stage: str = ""
+    crypto: str = ""           # "real" or "simulated" (the report labels it)
+    encrypting: str = ""       # which party encrypted
+    variance: float = 0.0
+    tables: dict = attrs.field(factory=dict)   # "a|b|c" -> array on those attributes in that order
+
+    def validate(self) -> NoisyCounts:
+        super().validate()
+        if not self.variance > 0:
+            raise self._fail(f"variance must be positive, got {self.variance}")
+        return self
+
+
+# -- the protocol ---------------------------------------------------------------------------------
+@attrs.define
+class Costs:
+    """What one protocol run cost each side (CPU seconds of this process, bytes sent)."""
+
+    cpu: dict = attrs.field(factory=dict)
+    bytes_sent: dict = attrs.field(factory=dict)
+    ciphertexts: dict = attrs.field(factory=dict)
+
+    def add(self, party: str, cpu: float = 0.0, sent: int = 0, cts: int = 0) -> None:
+        self.cpu[party] = self.cpu.get(party, 0.0) + cpu
+        self.bytes_sent[party] = self.bytes_sent.get(party, 0) + sent
+        self.ciphertexts[party] = self.ciphertexts.get(party, 0) + cts
+
+
+def unique(queries: Sequence[Query]) -> list[Query]:
+    """The queries in order, each once, as tuples of attribute names."""
+    return list(dict.fromkeys((tuple(q[0]), tuple(q[1])) for q in queries))
+
+
+def cpu_now() -> float:
+    """CPU seconds of this process plus its finished children (the encryption pool's workers)."""
+    t = os.times()
+    return time.process_time() + t.children_user + t.children_system
+
+
+def _blocks_and_groupings(queries: Sequence[Query]) -> tuple[list, list]:
+    blocks = list(dict.fromkeys(q[0] for q in queries))
+    groupings = list(dict.fromkeys(q[1] for q in queries))
+    return blocks, groupings
+
+
+def block_groups(queries: Sequence[Query]) -> tuple[list, list[int]]:
+    """E's blocks ordered so that blocks summed by the same set of S's groupings are adjacent, and each block's
+    group id (blocks of one group share ciphertexts; a new group starts a fresh one)."""
+    blocks, _ = _blocks_and_groupings(queries)
+    sets = {b: frozenset(q[1] for q in queries if q[0] == b) for b in blocks}
+    ids = {s: i for i, s in enumerate(dict.fromkeys(sets[b] for b in blocks))}
+    ordered = sorted(blocks, key=lambda b: ids[sets[b]])
+    return ordered, [ids[sets[b]] for b in ordered]
+
+
+def row_ciphertexts(queries: Sequence[Query], size: Callable[[tuple[str, ...]], int], n: int, offset: int,
+                    modulus_bits: int, slot_bits: int | None = None) -> int:
+    """Ciphertexts per row the encrypting side of `queries` makes (its layout's plaintexts)."""
+    blocks, groups = block_groups(unique(queries))
+    return Layout.build(blocks, [size(b) for b in blocks], n, offset, modulus_bits, groups, slot_bits).plaintexts
+
+
+def encrypt_rows(party: str, recipient: str, view: Dataset, queries: Sequence[Query], public_key, offset: int,
+                 workers: int = 0, chunk: int = 2048, slot_bits: int | None = None) -> EncryptedOneHot:
+    """Round 1 at E. Blocks summed by the same groupings pack tightly together; each such group starts on a fresh
+    ciphertext (`block_groups`)."""
+    queries = unique(queries)
+    blocks, groups = block_groups(queries)
+    codes, cells = zip(*(tuple_codes(view, b) for b in blocks))
+    lay = Layout.build(blocks, cells, view.n, offset, public_key.n.bit_length(), groups, width=slot_bits)
+    plain = lay.pack_rows(codes)
+    cts = np.array(paillier.encrypt_many(public_key, plain.ravel().tolist(), workers, chunk), dtype=object)
+    return EncryptedOneHot(party, recipient, format(public_key.n, "x"), [list(b) for b in blocks], list(cells),
+                           lay.width, lay.per, list(lay.groups),
+                           paillier.to_bytes(public_key, cts.reshape(plain.shape))).validate()
+
+
+def sum_and_noise(party: str, msg: EncryptedOneHot, view: Dataset, queries: Sequence[Query], sigma: float,
+                  source: UniformSource, workers: int = 0) -> EncryptedSums:
+    """Round 2 at S: homomorphic sums per value of each grouping, S's noise (+T) added under encryption with fresh
+    randomness (so no returned ciphertext is the plain sum)."""
+    queries = unique(queries)
+    paillier.require()
+    lay = msg.layout()
+    pk = paillier.phe.PaillierPublicKey(int(msg.modulus, 16))
+    t = support_bound(sigma)
+    if lay.width < Layout.build(lay.blocks, lay.cells, view.n, t, pk.n.bit_length(), lay.groups).width:
+        raise ConfigError(f"he: the encrypting party's {lay.width}-bit slots could overflow with {view.n} rows and "
+                          f"noise offset {t}; refusing to sum")
+    if msg.ciphertexts.shape[0] != view.n:
+        raise MessageError(f"he: {msg.party!r} encrypted {msg.ciphertexts.shape[0]} rows, {party!r} holds {view.n}")
+    block_index = {tuple(b): i for i, b in enumerate(lay.blocks)}
+    cts = paillier.from_bytes(pk, msg.ciphertexts)
+    _, groupings = _blocks_and_groupings(queries)
+    # noise for every query, drawn in query order (the simulation draws in the same order)
+    noise = {q: discrete_gaussian((lay.cells[block_index[q[0]]], tuple_codes(view, q[1])[1]), sigma, source)
+             for q in queries}
+    out_groupings, sums, pending = [], {}, []
+    for gi, sb in enumerate(groupings):
+        mine = [block_index[q[0]] for q in queries if q[1] == sb]
+        cols = sorted({c for b in mine for c in lay.columns(b)})
+        touched = {b for b in range(len(lay.blocks)) if set(lay.columns(b)) & set(cols)}
+        if touched - set(mine):
+            raise ConfigError(f"he: summing by {list(sb)} would release blocks {[lay.blocks[b] for b in touched - set(mine)]} "
+                              "without noise (they share ciphertexts with the queried ones)")
+        codes, groups = tuple_codes(view, sb)
+        order = np.argsort(codes, kind="stable")
+        bounds = np.searchsorted(codes[order], np.arange(groups + 1))
+        sub = cts[:, cols]
+        for v in range(groups):
+            acc = paillier.product_mod(sub[order[bounds[v]:bounds[v + 1]]], pk.nsquare)
+            plain = lay.pack_values([(b, noise[(lay.blocks[b], sb)][:, v] + t) for b in mine])
+            pending.append((gi, v, acc, [plain[c] for c in cols]))
+        out_groupings.append({"attrs": list(sb), "columns": cols, "groups": groups})
+    # the noise encryptions: the bulk of S's exponentiations, mapped over local processes
+    flat = [p for *_, plains in pending for p in plains]
+    enc_noise = iter(paillier.encrypt_many(pk, flat, workers))
+    nsq = pk.nsquare
+    per_g: dict[int, list] = {}
+    for gi, v, acc, plains in pending:
+        per_g.setdefault(gi, []).append([(int(a) * next(enc_noise)) % nsq for a in acc])
+    for gi, rows in per_g.items():
+        sums[f"g{gi}"] = paillier.to_bytes(pk, np.array(rows, dtype=object))
+    return EncryptedSums(party, msg.party, out_groupings, sums).validate()
+
+
+def decrypt_and_publish(party: str, private_key, onehot: EncryptedOneHot, sums: EncryptedSums,
+                        queries: Sequence[Query], sigma: float, source: UniformSource, stage: str) -> NoisyCounts:
+    """Round 3 at E: decrypt, unpack, remove the offset T, add E's noise, publish."""
+    queries = unique(queries)
+    lay = onehot.layout()
+    pk = private_key.public_key
+    t = support_bound(sigma)
+    block_index = {tuple(b): i for i, b in enumerate(lay.blocks)}
+    got: dict[tuple, np.ndarray] = {}
+    for gi, g in enumerate(sums.groupings):
+        sb = tuple(g["attrs"])
+        cts = paillier.from_bytes(pk, sums.sums[f"g{gi}"])
+        plains = [dict(zip(g["columns"], paillier.decrypt_many(private_key, row))) for row in cts]
+        for q in queries:
+            if q[1] != sb:
+                continue
+            b = block_index[q[0]]
+            got[q] = np.stack([lay.unpack(p, b) for p in plains], axis=1) - t
+    tables = {}
+    for q in queries:
+        if q not in got:
+            raise MessageError(f"he: {sums.party!r} returned no sums for query {q}")
+        shape = got[q].shape
+        tables[key_of(q[0] + q[1])] = (got[q] + discrete_gaussian(shape, sigma, source)).astype(np.float64)
+    return NoisyCounts(party, sums.party, stage, "real", party, 2 * sigma**2, tables).validate()
+
+
+def reshape_tables(msg: NoisyCounts, domain_sizes: Mapping[str, int]) -> dict[tuple[str, ...], np.ndarray]:
+    """The published tables with one axis per attribute."""
+    out = {}
+    for k, v in msg.tables.items():
+        attrs_ = tuple(k.split("|"))
+        out[attrs_] = np.asarray(v, float).reshape(tuple(domain_sizes[a] for a in attrs_))
+    return out
+
+
+def run_real(enc_party: str, sum_party: str, enc_view: Dataset, sum_view: Dataset, queries: Sequence[Query],
+             sigma: float, enc_source: UniformSource, sum_source: UniformSource, keys, stage: str,
+             costs: Costs | None = None, workers: int = 0, chunk: int = 2048,
+             slot_bits: int | None = None) -> NoisyCounts:
+    """The three rounds in one process (the parties' steps are the functions above; `keys` is E's key pair)."""
+    public_key, private_key = keys
+    costs = costs if costs is not None else Costs()
+    t = support_bound(sigma)
+    c0 = cpu_now()
+    m1 = encrypt_rows(enc_party, sum_party, enc_view, queries, public_key, t, workers, chunk, slot_bits)
+    costs.add(enc_party, cpu_now() - c0, m1.ciphertexts.nbytes, int(np.prod(m1.ciphertexts.shape[:2])))
+    c0 = cpu_now()
+    m2 = sum_and_noise(sum_party, m1, sum_view, queries, sigma, sum_source, workers)
+    costs.add(sum_party, cpu_now() - c0, sum(a.nbytes for a in m2.sums.values()),
+              sum(int(np.prod(a.shape[:2])) for a in m2.sums.values()))
+    c0 = cpu_now()
+    m3 = decrypt_and_publish(enc_party, private_key, m1, m2, queries, sigma, enc_source, stage)
+    costs.add(enc_party, cpu_now() - c0, sum(a.nbytes for a in m3.tables.values()))
+    return m3
+
+
+def simulate(enc_party: str, sum_party: str, enc_view: Dataset, sum_view: Dataset, queries: Sequence[Query],
+             sigma: float, enc_source: UniformSource, sum_source: UniformSource, stage: str) -> NoisyCounts:
+    """The same released tables computed in plaintext, the noise drawn from the same sources in the same order."""
+    queries = unique(queries)
+    exact, noise_s = {}, {}
+    for q in queries:
+        ca, na = tuple_codes(enc_view, q[0])
+        cb, nb = tuple_codes(sum_view, q[1])
+        exact[q] = np.bincount(ca * nb + cb, minlength=na * nb).reshape(na, nb)
+        noise_s[q] = discrete_gaussian((na, nb), sigma, sum_source)
+    tables = {key_of(q[0] + q[1]): (exact[q] + noise_s[q] + discrete_gaussian(exact[q].shape, sigma, enc_source))
+              .astype(np.float64) for q in queries}
+    return NoisyCounts(enc_party, sum_party, stage, "simulated", enc_party, 2 * sigma**2, tables).validate()
