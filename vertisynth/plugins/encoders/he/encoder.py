@@ -92,10 +92,12 @@ class HEEncoder(Encoder):
         self._rho = {"selection": rho * c.selection_fraction, "cliques": rho * (1 - c.selection_fraction)}
         self._table_count = {"selection": len(self._selection), "cliques": c.cliques}
         self.sigma = {s: math.sqrt(self._table_count[s] / (2 * self._rho[s])) for s in self._rho}
-        return [Charge(STAGE, MECHANISMS[s], ZCDP(self._rho[s]), None,
-                       f"{self._table_count[s]} cross-party tables, two-sided discrete Gaussian σ = {self.sigma[s]:.4g} "
-                       f"per party (released variance 2σ² = {2 * self.sigma[s]**2:.4g}); crypto = {c.crypto}")
-                for s in ("selection", "cliques")]
+        self._charges = {s: Charge(STAGE, MECHANISMS[s], ZCDP(self._rho[s]), None,
+                                   f"{self._table_count[s]} cross-party tables, two-sided discrete Gaussian σ = "
+                                   f"{self.sigma[s]:.4g} per party (released variance 2σ² = {2 * self.sigma[s]**2:.4g}); "
+                                   f"crypto = {c.crypto}")
+                         for s in ("selection", "cliques")}
+        return list(self._charges.values())
 
     def selection_queries(self) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
         return list(self._selection)
@@ -124,7 +126,7 @@ class HEEncoder(Encoder):
             raise ConfigError(f"he: {len(queries)} clique tables asked for, the plan has {c.cliques}")
         by_pair = self._by_pair(protocol.unique(queries))
         sigma = self.sigma[stage]
-        ledger.spend(Charge(STAGE, MECHANISMS[stage], ZCDP(self._rho[stage]), None))
+        ledger.spend(self._charges[stage])   # the very charge plan() returned
         out: list[Message] = []
         n = next(iter(views.values())).n
         for (p, q), qs in by_pair.items():
