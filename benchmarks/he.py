@@ -1,7 +1,7 @@
 """VertiMRF-HE (encoder "he": cross-party counts exact under Paillier, two-sided noise) against VertiMRF-FM and
-centralised PrivMRF, and the cost of the real crypto (issue 25).
+centralised PrivMRF, and the cost of the real crypto.
 
-    PYTHONPATH=. python benchmarks/he.py [--data-dir ../shared/data] [--only quality|cost] [--runs 1]
+    PYTHONPATH=. python benchmarks/he.py [--data-dir DIR] [--only quality|cost] [--runs 1]
         [--eps 0.2,0.4,0.8,1.6,3.2] [--zoo small-domains,mixed,...] [--cost-rows 1000,4000]
 
 1. Quality: 3-way TVD (`--marginals` random triples against the training table), same seeds for the three methods;

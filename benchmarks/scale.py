@@ -1,5 +1,5 @@
 """VertiMRF in rows: CPU seconds and peak RSS per phase at n rows, per-row cost against the smallest n,
-and the DPFM encoding against the old encoder kept here as the anchor (issue 21).
+and the DPFM encoding against the old encoder kept here as the anchor.
 
     PYTHONPATH=$PWD python benchmarks/scale.py [--rows 45222,450000] [--dataset adult|census] [--tvd]
                                                [--anchor-encoder] [--eps 1.0] [--seed 0]
@@ -14,7 +14,7 @@ every 20 ms from /proc/self/status):
   run         fit + sample (CPU of this process and its children, from getrusage)
 per row: CPU ns per row, and its ratio to the first n in --rows (1.0 = linear).
 --anchor-encoder: also time the encoder's raw maxima with the OLD kernel (copied below as it was before
-issue 21: a (64, n) block gathered by `values[:, order]`, `maximum.reduceat`, seven-pass geometric values,
+the old kernel: a (64, n) block gathered by `values[:, order]`, `maximum.reduceat`, seven-pass geometric values,
 the low 64 bits of each AES block only) on the same party views and key, print the ratio old / new, whether
 the maxima are identical (no since the new PRF uses both halves of each AES block) and their mean. --tvd: 3-way TVD over 100 marginals of the synthetic table against the input.
 Each n runs in a fresh subprocess so peak RSS is per n.
@@ -39,7 +39,7 @@ DATA = os.environ.get("VERTISYNTH_DATA") or next(
      if (p / "adult").is_dir()), "")
 
 
-# -- the anchor: the DPFM raw-maxima kernel before issue 21 -------------------------------------------------
+# -- the anchor: the DPFM raw-maxima kernel before the record-major rewrite -------------------------------------------------
 def old_geometric_from_words(words: np.ndarray) -> np.ndarray:
     exponent = ((words >> np.uint64(11)).astype(np.float64).view(np.uint64) >> np.uint64(52)).astype(np.int16)
     return (53 - np.maximum(exponent - 1022, 0)).astype(np.int16)
@@ -217,7 +217,7 @@ def one(n: int, dataset: str, eps: float, seed: int, tvd: bool, anchor: bool, pa
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", default="45222,450000",
-                    help="comma-separated row counts (issue 21: 45222,450000,4500000,10000000)")
+                    help="comma-separated row counts (e.g. 45222,450000,4500000,10000000)")
     ap.add_argument("--dataset", choices=["adult", "census"], default="adult")
     ap.add_argument("--eps", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)

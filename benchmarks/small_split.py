@@ -10,7 +10,7 @@ For every cross-party pair whose truth has real dependence (TVD between the join
 marginals >= `--min-dependence`, 0.03), it prints the truth's Pearson correlation (of the codes, which are ordinal
 here) and per method the synthetic table's 2-way TVD against the truth and its correlation. `independent` (columns
 drawn from their DP 1-way marginals) is the anchor; the last line says whether VertiMRF beat it on every pair
-(the issue 20 target at ε >= 1, n >= 5,000). `--params` is merged into VertiMRF's parameters (e.g. an ablation:
+(the target at ε >= 1, n >= 5,000). `--params` is merged into VertiMRF's parameters (e.g. an ablation:
 '{"weighting": "paper"}'). Seconds are CPU seconds of the fit + sample.
 """
 from __future__ import annotations

@@ -37,8 +37,11 @@ PARTIES = ["hospital", "insurer"]
 
 def refused(res, *needles):
     assert res.returncode == 2, (res.stdout, res.stderr)
-    line = res.stderr.strip()
-    assert len(line.splitlines()) == 1, line            # one line
+    assert "Traceback" not in res.stderr, res.stderr
+    # one error line (a progress bar may have drawn frames before it, on the same stream)
+    errors = [ln for ln in res.stderr.replace("\r", "\n").splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1, res.stderr
+    line = errors[0]
     for n in needles:
         assert n in line, line
     return line

@@ -527,12 +527,12 @@ def run_server(plan: CollabPlan, index: int, folder: Path, seed: int | None = No
     if not 0 <= index < plan.run.servers:
         raise DataError(f"unknown server {index}; the config has collab.servers = {plan.run.servers} "
                         f"(indices 0..{plan.run.servers - 1})")
-    channel = channel_for(plan, identity, server_name(index), folder)
-    folder.mkdir(parents=True, exist_ok=True)
     noise = noise_for(plan.config, cross_machine=True)
     if noise == "secure" and seed is not None:
         raise ConfigError("server --seed draws reproducible simulation noise, but the config's noise is 'secure' "
                           "(the default across machines): drop --seed, or set noise = \"simulation\" for a test")
+    channel = channel_for(plan, identity, server_name(index), folder)
+    folder.mkdir(parents=True, exist_ok=True)
     wait_for_custodians(plan, folder, timeout, poll, channel)
     keys = ServerKeyPair(index)   # this run only; the custodians seal their shares to it (signed: run-bound)
     channel.post(keys.public(), _server_key_file(folder, index), [ALL])

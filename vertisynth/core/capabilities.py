@@ -39,6 +39,9 @@ class PartyServerSplit(Protocol):
     def agree_keys(self, key_rng: np.random.Generator) -> None:
         """The one-process simulation's stand-in for the key agreement."""
 
+    def set_key_context(self, context: bytes) -> None:
+        """Bind the simulated key agreement to a run (so a simulation reproduces a run across machines)."""
+
 
 @runtime_checkable
 class ReportsModel(Protocol):

@@ -323,13 +323,14 @@ class TableSchema:
     @classmethod
     def infer(cls, frame: pd.DataFrame, max_categories: int = 50, bins: int = 8,
               bounds: Mapping[str, Sequence[float]] | None = None, quantile_epsilon: float = 0.0,
-              warn: bool = True) -> TableSchema:
+              warn: bool = True, identifiers: str = "refuse") -> TableSchema:
         """Schema read off the data (NOT DP: reveals categories and ranges). For convenience only.
 
         A column that looks like an identifier (distinct values close to the row count) is refused: it would
         copy real IDs into the output. `bounds` names numeric columns whose range is public: they get
         `bins` DP-quantile bins, `quantile_epsilon` each (charged to the ledger); other numeric columns get
         equal-width bins over their observed min-max (not DP). `warn`: give an `InferredSchemaWarning`.
+        `identifiers = "keep"` keeps identifier-like columns as categoricals (for a schema a person reviews).
         """
         if len(frame) == 0:
             raise DataError("the table is empty: there is nothing to synthesise")
@@ -361,7 +362,7 @@ class TableSchema:
                                          integer=integer, missing=missing, quantile_epsilon=quantile_epsilon))
                 continue
             reason = _identifier_reason(vals, numeric, integer, max_categories)
-            if reason:
+            if reason and identifiers != "keep":
                 raise DataError(
                     f"column {name!r} looks like an identifier ({reason}): synthesising it would copy real IDs into "
                     f"the output. Drop it (df.drop(columns=[{str(name)!r}])), use it to match the parties' rows "

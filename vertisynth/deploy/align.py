@@ -101,7 +101,7 @@ def _aligned_table(plan, own: list[str], party: str, frame: pd.DataFrame, row_of
     view = codec.encode(mine)
     ledger = PrivacyLedger(plan.ledger.budget, [c for c in plan.ledger.planned
                                                 if c.party == party and c.stage == "alignment"],
-                           noise=noise_for(config, cross_machine=True))
+                           noise=noise_for(plan.config, cross_machine=True))
     filled = plan.aligner.instance.fill_party(party, view, result, ledger, rng)
     table = codec.decode(filled, rng)
     table.iloc[result.rows] = mine.to_numpy()   # real rows keep their exact values (decode only bins them)

@@ -3,6 +3,7 @@ keys, synth and server produce, computed by the ordinary pipeline (`run.pipeline
 randomness and the key agreement's binding taken from S. Tests use it to show deployment equals simulation."""
 from __future__ import annotations
 
+from vertisynth.core.capabilities import PartyServerSplit
 from vertisynth.core.errors import ConfigError
 from vertisynth.run.config import RunConfig
 from vertisynth.run.pipeline import RunResult, execute, make_plan
@@ -16,7 +17,7 @@ def simulate(config: RunConfig, test_secret: str, data_dir: str | None = None) -
     fp = config_fingerprint(config)
     run = run_id(fp, {p: test_nonce(secret, p) for p in plan.partition.names})
     synth = plan.synthesizer.instance
-    if not hasattr(synth, "set_key_context"):
+    if not isinstance(synth, PartyServerSplit):
         raise ConfigError(f"synthesizer {plan.synthesizer.spec.name!r} has no party/server split; use 'vertimrf'")
     synth.set_key_context(key_context(run, fp))
     return execute(plan, party_seed=test_noise_seed(secret))

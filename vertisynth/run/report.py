@@ -120,6 +120,9 @@ def cross_party_note(report: dict[str, Any]) -> str | None:
     if len(report.get("parties") or []) < 2:
         return None
     model = (report.get("synthesizer") or {}).get("model") or {}
+    for note in model.get("notes") or []:   # the synthesizer's own account of its cross-party structure
+        if "synthesised as independent" in note:
+            return note
     if "cross_party_marginals" not in model or model["cross_party_marginals"]:
         return None
     edges = [g for g in model.get("graph_combination") or [] if g.get("added")]

@@ -93,8 +93,8 @@ def review_config(csv_path: str | Path, frame: pd.DataFrame | None = None) -> st
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
             raise DataError(f"cannot read CSV {str(path)!r}: {exc}") from None
     frame.columns = [str(c) for c in frame.columns]
-    schema = TableSchema(tuple(_as_datetime(c, frame[c.name]) for c in TableSchema.infer(frame).columns),
-                         inferred=True)
+    read = TableSchema.infer(frame, identifiers="keep")   # identifier-like columns get a REVIEW note below
+    schema = TableSchema(tuple(_as_datetime(c, frame[c.name]) for c in read.columns), inferred=True)
     names = schema.names
     half = (len(names) + 1) // 2
     lines = [f"# A config for {path.name}, its schema read off the data by `vertisynth init --from`.",

@@ -64,7 +64,7 @@ def test_the_cli_and_summary_say_when_parties_come_out_independent(tmp_path):
     cfg = tmp_path / "run.toml"
     cfg.write_text('seed = 1\nbudget = { epsilon = 1.0, delta = 1e-5 }\n'
                    '[dataset]\nname = "zoo"\nparams = { preset = "hospital-insurer", n = 3000 }\n'
-                   '[synthesizer]\nuse = "vertimrf"\nparams = { max_clique_cells = 200, iters = 100 }\n'
+                   '[synthesizer]\nuse = "vertimrf"\nparams = { max_clique_cells = 6, iters = 100 }\n'
                    '[[evaluators]]\nuse = "tvd"\nparams = { ways = [2], marginals = 3 }\n')
     res = CliRunner().invoke(main, ["run", str(cfg), "--out", str(tmp_path / "out"), "--quiet"])
     assert res.exit_code == 0, res.output

@@ -44,12 +44,13 @@ class NaiveBayesSynthesizer(Synthesizer):
         self._domain, self._label = ctx.domain, label
         self._features = [a for a in attrs_ if a != label]
         self._eps = ctx.epsilon / len(self._features)
-        return [Charge(STAGE, "laplace_2way", PureDP(self._eps)) for _ in self._features]
+        self._charges = [Charge(STAGE, "laplace_2way", PureDP(self._eps), note=a) for a in self._features]
+        return list(self._charges)   # fit spends these very objects
 
     def measure(self, table: Dataset, ledger: PrivacyLedger, rng: np.random.Generator) -> list[np.ndarray]:
         """The noisy label x attribute tables: the only step that reads data (what the privacy audit repeats)."""
-        return [laplace_mechanism(self._label_first(table, a), self._eps, rng, ledger, STAGE, mechanism="laplace_2way")
-                for a in self._features]
+        return [laplace_mechanism(self._label_first(table, a), charge, rng, ledger)
+                for a, charge in zip(self._features, self._charges)]
 
     def _label_first(self, table: Dataset, a: str) -> np.ndarray:
         f = table.counts([self._label, a])

@@ -319,7 +319,10 @@ class VertiMRFSynthesizer(Synthesizer):
                 one_way[a] = (np.clip(counts.values, 0, None), var)
                 meas.append(Measurement((a,), counts.values, math.sqrt(var) if c.weighting == "variance" else 1.0,
                                         self._bins_of((a,))))
-        start = self._local_start(dom, meas, cliques, locals_, n_hat) if c.local_start and locals_ else None
+        # the product start with equal-mass bins lost the cross-party correlation (hospital-insurer: 0.51 -> 0.00,
+        # tests/plugins/synthesizers/test_vertimrf_mass_bins.py); not yet understood, so mass binning starts cold
+        warm = c.local_start and locals_ and c.binning != "mass"
+        start = self._local_start(dom, meas, cliques, locals_, n_hat) if warm else None
         res = estimate(dom, meas, total=n_hat, iters=c.iters, extra_cliques=cliques, max_cells=float("inf"),
                        warm_start=start)
         t2 = time.perf_counter()
@@ -516,7 +519,7 @@ class VertiMRFSynthesizer(Synthesizer):
 
     def model_notes(self) -> list[str]:
         """What a user must know about the fitted model's cross-party structure (CLI output and summary)."""
-        if not hasattr(self, "_model"):
+        if self._model is None:
             return []
         owner = {a: p.name for p in self._partition for a in p.attributes}
         crossing = [q for q in self._cliques if len({owner[a] for a in q}) > 1]
