@@ -179,3 +179,11 @@ def test_sftp_reads_only_marked_envelopes_and_checks_the_host_key(tmp_path, sftp
     with pytest.raises(MessageError, match="host key is not in"):
         transport_for(sftp_env["url"] + str(tmp_path / "other"))
     assert not (tmp_path / "other").exists()
+    # a key the box does not know: one clear error, not a paramiko traceback
+    import fsspec.config
+    subprocess.run(["ssh-keygen", "-q", "-N", "", "-t", "ed25519", "-f", str(tmp_path / "stranger")], check=True,
+                   timeout=30)
+    monkeypatch.setitem(fsspec.config.conf, "sftp", {"key_filename": str(tmp_path / "stranger"),
+                                                     "look_for_keys": False, "allow_agent": False})
+    with pytest.raises(MessageError, match="cannot connect"):
+        transport_for(sftp_env["url"] + str(tmp_path / "other"))

@@ -3,6 +3,7 @@ through fsspec (`--exchange s3://...`, `sftp://...`; docs/network.md). Every tra
 calls, `send`, `names` and `read`; `receive` and the envelope checks (session.py) work unchanged on top of them."""
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import os
 import time
@@ -78,8 +79,8 @@ class FsspecTransport:
             self.fs, root = fsspec.core.url_to_fs(url)
         except (ImportError, ValueError) as exc:   # unknown scheme, or its backend (s3fs, gcsfs, adlfs) missing
             raise ConfigError(f"--exchange {url!r}: {exc}") from None
-        except OSError as exc:   # e.g. the SFTP server is unreachable or refuses our key
-            raise MessageError(f"--exchange {url!r}: cannot connect: {exc}") from None
+        except store_failures() as exc:   # e.g. the SFTP server is unreachable or refuses our key
+            raise MessageError(f"--exchange {url!r}: cannot connect: {exc or type(exc).__name__}") from None
         self.root = root.rstrip("/")
         if "sftp" in self.fs.protocol:
             check_sftp_host_key(self.fs, url)
@@ -92,6 +93,28 @@ class FsspecTransport:
         return "/".join(p for p in (self.root, sender, name + suffix) if p)
 
     def send(self, name: str, data: bytes) -> None:
+        with self._failures(f"sending {name}"):
+            self._send(name, data)
+
+    def names(self, pattern: str) -> list[str]:
+        with self._failures("listing"):
+            return self._names(pattern)
+
+    def read(self, name: str) -> bytes:
+        with self._failures(f"reading {name}"):
+            return self._read(name)
+
+    @contextlib.contextmanager
+    def _failures(self, what: str):
+        """A store that fails mid-run (connection lost, access denied) is one clear error, not a traceback."""
+        try:
+            yield
+        except MessageError:
+            raise
+        except store_failures() as exc:
+            raise MessageError(f"exchange {self.url!r}: {what} failed: {exc or type(exc).__name__}") from None
+
+    def _send(self, name: str, data: bytes) -> None:
         env, done = self._path(name, self.SUFFIX), self._path(name, self.MARKER)
         if self.fs.exists(env) or self.fs.exists(done):
             raise MessageError(f"exchange {self.url!r} already holds {name}{self.SUFFIX} (a reused exchange or a "
@@ -102,7 +125,7 @@ class FsspecTransport:
         with self.fs.open(done, "wb"):
             pass
 
-    def names(self, pattern: str) -> list[str]:
+    def _names(self, pattern: str) -> list[str]:
         self.fs.invalidate_cache()               # stores that cache listings (s3fs) would hide new envelopes
         if not self.fs.exists(self.root):
             return []
@@ -110,11 +133,20 @@ class FsspecTransport:
                  if p.endswith(self.MARKER)]
         return sorted(n for n in found if fnmatch.fnmatchcase(n, pattern))
 
-    def read(self, name: str) -> bytes:
+    def _read(self, name: str) -> bytes:
         try:
             return self.fs.cat_file(self._path(name, self.SUFFIX))
         except FileNotFoundError:
             raise MessageError(f"exchange {self.url!r}: {name} has a marker but no envelope; refused") from None
+
+
+def store_failures() -> tuple[type[BaseException], ...]:
+    """What a store raises when it fails: OS errors, a closed connection, SSH errors (auth refused, ...)."""
+    try:
+        from paramiko import SSHException
+    except ImportError:
+        return (OSError, EOFError)
+    return (OSError, EOFError, SSHException)
 
 
 def check_sftp_host_key(fs, url: str) -> None:
