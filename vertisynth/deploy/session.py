@@ -197,7 +197,7 @@ class Session:
             if time.monotonic() > deadline:
                 raise MessageError(f"waited {self.timeout:.0f} s for round {round_!r} from {senders} in "
                                    f"{self.transport}, found {len(names)} of {want}; is another party down?")
-            time.sleep(self.poll)
+            time.sleep(max(self.poll, getattr(self.transport, "min_poll", 0.0)))
         got: dict[str, list[tuple[Header, bytes]]] = {s: [] for s in senders}
         for name in names:
             header, body = self.open(name, (round_,), to)
