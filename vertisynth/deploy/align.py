@@ -110,7 +110,7 @@ def _aligned_table(plan, own: list[str], party: str, frame: pd.DataFrame, row_of
     return table[own], [c.to_dict() for c in ledger.spent]
 
 
-def run_party_align(config: RunConfig, party: str, csv: Path, id_column: str, exchange: Path, out: Path,
+def run_party_align(config: RunConfig, party: str, csv: Path, id_column: str, exchange: str | Path, out: Path,
                     timeout: float = 600.0, poll: float = 0.05, write_table: bool = True,
                     data_dir: str | None = None, key: Path | None = None) -> Path:
     protocol = config.alignment.use

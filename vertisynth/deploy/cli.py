@@ -15,7 +15,7 @@ from .align import run_party_align
 from .party import run_party, run_party_keys
 from .server import run_server
 from .session import TEST_LABEL, hello, identity_path, load_identity, parse_test_secret, private_folder
-from .transport import FolderTransport
+from .transport import local_folder, transport_for
 
 
 class _DefaultGroup(click.Group):
@@ -33,8 +33,9 @@ def party() -> None:
     `keys` (sketch keys), `synth` (default: VertiMRF messages)."""
 
 
-_exchange = click.option("--exchange", type=click.Path(file_okay=False, path_type=Path), required=True,
-                         help="Folder shared by the roles (e.g. synced): signed envelopes only.")
+_EXCHANGE_HELP = ("Where the roles exchange signed envelopes: a folder they all reach (e.g. synced), or a URL "
+                  "(sftp://user@host/path, s3://bucket/prefix, gcs://, abfs://, file://; needs vertisynth[remote]).")
+_exchange = click.option("--exchange", required=True, help=_EXCHANGE_HELP)
 _out = click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True,
                     help="This party's private folder (signing key, run state, keys, outputs); never the exchange.")
 _key = click.option("--key", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -49,13 +50,13 @@ _quiet = click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @party.command("init")
 @click.option("--party", "name", required=True, help="This participant's name (a party, 'server', a collab role).")
 @_out
-@click.option("--exchange", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="The exchange folder, to refuse writing the key into it.")
-def party_init(name: str, out: Path, exchange: Path | None) -> None:
+@click.option("--exchange", default=None, help="The exchange folder, to refuse writing the key into it.")
+def party_init(name: str, out: Path, exchange: str | None) -> None:
     """Make this participant's long-term Ed25519 signing key (OUT/<name>_signing.pem, 0600) and print the
     roster line every participant's config must hold."""
     try:
-        if exchange is not None and (inside(out, exchange) or inside(exchange, out)):
+        folder = local_folder(exchange) if exchange is not None else None
+        if folder is not None and (inside(out, folder) or inside(folder, out)):
             raise ConfigError(f"--out {str(out)!r} is the exchange folder or inside it: a private key never goes there")
         if out.is_dir() and any(p.suffix == ".env" for p in out.iterdir()):
             raise ConfigError(f"--out {str(out)!r} holds exchanged envelopes: it looks like an exchange folder; "
@@ -80,7 +81,7 @@ def party_init(name: str, out: Path, exchange: Path | None) -> None:
                    "by the parties, never the config seed. Labelled not for production in every output.")
 @_timeout
 @_data_dir
-def party_hello(config: Path, party: str, exchange: Path, out: Path, key: Path | None, test_secret: str | None,
+def party_hello(config: Path, party: str, exchange: str, out: Path, key: Path | None, test_secret: str | None,
                 timeout: float, data_dir: str | None) -> None:
     """The hello round: every party checks every other runs this same config, and the run id is agreed."""
     try:
@@ -93,7 +94,7 @@ def party_hello(config: Path, party: str, exchange: Path, out: Path, key: Path |
         else:
             from vertisynth.run.pipeline import make_plan
             names = list(make_plan(cfg, data_dir=data_dir).partition.names)
-        state = hello(cfg, identity, FolderTransport(exchange), names, out, secret, timeout)
+        state = hello(cfg, identity, transport_for(exchange), names, out, secret, timeout)
     except VertisynthError as exc:
         _fail(exc)
         return
@@ -109,7 +110,7 @@ def party_hello(config: Path, party: str, exchange: Path, out: Path, key: Path |
 @_timeout
 @_data_dir
 @_quiet
-def party_keys(config: Path, party: str, exchange: Path, out: Path, key: Path | None, timeout: float,
+def party_keys(config: Path, party: str, exchange: str, out: Path, key: Path | None, timeout: float,
                data_dir: str | None, quiet: bool) -> None:
     """Agree the DP FM sketch keys with the other parties (signed X25519 + HKDF bound to the run)."""
     try:
@@ -135,7 +136,7 @@ def party_keys(config: Path, party: str, exchange: Path, out: Path, key: Path | 
 @_key
 @_data_dir
 @_quiet
-def party_synth(config: Path, party: str, csv_path: Path | None, keys_path: Path | None, exchange: Path, out: Path,
+def party_synth(config: Path, party: str, csv_path: Path | None, keys_path: Path | None, exchange: str, out: Path,
                 key: Path | None, data_dir: str | None, quiet: bool) -> None:
     """Run one party's side of VertiMRF on its own columns; send its envelopes and signed ledger to the server."""
     try:
@@ -164,7 +165,7 @@ def party_synth(config: Path, party: str, csv_path: Path | None, keys_path: Path
                    "`party synth --csv`. Needs a config that plans alone: csv dataset with a public schema.")
 @_data_dir
 @_quiet
-def party_align(config: Path, party: str, csv_path: Path, id_column: str, exchange: Path, out: Path,
+def party_align(config: Path, party: str, csv_path: Path, id_column: str, exchange: str, out: Path,
                 key: Path | None, timeout: float, table: bool, data_dir: str | None,
                 quiet: bool) -> None:
     """Run one party of the config's PSI/PSU protocol, exchanging signed envelopes with the others.
@@ -184,13 +185,13 @@ def party_align(config: Path, party: str, csv_path: Path, id_column: str, exchan
 
 @click.command()
 @click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--exchange", "--messages", "exchange", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="The exchange folder with every party's hello, envelopes and signed ledger.")
+@click.option("--exchange", "--messages", "exchange", required=True,
+              help="The exchange (folder or URL) with every party's hello, envelopes and signed ledger.")
 @click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Output folder: synthetic.csv, model.npz, report.json, ledger.json.")
 @_data_dir
 @_quiet
-def server(config: Path, exchange: Path, out: Path, data_dir: str | None, quiet: bool) -> None:
+def server(config: Path, exchange: str, out: Path, data_dir: str | None, quiet: bool) -> None:
     """Build the synthetic table from the parties' signed envelopes only."""
     try:
         with progress_bar("server: fit the global model", not quiet):

@@ -98,7 +98,7 @@ def _test_rngs(synth, state: RunState):
 
 
 # -- key agreement --------------------------------------------------------------------------------------------
-def run_party_keys(config: RunConfig, party: str, exchange: Path, out: Path, timeout: float = 600.0,
+def run_party_keys(config: RunConfig, party: str, exchange: str | Path, out: Path, timeout: float = 600.0,
                    poll: float = 0.05, data_dir: str | None = None, key: Path | None = None) -> Path:
     """One party of the authenticated DPFM key agreement; writes `<party>_keys.json` (0600) to `out`."""
     plan, synth = _vertical_plan(config, data_dir, aligned_csv=True)   # psi/psu: keys come before or after align
@@ -153,7 +153,7 @@ def rows_tag(n: int, key: KeyParty | None, run: str) -> str:
     return hmac.new(key.group_key(), f"vertisynth/rows/v1|{run}|{n}".encode(), hashlib.sha256).hexdigest()
 
 
-def run_party(config: RunConfig, party: str, exchange: Path, out: Path, data_dir: str | None = None,
+def run_party(config: RunConfig, party: str, exchange: str | Path, out: Path, data_dir: str | None = None,
               csv: Path | None = None, keys: Path | None = None, key: Path | None = None) -> list[str]:
     plan, synth = _vertical_plan(config, data_dir, aligned_csv=csv is not None)
     if party not in plan.partition.names:

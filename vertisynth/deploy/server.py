@@ -23,7 +23,7 @@ from vertisynth.run.pipeline import model_privacy, release_note
 
 from .plans import streams as _streams, vertical_plan as _vertical_plan
 from .session import TEST_LABEL, RunState, Session, config_fingerprint, read_hellos, roster_of
-from .transport import FolderTransport
+from .transport import transport_for
 
 SERVER = "server"
 
@@ -64,12 +64,12 @@ def _compose_ledger(plan, reports: dict[str, dict]) -> PrivacyLedger:
     return PrivacyLedger(plan.ledger.budget, planned, spent, noise=kinds.pop() if kinds else "simulation")
 
 
-def run_server(config: RunConfig, exchange: Path, out: Path, data_dir: str | None = None) -> Path:
+def run_server(config: RunConfig, exchange: str | Path, out: Path, data_dir: str | None = None) -> Path:
     plan, synth = _vertical_plan(config, data_dir, aligned_csv=True)   # the server never sees rows anyway
     names = list(plan.partition.names)
-    transport = FolderTransport(exchange)
+    transport = transport_for(exchange)
     if not transport.names("*"):
-        raise MessageError(f"no envelopes in {str(exchange)!r}")
+        raise MessageError(f"no envelopes in {str(transport)!r}")
     run = read_hellos(config, transport, names, "server")
     sess = Session(None, roster_of(config), transport, RunState(SERVER, run, config_fingerprint(config), tuple(names)))
     reports = {}

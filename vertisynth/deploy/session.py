@@ -25,7 +25,7 @@ from vertisynth.core.identity import Identity, Roster, inside, roster_of as _ros
 from vertisynth.plugins.encoders.keys import hkdf
 from vertisynth.run.config import RunConfig
 
-from .transport import FolderTransport, Transport, receive
+from .transport import Transport, local_folder, receive, transport_for
 
 TEST_LABEL = "TEST SECRET: reproducible run, not for production"
 MAX_HELLO_AGE = 3600.0   # seconds: an older hello is an earlier run's
@@ -135,8 +135,9 @@ class RunState:
             raise DataError(f"run state {str(path)!r} is malformed: {exc}") from None
 
 
-def private_folder(out: Path, exchange: Path) -> None:
-    if inside(out, exchange) or inside(exchange, out):
+def private_folder(out: Path, exchange: str | Path) -> None:
+    folder = local_folder(exchange)    # a remote store cannot hold a local folder
+    if folder is not None and (inside(out, folder) or inside(folder, out)):
         raise ConfigError(f"--out {str(out)!r} is inside (or holds) the exchange folder {str(exchange)!r}: private "
                           "keys and outputs would be where the relay reads them; use a private folder")
 
@@ -145,9 +146,10 @@ def identity_path(out: Path, name: str) -> Path:
     return out / f"{name}_signing.pem"
 
 
-def load_identity(config: RunConfig, name: str, out: Path, key: Path | None, exchange: Path | None) -> Identity:
+def load_identity(config: RunConfig, name: str, out: Path, key: Path | None, exchange: str | Path | None) -> Identity:
     path = key or identity_path(out, name)
-    if exchange is not None and inside(path, exchange):
+    folder = local_folder(exchange) if exchange is not None else None
+    if folder is not None and inside(path, folder):
         raise ConfigError(f"signing key {str(path)!r} lies in the exchange folder; keep it private")
     identity = Identity.load(name, path)
     roster_of(config).check_own(identity)
@@ -195,7 +197,7 @@ class Session:
             if time.monotonic() > deadline:
                 raise MessageError(f"waited {self.timeout:.0f} s for round {round_!r} from {senders} in "
                                    f"{self.transport}, found {len(names)} of {want}; is another party down?")
-            time.sleep(self.poll)
+            time.sleep(max(self.poll, getattr(self.transport, "min_poll", 0.0)))
         got: dict[str, list[tuple[Header, bytes]]] = {s: [] for s in senders}
         for name in names:
             header, body = self.open(name, (round_,), to)
@@ -274,7 +276,7 @@ def read_hellos(config: RunConfig, transport: Transport, parties: list[str], rol
     return run_id(fp, nonces)
 
 
-def session(config: RunConfig, party: str, exchange: Path, out: Path, key: Path | None, timeout: float,
+def session(config: RunConfig, party: str, exchange: str | Path, out: Path, key: Path | None, timeout: float,
             poll: float = 0.05) -> Session:
     """The session of a step after the hello round, from the run state in `out`."""
     private_folder(out, exchange)
@@ -283,4 +285,4 @@ def session(config: RunConfig, party: str, exchange: Path, out: Path, key: Path 
     if state.config != config_fingerprint(config):
         raise ConfigError(f"the run state in {str(out)!r} belongs to another config (fingerprint {state.config[:12]}..."
                           f" vs {config_fingerprint(config)[:12]}...); run `vertisynth party hello` again")
-    return Session(identity, roster_of(config), FolderTransport(exchange), state, timeout, poll)
+    return Session(identity, roster_of(config), transport_for(exchange), state, timeout, poll)
