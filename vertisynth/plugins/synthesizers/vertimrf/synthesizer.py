@@ -18,6 +18,7 @@ import numpy as np
 
 from vertisynth.core.capabilities import ReleasesNoisyCount, SharedKeyEncoder
 from vertisynth.core.dataset import Dataset
+from vertisynth.core.domain import Domain
 from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.core.factor import Factor
 from vertisynth.core.interfaces import PlanContext, Synthesizer, VerticalData
@@ -30,6 +31,7 @@ from vertisynth.pgm import GraphicalModel, Measurement, estimate
 from vertisynth.pgm.estimation import bin_query
 from vertisynth.pgm.graph import build_junction_tree, min_fill_cliques
 from ..privmrf import LocalModel, PrivMRFConfig, PrivMRFSynthesizer
+from .streaming import ChunkedCounts, Chunks, mapped, view_chunks
 from .dimension import (ValueDistributions, bin_dataset, bin_map, binned_domain, hisrec, measure_value_distributions,
                         planned_charges as value_charges, uniform_distributions)
 
@@ -150,18 +152,42 @@ class VertiMRFSynthesizer(Synthesizer):
 
     # -- party side ---------------------------------------------------------------------------
     def party_step(self, party: str, view: Dataset, ledger: PrivacyLedger, rng: np.random.Generator) -> list[Message]:
-        """Everything party `party` computes on its own columns; returns the messages it sends."""
+        """Everything party `party` computes on its own columns; returns the messages it sends. The
+        in-memory table is the streamed one cut into slices: one code path (`party_step_chunks`)."""
+        return self.party_step_chunks(party, view.domain, view_chunks(view, self.chunk_rows()), ledger, rng)
+
+    def chunk_rows(self) -> int:
+        """Rows per chunk of the party phase: the encoder's `chunk_rows` (bounds memory independent of n)."""
+        return int(getattr(getattr(self._encoder, "config", None), "chunk_rows", None) or 100_000)
+
+    def party_step_chunks(self, party: str, domain: Domain, chunks: Chunks, ledger: PrivacyLedger,
+                          rng: np.random.Generator, scheduler: Any = None) -> list[Message]:
+        """`party_step` on a re-startable stream of (global ids, rows) chunks: the local fit and the value
+        distributions read marginal counts summed over chunks, binning maps each chunk, the encoder's
+        chunk job maps the chunks (on a Dask cluster when `scheduler` is an address or a Client; default:
+        the encoder's `dask_scheduler`). Equals the in-memory run bit for bit."""
         c = self.config
         out: list[Message] = []
+        table = ChunkedCounts(chunks, domain)
         if c.use_local:
             local = self._local[party]
-            local.fit_table(view, ledger, rng)
+            table.prefetch_pairs()   # R-scores and 1-way counts in one pass; later marginals a pass each
+            local.fit_table(table, ledger, rng)
             out.append(local.export(party))
-        mine = [a for a in view.attributes if a in self._binned]
+        mine = [a for a in domain.attributes if a in self._binned]
         if mine and self._eps_value > 0:
-            out.append(measure_value_distributions(party, view, c.bins, mine, self._value_charges, ledger, rng))
-        low = bin_dataset(view, c.bins, mine) if mine else view
-        out.append(self._encoder.encode(party, low, ledger, rng))
+            out.append(measure_value_distributions(party, table, c.bins, mine, self._value_charges, ledger, rng))
+        low = mapped(chunks, lambda rows: bin_dataset(rows, c.bins, mine)) if mine else chunks
+        low_domain = binned_domain(domain, c.bins, mine) if mine else domain
+        if not hasattr(self._encoder, "chunk_job"):   # a plugin encoder without a chunk job: one chunk
+            parts = [rows.codes for _, rows in low()]
+            view = Dataset(np.concatenate(parts) if parts else np.zeros((0, len(low_domain)), np.int64), low_domain)
+            out.append(self._encoder.encode(party, view, ledger, rng))
+            return out
+        if scheduler is None:
+            scheduler = getattr(getattr(self._encoder, "config", None), "dask_scheduler", None)
+        job = self._encoder.chunk_job(party, low_domain, ledger, rng)
+        out.append(job.run_local(low()) if scheduler is None else job.run_dask(low(), scheduler))
         return out
 
     # -- server side --------------------------------------------------------------------------
