@@ -154,3 +154,17 @@ def test_a_table_larger_than_the_chunk_setting_is_processed_within_it(tmp_path):
     # 20x the rows, the same memory: the whole coded table (n x 2 int64) alone would exceed the peak
     assert large < 1.3 * small + (1 << 20), (small, large)
     assert large < 40 * chunk * 2 * 8, large
+
+
+def test_validate_estimates_memory_and_refuses_a_plan_over_the_limit(tmp_path):
+    from click.testing import CliRunner
+
+    from vertisynth.cli.main import main
+    (tmp_path / "v.toml").write_text('seed = 5\n[budget]\nepsilon = 2.0\ndelta = 1e-5\n[dataset]\nname = "census"\n'
+                                     'params = {n = 3000}\n[synthesizer]\nuse = "vertimrf"\n'
+                                     'params = {encoder_params = {chunk_rows = 10000, block_mb = 4}}\n')
+    ok = CliRunner().invoke(main, ["validate", str(tmp_path / "v.toml"), "--memory", "8GB"])
+    assert ok.exit_code == 0 and "Estimated peak memory" in ok.output and "largest clique" in ok.output, ok.output
+    bad = CliRunner().invoke(main, ["validate", str(tmp_path / "v.toml"), "--memory", "100MB"])
+    assert bad.exit_code == 2 and "does not fit --memory 100MB" in bad.output and "party 'registry'" in bad.output
+    assert len(bad.output.strip().splitlines()) == 1

@@ -81,15 +81,47 @@ def _run(config: Path | None, out: Path | None, data_dir: str | None, seed: int 
 @click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None, envvar="VERTISYNTH_DATA",
               help="Folder with the NLTCS/Adult benchmark data (or set VERTISYNTH_DATA).")
-def validate(config: Path, data_dir: str | None) -> None:
+@click.option("--memory", default=None, help="Memory per machine, e.g. 1GB or 512MB: refuse a plan whose estimated "
+              "peak (any party's, or the server's) does not fit.")
+def validate(config: Path, data_dir: str | None, memory: str | None) -> None:
     """Check a CONFIG (keys, plugins, params, party split, budget plan) without reading any data rows."""
     try:
+        limit = parse_bytes(memory) if memory is not None else None
         plan = make_plan(load_config(config), data_dir=data_dir)
+        estimate = getattr(plan.synthesizer.instance, "memory_estimate", None)
+        peaks = estimate() if estimate is not None else None
+        if peaks is not None and limit is not None:
+            over = {**{f"party {p!r}": b for p, b in peaks["parties"].items()}, "the server": peaks["server"]}
+            over = {who: b for who, b in over.items() if b > limit}
+            if over:
+                raise ConfigError(f"the plan does not fit --memory {memory}: estimated peak " + ", ".join(
+                    f"{who} {_size(b)}" for who, b in over.items()) + "; lower the encoder's chunk_rows / block_mb "
+                    "or the synthesizer's max_clique_cells")
     except VertisynthError as exc:
         _fail(exc)
         return
     click.echo(f"{config}: valid. Planned privacy spend:")
     click.echo(plan.ledger.table(plan.ledger.planned))
+    if peaks is not None:
+        click.echo("Estimated peak memory (streamed party phase, independent of the rows): " + ", ".join(
+            f"party {p!r} {_size(b)}" for p, b in peaks["parties"].items()) + f"; the server {_size(peaks['server'])} "
+            f"(largest clique {peaks['server_largest_clique_cells']:,} cells)")
+
+
+_UNITS = {"": 1, "B": 1, "KB": 2**10, "K": 2**10, "MB": 2**20, "M": 2**20, "GB": 2**30, "G": 2**30, "TB": 2**40}
+
+
+def parse_bytes(text: str) -> int:
+    """'1GB', '512 MB', '2.5G', '1000000' -> bytes (binary units)."""
+    import re
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
+    if not m or m.group(2).upper().replace("IB", "B") not in _UNITS or float(m.group(1)) <= 0:
+        raise ConfigError(f"--memory {text!r}: give a positive size such as 1GB or 512MB")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper().replace("IB", "B")])
+
+
+def _size(b: int) -> str:
+    return f"{b / 2**30:.2f} GB" if b >= 2**30 else f"{b / 2**20:.0f} MB"
 
 
 @main.command()

@@ -160,6 +160,30 @@ class VertiMRFSynthesizer(Synthesizer):
         """Rows per chunk of the party phase: the encoder's `chunk_rows` (bounds memory independent of n)."""
         return int(getattr(getattr(self._encoder, "config", None), "chunk_rows", None) or 100_000)
 
+    def memory_estimate(self) -> dict[str, Any]:
+        """Peak bytes per party of the streamed party phase and of the server's fit, from the plan alone
+        (before any row is read): an estimate, not a bound (docs/scale.md shows it against measured RSS).
+        Party: one chunk as text and codes, the encoder's step buffers, the pair counts, the local model.
+        Server: its largest clique is capped at max_clique_cells; the estimator keeps a few arrays per clique."""
+        rows = self.chunk_rows()
+        enc = getattr(self._encoder, "config", None)
+        out: dict[str, Any] = {"parties": {}}
+        for p in self._partition:
+            dom = self._domain.project(p.attributes)
+            k = len(dom)
+            chunk = rows * k * (64 + 3 * 8)            # pyarrow/pandas text (~64 B a value), codes, bins, ids
+            step = int(getattr(enc, "block_mb", 0) * 2**20) or rows * k * 8 * 2   # DPFM step buffers, else GRR columns
+            pairs = sum(dom.size(a) * dom.size(b) for a, b in itertools.combinations(dom.attributes, 2)) * 16
+            local = 0
+            if self.config.use_local:
+                local_cells = min(float(dom.size()), float(self._local[p.name].config.max_model_cells))
+                local = int(local_cells * 8 * 4)        # model, marginals, gradient, measurements
+            out["parties"][p.name] = int(chunk + step + pairs + local + 150 * 2**20)   # + the interpreter and libraries
+        cells = min(float(self._domain.size()), float(self.config.max_clique_cells))
+        out["server_largest_clique_cells"] = int(cells)
+        out["server"] = int(cells * 8 * 6 * max(len(self._domain) - 1, 1) + 150 * 2**20)
+        return out
+
     def party_step_chunks(self, party: str, domain: Domain, chunks: Chunks, ledger: PrivacyLedger,
                           rng: np.random.Generator, scheduler: Any = None) -> list[Message]:
         """`party_step` on a re-startable stream of (global ids, rows) chunks: the local fit and the value
