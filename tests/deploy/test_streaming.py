@@ -172,3 +172,39 @@ def test_validate_estimates_memory_and_refuses_a_plan_over_the_limit(tmp_path):
     bad = CliRunner().invoke(main, ["validate", str(tmp_path / "v.toml"), "--memory", "100MB"])
     assert bad.exit_code == 2 and "does not fit --memory 100MB" in bad.output and "party 'registry'" in bad.output
     assert len(bad.output.strip().splitlines()) == 1
+
+
+def test_party_synth_on_parquet_and_a_dask_scheduler_equals_the_simulation(tmp_path):
+    """`party synth --csv X.parquet --scheduler tcp://...`: the same release as the one-process simulation."""
+    distributed = pytest.importorskip("distributed")
+    pytest.importorskip("pyarrow.parquet")
+    import json
+
+    from deploy_helpers import SECRET, cli, hello_all, keys_all, with_roster
+    from test_flows import COLS, THREE, THREE_PARTIES, _people
+
+    from vertisynth.deploy.simulate import simulate
+    from vertisynth.run.config import load_config
+    full = _people()
+    full.to_csv(tmp_path / "full.csv", index=False)
+    for p, col in COLS.items():
+        if p == "hospital":
+            full[[col]].to_parquet(tmp_path / f"{p}.parquet", index=False)
+        else:
+            full[[col]].to_csv(tmp_path / f"{p}.csv", index=False)
+    config = THREE.replace('"full.csv"', f'"{tmp_path / "full.csv"}"').replace("t = 64 }", "t = 64, chunk_rows = 97 }")
+    (tmp_path / "job.toml").write_text(with_roster(tmp_path, config, THREE_PARTIES))
+    hello_all(tmp_path, THREE_PARTIES, secret=SECRET)
+    keys_all(tmp_path, THREE_PARTIES)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp",
+                                  host="127.0.0.1", dashboard_address=None) as cluster:
+        for p in THREE_PARTIES:
+            table = f"{p}.parquet" if p == "hospital" else f"{p}.csv"
+            extra = ["--scheduler", cluster.scheduler_address] if p != "bank" else []
+            cli("party", "synth", "job.toml", "--party", p, "--csv", table, *extra, "--exchange", "shared",
+                "--out", f"private_{p}", cwd=tmp_path)
+    cli("server", "job.toml", "--exchange", "shared", "--out", "out", cwd=tmp_path)
+    deployed = pd.read_csv(tmp_path / "out" / "synthetic.csv")
+    simulate(load_config(tmp_path / "job.toml"), SECRET).synthetic.to_csv(tmp_path / "sim.csv", index=False)
+    pd.testing.assert_frame_equal(deployed, pd.read_csv(tmp_path / "sim.csv"))
+    assert json.loads((tmp_path / "out" / "ledger.json").read_text())["planned_but_unspent"] == []
