@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import attrs
 import click
 
 from vertisynth import __version__
-from vertisynth.core.capabilities import CostEstimate
+from vertisynth.core.capabilities import CostEstimate, EstimatesMemory
 from vertisynth.core.errors import ConfigError, PluginError, VertisynthError
 from vertisynth.core.registry import Registry, default_registry
 from vertisynth.run.config import DEFAULT_CONFIG_TOML, default_config, load_config
@@ -84,13 +85,24 @@ def _run(config: Path | None, out: Path | None, data_dir: str | None, seed: int 
               help="Folder with the NLTCS/Adult benchmark data (or set VERTISYNTH_DATA).")
 @click.option("--rows", type=int, default=100_000, show_default=True,
               help="Row count for the expected cost per party (encoders that report one, e.g. 'he').")
-def validate(config: Path, data_dir: str | None, rows: int) -> None:
+@click.option("--memory", default=None, help="Memory per machine, e.g. 1GB or 512MB: refuse a plan whose estimated "
+              "peak (any party's, or the server's) does not fit.")
+def validate(config: Path, data_dir: str | None, rows: int, memory: str | None) -> None:
     """Check a CONFIG (keys, plugins, params, party split, budget plan) without reading any data rows."""
     try:
+        limit = parse_bytes(memory) if memory is not None else None
         with warnings_as_lines():
             plan = make_plan(load_config(config), data_dir=data_dir)
         syn = plan.synthesizer.instance
         cost = syn.cost_estimate(rows) if isinstance(syn, CostEstimate) else {}
+        peaks = syn.memory_estimate() if isinstance(syn, EstimatesMemory) else None
+        if peaks is not None and limit is not None:
+            over = {**{f"party {p!r}": b for p, b in peaks["parties"].items()}, "the server": peaks["server"]}
+            over = {who: b for who, b in over.items() if b > limit}
+            if over:
+                raise ConfigError(f"the plan does not fit --memory {memory}: estimated peak " + ", ".join(
+                    f"{who} {_size(b)}" for who, b in over.items()) + "; lower the encoder's chunk_rows / block_mb "
+                    "or the synthesizer's max_clique_cells")
     except VertisynthError as exc:
         _fail(exc)
         return
@@ -102,6 +114,25 @@ def validate(config: Path, data_dir: str | None, rows: int) -> None:
             click.echo(f"  {party:<12} ciphertexts {c['ciphertexts']:>14,.0f}  sent {c['bytes'] / 1e6:>10,.1f} MB "
                        f"({c['bytes'] / rows:,.0f} B)  CPU {c['cpu_s']:>9,.1f} s ({1e3 * c['cpu_s'] / rows:.2f} ms)"
                        + (f"  [{c['note']}]" if c.get("note") else ""))
+    if peaks is not None:
+        click.echo("Estimated peak memory (streamed party phase, independent of the rows): " + ", ".join(
+            f"party {p!r} {_size(b)}" for p, b in peaks["parties"].items()) + f"; the server {_size(peaks['server'])} "
+            f"(largest clique {peaks['server_largest_clique_cells']:,} cells)")
+
+
+_UNITS = {"": 1, "B": 1, "KB": 2**10, "K": 2**10, "MB": 2**20, "M": 2**20, "GB": 2**30, "G": 2**30, "TB": 2**40}
+
+
+def parse_bytes(text: str) -> int:
+    """'1GB', '512 MB', '2.5G', '1000000' -> bytes (binary units)."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
+    if not m or m.group(2).upper().replace("IB", "B") not in _UNITS or float(m.group(1)) <= 0:
+        raise ConfigError(f"--memory {text!r}: give a positive size such as 1GB or 512MB")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper().replace("IB", "B")])
+
+
+def _size(b: int) -> str:
+    return f"{b / 2**30:.2f} GB" if b >= 2**30 else f"{b / 2**20:.0f} MB"
 
 
 @main.command()

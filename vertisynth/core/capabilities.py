@@ -116,3 +116,19 @@ class CostEstimate(Protocol):
     {party: {"ciphertexts": ..., "bytes": ..., "cpu_s": ...}} for `n` rows."""
 
     def cost_estimate(self, n: int) -> dict[str, dict[str, float]]: ...
+
+
+@runtime_checkable
+class EncodesInChunks(Protocol):
+    """An encoder whose party side runs over a table in chunks (memory bounded by the chunk, not by n): the job
+    maps over chunks locally or on a Dask cluster and merges them (DPFM: max of sketches; GRR: concatenation)."""
+
+    def chunk_job(self, party: str, domain: Any, ledger: PrivacyLedger, rng: np.random.Generator) -> Any: ...
+
+
+@runtime_checkable
+class EstimatesMemory(Protocol):
+    """A synthesizer that estimates, from its plan alone, the peak memory of each party and of the server:
+    {"parties": {party: bytes}, "server": bytes, "server_largest_clique_cells": int} (`vertisynth validate`)."""
+
+    def memory_estimate(self) -> dict[str, Any]: ...

@@ -128,20 +128,25 @@ def party_keys(config: Path, party: str, exchange: str, out: Path, key: Path | N
 @click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--party", required=True, help="This party's name in the config.")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="This party's own table: exactly its columns (else the config's dataset, for simulations).")
+              help="This party's own table (CSV, or Parquet by its .parquet suffix): exactly its columns, read in "
+                   "chunks of the encoder's chunk_rows (else the config's dataset, for simulations).")
 @click.option("--keys", "keys_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="This party's key file from `party keys` (default: OUT/<party>_keys.json).")
+@click.option("--scheduler", default=None,
+              help="A Dask scheduler address (tcp://HOST:8786): map the encoding of the table's chunks over that "
+                   "cluster (default: the encoder's dask_scheduler, else this process).")
 @_exchange
 @_out
 @_key
 @_data_dir
 @_quiet
-def party_synth(config: Path, party: str, csv_path: Path | None, keys_path: Path | None, exchange: str, out: Path,
-                key: Path | None, data_dir: str | None, quiet: bool) -> None:
+def party_synth(config: Path, party: str, csv_path: Path | None, keys_path: Path | None, scheduler: str | None,
+                exchange: str, out: Path, key: Path | None, data_dir: str | None, quiet: bool) -> None:
     """Run one party's side of VertiMRF on its own columns; send its envelopes and signed ledger to the server."""
     try:
         with progress_bar(f"{party}: local model, sketches", not quiet):
-            names = run_party(load_config(config), party, exchange, out, data_dir, csv=csv_path, keys=keys_path, key=key)
+            names = run_party(load_config(config), party, exchange, out, data_dir, csv=csv_path, keys=keys_path, key=key,
+                              scheduler=scheduler)
         test = json.loads((out / f"{party}_run.json").read_text()).get("test_secret")
     except VertisynthError as exc:
         _fail(exc)

@@ -29,7 +29,9 @@ from vertisynth.core.envelope import ALL, canonical
 from vertisynth.core.errors import ConfigError, DataError, MessageError
 from vertisynth.core.privacy import PrivacyLedger
 from vertisynth.plugins.encoders.keys import KeyParty
+from vertisynth.plugins.synthesizers.vertimrf.streaming import view_chunks
 from vertisynth.run.config import RunConfig, noise_for
+from vertisynth.run.stream import PARQUET, coded_chunks, frames, table_columns
 
 from .plans import streams as _streams, vertical_plan as _vertical_plan
 from .session import TEST_LABEL, RunState, Session, key_context, session, test_noise_seed
@@ -62,6 +64,32 @@ def _own_frame(plan, own: list[str], csv: Path | None) -> pd.DataFrame:
         raise DataError(f"CSV {str(csv)!r} must hold exactly this party's columns {own}: "
                         f"missing {missing}, not this party's {extra}")
     return frame[own]
+
+
+def _fit_streamed(plan, schema: TableSchema, own: list[str], path: Path, rng, chunk_rows: int):
+    """The codec of the party's columns of a CSV or Parquet file, reading it in chunks: only columns
+    binned at DP quantiles need their values (one column of floats each); the rest fit from the schema."""
+    if plan.source.schema.inferred:
+        raise ConfigError("party synth --csv needs a public schema in the config ([dataset] csv with schema or "
+                          "domain): a schema read off one party's rows would differ between parties and is not DP")
+    if not path.is_file():
+        raise DataError(f"{'Parquet' if path.suffix.lower() in PARQUET else 'CSV'} {str(path)!r} does not exist")
+    header = table_columns(path)
+    missing = [c for c in own if c not in header]
+    extra = [c for c in header if c not in own]
+    if missing or extra:
+        raise DataError(f"{str(path)!r} must hold exactly this party's columns {own}: "
+                        f"missing {missing}, not this party's {extra}")
+    quant = [c.name for c in schema.columns if c.kind == "numeric" and c.binning not in ("edges", "equal_width")]
+    if quant:
+        parts = [f[quant] for _, f in frames(path, quant, chunk_rows)]
+        fit_frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({c: [] for c in quant})
+    else:
+        fit_frame = pd.DataFrame({c: [] for c in quant}, dtype=object)
+    for c in own:
+        if c not in fit_frame.columns:
+            fit_frame[c] = pd.Series([None] * len(fit_frame), dtype=object)
+    return schema.fit(fit_frame, plan.ledger, rng)
 
 
 def _private_json(path: Path, content: dict) -> Path:
@@ -154,7 +182,9 @@ def rows_tag(n: int, key: KeyParty | None, run: str) -> str:
 
 
 def run_party(config: RunConfig, party: str, exchange: str | Path, out: Path, data_dir: str | None = None,
-              csv: Path | None = None, keys: Path | None = None, key: Path | None = None) -> list[str]:
+              csv: Path | None = None, keys: Path | None = None, key: Path | None = None,
+              scheduler: str | None = None) -> list[str]:
+    """`scheduler`: a Dask scheduler address; the encoder's chunks are mapped over that cluster."""
     plan, synth = _vertical_plan(config, data_dir, aligned_csv=csv is not None)
     if party not in plan.partition.names:
         raise DataError(f"unknown party {party!r}; the config's parties are {list(plan.partition.names)}")
@@ -172,23 +202,36 @@ def run_party(config: RunConfig, party: str, exchange: str | Path, out: Path, da
         synth.set_keys({party: key_party})
     elif keys is not None:
         raise ConfigError("party synth: the config's encoder takes no shared keys; leave out --keys")
-    frame = _own_frame(plan, own, csv)
     streams = _test_rngs(synth, state)
     # only this party's columns are encoded and kept: the rest of the table is dropped at once
     schema = TableSchema(tuple(c for c in plan.source.schema.columns if c.name in own))
-    view = schema.fit(frame, plan.ledger, streams["preprocessing"]).encode(frame)
+    if csv is None:   # simulation: the config's dataset, in memory (the party step slices it)
+        frame = _own_frame(plan, own, csv)
+        view = schema.fit(frame, plan.ledger, streams["preprocessing"]).encode(frame)
+        domain, chunks = view.domain, view_chunks(view, synth.chunk_rows())
+    else:             # the party's file, read chunk by chunk: memory bounded by chunk_rows, not by n
+        codec = _fit_streamed(plan, schema, own, csv, streams["preprocessing"], synth.chunk_rows())
+        domain, chunks = codec.domain, coded_chunks(csv, codec, synth.chunk_rows())
+    rows_seen: list[int] = []
+
+    def counted():   # the row count of the last full pass, for the rows tag
+        n = 0
+        for ids, rows in chunks():
+            n += rows.n
+            yield ids, rows
+        rows_seen.append(n)
     _, rngs = synth.party_rngs(streams["fit"])
     # secure noise unless the config says otherwise; an explicit test secret reproduces the simulation's noise
     noise = noise_for(config, cross_machine=not state.test_secret)
     ledger = PrivacyLedger(plan.ledger.budget, [c for c in plan.ledger.planned if c.party == party],
                            group_size=plan.ledger.group_size, noise=noise)   # `sample` fill: group privacy
-    messages = synth.party_step(party, view, ledger, rngs[party])
+    messages = synth.party_step_chunks(party, domain, counted, ledger, rngs[party], scheduler=scheduler)
     align_ledger = out / f"{party}_alignment_ledger.json"
     spent = (json.loads(align_ledger.read_text()) if align_ledger.is_file() else []) + [c.to_dict() for c in ledger.spent]
     for i, m in enumerate(messages):
         sess.send("synth", [SERVER], m.kind, m.to_bytes(), tag=f"{i:03d}")
     sess.send("ledger", [SERVER], "ledger", canonical({
-        "party": party, "spent": spent, "messages": len(messages), "rows": rows_tag(view.n, key_party, state.run),
+        "party": party, "spent": spent, "messages": len(messages), "rows": rows_tag(rows_seen[-1], key_party, state.run),
         "test": bool(state.test_secret), "noise": noise}))
     out.mkdir(parents=True, exist_ok=True)
     _private_json(marker, {"run": state.run, "messages": len(messages)})

@@ -45,6 +45,53 @@ class ChunkJob:
             raise DataError("no rows to encode (empty input)")
         return self.finish(acc, n)
 
+    def run_dask(self, chunks: Iterable[tuple[np.ndarray, Dataset]], scheduler: Any, window: int | None = None) -> Any:
+        """`run_local` with the map on a Dask cluster (an address such as "tcp://10.0.0.5:8786", or a
+        `distributed.Client`): chunks are read here and sent to the workers, at most `window` in flight
+        (default twice the workers), so memory stays bounded; partial results merge in chunk order."""
+        client = dask_client(scheduler)
+        try:
+            window = window or max(2 * len(client.scheduler_info().get("workers", {})), 2)
+            acc, n, pending = None, 0, []
+
+            def merge_first() -> None:
+                nonlocal acc
+                fut = pending.pop(0)
+                part = fut.result()
+                acc = part if acc is None else self.combine(acc, part)
+                fut.release()
+
+            for ids, rows in chunks:
+                if rows.domain != self.domain:
+                    raise DataError(f"chunk domain {rows.domain} differs from the party's {self.domain}")
+                pending.append(client.submit(self.mapper, rows, ids, pure=False))
+                n += rows.n
+                if len(pending) >= window:
+                    merge_first()
+            while pending:
+                merge_first()
+            if acc is None:
+                raise DataError("no rows to encode (empty input)")
+            return self.finish(acc, n)
+        finally:
+            if client is not scheduler:
+                client.close()
+
+
+def dask_client(scheduler: Any) -> Any:
+    """A `distributed.Client` for an address (or the Client given), with clear errors."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise ConfigError("a Dask scheduler is configured but dask.distributed is not installed "
+                          "(pip install 'vertisynth[dask]')") from None
+    if isinstance(scheduler, Client):
+        return scheduler
+    try:
+        return Client(scheduler, timeout="20s")
+    except (OSError, TimeoutError) as exc:
+        raise ConfigError(f"cannot reach the Dask scheduler {scheduler!r}: {exc}") from None
+
 
 # -- CSV chunks -------------------------------------------------------------------------------------------
 def csv_row_count(path: Path) -> int:

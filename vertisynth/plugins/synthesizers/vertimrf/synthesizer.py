@@ -16,8 +16,10 @@ from typing import Any
 import attrs
 import numpy as np
 
-from vertisynth.core.capabilities import CostEstimate, MeasuresJointly, ReleasesNoisyCount, SharedKeyEncoder
+from vertisynth.core.capabilities import (CostEstimate, EncodesInChunks, MeasuresJointly, ReleasesNoisyCount,
+                                         SharedKeyEncoder)
 from vertisynth.core.dataset import Dataset
+from vertisynth.core.domain import Domain
 from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.core.factor import Factor
 from vertisynth.core.interfaces import PlanContext, Synthesizer, VerticalData
@@ -30,6 +32,7 @@ from vertisynth.pgm import GraphicalModel, Measurement, estimate
 from vertisynth.pgm.estimation import bin_query
 from vertisynth.pgm.graph import build_junction_tree, min_fill_cliques
 from ..privmrf import LocalModel, PrivMRFConfig, PrivMRFSynthesizer
+from .streaming import ChunkedCounts, Chunks, mapped, view_chunks
 from .dimension import (ValueDistributions, bin_dataset, bin_map, binned_domain, hisrec, mass_bin_map,
                         measure_value_distributions,
                         planned_charges as value_charges, uniform_distributions)
@@ -208,20 +211,69 @@ class VertiMRFSynthesizer(Synthesizer):
 
     # -- party side ---------------------------------------------------------------------------
     def party_step(self, party: str, view: Dataset, ledger: PrivacyLedger, rng: np.random.Generator) -> list[Message]:
-        """Everything party `party` computes on its own columns; returns the messages it sends."""
+        """Everything party `party` computes on its own columns; returns the messages it sends. The
+        in-memory table is the streamed one cut into slices: one code path (`party_step_chunks`)."""
+        return self.party_step_chunks(party, view.domain, view_chunks(view, self.chunk_rows()), ledger, rng)
+
+    def chunk_rows(self) -> int:
+        """Rows per chunk of the party phase: the encoder's `chunk_rows` (bounds memory independent of n)."""
+        return int(getattr(getattr(self._encoder, "config", None), "chunk_rows", None) or 100_000)
+
+    def memory_estimate(self) -> dict[str, Any]:
+        """Peak bytes per party of the streamed party phase and of the server's fit, from the plan alone
+        (before any row is read): an estimate, not a bound (docs/scale.md shows it against measured RSS).
+        Party: one chunk as text and codes, the encoder's step buffers, the pair counts, the local model.
+        Server: its largest clique is capped at max_clique_cells; the estimator keeps a few arrays per clique."""
+        rows = self.chunk_rows()
+        enc = getattr(self._encoder, "config", None)
+        out: dict[str, Any] = {"parties": {}}
+        for p in self._partition:
+            dom = self._domain.project(p.attributes)
+            k = len(dom)
+            chunk = rows * k * (64 + 3 * 8)            # pyarrow/pandas text (~64 B a value), codes, bins, ids
+            step = int(getattr(enc, "block_mb", 0) * 2**20) or rows * k * 8 * 2   # DPFM step buffers, else GRR columns
+            pairs = sum(dom.size(a) * dom.size(b) for a, b in itertools.combinations(dom.attributes, 2)) * 16
+            local = 0
+            if self.config.use_local:
+                local_cells = min(float(dom.size()), float(self._local[p.name].config.max_model_cells))
+                local = int(local_cells * 8 * 4)        # model, marginals, gradient, measurements
+            out["parties"][p.name] = int(chunk + step + pairs + local + 150 * 2**20)   # + the interpreter and libraries
+        cells = min(float(self._domain.size()), float(self.config.max_clique_cells))
+        out["server_largest_clique_cells"] = int(cells)
+        out["server"] = int(cells * 8 * 6 * max(len(self._domain) - 1, 1) + 150 * 2**20)
+        return out
+
+    def party_step_chunks(self, party: str, domain: Domain, chunks: Chunks, ledger: PrivacyLedger,
+                          rng: np.random.Generator, scheduler: Any = None) -> list[Message]:
+        """`party_step` on a re-startable stream of (global ids, rows) chunks: the local fit and the value
+        distributions read marginal counts summed over chunks, binning maps each chunk, the encoder's
+        chunk job maps the chunks (on a Dask cluster when `scheduler` is an address or a Client; default:
+        the encoder's `dask_scheduler`). Equals the in-memory run bit for bit."""
         c = self.config
         out: list[Message] = []
+        table = ChunkedCounts(chunks, domain)
         if c.use_local:
             local = self._local[party]
-            local.fit_table(view, ledger, rng)
+            table.prefetch_pairs()   # R-scores and 1-way counts in one pass; later marginals a pass each
+            local.fit_table(table, ledger, rng)
             out.append(local.export(party))
-        mine = [a for a in view.attributes if a in self._binned]
+        mine = [a for a in domain.attributes if a in self._binned]
         if mine and self._eps_value > 0:
-            out.append(measure_value_distributions(party, view, c.bins, mine, self._value_charges, ledger, rng))
+            out.append(measure_value_distributions(party, table, c.bins, mine, self._value_charges, ledger, rng))
         if mine and c.binning == "mass":   # edges from the local model just sent (DP), as the server will compute
             self._maps = {**getattr(self, "_maps", {}), **mass_maps(out[0], c.bins, mine)}
-        low = bin_dataset(view, c.bins, mine, getattr(self, "_maps", None)) if mine else view
-        out.append(self._encoder.encode(party, low, ledger, rng))
+        maps = getattr(self, "_maps", None)
+        low = mapped(chunks, lambda rows: bin_dataset(rows, c.bins, mine, maps)) if mine else chunks
+        low_domain = binned_domain(domain, c.bins, mine) if mine else domain
+        if not isinstance(self._encoder, EncodesInChunks):   # a plugin encoder without a chunk job: one chunk
+            parts = [rows.codes for _, rows in low()]
+            view = Dataset(np.concatenate(parts) if parts else np.zeros((0, len(low_domain)), np.int64), low_domain)
+            out.append(self._encoder.encode(party, view, ledger, rng))
+            return out
+        if scheduler is None:
+            scheduler = getattr(getattr(self._encoder, "config", None), "dask_scheduler", None)
+        job = self._encoder.chunk_job(party, low_domain, ledger, rng)
+        out.append(job.run_local(low()) if scheduler is None else job.run_dask(low(), scheduler))
         return out
 
     # -- server side --------------------------------------------------------------------------

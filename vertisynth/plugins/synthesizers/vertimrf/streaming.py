@@ -1,0 +1,97 @@
+"""A party's table as a stream of (global ids, rows) chunks, and the counts the party's stages read off it.
+
+The party phase reads its table only through marginal counts (the local PrivMRF fit, the value
+distributions: counts are additive over chunks) and through the encoder (a map over chunks, merged by
+max or concatenation). So the table itself is never held whole: `ChunkedCounts` answers `counts` by a
+pass over the chunks (cached; the pairs and single attributes the local fit asks first come in one pass),
+and the encoder maps its `chunk_job` over the same chunks. Integer counts summed over chunks equal the
+one-shot `Dataset.counts` exactly, so every stage equals the in-memory run bit for bit.
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from vertisynth.core.dataset import Dataset
+from vertisynth.core.domain import Domain
+from vertisynth.core.errors import DataError
+from vertisynth.core.factor import Factor
+
+Chunks = Callable[[], Iterator[tuple[np.ndarray, Dataset]]]   # a re-startable stream of (ids, rows)
+
+
+def view_chunks(view: Dataset, chunk_rows: int) -> Chunks:
+    """An in-memory table as a stream of slices (views, no copies): the in-memory run is this case."""
+    def gen() -> Iterator[tuple[np.ndarray, Dataset]]:
+        for start in range(0, max(view.n, 1), chunk_rows):
+            stop = min(start + chunk_rows, view.n)
+            yield np.arange(start, stop, dtype=np.int64), Dataset(view.codes[start:stop], view.domain)
+    return gen
+
+
+def mapped(chunks: Chunks, fn: Callable[[Dataset], Dataset]) -> Chunks:
+    """The stream with `fn` applied to every chunk's rows (e.g. binning: a per-row map)."""
+    return lambda: ((ids, fn(rows)) for ids, rows in chunks())
+
+
+class ChunkedCounts:
+    """Stands in for a Dataset where only `n` and `counts` are read: each marginal from one pass over the
+    chunks (int64 sums, so equal to `Dataset.counts`), cached."""
+
+    def __init__(self, chunks: Chunks, domain: Domain):
+        self._chunks, self.domain = chunks, domain
+        self._cache: dict[tuple[str, ...], np.ndarray] = {}
+        self._n: int | None = None
+        self.passes = 0
+
+    @property
+    def attributes(self) -> tuple[str, ...]:
+        return self.domain.attributes
+
+    @property
+    def n(self) -> int:
+        if self._n is None:
+            self.prefetch([()])
+        return int(self._n)
+
+    def prefetch(self, sets: Iterable[Sequence[str]]) -> None:
+        """Count every marginal in `sets` not yet cached, all in one pass over the chunks."""
+        todo = list(dict.fromkeys(tuple(self.domain.check(s)) for s in sets if tuple(s) not in self._cache))
+        todo = [s for s in todo if s not in self._cache]
+        if not todo and self._n is not None:
+            return
+        acc = {s: np.zeros(self.domain.project(s).size(), dtype=np.int64) for s in todo}
+        n = 0
+        self.passes += 1
+        for _, rows in self._chunks():
+            if rows.domain != self.domain:
+                raise DataError(f"chunk domain {rows.domain} differs from the party's {self.domain}")
+            n += rows.n
+            for s, vec in acc.items():
+                if s and rows.n:
+                    cols = rows.codes[:, list(self.domain.axes(s))]
+                    vec += np.bincount(np.ravel_multi_index(tuple(cols.T), self.domain.project(s).shape),
+                                       minlength=vec.size)
+        if self._n is not None and n != self._n:
+            raise DataError(f"the table changed while it was read: {self._n} rows, then {n}")
+        self._n = n
+        for s, vec in acc.items():
+            self._cache[s] = vec if s else np.array([n], dtype=np.int64)
+
+    def counts(self, attrs_: Iterable[str], weights: np.ndarray | None = None) -> Factor:
+        if weights is not None:
+            raise DataError("weighted counts need the rows themselves; a chunked table answers only plain counts")
+        attrs_ = tuple(self.domain.check(attrs_))
+        if attrs_ not in self._cache:
+            self.prefetch([attrs_])
+        sub = self.domain.project(attrs_)
+        if not attrs_:
+            return Factor(sub, np.asarray(float(self.n)))
+        return Factor(sub, self._cache[attrs_].astype(float).reshape(sub.shape))
+
+    def prefetch_pairs(self) -> None:
+        """The single attributes and pairs (R-scores, value distributions): the local fit's first reads."""
+        a = self.domain.attributes
+        self.prefetch([()] + [(x,) for x in a] + list(itertools.combinations(a, 2)))

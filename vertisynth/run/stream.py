@@ -1,0 +1,153 @@
+"""Reading a party's table in chunks: CSV through pyarrow's streaming reader, Parquet by row groups.
+
+Every value is read as text and coded by the public schema's codec chunk by chunk (the same
+`TableCodec.encode` as the in-memory run), so a chunked read equals a whole-table read. Memory holds
+one chunk of `chunk_rows` rows (plus the reader's block). A bad value names its line in the file.
+"""
+from __future__ import annotations
+
+import csv
+import itertools
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from vertisynth.core.dataset import Dataset
+from vertisynth.core.encoding import TableCodec
+from vertisynth.core.errors import DataError, VertisynthError
+
+PARQUET = (".parquet", ".pq")
+
+
+def table_columns(path: Path) -> list[str]:
+    """The column names of a CSV (its header line) or a Parquet file (its schema), without reading rows."""
+    if path.suffix.lower() in PARQUET:
+        import pyarrow.parquet as pq
+        return list(pq.ParquetFile(path).schema_arrow.names)
+    try:
+        return [str(c) for c in pd.read_csv(path, nrows=0).columns]
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise DataError(f"cannot read CSV {str(path)!r}: {exc}") from None
+
+
+def _block_size(path: Path, chunk_rows: int) -> int:
+    """pyarrow's block in bytes for about `chunk_rows` rows (from the first 64 KiB's bytes per line)."""
+    with open(path, "rb") as fh:
+        head = fh.read(1 << 16)
+    per_row = len(head) / max(head.count(b"\n"), 1)
+    return int(min(max(per_row * chunk_rows * 1.1, 1 << 16), 1 << 28))
+
+
+def _first_bad_row(codec: TableCodec, frame: pd.DataFrame) -> int:
+    """The first row of `frame` that the codec refuses (bisection: log2(rows) encodes)."""
+    lo, hi = 0, len(frame)   # invariant: frame[lo:hi] holds a bad row
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            codec.encode(frame.iloc[lo:mid])
+            lo = mid
+        except VertisynthError:
+            hi = mid
+    return lo
+
+
+def frames(path: Path, columns: list[str], chunk_rows: int) -> Iterator[tuple[int, pd.DataFrame]]:
+    """(first data row, text frame of `columns`) per chunk of at most chunk_rows rows."""
+    if path.suffix.lower() in PARQUET:
+        import pyarrow.parquet as pq
+        start = 0
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=chunk_rows, columns=columns):
+            frame = batch.to_pandas().astype(object)
+            frame = frame.where(frame.isna(), frame.astype(str))
+            yield start, frame
+            start += len(frame)
+        return
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    header = table_columns(path)
+    start = 0
+
+    def refused(exc: Exception) -> DataError:
+        line = _first_wrong_width(path, len(header))
+        where = f"line {line}" if line is not None else f"after line {start + 1}"
+        return DataError(f"CSV {str(path)!r} {where}: {str(exc).splitlines()[0]}")
+
+    try:   # the reader parses its first block when it opens
+        reader = pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=_block_size(path, chunk_rows)),
+                                convert_options=pacsv.ConvertOptions(
+                                    include_columns=columns, column_types={c: pa.string() for c in columns},
+                                    strings_can_be_null=True))
+    except pa.ArrowInvalid as exc:
+        raise refused(exc) from None
+    while True:
+        try:
+            batch = reader.read_next_batch()
+        except StopIteration:
+            return
+        except pa.ArrowInvalid as exc:
+            raise refused(exc) from None
+        frame = batch.to_pandas()
+        for off in range(0, len(frame), chunk_rows):
+            part = frame.iloc[off:off + chunk_rows]
+            yield start, part
+            start += len(part)
+
+
+def _first_wrong_width(path: Path, width: int) -> int | None:
+    with open(path, newline="") as fh:
+        reader = csv.reader(fh)
+        for row in itertools.islice(reader, None):
+            if len(row) != width:
+                return reader.line_num
+    return None
+
+
+class coded_chunks:
+    """A re-startable stream of (global ids, coded rows) of the codec's columns of the file.
+
+    The first full pass reads and codes the file; it also writes each chunk's codes, in the smallest
+    integer type, to a private temporary folder (0700, removed with this object), from which every later
+    pass (the local fit asks for marginals one pass each) reads them instead of parsing the file again.
+    Disk: rows x columns x 1-2 bytes; memory: one chunk."""
+
+    def __init__(self, path: Path, codec: TableCodec, chunk_rows: int, spill: bool = True):
+        self.path, self.codec, self.chunk_rows, self.spill = Path(path), codec, chunk_rows, spill
+        self._dir: tempfile.TemporaryDirectory | None = None
+        self._parts: list[tuple[int, Path]] | None = None   # (first row, file) once a pass has completed
+
+    def __call__(self) -> Iterator[tuple[np.ndarray, Dataset]]:
+        if self._parts is not None:
+            return self._replay()
+        return self._read()
+
+    def _replay(self) -> Iterator[tuple[np.ndarray, Dataset]]:
+        for start, f in self._parts:
+            codes = np.load(f).astype(np.int64)
+            yield np.arange(start, start + len(codes), dtype=np.int64), Dataset(codes, self.codec.domain)
+
+    def _read(self) -> Iterator[tuple[np.ndarray, Dataset]]:
+        columns = [c.schema.name for c in self.codec.columns]
+        kind = "Parquet" if self.path.suffix.lower() in PARQUET else "CSV"
+        dtype = np.uint8 if max(self.codec.domain.shape) <= 256 else np.uint16 \
+            if max(self.codec.domain.shape) <= 65536 else np.int64
+        parts: list[tuple[int, Path]] = []
+        if self.spill and self._dir is None:
+            self._dir = tempfile.TemporaryDirectory(prefix="vertisynth-chunks-")   # mkdtemp: mode 0700
+        for start, frame in frames(self.path, columns, self.chunk_rows):
+            frame = frame.reset_index(drop=True)
+            try:
+                rows = self.codec.encode(frame)
+            except VertisynthError as exc:
+                row = start + _first_bad_row(self.codec, frame)
+                where = f"line {row + 2}" if kind == "CSV" else f"row {row}"
+                raise DataError(f"{kind} {str(self.path)!r} {where}: {exc}") from None
+            if self.spill:
+                f = Path(self._dir.name) / f"{len(parts):08d}.npy"
+                np.save(f, rows.codes.astype(dtype))
+                parts.append((start, f))
+            yield np.arange(start, start + rows.n, dtype=np.int64), rows
+        if self.spill:
+            self._parts = parts
