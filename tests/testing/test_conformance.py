@@ -65,6 +65,10 @@ BUILTINS = registry_subjects(
 )
 SKIP = {("encoder", "dpfm"): {"check_privacy_audit": "t = 2000 sketches per encode: too slow for the default "
                                                      "run; test_dpfm_audit_slow runs it with t = 50"},
+        ("encoder", "he"): {c: "interactive (MeasuresJointly): it measures across two parties in rounds, not by a "
+                               "one-shot encode(); tests/plugins/encoders/test_he*.py check its ledger, randomness, "
+                               "counts and noise audit"
+                            for c in ("check_encoder_contract", "check_ledger_matches_plan", "check_no_global_rng")},
         ("synthesizer", "privmrf"): {"check_privacy_audit": "measurement interleaved with model fitting: a looped "
                                                             "audit takes minutes; test_privmrf_audit_slow runs it"},
         ("synthesizer", "vertimrf"): {"check_privacy_audit": "its DP parts are privmrf and the encoders, audited "
