@@ -8,20 +8,17 @@ the split (education → occupation, age → capital gain, ...), so cross-party 
 """
 from __future__ import annotations
 
-import string
-from collections.abc import Sequence
-from functools import cached_property
 
 import attrs
 import numpy as np
 import pandas as pd
 
 from vertisynth.core.dataset import Dataset
-from vertisynth.core.domain import Domain
 from vertisynth.core.encoding import ColumnSchema, TableSchema
 from vertisynth.core.errors import ConfigError
-from vertisynth.core.factor import Factor
 from vertisynth.core.loaded import DatasetSource, LoadedData, keyed_party_tables
+
+from .bayesnet import BayesNet
 
 _CPT_SEED = 20261122  # fixes the network's tables; part of the dataset's definition
 
@@ -73,7 +70,7 @@ def _size(node: tuple) -> int:
     return len(node[2]) - 1 if node[1] == "numeric" else len(node[2])
 
 
-class CensusNetwork:
+class CensusNetwork(BayesNet):
     """The fixed Bayesian network: conditional tables P(child | parents), sampling and exact marginals."""
 
     def __init__(self) -> None:
@@ -90,47 +87,6 @@ class CensusNetwork:
             rows = int(np.prod([self.sizes[p] for p in parents], dtype=int)) if parents else 1
             table = rng.dirichlet(1.5 * k * base, size=rows) if parents else base[None, :]
             self.cpts[name] = table.reshape(tuple(self.sizes[p] for p in parents) + (k,))
-
-    @cached_property
-    def domain(self) -> Domain:
-        return Domain(self.names, [self.sizes[n] for n in self.names])
-
-    def sample_codes(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """Ancestral sampling, vectorised over records (inverse CDF of each conditional row)."""
-        codes = np.empty((n, len(self.names)), dtype=np.int64)
-        col = {name: j for j, name in enumerate(self.names)}
-        for name in self.names:
-            parents = self.parents[name]
-            k = self.sizes[name]
-            cdf = np.cumsum(self.cpts[name].reshape(-1, k), axis=1)
-            if parents:
-                row = np.ravel_multi_index(tuple(codes[:, col[p]] for p in parents), [self.sizes[p] for p in parents])
-            else:
-                row = np.zeros(n, dtype=np.int64)
-            u = rng.random(n)
-            codes[:, col[name]] = np.minimum((u[:, None] > cdf[row]).sum(axis=1), k - 1)
-        return codes
-
-    def marginal(self, attrs_: Sequence[str]) -> Factor:
-        """Exact marginal probability table on `attrs_`, by variable elimination over the ancestors."""
-        attrs_ = self.domain.check(attrs_)
-        needed: set[str] = set()
-        stack = list(attrs_)
-        while stack:
-            a = stack.pop()
-            if a not in needed:
-                needed.add(a)
-                stack.extend(self.parents[a])
-        letters = {a: string.ascii_letters[i] for i, a in enumerate(self.names)}
-        operands = []
-        subs = []
-        for a in self.names:
-            if a in needed:
-                operands.append(self.cpts[a])
-                subs.append("".join(letters[p] for p in self.parents[a]) + letters[a])
-        expr = ",".join(subs) + "->" + "".join(letters[a] for a in attrs_)
-        vals = np.einsum(expr, *operands, optimize="greedy")
-        return Factor(self.domain.project(attrs_), vals)
 
 
 @attrs.frozen

@@ -22,19 +22,16 @@ and one fixed scenario (`SCENARIOS`), the small split users bring first:
 """
 from __future__ import annotations
 
-import string
 import zlib
-from collections.abc import Sequence
-from functools import cached_property
 
 import attrs
 import numpy as np
 
-from vertisynth.core.domain import Domain
 from vertisynth.core.encoding import ColumnSchema, TableSchema
 from vertisynth.core.errors import ConfigError
-from vertisynth.core.factor import Factor
 from vertisynth.core.loaded import DatasetSource, LoadedData
+
+from .bayesnet import BayesNet
 
 
 @attrs.frozen
@@ -68,7 +65,7 @@ SCENARIOS = {"hospital-insurer": "hospital {age, sex} + insurer {claims, plan}; 
 MAX_PARENT_CELLS = 4000  # a node's parent configurations are capped: its table stays small
 
 
-class ZooNetwork:
+class ZooNetwork(BayesNet):
     """A random Bayesian network of one shape: conditional tables, vectorised sampling, exact marginals."""
 
     def __init__(self, shape: ZooShape, seed: int, salt: int = 0) -> None:
@@ -132,42 +129,6 @@ class ZooNetwork:
         net.party_split = [["age", "sex"], ["claims", "plan"]]
         net.party_names = ["hospital", "insurer"]
         return net
-
-    @cached_property
-    def domain(self) -> Domain:
-        return Domain(self.names, [self.sizes[n] for n in self.names])
-
-    def sample_codes(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """Ancestral sampling, vectorised over records (inverse CDF of each conditional row)."""
-        codes = np.empty((n, len(self.names)), dtype=np.int64)
-        col = {name: j for j, name in enumerate(self.names)}
-        for name in self.names:
-            parents, k = self.parents[name], self.sizes[name]
-            cdf = np.cumsum(self.cpts[name].reshape(-1, k), axis=1)
-            row = (np.ravel_multi_index(tuple(codes[:, col[p]] for p in parents), [self.sizes[p] for p in parents])
-                   if parents else np.zeros(n, dtype=np.int64))
-            u = rng.random(n)
-            codes[:, col[name]] = np.minimum((u[:, None] > cdf[row]).sum(axis=1), k - 1)
-        return codes
-
-    def marginal(self, attrs_: Sequence[str]) -> Factor:
-        """Exact marginal probability table on `attrs_`, by variable elimination over their ancestors."""
-        attrs_ = self.domain.check(attrs_)
-        needed: set[str] = set()
-        stack = list(attrs_)
-        while stack:
-            a = stack.pop()
-            if a not in needed:
-                needed.add(a)
-                stack.extend(self.parents[a])
-        letters = {a: string.ascii_letters[i] for i, a in enumerate(self.names)}
-        subs, operands = [], []
-        for a in self.names:
-            if a in needed:
-                operands.append(self.cpts[a])
-                subs.append("".join(letters[p] for p in self.parents[a]) + letters[a])
-        expr = ",".join(subs) + "->" + "".join(letters[a] for a in attrs_)
-        return Factor(self.domain.project(attrs_), np.einsum(expr, *operands, optimize="greedy"))
 
     def correlation(self, a: str, b: str) -> float:
         """Exact Pearson correlation of the codes of `a` and `b` (ordinal: the dependence is built that way)."""
