@@ -20,6 +20,9 @@ from vertisynth.core.encoding import TableCodec
 from vertisynth.core.errors import DataError, VertisynthError
 
 PARQUET = (".parquet", ".pq")
+# pandas.read_csv's missing-value spellings (the in-memory reader), so both readers see the same missing cells
+NULLS = ["", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>", "N/A",
+         "NA", "NULL", "NaN", "None", "n/a", "nan", "null"]
 
 
 def table_columns(path: Path) -> list[str]:
@@ -79,7 +82,7 @@ def frames(path: Path, columns: list[str], chunk_rows: int) -> Iterator[tuple[in
         reader = pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=_block_size(path, chunk_rows)),
                                 convert_options=pacsv.ConvertOptions(
                                     include_columns=columns, column_types={c: pa.string() for c in columns},
-                                    strings_can_be_null=True))
+                                    strings_can_be_null=True, null_values=NULLS))
     except pa.ArrowInvalid as exc:
         raise refused(exc) from None
     while True:
