@@ -218,3 +218,11 @@ def test_missing_cells_read_as_pandas_reads_them(tmp_path):
     want = codec.encode(pd.read_csv(tmp_path / "m.csv", dtype=str)).codes
     got = np.concatenate([r.codes for _, r in coded_chunks(tmp_path / "m.csv", codec, 2)()])
     assert np.array_equal(got, want)
+
+
+def test_a_category_spelled_like_a_missing_value_stays_a_category(tmp_path):
+    schema = TableSchema((ColumnSchema("ins", "categorical", categories=("None", "public")),))
+    (tmp_path / "i.csv").write_text("ins\nNone\npublic\nNone\n")
+    codec = schema.fit(pd.DataFrame({"ins": []}), None, np.random.default_rng(0))
+    got = np.concatenate([r.codes for _, r in coded_chunks(tmp_path / "i.csv", codec, 2)()])
+    assert got.ravel().tolist() == [0, 1, 0]
