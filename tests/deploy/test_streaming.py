@@ -208,3 +208,21 @@ def test_party_synth_on_parquet_and_a_dask_scheduler_equals_the_simulation(tmp_p
     simulate(load_config(tmp_path / "job.toml"), SECRET).synthetic.to_csv(tmp_path / "sim.csv", index=False)
     pd.testing.assert_frame_equal(deployed, pd.read_csv(tmp_path / "sim.csv"))
     assert json.loads((tmp_path / "out" / "ledger.json").read_text())["planned_but_unspent"] == []
+
+
+def test_missing_cells_read_as_pandas_reads_them(tmp_path):
+    schema = TableSchema((ColumnSchema("a", "categorical", categories=("x", "y"), missing="category"),
+                          ColumnSchema("b", "numeric", bounds=(0.0, 9.0), bins=3, missing="category")))
+    (tmp_path / "m.csv").write_text("a,b\nx,1\n,2\nNA,\ny,None\nnull,8\n")
+    codec = schema.fit(pd.DataFrame({"a": [], "b": []}), None, np.random.default_rng(0))
+    want = codec.encode(pd.read_csv(tmp_path / "m.csv", dtype=str)).codes
+    got = np.concatenate([r.codes for _, r in coded_chunks(tmp_path / "m.csv", codec, 2)()])
+    assert np.array_equal(got, want)
+
+
+def test_a_category_spelled_like_a_missing_value_stays_a_category(tmp_path):
+    schema = TableSchema((ColumnSchema("ins", "categorical", categories=("None", "public")),))
+    (tmp_path / "i.csv").write_text("ins\nNone\npublic\nNone\n")
+    codec = schema.fit(pd.DataFrame({"ins": []}), None, np.random.default_rng(0))
+    got = np.concatenate([r.codes for _, r in coded_chunks(tmp_path / "i.csv", codec, 2)()])
+    assert got.ravel().tolist() == [0, 1, 0]

@@ -20,6 +20,9 @@ from vertisynth.core.encoding import TableCodec
 from vertisynth.core.errors import DataError, VertisynthError
 
 PARQUET = (".parquet", ".pq")
+# pandas.read_csv's missing-value spellings (the in-memory reader), so both readers see the same missing cells
+NULLS = ["", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>", "N/A",
+         "NA", "NULL", "NaN", "None", "n/a", "nan", "null"]
 
 
 def table_columns(path: Path) -> list[str]:
@@ -54,8 +57,10 @@ def _first_bad_row(codec: TableCodec, frame: pd.DataFrame) -> int:
     return lo
 
 
-def frames(path: Path, columns: list[str], chunk_rows: int) -> Iterator[tuple[int, pd.DataFrame]]:
-    """(first data row, text frame of `columns`) per chunk of at most chunk_rows rows."""
+def frames(path: Path, columns: list[str], chunk_rows: int, keep: frozenset[str] = frozenset()
+           ) -> Iterator[tuple[int, pd.DataFrame]]:
+    """(first data row, text frame of `columns`) per chunk of at most chunk_rows rows. `keep`: labels that
+    are values, not missing cells, even where pandas would read them as missing (a category "None")."""
     if path.suffix.lower() in PARQUET:
         import pyarrow.parquet as pq
         start = 0
@@ -79,7 +84,7 @@ def frames(path: Path, columns: list[str], chunk_rows: int) -> Iterator[tuple[in
         reader = pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=_block_size(path, chunk_rows)),
                                 convert_options=pacsv.ConvertOptions(
                                     include_columns=columns, column_types={c: pa.string() for c in columns},
-                                    strings_can_be_null=True))
+                                    strings_can_be_null=True, null_values=[v for v in NULLS if v not in keep]))
     except pa.ArrowInvalid as exc:
         raise refused(exc) from None
     while True:
@@ -136,7 +141,8 @@ class coded_chunks:
         parts: list[tuple[int, Path]] = []
         if self.spill and self._dir is None:
             self._dir = tempfile.TemporaryDirectory(prefix="vertisynth-chunks-")   # mkdtemp: mode 0700
-        for start, frame in frames(self.path, columns, self.chunk_rows):
+        labels = frozenset(str(x) for c in self.codec.columns if c.schema.categories for x in c.schema.categories)
+        for start, frame in frames(self.path, columns, self.chunk_rows, labels):
             frame = frame.reset_index(drop=True)
             try:
                 rows = self.codec.encode(frame)
