@@ -13,20 +13,12 @@ from vertisynth.core.interfaces import PlanContext, VerticalData
 from vertisynth.core.privacy import Budget, PrivacyLedger
 from vertisynth.pgm import Measurement, estimate
 from vertisynth.plugins.synthesizers.vertimrf import synthesizer as vsyn
+from synthetic_tables import correlated
 
 FAST = {"encoder_params": {"t": 200}, "local_params": {"iters": 40, "refine_iters": 10}, "iters": 60, "rounds": 3,
         "per_round": 1}
 
 
-def correlated(n=4000, seed=0):
-    rng = np.random.default_rng(seed)
-    dom = Domain(["a", "b", "c", "d", "e"], [3, 8, 2, 4, 2])
-    a = rng.integers(0, 3, n)
-    b = (2 * a + rng.integers(0, 3, n)) % 8
-    c = (a == 0).astype(int) ^ (rng.random(n) < 0.1)
-    d = (b // 2 + (rng.random(n) < 0.2)) % 4
-    e = (c + (rng.random(n) < 0.15)) % 2
-    return Dataset(np.column_stack([a, b, c, d, e]), dom)
 
 
 def fit_recording(monkeypatch, params, parts=(("a", "b"), ("c", "d", "e")), seed=0, budget=8.0):
@@ -39,7 +31,7 @@ def fit_recording(monkeypatch, params, parts=(("a", "b"), ("c", "d", "e")), seed
         return res
 
     monkeypatch.setattr(vsyn, "estimate", spy)
-    data = correlated()
+    data = correlated(4000)
     part = VerticalPartition.from_lists([list(p) for p in parts])
     syn = vsyn.VertiMRFSynthesizer(vsyn.VertiMRFConfig(**{**FAST, **params}))
     budget = Budget(budget, 1e-5)

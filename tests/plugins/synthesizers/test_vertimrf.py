@@ -11,6 +11,7 @@ from vertisynth.core.messages import Message
 from vertisynth.run.pipeline import make_plan, run
 from vertisynth.core.privacy import Budget, PrivacyLedger
 from vertisynth.plugins.synthesizers.vertimrf.synthesizer import VertiMRFConfig, VertiMRFSynthesizer
+from synthetic_tables import correlated as _correlated
 
 FAST = {"encoder_params": {"t": 200}, "local_params": {"iters": 40, "refine_iters": 10}, "iters": 60, "rounds": 2,
         "per_round": 2}
@@ -24,15 +25,6 @@ def _cfg(**kw):
     return parse_config(base)
 
 
-def _correlated(n=5000, seed=0):
-    rng = np.random.default_rng(seed)
-    dom = Domain(["a", "b", "c", "d", "e"], [3, 8, 2, 4, 2])
-    a = rng.integers(0, 3, n)
-    b = (2 * a + rng.integers(0, 3, n)) % 8
-    c = (a == 0).astype(int) ^ (rng.random(n) < 0.1)
-    d = (b // 2 + (rng.random(n) < 0.2)) % 4
-    e = (c + (rng.random(n) < 0.15)) % 2
-    return Dataset(np.column_stack([a, b, c, d, e]), dom)
 
 
 def _fit(data, parts, params=None, budget=Budget(4.0, 1e-5), seed=0):
