@@ -120,11 +120,25 @@ class FsspecTransport:
         if self.fs.exists(env) or self.fs.exists(done):
             raise MessageError(f"exchange {self.url!r} already holds {name}{self.SUFFIX} (a reused exchange or a "
                                "second run of this step); use a fresh exchange for every run")
-        self.fs.makedirs(env.rsplit("/", 1)[0], exist_ok=True)
+        self._makedirs(env.rsplit("/", 1)[0])
         with self.fs.open(env, "wb") as fh:      # closed (flushed to the store) before the marker appears
             fh.write(data)
         with self.fs.open(done, "wb"):
             pass
+
+    def _makedirs(self, folder: str) -> None:
+        """`folder` and its parents, while another party may create the same parents at the same moment: fsspec's
+        sftp makedirs checks, then creates, so two parties starting together raced on the exchange root (seen)."""
+        for attempt in range(3):
+            try:
+                self.fs.makedirs(folder, exist_ok=True)
+                return
+            except store_failures():
+                if self.fs.isdir(folder):
+                    return
+                if attempt == 2:
+                    raise
+                # else the other's mkdir of a shared parent won the race: go on from there
 
     def _names(self, pattern: str) -> list[str]:
         self.fs.invalidate_cache()               # stores that cache listings (s3fs) would hide new envelopes

@@ -20,7 +20,7 @@ from vertisynth.core.capabilities import (CostEstimate, EncodesInChunks, Measure
                                          SharedKeyEncoder)
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
-from vertisynth.core.errors import ConfigError, DataError
+from vertisynth.core.errors import ConfigError, DataError, MessageError
 from vertisynth.core.factor import Factor
 from vertisynth.core.interfaces import PlanContext, Synthesizer, VerticalData
 from vertisynth.core.messages import Message
@@ -307,6 +307,13 @@ class VertiMRFSynthesizer(Synthesizer):
         c = self.config
         dom = self._domain
         owner = {a: p.name for p in self._partition for a in p.attributes}
+        # the partition's order, whatever order they arrived in: the result must not depend on it (the count
+        # is read off the first sketch, the graph's edges are taken in the local models' order)
+        rank = {p: i for i, p in enumerate(self._partition.names)}
+        strangers = sorted({m.party for m in messages} - set(rank))
+        if strangers:
+            raise MessageError(f"vertimrf: messages from {strangers}, who are not parties of this run {list(rank)}")
+        messages = sorted(messages, key=lambda m: rank[m.party])   # stable: a party's own order is kept
         locals_ = {m.party: m for m in messages if isinstance(m, LocalModel)}
         if c.binning == "mass":   # the parties' equal-mass bins, recomputed from their local models
             self._maps = {a: bm for lm in locals_.values()
