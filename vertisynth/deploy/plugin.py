@@ -7,7 +7,8 @@ from vertisynth.core.specs import CommandSpec, SectionSpec
 @hookimpl
 def vertisynth_commands():
     return [CommandSpec("party", "vertisynth.deploy.cli:party", summary="one party's side of a cross-machine run"),
-            CommandSpec("server", "vertisynth.deploy.cli:server", summary="the server's side: messages only")]
+            CommandSpec("server", "vertisynth.deploy.cli:server", summary="the server's side: messages only"),
+            CommandSpec("flower", "vertisynth.deploy.flower.cli:flower", summary="run across organisations on Flower")]
 
 
 @hookimpl

@@ -25,7 +25,7 @@ from vertisynth.core.identity import Identity, Roster, inside, roster_of as _ros
 from vertisynth.plugins.encoders.keys import hkdf
 from vertisynth.run.config import RunConfig
 
-from .transport import Transport, local_folder, receive, transport_for
+from .transport import ReportsWaiting, Transport, local_folder, receive, transport_for
 
 TEST_LABEL = "TEST SECRET: reproducible run, not for production"
 MAX_HELLO_AGE = 3600.0   # seconds: an older hello is an earlier run's
@@ -197,6 +197,8 @@ class Session:
             if time.monotonic() > deadline:
                 raise MessageError(f"waited {self.timeout:.0f} s for round {round_!r} from {senders} in "
                                    f"{self.transport}, found {len(names)} of {want}; is another party down?")
+            if isinstance(self.transport, ReportsWaiting):   # a relay (Flower) learns this role waits for more
+                self.transport.waiting(f"round {round_!r}")
             time.sleep(max(self.poll, getattr(self.transport, "min_poll", 0.0)))
         got: dict[str, list[tuple[Header, bytes]]] = {s: [] for s in senders}
         for name in names:

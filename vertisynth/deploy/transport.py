@@ -8,7 +8,8 @@ import fnmatch
 import os
 import time
 from pathlib import Path
-from typing import Protocol
+import json
+from typing import Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 from vertisynth.core.errors import ConfigError, MessageError
@@ -22,6 +23,12 @@ class Transport(Protocol):
         """The names of delivered envelopes matching a glob pattern, sorted."""
 
     def read(self, name: str) -> bytes: ...
+
+
+@runtime_checkable
+class ReportsWaiting(Protocol):
+    def waiting(self, what: str) -> None:
+        """Called by a role that listed the exchange, found too few envelopes and is about to wait."""
 
 
 class FolderTransport:
@@ -59,6 +66,35 @@ class FolderTransport:
 
     def read(self, name: str) -> bytes:
         return (self.folder / (name + self.SUFFIX)).read_bytes()
+
+
+class RelayFolderTransport(FolderTransport):
+    """A private folder that a relay fills (`relay:///path`; the Flower bridge, deploy/flower/bridge.py). The relay
+    writes what arrived, then bumps `.generation`; a role that lists the folder, finds too few envelopes and waits
+    records in `.waiting` the generation it listed under. So the relay can tell a role blocked on envelopes it does
+    not hold yet from one that is still busy, without guessing from timings."""
+
+    GENERATION, WAITING = ".generation", ".waiting"
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__(folder)
+        self._listed_under = -1
+
+    def names(self, pattern: str) -> list[str]:
+        self._listed_under = read_generation(self.folder)   # before listing: what we see is at least this
+        return super().names(pattern)
+
+    def waiting(self, what: str) -> None:
+        tmp = self.folder / f".waiting.{os.getpid()}.part"
+        tmp.write_text(json.dumps({"generation": self._listed_under, "what": what}))
+        os.replace(tmp, self.folder / self.WAITING)
+
+
+def read_generation(folder: Path) -> int:
+    try:
+        return int((folder / RelayFolderTransport.GENERATION).read_text())
+    except (FileNotFoundError, ValueError):
+        return 0
 
 
 class FsspecTransport:
@@ -185,13 +221,21 @@ def local_folder(exchange: str | Path) -> Path | None:
     text = str(exchange)
     if "://" not in text:
         return Path(text)
+    if text.startswith(RELAY):
+        return Path(text[len(RELAY):])
     parts = urlsplit(text)
     return Path(parts.path) if parts.scheme in ("file", "local") else None
 
 
+RELAY = "relay://"
+
+
 def transport_for(exchange: str | Path) -> Transport:
-    """`--exchange`: a plain path is a folder; a URL with a scheme (file://, sftp://, s3://, ...) goes to fsspec."""
+    """`--exchange`: a plain path is a folder; `relay:///path` a folder a relay fills (the Flower runtime); a URL
+    with another scheme (file://, sftp://, s3://, ...) goes to fsspec."""
     text = str(exchange)
+    if text.startswith(RELAY):
+        return RelayFolderTransport(Path(text[len(RELAY):]))
     return FsspecTransport(text) if "://" in text else FolderTransport(Path(text))
 
 
@@ -205,4 +249,6 @@ def receive(transport: Transport, pattern: str, want: int, what: str, timeout: f
         if time.monotonic() > deadline:
             raise MessageError(f"waited {timeout:.0f} s for {what} in {transport}, found {len(found)} of {want}; "
                                "is another party down?")
+        if isinstance(transport, ReportsWaiting):
+            transport.waiting(what)
         time.sleep(max(poll, getattr(transport, "min_poll", 0.0)))   # a remote store: fewer LISTs

@@ -1,0 +1,93 @@
+"""A Flower deployment on 127.0.0.1 for the tests: a SuperLink with TLS and SuperNode authentication, one
+SuperNode per party, each a separate OS process group; certificates and keys made by the test. Everything is
+bounded in time and killed (by the process ids started here) at teardown."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Deployment:
+    def __init__(self, root: Path):
+        self.root = root
+        self.home = root / "flwr_home"
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.env = {**os.environ, "FLWR_HOME": str(self.home), "FLWR_TELEMETRY_ENABLED": "0",
+                    "FLWR_DISABLE_UPDATE_CHECK": "1", "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+    def _start(self, name: str, cmd: list[str]) -> subprocess.Popen:
+        log = open(self.root / f"{name}.log", "w")
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.root,
+                                start_new_session=True)
+        self.procs[name] = proc
+        return proc
+
+    def log(self, name: str) -> str:
+        return (self.root / f"{name}.log").read_text(errors="replace")
+
+    def wait_for(self, name: str, text: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.log(name):
+            if self.procs[name].poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"{name} did not log {text!r}:\n{self.log(name)[-3000:]}")
+            time.sleep(0.2)
+
+    def superlink(self, tls: dict[str, Path]) -> None:
+        self.ca = tls["ca.crt"]
+        self._start("superlink", [str(BIN / "flower-superlink"), "--ssl-ca-certfile", str(tls["ca.crt"]),
+                                  "--ssl-certfile", str(tls["superlink.crt"]), "--ssl-keyfile", str(tls["superlink.key"]),
+                                  "--enable-supernode-auth", "--disable-runtime-dependency-installation",
+                                  "--host", "127.0.0.1", "--port", str(self.port)])
+        (self.home / "config.toml").write_text(
+            f'[superlink]\ndefault = "local"\n[superlink.local]\naddress = "127.0.0.1:{self.port}"\n'
+            f'root-certificates = "{tls["ca.crt"]}"\n')
+        self.wait_for("superlink", "Application startup complete")
+
+    def flwr(self, *args, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run([str(BIN / "flwr"), *args], capture_output=True, text=True, env=self.env,
+                              cwd=self.root, timeout=timeout)
+
+    def register(self, public_key: Path) -> None:
+        res = self.flwr("supernode", "register", str(public_key), "local")
+        assert res.returncode == 0 and "registered successfully" in res.stdout, res.stdout + res.stderr
+
+    def supernode(self, name: str, private_key: Path, node_config: dict, ca: Path | None = None) -> subprocess.Popen:
+        cfg = " ".join(f'{k}="{v}"' for k, v in node_config.items())
+        return self._start(f"node_{name}", [
+            str(BIN / "flower-supernode"), "--superlink", f"127.0.0.1:{self.port}",
+            "--root-certificates", str(ca or self.ca), "--auth-supernode-private-key", str(private_key),
+            "--node-config", cfg, "--port", str(free_port()), "--max-wait-time", "60"])
+
+    def run(self, app: Path, run_config: dict, timeout: float = 400) -> subprocess.CompletedProcess:
+        cfg = " ".join(f'{k}="{v}"' if isinstance(v, str) else f"{k}={v}" for k, v in run_config.items())
+        return self.flwr("run", str(app), "local", "--run-config", cfg, "--stream", timeout=timeout)
+
+    def stop(self, name: str) -> None:
+        proc = self.procs.pop(name)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)   # the group this test started: the node and its SuperExec
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=10)
+
+    def close(self) -> None:
+        for name in list(self.procs):
+            self.stop(name)
+        for pid_file in self.root.rglob("*.pid"):   # party workers the bridge started (their own sessions)
+            try:
+                os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+            except (ProcessLookupError, ValueError, PermissionError):
+                pass

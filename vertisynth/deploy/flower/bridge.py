@@ -1,0 +1,162 @@
+"""A party's side of the Flower runtime, without Flower: the ordinary party steps (`vertisynth party hello|align|
+keys|synth`) run unchanged as a worker process on the party's own machine, against a private relay folder
+(`relay://<work>/exchange`), and this bridge moves envelopes between that folder and the Flower messages.
+
+A Flower ClientApp lives for one message, a party step for several rounds, so each call of `Bridge.step`:
+writes the envelopes that came in, starts the step's worker if it is not running yet, and returns as soon as the
+worker is done, failed, or waits for envelopes the bridge does not hold yet (the relay folder records that
+precisely: transport.RelayFolderTransport), with every envelope the party wrote since the last call. The
+protocols, their envelope checks and the party's keys and outputs stay exactly those of the folder run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import attrs
+
+from vertisynth.core.errors import ConfigError, MessageError
+from vertisynth.run.config import load_config
+
+from ..transport import RelayFolderTransport, read_generation
+
+STEPS = ("hello", "align", "keys", "synth")
+DONE, FAILED, WAITING, BUSY = "done", "failed", "waiting", "busy"
+
+
+@attrs.frozen
+class NodeSettings:
+    """What an organisation's SuperNode is started with (`--node-config`): who it is and where its files are.
+    Nothing here leaves the machine but the party's name."""
+
+    party: str
+    config: Path              # the shared job config (public; the same file at every organisation)
+    out: Path                 # the party's private folder: signing key (`party init`), run state, keys, outputs
+    work: Path                # scratch for the relay folder, worker logs and status (private too)
+    csv: Path | None = None   # the party's own table (with --id-column when the config aligns with PSI/PSU)
+    id_column: str = "id"
+    test_secret: str | None = None   # reproducible test runs only (labelled so in every output)
+    timeout: float = 600.0
+
+    @classmethod
+    def from_node_config(cls, node: dict) -> NodeSettings:
+        missing = [k for k in ("party", "config", "out", "work") if not str(node.get(k, "")).strip()]
+        if missing:
+            raise ConfigError(f"the SuperNode's --node-config lacks {missing} (e.g. --node-config 'party=\"hospital\" "
+                              "config=\"job.toml\" out=\"private\" work=\"flower-work\" csv=\"hospital.csv\"')")
+        get = lambda k: str(node[k]) if str(node.get(k, "")).strip() else None   # noqa: E731
+        return cls(party=str(node["party"]), config=Path(str(node["config"])), out=Path(str(node["out"])),
+                   work=Path(str(node["work"])), csv=Path(get("csv")) if get("csv") else None,
+                   id_column=get("id-column") or "id", test_secret=get("test-secret"),
+                   timeout=float(node.get("timeout", 600.0)))
+
+
+@attrs.frozen
+class Reply:
+    party: str
+    status: str                  # done | failed | waiting | busy
+    envelopes: dict[str, bytes]  # what the party wrote since the last call
+    error: str = ""
+
+
+class Bridge:
+    def __init__(self, settings: NodeSettings) -> None:
+        self.s = settings
+        self.spool = settings.work / "exchange"
+        self.spool.mkdir(parents=True, exist_ok=True)
+
+    # -- what the worker runs -----------------------------------------------------------------------------------
+    def command(self, step: str) -> list[str]:
+        s = self.s
+        base = [sys.executable, "-m", "vertisynth.cli", "party", step, str(s.config), "--party", s.party,
+                "--exchange", f"relay://{self.spool.resolve()}", "--out", str(s.out)]
+        if step == "hello":
+            return base + ["--timeout", str(s.timeout)] + (["--test-secret", s.test_secret] if s.test_secret else [])
+        if step == "align":
+            if s.csv is None:
+                raise ConfigError(f"party {s.party!r}: the config aligns rows (PSI/PSU): set csv=... in --node-config")
+            return base + ["--csv", str(s.csv), "--id-column", s.id_column, "--timeout", str(s.timeout), "--quiet"]
+        if step == "keys":
+            return base + ["--timeout", str(s.timeout), "--quiet"]
+        if step == "synth":
+            aligned = load_config(s.config).alignment.use in ("psi", "psu")
+            csv = s.out / f"{s.party}_aligned.csv" if aligned else s.csv
+            return base + (["--csv", str(csv)] if csv is not None else []) + ["--quiet"]
+        raise ConfigError(f"unknown step {step!r}; the steps are {list(STEPS)}")
+
+    def _file(self, step: str, what: str) -> Path:
+        return self.s.work / f"{step}.{what}"
+
+    def _start(self, step: str) -> None:
+        cmd = self.command(step)
+        log = open(self._file(step, "log"), "ab")
+        # a session of its own: the worker outlives this ClientApp process (it ends by itself: --timeout)
+        proc = subprocess.Popen([sys.executable, "-m", "vertisynth.deploy.flower.worker", str(self._file(step, "rc")),
+                                 *cmd], stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+        self._file(step, "pid").write_text(str(proc.pid))
+
+    # -- one Flower message ---------------------------------------------------------------------------------------
+    def step(self, step: str, inbound: dict[str, bytes], wait: float) -> Reply:
+        if step not in STEPS:
+            raise ConfigError(f"unknown step {step!r}; the steps are {list(STEPS)}")
+        for name, data in inbound.items():
+            if name.split("__")[1:2] == [self.s.party]:
+                raise MessageError(f"the relay sent back an envelope under this party's own name ({name}); refused")
+            if not (self.spool / (name + RelayFolderTransport.SUFFIX)).exists():
+                RelayFolderTransport(self.spool).send(name, data)
+        generation = read_generation(self.spool) + 1
+        tmp = self.spool / ".generation.part"
+        tmp.write_text(str(generation))
+        os.replace(tmp, self.spool / RelayFolderTransport.GENERATION)
+        if not self._file(step, "pid").exists():
+            self._start(step)
+        deadline = time.monotonic() + wait
+        while True:
+            status, error = self._status(step, generation)
+            if status != BUSY or time.monotonic() > deadline:
+                return Reply(self.s.party, status, self._outbound(), error)
+            time.sleep(0.05)
+
+    def _status(self, step: str, generation: int) -> tuple[str, str]:
+        rc_file = self._file(step, "rc")
+        if rc_file.exists():
+            rc = int(rc_file.read_text() or 1)
+            if rc == 0:
+                return DONE, ""
+            lines = [ln for ln in self._file(step, "log").read_text(errors="replace").splitlines() if ln.strip()]
+            return FAILED, (lines[-1] if lines else f"exit status {rc}")[-2000:]
+        try:
+            waiting = json.loads((self.spool / RelayFolderTransport.WAITING).read_text())
+        except (FileNotFoundError, ValueError):
+            return BUSY, ""
+        return (WAITING, waiting.get("what", "")) if waiting.get("generation") == generation else (BUSY, "")
+
+    def _outbound(self) -> dict[str, bytes]:
+        """The party's own envelopes not reported yet (each is reported once)."""
+        sent_file = self.s.work / "reported.json"
+        sent = set(json.loads(sent_file.read_text())) if sent_file.exists() else set()
+        relay = RelayFolderTransport(self.spool)
+        new = {n: relay.read(n) for n in relay.names(f"*__{self.s.party}__*") if n.split("__")[1] == self.s.party
+               and n not in sent}
+        if new:
+            tmp = sent_file.with_suffix(".part")
+            tmp.write_text(json.dumps(sorted(sent | set(new))))
+            os.replace(tmp, sent_file)
+        return new
+
+    def abort(self, reason: str) -> None:
+        """The server gave up on the run: stop this party's worker (the one this bridge started, by its id)."""
+        for step in STEPS:
+            pid_file, rc_file = self._file(step, "pid"), self._file(step, "rc")
+            if pid_file.exists() and not rc_file.exists():
+                try:
+                    os.killpg(int(pid_file.read_text()), signal.SIGTERM)
+                except (ProcessLookupError, PermissionError, ValueError):
+                    pass
+                with open(self._file(step, "log"), "a") as fh:
+                    fh.write(f"error: aborted by the server: {reason}\n")

@@ -1,0 +1,123 @@
+"""The server's side of the Flower runtime, without Flower: drive the parties through the steps of a run
+(hello, PSI/PSU alignment, key agreement, party synth), relaying each party's signed envelopes to the parties
+they are addressed to, then build the table from the envelopes addressed to the server (deploy/server.py).
+
+The relay reads no envelope: every recipient checks every envelope (roster, signature, run, config, round,
+recipient) as in a folder exchange, and the server role does so again in `run_server`. What the relay checks
+is only the traffic: each SuperNode speaks for one party of the config, and writes under that party's name only.
+`ask` is the runtime's round trip (serverapp.py: Flower messages); tests may pass any other.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from vertisynth.core.errors import ConfigError, MessageError
+from vertisynth.run.config import RunConfig
+
+from ..plans import vertical_plan
+from ..server import run_server
+from ..transport import FolderTransport
+from .bridge import DONE, FAILED, STEPS, WAITING, Reply
+
+# node id -> (step, envelopes for it) ; returns node id -> Reply, or raises MessageError naming who did not answer
+Ask = Callable[[Mapping[int, tuple[str, dict[str, bytes]]]], Mapping[int, Reply]]
+
+
+def steps_for(config: RunConfig, data_dir: str | None = None) -> list[str]:
+    _, synth = vertical_plan(config, data_dir, aligned_csv=True)
+    return (["hello"] + (["align"] if config.alignment.use in ("psi", "psu") else [])
+            + (["keys"] if synth.needs_keys() else []) + ["synth"])
+
+
+def addressed_to(name: str, party: str) -> bool:
+    """Envelope names are `<round>__<sender>__to__<all | a+b | server>__<tag>` (deploy/session.py)."""
+    parts = name.split("__")
+    return len(parts) >= 4 and parts[1] != party and (parts[3] == "all" or party in parts[3].split("+"))
+
+
+class Relay:
+    def __init__(self, parties: list[str], nodes: list[int], ask: Ask, timeout: float) -> None:
+        if len(nodes) != len(parties):
+            raise MessageError(f"{len(nodes)} SuperNode(s) connected, the config has {len(parties)} parties "
+                               f"{parties}: start one SuperNode per party (and no other) before the run")
+        self.parties, self.nodes, self.ask, self.timeout = parties, nodes, ask, timeout
+        self.envelopes: dict[str, bytes] = {}
+        self.delivered: dict[int, set[str]] = {n: set() for n in nodes}
+        self.party_of: dict[int, str] = {}
+        self.rounds = 0
+
+    def _inbox(self, node: int) -> dict[str, bytes]:
+        party = self.party_of.get(node)
+        if party is None:                      # not introduced yet (its first reply names it)
+            return {}
+        return {n: b for n, b in self.envelopes.items() if n not in self.delivered[node] and addressed_to(n, party)}
+
+    def _take(self, node: int, reply: Reply) -> bool:
+        known = self.party_of.get(node)
+        if known is None:
+            if reply.party not in self.parties:
+                raise MessageError(f"SuperNode {node} speaks for {reply.party!r}, not a party of this config "
+                                   f"{self.parties}; refused")
+            if reply.party in self.party_of.values():
+                raise MessageError(f"two SuperNodes speak for party {reply.party!r}; refused")
+            self.party_of[node] = known = reply.party
+        elif reply.party != known:
+            raise MessageError(f"SuperNode {node} spoke for {known!r} and now for {reply.party!r}; refused")
+        new = False
+        for name, data in reply.envelopes.items():
+            if name.split("__")[1:2] != [known]:
+                raise MessageError(f"SuperNode {node} ({known!r}) sent {name}, under another sender's name; refused")
+            if name in self.envelopes:
+                if self.envelopes[name] != data:
+                    raise MessageError(f"party {known!r} sent {name} twice with different contents; refused")
+                continue
+            self.envelopes[name] = data
+            new = True
+        return new
+
+    def step(self, step: str) -> None:
+        pending = list(self.nodes)
+        deadline = time.monotonic() + self.timeout
+        while pending:
+            if time.monotonic() > deadline:
+                who = [self.party_of.get(n, f"node {n}") for n in pending]
+                raise MessageError(f"step {step!r}: parties {who} not done after {self.timeout:.0f} s")
+            requests = {n: (step, self._inbox(n)) for n in pending}
+            replies = self.ask(requests)
+            self.rounds += 1
+            progress = False
+            for node, (_, sent) in requests.items():
+                self.delivered[node] |= set(sent)
+            for node in pending:
+                reply = replies[node]
+                progress |= self._take(node, reply)
+                if reply.status == FAILED:
+                    raise MessageError(f"party {reply.party!r} failed in step {step!r}: {reply.error}")
+            pending = [n for n in pending if replies[n].status != DONE]
+            stuck = all(replies[n].status == WAITING for n in pending) and not progress
+            if pending and stuck and not any(self._inbox(n) for n in pending):
+                waits = {self.party_of[n]: replies[n].error for n in pending}
+                raise MessageError(f"step {step!r}: every party left waits for envelopes nobody sent ({waits}); "
+                                   "a party is missing from the run or runs another config")
+
+    def run(self, steps: list[str]) -> dict[str, bytes]:
+        unknown = [s for s in steps if s not in STEPS]
+        if unknown:
+            raise ConfigError(f"unknown steps {unknown}; the steps are {list(STEPS)}")
+        for step in steps:
+            self.step(step)
+        return dict(self.envelopes)
+
+
+def build(config: RunConfig, envelopes: Mapping[str, bytes], out: Path, data_dir: str | None = None) -> Path:
+    """The server role on what was relayed: the envelopes kept in `out/exchange` (what crossed the wire, for
+    audit), then `run_server` with every check of a folder run. A reused `out` is refused."""
+    exchange = out / "exchange"
+    if exchange.exists() and any(exchange.iterdir()):
+        raise ConfigError(f"{str(exchange)!r} already holds envelopes (a reused output folder); use a fresh --out")
+    folder = FolderTransport(exchange)
+    for name, data in sorted(envelopes.items()):
+        folder.send(name, data)
+    return run_server(config, exchange, out, data_dir)

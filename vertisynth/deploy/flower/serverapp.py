@@ -1,0 +1,114 @@
+"""The server's Flower ServerApp (`vertisynth.deploy.flower.serverapp:app`): relays the parties' envelopes step by
+step (relay.py) over Flower messages, then builds the table. Run config (set with `flwr run --run-config`):
+`config` (the shared job TOML on the SuperLink's machine), `out` (a fresh output folder there), `timeout`
+(seconds a step, and a party's answer, may take), `data-dir` (benchmark data, only for named benchmarks)."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.serverapp import Grid, ServerApp
+
+from vertisynth.core.errors import MessageError, VertisynthError
+from vertisynth.run.config import load_config
+
+from .relay import Relay, build, steps_for
+from .wire import reply_from, request_records
+
+app = ServerApp()
+POLL = 0.2   # seconds between pulls of replies (Flower's send_and_receive sleeps 3 s)
+
+
+def _message(node: int, records: dict) -> Message:
+    return Message(RecordDict({k: ConfigRecord(v) for k, v in records.items()}), dst_node_id=node,
+                   message_type="query")
+
+
+class FlowerAsk:
+    """One round trip: a request to each node, every reply within `timeout` or a clear error naming who is silent."""
+
+    def __init__(self, grid: Grid, timeout: float, wait: float) -> None:
+        self.grid, self.timeout, self.wait = grid, timeout, wait
+        self.names: dict[int, str] = {}
+        self.bytes_out: dict[int, int] = {}
+        self.bytes_in: dict[int, int] = {}
+
+    def __call__(self, requests):
+        ids = {}
+        for node, (step, envelopes) in requests.items():
+            [mid] = self.grid.push_messages([_message(node, request_records(step, envelopes, self.wait))])
+            ids[mid] = node
+            self.bytes_out[node] = self.bytes_out.get(node, 0) + sum(map(len, envelopes.values()))
+        replies, deadline = {}, time.monotonic() + self.timeout + self.wait
+        while ids and time.monotonic() < deadline:
+            for msg in self.grid.pull_messages(set(ids)):
+                node = ids.pop(msg.metadata.reply_to_message_id)
+                if msg.has_error():
+                    raise MessageError(f"SuperNode {node}: its ClientApp failed: {msg.error.reason}")
+                replies[node] = reply_from(msg.content)
+                self.names[node] = replies[node].party
+                self.bytes_in[node] = self.bytes_in.get(node, 0) + sum(map(len, replies[node].envelopes.values()))
+            if ids:
+                time.sleep(POLL)
+        if ids:
+            silent = [self.names.get(n, f"SuperNode {n}") for n in ids.values()]
+            raise MessageError(f"{silent} did not answer within {self.timeout:.0f} s (disconnected?); run stopped")
+        return replies
+
+    def abort(self, nodes, reason: str) -> None:
+        """Tell every node to stop its party's worker; wait briefly, the run has failed anyway."""
+        try:
+            ids = set(self.grid.push_messages([_message(n, request_records("abort", {}, 0, reason)) for n in nodes]))
+            deadline = time.monotonic() + min(self.timeout, 15.0)
+            while ids and time.monotonic() < deadline:
+                ids -= {m.metadata.reply_to_message_id for m in self.grid.pull_messages(ids)}
+                time.sleep(POLL)
+        except Exception:   # noqa: BLE001 - best effort: the run's own error is what the operator must see
+            pass
+
+
+def _nodes(grid: Grid, want: int, timeout: float) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while len(nodes := sorted(grid.get_node_ids())) < want and time.monotonic() < deadline:
+        time.sleep(POLL)
+    return nodes
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    cfg = context.run_config
+    out = Path(str(cfg["out"]))
+    timeout = float(cfg.get("timeout", 600))
+    data_dir = str(cfg.get("data-dir", "")) or None
+    ask = FlowerAsk(grid, timeout, wait=min(20.0, timeout))
+    nodes: list[int] = []
+    try:
+        if not str(cfg.get("config", "")) or not str(cfg.get("out", "")):
+            raise MessageError("set the run config: flwr run APP --run-config 'config=\"job.toml\" out=\"out\"'")
+        config = load_config(str(cfg["config"]))
+        parties = [p.name for p in config.parties]
+        if not parties or not all(parties):
+            raise MessageError("the Flower run needs the parties named in the config's [[parties]]")
+        nodes = _nodes(grid, len(parties), timeout)
+        relay = Relay(parties, nodes, ask, timeout)
+        t0 = time.monotonic()
+        envelopes = relay.run(steps_for(config, data_dir))
+        build(config, envelopes, out, data_dir)
+        _stats(out, relay, ask, time.monotonic() - t0)
+    except VertisynthError as exc:
+        ask.abort(nodes, str(exc))
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "error.txt").write_text(f"error: {exc}\n")
+        print(f"error: {exc}", flush=True)   # into `flwr run --stream` / `flwr log`
+        raise SystemExit(f"error: {exc}") from None
+    print(f"server: wrote {out}/synthetic.csv, report.json, ledger.json (relayed {len(envelopes)} envelopes in "
+          f"{relay.rounds} round trips)", flush=True)
+
+
+def _stats(out: Path, relay: Relay, ask: FlowerAsk, seconds: float) -> None:
+    per_party = {relay.party_of[n]: {"bytes_to_party": ask.bytes_out.get(n, 0), "bytes_from_party": ask.bytes_in.get(n, 0)}
+                 for n in relay.nodes}
+    (out / "network.json").write_text(json.dumps({"round_trips": relay.rounds, "seconds": seconds,
+                                                  "envelopes": len(relay.envelopes), "parties": per_party}, indent=2))
