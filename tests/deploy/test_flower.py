@@ -2,6 +2,7 @@
 (certificates and keys made here), one SuperNode per party reading only its own table, the vertisynth Flower app
 submitted with `flwr run`. The published table equals the one-process simulation under the test secret."""
 import json
+import time
 
 import numpy as np
 import pandas as pd
@@ -12,8 +13,7 @@ from vertisynth.deploy.simulate import simulate
 from vertisynth.run.config import load_config
 
 pytest.importorskip("flwr")
-from flower_helpers import Deployment  # noqa: E402
-
+from vertisynth.deploy.flower.loopback import Deployment  # noqa: E402
 from vertisynth.deploy.flower.pki import node_key, trial_tls  # noqa: E402
 from vertisynth.deploy.flower.project import write_app  # noqa: E402
 
@@ -57,7 +57,7 @@ def _setup(tmp_path, split, extra=""):
     return full
 
 
-def _deployment(tmp_path, parties, csvs, **node_extra):
+def _deployment(tmp_path, parties, csvs, start=True, **node_extra):
     dep = Deployment(tmp_path)
     dep.superlink(trial_tls(tmp_path / "tls", ["127.0.0.1"]))
     for p in parties:
@@ -69,6 +69,80 @@ def _deployment(tmp_path, parties, csvs, **node_extra):
         dep.wait_for(f"node_{p}", "SuperNode ID")
     write_app(tmp_path / "app")
     return dep
+
+
+def test_flower_psi_then_vertimrf_three_parties(tmp_path):
+    split = SPLITS[3]
+    people = _setup(tmp_path, split, '[alignment]\nuse = "psi"\nparams = { workers = 1 }\n')
+    rng = np.random.default_rng(9)
+    held = {p: np.sort(rng.permutation(len(people))[:520]) for p in split}
+    csvs = {}
+    for p, cols in split.items():   # each party its own rows, in its own order, with an identifier
+        rows = rng.permutation(held[p])
+        pd.DataFrame({"id": rows, **{c: people[c].to_numpy()[rows] for c in cols}}).to_csv(tmp_path / f"{p}.csv",
+                                                                                           index=False)
+        csvs[p] = tmp_path / f"{p}.csv"
+    dep = _deployment(tmp_path, list(split), csvs)
+    try:
+        res = dep.run(tmp_path / "app", {"config": str(tmp_path / "job.toml"), "out": str(tmp_path / "out"),
+                                         "timeout": 120})
+    finally:
+        dep.close()
+    assert (tmp_path / "out" / "synthetic.csv").is_file(), res.stdout[-4000:] + res.stderr[-2000:]
+    common = set.intersection(*(set(h) for h in held.values()))
+    for p in split:   # PSI ran across the SuperNodes: each party kept exactly the common people
+        assert len(pd.read_csv(tmp_path / f"private_{p}" / f"{p}_aligned.csv")) == len(common)
+    syn = pd.read_csv(tmp_path / "out" / "synthetic.csv")
+    assert list(syn.columns) == ["a", "b", "c"] and len(syn) > 0
+    assert any(n.startswith("align-r") for n in (p.name for p in (tmp_path / "out" / "exchange").iterdir()))
+
+
+def _says(folder, text):
+    return any(text in p.read_text(errors="replace") for p in folder.glob("*.log"))
+
+
+def test_strangers_are_refused_and_a_party_lost_mid_run_stops_every_role(tmp_path):
+    split = SPLITS[2]
+    full = _setup(tmp_path, split)
+    csvs = {}
+    for p, cols in split.items():
+        full[cols].to_csv(tmp_path / f"{p}.csv", index=False)
+        csvs[p] = tmp_path / f"{p}.csv"
+    dep = _deployment(tmp_path, list(split), csvs, timeout=40)
+    try:
+        # a SuperNode whose key was never registered at the SuperLink is refused
+        stranger, _ = node_key(tmp_path / "private_stranger", "stranger")
+        proc = dep.supernode("stranger", stranger, {"party": "hospital"})
+        assert proc.wait(timeout=120) != 0 and "Failed to activate SuperNode" in dep.log("node_stranger")
+        # a registered key, but the node trusts another CA (a SuperLink it cannot verify): refused before any byte
+        other = trial_tls(tmp_path / "other_tls", ["127.0.0.1"])
+        proc = dep.supernode("misled", tmp_path / "private_hospital" / "hospital_node_key", {"party": "hospital"},
+                             ca=other["ca.crt"])
+        assert proc.wait(timeout=120) != 0 and "CERTIFICATE_VERIFY_FAILED" in dep.log("node_misled")
+        # the run starts; once the hello round is done, the insurer's SuperNode goes away
+        dep.start_run(tmp_path / "app", {"config": str(tmp_path / "job.toml"), "out": str(tmp_path / "out"),
+                                         "timeout": 20})
+        deadline = time.monotonic() + 300
+        while not (tmp_path / "work_insurer" / "hello.rc").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert (tmp_path / "work_insurer" / "hello.rc").exists(), dep.log("superlink")[-3000:]
+        dep.stop("node_insurer")
+        lost = time.monotonic()
+        while not (tmp_path / "out" / "error.txt").exists() and time.monotonic() < lost + 120:
+            time.sleep(0.2)
+        took = time.monotonic() - lost
+        while not _says(tmp_path / "work_hospital", "aborted by the server") and time.monotonic() < lost + 180:
+            time.sleep(0.2)
+    finally:
+        dep.close()
+    error = (tmp_path / "out" / "error.txt").read_text()
+    assert "insurer" in error and "did not answer within 20 s" in error, error
+    assert took < 20 + 10 + 30, took        # the answer timeout, the bridge's wait (10 s), Flower's polling
+    # nothing half-written: no table, no model, no report; the hospital's worker was stopped with the reason
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["error.txt"]
+    logs = "".join(p.read_text() for p in (tmp_path / "work_hospital").glob("*.log"))
+    assert "aborted by the server" in logs and "insurer" in logs, logs
+    assert not (tmp_path / "private_hospital" / "hospital_released.json").exists()
 
 
 @pytest.mark.parametrize("n_parties", [2, 3])

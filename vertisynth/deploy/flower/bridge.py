@@ -151,12 +151,14 @@ class Bridge:
 
     def abort(self, reason: str) -> None:
         """The server gave up on the run: stop this party's worker (the one this bridge started, by its id)."""
+        stopped = []
         for step in STEPS:
             pid_file, rc_file = self._file(step, "pid"), self._file(step, "rc")
             if pid_file.exists() and not rc_file.exists():
                 try:
                     os.killpg(int(pid_file.read_text()), signal.SIGTERM)
+                    stopped.append(step)
                 except (ProcessLookupError, PermissionError, ValueError):
                     pass
-                with open(self._file(step, "log"), "a") as fh:
-                    fh.write(f"error: aborted by the server: {reason}\n")
+        with open(self.s.work / "abort.log", "a") as fh:
+            fh.write(f"error: aborted by the server: {reason}" + (f" (stopped: {stopped})" if stopped else "") + "\n")

@@ -19,7 +19,7 @@ from vertisynth.run.config import RunConfig
 from ..plans import vertical_plan
 from ..server import run_server
 from ..transport import FolderTransport
-from .bridge import DONE, FAILED, STEPS, WAITING, Reply
+from .bridge import BUSY, DONE, FAILED, STEPS, WAITING, Reply
 
 # node id -> (step, envelopes for it) ; returns node id -> Reply, or raises MessageError naming who did not answer
 Ask = Callable[[Mapping[int, tuple[str, dict[str, bytes]]]], Mapping[int, Reply]]
@@ -79,11 +79,11 @@ class Relay:
 
     def step(self, step: str) -> None:
         pending = list(self.nodes)
-        deadline = time.monotonic() + self.timeout
+        last = time.monotonic()   # a step fails after `timeout` s without progress (a party computing says so)
         while pending:
-            if time.monotonic() > deadline:
+            if time.monotonic() - last > self.timeout:
                 who = [self.party_of.get(n, f"node {n}") for n in pending]
-                raise MessageError(f"step {step!r}: parties {who} not done after {self.timeout:.0f} s")
+                raise MessageError(f"step {step!r}: no progress from parties {who} for {self.timeout:.0f} s")
             requests = {n: (step, self._inbox(n)) for n in pending}
             replies = self.ask(requests)
             self.rounds += 1
@@ -95,6 +95,8 @@ class Relay:
                 progress |= self._take(node, reply)
                 if reply.status == FAILED:
                     raise MessageError(f"party {reply.party!r} failed in step {step!r}: {reply.error}")
+            if progress or any(replies[n].status in (DONE, BUSY) for n in pending):
+                last = time.monotonic()
             pending = [n for n in pending if replies[n].status != DONE]
             stuck = all(replies[n].status == WAITING for n in pending) and not progress
             if pending and stuck and not any(self._inbox(n) for n in pending):

@@ -34,6 +34,7 @@ class FlowerAsk:
         self.names: dict[int, str] = {}
         self.bytes_out: dict[int, int] = {}
         self.bytes_in: dict[int, int] = {}
+        self.silent: set[int] = set()
 
     def __call__(self, requests):
         ids = {}
@@ -53,15 +54,17 @@ class FlowerAsk:
             if ids:
                 time.sleep(POLL)
         if ids:
+            self.silent |= set(ids.values())
             silent = [self.names.get(n, f"SuperNode {n}") for n in ids.values()]
             raise MessageError(f"{silent} did not answer within {self.timeout:.0f} s (disconnected?); run stopped")
         return replies
 
     def abort(self, nodes, reason: str) -> None:
-        """Tell every node to stop its party's worker; wait briefly, the run has failed anyway."""
+        """Tell every node still answering to stop its party's worker and why; bounded, the run has failed anyway."""
+        nodes = [n for n in nodes if n not in self.silent]
         try:
             ids = set(self.grid.push_messages([_message(n, request_records("abort", {}, 0, reason)) for n in nodes]))
-            deadline = time.monotonic() + min(self.timeout, 15.0)
+            deadline = time.monotonic() + min(self.timeout, 30.0)
             while ids and time.monotonic() < deadline:
                 ids -= {m.metadata.reply_to_message_id for m in self.grid.pull_messages(ids)}
                 time.sleep(POLL)
@@ -82,7 +85,7 @@ def main(grid: Grid, context: Context) -> None:
     out = Path(str(cfg["out"]))
     timeout = float(cfg.get("timeout", 600))
     data_dir = str(cfg.get("data-dir", "")) or None
-    ask = FlowerAsk(grid, timeout, wait=min(20.0, timeout))
+    ask = FlowerAsk(grid, timeout, wait=min(10.0, timeout / 2))
     nodes: list[int] = []
     try:
         if not str(cfg.get("config", "")) or not str(cfg.get("out", "")):
@@ -98,10 +101,10 @@ def main(grid: Grid, context: Context) -> None:
         build(config, envelopes, out, data_dir)
         _stats(out, relay, ask, time.monotonic() - t0)
     except VertisynthError as exc:
-        ask.abort(nodes, str(exc))
         out.mkdir(parents=True, exist_ok=True)
         (out / "error.txt").write_text(f"error: {exc}\n")
         print(f"error: {exc}", flush=True)   # into `flwr run --stream` / `flwr log`
+        ask.abort(nodes, str(exc))
         raise SystemExit(f"error: {exc}") from None
     print(f"server: wrote {out}/synthetic.csv, report.json, ledger.json (relayed {len(envelopes)} envelopes in "
           f"{relay.rounds} round trips)", flush=True)

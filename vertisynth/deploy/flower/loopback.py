@@ -1,6 +1,9 @@
-"""A Flower deployment on 127.0.0.1 for the tests: a SuperLink with TLS and SuperNode authentication, one
-SuperNode per party, each a separate OS process group; certificates and keys made by the test. Everything is
-bounded in time and killed (by the process ids started here) at teardown."""
+"""A Flower deployment on 127.0.0.1, for the tests and benchmarks/network.py: a SuperLink with TLS and SuperNode
+authentication, one SuperNode per party, each a separate OS process group, Flower's own commands exactly as the
+README runs them on three machines. Every wait is bounded; `close` kills the process groups started here (and
+the party workers their bridges started), by their ids."""
+from __future__ import annotations
+
 import os
 import signal
 import socket
@@ -8,6 +11,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from vertisynth.core.errors import MessageError
 
 BIN = Path(sys.executable).parent
 
@@ -42,7 +47,7 @@ class Deployment:
         deadline = time.monotonic() + timeout
         while text not in self.log(name):
             if self.procs[name].poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"{name} did not log {text!r}:\n{self.log(name)[-3000:]}")
+                raise MessageError(f"{name} did not log {text!r} within {timeout:.0f} s: {self.log(name)[-3000:]}")
             time.sleep(0.2)
 
     def superlink(self, tls: dict[str, Path]) -> None:
@@ -62,7 +67,8 @@ class Deployment:
 
     def register(self, public_key: Path) -> None:
         res = self.flwr("supernode", "register", str(public_key), "local")
-        assert res.returncode == 0 and "registered successfully" in res.stdout, res.stdout + res.stderr
+        if res.returncode != 0 or "registered successfully" not in res.stdout:
+            raise MessageError(f"flwr supernode register {public_key}: {res.stdout[-2000:]} {res.stderr[-2000:]}")
 
     def supernode(self, name: str, private_key: Path, node_config: dict, ca: Path | None = None) -> subprocess.Popen:
         cfg = " ".join(f'{k}="{v}"' for k, v in node_config.items())
@@ -71,9 +77,18 @@ class Deployment:
             "--root-certificates", str(ca or self.ca), "--auth-supernode-private-key", str(private_key),
             "--node-config", cfg, "--port", str(free_port()), "--max-wait-time", "60"])
 
+    @staticmethod
+    def _run_config(run_config: dict) -> str:
+        return " ".join(f'{k}="{v}"' if isinstance(v, str) else f"{k}={v}" for k, v in run_config.items())
+
     def run(self, app: Path, run_config: dict, timeout: float = 400) -> subprocess.CompletedProcess:
-        cfg = " ".join(f'{k}="{v}"' if isinstance(v, str) else f"{k}={v}" for k, v in run_config.items())
-        return self.flwr("run", str(app), "local", "--run-config", cfg, "--stream", timeout=timeout)
+        return self.flwr("run", str(app), "local", "--run-config", self._run_config(run_config), "--stream",
+                         timeout=timeout)
+
+    def start_run(self, app: Path, run_config: dict) -> subprocess.Popen:
+        """`flwr run` in the background (its log stream to `flwr_run.log`)."""
+        return self._start("flwr_run", [str(BIN / "flwr"), "run", str(app), "local", "--run-config",
+                                        self._run_config(run_config), "--stream"])
 
     def stop(self, name: str) -> None:
         proc = self.procs.pop(name)
