@@ -47,6 +47,7 @@ class Relay:
         self.delivered: dict[int, set[str]] = {n: set() for n in nodes}
         self.party_of: dict[int, str] = {}
         self.rounds = 0
+        self.rounds_per_step: dict[str, int] = {}
 
     def _inbox(self, node: int) -> dict[str, bytes]:
         party = self.party_of.get(node)
@@ -87,6 +88,7 @@ class Relay:
             requests = {n: (step, self._inbox(n)) for n in pending}
             replies = self.ask(requests)
             self.rounds += 1
+            self.rounds_per_step[step] = self.rounds_per_step.get(step, 0) + 1
             progress = False
             for node, (_, sent) in requests.items():
                 self.delivered[node] |= set(sent)

@@ -113,5 +113,6 @@ def main(grid: Grid, context: Context) -> None:
 def _stats(out: Path, relay: Relay, ask: FlowerAsk, seconds: float) -> None:
     per_party = {relay.party_of[n]: {"bytes_to_party": ask.bytes_out.get(n, 0), "bytes_from_party": ask.bytes_in.get(n, 0)}
                  for n in relay.nodes}
-    (out / "network.json").write_text(json.dumps({"round_trips": relay.rounds, "seconds": seconds,
+    (out / "network.json").write_text(json.dumps({"round_trips": relay.rounds, "per_step": relay.rounds_per_step,
+                                                  "seconds": seconds,
                                                   "envelopes": len(relay.envelopes), "parties": per_party}, indent=2))

@@ -1,0 +1,113 @@
+"""The Flower runtime's two halves without Flower (no flwr needed): the server's relay driving real party
+workers through their bridges (each party step a separate process on its own relay folder), and the relay's
+checks on the traffic. The loopback deployment with Flower itself is tests/deploy/test_flower.py."""
+import numpy as np
+import pandas as pd
+import pytest
+from deploy_helpers import SECRET, with_roster
+
+from vertisynth.core.errors import MessageError
+from vertisynth.deploy.flower.bridge import DONE, FAILED, WAITING, Bridge, NodeSettings, Reply
+from vertisynth.deploy.flower.relay import Relay, addressed_to, build, steps_for
+from vertisynth.deploy.simulate import simulate
+from vertisynth.run.config import load_config
+
+CONFIG = """
+seed = 5
+budget = {{ epsilon = 8.0, delta = 1e-5 }}
+[dataset]
+name = "csv"
+[dataset.params]
+path = "{full}"
+[dataset.params.schema]
+a = {{ kind = "categorical", categories = ["1", "2", "3"] }}
+b = {{ kind = "categorical", categories = ["1", "2"] }}
+[[parties]]
+name = "hospital"
+attributes = ["a"]
+[[parties]]
+name = "insurer"
+attributes = ["b"]
+[synthesizer]
+use = "vertimrf"
+params = {{ encoder_params = {{ t = 32 }}, local_params = {{ iters = 5, refine_iters = 2 }}, iters = 5, rounds = 1 }}
+[[evaluators]]
+use = "tvd"
+params = {{ ways = [2] }}
+"""
+PARTIES = ["hospital", "insurer"]
+
+
+def test_relay_and_bridges_publish_the_simulated_table(tmp_path):
+    rng = np.random.default_rng(1)
+    a = rng.integers(1, 4, 300)
+    full = pd.DataFrame({"a": a, "b": np.where(rng.random(300) < 0.7, (a > 1) + 1, rng.integers(1, 3, 300))})
+    full.to_csv(tmp_path / "full.csv", index=False)
+    (tmp_path / "job.toml").write_text(with_roster(tmp_path, CONFIG.format(full=tmp_path / "full.csv"), PARTIES))
+    bridges = {}
+    for node, (p, col) in enumerate(zip(PARTIES, "ab")):
+        full[[col]].to_csv(tmp_path / f"{p}.csv", index=False)
+        bridges[node] = Bridge(NodeSettings.from_node_config({
+            "party": p, "config": str(tmp_path / "job.toml"), "out": str(tmp_path / f"private_{p}"),
+            "work": str(tmp_path / f"work_{p}"), "csv": str(tmp_path / f"{p}.csv"), "test-secret": SECRET,
+            "timeout": 60}))
+
+    def ask(requests):   # the runtime's round trip, here a direct call of each party's bridge
+        return {n: bridges[n].step(step, envelopes, wait=30) for n, (step, envelopes) in requests.items()}
+
+    config = load_config(tmp_path / "job.toml")
+    relay = Relay(PARTIES, list(bridges), ask, timeout=120)
+    try:
+        envelopes = relay.run(steps_for(config))
+    finally:
+        for b in bridges.values():
+            b.abort("test over")
+    assert relay.rounds_per_step == {"hello": 2, "keys": 2, "synth": 1}   # post, then collect; synth posts only
+    build(config, envelopes, tmp_path / "out")
+    simulated = simulate(config, SECRET).synthetic
+    simulated.to_csv(tmp_path / "sim.csv", index=False)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "out" / "synthetic.csv"), pd.read_csv(tmp_path / "sim.csv"))
+    with pytest.raises(Exception, match="reused output folder"):
+        build(config, envelopes, tmp_path / "out")
+
+
+def test_a_failed_step_names_the_party_and_its_error(tmp_path):
+    (tmp_path / "job.toml").write_text(with_roster(tmp_path, CONFIG.format(full=tmp_path / "none.csv"), PARTIES))
+    bridge = Bridge(NodeSettings("hospital", tmp_path / "job.toml", tmp_path / "private_hospital",
+                                 tmp_path / "work", csv=tmp_path / "missing.csv", timeout=5))
+    reply = bridge.step("synth", {}, wait=60)   # no hello first: the party command fails with its one line
+    assert reply.status == FAILED and "party hello" in reply.error, reply
+
+
+def _reply(party, status=DONE, **envelopes):
+    return Reply(party, status, {k: v for k, v in envelopes.items()})
+
+
+def test_the_relay_checks_who_speaks_for_whom():
+    parties = ["hospital", "insurer"]
+    with pytest.raises(MessageError, match="1 SuperNode"):
+        Relay(parties, [1], lambda r: {}, 5)
+    bad = {1: _reply("mallory"), 2: _reply("insurer")}
+    with pytest.raises(MessageError, match="not a party of this config"):
+        Relay(parties, [1, 2], lambda r: bad, 5).step("hello")
+    twice = {1: _reply("insurer"), 2: _reply("insurer")}
+    with pytest.raises(MessageError, match="two SuperNodes speak for party 'insurer'"):
+        Relay(parties, [1, 2], lambda r: twice, 5).step("hello")
+    forged = {1: Reply("hospital", DONE, {"hello__insurer__to__all__0": b"x"}), 2: _reply("insurer")}
+    with pytest.raises(MessageError, match="under another sender's name"):
+        Relay(parties, [1, 2], lambda r: forged, 5).step("hello")
+    failed = {1: Reply("hospital", FAILED, {}, "CSV 'h.csv' does not exist"), 2: _reply("insurer")}
+    with pytest.raises(MessageError, match="party 'hospital' failed in step 'synth': CSV 'h.csv' does not exist"):
+        Relay(parties, [1, 2], lambda r: failed, 5).step("synth")
+    stuck = {1: Reply("hospital", WAITING, {}, "round 'keys-pub'"), 2: Reply("insurer", WAITING, {}, "round 'keys-pub'")}
+    with pytest.raises(MessageError, match="every party left waits for envelopes nobody sent"):
+        Relay(parties, [1, 2], lambda r: stuck, 5).step("keys")
+
+
+def test_envelopes_go_only_to_their_recipients():
+    assert addressed_to("hello__hospital__to__all__0", "insurer")
+    assert not addressed_to("hello__hospital__to__all__0", "hospital")           # never back to its sender
+    assert not addressed_to("synth__hospital__to__server__000", "insurer")        # the server's mail stays there
+    assert addressed_to("keys-wrap__hospital__to__bank__bank", "bank")
+    assert not addressed_to("keys-wrap__hospital__to__bank__bank", "insurer")
+    assert addressed_to("align-r01__a__to__b+c__x", "c")
