@@ -98,7 +98,7 @@ def test_flower_psi_then_vertimrf_three_parties(tmp_path):
 
 
 def _says(folder, text):
-    return any(text in p.read_text(errors="replace") for p in folder.glob("*.log"))
+    return any(text in p.read_text(errors="replace") for p in folder.glob("run-*/*.log"))
 
 
 def test_strangers_are_refused_and_a_party_lost_mid_run_stops_every_role(tmp_path):
@@ -123,9 +123,9 @@ def test_strangers_are_refused_and_a_party_lost_mid_run_stops_every_role(tmp_pat
         dep.start_run(tmp_path / "app", {"config": str(tmp_path / "job.toml"), "out": str(tmp_path / "out"),
                                          "timeout": 20})
         deadline = time.monotonic() + 300
-        while not (tmp_path / "work_insurer" / "hello.rc").exists() and time.monotonic() < deadline:
+        while not list((tmp_path / "work_insurer").glob("run-*/hello.rc")) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert (tmp_path / "work_insurer" / "hello.rc").exists(), dep.log("superlink")[-3000:]
+        assert list((tmp_path / "work_insurer").glob("run-*/hello.rc")), dep.log("superlink")[-3000:]
         dep.stop("node_insurer")
         lost = time.monotonic()
         while not (tmp_path / "out" / "error.txt").exists() and time.monotonic() < lost + 120:
@@ -140,7 +140,7 @@ def test_strangers_are_refused_and_a_party_lost_mid_run_stops_every_role(tmp_pat
     assert took < 20 + 10 + 30, took        # the answer timeout, the bridge's wait (10 s), Flower's polling
     # nothing half-written: no table, no model, no report; the hospital's worker was stopped with the reason
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["error.txt"]
-    logs = "".join(p.read_text() for p in (tmp_path / "work_hospital").glob("*.log"))
+    logs = "".join(p.read_text() for p in (tmp_path / "work_hospital").glob("run-*/*.log"))
     assert "aborted by the server" in logs and "insurer" in logs, logs
     assert not (tmp_path / "private_hospital" / "hospital_released.json").exists()
 

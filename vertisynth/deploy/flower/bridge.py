@@ -49,11 +49,17 @@ class NodeSettings:
         if missing:
             raise ConfigError(f"the SuperNode's --node-config lacks {missing} (e.g. --node-config 'party=\"hospital\" "
                               "config=\"job.toml\" out=\"private\" work=\"flower-work\" csv=\"hospital.csv\"')")
-        get = lambda k: str(node[k]) if str(node.get(k, "")).strip() else None   # noqa: E731
+        def text(key: str) -> str | None:
+            value = str(node.get(key, "")).strip()
+            return value or None
+        try:
+            timeout = float(node.get("timeout", 600.0))
+        except (TypeError, ValueError):
+            raise ConfigError(f"--node-config timeout={node.get('timeout')!r}: give seconds, e.g. timeout=600") from None
+        csv = text("csv")
         return cls(party=str(node["party"]), config=Path(str(node["config"])), out=Path(str(node["out"])),
-                   work=Path(str(node["work"])), csv=Path(get("csv")) if get("csv") else None,
-                   id_column=get("id-column") or "id", test_secret=get("test-secret"),
-                   timeout=float(node.get("timeout", 600.0)))
+                   work=Path(str(node["work"])), csv=Path(csv) if csv else None, id_column=text("id-column") or "id",
+                   test_secret=text("test-secret"), timeout=timeout)
 
 
 @attrs.frozen

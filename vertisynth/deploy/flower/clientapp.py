@@ -3,6 +3,7 @@ envelopes out. Who the party is and where its files are come from its own SuperN
 the server's message; the step runs the ordinary party command on this machine (bridge.py)."""
 from __future__ import annotations
 
+import attrs
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
@@ -19,7 +20,9 @@ def step(msg: Message, context: Context) -> Message:
     fields = msg.content["step"]
     party = str(context.node_config.get("party", ""))
     try:
-        bridge = Bridge(NodeSettings.from_node_config(dict(context.node_config)))
+        settings = NodeSettings.from_node_config(dict(context.node_config))
+        # a work folder per Flower run: a second run never mistakes the first one's workers for its own
+        bridge = Bridge(attrs.evolve(settings, work=settings.work / f"run-{msg.metadata.run_id}"))
         if fields["step"] == "abort":
             bridge.abort(str(fields["reason"]))
             reply = Reply(party, FAILED, {}, "aborted")
