@@ -136,7 +136,7 @@ def test_strangers_are_refused_and_a_party_lost_mid_run_stops_every_role(tmp_pat
     finally:
         dep.close()
     error = (tmp_path / "out" / "error.txt").read_text()
-    assert "insurer" in error and "did not answer within 20 s" in error, error
+    assert "insurer" in error and ("did not answer within 20 s" in error or "no longer connected" in error), error
     assert took < 20 + 10 + 30, took        # the answer timeout, the bridge's wait (10 s), Flower's polling
     # nothing half-written: no table, no model, no report; the hospital's worker was stopped with the reason
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["error.txt"]

@@ -40,6 +40,10 @@ class FlowerAsk:
         ids = {}
         for node, (step, envelopes) in requests.items():
             [mid] = self.grid.push_messages([_message(node, request_records(step, envelopes, self.wait))])
+            if mid is None:   # the SuperLink took no message for it: the node has gone offline
+                self.silent.add(node)
+                raise MessageError(f"{[self.names.get(node, f'SuperNode {node}')]} is no longer connected to the "
+                                   "SuperLink (disconnected?); run stopped")
             ids[mid] = node
             self.bytes_out[node] = self.bytes_out.get(node, 0) + sum(map(len, envelopes.values()))
         replies, deadline = {}, time.monotonic() + self.timeout + self.wait
@@ -100,9 +104,12 @@ def main(grid: Grid, context: Context) -> None:
         envelopes = relay.run(steps_for(config, data_dir))
         build(config, envelopes, out, data_dir)
         _stats(out, relay, ask, time.monotonic() - t0)
-    except VertisynthError as exc:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "error.txt").write_text(f"error: {exc}\n")
+    except Exception as exc:   # noqa: BLE001 - ours, or a Flower failure: one line in error.txt, not a traceback
+        if not isinstance(exc, VertisynthError):
+            exc = MessageError(f"the Flower runtime failed: {type(exc).__name__}: {exc}")
+        if str(cfg.get("out", "")):   # the operator's output folder says why there is no table
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "error.txt").write_text(f"error: {exc}\n")
         print(f"error: {exc}", flush=True)   # into `flwr run --stream` / `flwr log`
         ask.abort(nodes, str(exc))
         raise SystemExit(f"error: {exc}") from None
