@@ -10,14 +10,22 @@ one-shot `Dataset.counts` exactly, so every stage equals the in-memory run bit f
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import multiprocessing
+import pickle
+import traceback
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import attrs
 
 import numpy as np
 
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
-from vertisynth.core.errors import DataError
+from vertisynth.core.errors import DataError, VertisynthError
 from vertisynth.core.factor import Factor
+from vertisynth.core.messages import Message
+from vertisynth.core.privacy import Charge, PrivacyLedger
 
 Chunks = Callable[[], Iterator[tuple[np.ndarray, Dataset]]]   # a re-startable stream of (ids, rows)
 
@@ -95,3 +103,94 @@ class ChunkedCounts:
         """The single attributes and pairs (R-scores, value distributions): the local fit's first reads."""
         a = self.domain.attributes
         self.prefetch([()] + [(x,) for x in a] + list(itertools.combinations(a, 2)))
+
+
+def party_phase(synth: Any, views: Mapping[str, Dataset], ledger: PrivacyLedger,
+                rngs: Mapping[str, np.random.Generator], processes: int = 1) -> list[Message]:
+    """Every party's `party_step`, in the order of `views`, and their messages concatenated in that order.
+
+    With processes > 1 (and fork available) the parties run at once, each in a forked process: the parties
+    are independent organisations, so nothing one computes reaches another; each child gets its own
+    stream, returns its messages and the charges it spent, and the parent records those charges in party
+    order. The messages equal a sequential run's bit for bit (each party reads only its own view and stream)."""
+    names = list(views)
+    if processes <= 1 or len(names) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        return [m for p in names for m in synth.party_step(p, views[p], ledger, rngs[p])]
+    results: dict[str, tuple[list[Message], list[Any]]] = {}
+    for wave in range(0, len(names), processes):
+        results.update(_forked(synth, names[wave:wave + processes], views, ledger, rngs))
+    out: list[Message] = []
+    for p in names:
+        messages, spent = results[p]
+        for charge in spent:   # the parent's ledger refuses anything its plan does not hold
+            ledger.spend(charge)
+        out += messages
+    return out
+
+
+def _forked(synth: Any, names: Sequence[str], views: Mapping[str, Dataset], ledger: PrivacyLedger,
+            rngs: Mapping[str, np.random.Generator]) -> dict[str, tuple[list[Message], list[Any]]]:
+    """One forked child per party (it inherits the views: nothing is copied in), the results back by pipe."""
+    ctx = multiprocessing.get_context("fork")
+    running = []
+    for p in names:
+        recv, send = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_child, args=(send, synth, p, views[p], ledger, rngs[p]), daemon=True,
+                           name=f"vertisynth-party-{p}")
+        proc.start()
+        send.close()
+        running.append((p, proc, recv))
+    out: dict[str, tuple[list[Message], list[Any]]] = {}
+    try:
+        for p, proc, recv in running:
+            blob = None
+            while blob is None:   # bounded by the child's life: a dead child without a result is an error
+                if recv.poll(0.2):
+                    try:
+                        blob = recv.recv_bytes()
+                    except EOFError:
+                        blob = b""
+                elif not proc.is_alive() and not recv.poll(0):
+                    blob = b""
+            proc.join(timeout=30)
+            if not blob:
+                raise DataError(f"party {p!r}: its process ended (exit code {proc.exitcode}) without a result")
+            status, payload = pickle.loads(blob)
+            if status != "ok":
+                kind, text = payload
+                raise (kind if isinstance(kind, type) and issubclass(kind, VertisynthError) else DataError)(text)
+            out[p] = payload
+    finally:
+        for _, proc, recv in running:
+            recv.close()
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(timeout=5)
+    return out
+
+
+@attrs.define
+class _RecordingLedger(PrivacyLedger):
+    """The parent's ledger in a party's process, keeping the charges as the mechanisms passed them (the parent
+    spends those again: recorded ones would get group privacy applied twice)."""
+
+    passed: list[Charge] = attrs.field(factory=list, kw_only=True)
+
+    def spend(self, charge: Charge) -> None:
+        super().spend(charge)
+        self.passed.append(charge)
+
+
+def _child(send: Any, synth: Any, party: str, view: Dataset, ledger: PrivacyLedger,
+           rng: np.random.Generator) -> None:
+    mine = _RecordingLedger(ledger.budget, list(ledger.planned), list(ledger.spent), ledger.group_size,
+                            noise=ledger.noise)
+    try:
+        messages = synth.party_step(party, view, mine, rng)
+        blob = pickle.dumps(("ok", (messages, mine.passed)), protocol=pickle.HIGHEST_PROTOCOL)
+    except BaseException as exc:   # noqa: BLE001 - reported to the parent, which raises it
+        text = f"party {party!r}: {exc}" if isinstance(exc, VertisynthError) else \
+            f"party {party!r} failed: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
+        blob = pickle.dumps(("error", (type(exc) if isinstance(exc, VertisynthError) else None, text)))
+    send.send_bytes(blob)
+    send.close()

@@ -32,7 +32,7 @@ from vertisynth.pgm import GraphicalModel, Measurement, estimate
 from vertisynth.pgm.estimation import bin_query
 from vertisynth.pgm.graph import build_junction_tree, min_fill_cliques
 from ..privmrf import LocalModel, PrivMRFConfig, PrivMRFSynthesizer
-from .streaming import ChunkedCounts, Chunks, mapped, view_chunks
+from .streaming import ChunkedCounts, Chunks, mapped, party_phase, view_chunks
 from .dimension import (ValueDistributions, bin_dataset, bin_map, binned_domain, hisrec, mass_bin_map,
                         measure_value_distributions,
                         planned_charges as value_charges, uniform_distributions)
@@ -107,6 +107,7 @@ class VertiMRFConfig:
     sampling: str = "round"
     local_start: bool = True
     round_iters: int | None = 500
+    party_processes: int = 1   # the one-process run: parties stepping at once, a forked process each (same result)
 
     def __attrs_post_init__(self) -> None:
         fr = [self.local_fraction, self.encoder_fraction, self.value_fraction]
@@ -130,6 +131,8 @@ class VertiMRFConfig:
             raise ConfigError(f"vertimrf: weighting must be 'paper' or 'variance', got {self.weighting!r}")
         if self.sampling not in ("sample", "round"):
             raise ConfigError(f"vertimrf: sampling must be 'sample' or 'round', got {self.sampling!r}")
+        if self.party_processes < 1:
+            raise ConfigError(f"vertimrf: party_processes must be >= 1, got {self.party_processes}")
         if self.round_iters is not None and self.round_iters < 1:
             raise ConfigError(f"vertimrf: round_iters must be >= 1 or omitted, got {self.round_iters}")
         if self.rounds < 0 or self.per_round < 1 or self.iters < 1 or self.max_clique_cells < 4:
@@ -533,8 +536,8 @@ class VertiMRFSynthesizer(Synthesizer):
         t0 = time.perf_counter()
         key_rng, rngs = self.party_rngs(rng)
         self.agree_keys(key_rng)
-        for p in self._partition.names:
-            messages += self.party_step(p, data.views[p], ledger, rngs[p])
+        messages = party_phase(self, {p: data.views[p] for p in self._partition.names}, ledger, rngs,
+                               self.config.party_processes)
         self._timings = {"parties (LocMRF, binning, LocEnc)": time.perf_counter() - t0}
         self.server_step(messages)
 
