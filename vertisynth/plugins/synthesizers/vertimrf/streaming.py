@@ -9,6 +9,7 @@ one-shot `Dataset.counts` exactly, so every stage equals the in-memory run bit f
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import multiprocessing
 import pickle
@@ -39,6 +40,32 @@ def view_chunks(view: Dataset, chunk_rows: int) -> Chunks:
     return gen
 
 
+@contextlib.contextmanager
+def dask_session(scheduler: Any) -> Iterator[Any]:
+    """A `distributed.Client` for an address (closed afterwards) or the Client given (left open)."""
+    from vertisynth.plugins.encoders.chunked import dask_client
+
+    client = dask_client(scheduler)
+    try:
+        yield client
+    finally:
+        if client is not scheduler:
+            client.close()
+
+
+def _count_chunk(rows: Dataset, plan: list) -> tuple[int, list[np.ndarray]]:
+    """One chunk's row count and int64 counts of each marginal (axes, shape) in `plan` (a Dask task)."""
+    out = []
+    for axes, shape in plan:
+        size = int(np.prod(shape, dtype=np.int64))
+        if not axes or not rows.n:
+            out.append(np.zeros(size, dtype=np.int64))
+            continue
+        cols = rows.codes[:, axes]
+        out.append(np.bincount(np.ravel_multi_index(tuple(cols.T), shape), minlength=size).astype(np.int64))
+    return rows.n, out
+
+
 def mapped(chunks: Chunks, fn: Callable[[Dataset], Dataset]) -> Chunks:
     """The stream with `fn` applied to every chunk's rows (e.g. binning: a per-row map)."""
     return lambda: ((ids, fn(rows)) for ids, rows in chunks())
@@ -48,11 +75,14 @@ class ChunkedCounts:
     """Stands in for a Dataset where only `n` and `counts` are read: each marginal from one pass over the
     chunks (int64 sums, so equal to `Dataset.counts`), cached."""
 
-    def __init__(self, chunks: Chunks, domain: Domain):
+    def __init__(self, chunks: Chunks, domain: Domain, client: Any = None, window: int | None = None):
+        """`client`: a `distributed.Client`; each pass then maps the counting over its workers (at most
+        `window` chunks in flight, default twice the workers), this process only reading the chunks."""
         self._chunks, self.domain = chunks, domain
         self._cache: dict[tuple[str, ...], np.ndarray] = {}
         self._n: int | None = None
         self.passes = 0
+        self._client, self._window = client, window
 
     @property
     def attributes(self) -> tuple[str, ...]:
@@ -70,23 +100,43 @@ class ChunkedCounts:
         todo = [s for s in todo if s not in self._cache]
         if not todo and self._n is not None:
             return
-        acc = {s: np.zeros(self.domain.project(s).size(), dtype=np.int64) for s in todo}
+        plan = [(list(self.domain.axes(s)), self.domain.project(s).shape) for s in todo]
+        acc = [np.zeros(int(np.prod(shape, dtype=np.int64)), dtype=np.int64) for _, shape in plan]
         n = 0
         self.passes += 1
-        for _, rows in self._chunks():
-            if rows.domain != self.domain:
-                raise DataError(f"chunk domain {rows.domain} differs from the party's {self.domain}")
-            n += rows.n
-            for s, vec in acc.items():
-                if s and rows.n:
-                    cols = rows.codes[:, list(self.domain.axes(s))]
-                    vec += np.bincount(np.ravel_multi_index(tuple(cols.T), self.domain.project(s).shape),
-                                       minlength=vec.size)
+        for part in self._counted(plan):   # int64 sums: any order gives the same counts
+            n += part[0]
+            for vec, got in zip(acc, part[1]):
+                vec += got
         if self._n is not None and n != self._n:
             raise DataError(f"the table changed while it was read: {self._n} rows, then {n}")
         self._n = n
-        for s, vec in acc.items():
+        for s, vec in zip(todo, acc):
             self._cache[s] = vec if s else np.array([n], dtype=np.int64)
+
+    def _counted(self, plan: list) -> Iterator[tuple[int, list[np.ndarray]]]:
+        """Each chunk's (rows, counts per marginal of `plan`), here or on the Dask workers."""
+        chunks = (rows for _, rows in self._chunks())
+        if self._client is None:
+            for rows in chunks:
+                yield _count_chunk(self._checked(rows), plan)
+            return
+        window = self._window or max(2 * len(self._client.scheduler_info().get("workers", {})), 2)
+        pending: list[Any] = []
+        for rows in chunks:
+            pending.append(self._client.submit(_count_chunk, self._checked(rows), plan, pure=False))
+            if len(pending) >= window:
+                fut = pending.pop(0)
+                yield fut.result()
+                fut.release()
+        for fut in pending:
+            yield fut.result()
+            fut.release()
+
+    def _checked(self, rows: Dataset) -> Dataset:
+        if rows.domain != self.domain:
+            raise DataError(f"chunk domain {rows.domain} differs from the party's {self.domain}")
+        return rows
 
     def counts(self, attrs_: Iterable[str], weights: np.ndarray | None = None) -> Factor:
         if weights is not None:

@@ -32,7 +32,7 @@ from vertisynth.pgm import GraphicalModel, Measurement, estimate
 from vertisynth.pgm.estimation import bin_query
 from vertisynth.pgm.graph import build_junction_tree, min_fill_cliques
 from ..privmrf import LocalModel, PrivMRFConfig, PrivMRFSynthesizer
-from .streaming import ChunkedCounts, Chunks, mapped, party_phase, view_chunks
+from .streaming import ChunkedCounts, Chunks, dask_session, mapped, party_phase, view_chunks
 from .dimension import (ValueDistributions, bin_dataset, bin_map, binned_domain, hisrec, mass_bin_map,
                         measure_value_distributions,
                         planned_charges as value_charges, uniform_distributions)
@@ -252,9 +252,18 @@ class VertiMRFSynthesizer(Synthesizer):
         distributions read marginal counts summed over chunks, binning maps each chunk, the encoder's
         chunk job maps the chunks (on a Dask cluster when `scheduler` is an address or a Client; default:
         the encoder's `dask_scheduler`). Equals the in-memory run bit for bit."""
+        if scheduler is None:
+            scheduler = getattr(getattr(self._encoder, "config", None), "dask_scheduler", None)
+        if scheduler is None:
+            return self._party_chunks(party, domain, chunks, ledger, rng, None)
+        with dask_session(scheduler) as client:   # one client: the counting passes and the encoding map on it
+            return self._party_chunks(party, domain, chunks, ledger, rng, client)
+
+    def _party_chunks(self, party: str, domain: Domain, chunks: Chunks, ledger: PrivacyLedger,
+                      rng: np.random.Generator, client: Any) -> list[Message]:
         c = self.config
         out: list[Message] = []
-        table = ChunkedCounts(chunks, domain)
+        table = ChunkedCounts(chunks, domain, client)
         if c.use_local:
             local = self._local[party]
             table.prefetch_pairs()   # R-scores and 1-way counts in one pass; later marginals a pass each
@@ -273,10 +282,8 @@ class VertiMRFSynthesizer(Synthesizer):
             view = Dataset(np.concatenate(parts) if parts else np.zeros((0, len(low_domain)), np.int64), low_domain)
             out.append(self._encoder.encode(party, view, ledger, rng))
             return out
-        if scheduler is None:
-            scheduler = getattr(getattr(self._encoder, "config", None), "dask_scheduler", None)
         job = self._encoder.chunk_job(party, low_domain, ledger, rng)
-        out.append(job.run_local(low()) if scheduler is None else job.run_dask(low(), scheduler))
+        out.append(job.run_local(low()) if client is None else job.run_dask(low(), client))
         return out
 
     # -- server side --------------------------------------------------------------------------
