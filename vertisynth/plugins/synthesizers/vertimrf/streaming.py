@@ -9,7 +9,6 @@ one-shot `Dataset.counts` exactly, so every stage equals the in-memory run bit f
 """
 from __future__ import annotations
 
-import contextlib
 import itertools
 import multiprocessing
 import pickle
@@ -38,19 +37,6 @@ def view_chunks(view: Dataset, chunk_rows: int) -> Chunks:
             stop = min(start + chunk_rows, view.n)
             yield np.arange(start, stop, dtype=np.int64), Dataset(view.codes[start:stop], view.domain)
     return gen
-
-
-@contextlib.contextmanager
-def dask_session(scheduler: Any) -> Iterator[Any]:
-    """A `distributed.Client` for an address (closed afterwards) or the Client given (left open)."""
-    from vertisynth.plugins.encoders.chunked import dask_client
-
-    client = dask_client(scheduler)
-    try:
-        yield client
-    finally:
-        if client is not scheduler:
-            client.close()
 
 
 def _count_chunk(rows: Dataset, plan: list) -> tuple[int, list[np.ndarray]]:

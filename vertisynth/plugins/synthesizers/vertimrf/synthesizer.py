@@ -18,6 +18,7 @@ import numpy as np
 
 from vertisynth.core.capabilities import (CostEstimate, EncodesInChunks, MeasuresJointly, ReleasesNoisyCount,
                                          SharedKeyEncoder)
+from vertisynth.core.cluster import dask_session
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import ConfigError, DataError
@@ -32,7 +33,7 @@ from vertisynth.pgm import GraphicalModel, Measurement, estimate
 from vertisynth.pgm.estimation import bin_query
 from vertisynth.pgm.graph import build_junction_tree, min_fill_cliques
 from ..privmrf import LocalModel, PrivMRFConfig, PrivMRFSynthesizer
-from .streaming import ChunkedCounts, Chunks, dask_session, mapped, party_phase, view_chunks
+from .streaming import ChunkedCounts, Chunks, mapped, party_phase, view_chunks
 from .dimension import (ValueDistributions, bin_dataset, bin_map, binned_domain, hisrec, mass_bin_map,
                         measure_value_distributions,
                         planned_charges as value_charges, uniform_distributions)
