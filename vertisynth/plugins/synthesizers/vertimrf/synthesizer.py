@@ -219,6 +219,10 @@ class VertiMRFSynthesizer(Synthesizer):
         in-memory table is the streamed one cut into slices: one code path (`party_step_chunks`)."""
         return self.party_step_chunks(party, view.domain, view_chunks(view, self.chunk_rows()), ledger, rng)
 
+    def streams_parties(self) -> bool:
+        """Party steps then the server step (StepsInChunks); the `he` encoder measures in rounds instead."""
+        return not isinstance(self._encoder, MeasuresJointly)
+
     def chunk_rows(self) -> int:
         """Rows per chunk of the party phase: the encoder's `chunk_rows` (bounds memory independent of n)."""
         return int(getattr(getattr(self._encoder, "config", None), "chunk_rows", None) or 100_000)
