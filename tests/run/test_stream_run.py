@@ -26,24 +26,25 @@ def _table(path, n=900, seed=2):
     frame.to_csv(path, index=False) if str(path).endswith(".csv") else frame.to_parquet(path, index=False)
 
 
-def _config(path, stream, chunk_rows=64, **extra):
+def _config(path, stream, chunk_rows=64, processes=1, **extra):
     return parse_config({"seed": 4, "budget": {"epsilon": 3.0, "delta": 1e-5}, "stream": stream,
                          "dataset": {"name": "csv", "params": {"path": str(path), "schema": SCHEMA}},
                          "parties": [{"attributes": ["a", "b"]}, {"attributes": ["c", "d"]}],
                          "synthesizer": {"use": "vertimrf", "params": {
                              "encoder_params": {"t": 64, "chunk_rows": chunk_rows},
-                             "local_params": {"iters": 20, "refine_iters": 5}, "iters": 30, "rounds": 1}},
+                             "local_params": {"iters": 20, "refine_iters": 5}, "iters": 30, "rounds": 1,
+                             "party_processes": processes}},
                          "evaluators": [{"use": "tvd", "params": {"ways": [2, 3], "marginals": 6}}], **extra})
 
 
-@pytest.mark.parametrize("suffix,chunk_rows", [(".csv", 64), (".csv", 1000), (".parquet", 100)])
-def test_a_streamed_run_equals_the_in_memory_run(tmp_path, suffix, chunk_rows):
+@pytest.mark.parametrize("suffix,chunk_rows,processes", [(".csv", 64, 1), (".csv", 1000, 2), (".parquet", 100, 2)])
+def test_a_streamed_run_equals_the_in_memory_run(tmp_path, suffix, chunk_rows, processes):
     pytest.importorskip("pyarrow")
     path = tmp_path / f"t{suffix}"
     _table(path)
     _table(tmp_path / "t.csv")   # the in-memory reader takes CSV: the same table
     whole = run(_config(tmp_path / "t.csv", False, chunk_rows))
-    streamed = run(_config(path, True, chunk_rows))
+    streamed = run(_config(path, True, chunk_rows, processes))   # the parties at once: the same result
     pd.testing.assert_frame_equal(streamed.synthetic, whole.synthetic)
     assert streamed.ledger.spent == whole.ledger.spent and streamed.ledger.spent
     assert streamed.metrics == whole.metrics

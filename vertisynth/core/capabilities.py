@@ -58,6 +58,9 @@ class StepsInChunks(Protocol):
     def streams_parties(self) -> bool:
         """Whether this configuration's fit is the party steps then the server step (no interactive rounds)."""
 
+    def party_steps(self, steps: Any, ledger: PrivacyLedger) -> list[Message]:
+        """Run `steps(party, ledger)` for every party (at once, if so configured); their messages in party order."""
+
 
 @runtime_checkable
 class ReportsModel(Protocol):

@@ -8,6 +8,7 @@ Order of work, so that nothing touches data before the plan is known to fit the 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -332,8 +333,15 @@ def _execute_streamed(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.G
     with _timed(timings, "fit", bar):
         key_rng, rngs = synth.party_rngs(streams["fit"])
         synth.agree_keys(key_rng)
-        messages = [m for p in plan.partition.names
-                    for m in synth.party_step_chunks(p, codecs[p].domain, chunks[p], plan.ledger, rngs[p])]
+        parent = os.getpid()
+
+        def step(p: str, led: PrivacyLedger) -> list:
+            try:
+                return synth.party_step_chunks(p, codecs[p].domain, chunks[p], led, rngs[p])
+            finally:
+                if os.getpid() != parent:   # a party in its own forked process: its spilled chunks go with it
+                    chunks[p].close()
+        messages = synth.party_steps(step, plan.ledger)
         synth.server_step(messages)
     with _timed(timings, "sample", bar):
         synthetic = synth.sample(cfg.sample_size, streams["sample"]).project(codec.domain.attributes)

@@ -130,6 +130,13 @@ class coded_chunks:
             return self._replay()
         return self._read()
 
+    def close(self) -> None:
+        """Remove the spilled codes now (a forked process exits without running finalizers); a later pass
+        reads the file again."""
+        if self._dir is not None:
+            self._dir.cleanup()
+        self._dir, self._parts = None, None
+
     def _replay(self) -> Iterator[tuple[np.ndarray, Dataset]]:
         for start, f in self._parts:
             codes = np.load(f).astype(np.int64)

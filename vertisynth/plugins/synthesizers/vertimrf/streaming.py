@@ -14,33 +14,32 @@ from __future__ import annotations
 import multiprocessing
 import pickle
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
-import numpy as np
 
 from vertisynth.core.chunks import ChunkedCounts, Chunks, mapped, view_chunks   # noqa: F401 (the party's names)
-from vertisynth.core.dataset import Dataset
 from vertisynth.core.errors import DataError, VertisynthError
 from vertisynth.core.messages import Message
 from vertisynth.core.privacy import Charge, PrivacyLedger
 
 
-def party_phase(synth: Any, views: Mapping[str, Dataset], ledger: PrivacyLedger,
-                rngs: Mapping[str, np.random.Generator], processes: int = 1) -> list[Message]:
-    """Every party's `party_step`, in the order of `views`, and their messages concatenated in that order.
+def party_phase(step: Callable[[str, PrivacyLedger], list[Message]], names: Sequence[str], ledger: PrivacyLedger,
+                processes: int = 1) -> list[Message]:
+    """Every party's step (`step(party, ledger)`: its party step on its own data and stream), their messages
+    concatenated in the order of `names`.
 
     With processes > 1 (and fork available) the parties run at once, each in a forked process: the parties
-    are independent organisations, so nothing one computes reaches another; each child gets its own
-    stream, returns its messages and the charges it spent, and the parent records those charges in party
-    order. The messages equal a sequential run's bit for bit (each party reads only its own view and stream)."""
-    names = list(views)
+    are independent organisations, so nothing one computes reaches another; each child returns its messages
+    and the charges its mechanisms passed, and the parent spends those in party order on its own ledger. The
+    messages equal a sequential run's bit for bit (each party reads only its own data and stream)."""
+    names = list(names)
     if processes <= 1 or len(names) < 2 or "fork" not in multiprocessing.get_all_start_methods():
-        return [m for p in names for m in synth.party_step(p, views[p], ledger, rngs[p])]
+        return [m for p in names for m in step(p, ledger)]
     results: dict[str, tuple[list[Message], list[Any]]] = {}
     for wave in range(0, len(names), processes):
-        results.update(_forked(synth, names[wave:wave + processes], views, ledger, rngs))
+        results.update(_forked(step, names[wave:wave + processes], ledger))
     out: list[Message] = []
     for p in names:
         messages, spent = results[p]
@@ -50,15 +49,14 @@ def party_phase(synth: Any, views: Mapping[str, Dataset], ledger: PrivacyLedger,
     return out
 
 
-def _forked(synth: Any, names: Sequence[str], views: Mapping[str, Dataset], ledger: PrivacyLedger,
-            rngs: Mapping[str, np.random.Generator]) -> dict[str, tuple[list[Message], list[Any]]]:
-    """One forked child per party (it inherits the views: nothing is copied in), the results back by pipe."""
+def _forked(step: Callable[[str, PrivacyLedger], list[Message]], names: Sequence[str],
+            ledger: PrivacyLedger) -> dict[str, tuple[list[Message], list[Any]]]:
+    """One forked child per party (it inherits the data: nothing is copied in), the results back by pipe."""
     ctx = multiprocessing.get_context("fork")
     running = []
     for p in names:
         recv, send = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_child, args=(send, synth, p, views[p], ledger, rngs[p]), daemon=True,
-                           name=f"vertisynth-party-{p}")
+        proc = ctx.Process(target=_child, args=(send, step, p, ledger), daemon=True, name=f"vertisynth-party-{p}")
         proc.start()
         send.close()
         running.append((p, proc, recv))
@@ -103,12 +101,12 @@ class _RecordingLedger(PrivacyLedger):
         self.passed.append(charge)
 
 
-def _child(send: Any, synth: Any, party: str, view: Dataset, ledger: PrivacyLedger,
-           rng: np.random.Generator) -> None:
+def _child(send: Any, step: Callable[[str, PrivacyLedger], list[Message]], party: str,
+           ledger: PrivacyLedger) -> None:
     mine = _RecordingLedger(ledger.budget, list(ledger.planned), list(ledger.spent), ledger.group_size,
                             noise=ledger.noise)
     try:
-        messages = synth.party_step(party, view, mine, rng)
+        messages = step(party, mine)
         blob = pickle.dumps(("ok", (messages, mine.passed)), protocol=pickle.HIGHEST_PROTOCOL)
     except BaseException as exc:   # noqa: BLE001 - reported to the parent, which raises it
         text = f"party {party!r}: {exc}" if isinstance(exc, VertisynthError) else \

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -218,6 +218,10 @@ class VertiMRFSynthesizer(Synthesizer):
         """Everything party `party` computes on its own columns; returns the messages it sends. The
         in-memory table is the streamed one cut into slices: one code path (`party_step_chunks`)."""
         return self.party_step_chunks(party, view.domain, view_chunks(view, self.chunk_rows()), ledger, rng)
+
+    def party_steps(self, steps: Callable[[str, PrivacyLedger], list[Message]], ledger: PrivacyLedger) -> list[Message]:
+        """Every party's step (`steps(party, ledger)`), at once in `party_processes` forked processes if set."""
+        return party_phase(steps, self._partition.names, ledger, self.config.party_processes)
 
     def streams_parties(self) -> bool:
         """Party steps then the server step (StepsInChunks); the `he` encoder measures in rounds instead."""
@@ -548,8 +552,8 @@ class VertiMRFSynthesizer(Synthesizer):
         t0 = time.perf_counter()
         key_rng, rngs = self.party_rngs(rng)
         self.agree_keys(key_rng)
-        messages = party_phase(self, {p: data.views[p] for p in self._partition.names}, ledger, rngs,
-                               self.config.party_processes)
+        messages = party_phase(lambda p, led: self.party_step(p, data.views[p], led, rngs[p]), self._partition.names,
+                               ledger, self.config.party_processes)
         self._timings = {"parties (LocMRF, binning, LocEnc)": time.perf_counter() - t0}
         self.server_step(messages)
 
