@@ -110,9 +110,10 @@ def test_the_api_reads_a_file_in_chunks_and_equals_the_dataframe_run(tmp_path):
     kw = dict(epsilon=3.0, parties={"p1": ["a", "b"], "p2": ["c", "d"]}, schema=SCHEMA, seed=1,
               params={"encoder_params": {"t": 64, "chunk_rows": 128}, "local_params": {"iters": 20, "refine_iters": 5},
                       "iters": 30, "rounds": 1})
-    streamed = synthesize(str(path), **kw)
+    streamed = synthesize(str(path), output_dir=tmp_path / "out", **kw)
     whole = synthesize(pd.read_csv(path), **kw)
     pd.testing.assert_frame_equal(streamed.synthetic, whole.synthetic)
+    assert (tmp_path / "out" / "synthetic.csv").is_file() and (tmp_path / "out" / "ledger.json").is_file()
     assert streamed.metrics == whole.metrics and streamed.ledger.spent == whole.ledger.spent
     assert "read in chunks of 128 rows" in streamed.report["dataset"]["description"]
     with pytest.raises(DataError, match="needs `parties` and a public `schema`"):
