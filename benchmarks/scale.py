@@ -8,9 +8,12 @@ Tables: Adult rows resampled with replacement to n (n = Adult's own 45,222 takes
 built-in census generator drawing n rows; two parties (the dataset's default split); VertiMRF defaults.
 Per phase (process CPU seconds, i.e. `time.process_time`, and the peak RSS seen while the phase ran, sampled
 every 20 ms from /proc/self/status):
-  LocMRF      each party's local PrivMRF (`fit_table`), summed over parties
-  LocEnc      each party's DPFM sketches (`encode`), summed over parties
+  party       each party's whole party step (`party_step_chunks`), summed over parties; of it
+  LocMRF      the local PrivMRF (`fit_table`, with the counting passes it asks for),
+  counting    every counting pass over the chunks (`ChunkedCounts.prefetch`, inside or before LocMRF),
+  LocEnc      the DPFM sketches (the encoder's chunk job over the chunks)
   server      the whole server step; of it, InitMRF (first estimation) and OptMRF (the re-estimations)
+  sample      drawing the synthetic table
   run         fit + sample (CPU of this process and its children, from getrusage)
 per row: CPU ns per row, and its ratio to the first n in --rows (1.0 = linear).
 --anchor-encoder: also time the encoder's raw maxima with the OLD kernel (copied below as it was before
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import subprocess
@@ -174,15 +178,23 @@ def one(n: int, dataset: str, eps: float, seed: int, tvd: bool, anchor: bool, pa
     syn = plan.synthesizer.instance
     if kernel_t:
         return kernel_only(syn, data, kernel_t, n, rng)
+    from vertisynth.plugins.encoders.chunked import ChunkJob
+    from vertisynth.plugins.synthesizers.vertimrf.streaming import ChunkedCounts
+
     meter = Meter()
+    wrap(syn, "party_step_chunks", meter, lambda i: "party")
     wrap(PrivMRFSynthesizer, "fit_table", meter, lambda i: "LocMRF")
-    wrap(syn._encoder, "encode", meter, lambda i: "LocEnc")
+    wrap(ChunkedCounts, "prefetch", meter, lambda i: "counting")
+    wrap(ChunkJob, "run_local", meter, lambda i: "LocEnc")
     wrap(vsyn, "estimate", meter, lambda i: "InitMRF" if i == 1 else "OptMRF")
     wrap(syn, "server_step", meter, lambda i: "server")
+    wrap(syn, "sample", meter, lambda i: "sample")
+    before = rss_mb()
     c0, w0 = total_cpu(), time.perf_counter()
     syn.fit(data, plan.ledger, rng)
     out_tab = syn.sample(None, rng)
-    out = {"n": n, "run_cpu": total_cpu() - c0, "run_wall": time.perf_counter() - w0,
+    out = {"n": n, "run_cpu": total_cpu() - c0, "run_wall": time.perf_counter() - w0, "before_mb": before,
+           "chunks": -(-n // syn.chunk_rows()) * len(plan.partition),
            "cpu": meter.cpu, "peak_mb": meter.peak, "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     out["model_cells"] = int(sum(syn._domain.project(c).size() for c in syn._model.tree.cliques))
     if tvd:
@@ -258,15 +270,15 @@ def main() -> int:
             print(f"{r['n']:>11,} {r['cpu']:8.2f} s {r['ns_per_rep_row']:6.2f} ns {r['ns_per_rep_row'] / b['ns_per_rep_row']:5.2f}x"
                   f"   {r['before_mb']:7.0f} -> {r['peak_mb']:7.0f} MB")
         return 0
-    phases = ["LocMRF", "LocEnc", "server", "InitMRF", "OptMRF"]
+    phases = ["party", "LocMRF", "counting", "LocEnc", "server", "InitMRF", "OptMRF", "sample"]
     base = results[0]
     print(f"dataset {args.dataset}, ε = {args.eps}, seed {args.seed}, params {args.param}; CPU seconds (peak RSS MB); "
           f"ns/row and its ratio to n = {base['n']:,}")
-    print(f"{'n':>10} {'run cpu':>8} {'wall':>6} " + " ".join(f"{p:>17}" for p in phases) + "   model cells   tvd3")
+    print(f"{'n':>10} {'run cpu':>8} {'wall':>6} " + " ".join(f"{p:>17}" for p in phases) + "   model cells   tvd3  RSS before")
     for r in results:
         cells = [f"{r['cpu'].get(p, 0):8.2f} ({r['peak_mb'].get(p, 0):5.0f})" for p in phases]
         tv = f"{r['tvd3']:.4f}" if "tvd3" in r else ""
-        print(f"{r['n']:>10,} {r['run_cpu']:8.2f} {r['run_wall']:6.1f} " + " ".join(f"{c:>17}" for c in cells) + f"   {r['model_cells']:>11,}   {tv}")
+        print(f"{r['n']:>10,} {r['run_cpu']:8.2f} {r['run_wall']:6.1f} " + " ".join(f"{c:>17}" for c in cells) + f"   {r['model_cells']:>11,}   {tv}  {r.get('before_mb', 0):6.0f}")
     print(f"{'per row':>10} " + " ".join(f"{p:>17}" for p in ["run"] + phases))
     for r in results:
         cells = []
@@ -276,6 +288,13 @@ def main() -> int:
             ratio = (v / r["n"]) / (b / base["n"]) if b else float("nan")
             cells.append(f"{ns:8.0f}ns {ratio:5.2f}x")
         print(f"{r['n']:>10,} " + " ".join(f"{c:>17}" for c in cells))
+    print("projected wall time on W workers (party phases of all parties mapped in 100k-row chunks, from the "
+          "measured CPU per chunk; the server and sampling stay serial):")
+    for r in results:
+        per_chunk = r["cpu"].get("party", 0) / max(r["chunks"], 1)
+        serial = r["cpu"].get("server", 0) + r["cpu"].get("sample", 0)
+        proj = "  ".join(f"{w} workers {serial + math.ceil(r['chunks'] / w) * per_chunk:8.1f} s" for w in (2, 16, 64))
+        print(f"{r['n']:>10,}: {r['chunks']} chunks x {per_chunk:.2f} CPU s + serial {serial:.1f} s  ->  {proj}")
     for r in results:
         if "anchor" in r:
             a = r["anchor"]

@@ -50,7 +50,7 @@ QUANTILE_SHARE = 0.1   # of ε, for the DP-quantile bins of numeric columns with
 
 
 def synthesize(
-    data: Mapping[str, pd.DataFrame] | pd.DataFrame,
+    data: Mapping[str, pd.DataFrame] | pd.DataFrame | str | Path,
     *,
     epsilon: float,
     delta: float = 1e-5,
@@ -73,7 +73,9 @@ def synthesize(
 
     data: {party name: DataFrame}, one frame per party, each holding that party's columns. Rows are matched
         by index label (the same label is the same person; the order may differ); indexes that disagree are
-        an error. Or one DataFrame together with `parties`.
+        an error. Or one DataFrame together with `parties`. Or the path of a CSV or Parquet file (with `parties`
+        and a public `schema`): it is then read in chunks, never whole (the synthesizer's chunk_rows bound the
+        memory; vertimrf; the evaluators score from marginal counts; docs/scale.md).
     epsilon, delta: the privacy budget for the whole run, composed across all parties (one person's record
         spans every party).
     synthesizer: "vertimrf" (default: parties share only DP messages and the cross-party correlations are
@@ -110,6 +112,12 @@ def synthesize(
                                    delta=delta, synthesizer=synthesizer, params=params, schema=schema, bounds=bounds,
                                    evaluators=evaluators, n=n, seed=seed, output_dir=output_dir, progress=progress,
                                    noise=noise)
+        _warn_if_independent(result)
+        return result
+    if isinstance(data, (str, Path)):
+        result = _synthesize_file(Path(data), epsilon=epsilon, delta=delta, synthesizer=synthesizer, params=params,
+                                  parties=parties, schema=schema, evaluators=evaluators, n=n, seed=seed,
+                                  output_dir=output_dir, progress=progress, noise=noise)
         _warn_if_independent(result)
         return result
     if isinstance(data, pd.DataFrame):
@@ -150,6 +158,37 @@ def synthesize(
     result = execute(make_plan(config, source=source), output_dir, progress=progress)
     _warn_if_independent(result)
     return result
+
+
+def _synthesize_file(path: Path, *, epsilon: float, delta: float, synthesizer: str, params: Mapping[str, Any] | None,
+                     parties: Mapping[str, list[str]] | None, schema: Mapping[str, Mapping[str, Any]] | None,
+                     evaluators: list[dict[str, Any]] | None, n: int | None, seed: int,
+                     output_dir: str | Path | None, progress: bool, noise: str) -> RunResult:
+    """A file's table read in chunks (`stream = true`): its schema must be public, since reading one off the
+    rows would need the whole table (and is not DP)."""
+    if schema is None or parties is None:
+        raise DataError(f"synthesize({str(path)!r}): a file is read in chunks and needs `parties` and a public "
+                        "`schema`; or read it yourself and pass a DataFrame")
+    if not path.is_file():
+        raise DataError(f"synthesize: {str(path)!r} does not exist")
+    table_schema = _public_schema(schema, epsilon)
+    split = {k: [str(c) for c in v] for k, v in parties.items()}
+
+    def whole() -> LoadedData:   # never called: a streamed run reads the file through stream_path
+        raise DataError("internal: a streamed run does not load the whole table")
+
+    source = DatasetSource(table_schema, list(split.values()), whole, list(split), f"file {path.name}",
+                           stream_path=path)
+    config = parse_config({
+        "seed": seed, "noise": noise, "stream": True,
+        "budget": {"epsilon": epsilon, "delta": delta},
+        "dataset": {"name": "in-memory"},
+        "parties": [{"name": k, "attributes": v} for k, v in split.items()],
+        "synthesizer": {"use": synthesizer, "params": dict(params or {})},
+        "evaluators": evaluators if evaluators is not None else [{"use": "tvd", "params": {"ways": [2]}}],
+        **({"sample_size": n} if n is not None else {}),
+    }, where="synthesize()")
+    return execute(make_plan(config, source=source), output_dir, progress=progress)
 
 
 def _check_party_frames(data: Any) -> dict[str, pd.DataFrame]:

@@ -122,8 +122,26 @@ def test_a_dask_cluster_run_equals_the_local_one():
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cl, \
             distributed.Client(cl) as client:
         syn, ledger, rng, p = _party("dpfm", chunk_rows=500)
-        remote = _digest(syn.party_step_chunks(p, MINE, view_chunks(data.project(MINE.attributes), 500), ledger, rng, scheduler=client))
+        with distributed.get_task_stream(client) as tasks:
+            remote = _digest(syn.party_step_chunks(p, MINE, view_chunks(data.project(MINE.attributes), 500), ledger,
+                                                   rng, scheduler=client))
     assert remote == local
+    ran = {t["key"].split("-")[0] for t in tasks.data}
+    assert "_count_chunk" in ran   # the local fit's counting passes ran on the workers, as did the encoding
+
+
+def test_counting_passes_on_a_dask_cluster_equal_the_whole_table():
+    distributed = pytest.importorskip("distributed")
+    data = _data(257)
+    sets = [(), ("a",), ("b", "d"), ("a", "c", "d")]
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cl, \
+            distributed.Client(cl) as client:
+        for chunk in (1, 7, 256, 1000):
+            table = ChunkedCounts(view_chunks(data, chunk), DOM, client, window=3)
+            table.prefetch(sets)
+            assert table.n == 257 and table.passes == 1
+            for s in sets[1:]:
+                assert np.array_equal(table.counts(s).values, data.counts(s).values)
 
 
 def _peak_bytes(tmp_path, n, chunk):

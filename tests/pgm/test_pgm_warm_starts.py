@@ -75,3 +75,23 @@ def test_step_warm_start_continues_the_descent():
     more = estimate(dom, meas, iters=40, warm_start=first.model, step=first.step)
     assert more.losses[0] == pytest.approx(first.losses[-1], rel=1e-6)
     assert more.losses[-1] <= first.losses[-1]
+
+
+def test_estimation_runs_blas_on_one_thread_and_restores_it():
+    """Why the server's OptMRF grew with n (docs/scale.md): past ~10k measurement cells OpenBLAS threads its dot
+    products and its spinning workers cost 5x the CPU of a step; estimation pins BLAS to one thread, then restores."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    def blas_threads() -> list[int]:
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    dom = Domain(["x", "y"], [3, 4])
+    meas = [Measurement(("x", "y"), np.arange(12.0).reshape(3, 4) + 5, 1.0)]
+    seen: list[list[int]] = []
+    with threadpool_limits(2, user_api="blas"):   # as on a multi-core machine, whatever this one has
+        before = blas_threads()
+        estimate(dom, meas, iters=3, callback=lambda it, loss: seen.append(blas_threads()))
+        after = blas_threads()
+    assert before and set(before) == {2}
+    assert seen and all(set(t) == {1} for t in seen)
+    assert after == before

@@ -44,6 +44,25 @@ class PartyServerSplit(Protocol):
 
 
 @runtime_checkable
+class StepsInChunks(Protocol):
+    """A party/server synthesizer whose party step reads the party's table as a stream of chunks (counts and
+    a map over chunks), so a run never holds the table whole (`stream = true`, `party synth --csv`)."""
+
+    def chunk_rows(self) -> int:
+        """Rows per chunk (the memory setting)."""
+
+    def party_step_chunks(self, party: str, domain: Any, chunks: Any, ledger: PrivacyLedger,
+                          rng: np.random.Generator, scheduler: Any = None) -> list[Message]:
+        """`party_step` on a re-startable stream of (global ids, rows) chunks; the same messages."""
+
+    def streams_parties(self) -> bool:
+        """Whether this configuration's fit is the party steps then the server step (no interactive rounds)."""
+
+    def party_steps(self, steps: Any, ledger: PrivacyLedger) -> list[Message]:
+        """Run `steps(party, ledger)` for every party (at once, if so configured); their messages in party order."""
+
+
+@runtime_checkable
 class ReportsModel(Protocol):
     """A synthesizer that describes what it built (cliques, selected marginals...) for the report."""
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -54,6 +55,9 @@ class DatasetSource:
     loader: Callable[[], LoadedData]
     party_names: Sequence[str] | None = None
     description: str = ""
+    # the table's file (CSV or Parquet) when its public schema codes it without reading any row first:
+    # a run with `stream = true` then reads it chunk by chunk instead of calling `load`
+    stream_path: Path | None = attrs.field(default=None, kw_only=True)
 
     def load(self) -> LoadedData:
         return self.loader()

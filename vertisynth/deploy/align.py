@@ -18,12 +18,14 @@ in `<party>_alignment_ledger.json`). That file goes straight into `vertisynth pa
 """
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from vertisynth.core.cluster import dask_session
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.encoding import TableSchema
@@ -137,11 +139,13 @@ def run_party_align(config: RunConfig, party: str, csv: Path, id_column: str, ex
 
     rows = Dataset(np.arange(len(raw), dtype=np.int64)[:, None], Domain(["row"], [max(len(raw), 1)]))
     ids, kept, _ = prepare_ids({party: rows}, {party: raw}, params)
-    me = make_parties(protocol, {p: (ids[party] if p == party else []) for p in ring}, None, params.workers)[party]
-    for r in range(1, me.rounds + 1):
-        inbox = _inbox(sess, party, r, me.expected(r)) if r > 1 else []
-        for msg in me.step(r, inbox):
-            sess.send(_round(r), [msg.to], msg.kind, msg.to_bytes(), tag=msg.filename[:-4].split("__", 4)[-1])
+    with contextlib.ExitStack() as stack:   # the blinding mapped over a Dask cluster when one is configured
+        workers = stack.enter_context(dask_session(params.dask_scheduler)) if params.dask_scheduler else params.workers
+        me = make_parties(protocol, {p: (ids[party] if p == party else []) for p in ring}, None, workers)[party]
+        for r in range(1, me.rounds + 1):
+            inbox = _inbox(sess, party, r, me.expected(r)) if r > 1 else []
+            for msg in me.step(r, inbox):
+                sess.send(_round(r), [msg.to], msg.kind, msg.to_bytes(), tag=msg.filename[:-4].split("__", 4)[-1])
     res = me.result
     assert res is not None
     row_of = kept[party].codes[:, 0]

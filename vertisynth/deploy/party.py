@@ -31,7 +31,7 @@ from vertisynth.core.privacy import PrivacyLedger
 from vertisynth.plugins.encoders.keys import KeyParty
 from vertisynth.plugins.synthesizers.vertimrf.streaming import view_chunks
 from vertisynth.run.config import RunConfig, noise_for
-from vertisynth.run.stream import PARQUET, coded_chunks, frames, table_columns
+from vertisynth.run.stream import coded_chunks, fit_codec
 
 from .plans import streams as _streams, vertical_plan as _vertical_plan
 from .session import TEST_LABEL, RunState, Session, key_context, session, test_noise_seed
@@ -67,29 +67,11 @@ def _own_frame(plan, own: list[str], csv: Path | None) -> pd.DataFrame:
 
 
 def _fit_streamed(plan, schema: TableSchema, own: list[str], path: Path, rng, chunk_rows: int):
-    """The codec of the party's columns of a CSV or Parquet file, reading it in chunks: only columns
-    binned at DP quantiles need their values (one column of floats each); the rest fit from the schema."""
+    """The codec of the party's columns of its CSV or Parquet file, reading it in chunks (run/stream.py)."""
     if plan.source.schema.inferred:
         raise ConfigError("party synth --csv needs a public schema in the config ([dataset] csv with schema or "
                           "domain): a schema read off one party's rows would differ between parties and is not DP")
-    if not path.is_file():
-        raise DataError(f"{'Parquet' if path.suffix.lower() in PARQUET else 'CSV'} {str(path)!r} does not exist")
-    header = table_columns(path)
-    missing = [c for c in own if c not in header]
-    extra = [c for c in header if c not in own]
-    if missing or extra:
-        raise DataError(f"{str(path)!r} must hold exactly this party's columns {own}: "
-                        f"missing {missing}, not this party's {extra}")
-    quant = [c.name for c in schema.columns if c.kind == "numeric" and c.binning not in ("edges", "equal_width")]
-    if quant:
-        parts = [f[quant] for _, f in frames(path, quant, chunk_rows)]
-        fit_frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({c: [] for c in quant})
-    else:
-        fit_frame = pd.DataFrame({c: [] for c in quant}, dtype=object)
-    for c in own:
-        if c not in fit_frame.columns:
-            fit_frame[c] = pd.Series([None] * len(fit_frame), dtype=object)
-    return schema.fit(fit_frame, plan.ledger, rng)
+    return fit_codec(schema, path, own, plan.ledger, rng, chunk_rows)
 
 
 def _private_json(path: Path, content: dict) -> Path:

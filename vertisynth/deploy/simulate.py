@@ -1,7 +1,11 @@
 """The one-process simulation of a reproducible cross-machine run: what `party hello --test-secret S` then
 keys, synth and server produce, computed by the ordinary pipeline (`run.pipeline.execute`) with the parties'
-randomness and the key agreement's binding taken from S. Tests use it to show deployment equals simulation."""
+randomness and the key agreement's binding taken from S. Tests use it to show deployment equals simulation.
+The parties are independent organisations, so they step at once, a forked process each (the synthesizer's
+`party_processes`; the messages are those of a sequential run, bit for bit)."""
 from __future__ import annotations
+
+import attrs
 
 from vertisynth.core.capabilities import PartyServerSplit
 from vertisynth.core.errors import ConfigError
@@ -11,7 +15,9 @@ from vertisynth.run.pipeline import RunResult, execute, make_plan
 from .session import config_fingerprint, key_context, parse_test_secret, run_id, test_noise_seed, test_nonce
 
 
-def simulate(config: RunConfig, test_secret: str, data_dir: str | None = None) -> RunResult:
+def simulate(config: RunConfig, test_secret: str, data_dir: str | None = None,
+             party_processes: int | None = None) -> RunResult:
+    """`party_processes`: parties stepping at once (default: all of them; 1 = one after another)."""
     secret = parse_test_secret(test_secret, config.seed)
     plan = make_plan(config, data_dir=data_dir)
     fp = config_fingerprint(config)
@@ -20,4 +26,6 @@ def simulate(config: RunConfig, test_secret: str, data_dir: str | None = None) -
     if not isinstance(synth, PartyServerSplit):
         raise ConfigError(f"synthesizer {plan.synthesizer.spec.name!r} has no party/server split; use 'vertimrf'")
     synth.set_key_context(key_context(run, fp))
+    if attrs.has(type(synth.config)) and "party_processes" in attrs.fields_dict(type(synth.config)):
+        synth.config = attrs.evolve(synth.config, party_processes=party_processes or len(plan.partition))
     return execute(plan, party_seed=test_noise_seed(secret))

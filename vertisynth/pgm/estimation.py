@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 
 from typing import Any
 
 import attrs
 import numpy as np
 from scipy import sparse
+from threadpoolctl import ThreadpoolController
 
 from vertisynth.core import progress
 from vertisynth.core.domain import Domain
@@ -114,6 +116,12 @@ def _total(measurements: Sequence[Measurement]) -> float:
     return float(max(np.average(tot, weights=w), 1.0))
 
 
+@lru_cache(maxsize=1)
+def _blas() -> ThreadpoolController:
+    """The BLAS libraries numpy and scipy loaded (scanned once, after both are imported)."""
+    return ThreadpoolController()
+
+
 def estimate(domain: Domain, measurements: Sequence[Measurement], total: float | None = None, iters: int = 1000,
              warm_start: GraphicalModel | None = None, max_cells: float = DEFAULT_MAX_CELLS, tol: float = 1e-7,
              extra_cliques: Sequence[Sequence[str]] = (),
@@ -122,6 +130,17 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], total: float |
     """Fit a GraphicalModel to noisy marginal measurements by mirror descent with Armijo line search.
     `step`: the initial step size η (default 1/total, doubled until the first backtrack); a re-estimate
     warm-started from an earlier result can pass that result's `step`."""
+    # BLAS on one thread: the loop's BLAS calls (dot products over the measurement cells, matrix-vector sums
+    # in the calibrator) are short and memory-bound, and once a vector passes OpenBLAS's threading threshold
+    # (~10k cells) its worker threads spin between calls: 5x the CPU per step and no faster (docs/scale.md)
+    with _blas().limit(limits=1, user_api="blas"):
+        return _estimate(domain, measurements, total, iters, warm_start, max_cells, tol, extra_cliques, callback,
+                         growth, step)
+
+
+def _estimate(domain: Domain, measurements: Sequence[Measurement], total: float | None, iters: int,
+              warm_start: GraphicalModel | None, max_cells: float, tol: float, extra_cliques: Sequence[Sequence[str]],
+              callback: Callable[[int, float], None] | None, growth: float, step: float | None) -> EstimationResult:
     if not growth >= 1.0:
         raise ConfigError(f"step growth must be >= 1, got {growth}")
     if not measurements:

@@ -86,6 +86,7 @@ class RunConfig:
     sample_size: int | None = None
     output: str | None = None
     noise: str | None = None       # "secure" | "simulation"; unset: each role's default (`noise_for`)
+    stream: bool = False           # read each party's columns of the dataset's file in chunks (docs/scale.md)
     sections: dict[str, Any] = attrs.field(factory=dict)   # tables owned by other parts ([study], [collab]...)
 
     def __attrs_post_init__(self) -> None:
@@ -99,6 +100,8 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         d = CONVERTER.unstructure(self)
         d.pop("sections")
+        if not d.get("stream"):   # unset: configs (and their fingerprints) read as before the setting existed
+            d.pop("stream", None)
         d.update({k: CONVERTER.unstructure(v) for k, v in self.sections.items()})
         return d
 

@@ -8,6 +8,7 @@ Order of work, so that nothing touches data before the plan is known to fit the 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,12 +18,13 @@ import attrs
 import numpy as np
 import pandas as pd
 
-from vertisynth.core.capabilities import HasGraphicalModel
+from vertisynth.core.capabilities import HasGraphicalModel, PartyServerSplit, StepsInChunks
+from vertisynth.core.chunks import ChunkedCounts
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.encoding import TableCodec, TableSchema
 from vertisynth.core.errors import BudgetError, ConfigError, DataError
 from vertisynth.core.interfaces import Aligner, Alignment, Evaluator, PlanContext, Synthesizer, VerticalData
-from vertisynth.core.loaded import DatasetSource
+from vertisynth.core.loaded import DatasetSource, LoadedData
 from vertisynth.core.privacy import PrivacyLedger
 from vertisynth.core.registry import Registry, default_registry
 from vertisynth.core.specs import ComponentSpec
@@ -32,6 +34,7 @@ from .config import RunConfig, noise_for
 from .console import progress_bar
 from .model import MODEL_FILE, FittedModel
 from .report import build_report, record_outputs, write_outputs
+from .stream import coded_chunks, fit_codec, joined_chunks
 
 RNG_STREAMS = ("preprocessing", "alignment", "fit", "sample", "decode", "evaluate", "split")
 
@@ -209,6 +212,8 @@ def execute(plan: Plan, output_dir: str | Path | None = None, progress: bool = F
 
 def _execute(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.Generator], timings: dict[str, float],
              bar: Any, output_dir: str | Path | None) -> RunResult:
+    if cfg.stream:
+        return _execute_streamed(plan, cfg, streams, timings, bar, output_dir)
     with _timed(timings, "load data", bar):
         loaded = plan.source.load()
     holdout, keyed = None, loaded.party_frames is not None
@@ -257,6 +262,13 @@ def _execute(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.Generator]
                 metrics[comp.label] = comp.instance.evaluate_holdout(real_aligned, holdout, synthetic,
                                                                          streams["evaluate"])
 
+    return _finish(plan, codec, loaded, frame, synthetic, real_aligned, holdout, metrics, align_info, timings,
+                   output_dir)
+
+
+def _finish(plan: Plan, codec: TableCodec, loaded: Any, frame: pd.DataFrame, synthetic: Dataset, real_aligned: Any,
+            holdout: Dataset | None, metrics: dict[str, dict[str, float]], align_info: dict[str, Any],
+            timings: dict[str, float], output_dir: str | Path | None) -> RunResult:
     spent = plan.ledger.spent_epsilon()
     if spent > plan.ledger.budget.epsilon * (1 + 1e-9):  # cannot happen if spend() matched the plan
         raise BudgetError(f"the run spent ε={spent:.4g}, more than the budget {plan.ledger.budget.epsilon:.4g}")
@@ -281,6 +293,71 @@ def _execute(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.Generator]
             written += comp.instance.write_artifacts(result.output_dir) or []
         record_outputs(result.output_dir, written)
     return result
+
+
+def _execute_streamed(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.Generator], timings: dict[str, float],
+                      bar: Any, output_dir: str | Path | None) -> RunResult:
+    """`stream = true`: each party's columns of the dataset's file are read in chunks of the synthesizer's
+    `chunk_rows` through the party step `party synth --csv` runs (`party_step_chunks`), so the table is never
+    held whole; the evaluators score against counts summed over the same chunks. The same messages, model and
+    synthetic table as the in-memory run of the same config (tests/run/test_stream_run.py)."""
+    synth = plan.synthesizer.instance
+    path = plan.source.stream_path
+    why = ("the dataset is not one file with a public schema ([dataset] csv with `schema`)" if path is None else
+           f"synthesizer {plan.synthesizer.spec.name!r} has no chunked party step" if not (
+               isinstance(synth, StepsInChunks) and isinstance(synth, PartyServerSplit) and synth.streams_parties())
+           else f"alignment {plan.aligner.spec.name!r} needs the identifiers (use positional: rows aligned)"
+           if plan.aligner.spec.name != "positional" else
+           "a holdout needs the rows ([evaluation] holdout = 0)" if cfg.evaluation.holdout > 0 else None)
+    if why:
+        raise ConfigError(f"stream = true: {why}")
+    chunk_rows = synth.chunk_rows()
+    loaded = LoadedData(None, plan.source.schema, plan.source.default_parties, plan.source.party_names,
+                        f"{plan.source.description} (read in chunks of {chunk_rows} rows)", None,
+                        {"source": str(path), "schema_inferred_from_data": plan.source.schema.inferred,
+                         "streamed": {"chunk_rows": chunk_rows}})
+    with _timed(timings, "load data", bar):
+        pass   # nothing is loaded: each pass below reads the file chunk by chunk
+    with _timed(timings, "encode", bar):
+        codecs, chunks = {}, {}
+        for party in plan.partition:
+            own = list(party.attributes)
+            sub = TableSchema(tuple(c for c in plan.source.schema.columns if c.name in own))
+            codecs[party.name] = fit_codec(sub, path, own, plan.ledger, streams["preprocessing"], chunk_rows,
+                                           exact=False)
+            chunks[party.name] = coded_chunks(path, codecs[party.name], chunk_rows)
+        by_name = {c.schema.name: c for pc in codecs.values() for c in pc.columns}
+        codec = TableCodec(tuple(by_name[c.name] for c in plan.source.schema.columns))
+    with _timed(timings, "align", bar):
+        align_info = {"protocol": "positional", "rows": "counted while fitting (the rows of the file, in order)"}
+    with _timed(timings, "fit", bar):
+        key_rng, rngs = synth.party_rngs(streams["fit"])
+        synth.agree_keys(key_rng)
+        parent = os.getpid()
+
+        def step(p: str, led: PrivacyLedger) -> list:
+            try:
+                return synth.party_step_chunks(p, codecs[p].domain, chunks[p], led, rngs[p])
+            finally:
+                if os.getpid() != parent:   # a party in its own forked process: its spilled chunks go with it
+                    chunks[p].close()
+        messages = synth.party_steps(step, plan.ledger)
+        synth.server_step(messages)
+    with _timed(timings, "sample", bar):
+        synthetic = synth.sample(cfg.sample_size, streams["sample"]).project(codec.domain.attributes)
+    with _timed(timings, "decode", bar):
+        frame = codec.decode(synthetic, streams["decode"])
+    real = ChunkedCounts(joined_chunks([chunks[p] for p in plan.partition.names], codec.domain), codec.domain)
+    align_info["rows"] = real.n
+    metrics: dict[str, dict[str, float]] = {}
+    with _timed(timings, "evaluate", bar):
+        for comp in plan.evaluators:
+            try:
+                metrics[comp.label] = comp.instance.evaluate(real, synthetic, streams["evaluate"])
+            except AttributeError as exc:   # it reads rows, and a streamed run has only their counts
+                raise ConfigError(f"stream = true: evaluator {comp.label!r} reads the real rows ({exc}); a streamed "
+                                  "run scores from marginal counts only (tvd): drop it or run without stream") from None
+    return _finish(plan, codec, loaded, frame, synthetic, real, None, metrics, align_info, timings, output_dir)
 
 
 def _keep_model(plan: Plan, codec: TableCodec, loaded: Any) -> FittedModel | None:

@@ -9,15 +9,17 @@ from __future__ import annotations
 import csv
 import itertools
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from vertisynth.core.dataset import Dataset
-from vertisynth.core.encoding import TableCodec
+from vertisynth.core.domain import Domain
+from vertisynth.core.encoding import TableCodec, TableSchema
 from vertisynth.core.errors import DataError, VertisynthError
+from vertisynth.core.privacy import PrivacyLedger
 
 PARQUET = (".parquet", ".pq")
 # pandas.read_csv's missing-value spellings (the in-memory reader), so both readers see the same missing cells
@@ -128,6 +130,13 @@ class coded_chunks:
             return self._replay()
         return self._read()
 
+    def close(self) -> None:
+        """Remove the spilled codes now (a forked process exits without running finalizers); a later pass
+        reads the file again."""
+        if self._dir is not None:
+            self._dir.cleanup()
+        self._dir, self._parts = None, None
+
     def _replay(self) -> Iterator[tuple[np.ndarray, Dataset]]:
         for start, f in self._parts:
             codes = np.load(f).astype(np.int64)
@@ -157,3 +166,52 @@ class coded_chunks:
             yield np.arange(start, start + rows.n, dtype=np.int64), rows
         if self.spill:
             self._parts = parts
+
+
+def fit_codec(schema: TableSchema, path: Path, own: Sequence[str], ledger: PrivacyLedger | None,
+              rng: np.random.Generator, chunk_rows: int, exact: bool = True) -> TableCodec:
+    """The codec of the columns `own` of a CSV or Parquet file, reading it in chunks: only columns binned at
+    DP quantiles need their values (one column of floats each); the rest fit from the public schema.
+    `exact`: the file must hold exactly `own` (a party's own file); else it may hold other columns too."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{'Parquet' if path.suffix.lower() in PARQUET else 'CSV'} {str(path)!r} does not exist")
+    header = table_columns(path)
+    missing = [c for c in own if c not in header]
+    extra = [c for c in header if c not in own] if exact else []
+    if missing or extra:
+        raise DataError(f"{str(path)!r} must hold {'exactly ' if exact else ''}these columns {list(own)}: "
+                        f"missing {missing}" + (f", not this party's {extra}" if exact else ""))
+    quant = [c.name for c in schema.columns if c.kind == "numeric" and c.binning not in ("edges", "equal_width")]
+    if quant:
+        parts = [f[quant] for _, f in frames(path, quant, chunk_rows)]
+        fit_frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({c: [] for c in quant})
+    else:
+        fit_frame = pd.DataFrame({c: [] for c in quant}, dtype=object)
+    for c in own:
+        if c not in fit_frame.columns:
+            fit_frame[c] = pd.Series([None] * len(fit_frame), dtype=object)
+    return schema.fit(fit_frame, ledger, rng)
+
+
+Chunks = Callable[[], Iterator[tuple[np.ndarray, Dataset]]]
+
+
+def joined_chunks(parts: Sequence[Chunks], domain: Domain) -> Chunks:
+    """The row-aligned parties' chunk streams side by side, as chunks of the joined table on `domain` (its
+    attributes in any order across the parties'): what counts-based evaluation reads."""
+    def gen() -> Iterator[tuple[np.ndarray, Dataset]]:
+        streams = [p() for p in parts]
+        order = None
+        for got in itertools.zip_longest(*streams):
+            if any(g is None for g in got):
+                raise DataError("the parties' tables have different row counts; they are not row-aligned")
+            ids = got[0][0]
+            if any(len(g[0]) != len(ids) or not np.array_equal(g[0], ids) for g in got[1:]):
+                raise DataError("the parties' chunks hold different rows (their chunk settings differ)")
+            if order is None:
+                names = [a for g in got for a in g[1].domain.attributes]
+                order = [names.index(a) for a in domain.attributes]
+            codes = np.concatenate([g[1].codes for g in got], axis=1)[:, order]
+            yield ids, Dataset(codes, domain)
+    return gen

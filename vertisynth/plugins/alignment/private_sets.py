@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from vertisynth.core.cluster import dask_session
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.core.interfaces import Aligner, Alignment, PlanContext
@@ -25,12 +26,15 @@ from .protocol import PartyResult, make_parties, simulate
 class PSIConfig:
     """normalize: identifier clean-up steps (strip, nfkc, casefold). duplicates: 'error' or 'first' (keep the
     first row of a repeated identifier). workers: processes for the group operations. keys: 'seeded' (the
-    simulation draws keys from the run's seed: reproducible) or 'os' (fresh OS randomness, as deployments do)."""
+    simulation draws keys from the run's seed: reproducible) or 'os' (fresh OS randomness, as deployments do).
+    dask_scheduler: a Dask scheduler address ("tcp://host:8786"); the hashing and blinding of the identifiers
+    are then mapped over that cluster in chunks instead of `workers` local processes (the same elements)."""
 
     normalize: list[str] = attrs.field(factory=lambda: ["strip", "nfkc"])
     duplicates: str = "error"
     workers: int = 2
     keys: str = "seeded"
+    dask_scheduler: str | None = None
 
 
 @attrs.frozen
@@ -44,6 +48,7 @@ class PSUConfig:
     duplicates: str = "error"
     workers: int = 2
     keys: str = "seeded"
+    dask_scheduler: str | None = None
     fill: str = "marginal"
     fill_columns: dict[str, fill_mod.ColumnFill] = attrs.field(factory=dict)
     fill_budget: float = 0.05
@@ -81,8 +86,11 @@ def prepare_ids(views: Mapping[str, Dataset], ids: Mapping[str, Sequence[Any]] |
 
 
 def _run(protocol: str, ids: dict[str, list[str]], config: Any, rng: np.random.Generator) -> dict[str, PartyResult]:
-    parties = make_parties(protocol, ids, rng if config.keys == "seeded" else None, config.workers)
-    return simulate(parties)
+    keys = rng if config.keys == "seeded" else None
+    if config.dask_scheduler is None:
+        return simulate(make_parties(protocol, ids, keys, config.workers))
+    with dask_session(config.dask_scheduler) as client:
+        return simulate(make_parties(protocol, ids, keys, client))
 
 
 class PSIAligner(Aligner):

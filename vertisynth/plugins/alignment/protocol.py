@@ -107,7 +107,7 @@ class _Party:
     protocol: ClassVar[str] = ""
 
     def __init__(self, name: str, ids: Sequence[str], ring: Sequence[str], rng: np.random.Generator | None = None,
-                 workers: int = 1) -> None:
+                 workers: Any = 1) -> None:
         if name not in ring:
             raise DataError(f"party {name!r} is not in the protocol's party list {list(ring)}")
         if len(ring) < 2 or len(set(ring)) != len(ring):
@@ -318,7 +318,7 @@ PARTY_CLASSES: dict[str, type[_Party]] = {"psi": PSIParty, "psu": PSUParty}
 
 
 def make_parties(protocol: str, ids: Mapping[str, Sequence[str]], rng: np.random.Generator | None = None,
-                 workers: int = 1) -> dict[str, _Party]:
+                 workers: Any = 1) -> dict[str, _Party]:
     """One party object per entry of `ids` (ring order = mapping order). `rng` seeds keys and shuffles
     (a reproducible simulation); None draws them from the OS CSPRNG, as a real deployment must."""
     if protocol not in PARTY_CLASSES:

@@ -158,7 +158,8 @@ def csv(config: CsvConfig, data_dir: str | None = None) -> DatasetSource:
         names = schema.names
         half = (len(names) + 1) // 2
         parties = config.parties or [names[:half], names[half:]]
-        return DatasetSource(schema, parties, lambda: _load_csv(config), None, f"CSV {path.name}")
+        return DatasetSource(schema, parties, lambda: _load_csv(config), None, f"CSV {path.name}",
+                             stream_path=None if config.domain else path)
     loaded = _load_csv(config)
     return DatasetSource(loaded.schema, loaded.default_parties, lambda: loaded, None, loaded.description)
 

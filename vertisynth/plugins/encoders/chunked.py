@@ -22,6 +22,7 @@ import pandas as pd
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import ConfigError, DataError
+from vertisynth.core.cluster import dask_client
 
 
 @attrs.frozen
@@ -76,21 +77,6 @@ class ChunkJob:
         finally:
             if client is not scheduler:
                 client.close()
-
-
-def dask_client(scheduler: Any) -> Any:
-    """A `distributed.Client` for an address (or the Client given), with clear errors."""
-    try:
-        from distributed import Client
-    except ImportError:
-        raise ConfigError("a Dask scheduler is configured but dask.distributed is not installed "
-                          "(pip install 'vertisynth[dask]')") from None
-    if isinstance(scheduler, Client):
-        return scheduler
-    try:
-        return Client(scheduler, timeout="20s")
-    except (OSError, TimeoutError) as exc:
-        raise ConfigError(f"cannot reach the Dask scheduler {scheduler!r}: {exc}") from None
 
 
 # -- CSV chunks -------------------------------------------------------------------------------------------

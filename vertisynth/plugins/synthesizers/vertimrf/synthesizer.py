@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -18,6 +18,7 @@ import numpy as np
 
 from vertisynth.core.capabilities import (CostEstimate, EncodesInChunks, MeasuresJointly, ReleasesNoisyCount,
                                          SharedKeyEncoder)
+from vertisynth.core.cluster import dask_session
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import ConfigError, DataError, MessageError
@@ -32,7 +33,7 @@ from vertisynth.pgm import GraphicalModel, Measurement, estimate
 from vertisynth.pgm.estimation import bin_query
 from vertisynth.pgm.graph import build_junction_tree, min_fill_cliques
 from ..privmrf import LocalModel, PrivMRFConfig, PrivMRFSynthesizer
-from .streaming import ChunkedCounts, Chunks, mapped, view_chunks
+from .streaming import ChunkedCounts, Chunks, mapped, party_phase, view_chunks
 from .dimension import (ValueDistributions, bin_dataset, bin_map, binned_domain, hisrec, mass_bin_map,
                         measure_value_distributions,
                         planned_charges as value_charges, uniform_distributions)
@@ -107,6 +108,7 @@ class VertiMRFConfig:
     sampling: str = "round"
     local_start: bool = True
     round_iters: int | None = 500
+    party_processes: int = 1   # the one-process run: parties stepping at once, a forked process each (same result)
 
     def __attrs_post_init__(self) -> None:
         fr = [self.local_fraction, self.encoder_fraction, self.value_fraction]
@@ -130,6 +132,8 @@ class VertiMRFConfig:
             raise ConfigError(f"vertimrf: weighting must be 'paper' or 'variance', got {self.weighting!r}")
         if self.sampling not in ("sample", "round"):
             raise ConfigError(f"vertimrf: sampling must be 'sample' or 'round', got {self.sampling!r}")
+        if self.party_processes < 1:
+            raise ConfigError(f"vertimrf: party_processes must be >= 1, got {self.party_processes}")
         if self.round_iters is not None and self.round_iters < 1:
             raise ConfigError(f"vertimrf: round_iters must be >= 1 or omitted, got {self.round_iters}")
         if self.rounds < 0 or self.per_round < 1 or self.iters < 1 or self.max_clique_cells < 4:
@@ -215,6 +219,14 @@ class VertiMRFSynthesizer(Synthesizer):
         in-memory table is the streamed one cut into slices: one code path (`party_step_chunks`)."""
         return self.party_step_chunks(party, view.domain, view_chunks(view, self.chunk_rows()), ledger, rng)
 
+    def party_steps(self, steps: Callable[[str, PrivacyLedger], list[Message]], ledger: PrivacyLedger) -> list[Message]:
+        """Every party's step (`steps(party, ledger)`), at once in `party_processes` forked processes if set."""
+        return party_phase(steps, self._partition.names, ledger, self.config.party_processes)
+
+    def streams_parties(self) -> bool:
+        """Party steps then the server step (StepsInChunks); the `he` encoder measures in rounds instead."""
+        return not isinstance(self._encoder, MeasuresJointly)
+
     def chunk_rows(self) -> int:
         """Rows per chunk of the party phase: the encoder's `chunk_rows` (bounds memory independent of n)."""
         return int(getattr(getattr(self._encoder, "config", None), "chunk_rows", None) or 100_000)
@@ -249,9 +261,18 @@ class VertiMRFSynthesizer(Synthesizer):
         distributions read marginal counts summed over chunks, binning maps each chunk, the encoder's
         chunk job maps the chunks (on a Dask cluster when `scheduler` is an address or a Client; default:
         the encoder's `dask_scheduler`). Equals the in-memory run bit for bit."""
+        if scheduler is None:
+            scheduler = getattr(getattr(self._encoder, "config", None), "dask_scheduler", None)
+        if scheduler is None:
+            return self._party_chunks(party, domain, chunks, ledger, rng, None)
+        with dask_session(scheduler) as client:   # one client: the counting passes and the encoding map on it
+            return self._party_chunks(party, domain, chunks, ledger, rng, client)
+
+    def _party_chunks(self, party: str, domain: Domain, chunks: Chunks, ledger: PrivacyLedger,
+                      rng: np.random.Generator, client: Any) -> list[Message]:
         c = self.config
         out: list[Message] = []
-        table = ChunkedCounts(chunks, domain)
+        table = ChunkedCounts(chunks, domain, client)
         if c.use_local:
             local = self._local[party]
             table.prefetch_pairs()   # R-scores and 1-way counts in one pass; later marginals a pass each
@@ -270,10 +291,8 @@ class VertiMRFSynthesizer(Synthesizer):
             view = Dataset(np.concatenate(parts) if parts else np.zeros((0, len(low_domain)), np.int64), low_domain)
             out.append(self._encoder.encode(party, view, ledger, rng))
             return out
-        if scheduler is None:
-            scheduler = getattr(getattr(self._encoder, "config", None), "dask_scheduler", None)
         job = self._encoder.chunk_job(party, low_domain, ledger, rng)
-        out.append(job.run_local(low()) if scheduler is None else job.run_dask(low(), scheduler))
+        out.append(job.run_local(low()) if client is None else job.run_dask(low(), client))
         return out
 
     # -- server side --------------------------------------------------------------------------
@@ -540,8 +559,8 @@ class VertiMRFSynthesizer(Synthesizer):
         t0 = time.perf_counter()
         key_rng, rngs = self.party_rngs(rng)
         self.agree_keys(key_rng)
-        for p in self._partition.names:
-            messages += self.party_step(p, data.views[p], ledger, rngs[p])
+        messages = party_phase(lambda p, led: self.party_step(p, data.views[p], led, rngs[p]), self._partition.names,
+                               ledger, self.config.party_processes)
         self._timings = {"parties (LocMRF, binning, LocEnc)": time.perf_counter() - t0}
         self.server_step(messages)
 

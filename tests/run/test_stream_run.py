@@ -1,0 +1,120 @@
+"""`stream = true`: the one-process run reads each party's columns of the file in chunks through the party step
+`party synth --csv` runs; the same synthetic table, ledger and scores as the in-memory run (issue 21)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from vertisynth.core.errors import ConfigError, DataError
+from vertisynth.run.config import parse_config
+from vertisynth.run.pipeline import run
+
+SCHEMA = {"a": {"kind": "categorical", "categories": ["x", "y", "z"]},
+          "b": {"kind": "numeric", "bounds": [0.0, 9.0], "bins": 9, "binning": "equal_width"},
+          "c": {"kind": "categorical", "categories": ["0", "1"]},
+          "d": {"kind": "categorical", "categories": ["p", "q", "r", "s"]}}
+
+
+def _table(path, n=900, seed=2):
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 3, n)
+    b = np.clip(3 * a + rng.normal(0, 1.5, n), 0, 9)
+    c = (rng.random(n) < 0.3 + 0.2 * a).astype(int)
+    d = np.where(rng.random(n) < 0.7, a + c, rng.integers(0, 4, n))
+    frame = pd.DataFrame({"a": np.array(["x", "y", "z"])[a], "b": b.round(2), "c": c, "d": np.array(list("pqrs"))[d]})
+    frame.to_csv(path, index=False) if str(path).endswith(".csv") else frame.to_parquet(path, index=False)
+
+
+def _config(path, stream, chunk_rows=64, processes=1, **extra):
+    return parse_config({"seed": 4, "budget": {"epsilon": 3.0, "delta": 1e-5}, "stream": stream,
+                         "dataset": {"name": "csv", "params": {"path": str(path), "schema": SCHEMA}},
+                         "parties": [{"attributes": ["a", "b"]}, {"attributes": ["c", "d"]}],
+                         "synthesizer": {"use": "vertimrf", "params": {
+                             "encoder_params": {"t": 64, "chunk_rows": chunk_rows},
+                             "local_params": {"iters": 20, "refine_iters": 5}, "iters": 30, "rounds": 1,
+                             "party_processes": processes}},
+                         "evaluators": [{"use": "tvd", "params": {"ways": [2, 3], "marginals": 6}}], **extra})
+
+
+@pytest.mark.parametrize("suffix,chunk_rows,processes", [(".csv", 64, 1), (".csv", 1000, 2), (".parquet", 100, 2)])
+def test_a_streamed_run_equals_the_in_memory_run(tmp_path, suffix, chunk_rows, processes):
+    pytest.importorskip("pyarrow")
+    path = tmp_path / f"t{suffix}"
+    _table(path)
+    _table(tmp_path / "t.csv")   # the in-memory reader takes CSV: the same table
+    whole = run(_config(tmp_path / "t.csv", False, chunk_rows))
+    streamed = run(_config(path, True, chunk_rows, processes))   # the parties at once: the same result
+    pd.testing.assert_frame_equal(streamed.synthetic, whole.synthetic)
+    assert streamed.ledger.spent == whole.ledger.spent and streamed.ledger.spent
+    assert streamed.metrics == whole.metrics
+    assert streamed.report["dataset"]["records"] == 900
+    assert "read in chunks of" in streamed.report["dataset"]["description"]
+
+
+def test_stream_refuses_what_needs_the_whole_table(tmp_path):
+    path = tmp_path / "t.csv"
+    _table(path)
+    with pytest.raises(ConfigError, match="stream = true: a holdout needs the rows"):
+        run(_config(path, True, evaluation={"holdout": 0.2}))
+    bad = _config(path, True)
+    bad = parse_config({**bad.to_dict(), "synthesizer": {"use": "privmrf"}})
+    with pytest.raises(ConfigError, match="stream = true: synthesizer 'privmrf' has no chunked party step"):
+        run(bad)
+    with pytest.raises(ConfigError, match="stream = true: the dataset is not one file with a public schema"):
+        run(parse_config({"budget": {"epsilon": 1.0, "delta": 1e-5}, "stream": True,
+                          "synthesizer": {"use": "vertimrf"}}))
+
+
+def test_a_bad_value_mid_file_names_its_line(tmp_path):
+    path = tmp_path / "t.csv"
+    _table(path)
+    lines = path.read_text().splitlines()
+    lines[500] = lines[500].replace(lines[500].split(",")[0], "w", 1)   # "w" is no category of a
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match="line 501"):
+        run(_config(path, True))
+
+
+def _traced_peak(tmp_path, n, chunk_rows, stream=True):
+    import tracemalloc
+
+    path = tmp_path / f"{n}.csv"
+    if not path.exists():
+        _table(path, n)
+    cfg = _config(path, stream, chunk_rows, sample_size=500)   # the output's size fixed: only the input grows
+    tracemalloc.start()
+    try:
+        result = run(cfg)
+        return tracemalloc.get_traced_memory()[1], result.report["dataset"]["records"]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_table_larger_than_the_chunk_setting_is_run_within_it(tmp_path):
+    chunk = 1000
+    _traced_peak(tmp_path, 300, chunk)   # warm-up: the first run's lazy imports and caches are not the table
+    small, n_small = _traced_peak(tmp_path, 2 * chunk, chunk)
+    large, n_large = _traced_peak(tmp_path, 40 * chunk, chunk)
+    whole, _ = _traced_peak(tmp_path, 40 * chunk, chunk, stream=False)
+    assert (n_small, n_large) == (2 * chunk, 40 * chunk)
+    assert large < 1.2 * small + (1 << 18), (small, large)   # 20x the rows, the same peak
+    assert large < 0.5 * whole, (large, whole)                # the in-memory run holds the table (~4x here)
+
+
+def test_the_api_reads_a_file_in_chunks_and_equals_the_dataframe_run(tmp_path):
+    from vertisynth.api import synthesize
+
+    path = tmp_path / "t.csv"
+    _table(path)
+    kw = dict(epsilon=3.0, parties={"p1": ["a", "b"], "p2": ["c", "d"]}, schema=SCHEMA, seed=1,
+              params={"encoder_params": {"t": 64, "chunk_rows": 128}, "local_params": {"iters": 20, "refine_iters": 5},
+                      "iters": 30, "rounds": 1})
+    streamed = synthesize(str(path), output_dir=tmp_path / "out", **kw)
+    whole = synthesize(pd.read_csv(path), **kw)
+    pd.testing.assert_frame_equal(streamed.synthetic, whole.synthetic)
+    assert (tmp_path / "out" / "synthetic.csv").is_file() and (tmp_path / "out" / "ledger.json").is_file()
+    assert streamed.metrics == whole.metrics and streamed.ledger.spent == whole.ledger.spent
+    assert "read in chunks of 128 rows" in streamed.report["dataset"]["description"]
+    with pytest.raises(DataError, match="needs `parties` and a public `schema`"):
+        synthesize(path, epsilon=1.0, parties={"p1": ["a", "b"], "p2": ["c", "d"]})

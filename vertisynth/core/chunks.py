@@ -1,0 +1,133 @@
+"""A table as a re-startable stream of (global record ids, coded rows) chunks, and a counts-only table
+over such a stream: what a party's stages and a streamed run's evaluation read instead of the whole table.
+
+Marginal counts are additive over chunks, so `ChunkedCounts` answers `counts` by a pass over the chunks
+(int64 sums: equal to `Dataset.counts`, bit for bit), cached; several marginals share one pass; with a
+`distributed.Client` the per-chunk counting runs on the cluster's workers.
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from .dataset import Dataset
+from .domain import Domain
+from .errors import DataError
+from .factor import Factor
+
+
+Chunks = Callable[[], Iterator[tuple[np.ndarray, Dataset]]]   # a re-startable stream of (ids, rows)
+
+
+def view_chunks(view: Dataset, chunk_rows: int) -> Chunks:
+    """An in-memory table as a stream of slices (views, no copies): the in-memory run is this case."""
+    def gen() -> Iterator[tuple[np.ndarray, Dataset]]:
+        for start in range(0, max(view.n, 1), chunk_rows):
+            stop = min(start + chunk_rows, view.n)
+            yield np.arange(start, stop, dtype=np.int64), Dataset(view.codes[start:stop], view.domain)
+    return gen
+
+
+def _count_chunk(rows: Dataset, plan: list) -> tuple[int, list[np.ndarray]]:
+    """One chunk's row count and int64 counts of each marginal (axes, shape) in `plan` (a Dask task)."""
+    out = []
+    for axes, shape in plan:
+        size = int(np.prod(shape, dtype=np.int64))
+        if not axes or not rows.n:
+            out.append(np.zeros(size, dtype=np.int64))
+            continue
+        cols = rows.codes[:, axes]
+        out.append(np.bincount(np.ravel_multi_index(tuple(cols.T), shape), minlength=size).astype(np.int64))
+    return rows.n, out
+
+
+def mapped(chunks: Chunks, fn: Callable[[Dataset], Dataset]) -> Chunks:
+    """The stream with `fn` applied to every chunk's rows (e.g. binning: a per-row map)."""
+    return lambda: ((ids, fn(rows)) for ids, rows in chunks())
+
+
+class ChunkedCounts:
+    """Stands in for a Dataset where only `n` and `counts` are read: each marginal from one pass over the
+    chunks (int64 sums, so equal to `Dataset.counts`), cached."""
+
+    def __init__(self, chunks: Chunks, domain: Domain, client: Any = None, window: int | None = None):
+        """`client`: a `distributed.Client`; each pass then maps the counting over its workers (at most
+        `window` chunks in flight, default twice the workers), this process only reading the chunks."""
+        self._chunks, self.domain = chunks, domain
+        self._cache: dict[tuple[str, ...], np.ndarray] = {}
+        self._n: int | None = None
+        self.passes = 0
+        self._client, self._window = client, window
+
+    @property
+    def attributes(self) -> tuple[str, ...]:
+        return self.domain.attributes
+
+    @property
+    def n(self) -> int:
+        if self._n is None:
+            self.prefetch([()])
+        return int(self._n)
+
+    def prefetch(self, sets: Iterable[Sequence[str]]) -> None:
+        """Count every marginal in `sets` not yet cached, all in one pass over the chunks."""
+        todo = list(dict.fromkeys(tuple(self.domain.check(s)) for s in sets if tuple(s) not in self._cache))
+        todo = [s for s in todo if s not in self._cache]
+        if not todo and self._n is not None:
+            return
+        plan = [(list(self.domain.axes(s)), self.domain.project(s).shape) for s in todo]
+        acc = [np.zeros(int(np.prod(shape, dtype=np.int64)), dtype=np.int64) for _, shape in plan]
+        n = 0
+        self.passes += 1
+        for part in self._counted(plan):   # int64 sums: any order gives the same counts
+            n += part[0]
+            for vec, got in zip(acc, part[1]):
+                vec += got
+        if self._n is not None and n != self._n:
+            raise DataError(f"the table changed while it was read: {self._n} rows, then {n}")
+        self._n = n
+        for s, vec in zip(todo, acc):
+            self._cache[s] = vec if s else np.array([n], dtype=np.int64)
+
+    def _counted(self, plan: list) -> Iterator[tuple[int, list[np.ndarray]]]:
+        """Each chunk's (rows, counts per marginal of `plan`), here or on the Dask workers."""
+        chunks = (rows for _, rows in self._chunks())
+        if self._client is None:
+            for rows in chunks:
+                yield _count_chunk(self._checked(rows), plan)
+            return
+        window = self._window or max(2 * len(self._client.scheduler_info().get("workers", {})), 2)
+        pending: list[Any] = []
+        for rows in chunks:
+            pending.append(self._client.submit(_count_chunk, self._checked(rows), plan, pure=False))
+            if len(pending) >= window:
+                fut = pending.pop(0)
+                yield fut.result()
+                fut.release()
+        for fut in pending:
+            yield fut.result()
+            fut.release()
+
+    def _checked(self, rows: Dataset) -> Dataset:
+        if rows.domain != self.domain:
+            raise DataError(f"chunk domain {rows.domain} differs from the party's {self.domain}")
+        return rows
+
+    def counts(self, attrs_: Iterable[str], weights: np.ndarray | None = None) -> Factor:
+        if weights is not None:
+            raise DataError("weighted counts need the rows themselves; a chunked table answers only plain counts")
+        attrs_ = tuple(self.domain.check(attrs_))
+        if attrs_ not in self._cache:
+            self.prefetch([attrs_])
+        sub = self.domain.project(attrs_)
+        if not attrs_:
+            return Factor(sub, np.asarray(float(self.n)))
+        return Factor(sub, self._cache[attrs_].astype(float).reshape(sub.shape))
+
+    def prefetch_pairs(self) -> None:
+        """The single attributes and pairs (R-scores, value distributions): the local fit's first reads."""
+        a = self.domain.attributes
+        self.prefetch([()] + [(x,) for x in a] + list(itertools.combinations(a, 2)))
