@@ -79,7 +79,7 @@ class DPFMConfig:
     `chunked.encode_csv` reads a party's CSV (a scheduler address such as "tcp://host:8786" runs the
     chunks on that Dask cluster)."""
 
-    t: int = 8000              # the paper: 2000 (docs/synthesizers/vertimrf.md: 8000 halves the cross-party cells' std)
+    t: int = 32000             # the paper: 2000 (docs/synthesizers/vertimrf.md: with inclusion-exclusion the cells' std falls as 1/√t)
     gamma: float = 1.0
     delta: float | None = None
     count_fraction: float = 0.1
