@@ -13,6 +13,12 @@ over i, its cardinality comes from the harmonic-mean estimator, and the union ho
 P = k_p Σ_i (u_i − 1) phantoms (each attribute's own u_i; the reference code used u_1 for all):
     T̂[v] = n̂ − (K̂[v] − P),  Var[T̂[v]] ≈ Var[n̂] + Var[K̂[v]],  then clipped at 0 (Alg. 4 line 9)
 or, optionally, projected onto the tables >= 0 that sum to n̂. The variance is that of the raw T̂.
+`estimator = "inclusion_exclusion"` (the default; "complement" is the paper's, above) reads the same sketches
+by inclusion–exclusion over the cell's own value sets, |∩_i A_i| = Σ_{S ≠ ∅} (−1)^{|S|+1} K̂(∪_{i∈S} A_i); each
+union holds |S| k_p phantoms, which cancel for l >= 2 (k_p is subtracted for l = 1). A union of complements
+has about n records plus k_p Σ(u_i − 1) phantoms, the cell's own sets far fewer, so the estimate's error is
+about half (Adult, ε 1.6: cross pairs' TVD after consistency 0.034 → 0.019; docs/synthesizers/vertimrf.md).
+Its variance is the delta method's over the repetitions (the terms are correlated); post-processing as above.
 
 Privacy (Theorem 2, App. A.3). Each sketch is ε'-DP (Lemma 4). In one repetition a record touches one
 sketch per attribute, d in all across the parties; App. A.3 bounds the repetition's Rényi divergence by
@@ -27,6 +33,7 @@ The noisy count n̂ is the Gaussian mechanism (sensitivity 1) on its own slice �
 """
 from __future__ import annotations
 
+import itertools
 import math
 from functools import partial
 from collections.abc import Iterable, Sequence
@@ -72,13 +79,14 @@ class DPFMConfig:
     `chunked.encode_csv` reads a party's CSV (a scheduler address such as "tcp://host:8786" runs the
     chunks on that Dask cluster)."""
 
-    t: int = 8000              # the paper: 2000 (docs/synthesizers/vertimrf.md: 8000 halves the cross-party cells' std)
+    t: int = 32000             # the paper: 2000 (docs/synthesizers/vertimrf.md: with inclusion-exclusion the cells' std falls as 1/√t)
     gamma: float = 1.0
     delta: float | None = None
     count_fraction: float = 0.1
     calibration: str = "tight"   # the paper: "paper"
     epsilon: float | None = None
     postprocess: str = "project"  # the paper (Alg. 4): "clip"
+    estimator: str = "inclusion_exclusion"   # the paper (Alg. 4): "complement"
     rep_block: int = 256
     block_mb: float = 16.0
     reproducible_keys: bool = True
@@ -98,6 +106,8 @@ class DPFMConfig:
             raise ConfigError(f"dpfm: calibration must be 'paper' or 'tight', got {self.calibration!r}")
         if self.epsilon is not None and not (math.isfinite(self.epsilon) and self.epsilon > 0):
             raise ConfigError(f"dpfm: epsilon must be positive, got {self.epsilon!r}")
+        if self.estimator not in ("complement", "inclusion_exclusion"):
+            raise ConfigError(f"dpfm: estimator must be 'complement' or 'inclusion_exclusion', got {self.estimator!r}")
         if self.postprocess not in ("clip", "clip_rescale", "project", "none"):
             raise ConfigError(f"dpfm: postprocess must be 'clip', 'clip_rescale', 'project' or 'none', got {self.postprocess!r}")
         if not (isinstance(self.chunk_rows, int) and self.chunk_rows >= 1):
@@ -308,6 +318,9 @@ class DPFMEncoder(Encoder):
         agree(msgs, "eps_prime", "dpfm", rel=1e-12)
         k_p, floor = msgs[0].k_p, msgs[0].floor
         n_hat, n_var = _noisy_count(msgs)
+        if self.config.estimator == "inclusion_exclusion":
+            est, var = _inclusion_exclusion([by_attr[a].sketches[a] for a in dom.attributes], t, gamma, floor, k_p)
+            return self._postprocess(dom, est, var, n_hat)
         q = 1.0 / (1.0 + gamma)
         comps = [_complement(by_attr[a].sketches[a]) for a in dom.attributes]
         qpow = q ** np.arange(np.iinfo(np.int16).max + 1, dtype=float)
@@ -329,7 +342,10 @@ class DPFMEncoder(Encoder):
         k_hat, k_var = cardinality(acc / t, t, gamma, floor)
         phantoms = k_p * sum(u - 1 for u in dom.shape)
         est = n_hat - (k_hat - phantoms)
-        var = n_var + k_var
+        return self._postprocess(dom, est, n_var + k_var, n_hat)
+
+    def _postprocess(self, dom: Domain, est: np.ndarray, var: np.ndarray | float, n_hat: float) -> Estimate:
+        """The configured post-processing of a raw estimate; the variance stays the raw estimate's."""
         how = self.config.postprocess
         if how in ("clip", "clip_rescale"):
             est = np.clip(est, 0, None)
@@ -452,6 +468,47 @@ def _noisy_count(messages: Sequence[DPFMMessage]) -> tuple[float, float]:
     if len(values) > 1:
         raise MessageError(f"dpfm: parties report different noisy counts n̂: {counts}")
     return values.pop()
+
+
+def _inclusion_exclusion(sketches: Sequence[np.ndarray], t: int, gamma: float, floor: int,
+                         k_p: int) -> tuple[np.ndarray, np.ndarray]:
+    """|∩_i A_i| for every cell of the l sketches' joint table by inclusion–exclusion over the unions of the
+    cell's own value sets (module docstring), and its variance; t × u_i sketches. The terms share
+    repetitions and are strongly correlated (the sum of their variances overstates the estimate's about 4x),
+    so the variance is the delta method's over the repetitions themselves: the estimate is Σ_S ± g⁻¹(m_S),
+    m_S the mean of q^α over repetitions, so Var ≈ Var_h[Σ_S ± q^{α_h^S} / g'(K̂_S)] / t."""
+    l = len(sketches)
+    shape = tuple(s.shape[1] for s in sketches)
+    q = 1.0 / (1.0 + gamma)
+    qpow = q ** np.arange(np.iinfo(np.int16).max + 1, dtype=float)
+    qpow_floor = q**floor
+    subsets = [sub for size in range(1, l + 1) for sub in itertools.combinations(range(l), size)]
+    block = max(1, min(t, (1 << 22) // max(math.prod(shape), 1)))   # repetitions per step: bounded memory
+
+    def q_alpha(subset: tuple[int, ...], h0: int) -> np.ndarray:   # q^{max(α, b)} of the union, per repetition
+        union = None
+        for i in subset:
+            ci = sketches[i][h0:h0 + block].reshape([-1] + [shape[j] if j == i else 1 for j in range(l)])
+            union = ci if union is None else np.maximum(union, ci)
+        return np.where(union < floor, qpow_floor, qpow[np.maximum(union, 0)])
+
+    means = {sub: sum(q_alpha(sub, h0).sum(axis=0) for h0 in range(0, t, block)) / t for sub in subsets}
+    est = np.zeros(shape)
+    slope = {}
+    for sub in subsets:
+        k_hat, _ = cardinality(means[sub], t, gamma, floor)
+        k_up, _ = cardinality(means[sub] * (1 + 1e-4), t, gamma, floor)   # dK/dm = 1/g'(K), numerically
+        sign = 1.0 if len(sub) % 2 else -1.0
+        est = est + sign * k_hat
+        slope[sub] = sign * (k_up - k_hat) / (means[sub] * 1e-4)
+    total, total2 = np.zeros(shape), np.zeros(shape)
+    for h0 in range(0, t, block):
+        y = sum(slope[sub] * (q_alpha(sub, h0) - means[sub]) for sub in subsets)
+        total, total2 = total + y.sum(axis=0), total2 + (y * y).sum(axis=0)
+    var = np.maximum(total2 / t - (total / t) ** 2, 0.0) / t
+    if l == 1:   # the phantoms of the unions cancel for l >= 2; a single set's sketch keeps its k_p
+        est = est - k_p
+    return est, var
 
 
 def _complement(sketch: np.ndarray) -> np.ndarray:
