@@ -11,6 +11,7 @@ weaker viewer, sees counts + one σ, which is what the charge covers; the server
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 import time
@@ -47,6 +48,7 @@ class HEConfig:
     workers: int = 0
     chunk_rows: int = 2048
     slot_bits: int | None = None
+    round_timeout: float = 600.0   # seconds a party or the server waits for the others in a deployed round
 
     def __attrs_post_init__(self) -> None:
         if self.crypto not in ("real", "simulated"):
@@ -57,6 +59,22 @@ class HEConfig:
             raise ConfigError(f"he: selection_fraction must be in (0, 1), got {self.selection_fraction}")
         if self.selection_pairs < 1 or self.cliques < 1 or self.max_cells < 4 or self.workers < 0 or self.chunk_rows < 1:
             raise ConfigError("he: selection_pairs >= 1, cliques >= 1, max_cells >= 4, workers >= 0, chunk_rows >= 1")
+        if not self.round_timeout > 0:
+            raise ConfigError(f"he: round_timeout must be positive seconds, got {self.round_timeout}")
+
+
+def seeded_source(base: int, stage: str, pair: tuple[str, str], role: str) -> GeneratorSource:
+    """A party's seeded noise for one pair of parties and one role ("enc" or "sum") in one stage, from the `base` it
+    drew from its own stream at the start of the stage. Per pair and role (not one stream in draw order), so a party
+    that encrypts for one peer and sums for another draws the same noise whether the rounds run in one process
+    (pair by pair) or across machines (all encryptions, then all sums, then all decryptions)."""
+    tag = hashlib.sha256(f"vertisynth/he-noise/v1|{stage}|{pair[0]}|{pair[1]}|{role}".encode()).digest()[:8]
+    return GeneratorSource(np.random.default_rng(np.random.SeedSequence([base, int.from_bytes(tag, "big")])))
+
+
+def stage_base(rng: np.random.Generator) -> int:
+    """What a party draws from its own stream once per stage for its seeded noise (`seeded_source`)."""
+    return int(rng.integers(0, 2**63))
 
 
 @attrs.frozen(eq=False)
@@ -110,10 +128,33 @@ class HEEncoder(Encoder):
     def encode(self, party: str, view: Dataset, ledger: PrivacyLedger, rng: np.random.Generator) -> Message:
         return HEParty(party, view.domain).validate()
 
-    def _source(self, party: str, rngs: Mapping[str, np.random.Generator]):
+    def _sources(self, stage: str, pair: tuple[str, str], enc: str, summ: str, bases: Mapping[str, int] | None):
+        """(E's, S's) noise sources: fixed test sources, else seeded per pair and role (simulated crypto), else the
+        OS CSPRNG (real crypto)."""
         if self.test_sources is not None:
-            return self.test_sources[party]
-        return GeneratorSource(rngs[party]) if self.config.crypto == "simulated" else SystemSource()
+            return self.test_sources[enc], self.test_sources[summ]
+        if bases is None:
+            return SystemSource(), SystemSource()
+        return seeded_source(bases[enc], stage, pair, "enc"), seeded_source(bases[summ], stage, pair, "sum")
+
+    def charge(self, stage: str) -> Charge:
+        """The planned zCDP charge of `stage` (spent once, by whoever runs the stage)."""
+        return self._charges[stage]
+
+    def parties(self) -> list[str]:
+        return list(self._parties)
+
+    def pairs(self, queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]], n: int, stage: str
+              ) -> list[tuple[tuple[str, str], str, str, list]]:
+        """The protocol runs of a stage, in the order every role runs them: ((p, q) sorted, encrypting party,
+        summing party, queries with the encrypting side first). Computed alike by every party from public
+        information (the plan, the queries and the aligned row count n)."""
+        t = support_bound(self.sigma[stage])
+        out = []
+        for (p, q), qs in self._by_pair(protocol.unique(queries)).items():
+            enc, summ, qs = self._orient(p, q, qs, n, t)
+            out.append(((p, q), enc, summ, qs))
+        return out
 
     def measure(self, views: Mapping[str, Dataset], queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]],
                 stage: str, ledger: PrivacyLedger, rngs: Mapping[str, np.random.Generator]) -> list[Message]:
@@ -124,26 +165,27 @@ class HEEncoder(Encoder):
         c = self.config
         if stage == "cliques" and len(queries) > c.cliques:
             raise ConfigError(f"he: {len(queries)} clique tables asked for, the plan has {c.cliques}")
-        by_pair = self._by_pair(protocol.unique(queries))
+        n = next(iter(views.values())).n
+        runs = self.pairs(queries, n, stage)
         sigma = self.sigma[stage]
         ledger.spend(self._charges[stage])   # the very charge plan() returned
+        # seeded noise: every party draws one base per stage from its own stream (deploy/he_rounds.py does the same)
+        bases = ({p: stage_base(rngs[p]) for p in self._parties if p in rngs}
+                 if c.crypto == "simulated" and self.test_sources is None else None)
         out: list[Message] = []
-        n = next(iter(views.values())).n
-        for (p, q), qs in by_pair.items():
-            enc, summ, qs = self._orient(p, q, qs, n, support_bound(sigma))
-            self.encrypting[f"{p}|{q} ({stage})"] = enc
+        for pair, enc, summ, qs in runs:
+            self.encrypting[f"{pair[0]}|{pair[1]} ({stage})"] = enc
             costs = self.costs.setdefault(stage, protocol.Costs())
+            src_e, src_s = self._sources(stage, pair, enc, summ, bases)
             if c.crypto == "simulated":
                 c0 = protocol.cpu_now()
-                msg = protocol.simulate(enc, summ, views[enc], views[summ], qs, sigma, self._source(enc, rngs),
-                                        self._source(summ, rngs), stage)
+                msg = protocol.simulate(enc, summ, views[enc], views[summ], qs, sigma, src_e, src_s, stage)
                 costs.add(enc, protocol.cpu_now() - c0)
             else:
                 if enc not in self._keys:
                     self._keys[enc] = paillier.keypair(c.key_bits)
-                msg = protocol.run_real(enc, summ, views[enc], views[summ], qs, sigma, self._source(enc, rngs),
-                                        self._source(summ, rngs), self._keys[enc], stage, costs, c.workers,
-                                        c.chunk_rows, c.slot_bits)
+                msg = protocol.run_real(enc, summ, views[enc], views[summ], qs, sigma, src_e, src_s,
+                                        self._keys[enc], stage, costs, c.workers, c.chunk_rows, c.slot_bits)
             out.append(msg)
         return out
 
