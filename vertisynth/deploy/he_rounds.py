@@ -109,7 +109,7 @@ class PartyRounds:
         if mine_e:
             if self.keys is None:
                 self.progress(f"{self.me}: Paillier key ({cfg.key_bits} bits)")
-                self.keys = paillier.keypair(cfg.key_bits)
+                self.keys = paillier.keypair(cfg.key_bits, enc.randomness)
             modulus = format(self.keys[0].n, "x")
             self.sess.send(f"he-key-{stage}", [r[2] for r in mine_e], "paillier_public_key",
                            canonical({"modulus": modulus, "fingerprint": _modulus_fingerprint(modulus)}))

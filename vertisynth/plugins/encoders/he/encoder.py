@@ -49,6 +49,7 @@ class HEConfig:
     chunk_rows: int = 2048
     slot_bits: int | None = None
     round_timeout: float = 600.0   # seconds a party or the server waits for the others in a deployed round
+    randomness: str = "auto"       # "short" (sf-heu's DJN short exponents), "full" (phe), "auto": short if installed
 
     def __attrs_post_init__(self) -> None:
         if self.crypto not in ("real", "simulated"):
@@ -59,6 +60,8 @@ class HEConfig:
             raise ConfigError(f"he: selection_fraction must be in (0, 1), got {self.selection_fraction}")
         if self.selection_pairs < 1 or self.cliques < 1 or self.max_cells < 4 or self.workers < 0 or self.chunk_rows < 1:
             raise ConfigError("he: selection_pairs >= 1, cliques >= 1, max_cells >= 4, workers >= 0, chunk_rows >= 1")
+        if self.randomness not in paillier.RANDOMNESS:
+            raise ConfigError(f"he: randomness must be one of {list(paillier.RANDOMNESS)}, got {self.randomness!r}")
         if not self.round_timeout > 0:
             raise ConfigError(f"he: round_timeout must be positive seconds, got {self.round_timeout}")
 
@@ -98,6 +101,7 @@ class HEEncoder(Encoder):
         c = self.config
         if c.crypto == "real":
             paillier.require()
+        self.randomness = paillier.resolve(c.randomness)   # what the encrypting parties will use (the report says)
         self._domain, self._owner = ctx.domain, {a: p.name for p in ctx.partition for a in p.attributes}
         self._parties = [p.name for p in ctx.partition]
         pairs = [(a, b) for a, b in itertools.combinations(ctx.domain.attributes, 2) if self._owner[a] != self._owner[b]]
@@ -183,7 +187,7 @@ class HEEncoder(Encoder):
                 costs.add(enc, protocol.cpu_now() - c0)
             else:
                 if enc not in self._keys:
-                    self._keys[enc] = paillier.keypair(c.key_bits)
+                    self._keys[enc] = paillier.keypair(c.key_bits, self.randomness)
                 msg = protocol.run_real(enc, summ, views[enc], views[summ], qs, sigma, src_e, src_s,
                                         self._keys[enc], stage, costs, c.workers, c.chunk_rows, c.slot_bits)
             out.append(msg)
@@ -251,7 +255,7 @@ class HEEncoder(Encoder):
         its own, encrypted by the party that encrypts in the selection stage."""
         c = self.config
         ct_bytes = 2 * c.key_bits // 8
-        t_enc, t_mul, t_dec = _op_costs(c.key_bits) if c.crypto == "real" else (0.0, 0.0, 0.0)
+        t_enc, t_mul, t_dec = _op_costs(c.key_bits, self.randomness) if c.crypto == "real" else (0.0, 0.0, 0.0)
         out: dict[str, dict[str, float]] = {p: {"ciphertexts": 0.0, "bytes": 0.0, "cpu_s": 0.0} for p in self._parties}
 
         def charge(enc: str, summ: str, per_row: int, groupings: list[int]) -> None:
@@ -278,25 +282,25 @@ class HEEncoder(Encoder):
         return out
 
 
-_OP_COSTS: dict[int, tuple[float, float, float]] = {}
+_OP_COSTS: dict[tuple[int, str], tuple[float, float, float]] = {}
 
 
-def _op_costs(bits: int) -> tuple[float, float, float]:
-    """CPU seconds of one encryption, one homomorphic addition (mod-N² product) and one decryption at `bits`,
-    measured once per process on this machine (about a second at 2048 bits)."""
-    if bits not in _OP_COSTS:
+def _op_costs(bits: int, randomness: str = "full") -> tuple[float, float, float]:
+    """CPU seconds of one encryption (with this randomness), one homomorphic addition (mod-N² product) and one
+    decryption at `bits`, measured once per process on this machine (about a second at 2048 bits)."""
+    if (bits, randomness) not in _OP_COSTS:
         paillier.require()
-        pk, sk = paillier.phe.generate_paillier_keypair(n_length=bits)
+        pk, sk = paillier.keypair(bits, randomness)
         c0 = time.process_time()
-        cts = [pk.raw_encrypt(12345) for _ in range(8)]
-        t_enc = (time.process_time() - c0) / 8
+        cts = paillier.encrypt_many(pk, [12345] * 16, workers=1)
+        t_enc = (time.process_time() - c0) / 16
         x = paillier.gmpy2.mpz(cts[0])
         c0 = time.process_time()
         for c in cts * 50:
             x = (x * c) % pk.nsquare
-        t_mul = (time.process_time() - c0) / 400
+        t_mul = (time.process_time() - c0) / (50 * len(cts))
         c0 = time.process_time()
         for c in cts:
             sk.raw_decrypt(c)
-        _OP_COSTS[bits] = (t_enc, t_mul, (time.process_time() - c0) / 8)
-    return _OP_COSTS[bits]
+        _OP_COSTS[bits, randomness] = (t_enc, t_mul, (time.process_time() - c0) / len(cts))
+    return _OP_COSTS[bits, randomness]
