@@ -10,7 +10,8 @@ centralised PrivMRF, and the cost of the real crypto.
    the same noisy counts as real crypto (a test proves it under a fixed noise seed), at no crypto CPU. HE runs
    without binning (bins above every domain): its error does not grow with the cells the way the sketches' does.
    Targets: HE within 1.15x of PrivMRF on Adult at every ε >= 0.4 and on the zoo median; worst zoo preset <= 1.4x.
-2. Cost: VertiMRF-HE with crypto = "real" (2048-bit Paillier, phe + gmpy2, full-length randomness) on random
+2. Cost: VertiMRF-HE with crypto = "real" (2048-bit Paillier; short-exponent randomness via sf-heu when installed,
+   else phe's full-length randomness: `--randomness`) on random
    subsamples of Adult (`--cost-rows`), ε 1.6: CPU seconds (this process and its encryption pool) and bytes sent per
    party and per stage, per row; which party encrypted. Then a projection from the measured per-ciphertext costs
    and the exact layouts to 45k, 1M and 10M rows (10M on a 64-worker cluster: CPU / 64). Targets: encrypting
@@ -35,10 +36,12 @@ NO_BINS = 10_000   # "bins" above every domain: HE measures raw values
 
 def methods(crypto: str = "simulated") -> dict[str, tuple[str, dict]]:
     return {"PrivMRF (central)": ("privmrf", {}),
-            "VertiMRF-HE": ("vertimrf", {"encoder": "he", "bins": NO_BINS, "encoder_params": {"crypto": crypto}}),
+            "VertiMRF-HE": ("vertimrf", {"encoder": "he", "bins": NO_BINS,
+                                         "encoder_params": {"crypto": crypto, "randomness": RANDOMNESS}}),
             "VertiMRF-FM": ("vertimrf", {})}
 
 
+RANDOMNESS = "auto"   # --randomness
 ZOO = None   # the zoo dataset module when it is given as a file (--zoo-module)
 
 
@@ -115,13 +118,13 @@ def cost(data_dir: str, rows_list, eps: float = 1.6) -> None:
         table = loaded.schema.fit(loaded.frame, None, np.random.default_rng(0)).encode(loaded.frame)  # public schema
         part = VerticalPartition.from_lists([list(p.attributes) for p in syn._partition], list(syn._partition.names))
         views = part.views(table)
-        print(f"\nreal crypto ({enc.config.key_bits}-bit Paillier, phe + gmpy2), {rows} Adult rows:")
+        print(f"\nreal crypto ({enc.config.key_bits}-bit Paillier, {enc.randomness} randomness), {rows} Adult rows:")
         tot: dict[str, float] = {}
         for stage, queries in stages.items():
             costs = protocol.Costs()
             for e, s_, qs in _oriented_runs(enc, queries, rows, stage):
                 if e not in keys:
-                    keys[e] = paillier.keypair(enc.config.key_bits)
+                    keys[e] = paillier.keypair(enc.config.key_bits, enc.randomness)
                 protocol.run_real(e, s_, views[e], views[s_], qs, enc.sigma[stage], SystemSource(), SystemSource(),
                                   keys[e], stage, costs, workers=0)
                 for party in sorted(costs.cpu):
@@ -133,10 +136,10 @@ def cost(data_dir: str, rows_list, eps: float = 1.6) -> None:
         for party, cpu in tot.items():
             print(f"  total {party}: {1e3 * cpu / rows:.2f} ms CPU per row")
     # projection: the exact layouts at larger n (slots widen with log n) times the measured cost per encryption
-    t_enc, t_mul, t_dec = _op_costs(enc.config.key_bits)
+    t_enc, t_mul, t_dec = _op_costs(enc.config.key_bits, enc.randomness)
     size = lambda b: enc._domain.project(b).size()  # noqa: E731
     print(f"\nper operation here: encrypt {1e3 * t_enc:.2f} ms, homomorphic add {1e6 * t_mul:.1f} µs, "
-          f"decrypt {1e3 * t_dec:.2f} ms (2048-bit, full-length randomness: phe has no short exponents)")
+          f"decrypt {1e3 * t_dec:.2f} ms (2048-bit, {enc.randomness} randomness)")
     for n in (45_222, 1_000_000, 10_000_000):
         k = sum(protocol.row_ciphertexts(qs, size, n, support_bound(enc.sigma[stage]), enc.config.key_bits)
                 for stage, queries in stages.items() for _, _, qs in _oriented_runs(enc, queries, n, stage))
@@ -148,7 +151,7 @@ def cost(data_dir: str, rows_list, eps: float = 1.6) -> None:
 
 
 def main() -> int:
-    global ZOO
+    global ZOO, RANDOMNESS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", default=os.environ.get("VERTISYNTH_DATA",
                                                          str(Path(__file__).resolve().parents[2] / "shared" / "data")))
@@ -162,7 +165,10 @@ def main() -> int:
                     help="the zoo dataset's module file when the `zoo` dataset is not installed in this checkout "
                          "(e.g. from `git show zoo:vertisynth/plugins/datasets/zoo.py > /tmp/zoo_ds.py`)")
     ap.add_argument("--cost-rows", default="1000,4000", help="Adult subsample sizes for the real-crypto cost")
+    ap.add_argument("--randomness", default="auto", choices=["auto", "short", "full"],
+                    help="the encrypting party's Paillier randomness (short: sf-heu's DJN short exponents)")
     args = ap.parse_args()
+    RANDOMNESS = args.randomness
     dd = args.data_dir
     want = lambda part: args.only == part or args.only is None or (args.only == "quality" and part != "cost")  # noqa: E731
     if want("nltcs"):

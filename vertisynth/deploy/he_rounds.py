@@ -39,6 +39,7 @@ from vertisynth.core.envelope import ALL, canonical
 from vertisynth.core.errors import MessageError
 from vertisynth.core.messages import Message
 from vertisynth.core.privacy import PrivacyLedger
+from vertisynth.core.progress import step
 from vertisynth.plugins.encoders.he import paillier, protocol
 from vertisynth.plugins.encoders.he.encoder import seeded_source, stage_base
 from vertisynth.plugins.encoders.he.noise import SystemSource, support_bound
@@ -62,6 +63,11 @@ def _modulus_fingerprint(modulus: str) -> str:
     return hashlib.sha256(f"vertisynth/paillier-n/v1|{modulus}".encode()).hexdigest()
 
 
+def progress(what: str) -> None:
+    """The phase on the CLI's bar (`core.progress`); the inner steps (encrypt, sums, decrypt) follow it."""
+    step(what, 0, 1)
+
+
 # -- the party's side ----------------------------------------------------------------------------------------------
 @attrs.define
 class PartyRounds:
@@ -71,7 +77,6 @@ class PartyRounds:
     ledger: PrivacyLedger
     rng: np.random.Generator        # this party's stream (seeded noise only with a test secret)
     test: bool
-    progress: Callable[[str], None] = lambda _msg: None
     keys: Any = None                # this party's Paillier key pair, once it encrypts
     sent: list[Message] = attrs.field(factory=list)
 
@@ -108,13 +113,13 @@ class PartyRounds:
         layouts: dict[str, protocol.EncryptedOneHot] = {}   # what E encrypted for each S, less the ciphertexts
         if mine_e:
             if self.keys is None:
-                self.progress(f"{self.me}: Paillier key ({cfg.key_bits} bits)")
+                progress(f"{self.me}: Paillier key ({cfg.key_bits} bits)")
                 self.keys = paillier.keypair(cfg.key_bits, enc.randomness)
             modulus = format(self.keys[0].n, "x")
             self.sess.send(f"he-key-{stage}", [r[2] for r in mine_e], "paillier_public_key",
                            canonical({"modulus": modulus, "fingerprint": _modulus_fingerprint(modulus)}))
             for pair, _, summ, qs in mine_e:
-                self.progress(f"{self.me}: encrypting {self.view.n:,} rows for {summ} ({stage})")
+                progress(f"{self.me}: encrypting {self.view.n:,} rows for {summ} ({stage})")
                 m1 = protocol.encrypt_rows(self.me, summ, self.view, qs, self.keys[0], t, cfg.workers,
                                            cfg.chunk_rows, cfg.slot_bits)
                 self.sess.send(f"he-rows-{stage}", [summ], m1.kind, m1.to_bytes(), tag=summ)
@@ -130,7 +135,7 @@ class PartyRounds:
                 [(_, body)] = rows[enc_party]
                 m1 = Message.from_bytes(body, f"he-rows-{stage} from {enc_party}")
                 self._check_rows(m1, enc_party, keys[enc_party])
-                self.progress(f"{self.me}: summing {enc_party}'s ciphertexts ({stage})")
+                progress(f"{self.me}: summing {enc_party}'s ciphertexts ({stage})")
                 m2 = protocol.sum_and_noise(self.me, m1, self.view, qs, sigma, source(pair, "sum"), cfg.workers)
                 self.sess.send(f"he-sums-{stage}", [enc_party], m2.kind, m2.to_bytes(), tag=enc_party)
         # 3. as E: decrypt, add E's noise, publish to the server
@@ -142,7 +147,7 @@ class PartyRounds:
                 if not isinstance(m2, protocol.EncryptedSums) or m2.party != summ or m2.recipient != self.me:
                     raise MessageError(f"he-sums-{stage} from {summ!r}: not {summ!r}'s sums for {self.me!r}; refused")
                 m1 = layouts[summ]
-                self.progress(f"{self.me}: decrypting {summ}'s sums ({stage})")
+                progress(f"{self.me}: decrypting {summ}'s sums ({stage})")
                 self.publish(protocol.decrypt_and_publish(self.me, self.keys[1], m1, m2, qs, sigma,
                                                           source(pair, "enc"), stage))
 
@@ -166,13 +171,12 @@ def binned_view(synth: Any, domain: Domain, chunks: Callable[[], Iterable]) -> D
 
 
 def party_rounds(sess: Session, synth: Any, domain: Domain, chunks: Callable[[], Iterable], first: list[Message],
-                 ledger: PrivacyLedger, rng: np.random.Generator, test: bool,
-                 progress: Callable[[str], None] = lambda _msg: None) -> list[Message]:
+                 ledger: PrivacyLedger, rng: np.random.Generator, test: bool) -> list[Message]:
     """A party's whole release with encoder "he": its own messages (`first`), the selection stage, the server's
     clique queries, the clique stage. Returns every message it published to the server."""
     enc = joint_encoder(synth)
     sess = attrs.evolve(sess, timeout=enc.config.round_timeout)
-    rounds = PartyRounds(sess, synth, binned_view(synth, domain, chunks), ledger, rng, test, progress)
+    rounds = PartyRounds(sess, synth, binned_view(synth, domain, chunks), ledger, rng, test)
     for m in first:
         rounds.publish(m)
     rounds.stage("selection", enc.selection_queries())
@@ -219,8 +223,7 @@ def _read_counts(sess: Session, seen: set[str], allowed: dict[str, set[str]]) ->
     return msgs, names
 
 
-def serve_rounds(synth: Any, sess: Session, parties: list[str],
-                 progress: Callable[[str], None] = lambda _msg: None) -> list[str]:
+def serve_rounds(synth: Any, sess: Session, parties: list[str]) -> list[str]:
     """The server's part: wait for every party's selection stage, fit, send the clique queries (signed), wait for
     every party's ledger, finish the model. Returns the names of the messages it used."""
     enc = joint_encoder(synth)

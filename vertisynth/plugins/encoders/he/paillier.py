@@ -24,6 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 
 from vertisynth.core.errors import ConfigError
+from vertisynth.core.progress import step
 
 try:
     import gmpy2
@@ -151,7 +152,8 @@ def _encrypt_chunk_short(n: int, heu_key: bytes, montgomery: int, plaintexts: li
             for i, m in enumerate(plaintexts)]
 
 
-def encrypt_many(public_key, plaintexts: Sequence[int], workers: int = 0, chunk: int = 2048) -> list[int]:
+def encrypt_many(public_key, plaintexts: Sequence[int], workers: int = 0, chunk: int = 2048,
+                 label: str = "encrypt") -> list[int]:
     """Encrypt every plaintext with fresh randomness (short exponents when the key is a `ShortExponentKey`); chunks
     go to `workers` local processes (0: all cores, 1: in this process)."""
     require()
@@ -161,12 +163,18 @@ def encrypt_many(public_key, plaintexts: Sequence[int], workers: int = 0, chunk:
     else:
         job, head = _encrypt_chunk, (public_key.n,)
     workers = workers or (os.cpu_count() or 1)
-    if workers == 1 or len(plaintexts) <= chunk:
-        return job(*head, plaintexts)
     parts = [plaintexts[i:i + chunk] for i in range(0, len(plaintexts), chunk)]
+    out: list[int] = []
+    if workers == 1 or len(parts) <= 1:
+        for part in parts:
+            out += job(*head, part)
+            step(label, len(out), len(plaintexts))
+        return out
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        done = pool.map(job, *([h] * len(parts) for h in head), parts)
-        return [c for part in done for c in part]
+        for part in pool.map(job, *([h] * len(parts) for h in head), parts):
+            out += part
+            step(label, len(out), len(plaintexts))
+    return out
 
 
 def to_bytes(public_key, ciphertexts: np.ndarray) -> np.ndarray:
