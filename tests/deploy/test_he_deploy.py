@@ -128,3 +128,22 @@ def test_rows_under_a_foreign_key_are_refused(monkeypatch):
         PartyRounds._check_rows(me, rows, "mallory", key)
     PartyRounds._check_rows(me, rows, "e", {**key, "modulus": rows.modulus,
                                             "fingerprint": _modulus_fingerprint(rows.modulus)})   # its own key: fine
+
+
+def test_party_refuses_more_clique_tables_than_planned():
+    import types
+
+    from vertisynth.core.domain import Domain
+    from vertisynth.core.errors import MessageError
+    from vertisynth.deploy.he_rounds import _parse_queries
+
+    enc = types.SimpleNamespace(config=types.SimpleNamespace(cliques=2))
+    dom = Domain(["a", "b", "c"], [2, 3, 2])
+    body = lambda qs: json.dumps({"stage": "cliques", "queries": qs}).encode()  # noqa: E731
+    assert _parse_queries(body([[["a"], ["b"]], [["a"], ["c"]]]), enc, dom) == [(("a",), ("b",)), (("a",), ("c",))]
+    with pytest.raises(MessageError, match="3 tables, the plan has 2"):
+        _parse_queries(body([[["a"], ["b"]], [["a"], ["c"]], [["b"], ["c"]]]), enc, dom)
+    with pytest.raises(MessageError, match="unknown attributes"):
+        _parse_queries(body([[["a"], ["zz"]]]), enc, dom)
+    with pytest.raises(MessageError, match="malformed"):
+        _parse_queries(b"{", enc, dom)
