@@ -80,9 +80,7 @@ def quality(label: str, dataset: dict, eps_list, runs: int, marginals: int) -> l
 
 def _oriented_runs(enc, queries, n: int, stage: str):
     """[(encrypting party, summing party, oriented queries)] for `queries`, as the encoder would run them."""
-    from vertisynth.plugins.encoders.he.noise import support_bound
-
-    return [enc._orient(p, q, pq, n, support_bound(enc.sigma[stage])) for (p, q), pq in enc._by_pair(queries).items()]
+    return [(e, s, qs) for _, e, s, qs in enc.pairs(queries, n, stage)]
 
 
 def _split(enc, tuples):
@@ -122,17 +120,19 @@ def cost(data_dir: str, rows_list, eps: float = 1.6) -> None:
         tot: dict[str, float] = {}
         for stage, queries in stages.items():
             costs = protocol.Costs()
-            for e, s_, qs in _oriented_runs(enc, queries, rows, stage):
+            runs = _oriented_runs(enc, queries, rows, stage)
+            for e, s_, qs in runs:
                 if e not in keys:
                     keys[e] = paillier.keypair(enc.config.key_bits, enc.randomness)
                 protocol.run_real(e, s_, views[e], views[s_], qs, enc.sigma[stage], SystemSource(), SystemSource(),
                                   keys[e], stage, costs, workers=0)
-                for party in sorted(costs.cpu):
-                    role = "encrypts" if party == e else "sums"
-                    tot[party] = tot.get(party, 0.0) + costs.cpu[party]
-                    print(f"  {stage:<10} {party:<8} ({role:<8}) CPU {costs.cpu[party]:8.1f} s = "
-                          f"{1e3 * costs.cpu[party] / rows:7.2f} ms/row  sent {costs.bytes_sent[party] / 1e6:8.2f} MB = "
-                          f"{costs.bytes_sent[party] / rows:7.0f} B/row  ciphertexts {costs.ciphertexts[party]:>9}")
+            for party in sorted(costs.cpu):
+                role = "+".join(r for r, who in (("encrypts", {e for e, _, _ in runs}), ("sums", {s_ for _, s_, _ in runs}))
+                                if party in who)
+                tot[party] = tot.get(party, 0.0) + costs.cpu[party]
+                print(f"  {stage:<10} {party:<8} ({role:<13}) CPU {costs.cpu[party]:8.1f} s = "
+                      f"{1e3 * costs.cpu[party] / rows:7.2f} ms/row  sent {costs.bytes_sent[party] / 1e6:8.2f} MB = "
+                      f"{costs.bytes_sent[party] / rows:7.0f} B/row  ciphertexts {costs.ciphertexts[party]:>9}")
         for party, cpu in tot.items():
             print(f"  total {party}: {1e3 * cpu / rows:.2f} ms CPU per row")
     # projection: the exact layouts at larger n (slots widen with log n) times the measured cost per encryption
@@ -141,13 +141,17 @@ def cost(data_dir: str, rows_list, eps: float = 1.6) -> None:
     print(f"\nper operation here: encrypt {1e3 * t_enc:.2f} ms, homomorphic add {1e6 * t_mul:.1f} µs, "
           f"decrypt {1e3 * t_dec:.2f} ms (2048-bit, {enc.randomness} randomness)")
     for n in (45_222, 1_000_000, 10_000_000):
-        k = sum(protocol.row_ciphertexts(qs, size, n, support_bound(enc.sigma[stage]), enc.config.key_bits)
-                for stage, queries in stages.items() for _, _, qs in _oriented_runs(enc, queries, n, stage))
-        cpu_row = k * t_enc
-        by = k * 2 * enc.config.key_bits // 8
-        extra = f"; on 64 workers {n * cpu_row / 64 / 60:.0f} min wall" if n == 10_000_000 else ""
-        print(f"  n={n:>10,}: encrypting side {k} ciphertexts/row -> {1e3 * cpu_row:.1f} ms CPU/row, "
-              f"{n * cpu_row / 3600:.1f} CPU h, sends {by} B/row = {n * by / 1e9:.2f} GB{extra}")
+        per_party: dict[str, int] = {}
+        for stage, queries in stages.items():
+            for e, _, qs in _oriented_runs(enc, queries, n, stage):
+                per_party[e] = per_party.get(e, 0) + protocol.row_ciphertexts(
+                    qs, size, n, support_bound(enc.sigma[stage]), enc.config.key_bits)
+        for party, k in sorted(per_party.items()):
+            cpu_row = k * t_enc
+            by = k * 2 * enc.config.key_bits // 8
+            extra = f"; on 64 workers {n * cpu_row / 64 / 60:.1f} min wall" if n == 10_000_000 else ""
+            print(f"  n={n:>10,} {party} encrypts {k} ciphertexts/row -> {1e3 * cpu_row:.1f} ms CPU/row, "
+                  f"{n * cpu_row / 3600:.2f} CPU h, sends {by} B/row = {n * by / 1e9:.2f} GB{extra}")
 
 
 def main() -> int:
