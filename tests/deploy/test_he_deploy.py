@@ -76,7 +76,7 @@ def test_tampered_ciphertexts_are_refused(tmp_path):
     procs = []
     from vertisynth.run.pipeline import make_plan
     encoder = make_plan(load_config(tmp_path / "job.toml")).synthesizer.instance._encoder
-    [(_, enc, _, _)] = encoder.pairs(encoder.selection_queries(), 160, "selection")   # who encrypts (public)
+    enc = encoder.pairs(encoder.selection_queries(), 160, "selection")[0][1]   # who encrypts (public)
     procs.append(subprocess.Popen([sys.executable, "-m", "vertisynth.cli", *argv[parties.index(enc)]], cwd=tmp_path,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     deadline = time.monotonic() + 120
