@@ -246,7 +246,6 @@ class HEEncoder(Encoder):
         size = lambda b: self._domain.project(b).size()  # noqa: E731
         bits, sb = self.config.key_bits, self.config.slot_bits
         enc0, _, _ = self._orient(p, q, qs, n, offset)
-        side = [enc0 == p] * len(qs)   # True: p encrypts that table
 
         def cost(side: list[bool]) -> tuple[int, int]:
             a = [x for x, s in zip(qs, side) if s]
@@ -255,13 +254,18 @@ class HEEncoder(Encoder):
             cb = protocol.row_ciphertexts(b, size, n, offset, bits, sb) if b else 0
             return max(ca, cb), ca + cb
 
-        best = cost(side)
-        for _ in range(2 * len(qs)):   # each pass moves one table; bounded
-            trials = [(cost(side[:i] + [not side[i]] + side[i + 1:]), i) for i in range(len(qs))]
-            c, i = min(trials)
-            if c >= best:
-                break
-            best, side = c, side[:i] + [not side[i]] + side[i + 1:]
+        def descend(side: list[bool]) -> tuple[tuple[int, int], list[bool]]:
+            best = cost(side)
+            for _ in range(2 * len(qs)):   # each pass moves one table; bounded
+                c, i = min((cost(side[:i] + [not side[i]] + side[i + 1:]), i) for i in range(len(qs)))
+                if c >= best:
+                    break
+                best, side = c, side[:i] + [not side[i]] + side[i + 1:]
+            return best, side
+
+        # from both one-sided starts (True: p encrypts that table); the cheaper side's start wins a tie
+        starts = [[enc0 == p] * len(qs), [enc0 != p] * len(qs)]
+        _, side = min((descend(st) + (k,) for k, st in enumerate(starts)), key=lambda r: (r[0], r[2]))[:2]
         runs = [(p, q, [x for x, s in zip(qs, side) if s]), (q, p, [(x[1], x[0]) for x, s in zip(qs, side) if not s])]
         return [r for r in runs if r[2]]
 
