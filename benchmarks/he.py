@@ -10,7 +10,8 @@ centralised PrivMRF, and the cost of the real crypto.
    the same noisy counts as real crypto (a test proves it under a fixed noise seed), at no crypto CPU. HE runs
    without binning (bins above every domain): its error does not grow with the cells the way the sketches' does.
    Targets: HE within 1.15x of PrivMRF on Adult at every ε >= 0.4 and on the zoo median; worst zoo preset <= 1.4x.
-2. Cost: VertiMRF-HE with crypto = "real" (2048-bit Paillier, phe + gmpy2, full-length randomness) on random
+2. Cost: VertiMRF-HE with crypto = "real" (2048-bit Paillier; short-exponent randomness via sf-heu when installed,
+   else phe's full-length randomness: `--randomness`) on random
    subsamples of Adult (`--cost-rows`), ε 1.6: CPU seconds (this process and its encryption pool) and bytes sent per
    party and per stage, per row; which party encrypted. Then a projection from the measured per-ciphertext costs
    and the exact layouts to 45k, 1M and 10M rows (10M on a 64-worker cluster: CPU / 64). Targets: encrypting
@@ -35,10 +36,12 @@ NO_BINS = 10_000   # "bins" above every domain: HE measures raw values
 
 def methods(crypto: str = "simulated") -> dict[str, tuple[str, dict]]:
     return {"PrivMRF (central)": ("privmrf", {}),
-            "VertiMRF-HE": ("vertimrf", {"encoder": "he", "bins": NO_BINS, "encoder_params": {"crypto": crypto}}),
+            "VertiMRF-HE": ("vertimrf", {"encoder": "he", "bins": NO_BINS,
+                                         "encoder_params": {"crypto": crypto, "randomness": RANDOMNESS}}),
             "VertiMRF-FM": ("vertimrf", {})}
 
 
+RANDOMNESS = "auto"   # --randomness
 ZOO = None   # the zoo dataset module when it is given as a file (--zoo-module)
 
 
@@ -77,9 +80,7 @@ def quality(label: str, dataset: dict, eps_list, runs: int, marginals: int) -> l
 
 def _oriented_runs(enc, queries, n: int, stage: str):
     """[(encrypting party, summing party, oriented queries)] for `queries`, as the encoder would run them."""
-    from vertisynth.plugins.encoders.he.noise import support_bound
-
-    return [enc._orient(p, q, pq, n, support_bound(enc.sigma[stage])) for (p, q), pq in enc._by_pair(queries).items()]
+    return [(e, s, qs) for _, e, s, qs in enc.pairs(queries, n, stage)]
 
 
 def _split(enc, tuples):
@@ -115,40 +116,46 @@ def cost(data_dir: str, rows_list, eps: float = 1.6) -> None:
         table = loaded.schema.fit(loaded.frame, None, np.random.default_rng(0)).encode(loaded.frame)  # public schema
         part = VerticalPartition.from_lists([list(p.attributes) for p in syn._partition], list(syn._partition.names))
         views = part.views(table)
-        print(f"\nreal crypto ({enc.config.key_bits}-bit Paillier, phe + gmpy2), {rows} Adult rows:")
+        print(f"\nreal crypto ({enc.config.key_bits}-bit Paillier, {enc.randomness} randomness), {rows} Adult rows:")
         tot: dict[str, float] = {}
         for stage, queries in stages.items():
             costs = protocol.Costs()
-            for e, s_, qs in _oriented_runs(enc, queries, rows, stage):
+            runs = _oriented_runs(enc, queries, rows, stage)
+            for e, s_, qs in runs:
                 if e not in keys:
-                    keys[e] = paillier.keypair(enc.config.key_bits)
+                    keys[e] = paillier.keypair(enc.config.key_bits, enc.randomness)
                 protocol.run_real(e, s_, views[e], views[s_], qs, enc.sigma[stage], SystemSource(), SystemSource(),
                                   keys[e], stage, costs, workers=0)
-                for party in sorted(costs.cpu):
-                    role = "encrypts" if party == e else "sums"
-                    tot[party] = tot.get(party, 0.0) + costs.cpu[party]
-                    print(f"  {stage:<10} {party:<8} ({role:<8}) CPU {costs.cpu[party]:8.1f} s = "
-                          f"{1e3 * costs.cpu[party] / rows:7.2f} ms/row  sent {costs.bytes_sent[party] / 1e6:8.2f} MB = "
-                          f"{costs.bytes_sent[party] / rows:7.0f} B/row  ciphertexts {costs.ciphertexts[party]:>9}")
+            for party in sorted(costs.cpu):
+                role = "+".join(r for r, who in (("encrypts", {e for e, _, _ in runs}), ("sums", {s_ for _, s_, _ in runs}))
+                                if party in who)
+                tot[party] = tot.get(party, 0.0) + costs.cpu[party]
+                print(f"  {stage:<10} {party:<8} ({role:<13}) CPU {costs.cpu[party]:8.1f} s = "
+                      f"{1e3 * costs.cpu[party] / rows:7.2f} ms/row  sent {costs.bytes_sent[party] / 1e6:8.2f} MB = "
+                      f"{costs.bytes_sent[party] / rows:7.0f} B/row  ciphertexts {costs.ciphertexts[party]:>9}")
         for party, cpu in tot.items():
             print(f"  total {party}: {1e3 * cpu / rows:.2f} ms CPU per row")
     # projection: the exact layouts at larger n (slots widen with log n) times the measured cost per encryption
-    t_enc, t_mul, t_dec = _op_costs(enc.config.key_bits)
+    t_enc, t_mul, t_dec = _op_costs(enc.config.key_bits, enc.randomness)
     size = lambda b: enc._domain.project(b).size()  # noqa: E731
     print(f"\nper operation here: encrypt {1e3 * t_enc:.2f} ms, homomorphic add {1e6 * t_mul:.1f} µs, "
-          f"decrypt {1e3 * t_dec:.2f} ms (2048-bit, full-length randomness: phe has no short exponents)")
+          f"decrypt {1e3 * t_dec:.2f} ms (2048-bit, {enc.randomness} randomness)")
     for n in (45_222, 1_000_000, 10_000_000):
-        k = sum(protocol.row_ciphertexts(qs, size, n, support_bound(enc.sigma[stage]), enc.config.key_bits)
-                for stage, queries in stages.items() for _, _, qs in _oriented_runs(enc, queries, n, stage))
-        cpu_row = k * t_enc
-        by = k * 2 * enc.config.key_bits // 8
-        extra = f"; on 64 workers {n * cpu_row / 64 / 60:.0f} min wall" if n == 10_000_000 else ""
-        print(f"  n={n:>10,}: encrypting side {k} ciphertexts/row -> {1e3 * cpu_row:.1f} ms CPU/row, "
-              f"{n * cpu_row / 3600:.1f} CPU h, sends {by} B/row = {n * by / 1e9:.2f} GB{extra}")
+        per_party: dict[str, int] = {}
+        for stage, queries in stages.items():
+            for e, _, qs in _oriented_runs(enc, queries, n, stage):
+                per_party[e] = per_party.get(e, 0) + protocol.row_ciphertexts(
+                    qs, size, n, support_bound(enc.sigma[stage]), enc.config.key_bits)
+        for party, k in sorted(per_party.items()):
+            cpu_row = k * t_enc
+            by = k * 2 * enc.config.key_bits // 8
+            extra = f"; on 64 workers {n * cpu_row / 64 / 60:.1f} min wall" if n == 10_000_000 else ""
+            print(f"  n={n:>10,} {party} encrypts {k} ciphertexts/row -> {1e3 * cpu_row:.1f} ms CPU/row, "
+                  f"{n * cpu_row / 3600:.2f} CPU h, sends {by} B/row = {n * by / 1e9:.2f} GB{extra}")
 
 
 def main() -> int:
-    global ZOO
+    global ZOO, RANDOMNESS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", default=os.environ.get("VERTISYNTH_DATA",
                                                          str(Path(__file__).resolve().parents[2] / "shared" / "data")))
@@ -162,7 +169,10 @@ def main() -> int:
                     help="the zoo dataset's module file when the `zoo` dataset is not installed in this checkout "
                          "(e.g. from `git show zoo:vertisynth/plugins/datasets/zoo.py > /tmp/zoo_ds.py`)")
     ap.add_argument("--cost-rows", default="1000,4000", help="Adult subsample sizes for the real-crypto cost")
+    ap.add_argument("--randomness", default="auto", choices=["auto", "short", "full"],
+                    help="the encrypting party's Paillier randomness (short: sf-heu's DJN short exponents)")
     args = ap.parse_args()
+    RANDOMNESS = args.randomness
     dd = args.data_dir
     want = lambda part: args.only == part or args.only is None or (args.only == "quality" and part != "cost")  # noqa: E731
     if want("nltcs"):

@@ -194,13 +194,16 @@ def party_align(config: Path, party: str, csv_path: Path, id_column: str, exchan
               help="The exchange (folder or URL) with every party's hello, envelopes and signed ledger.")
 @click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Output folder: synthetic.csv, model.npz, report.json, ledger.json.")
+@click.option("--key", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The server's signing key, for encoder 'he' (it signs its clique queries; default: "
+                   "OUT/server_signing.pem from `party init --party server`).")
 @_data_dir
 @_quiet
-def server(config: Path, exchange: str, out: Path, data_dir: str | None, quiet: bool) -> None:
+def server(config: Path, exchange: str, out: Path, key: Path | None, data_dir: str | None, quiet: bool) -> None:
     """Build the synthetic table from the parties' signed envelopes only."""
     try:
         with progress_bar("server: fit the global model", not quiet):
-            run_server(load_config(config), exchange, out, data_dir)
+            run_server(load_config(config), exchange, out, data_dir, key=key)
         test = json.loads((out / "report.json").read_text()).get("test_secret")
     except VertisynthError as exc:
         _fail(exc)

@@ -33,6 +33,7 @@ from vertisynth.plugins.synthesizers.vertimrf.streaming import view_chunks
 from vertisynth.run.config import RunConfig, noise_for
 from vertisynth.run.stream import coded_chunks, fit_codec
 
+from .he_rounds import joint_encoder, party_rounds
 from .plans import streams as _streams, vertical_plan as _vertical_plan
 from .session import TEST_LABEL, RunState, Session, key_context, session, test_noise_seed
 
@@ -208,10 +209,13 @@ def run_party(config: RunConfig, party: str, exchange: str | Path, out: Path, da
     ledger = PrivacyLedger(plan.ledger.budget, [c for c in plan.ledger.planned if c.party == party],
                            group_size=plan.ledger.group_size, noise=noise)   # `sample` fill: group privacy
     messages = synth.party_step_chunks(party, domain, counted, ledger, rngs[party], scheduler=scheduler)
+    if joint_encoder(synth) is not None:   # encoder "he": the protocol's rounds with the others (deploy/he_rounds.py)
+        messages = party_rounds(sess, synth, domain, chunks, messages, ledger, rngs[party], bool(state.test_secret))
+    else:
+        for i, m in enumerate(messages):
+            sess.send("synth", [SERVER], m.kind, m.to_bytes(), tag=f"{i:03d}")
     align_ledger = out / f"{party}_alignment_ledger.json"
     spent = (json.loads(align_ledger.read_text()) if align_ledger.is_file() else []) + [c.to_dict() for c in ledger.spent]
-    for i, m in enumerate(messages):
-        sess.send("synth", [SERVER], m.kind, m.to_bytes(), tag=f"{i:03d}")
     sess.send("ledger", [SERVER], "ledger", canonical({
         "party": party, "spent": spent, "messages": len(messages), "rows": rows_tag(rows_seen[-1], key_party, state.run),
         "test": bool(state.test_secret), "noise": noise}))

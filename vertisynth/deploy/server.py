@@ -21,8 +21,9 @@ from vertisynth.run.config import RunConfig
 from vertisynth.run.model import MODEL_FILE, FittedModel
 from vertisynth.run.pipeline import model_privacy, release_note
 
+from .he_rounds import joint_encoder, serve_rounds
 from .plans import streams as _streams, vertical_plan as _vertical_plan
-from .session import TEST_LABEL, RunState, Session, config_fingerprint, read_hellos, roster_of
+from .session import TEST_LABEL, RunState, Session, config_fingerprint, load_identity, read_hellos, roster_of
 from .transport import transport_for
 
 SERVER = "server"
@@ -49,7 +50,9 @@ def _compose_ledger(plan, reports: dict[str, dict]) -> PrivacyLedger:
     spent = []
     for party, report in reports.items():
         for s in report["spent"]:
-            idx = next((i for i, d in enumerate(as_dict) if not taken[i] and d.get("party") == party and _same_spend(d, s)), None)
+            # a charge of no one party (the he encoder's, one per stage for every pair) is the leader's to report
+            mine = lambda d: d.get("party") == party or (d.get("party") is None and party == plan.partition.names[0])  # noqa: E731
+            idx = next((i for i, d in enumerate(as_dict) if not taken[i] and mine(d) and _same_spend(d, s)), None)
             if idx is None:
                 raise MessageError(f"ledger from {party!r}: spend {s.get('stage')}/{s.get('mechanism')} "
                                    f"({s.get('cost_type')}) is not in the plan of this config; refused")
@@ -64,7 +67,8 @@ def _compose_ledger(plan, reports: dict[str, dict]) -> PrivacyLedger:
     return PrivacyLedger(plan.ledger.budget, planned, spent, noise=kinds.pop() if kinds else "simulation")
 
 
-def run_server(config: RunConfig, exchange: str | Path, out: Path, data_dir: str | None = None) -> Path:
+def run_server(config: RunConfig, exchange: str | Path, out: Path, data_dir: str | None = None,
+               key: Path | None = None) -> Path:
     plan, synth = _vertical_plan(config, data_dir, aligned_csv=True)   # the server never sees rows anyway
     names = list(plan.partition.names)
     transport = transport_for(exchange)
@@ -72,6 +76,10 @@ def run_server(config: RunConfig, exchange: str | Path, out: Path, data_dir: str
         raise MessageError(f"no envelopes in {str(transport)!r}")
     run = read_hellos(config, transport, names, "server")
     sess = Session(None, roster_of(config), transport, RunState(SERVER, run, config_fingerprint(config), tuple(names)))
+    joint = joint_encoder(synth) is not None
+    if joint:   # encoder "he": the server takes part in the rounds (it signs its clique queries)
+        sess.identity = load_identity(config, SERVER, out, key, exchange)
+        used = serve_rounds(synth, sess, names)
     reports = {}
     for name in transport.names("ledger__*"):
         header, body = sess.open(name, ("ledger",))
@@ -98,7 +106,10 @@ def run_server(config: RunConfig, exchange: str | Path, out: Path, data_dir: str
                            + "); align them first (`vertisynth party align`); refused")
     ledger = _compose_ledger(plan, reports)
     test = any(r.get("test") for r in reports.values())
-    synth.server_step(messages)
+    if not joint:
+        synth.server_step(messages)
+    elif sorted(used) != sorted(files):
+        raise MessageError(f"the exchange holds messages the rounds did not use ({sorted(set(files) - set(used))}); refused")
     streams = _streams(config.seed)
     synthetic = synth.sample(config.sample_size, streams["sample"]).project(plan.source.schema.names)
     empty = pd.DataFrame({c.name: pd.Series(dtype=object) for c in plan.source.schema.columns})

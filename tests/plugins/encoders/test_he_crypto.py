@@ -165,3 +165,19 @@ def test_two_sided_noise_audit(scale, ok):
     report = audit(TwoSided(sigma, scale), pairs, claims=claimed_profile([ZCDP(rho)], 1e-5), n_samples=20_000,
                    seed=7, name="he two-sided noise")
     assert report.passed is ok
+
+
+def test_short_exponent_keys_give_standard_ciphertexts():
+    """sf-heu's DJN short-exponent encryptions, converted from its Montgomery form, decrypt with phe, add up
+    homomorphically with phe's, and differ between two encryptions of the same value (fresh randomness)."""
+    pytest.importorskip("heu", reason="short-exponent randomness needs sf-heu")
+    pk, sk = paillier.keypair(2048, "short")
+    assert isinstance(pk, paillier.ShortExponentKey) and pk.n.bit_length() >= 2048
+    values = [0, 1, 12345, pk.n // 2, pk.n // 2 + 1, pk.n - 1, (1 << 2040) + 7]
+    cts = paillier.encrypt_many(pk, values * 10, workers=1)
+    assert [sk.raw_decrypt(c) for c in cts] == values * 10
+    assert len(set(cts)) == len(cts)
+    full = phe.PaillierPublicKey(pk.n).raw_encrypt(5)
+    assert sk.raw_decrypt(cts[2] * full % pk.nsquare) == 12350
+    with pytest.raises(ConfigError, match="randomness must be one of"):
+        paillier.resolve("fast")

@@ -92,7 +92,7 @@ def test_real_equals_simulated_under_fixed_noise(monkeypatch):
     for m1, m2 in zip(r._measurements, s._measurements):
         np.testing.assert_array_equal(m1.values, m2.values)
     assert r._encoder.costs["selection"].bytes_sent["party1"] > 0   # ciphertexts really went round
-    assert set(r._encoder.encrypting.values()) <= {"party1", "party2"}
+    assert {p for v in r._encoder.encrypting.values() for p in v} <= {"party1", "party2"}
 
 
 def test_config_refuses_short_keys_and_one_party():
@@ -133,3 +133,28 @@ def test_real_crypto_at_2048_bits_end_to_end():
     syn, ledger = _fit(data, [["a", "c", "e"], ["b", "d", "f"]], {"crypto": "real", "cliques": 2, "workers": 1})
     assert not ledger.unspent() and syn._encoder._keys
     assert all(k[0].n.bit_length() >= 2048 for k in syn._encoder._keys.values())
+
+
+def test_tables_of_a_pair_are_split_between_the_sides_when_that_is_cheaper(monkeypatch):
+    """(a|b) and (c|d): one side alone needs two ciphertexts per row (blocks summed by different groupings cannot
+    share one); a table each needs one per side. Both directions run, and real crypto equals the simulation."""
+    from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
+
+    monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
+    data = _data(n=120, seed=4)
+    part = VerticalPartition.from_lists([["a", "c", "e"], ["b", "d", "f"]])
+    queries = [(("a",), ("b",)), (("c",), ("d",))]
+    out = {}
+    for crypto in ("simulated", "real"):
+        enc = HEEncoder(HEConfig(crypto=crypto, key_bits=512, workers=1))
+        ledger = PrivacyLedger(Budget(1.0, 1e-5))
+        ledger.plan(enc.plan(PlanContext(data.domain, part, Budget(1.0, 1e-5))))
+        runs = enc.pairs(queries, data.n, "cliques")
+        assert sorted((e, len(qs)) for _, e, _, qs in runs) == [("party1", 1), ("party2", 1)]
+        rngs = {p: np.random.default_rng(i) for i, p in enumerate(part.names)}
+        enc.test_sources = {p: GeneratorSource(np.random.default_rng(9 + i)) for i, p in enumerate(part.names)}
+        msgs = enc.measure(part.views(data), queries, "cliques", ledger, rngs)
+        out[crypto] = {k: v for m in msgs for k, v in m.tables.items()}
+    assert set(out["real"]) in ({"a|b", "d|c"}, {"b|a", "c|d"})   # each side encrypted one table
+    for k in out["real"]:
+        np.testing.assert_array_equal(out["real"][k], out["simulated"][k])

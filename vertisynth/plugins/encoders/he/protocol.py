@@ -27,6 +27,7 @@ import numpy as np
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.errors import ConfigError, MessageError
 from vertisynth.core.messages import Message
+from vertisynth.core.progress import step
 
 from . import paillier
 from .noise import UniformSource, discrete_gaussian, support_bound
@@ -165,7 +166,8 @@ def encrypt_rows(party: str, recipient: str, view: Dataset, queries: Sequence[Qu
     codes, cells = zip(*(tuple_codes(view, b) for b in blocks))
     lay = Layout.build(blocks, cells, view.n, offset, public_key.n.bit_length(), groups, width=slot_bits)
     plain = lay.pack_rows(codes)
-    cts = np.array(paillier.encrypt_many(public_key, plain.ravel().tolist(), workers, chunk), dtype=object)
+    cts = np.array(paillier.encrypt_many(public_key, plain.ravel().tolist(), workers, chunk, label="encrypt rows"),
+                   dtype=object)
     return EncryptedOneHot(party, recipient, format(public_key.n, "x"), [list(b) for b in blocks], list(cells),
                            lay.width, lay.per, list(lay.groups),
                            paillier.to_bytes(public_key, cts.reshape(plain.shape))).validate()
@@ -204,13 +206,14 @@ def sum_and_noise(party: str, msg: EncryptedOneHot, view: Dataset, queries: Sequ
         bounds = np.searchsorted(codes[order], np.arange(groups + 1))
         sub = cts[:, cols]
         for v in range(groups):
+            step(f"homomorphic sums by {'|'.join(sb)}", v, groups)
             acc = paillier.product_mod(sub[order[bounds[v]:bounds[v + 1]]], pk.nsquare)
             plain = lay.pack_values([(b, noise[(lay.blocks[b], sb)][:, v] + t) for b in mine])
             pending.append((gi, v, acc, [plain[c] for c in cols]))
         out_groupings.append({"attrs": list(sb), "columns": cols, "groups": groups})
     # the noise encryptions: the bulk of S's exponentiations, mapped over local processes
     flat = [p for *_, plains in pending for p in plains]
-    enc_noise = iter(paillier.encrypt_many(pk, flat, workers))
+    enc_noise = iter(paillier.encrypt_many(pk, flat, workers, label="encrypt noise (re-randomise)"))
     nsq = pk.nsquare
     per_g: dict[int, list] = {}
     for gi, v, acc, plains in pending:
@@ -230,6 +233,7 @@ def decrypt_and_publish(party: str, private_key, onehot: EncryptedOneHot, sums: 
     block_index = {tuple(b): i for i, b in enumerate(lay.blocks)}
     got: dict[tuple, np.ndarray] = {}
     for gi, g in enumerate(sums.groupings):
+        step("decrypt", gi, len(sums.groupings))
         sb = tuple(g["attrs"])
         cts = paillier.from_bytes(pk, sums.sums[f"g{gi}"])
         plains = [dict(zip(g["columns"], paillier.decrypt_many(private_key, row))) for row in cts]

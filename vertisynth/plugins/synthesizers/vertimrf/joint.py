@@ -172,8 +172,12 @@ def server_joint(syn: Any, messages: Sequence[Message], measure: Callable[[list]
             # (clip, renormalise) is for sketch estimates and biases tables with many near-empty cells
             counts, var = syn._cross_estimate(got, s, dists)
             meas.append(Measurement(s, counts.values, math.sqrt(var), syn._bins_of(s)))
-        res = estimate(dom, meas, total=n_hat, iters=c.iters, warm_start=res.model, max_cells=float("inf"))
+        # (the fallback's selection pairs lie outside the graph: then the tree grows to hold them, fitted afresh)
+        inside = all(res.model.tree.clique_for(s) is not None for s in chosen)
+        res = estimate(dom, meas, total=n_hat, iters=c.iters, warm_start=res.model if inside else None,
+                       extra_cliques=cliques, max_cells=float("inf"))
     syn._model, syn._n_hat, syn._measurements = res.model, n_hat, meas
     syn._chosen, syn._cliques = chosen, cliques
+    syn._kappa, syn._fallback = None, []   # (the sketch path's interaction scale and fallback pairs: none here)
     syn._timings.update({"GraphCom (server)": t1 - t0, "InitMRF (server)": t2 - t1,
                          "cliques measured + OptMRF": time.perf_counter() - t2})

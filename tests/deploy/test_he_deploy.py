@@ -1,0 +1,149 @@
+"""Encoder "he" across processes: parties and the server as separate OS processes exchanging signed envelopes, with
+real 2048-bit Paillier; under a test secret the result equals the one-process run with crypto = "simulated"."""
+import json
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+from deploy_helpers import SECRET, cli, hello_all, parallel, with_roster
+
+from vertisynth.deploy.simulate import simulate
+from vertisynth.run.config import load_config
+
+pytest.importorskip("phe", reason="the he encoder's real crypto needs `pip install vertisynth[he]` (phe, gmpy2)")
+pytest.importorskip("gmpy2", reason="the he encoder's real crypto needs `pip install vertisynth[he]` (phe, gmpy2)")
+
+CONFIG = """
+seed = 11
+budget = { epsilon = 2.0, delta = 1e-5 }
+[dataset]
+name = "census"
+params = { n = 160 }
+[synthesizer]
+use = "vertimrf"
+params = { encoder = "he", bins = 1000, iters = 40, local_params = { iters = 30, refine_iters = 10 }, encoder_params = { crypto = "CRYPTO", cliques = 2, selection_pairs = 4, workers = 1, round_timeout = 120.0 } }
+"""
+THREE = '\n[[parties]]\nname = "a"\nattributes = ["age", "sex", "race", "birth_country", "region"]\n' \
+        '[[parties]]\nname = "b"\nattributes = ["education", "marital_status", "relationship", "household_size", "occupation"]\n' \
+        '[[parties]]\nname = "c"\nattributes = ["workclass", "hours_per_week", "capital_gain", "income", "health_insurance"]\n'
+
+
+def _setup(tmp_path, parties, extra=""):
+    text = with_roster(tmp_path, CONFIG.replace("CRYPTO", "real") + extra, [*parties, "server"])
+    (tmp_path / "job.toml").write_text(text)
+    (tmp_path / "sim.toml").write_text(text.replace('crypto = "real"', 'crypto = "simulated"'))
+    hello_all(tmp_path, parties, secret=SECRET)
+
+
+def _run_all(tmp_path, parties, timeout=240):
+    argv = [["party", "job.toml", "--party", p, "--exchange", "shared", "--out", f"private_{p}", "-q"] for p in parties]
+    argv.append(["server", "job.toml", "--exchange", "shared", "--out", "out", "--key",
+                 "private_server/server_signing.pem", "-q"])
+    return parallel(argv, tmp_path, timeout=timeout)
+
+
+def _equals_simulation(tmp_path):
+    deployed = pd.read_csv(tmp_path / "out" / "synthetic.csv")
+    simulated = simulate(load_config(tmp_path / "sim.toml"), SECRET).synthetic
+    simulated.to_csv(tmp_path / "sim.csv", index=False)
+    pd.testing.assert_frame_equal(deployed, pd.read_csv(tmp_path / "sim.csv"))
+
+
+def test_two_parties_and_server_as_processes_equal_the_simulation(tmp_path):
+    parties = ["registry", "employer"]
+    _setup(tmp_path, parties)
+    res = _run_all(tmp_path, parties)
+    assert all(r[0] == 0 for r in res), res
+    _equals_simulation(tmp_path)
+    names = sorted(p.name for p in (tmp_path / "shared").iterdir())
+    assert all(n.endswith(".env") for n in names)   # only signed envelopes crossed
+    for round_ in ("he-key-selection", "he-rows-selection", "he-sums-selection", "he-queries", "he-rows-cliques"):
+        assert any(n.startswith(round_ + "__") for n in names), round_
+    ledger = json.loads((tmp_path / "out" / "ledger.json").read_text())
+    mechanisms = [c["mechanism"] for c in ledger["charges"]]
+    assert mechanisms.count("he_selection") == 1 and mechanisms.count("he_cliques") == 1
+    assert not ledger["planned_but_unspent"] and "not for production" in json.dumps(ledger)
+
+
+def test_tampered_ciphertexts_are_refused(tmp_path):
+    """A byte of the encrypted rows flipped on the exchange: the summing party refuses them (the envelope's hash)."""
+    parties = ["registry", "employer"]
+    _setup(tmp_path, parties)
+    # the encrypting party runs alone until its rows are on the exchange; they are corrupted; then the other runs
+    argv = [["party", "job.toml", "--party", p, "--exchange", "shared", "--out", f"private_{p}", "-q"] for p in parties]
+    procs = []
+    from vertisynth.run.pipeline import make_plan
+    encoder = make_plan(load_config(tmp_path / "job.toml")).synthesizer.instance._encoder
+    enc = encoder.pairs(encoder.selection_queries(), 160, "selection")[0][1]   # who encrypts (public)
+    procs.append(subprocess.Popen([sys.executable, "-m", "vertisynth.cli", *argv[parties.index(enc)]], cwd=tmp_path,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    deadline = time.monotonic() + 120
+    rows = []
+    while not rows and time.monotonic() < deadline:
+        rows = list((tmp_path / "shared").glob(f"he-rows-selection__{enc}__*"))
+        time.sleep(0.1)
+    assert rows, "the encrypting party sent no rows"
+    data = bytearray(rows[0].read_bytes())
+    data[-100] ^= 1
+    rows[0].write_bytes(bytes(data))
+    other = [p for p in parties if p != enc][0]
+    res = cli(*argv[parties.index(other)], cwd=tmp_path, ok=False)
+    procs[0].kill()
+    procs[0].communicate()
+    assert res.returncode != 0 and "refused" in res.stderr and "he-rows-selection" in res.stderr, res.stderr
+
+
+@pytest.mark.slow
+def test_three_parties_as_processes_equal_the_simulation(tmp_path):
+    parties = ["a", "b", "c"]
+    _setup(tmp_path, parties, THREE)
+    res = _run_all(tmp_path, parties, timeout=420)
+    assert all(r[0] == 0 for r in res), res
+    _equals_simulation(tmp_path)
+
+
+def test_rows_under_a_foreign_key_are_refused(monkeypatch):
+    """Rows signed by their sender but encrypted under another modulus than the key it announced: refused."""
+    import types
+
+    import numpy as np
+
+    from vertisynth.core.dataset import Dataset
+    from vertisynth.core.domain import Domain
+    from vertisynth.core.errors import MessageError
+    from vertisynth.deploy.he_rounds import PartyRounds, _modulus_fingerprint
+    from vertisynth.plugins.encoders.he import paillier, protocol
+
+    monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
+    announced, foreign = (paillier.phe.generate_paillier_keypair(n_length=512)[0] for _ in range(2))
+    view = Dataset(np.array([[0], [1], [1]]), Domain(["x"], [2]))
+    rows = protocol.encrypt_rows("e", "s", view, [(("x",), ("y",))], foreign, 13, workers=1)
+    key = {"modulus": format(announced.n, "x"), "fingerprint": _modulus_fingerprint(format(announced.n, "x"))}
+    me = types.SimpleNamespace(me="s")
+    with pytest.raises(MessageError, match="not the one 'e' signed for this run"):
+        PartyRounds._check_rows(me, rows, "e", key)
+    with pytest.raises(MessageError, match="not 'mallory''s encrypted rows"):
+        PartyRounds._check_rows(me, rows, "mallory", key)
+    PartyRounds._check_rows(me, rows, "e", {**key, "modulus": rows.modulus,
+                                            "fingerprint": _modulus_fingerprint(rows.modulus)})   # its own key: fine
+
+
+def test_party_refuses_more_clique_tables_than_planned():
+    import types
+
+    from vertisynth.core.domain import Domain
+    from vertisynth.core.errors import MessageError
+    from vertisynth.deploy.he_rounds import _parse_queries
+
+    enc = types.SimpleNamespace(config=types.SimpleNamespace(cliques=2))
+    dom = Domain(["a", "b", "c"], [2, 3, 2])
+    body = lambda qs: json.dumps({"stage": "cliques", "queries": qs}).encode()  # noqa: E731
+    assert _parse_queries(body([[["a"], ["b"]], [["a"], ["c"]]]), enc, dom) == [(("a",), ("b",)), (("a",), ("c",))]
+    with pytest.raises(MessageError, match="3 tables, the plan has 2"):
+        _parse_queries(body([[["a"], ["b"]], [["a"], ["c"]], [["b"], ["c"]]]), enc, dom)
+    with pytest.raises(MessageError, match="unknown attributes"):
+        _parse_queries(body([[["a"], ["zz"]]]), enc, dom)
+    with pytest.raises(MessageError, match="malformed"):
+        _parse_queries(b"{", enc, dom)
