@@ -50,10 +50,12 @@ def node_key_cmd(party: str, out: Path) -> None:
 
 
 @flower.command("tls")
-@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True)
+@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder for ca.crt, ca.key, superlink.crt and superlink.key (created; files never overwritten).")
 @click.option("--host", "hosts", multiple=True, required=True,
               help="The SuperLink's address as the parties dial it (repeat for several names / IPs).")
-@click.option("--days", type=int, default=30, show_default=True)
+@click.option("--days", type=int, default=30, show_default=True,
+              help="Days the test CA and the SuperLink certificate stay valid.")
 def tls(out: Path, hosts: tuple[str, ...], days: int) -> None:
     """A test CA and the SuperLink's TLS certificate (trials; production uses the organisation's PKI). Give
     ca.crt to every party; superlink.crt and superlink.key stay on the SuperLink; keep ca.key offline."""
