@@ -6,6 +6,7 @@
                  query-level neighbours (StatDP's patterns, random ±1 moves)
   * `features`   feature maps for structured outputs (variable-length answer sequences)
   * `zoo`        correct and incorrect mechanisms of the DP-testing literature (Noisy Max, Sparse Vector, ...)
+  * `power`      the best bound any event could give on known output distributions (what n samples can catch)
   * `checks`     per-kind conformance checks and `parametrize_with_checks` for pytest
   * `reference`  textbook mechanisms (GRR, Laplace, Gaussian) to calibrate the auditor
   * `plugin`     opt-in pytest plugin: `pytest_plugins = ["vertisynth.testing.plugin"]`

@@ -49,6 +49,14 @@ def _queries(q) -> np.ndarray:
     return q
 
 
+def _laplace_pdf(x: np.ndarray, b: float) -> np.ndarray:
+    return np.exp(-np.abs(x) / b) / (2 * b)
+
+
+def _laplace_cdf(x: np.ndarray, b: float) -> np.ndarray:
+    return np.where(x < 0, 0.5 * np.exp(np.minimum(x, 0) / b), 1 - 0.5 * np.exp(-np.maximum(x, 0) / b))
+
+
 def _positive(_inst, attr, value) -> None:
     if not (value > 0 and math.isfinite(value)):
         raise ConfigError(f"{attr.name} must be positive and finite, got {value}")
@@ -182,6 +190,55 @@ class SparseVector:
             if resample and above.any():
                 rho[above] = rng.laplace(0.0, b_rho, int(above.sum()))
         return np.hstack([codes, values]) if outputs_value else codes
+
+    def output_probabilities(self, q, edges: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+        """The exact output distribution on answers q, for the power analysis (`power.best_event`).
+
+        Cutoff 1 only (every benchmark case): an output is "first ⊤ at query j" (j = 0..k−1) or "all ⊥"
+        (index k). P[first ⊤ at j] = ∫ p_ρ(r) Π_{i<j} F(T + r − q_i) (1 − F(T + r − q_j)) dr, F the query
+        noise's CDF, integrated numerically over the threshold noise r. Alg. 3 also releases the value
+        v = q_j + ν_j ≥ T + r: its cells are (j, v in a bin of `edges`, default `value_edges(q)`) then
+        "all ⊥", P = ∫_bin p_ν(v − q_j) ∫_{r ≤ v − T} p_ρ(r) Π_{i<j} F(T + r − q_i) dr dv (give both sides
+        of a pair the same edges). Returns the cell probabilities and the edges (None without values).
+        """
+        q = _queries(q)
+        _, rho_scale, nu_scale, has_cutoff, _, outputs_value, _ = SVT_VARIANTS[self.variant]
+        if not has_cutoff or self.cutoff != 1:
+            raise ConfigError("output_probabilities: exact distributions are written for the variants with a "
+                              f"cutoff, at c = 1 (Alg. 1-4); got {self.name}")
+        b_rho, b_nu = rho_scale(self.epsilon, 1), nu_scale(self.epsilon, 1)
+        lo, hi = self.threshold - q.max(), self.threshold - q.min()
+        r = np.linspace(min(lo, 0.0) - 45 * (b_rho + b_nu), max(hi, 0.0) + 45 * (b_rho + b_nu), 40_001)
+        dr = r[1] - r[0]
+        w_rho = _laplace_pdf(r, b_rho) * dr
+        w_rho /= w_rho.sum()  # threshold noise weights on the grid, a distribution
+        below = np.ones_like(r)  # Π_{i<j} P[⊥ at i | ρ = r]
+        if not outputs_value:
+            cells = []
+            for qj in q:  # a loop over the k queries, vectorised over the grid
+                p_bottom = _laplace_cdf(self.threshold + r - qj, b_nu)
+                cells.append(np.sum(w_rho * below * (1 - p_bottom)))
+                below = below * p_bottom
+            return np.r_[cells, np.sum(w_rho * below)], None
+        edges = self.value_edges(q) if edges is None else np.asarray(edges, float)
+        sub = 4  # midpoint rule on 4 sub-bins per bin
+        fine = (edges[:-1, None] + (np.arange(sub) + 0.5)[None, :] / sub * np.diff(edges)[:, None]).ravel()
+        step = np.repeat(np.diff(edges) / sub, sub)
+        cells = []
+        for qj in q:
+            mass = w_rho * below
+            reach = np.interp(fine - self.threshold, r, np.cumsum(mass) - mass / 2, left=0.0)  # P[ρ <= v − T, ⊥s]
+            dens = reach * _laplace_pdf(fine - qj, b_nu) * step
+            cells.append(dens.reshape(-1, sub).sum(1))
+            below = below * _laplace_cdf(self.threshold + r - qj, b_nu)
+        return np.r_[np.concatenate(cells), np.sum(w_rho * below)], edges
+
+    def value_edges(self, *answer_vectors, bins_per_scale: int = 20) -> np.ndarray:
+        """Value bins for `output_probabilities` covering every answer vector given (both sides of a pair):
+        width scale / `bins_per_scale`, out to 45 noise scales (the rest has probability below e^-45)."""
+        b_nu = SVT_VARIANTS[self.variant][2](self.epsilon, self.cutoff)
+        qs = np.concatenate([_queries(q) for q in answer_vectors])
+        return np.arange(qs.min() - 45 * b_nu, qs.max() + 45 * b_nu + b_nu / bins_per_scale, b_nu / bins_per_scale)
 
     def features(self, outputs: np.ndarray) -> np.ndarray:
         """The answer-sequence feature map (`features.answer_features`) of these outputs."""
