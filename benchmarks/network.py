@@ -1,6 +1,6 @@
 """The network run against the folder run, on loopback: Adult, 2 parties, VertiMRF defaults.
 
-    VERTISYNTH_DATA=/path/to/data python benchmarks/network.py      # needs vertisynth[flower]; the folder holding adult.csv
+    VERTISYNTH_DATA=/path/to/data python benchmarks/network.py      # needs vertisynth[flower]; the folder holding adult/
     ... benchmarks/network.py --t 200                                                # a quicker variant
 
 Runs the same job twice under one explicit test secret: (1) the folder exchange, every role a separate process
