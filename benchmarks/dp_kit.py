@@ -12,7 +12,7 @@ with StatDP's neighbour patterns (`strategies.query_pairs`); the Gaussian pair i
 
 Per mechanism and claimed ε it prints whether it is truly DP, the verdict, the certified ε lower bound
 and the CPU seconds of
-  * the anchor, the kit's built-in events only as they were before issue 23 (single outcomes,
+  * the anchor, the kit's built-in events only as they were before learned events and query-level pairs (single outcomes,
     thresholds on the output or on the linear / clipped discriminants of the raw output; a single
     (ε, δ) point for the Gaussian), measured in the same run, and
   * the kit now: plus the mechanism's feature map, the learned (classifier) event, and claims on the
@@ -90,7 +90,7 @@ def main() -> None:
     ap.add_argument("--level", default="standard", choices=sorted(AUDIT_LEVELS))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", nargs="+", default=None, help="mechanisms whose name contains one of these")
-    ap.add_argument("--no-anchor", action="store_true", help="skip the anchor (the kit before issue 23)")
+    ap.add_argument("--no-anchor", action="store_true", help="skip the anchor (the kit before learned events and query-level pairs)")
     ap.add_argument("--pair-search", action="store_true", help="only the best possible bound of Alg. 3, 4 over a "
                     "family of pairs beyond StatDP's patterns")
     args = ap.parse_args()

@@ -175,7 +175,7 @@ def test_three_parties_agree_one_group_key_and_bad_key_inputs(tmp_path):
     with pytest.raises(DataError, match="belongs to party"):
         run_party(config, "insurer", tmp_path / "shared", tmp_path / "insurer", keys=paths["bank"])
     _own_csvs(tmp_path)
-    with pytest.raises(DataError, match="exactly this party's columns"):
+    with pytest.raises(DataError, match="must hold exactly these columns"):
         run_party(config, "insurer", tmp_path / "shared", tmp_path / "insurer", csv=tmp_path / "hospital.csv")
     grr = parse_config({**__import__("tomllib").loads(text),
                         "synthesizer": {"use": "vertimrf", "params": {"encoder": "grr"}}})
