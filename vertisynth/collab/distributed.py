@@ -6,7 +6,7 @@ Three roles, each a small state machine that runs the *same* protocol code as th
 the in-memory one (slot names below are `collab_<kind>__<sender>__...`, channel.py); every secure sum is one round of "custodians share → servers add shares and their own
 noise → noisy shares reconstructed". What differs per role is what it holds:
 
-  * custodian (`vertisynth collab custodian`): its own CSV only. It announces itself (`hello__<name>.npz`:
+  * custodian (`vertisynth collab custodian`): its own CSV only. It announces itself (`collab_hello__<name>`:
     its name, the config's fingerprint and its CSV's column names), then for every round posts one
     `CountShare` per server (`collab_share__<name>__server<s>__...`), sealed to that server's key
     (`collab_key__server<s>`). For binning rounds it waits for the servers' noisy shares
