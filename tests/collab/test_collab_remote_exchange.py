@@ -55,6 +55,8 @@ def test_collab_roles_through_a_file_url(tmp_path):
     exchange = transport_for(store.as_uri())
     publisher = _channel(cfg, "publisher", store.as_uri())
     wait_for_custodians(make_plan(load_config(cfg)), publisher)   # this run's id, from the hellos in the store
+    everyone = exchange.names("collab_noisy__*")   # lists every prefix; a literal sender lists its own only
+    assert exchange.names("collab_noisy__server0__*") == [n for n in everyone if n.split("__")[1] == "server0"]
     honest = exchange.names("collab_noisy__server0__*")[0]
     assert publisher.load(NoisyShare, honest, "server0").server == 0
     moved = noisy_slot(0, "some other query")

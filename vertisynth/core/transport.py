@@ -179,9 +179,13 @@ class FsspecTransport:
 
     def _names(self, pattern: str) -> list[str]:
         self.fs.invalidate_cache()               # stores that cache listings (s3fs) would hide new envelopes
-        if not self.fs.exists(self.root):
+        # a pattern naming its sender lists that sender's prefix only: one LIST, not one per sender (a role
+        # waiting on one message polls the store many times per round)
+        sender = pattern.split("__")[1] if pattern.count("__") >= 1 else ""
+        folder = self.root if not sender or any(c in sender for c in "*?[") else f"{self.root}/{sender}"
+        if not self.fs.exists(folder):
             return []
-        found = [p.rsplit("/", 1)[-1][:-len(self.MARKER)] for p in self.fs.find(self.root)
+        found = [p.rsplit("/", 1)[-1][:-len(self.MARKER)] for p in self.fs.find(folder)
                  if p.endswith(self.MARKER)]
         return sorted(n for n in found if fnmatch.fnmatchcase(n, pattern))
 
