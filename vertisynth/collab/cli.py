@@ -185,7 +185,7 @@ def custodian(config: Path, name: str, csv_path: Path, exchange: str, timeout: f
               seed: int | None, key: Path, data_dir: str | None, quiet: bool) -> None:
     """Run one custodian: announce, then secret-share every round's counts to the servers.
 
-    Reads only this custodian's CSV. Writes only shares (uniform ring elements, one file per server and
+    Reads only this custodian's CSV. Posts only shares (uniform ring elements, one message per server and
     round), a hello (name, config fingerprint, column names) and, with [collab.tuning], one yes/no vote
     per candidate run. Reconstructs the binning rounds' noisy totals (the DP bin edges and means, released
     anyway) to bin its own rows, and the tuning's DP test-fold marginals; never a measurement round.
@@ -223,9 +223,9 @@ def server(config: Path, index: int, exchange: str, timeout: float, seed: int | 
 
     Reads only the custodians' hellos, the shares addressed to it (collab_share__*__server<INDEX>__*) and, with
     [collab.tuning], the publisher's steps (which candidate each run tries: public), never another server's
-    files; the noise scale of each round comes from the config, not from the custodians. Writes its noisy
-    share per round (collab_noisy__server<INDEX>__*; tuning: the test-fold rounds and every fold run's rounds, then the final
-    run). Semi-honest, and not all servers may collude (docs/collab.md)."""
+    messages; the noise scale of each round comes from the config, not from the custodians. Posts its noisy
+    share per round (collab_noisy__server<INDEX>__*; tuning: the test-fold rounds and every fold run's rounds,
+    then the final run). Semi-honest, and not all servers may collude (docs/collab.md)."""
     try:
         with progress_bar(f"server {index}: rounds", not quiet):
             info = run_server(_plan(config, data_dir), index, exchange, seed, timeout,

@@ -2,9 +2,10 @@
 (`--exchange`: a folder, or a URL such as file://, sftp://, s3://; core/transport.py, channel.py).
 
 Three roles, each a small state machine that runs the *same* protocol code as the one-process simulation
-(`HorizontalRun.measure`: DP binning rounds, then the measurement round) with a file transport in place of
-the in-memory one (slot names below are `collab_<kind>__<sender>__...`, channel.py); every secure sum is one round of "custodians share → servers add shares and their own
-noise → noisy shares reconstructed". What differs per role is what it holds:
+(`HorizontalRun.measure`: DP binning rounds, then the measurement round) with the exchange in place of the
+in-memory transport (message slots are named `collab_<kind>__<sender>__...`, channel.py); every secure sum is
+one round of "custodians share → servers add shares and their own noise → noisy shares reconstructed". What
+differs per role is what it holds:
 
   * custodian (`vertisynth collab custodian`): its own CSV only. It announces itself (`collab_hello__<name>`:
     its name, the config's fingerprint and its CSV's column names), then for every round posts one
@@ -13,18 +14,19 @@ noise → noisy shares reconstructed". What differs per role is what it holds:
     and reconstructs the noisy totals (the DP edges and bin means, released anyway) to bin its own rows; it
     never reconstructs the measurement round.
   * server s (`vertisynth collab server`): no rows. It publishes a fresh X25519 key for the run, opens only
-    the shares addressed to it (uniformly random ring elements, sealed to it) and reads the custodians' hellos, adds its
-    own discrete Gaussian noise from the OS CSPRNG (or seeded simulation noise with --seed), and
-    posts its `NoisyShare` (`collab_noisy__server<s>__...`). The noise scale of every round comes from the config (public),
-    never from a custodian's message; shapes are checked against the public schema.
-  * publisher (`vertisynth collab publish`): no rows. It reconstructs every round's noisy total from
-    the servers' noisy shares, fits the synthesizer on the measurement round and writes the only release: synthetic.csv,
-    report.json, ledger.json. Nobody holds real rows of more than one custodian, so no evaluation is run.
+    the shares addressed to it (uniformly random ring elements, sealed to it) and reads the custodians' hellos,
+    adds its own discrete Gaussian noise from the OS CSPRNG (or seeded simulation noise with --seed), and
+    posts its `NoisyShare` (`collab_noisy__server<s>__...`). The noise scale of every round comes from the
+    config (public), never from a custodian's message; shapes are checked against the public schema.
+  * publisher (`vertisynth collab publish`): no rows. It reconstructs every round's noisy total from the
+    servers' noisy shares, fits the synthesizer on the measurement round and writes the only release:
+    synthetic.csv, report.json, ledger.json. Nobody holds real rows of more than one custodian, so no evaluation
+    is run.
 
 With [collab.tuning] the roles first run the tuning rounds (`tuning.tuning_protocol`, the simulation's code
 with a per-role `TuningIO`): custodians label their own rows with folds, contribute to the DP test-fold
-marginals and to every fold run the publisher announces (`collab_step__publisher__*`), score each candidate on the
-fold runs' synthetic tables the publisher sends (DP outputs) and write a yes/no vote; servers aggregate
+marginals and to every fold run the publisher announces (`collab_step__publisher__*`), score each candidate
+on the fold runs' synthetic tables the publisher sends (DP outputs) and write a yes/no vote; servers aggregate
 every round; the publisher draws the candidate runs, fits the fold runs, tallies the votes and announces
 the choice, after which the final run above runs with the chosen hyperparameters (or nothing is published).
 
@@ -337,7 +339,8 @@ class CustodianIO(FollowerIO):
 
     def score(self, run, score):
         f = score_slot(run)
-        msg = self.transport.channel.receive(TuningScore, f, PUBLISHER, f"the publisher's DP score of candidate run {run}")
+        msg = self.transport.channel.receive(TuningScore, f, PUBLISHER,
+                                             f"the publisher's DP score of candidate run {run}")
         if msg.run != run or not np.isfinite(msg.score):
             raise MessageError(f"{f}: holds the score {msg.score!r} of run {msg.run}, expected a finite score "
                                f"of run {run}")
