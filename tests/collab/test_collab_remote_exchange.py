@@ -75,3 +75,14 @@ def test_collab_roles_through_an_sftp_drop_box(tmp_path, sftp_env):
     assert isinstance(transport_for(url), FsspecTransport)
     assert {p.name for p in drop.iterdir()} == WRITERS   # written through the SSH server by the role processes
     _tampered_envelope_is_refused(tmp_path, cfg, url, drop)
+
+
+def test_a_bad_exchange_url_or_a_key_inside_a_file_url_is_one_clear_line(tmp_path):
+    cfg, _ = _setup(tmp_path)
+    res = subprocess.run(CLI + ["server", str(cfg), "--index", "0", "--exchange", "nosuchscheme://box/run1",
+                                "--timeout", "5", *_key(cfg, "server0")], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "--exchange 'nosuchscheme://box/run1'" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+    res = subprocess.run(CLI + ["publish", str(cfg), "--exchange", tmp_path.as_uri(), "--out", str(tmp_path / "o"),
+                                *_key(cfg, "publisher")], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "lies in the exchange folder" in res.stderr, res.stderr
