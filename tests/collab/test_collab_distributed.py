@@ -10,7 +10,7 @@ import pytest
 
 from vertisynth.collab.distributed import Hello, fingerprint, run_custodian, run_publisher, run_server
 from vertisynth.collab.horizontal import simulate_custodians
-from vertisynth.collab.secure_aggregation import SealedShare, ServerKey
+from vertisynth.collab.secure_aggregation import NoisyShare, SealedShare, ServerKey
 from vertisynth.run.config import load_config
 from vertisynth.core.errors import ConfigError, DataError, MessageError
 from vertisynth.run.pipeline import make_plan, run
@@ -49,17 +49,20 @@ def _channel(cfg, name, ex, run=""):
     from vertisynth.collab.channel import Channel
     from vertisynth.core.identity import roster_of
 
+    from vertisynth.core.transport import transport_for
+
     plan = _plan(cfg)
-    return Channel(_id(cfg.parent, name), roster_of(plan.config.section("roster")), ex, fingerprint(plan), run)
+    return Channel(_id(cfg.parent, name), roster_of(plan.config.section("roster")), transport_for(ex),
+                   fingerprint(plan), run, timeout=0.3)
 
 
-def _body(cls, f, cfg):
-    """The message inside an envelope file (for assertions on what a role received), its signature checked."""
+def _body(cls, exchange, name, cfg):
+    """The message in slot `name` of an exchange (for assertions on what a role received), its signature checked."""
     from vertisynth.core.envelope import open_envelope
     from vertisynth.core.identity import roster_of
 
     roster = roster_of(load_config(cfg).section("roster"))
-    return cls.from_bytes(open_envelope(f.read_bytes(), roster, None, f.name)[1])
+    return cls.from_bytes(open_envelope(exchange.read(name), roster, None, name)[1])
 
 
 def _setup(tmp_path, preprocessing="combined", extra=""):
@@ -142,12 +145,18 @@ def test_separate_processes_publish_exactly_the_simulation(tmp_path, preprocessi
 
     # what the shared folder holds: hellos (no data), the servers' public keys and shares sealed to one server
     # each (ciphertext: a reader of the folder, or the other server, cannot open them)
+    from vertisynth.core.transport import FolderTransport
+
+    exchange = FolderTransport(ex)
+    assert {n.split("__")[0] for n in exchange.names("*")} == {
+        "collab_hello", "collab_key", "collab_share", "collab_noisy"}
     for s in (0, 1):
-        files = sorted((ex / f"to_server{s}").iterdir())
-        assert files and all(f.suffix == ".npz" for f in files)
-        sealed = [_body(SealedShare, f, cfg) for f in files]   # shares travel sealed to their server, in envelopes
+        names = exchange.names(f"collab_share__*__server{s}__*")
+        noisy = [_body(NoisyShare, exchange, n, cfg) for n in exchange.names(f"collab_noisy__server{s}__*")]
+        assert len(names) == sum(len(ns.custodians) for ns in noisy)   # one share per contributor and round
+        sealed = [_body(SealedShare, exchange, n, cfg) for n in names]   # sealed to their server, in envelopes
         assert all(isinstance(m, SealedShare) and m.server == s for m in sealed)
-        assert _body(ServerKey, ex / f"server_key__{s}.npz", cfg).server == s
+        assert _body(ServerKey, exchange, f"collab_key__server{s}", cfg).server == s
 
 
 def test_roles_refuse_unknown_names_and_what_they_do_not_cover(tmp_path):
@@ -177,7 +186,7 @@ def test_missing_messages_time_out_with_a_clear_error(tmp_path):
     for n in ("A", "B"):   # both custodians announced, but no server ever answers
         _channel(cfg, n, tmp_path / "ex").post(
             Hello(party=n, fingerprint=fingerprint(plan), columns=list(plan.run.base.domain.attributes)),
-            tmp_path / "ex" / f"hello__{n}.npz", ["*"])
+            f"collab_hello__{n}", ["*"])
     with pytest.raises(MessageError, match="waited 0 s for server 0's noisy share of 'age:grid'"):
         run_publisher(_plan(cfg), tmp_path / "ex", tmp_path / "out", timeout=0.3, identity=_id(tmp_path, "publisher"))
     assert not (tmp_path / "out" / "synthetic.csv").exists()
@@ -192,7 +201,7 @@ def test_a_custodian_with_a_different_schema_or_config_is_refused_by_everyone(tm
     plan = _plan(cfg)
     _channel(cfg, "A", tmp_path / "ex").post(
         Hello(party="A", fingerprint=fingerprint(plan), columns=list(plan.run.base.domain.attributes)),
-        tmp_path / "ex" / "hello__A.npz", ["*"])
+        "collab_hello__A", ["*"])
     # the server sees B's hello (written before B failed) and names the problem instead of waiting
     with pytest.raises(DataError, match="custodian 'B' has a different schema: lacks \\['income'\\]"):
         run_server(plan, 0, tmp_path / "ex", timeout=5, identity=_id(tmp_path, "server0"))
@@ -200,7 +209,7 @@ def test_a_custodian_with_a_different_schema_or_config_is_refused_by_everyone(tm
     other.mkdir()
     _channel(cfg, "A", other).post(
         Hello(party="A", fingerprint="0123456789abcdef", columns=list(plan.run.base.domain.attributes)),
-        other / "hello__A.npz", ["*"])
+        "collab_hello__A", ["*"])
     with pytest.raises(ConfigError, match="custodian 'A' runs a different config"):
         run_server(_plan(cfg), 1, other, timeout=5, identity=_id(tmp_path, "server1"))
 
@@ -239,25 +248,26 @@ def test_tuning_as_separate_processes_equals_the_simulation(tmp_path, method, mo
     assert runs >= 1 and sim.report["collab"]["published"]   # these seeds publish: the equality covers the table
     # what the custodians saw of the tuning: the publisher's steps and, sound: one DP score per run (no fold
     # table ever leaves the publisher); paper: the fold runs' synthetic tables, which each scores on its folds
-    tuning = sorted(f.name for f in (ex / "tuning").iterdir())
-    sound = method != "paper"
-    assert len([f for f in tuning if f.startswith("synthetic_")]) == (0 if sound else 2 * runs)
-    assert len([f for f in tuning if f.startswith("score_")]) == (runs if sound else 0)
-    assert len([f for f in tuning if f.startswith("vote_")]) == 2 * runs   # yes/no only, one per custodian
-    assert len([f for f in tuning if f.startswith("step")]) == runs + 1
+    from vertisynth.core.transport import FolderTransport
+
+    exchange, sound = FolderTransport(ex), method != "paper"
+    assert len(exchange.names("collab_synthetic__*")) == (0 if sound else 2 * runs)
+    assert len(exchange.names("collab_score__*")) == (runs if sound else 0)
+    assert len(exchange.names("collab_vote__*")) == 2 * runs   # yes/no only, one per custodian
+    assert len(exchange.names("collab_step__*")) == runs + 1
     if method == "paper":
         assert "not sound" in rep["privacy"]["tuning_accounting"]
 
 
 def test_tuning_errors_missing_votes_and_thresholds_out_of_range(tmp_path):
-    from vertisynth.collab.distributed import FollowerIO, PublisherFiles, PublisherIO, Vote, _vote_file
+    from vertisynth.collab.distributed import FollowerIO, PublisherFiles, PublisherIO, Vote, vote_slot
     from vertisynth.collab.tuning import Selection
 
     cfg, csvs = _setup(tmp_path, extra=TUNED.format(method="compose_all", more=""))
     plan = _plan(cfg)
     with pytest.raises(ConfigError, match="thresholds.A = 2.5 is outside the range \\[0.0, 2.0\\] of 'dp_workload.l1'"):
         run_custodian(plan, "A", csvs["A"], tmp_path / "ex", threshold=2.5)
-    assert not (tmp_path / "ex" / "hello__A.npz").exists()   # refused before announcing anything
+    assert not (tmp_path / "ex").exists()   # refused before announcing anything
     out = subprocess.run(CLI + ["custodian", str(cfg), "--name", "B", "--csv", str(csvs["B"]), "--exchange",
                                 str(tmp_path / "ex"), "--threshold", "-1", *_key(cfg, "B")], capture_output=True,
                          text=True)
@@ -269,20 +279,20 @@ def test_tuning_errors_missing_votes_and_thresholds_out_of_range(tmp_path):
     # the publisher waits for every custodian's vote on a candidate run, and names the missing one
     ex = tmp_path / "votes"
     ex.mkdir()
-    io = PublisherIO(ex, 0.3, 0.05, PublisherFiles(2, ex, channel=_channel(cfg, "publisher", ex, "r1")), ["A", "B"],
+    io = PublisherIO(PublisherFiles(2, _channel(cfg, "publisher", ex, "r1")), ["A", "B"],
                      Selection("compose_all", [0, 1]), 3, plan.tuner.grid)
-    f = _vote_file(ex, 0, "A")
+    f = vote_slot(0, "A")
     _channel(cfg, "A", ex, "r1").post(Vote(party="A", run=0, yes=True), f, ["publisher"])
     t0 = time.monotonic()
     with pytest.raises(MessageError, match="waited 0 s for custodian 'B'.s vote on candidate run 0"):
         io.votes(0, {})
     assert time.monotonic() - t0 < 10
-    _channel(cfg, "A", ex, "r1").post(Vote(party="A", run=1, yes=True), _vote_file(ex, 0, "B"), ["publisher"])
+    _channel(cfg, "A", ex, "r1").post(Vote(party="A", run=1, yes=True), vote_slot(0, "B"), ["publisher"])
     with pytest.raises(MessageError, match="from 'A' where 'B'.s message belongs"):   # a vote in B's slot
         io.votes(0, {})
     # a custodian or server whose publisher never announces the next step times out clearly too
     with pytest.raises(MessageError, match="waited 0 s for the publisher's tuning step 0"):
-        FollowerIO(tmp_path / "ex3", 0.3, 0.05, PublisherFiles(2, tmp_path / "ex3")).next_run(0, [])
+        FollowerIO(PublisherFiles(2, _channel(cfg, "server0", tmp_path / "ex3"))).next_run(0, [])
 
 
 def test_secure_noise_is_the_servers_default_and_a_seed_needs_simulation(tmp_path):

@@ -1,27 +1,40 @@
-"""The collab roles' files in signed envelopes (core/envelope.py): every custodian, server and publisher signs
-what it writes with its roster key, and every reader checks sender, signature, run id, config fingerprint and
-the file's slot (its path in the exchange folder: a message copied to another slot or run is refused).
+"""The collab roles' messages in signed envelopes (core/envelope.py) over any exchange (core/transport.py: a
+folder, `file://`, `sftp://`, an object store): every custodian, server and publisher signs what it posts with its
+roster key, and every reader checks sender, signature, run id, config fingerprint and the message's slot (its
+name on the exchange: a message copied to another slot or run is refused).
 
-The run id is the hash of the config fingerprint and a fresh nonce in every custodian's hello, so a file from an
-earlier run in a reused folder never verifies."""
+A slot is `<kind>__<sender>__<rest>`, so a store that gives each sender its own prefix (FsspecTransport) puts
+every role's messages under its own name. The run id is the hash of the config fingerprint and a fresh nonce in
+every custodian's hello, so a message from an earlier run on a reused exchange never verifies."""
 from __future__ import annotations
 
 import hashlib
-import os
-from pathlib import Path
+import re
 
 import attrs
 
 from vertisynth.core.envelope import Expect, canonical, open_envelope, seal
-from vertisynth.core.errors import MessageError
+from vertisynth.core.errors import ConfigError, MessageError
 from vertisynth.core.identity import Identity, Roster
 from vertisynth.core.messages import Message
+from vertisynth.core.transport import Transport, receive
 
 PUBLISHER = "publisher"
+SAFE = re.compile(r"[A-Za-z0-9_.-]+")   # a slot is a file name and a glob pattern matching only itself
 
 
 def server_name(index: int) -> str:
     return f"server{index}"
+
+
+def slot(kind: str, sender: str, *rest: object) -> str:
+    """The exchange name of one message: its kind, its sender (the store's per-sender prefix), then what tells it
+    apart from the sender's other messages of that kind."""
+    name = "__".join([f"collab_{kind}", sender, *map(str, rest)])
+    if not SAFE.fullmatch(name) or "__" in sender or not sender:
+        raise ConfigError(f"role name {sender!r} cannot name a message on the exchange: use letters, digits, "
+                          "'.', '-' and single '_' only")
+    return name
 
 
 def collab_run_id(config_fp: str, nonces: dict[str, str]) -> str:
@@ -32,43 +45,39 @@ def collab_run_id(config_fp: str, nonces: dict[str, str]) -> str:
 class Channel:
     identity: Identity
     roster: Roster
-    root: Path          # the exchange folder
-    config: str         # the config fingerprint every role shares
-    run: str = ""       # set once every custodian's hello is in
+    exchange: Transport   # where every role of the run posts and reads (core/transport.py)
+    config: str           # the config fingerprint every role shares
+    run: str = ""         # set once every custodian's hello is in
+    timeout: float = 600.0
+    poll: float = 0.05
 
     @property
     def me(self) -> str:
         return self.identity.name
 
-    def _slot(self, path: Path) -> str:
-        return Path(path).resolve().relative_to(self.root.resolve()).as_posix()
+    def post(self, msg: Message, name: str, to: list[str]) -> str:
+        """Seal `msg` for `to` under slot `name`; the exchange refuses a name already there (never replaced)."""
+        data = seal(self.identity, self.run, self.config, to, name, msg.kind, msg.to_bytes())
+        self.exchange.send(name, data)
+        return name
 
-    def post(self, msg: Message, path: Path, to: list[str]) -> Path:
-        """Seal `msg` for `to` and write it to `path` atomically; a file already there is never replaced."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = seal(self.identity, self.run, self.config, to, self._slot(path), msg.kind, msg.to_bytes())
-        tmp = path.parent / f".{path.name}.{os.getpid()}.part"
-        tmp.write_bytes(data)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            raise MessageError(f"{path.name} already exists in {str(path.parent)!r} (a reused exchange folder or a "
-                               "duplicate); use a fresh folder for every run") from None
-        finally:
-            tmp.unlink()
-        return path
+    def wait(self, name: str, what: str) -> str:
+        """Slot `name` once it is on the exchange; a clear error after the channel's timeout."""
+        return receive(self.exchange, name, 1, what, self.timeout, self.poll)[0]
 
-    def load(self, cls: type[Message], path: Path, sender: str, hello: bool = False) -> Message:
-        """The message in `path`, after every check; it must come from `sender`."""
-        path = Path(path)
-        expect = None if hello else Expect(self.run, self.config, self.me, (self._slot(path),))
-        header, body = open_envelope(path.read_bytes(), self.roster, expect, path.name)
+    def load(self, cls: type[Message], name: str, sender: str, hello: bool = False) -> Message:
+        """The message in slot `name`, after every check; it must come from `sender`."""
+        expect = None if hello else Expect(self.run, self.config, self.me, (name,))
+        header, body = open_envelope(self.exchange.read(name), self.roster, expect, name)
         if header.sender != sender:
-            raise MessageError(f"{path.name}: from {header.sender!r} where {sender!r}'s message belongs; refused")
-        if hello and header.round != self._slot(path):
-            raise MessageError(f"{path.name}: from {sender!r}: a hello written for slot {header.round!r}; refused")
-        msg = cls.from_bytes(body, path)
+            raise MessageError(f"{name}: from {header.sender!r} where {sender!r}'s message belongs; refused")
+        if hello and header.round != name:
+            raise MessageError(f"{name}: from {sender!r}: a hello written for slot {header.round!r}; refused")
+        msg = cls.from_bytes(body, name)
         if msg.party != sender:
-            raise MessageError(f"{path.name}: from {sender!r} but holds a message of {msg.party!r}; refused")
+            raise MessageError(f"{name}: from {sender!r} but holds a message of {msg.party!r}; refused")
         return msg
+
+    def receive(self, cls: type[Message], name: str, sender: str, what: str) -> Message:
+        """Wait for slot `name`, then load it."""
+        return self.load(cls, self.wait(name, what), sender)

@@ -1,10 +1,13 @@
-"""`vertisynth collab ...`: secure aggregation as separate processes that exchange only files.
+"""`vertisynth collab ...`: secure aggregation as separate processes that exchange only signed messages.
 
 The whole protocol (binning rounds, measurement round, fit; vertisynth.collab.distributed), one process per role:
 
     vertisynth collab custodian CONFIG --name A --csv a.csv --exchange shared/    (once per custodian)
     vertisynth collab server CONFIG --index 0 --exchange shared/                 (once per server)
     vertisynth collab publish CONFIG --exchange shared/ --out release/
+
+`--exchange` is a folder every role can reach or a URL (file://, sftp://host/path, s3://bucket/run7/; the same
+transports as the deploy roles, core/transport.py and docs/network.md).
 
 One aggregation round by hand:
 
@@ -34,10 +37,11 @@ from .secure_aggregation import CountShare, NoisyShare, aggregate_at_server, rec
 
 @click.group()
 def collab() -> None:
-    """Secure aggregation of custodians' marginals across non-colluding compute servers (files only).
+    """Secure aggregation of custodians' marginals across non-colluding compute servers.
 
     \b
-    The whole protocol as separate processes, all with the same [collab] config and one shared folder:
+    The whole protocol as separate processes, all with the same [collab] config and one
+    exchange (--exchange: a shared folder, or a URL such as sftp://host/path or s3://bucket/prefix):
       custodian  each custodian, with only its own CSV
       server     each compute server (sees only random shares)
       publish    reconstructs the noisy aggregates, fits, writes the release
@@ -133,8 +137,10 @@ def _plan(config: Path, data_dir: str | None):
 
 
 _CONFIG = click.argument("config", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-_EXCHANGE = click.option("--exchange", type=click.Path(file_okay=False, path_type=Path), required=True,
-                         help="The shared folder every role reads and writes (fresh for each run).")
+_EXCHANGE = click.option("--exchange", required=True,
+                         help="Where every role posts and reads its signed messages (fresh for each run): a "
+                              "shared folder, or a URL (file://, sftp://user@host/path, s3://bucket/prefix; "
+                              "docs/network.md).")
 _TIMEOUT = click.option("--timeout", type=float, default=600.0, show_default=True,
                         help="Seconds to wait for any one expected message before failing.")
 _KEY = click.option("--key", type=click.Path(dir_okay=False, path_type=Path), required=True,
@@ -142,11 +148,13 @@ _KEY = click.option("--key", type=click.Path(dir_okay=False, path_type=Path), re
                          "server<INDEX> or publisher), pinned in the config's [roster]; never in the exchange.")
 
 
-def _identity(name: str, key: Path, exchange: Path):
+def _identity(name: str, key: Path, exchange: str):
     from vertisynth.core.errors import ConfigError
     from vertisynth.core.identity import Identity, inside
+    from vertisynth.core.transport import local_folder
 
-    if inside(key, exchange):
+    folder = local_folder(exchange)   # a remote store: the key cannot lie in it
+    if folder is not None and inside(key, folder):
         raise ConfigError(f"signing key {str(key)!r} lies in the exchange folder; keep it private")
     return Identity.load(name, key)
 
@@ -173,16 +181,16 @@ _DATA = click.option("--data-dir", type=click.Path(file_okay=False), default=Non
 @_KEY
 @_DATA
 @_QUIET
-def custodian(config: Path, name: str, csv_path: Path, exchange: Path, timeout: float, threshold: float | None,
+def custodian(config: Path, name: str, csv_path: Path, exchange: str, timeout: float, threshold: float | None,
               seed: int | None, key: Path, data_dir: str | None, quiet: bool) -> None:
     """Run one custodian: announce, then secret-share every round's counts to the servers.
 
-    Reads only this custodian's CSV. Writes only shares (uniform ring elements, one file per server and
+    Reads only this custodian's CSV. Posts only shares (uniform ring elements, one message per server and
     round), a hello (name, config fingerprint, column names) and, with [collab.tuning], one yes/no vote
     per candidate run. Reconstructs the binning rounds' noisy totals (the DP bin edges and means, released
     anyway) to bin its own rows, and the tuning's DP test-fold marginals; never a measurement round.
     With [collab.tuning] it labels its own rows with folds, takes part in every fold run the publisher
-    announces (tuning/step*.npz), scores each candidate on the fold runs' synthetic tables the publisher
+    announces (collab_step__publisher__*), scores each candidate on the fold runs' synthetic tables the publisher
     sends (DP outputs) and votes: sound methods on the DP score, 'paper' on the evaluator's metric over
     its own training and held-out folds. Shares come from the OS CSPRNG."""
     try:
@@ -209,15 +217,15 @@ def custodian(config: Path, name: str, csv_path: Path, exchange: Path, timeout: 
 @_KEY
 @_DATA
 @_QUIET
-def server(config: Path, index: int, exchange: Path, timeout: float, seed: int | None, key: Path,
+def server(config: Path, index: int, exchange: str, timeout: float, seed: int | None, key: Path,
            data_dir: str | None, quiet: bool) -> None:
     """Run one compute server: per round, open the shares sealed to it, add them and its own discrete Gaussian noise.
 
-    Reads only the custodians' hellos, the shares addressed to it (to_server<INDEX>/) and, with
+    Reads only the custodians' hellos, the shares addressed to it (collab_share__*__server<INDEX>__*) and, with
     [collab.tuning], the publisher's steps (which candidate each run tries: public), never another server's
-    files; the noise scale of each round comes from the config, not from the custodians. Writes its noisy
-    share per round to noisy/ (tuning: the test-fold rounds and every fold run's rounds, then the final
-    run). Semi-honest, and not all servers may collude (docs/collab.md)."""
+    messages; the noise scale of each round comes from the config, not from the custodians. Posts its noisy
+    share per round (collab_noisy__server<INDEX>__*; tuning: the test-fold rounds and every fold run's rounds,
+    then the final run). Semi-honest, and not all servers may collude (docs/collab.md)."""
     try:
         with progress_bar(f"server {index}: rounds", not quiet):
             info = run_server(_plan(config, data_dir), index, exchange, seed, timeout,
@@ -236,14 +244,14 @@ def server(config: Path, index: int, exchange: Path, timeout: float, seed: int |
 @_KEY
 @_DATA
 @_QUIET
-def publish_cmd(config: Path, exchange: Path, out: Path, timeout: float, key: Path, data_dir: str | None,
+def publish_cmd(config: Path, exchange: str, out: Path, timeout: float, key: Path, data_dir: str | None,
                 quiet: bool) -> None:
     """Reconstruct every round's noisy total from all servers' shares, fit the synthesizer, publish once.
 
     Sees only the servers' noisy shares (whose sum is the DP release) and, with [collab.tuning], the
     custodians' yes/no votes; holds no rows, so no evaluation runs. With [collab.tuning] it drives the
     candidate loop: draws the candidate runs (private_selection: K ~ Poisson(μ), uniform picks), announces
-    each (tuning/step*.npz), fits every fold run and sends its synthetic table to the custodians, tallies
+    each (collab_step__publisher__*), fits every fold run and sends its synthetic table to the custodians, tallies
     their votes, then runs the chosen candidate on all data and publishes it (or nothing, if no candidate
     passed). Uses the config's seed for its draws, fits and sampling, like `vertisynth run`."""
     try:

@@ -1,33 +1,37 @@
-"""The whole horizontal protocol as separate processes that exchange only files in a shared folder.
+"""The whole horizontal protocol as separate processes that exchange only signed messages through an exchange
+(`--exchange`: a folder, or a URL such as file://, sftp://, s3://; core/transport.py, channel.py).
 
 Three roles, each a small state machine that runs the *same* protocol code as the one-process simulation
-(`HorizontalRun.measure`: DP binning rounds, then the measurement round) with a file transport in place of
-the in-memory one; every secure sum is one round of "custodians share → servers add shares and their own
-noise → noisy shares reconstructed". What differs per role is what it holds:
+(`HorizontalRun.measure`: DP binning rounds, then the measurement round) with the exchange in place of the
+in-memory transport (message slots are named `collab_<kind>__<sender>__...`, channel.py); every secure sum is
+one round of "custodians share → servers add shares and their own noise → noisy shares reconstructed". What
+differs per role is what it holds:
 
-  * custodian (`vertisynth collab custodian`): its own CSV only. It announces itself (`hello__<name>.npz`:
-    its name, the config's fingerprint and its CSV's column names), then for every round writes one
-    `CountShare` per server into `to_server<s>/`, sealed to that server's key (`server_key__<s>.npz`). For binning rounds it waits for the servers' noisy shares
+  * custodian (`vertisynth collab custodian`): its own CSV only. It announces itself (`collab_hello__<name>`:
+    its name, the config's fingerprint and its CSV's column names), then for every round posts one
+    `CountShare` per server (`collab_share__<name>__server<s>__...`), sealed to that server's key
+    (`collab_key__server<s>`). For binning rounds it waits for the servers' noisy shares
     and reconstructs the noisy totals (the DP edges and bin means, released anyway) to bin its own rows; it
     never reconstructs the measurement round.
   * server s (`vertisynth collab server`): no rows. It publishes a fresh X25519 key for the run, opens only
-    `to_server<s>/` (uniformly random ring elements, sealed to it) and reads the custodians' hellos, adds its
-    own discrete Gaussian noise from the OS CSPRNG (or seeded simulation noise with --seed), and
-    writes its `NoisyShare` into `noisy/`. The noise scale of every round comes from the config (public),
-    never from a custodian's message; shapes are checked against the public schema.
-  * publisher (`vertisynth collab publish`): no rows. It reconstructs every round's noisy total from
-    `noisy/`, fits the synthesizer on the measurement round and writes the only release: synthetic.csv,
-    report.json, ledger.json. Nobody holds real rows of more than one custodian, so no evaluation is run.
+    the shares addressed to it (uniformly random ring elements, sealed to it) and reads the custodians' hellos,
+    adds its own discrete Gaussian noise from the OS CSPRNG (or seeded simulation noise with --seed), and
+    posts its `NoisyShare` (`collab_noisy__server<s>__...`). The noise scale of every round comes from the
+    config (public), never from a custodian's message; shapes are checked against the public schema.
+  * publisher (`vertisynth collab publish`): no rows. It reconstructs every round's noisy total from the
+    servers' noisy shares, fits the synthesizer on the measurement round and writes the only release:
+    synthetic.csv, report.json, ledger.json. Nobody holds real rows of more than one custodian, so no evaluation
+    is run.
 
 With [collab.tuning] the roles first run the tuning rounds (`tuning.tuning_protocol`, the simulation's code
 with a per-role `TuningIO`): custodians label their own rows with folds, contribute to the DP test-fold
-marginals and to every fold run the publisher announces (`tuning/step*.npz`), score each candidate on the
-fold runs' synthetic tables the publisher sends (DP outputs) and write a yes/no vote; servers aggregate
+marginals and to every fold run the publisher announces (`collab_step__publisher__*`), score each candidate
+on the fold runs' synthetic tables the publisher sends (DP outputs) and write a yes/no vote; servers aggregate
 every round; the publisher draws the candidate runs, fits the fold runs, tallies the votes and announces
 the choice, after which the final run above runs with the chosen hyperparameters (or nothing is published).
 
 Servers and the publisher run the protocol code on empty tables: every count they "compute" is a zero
-vector of the public shape, which the file transport uses only to know shapes and which custodians
+vector of the public shape, which the exchange rounds use only to know shapes and which custodians
 contribute. Everything after a round (edges, means, the fit) is the same post-processing as in the
 simulation, so with the same seeds (`server --seed`, the config's seed at the publisher) the separate
 processes publish exactly the simulation's table.
@@ -51,12 +55,13 @@ from vertisynth.core.dataset import Dataset
 from vertisynth.core.errors import ConfigError, DataError, MessageError
 from vertisynth.core.envelope import ALL
 from vertisynth.core.identity import Identity, roster_of
-from vertisynth.core.messages import Message, wait_for_files
+from vertisynth.core.messages import Message
 from vertisynth.core.privacy import NOISE_LABELS
+from vertisynth.core.transport import Transport as Exchange, transport_for
 from vertisynth.run.config import noise_for
 from vertisynth.run.report import json_default
 
-from .channel import PUBLISHER, Channel, collab_run_id, server_name
+from .channel import PUBLISHER, Channel, collab_run_id, server_name, slot
 from .horizontal import check_custodians
 from .pipeline import (CollabPlan, commit_choice, costs, read_custodian_csv, streams, summary_markdown,
                        tuning_report)
@@ -65,7 +70,6 @@ from .secure_aggregation import (NoisyShare, Randomness, SealedShare, ServerKey,
 from .tuning import Selection, TuningIO, TuningOutcome, fold_synthetic, party_rng, tuning_protocol
 
 MEASURE = "measure:"   # the measurement round's scope (HorizontalRun.measure): custodians do not reconstruct it
-TUNING = "tuning"      # the subfolder of the tuning loop's messages (steps, fold synthetic tables, votes)
 
 
 def is_measure(query: str) -> bool:
@@ -149,32 +153,33 @@ def query_file(query: str) -> str:
     return f"{safe}-{hashlib.sha256(query.encode()).hexdigest()[:8]}"
 
 
-def _wait(path: Path, what: str, timeout: float, poll: float) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return wait_for_files(path.parent, path.name, 1, what, timeout, poll)[0]
+def share_slot(custodian: str, server: int, query: str) -> str:
+    return slot("share", custodian, server_name(server), query_file(query))
 
 
-def _server_key_file(folder: Path, server: int) -> Path:
-    return folder / f"server_key__{server}.npz"
+def noisy_slot(server: int, query: str) -> str:
+    return slot("noisy", server_name(server), query_file(query))
 
 
-def _server_key(folder: Path, server: int, timeout: float, poll: float, channel: Channel) -> ServerKey:
-    f = _wait(_server_key_file(folder, server), f"server {server}'s public key", timeout, poll)
-    key = channel.load(ServerKey, f, server_name(server))
+def key_slot(server: int) -> str:
+    return slot("key", server_name(server))
+
+
+def _server_key(channel: Channel, server: int) -> ServerKey:
+    key = channel.receive(ServerKey, key_slot(server), server_name(server), f"server {server}'s public key")
     if key.server != server:
-        raise MessageError(f"{f.name}: not server {server}'s public key")
+        raise MessageError(f"{key_slot(server)}: not server {server}'s public key")
     return key
 
 
-def _collect(folder: Path, query: str, servers: int, contributors: list[str], timeout: float,
-             poll: float, channel: Channel, kinds: set[str] | None = None) -> np.ndarray:
+def _collect(channel: Channel, query: str, servers: int, contributors: list[str],
+             kinds: set[str] | None = None) -> np.ndarray:
     noisy = []
     for s in range(servers):
-        f = _wait(folder / "noisy" / f"{query_file(query)}__server{s}.npz",
-                  f"server {s}'s noisy share of {query!r}", timeout, poll)
-        ns = channel.load(NoisyShare, f, server_name(s))
+        name = noisy_slot(s, query)
+        ns = channel.receive(NoisyShare, name, server_name(s), f"server {s}'s noisy share of {query!r}")
         if ns.query != query or ns.server != s or ns.n_servers != servers:
-            raise MessageError(f"{f.name}: holds server {ns.server}'s share of {ns.query!r} for {ns.n_servers} "
+            raise MessageError(f"{name}: holds server {ns.server}'s share of {ns.query!r} for {ns.n_servers} "
                                f"servers, expected server {s}'s of {query!r} for {servers}")
         if ns.custodians != contributors:
             raise MessageError(f"server {s} aggregated {query!r} over custodians {ns.custodians}, expected "
@@ -189,12 +194,9 @@ def _collect(folder: Path, query: str, servers: int, contributors: list[str], ti
 class CustodianFiles(Transport):
     me: str
     servers: int
-    folder: Path
-    timeout: float = 600.0
-    poll: float = 0.05
+    channel: Channel
     randomness: Randomness = attrs.field(factory=Randomness)   # no seed: shares from the OS CSPRNG
     rounds: int = 0
-    channel: Channel | None = None
     server_keys: dict[int, ServerKey] = attrs.field(factory=dict)
 
     def total(self, query, per_custodian, sigma):
@@ -204,40 +206,36 @@ class CustodianFiles(Transport):
         for sh in share_counts(self.me, query, counts.astype(np.int64), self.servers,
                                self.randomness.shares(self.me, query)):
             if sh.server not in self.server_keys:
-                self.server_keys[sh.server] = _server_key(self.folder, sh.server, self.timeout, self.poll, self.channel)
-            d = self.folder / f"to_server{sh.server}"
-            self.channel.post(seal_share(sh, self.server_keys[sh.server]), d / f"{query_file(query)}__{self.me}.npz",
+                self.server_keys[sh.server] = _server_key(self.channel, sh.server)
+            self.channel.post(seal_share(sh, self.server_keys[sh.server]), share_slot(self.me, sh.server, query),
                               [server_name(sh.server)])
         self.rounds += 1
         if is_measure(query):   # the measurement round is for the publisher only
             return np.zeros(counts.shape, np.int64)
-        return _collect(self.folder, query, self.servers, sorted(per_custodian), self.timeout, self.poll, self.channel)
+        return _collect(self.channel, query, self.servers, sorted(per_custodian))
 
 
 @attrs.define
 class ServerFiles(Transport):
     index: int
     servers: int
-    folder: Path
+    channel: Channel
     randomness: Randomness
-    timeout: float = 600.0
-    poll: float = 0.05
     rounds: int = 0
-    channel: Channel | None = None
     keys: ServerKeyPair | None = None     # opens the sealed shares (run_server makes and publishes it)
 
     def total(self, query, per_custodian, sigma):
         shape = list(np.asarray(next(iter(per_custodian.values()))).shape)   # public: from the schema
         shares = []
         for c in sorted(per_custodian):
-            f = _wait(self.folder / f"to_server{self.index}" / f"{query_file(query)}__{c}.npz",
-                      f"custodian {c!r}'s share of {query!r} for server {self.index}", self.timeout, self.poll)
-            sealed = self.channel.load(SealedShare, f, c)
+            f = share_slot(c, self.index, query)
+            sealed = self.channel.receive(SealedShare, f, c, f"custodian {c!r}'s share of {query!r} for server "
+                                          f"{self.index}")
             if self.keys is None:
                 raise MessageError(f"server {self.index} has no key pair to open the custodians' shares")
             sh = self.keys.open(sealed)
             if sh.party != c or sh.query != query or sh.server != self.index or sh.n_servers != self.servers:
-                raise MessageError(f"{f.name}: holds {sh.party!r}'s share of {sh.query!r} for server {sh.server} of "
+                raise MessageError(f"{f}: holds {sh.party!r}'s share of {sh.query!r} for server {sh.server} of "
                                    f"{sh.n_servers}, expected {c!r}'s of {query!r} for server {self.index} of "
                                    f"{self.servers}")
             if sh.shape != shape:
@@ -245,7 +243,7 @@ class ServerFiles(Transport):
                                    f"schema gives {shape}: does it run a different config?")
             shares.append(sh)
         ns = aggregate_at_server(self.index, shares, sigma, self.randomness.noise(self.index, query))
-        self.channel.post(ns, self.folder / "noisy" / f"{query_file(query)}__server{self.index}.npz", [ALL])
+        self.channel.post(ns, noisy_slot(self.index, query), [ALL])
         self.rounds += 1
         return np.zeros(shape, np.int64)   # a server never learns the total
 
@@ -253,51 +251,44 @@ class ServerFiles(Transport):
 @attrs.define
 class PublisherFiles(Transport):
     servers: int
-    folder: Path
-    timeout: float = 600.0
-    poll: float = 0.05
+    channel: Channel
     rounds: int = 0
-    channel: Channel | None = None
     noise: set[str] = attrs.field(factory=set)   # the noise the servers report having added
 
     def total(self, query, per_custodian, sigma):
         self.rounds += 1
-        return _collect(self.folder, query, self.servers, sorted(per_custodian), self.timeout, self.poll, self.channel,
-                        self.noise)
+        return _collect(self.channel, query, self.servers, sorted(per_custodian), self.noise)
 
 
-# -- the tuning loop as files ---------------------------------------------------------------------------------
-def _step_file(folder: Path, run: int) -> Path:
-    return folder / TUNING / f"step{run:04d}.npz"
+# -- the tuning loop as messages ------------------------------------------------------------------------------
+def step_slot(run: int) -> str:
+    return slot("step", PUBLISHER, f"{run:04d}")
 
 
-def _synthetic_file(folder: Path, run: int, fold: int) -> Path:
-    return folder / TUNING / f"synthetic_run{run:04d}_fold{fold}.npz"
+def synthetic_slot(run: int, fold: int) -> str:
+    return slot("synthetic", PUBLISHER, f"run{run:04d}", f"fold{fold}")
 
 
-def _score_file(folder: Path, run: int) -> Path:
-    return folder / TUNING / f"score_run{run:04d}.npz"
+def score_slot(run: int) -> str:
+    return slot("score", PUBLISHER, f"run{run:04d}")
 
 
-def _vote_file(folder: Path, run: int, custodian: str) -> Path:
-    return folder / TUNING / f"vote_run{run:04d}__{custodian}.npz"
+def vote_slot(run: int, custodian: str) -> str:
+    return slot("vote", custodian, f"run{run:04d}")
 
 
 @attrs.define
 class FollowerIO(TuningIO):
     """Custodians and servers: follow the publisher's steps."""
 
-    folder: Path
-    timeout: float
-    poll: float
     transport: Transport
     chosen: int | None = None
 
     def next_run(self, run, tried):
-        f = _wait(_step_file(self.folder, run), f"the publisher's tuning step {run}", self.timeout, self.poll)
-        step = self.transport.channel.load(TuningStep, f, PUBLISHER)
+        f = step_slot(run)
+        step = self.transport.channel.receive(TuningStep, f, PUBLISHER, f"the publisher's tuning step {run}")
         if step.run != run:
-            raise MessageError(f"{f.name} holds the publisher's step {step.run}, expected {run}")
+            raise MessageError(f"{f} holds the publisher's step {step.run}, expected {run}")
         if step.action == "stop":
             self.chosen = None if step.candidate < 0 else step.candidate
             return None
@@ -338,34 +329,31 @@ class CustodianIO(FollowerIO):
     def synthetic(self, run, fold, measured):
         if self.sound:   # sound methods: the custodian votes on the publisher's DP score, sees no fold table
             return None
-        f = _wait(_synthetic_file(self.folder, run, fold), f"the publisher's synthetic table of run {run}, fold {fold}",
-                  self.timeout, self.poll)
-        msg = self.transport.channel.load(FoldSynthetic, f, PUBLISHER)
+        f = synthetic_slot(run, fold)
+        msg = self.transport.channel.receive(FoldSynthetic, f, PUBLISHER,
+                                             f"the publisher's synthetic table of run {run}, fold {fold}")
         if (msg.run, msg.fold) != (run, fold) or msg.codes.ndim != 2 or msg.codes.shape[1] != len(self.domain):
-            raise MessageError(f"{f.name}: holds run {msg.run}, fold {msg.fold} with shape {msg.codes.shape}, "
+            raise MessageError(f"{f}: holds run {msg.run}, fold {msg.fold} with shape {msg.codes.shape}, "
                                f"expected run {run}, fold {fold} with {len(self.domain)} columns")
         return Dataset(msg.codes.astype(np.int64), self.domain)
 
     def score(self, run, score):
-        f = _wait(_score_file(self.folder, run), f"the publisher's DP score of candidate run {run}", self.timeout,
-                  self.poll)
-        msg = self.transport.channel.load(TuningScore, f, PUBLISHER)
+        f = score_slot(run)
+        msg = self.transport.channel.receive(TuningScore, f, PUBLISHER,
+                                             f"the publisher's DP score of candidate run {run}")
         if msg.run != run or not np.isfinite(msg.score):
-            raise MessageError(f"{f.name}: holds the score {msg.score!r} of run {msg.run}, expected a finite score "
+            raise MessageError(f"{f}: holds the score {msg.score!r} of run {msg.run}, expected a finite score "
                                f"of run {run}")
         return float(msg.score)
 
     def votes(self, run, mine):
         self.transport.channel.post(Vote(party=self.me, run=run, yes=bool(mine[self.me])),
-                                    _vote_file(self.folder, run, self.me), [PUBLISHER])
+                                    vote_slot(run, self.me), [PUBLISHER])
         return None
 
 
 @attrs.define
 class PublisherIO(TuningIO):
-    folder: Path
-    timeout: float
-    poll: float
     transport: Transport
     custodians: list[str]
     selection: Selection
@@ -381,29 +369,28 @@ class PublisherIO(TuningIO):
         return g
 
     def _step(self, step: TuningStep) -> None:
-        self.transport.channel.post(step, _step_file(self.folder, step.run), [ALL])
+        self.transport.channel.post(step, step_slot(step.run), [ALL])
 
     def synthetic(self, run, fold, measured):
         ds = fold_synthetic(measured, party_rng(self.seed, "fit", run, fold))
         if not self.sound:   # paper: each custodian scores the fold table on its own folds
             self.transport.channel.post(
                 FoldSynthetic(party=PUBLISHER, run=run, fold=fold, codes=ds.codes.astype(np.int64)),
-                _synthetic_file(self.folder, run, fold), [ALL])
+                synthetic_slot(run, fold), [ALL])
         return ds
 
     def score(self, run, score):
         self.transport.channel.post(TuningScore(party=PUBLISHER, run=run, score=float(score)),
-                                    _score_file(self.folder, run), [ALL])
+                                    score_slot(run), [ALL])
         return score
 
     def votes(self, run, mine):
         out = {}
         for c in self.custodians:
-            f = _wait(_vote_file(self.folder, run, c), f"custodian {c!r}'s vote on candidate run {run}",
-                      self.timeout, self.poll)
-            v = self.transport.channel.load(Vote, f, c)
+            f = vote_slot(run, c)
+            v = self.transport.channel.receive(Vote, f, c, f"custodian {c!r}'s vote on candidate run {run}")
             if v.party != c or v.run != run:
-                raise MessageError(f"{f.name} holds {v.party!r}'s vote on run {v.run}, expected {c!r}'s on {run}")
+                raise MessageError(f"{f} holds {v.party!r}'s vote on run {v.run}, expected {c!r}'s on {run}")
             out[c] = bool(v.yes)
         return out
 
@@ -436,21 +423,22 @@ def _check_name(plan: CollabPlan, name: str) -> None:
                         "(collab.files keys, or custodian1..N for collab.custodians = N)")
 
 
-def wait_for_custodians(plan: CollabPlan, folder: Path, timeout: float, poll: float, channel: Channel) -> None:
+def wait_for_custodians(plan: CollabPlan, channel: Channel) -> None:
     """Every custodian's hello: a known name, the same config, the same columns (else a clear error); then the
-    run id, from every hello's nonce, binds every later file of the run."""
+    run id, from every hello's nonce, binds every later message of the run."""
     want, fp = set(plan.custodians), fingerprint(plan)
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + channel.timeout
     seen: dict[str, Hello] = {}
+    pattern = slot("hello", "X").replace("__X", "__*")   # every custodian's hello
     while True:
-        for f in sorted(folder.glob("hello__*.npz")):
-            name = f.name[len("hello__"):-len(".npz")]
+        for f in channel.exchange.names(pattern):
+            name = f.split("__")[1]
             if name in seen:
                 continue
             _check_name(plan, name)
             h = channel.load(Hello, f, name, hello=True)
             if h.party != name:
-                raise MessageError(f"{f.name} holds the hello of {h.party!r}")
+                raise MessageError(f"{f} holds the hello of {h.party!r}")
             if h.fingerprint != fp:
                 raise ConfigError(f"custodian {h.party!r} runs a different config (fingerprint {h.fingerprint}, "
                                   f"this one {fp}); every role must use the same config file")
@@ -460,13 +448,19 @@ def wait_for_custodians(plan: CollabPlan, folder: Path, timeout: float, poll: fl
             channel.run = collab_run_id(channel.config, {n: h.nonce for n, h in seen.items()})
             return
         if time.monotonic() > deadline:
-            raise MessageError(f"waited {timeout:.0f} s for the custodians' hellos in {str(folder)!r}: missing "
-                               f"{sorted(want - set(seen))}; is a custodian down?")
-        time.sleep(poll)
+            raise MessageError(f"waited {channel.timeout:.0f} s for the custodians' hellos in {channel.exchange}: "
+                               f"missing {sorted(want - set(seen))}; is a custodian down?")
+        time.sleep(max(channel.poll, getattr(channel.exchange, "min_poll", 0.0)))   # a remote store: fewer LISTs
 
 
-def channel_for(plan: CollabPlan, identity: Identity | None, role: str, folder: Path) -> Channel:
-    """This role's channel: its signing key, checked against the config's [roster]."""
+def exchange_of(exchange: str | Path | Exchange) -> Exchange:
+    """`--exchange`: a folder path or a URL (core/transport.py), or a transport already made."""
+    return transport_for(exchange) if isinstance(exchange, (str, Path)) else exchange
+
+
+def channel_for(plan: CollabPlan, identity: Identity | None, role: str, exchange: str | Path | Exchange,
+                timeout: float = 600.0, poll: float = 0.05) -> Channel:
+    """This role's channel: its signing key, checked against the config's [roster], on the run's exchange."""
     if identity is None:
         raise ConfigError(f"{role!r} needs its signing key (--key, from `vertisynth party init --party {role}`)")
     if identity.name != role:
@@ -477,11 +471,13 @@ def channel_for(plan: CollabPlan, identity: Identity | None, role: str, folder: 
                if n not in roster.keys]
     if missing:
         raise ConfigError(f"the config's [roster] names no public key for {missing}")
-    return Channel(identity, roster, folder, fingerprint(plan))
+    for n in [*plan.custodians, PUBLISHER]:
+        slot("hello", n)   # every role's name must be usable as a message name: refused before anything is sent
+    return Channel(identity, roster, exchange_of(exchange), fingerprint(plan), timeout=timeout, poll=poll)
 
 
-def run_custodian(plan: CollabPlan, name: str, csv: Path, folder: Path, timeout: float = 600.0,
-                  poll: float = 0.05, seed: int | None = None, threshold: float | None = None,
+def run_custodian(plan: CollabPlan, name: str, csv: Path, exchange: str | Path | Exchange,
+                  timeout: float = 600.0, poll: float = 0.05, seed: int | None = None, threshold: float | None = None,
                   identity: Identity | None = None) -> dict[str, Any]:
     check_separable(plan)
     _check_name(plan, name)
@@ -491,25 +487,24 @@ def run_custodian(plan: CollabPlan, name: str, csv: Path, folder: Path, timeout:
             raise ConfigError("--threshold is a custodian's quality threshold for [collab.tuning]; this config "
                               "has no [collab.tuning]")
         thresholds = {name: plan.tuner.check_threshold(name, threshold)}
-    channel = channel_for(plan, identity, name, folder)
     frame = read_custodian_csv(name, csv)
-    folder.mkdir(parents=True, exist_ok=True)
-    if (folder / f"hello__{name}.npz").exists():
-        raise MessageError(f"{str(folder)!r} already holds custodian {name!r}'s hello from an earlier run: use a "
-                           "fresh exchange folder for every run (old shares would be mixed into this one)")
+    channel = channel_for(plan, identity, name, exchange, timeout, poll)
+    if channel.exchange.names(slot("hello", name)):
+        raise MessageError(f"{channel.exchange} already holds custodian {name!r}'s hello from an earlier run: use a "
+                           "fresh exchange for every run (old shares would be mixed into this one)")
     # announce first, so the others fail fast and clearly if this CSV has the wrong columns
     channel.post(Hello(party=name, fingerprint=fingerprint(plan), columns=[str(c) for c in frame.columns],
-                       nonce=os.urandom(16).hex()), folder / f"hello__{name}.npz", [ALL])
+                       nonce=os.urandom(16).hex()), slot("hello", name), [ALL])
     check_custodians({name: frame}, _attributes(plan))
     frame = frame[_attributes(plan)]
-    wait_for_custodians(plan, folder, timeout, poll, channel)   # the run id
-    transport = CustodianFiles(name, plan.run.servers, folder, timeout, poll, channel=channel)
+    wait_for_custodians(plan, channel)   # the run id
+    transport = CustodianFiles(name, plan.run.servers, channel)
     # the others' tables are empty here: their counts are zero vectors of the public shapes, never sent
     frames = {**_empty_frames(plan), name: frame}
     params: dict[str, Any] = {}
     info: dict[str, Any] = {"custodian": name, "rows": len(frame)}
     if plan.tuner is not None:
-        io = CustodianIO(folder, timeout, poll, transport, me=name, seed=seed, domain=plan.run.base.domain,
+        io = CustodianIO(transport, me=name, seed=seed, domain=plan.run.base.domain,
                          own_thresholds=thresholds, sound=plan.tuner.sound)
         outcome = tuning_protocol(plan.tuner, plan.run, frames, plan.ledger, io)
         info["candidate_runs"] = outcome.runs
@@ -521,8 +516,8 @@ def run_custodian(plan: CollabPlan, name: str, csv: Path, folder: Path, timeout:
     return {**info, "rounds": transport.rounds, "queries": [q.name for q in queries], "published": True}
 
 
-def run_server(plan: CollabPlan, index: int, folder: Path, seed: int | None = None, timeout: float = 600.0,
-               poll: float = 0.05, identity: Identity | None = None) -> dict[str, Any]:
+def run_server(plan: CollabPlan, index: int, exchange: str | Path | Exchange, seed: int | None = None,
+               timeout: float = 600.0, poll: float = 0.05, identity: Identity | None = None) -> dict[str, Any]:
     check_separable(plan)
     if not 0 <= index < plan.run.servers:
         raise DataError(f"unknown server {index}; the config has collab.servers = {plan.run.servers} "
@@ -531,27 +526,25 @@ def run_server(plan: CollabPlan, index: int, folder: Path, seed: int | None = No
     if noise == "secure" and seed is not None:
         raise ConfigError("server --seed draws reproducible simulation noise, but the config's noise is 'secure' "
                           "(the default across machines): drop --seed, or set noise = \"simulation\" for a test")
-    channel = channel_for(plan, identity, server_name(index), folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    wait_for_custodians(plan, folder, timeout, poll, channel)
+    channel = channel_for(plan, identity, server_name(index), exchange, timeout, poll)
+    wait_for_custodians(plan, channel)
     keys = ServerKeyPair(index)   # this run only; the custodians seal their shares to it (signed: run-bound)
-    channel.post(keys.public(), _server_key_file(folder, index), [ALL])
+    channel.post(keys.public(), key_slot(index), [ALL])
     # secure: discrete Gaussian from the OS CSPRNG; with --seed a reproducible simulation (the run label keeps
     # tuning and final noise apart)
     root = server_randomness(seed, "final")
     params: dict[str, Any] = {}
     rounds = 0
     if plan.tuner is not None:
-        tt = ServerFiles(index, plan.run.servers, folder, attrs.evolve(root, run="tuning"), timeout, poll,
-                         channel=channel, keys=keys)
+        tt = ServerFiles(index, plan.run.servers, channel, attrs.evolve(root, run="tuning"), keys=keys)
         outcome = tuning_protocol(plan.tuner, plan.run, _empty_frames(plan), plan.ledger,
-                                  FollowerIO(folder, timeout, poll, tt))
+                                  FollowerIO(tt))
         rounds = tt.rounds
         if not outcome.published:
             return {"server": index, "rounds": rounds, "published": False}
         params = outcome.chosen or {}
         commit_choice(plan, params)
-    transport = ServerFiles(index, plan.run.servers, folder, root, timeout, poll, channel=channel, keys=keys)
+    transport = ServerFiles(index, plan.run.servers, channel, root, keys=keys)
     plan.run.measure(_empty_frames(plan), params, plan.rho_pre, plan.rho_synth, plan.ledger, transport)
     return {"server": index, "rounds": rounds + transport.rounds, "published": True, "noise": root.noise_kind}
 
@@ -563,21 +556,20 @@ def _noise_label(kinds: set[str]) -> str:
     return "; ".join(NOISE_LABELS[k] for k in sorted(kinds)) + (" (servers differed)" if len(kinds) > 1 else "")
 
 
-def run_publisher(plan: CollabPlan, folder: Path, out: Path, timeout: float = 600.0,
+def run_publisher(plan: CollabPlan, exchange: str | Path | Exchange, out: Path, timeout: float = 600.0,
                   poll: float = 0.05, identity: Identity | None = None) -> dict[str, Any]:
     check_separable(plan)
     cfg = plan.config
-    channel = channel_for(plan, identity, PUBLISHER, folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    wait_for_custodians(plan, folder, timeout, poll, channel)
+    channel = channel_for(plan, identity, PUBLISHER, exchange, timeout, poll)
+    wait_for_custodians(plan, channel)
     rng = streams(cfg.seed)
     timings: dict[str, float] = {}
-    transport = PublisherFiles(plan.run.servers, folder, timeout, poll, channel=channel)
+    transport = PublisherFiles(plan.run.servers, channel)
     outcome: TuningOutcome | None = None
     params: dict[str, Any] = {}
     if plan.tuner is not None:
         t0 = time.perf_counter()
-        io = PublisherIO(folder, timeout, poll, transport, list(plan.custodians),
+        io = PublisherIO(transport, list(plan.custodians),
                          Selection.draw(plan.tuner, rng["tuning"]), cfg.seed, plan.tuner.grid,
                          sound=plan.tuner.sound)
         outcome = tuning_protocol(plan.tuner, plan.run, _empty_frames(plan), plan.ledger, io)
@@ -607,7 +599,8 @@ def run_publisher(plan: CollabPlan, folder: Path, out: Path, timeout: float = 60
     report = {
         "vertisynth_version": __version__,
         "mode": (f"horizontal custodians, separate processes: {len(plan.custodians)} custodians, {cc.servers} "
-                 f"non-colluding servers and this publisher exchanged only files in {str(folder)!r}; "
+                 f"non-colluding servers and this publisher exchanged only signed messages through the exchange "
+                 f"{str(channel.exchange)!r}; "
                  f"{cc.preprocessing} DP quantile binning of {sorted(cc.numeric) or 'no columns'}"),
         "seed": cfg.seed,
         "config": cfg.to_dict(),

@@ -13,7 +13,7 @@ Threat model: semi-honest (honest-but-curious) compute servers, S >= 2 of them, 
     simulation draws round(N(0, σ²)) from numpy instead (the argument below).
   * Sealed shares. Across processes every share travels encrypted to its server's X25519 key
     (ephemeral-static X25519, HKDF-SHA256, AES-256-GCM; the header fields are the associated data), so a
-    reader of the shared folder sees ciphertexts only, and a share moved, edited or re-addressed fails to
+    reader of the exchange sees ciphertexts only, and a share moved, edited or re-addressed fails to
     open.
   * Noise as shares. Each server s adds its own integer noise z_s = round(N(0, σ²)) to its share, so
     the reconstructed output is Σx + Σ_s z_s. Why every server draws a *full* σ: a server (or a
@@ -241,7 +241,7 @@ SEAL_INFO = b"vertisynth collab share v1"
 
 @attrs.frozen(eq=False)
 class ServerKey(Message):
-    """A server's X25519 public key for this run, published in the shared folder for the custodians."""
+    """A server's X25519 public key for this run, published on the exchange for the custodians."""
 
     kind: ClassVar[str] = "server_key"
     server: int = 0
@@ -342,7 +342,8 @@ class Transport:
     """One secure-aggregation round: `total(query, per_custodian, sigma)` → Σ counts + Σ_s noise_s (int64).
 
     The protocol code (binning, measurement) calls this the same way in every role; only what happens
-    behind it differs: all in memory (`InMemory`), or files in a shared folder (`vertisynth.collab.distributed`)."""
+    behind it differs: all in memory (`InMemory`), or signed messages on an exchange, a folder or a URL
+    (`vertisynth.collab.distributed`)."""
 
     servers: int
 
