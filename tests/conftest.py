@@ -7,6 +7,8 @@ import pytest
 # The DP conformance kit's fixtures, --vertisynth-audit option and Hypothesis CI profile.
 pytest_plugins = ["vertisynth.testing.plugin"]
 
+from sshd_helpers import sftp_env, sshd  # noqa: E402,F401  (a real OpenSSH server for the sftp:// tests)
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 

@@ -1,13 +1,7 @@
 """`--exchange URL`: the deploy flow through fsspec (file://, and an sftp:// drop box served by a real OpenSSH
 server on 127.0.0.1), write-then-marker, and the envelope checks on what comes back from the store."""
-import getpass
-import os
-import shutil
-import socket
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -19,7 +13,6 @@ from vertisynth.deploy.transport import FolderTransport, FsspecTransport, transp
 from vertisynth.run.config import load_config
 
 pytest.importorskip("fsspec")
-SSHD = Path("/usr/sbin/sshd")
 
 CONFIG = """
 seed = 11
@@ -32,62 +25,6 @@ use = "vertimrf"
 params = { encoder_params = { t = 200 }, local_params = { iters = 30, refine_iters = 10 }, iters = 40, rounds = 1 }
 """
 PARTIES = ["registry", "employer"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory):
-    """A throwaway OpenSSH server on 127.0.0.1 (own host key, one user key, SFTP only); killed at teardown."""
-    if not SSHD.exists():
-        pytest.skip("no /usr/sbin/sshd (install Debian's openssh-server to run the sftp:// drop-box tests)")
-    pytest.importorskip("paramiko")
-    d = tmp_path_factory.mktemp("sshd")
-    for key in ("host_key", "user_key"):
-        subprocess.run(["ssh-keygen", "-q", "-N", "", "-t", "ed25519", "-f", str(d / key)], check=True, timeout=30)
-    shutil.copy(d / "user_key.pub", d / "authorized_keys")
-    port = _free_port()
-    (d / "sshd_config").write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host_key'}\nAuthorizedKeysFile {d / 'authorized_keys'}\n"
-        f"PasswordAuthentication no\nKbdInteractiveAuthentication no\nStrictModes no\nUsePAM no\n"
-        f"PermitRootLogin prohibit-password\nSubsystem sftp internal-sftp\nPidFile {d / 'sshd.pid'}\n")
-    if os.geteuid() == 0:
-        Path("/run/sshd").mkdir(exist_ok=True)   # sshd's privilege-separation directory
-    proc = subprocess.Popen([str(SSHD), "-D", "-e", "-f", str(d / "sshd_config")], stdout=subprocess.DEVNULL,
-                            stderr=open(d / "sshd.log", "w"))
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail(f"sshd did not start: {(d / 'sshd.log').read_text()[-2000:]}")
-            time.sleep(0.1)
-    host_pub = (d / "host_key.pub").read_text().split()
-    (d / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_pub[0]} {host_pub[1]}\n")
-    env = {"FSSPEC_SFTP_KEY_FILENAME": str(d / "user_key"), "VERTISYNTH_KNOWN_HOSTS": str(d / "known_hosts")}
-    try:
-        yield {"url": f"sftp://{getpass.getuser()}@127.0.0.1:{port}", "env": env, "dir": d}
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
-
-
-@pytest.fixture
-def sftp_env(sshd, monkeypatch):
-    """The user key and known_hosts, for this process (fsspec's config) and for the role processes (env)."""
-    import fsspec.config
-
-    for k, v in sshd["env"].items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.setitem(fsspec.config.conf, "sftp", {"key_filename": sshd["env"]["FSSPEC_SFTP_KEY_FILENAME"]})
-    return sshd
 
 
 def _run(args, cwd, timeout=180):

@@ -1,5 +1,5 @@
-"""A throwaway OpenSSH server for the collab roles' sftp:// exchange test: the approach of
-tests/deploy/test_remote_exchange.py (own host key, one user key, SFTP only, 127.0.0.1, killed at teardown)."""
+"""A throwaway OpenSSH server on 127.0.0.1 for the sftp:// exchange tests (deploy and collab): its own host key and
+one user key, SFTP only, killed at teardown. Fixtures `sshd` and `sftp_env`, made global by tests/conftest.py."""
 import getpass
 import os
 import shutil
