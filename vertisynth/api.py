@@ -39,7 +39,7 @@ from .core.messages import Message
 from .core.privacy import RDP, ZCDP, ApproxDP, Budget, Charge, PrivacyLedger, PureDP
 from .core.specs import (AlignerSpec, CommandSpec, DatasetSpec, EncoderSpec, EvaluatorSpec, RunModeSpec, SectionSpec,
                          SynthesizerSpec)
-from .run.config import parse_config
+from .run.config import RunConfig, parse_config
 from .run.evaluate import evaluate_tables
 from .run.model import FittedModel
 from .run.pipeline import RunResult, execute, make_plan
@@ -144,17 +144,8 @@ def synthesize(
     loaded = LoadedData(frame, table_schema, list(split.values()), list(split), "in-memory DataFrames",
                         info={"schema_inferred_from_data": table_schema.inferred})
     source = DatasetSource(table_schema, list(split.values()), lambda: loaded, list(split), loaded.description)
-    config = parse_config({
-        "seed": seed,
-        "noise": noise,
-        "budget": {"epsilon": epsilon, "delta": delta},
-        "dataset": {"name": "in-memory"},
-        "parties": [{"name": k, "attributes": v} for k, v in split.items()],
-        **({"alignment": {"use": alignment, "params": dict(alignment_params or {})}} if alignment else {}),
-        "synthesizer": {"use": synthesizer, "params": dict(params or {})},
-        "evaluators": evaluators if evaluators is not None else [{"use": "tvd", "params": {"ways": [2]}}],
-        **({"sample_size": n} if n is not None else {}),
-    }, where="synthesize()")
+    config = _api_config(seed, noise, epsilon, delta, split, synthesizer, params, evaluators, n,
+                         alignment={"use": alignment, "params": dict(alignment_params or {})} if alignment else None)
     result = execute(make_plan(config, source=source), output_dir, progress=progress)
     _warn_if_independent(result)
     return result
@@ -179,16 +170,26 @@ def _synthesize_file(path: Path, *, epsilon: float, delta: float, synthesizer: s
 
     source = DatasetSource(table_schema, list(split.values()), whole, list(split), f"file {path.name}",
                            stream_path=path)
-    config = parse_config({
-        "seed": seed, "noise": noise, "stream": True,
+    config = _api_config(seed, noise, epsilon, delta, split, synthesizer, params, evaluators, n, stream=True)
+    result = execute(make_plan(config, source=source), output_dir, progress=progress)
+    _warn_if_independent(result)
+    return result
+
+
+def _api_config(seed: int, noise: str, epsilon: float, delta: float, split: dict[str, list[str]], synthesizer: str,
+                params: Mapping[str, Any] | None, evaluators: list[dict[str, Any]] | None, n: int | None,
+                alignment: dict[str, Any] | None = None, stream: bool = False) -> RunConfig:
+    """The run config `synthesize` builds for an in-memory or streamed source (checked like a TOML file's)."""
+    return parse_config({
+        "seed": seed, "noise": noise, **({"stream": True} if stream else {}),
         "budget": {"epsilon": epsilon, "delta": delta},
         "dataset": {"name": "in-memory"},
         "parties": [{"name": k, "attributes": v} for k, v in split.items()],
+        **({"alignment": alignment} if alignment else {}),
         "synthesizer": {"use": synthesizer, "params": dict(params or {})},
         "evaluators": evaluators if evaluators is not None else [{"use": "tvd", "params": {"ways": [2]}}],
         **({"sample_size": n} if n is not None else {}),
     }, where="synthesize()")
-    return execute(make_plan(config, source=source), output_dir, progress=progress)
 
 
 def _check_party_frames(data: Any) -> dict[str, pd.DataFrame]:
