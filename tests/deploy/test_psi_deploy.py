@@ -70,6 +70,7 @@ def _align_all(tmp_path):
              for p in PARTIES]
     outs = [proc.communicate(timeout=180) for proc in procs]
     assert all(proc.returncode == 0 for proc in procs), outs
+    assert all("not for production" in out for out, _ in outs), outs   # the keys came from the test secret
 
 
 def _deploy(tmp_path, protocol, secret=SECRET):

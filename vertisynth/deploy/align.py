@@ -42,7 +42,7 @@ from vertisynth.run.config import RunConfig, noise_for
 from vertisynth.run.pipeline import make_plan
 
 from .plans import streams as _streams
-from .session import Session, session, test_noise_seed
+from .session import TEST_LABEL, Session, session, test_noise_seed
 from .transport import receive
 
 
@@ -178,7 +178,8 @@ def run_party_align(config: RunConfig, party: str, csv: Path, id_column: str, ex
     ids, kept, _ = prepare_ids({party: rows}, {party: raw}, params)
     with contextlib.ExitStack() as stack:   # the blinding mapped over a Dask cluster when one is configured
         workers = stack.enter_context(dask_session(params.dask_scheduler)) if params.dask_scheduler else params.workers
-        me = make_parties(protocol, {p: (ids[party] if p == party else []) for p in ring}, rand.protocol, workers)[party]
+        own_ids = {p: (ids[party] if p == party else []) for p in ring}
+        me = make_parties(protocol, own_ids, rand.protocol, workers)[party]
         for r in range(1, me.rounds + 1):
             inbox = _inbox(sess, party, r, me.expected(r)) if r > 1 else []
             for msg in me.step(r, inbox):
@@ -191,7 +192,8 @@ def run_party_align(config: RunConfig, party: str, csv: Path, id_column: str, ex
                               "position": np.arange(len(res.rows))})
     else:
         table = pd.DataFrame({"row": row_of, "id": [raw[i] for i in row_of], "position": res.rows})
-    aligned = _aligned_table(*table_plan, party, frame, row_of, res, rand, sess.state.test_secret is not None) if table_plan else None
+    test = sess.state.test_secret is not None
+    aligned = _aligned_table(*table_plan, party, frame, row_of, res, rand, test) if table_plan else None
     out.mkdir(parents=True, exist_ok=True)
     if aligned is not None:
         aligned[0].to_csv(out / f"{party}_aligned.csv", index=False)
@@ -199,6 +201,6 @@ def run_party_align(config: RunConfig, party: str, csv: Path, id_column: str, ex
     path = out / f"{party}_alignment.csv"
     table.to_csv(path, index=False)
     (out / f"{party}_alignment.json").write_text(json.dumps(
-        {"protocol": protocol, "party": party, "ring": ring, "common_rows": res.n_common, "sizes_learned": res.sizes},
-        indent=2))
+        {"protocol": protocol, "party": party, "ring": ring, "common_rows": res.n_common, "sizes_learned": res.sizes,
+         **({"test_secret": TEST_LABEL} if test else {})}, indent=2))
     return path
