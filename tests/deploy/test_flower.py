@@ -71,7 +71,7 @@ def _deployment(tmp_path, parties, csvs, start=True, **node_extra):
     return dep
 
 
-def test_flower_psi_then_vertimrf_three_parties(tmp_path):
+def test_flower_psi_then_vertimrf_three_parties_equals_the_simulation(tmp_path):
     split = SPLITS[3]
     people = _setup(tmp_path, split, '[alignment]\nuse = "psi"\nparams = { workers = 1 }\n')
     rng = np.random.default_rng(9)
@@ -82,19 +82,28 @@ def test_flower_psi_then_vertimrf_three_parties(tmp_path):
         pd.DataFrame({"id": rows, **{c: people[c].to_numpy()[rows] for c in cols}}).to_csv(tmp_path / f"{p}.csv",
                                                                                            index=False)
         csvs[p] = tmp_path / f"{p}.csv"
-    dep = _deployment(tmp_path, list(split), csvs)
+    # the simulation reads the same ID-keyed party files (each deployed party reads only its own)
+    job = tmp_path / "job.toml"
+    files = ", ".join(f'{p} = "{csvs[p]}"' for p in split)
+    job.write_text(job.read_text().replace(f'name = "csv"\n[dataset.params]\npath = "{tmp_path / "full.csv"}"',
+                                           f'name = "party_csv"\n[dataset.params]\nfiles = {{ {files} }}'))
+    assert "party_csv" in job.read_text()
+    dep = _deployment(tmp_path, list(split), csvs, **{"test-secret": SECRET})
     try:
-        res = dep.run(tmp_path / "app", {"config": str(tmp_path / "job.toml"), "out": str(tmp_path / "out"),
-                                         "timeout": 120})
+        res = dep.run(tmp_path / "app", {"config": str(job), "out": str(tmp_path / "out"), "timeout": 120})
     finally:
         dep.close()
     assert (tmp_path / "out" / "synthetic.csv").is_file(), res.stdout[-4000:] + res.stderr[-2000:]
     common = set.intersection(*(set(h) for h in held.values()))
     for p in split:   # PSI ran across the SuperNodes: each party kept exactly the common people
         assert len(pd.read_csv(tmp_path / f"private_{p}" / f"{p}_aligned.csv")) == len(common)
-    syn = pd.read_csv(tmp_path / "out" / "synthetic.csv")
-    assert list(syn.columns) == ["a", "b", "c"] and len(syn) > 0
     assert any(n.startswith("align-r") for n in (p.name for p in (tmp_path / "out" / "exchange").iterdir()))
+    result = simulate(load_config(job), SECRET)
+    result.synthetic.to_csv(tmp_path / "sim.csv", index=False)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "out" / "synthetic.csv"), pd.read_csv(tmp_path / "sim.csv"))
+    # the same people on the same rows, in the simulation's common order
+    joined = pd.concat([pd.read_csv(tmp_path / f"private_{p}" / f"{p}_aligned.csv") for p in split], axis=1)
+    assert np.array_equal(joined[["a", "b", "c"]].to_numpy() - 1, result.real_codes.codes)
 
 
 def _says(folder, text):

@@ -2,7 +2,10 @@
 
 Each party runs this with its own CSV (an identifier column) and the shared config: the [[parties]]
 list gives the ring order (the first party leads), [alignment] the protocol and its identifier
-options. Keys and shuffles come from the OS CSPRNG. The exchange folder only ever holds blinded group
+options. Keys, shuffles and the PSU fill's randomness come from the OS CSPRNG; only a run whose hello had an
+explicit test secret (`party hello --test-secret`, labelled "not for production") draws them from that secret,
+in the one-process simulation's order (`_test_streams`), so the deployment publishes the simulation's table
+(`deploy/simulate.py`). The exchange folder only ever holds blinded group
 elements (`BlindedSet` messages), each in a signed envelope bound to the run of `party hello` and to its
 round (`align-rNN`); a party reads the envelopes addressed to it, checks them before use (a replay from
 an earlier run or round is refused), waits for the ones it expects each round, and writes its own
@@ -22,6 +25,7 @@ import contextlib
 import json
 from pathlib import Path
 
+import attrs
 import numpy as np
 import pandas as pd
 
@@ -37,7 +41,8 @@ from vertisynth.plugins.alignment.protocol import BlindedSet, make_parties
 from vertisynth.run.config import RunConfig, noise_for
 from vertisynth.run.pipeline import make_plan
 
-from .session import Session, session
+from .plans import streams as _streams
+from .session import TEST_LABEL, Session, session, test_noise_seed
 from .transport import receive
 
 
@@ -90,22 +95,53 @@ def _table_plan(config: RunConfig, party: str, frame: pd.DataFrame, id_column: s
     return plan, own
 
 
+@attrs.frozen
+class _AlignRandomness:
+    """This party's protocol randomness (None: the OS CSPRNG inside the protocol), its PSU fill stream, and the
+    stream its codec bins and unbins with (decoded values stay in their bin, so it never changes the table)."""
+
+    protocol: np.random.Generator | None
+    fill: np.random.Generator
+    codec: np.random.Generator
+
+
+def _os_rng() -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence().entropy)   # 128 bits from the OS
+
+
+def _test_streams(protocol: str, ring: list[str], party: str, secret: bytes | None, keys: str) -> _AlignRandomness:
+    """The simulation's draws for this party (`run.pipeline.execute` with the test secret's party seed: the
+    `alignment` stream; PSI: make_parties spawns one child per party; PSU: spawn(2) = protocol, fill, each
+    spawning one child per party in ring order), only under an explicit test secret; keys = 'os' keeps the
+    protocol's keys and shuffles on the OS CSPRNG, as the simulation does."""
+    if secret is None:
+        return _AlignRandomness(None, _os_rng(), _os_rng())
+    streams = _streams(test_noise_seed(secret))
+    at = ring.index(party)
+    codec = streams["preprocessing"].spawn(len(ring))[at]
+    if protocol == "psi":
+        proto, fill = streams["alignment"], _os_rng()   # PSI fills nothing
+    else:
+        proto, fills = streams["alignment"].spawn(2)
+        fill = fills.spawn(len(ring))[at]
+    return _AlignRandomness(proto if keys == "seeded" else None, fill, codec)
+
+
 def _aligned_table(plan, own: list[str], party: str, frame: pd.DataFrame, row_of: np.ndarray,
-                   result) -> tuple[pd.DataFrame, list[dict]]:
+                   result, rand: _AlignRandomness, test: bool) -> tuple[pd.DataFrame, list[dict]]:
     """This party's own columns over the common positions, and the DP fill spends (PSU `marginal`/`majority`)."""
 
     mine = frame[own].iloc[row_of].reset_index(drop=True)   # rows in the protocol's (deduplicated) order
     if result.protocol == "psi":
         return mine.iloc[result.rows].reset_index(drop=True), []
     schema = TableSchema(tuple(c for c in plan.source.schema.columns if c.name in own))
-    rng = np.random.default_rng(np.random.SeedSequence().entropy)   # fill randomness from the OS
-    codec = schema.fit(mine, None, rng)
+    codec = schema.fit(mine, None, rand.codec)
     view = codec.encode(mine)
     ledger = PrivacyLedger(plan.ledger.budget, [c for c in plan.ledger.planned
                                                 if c.party == party and c.stage == "alignment"],
-                           noise=noise_for(plan.config, cross_machine=True))
-    filled = plan.aligner.instance.fill_party(party, view, result, ledger, rng)
-    table = codec.decode(filled, rng)
+                           noise=noise_for(plan.config, cross_machine=not test))   # test: the simulation's noise
+    filled = plan.aligner.instance.fill_party(party, view, result, ledger, rand.fill)
+    table = codec.decode(filled, rand.codec)
     table.iloc[result.rows] = mine.to_numpy()   # real rows keep their exact values (decode only bins them)
     if ledger.unspent():
         raise DataError(f"party {party!r}: planned fill spends were not made: {ledger.unspent()}")
@@ -137,11 +173,13 @@ def run_party_align(config: RunConfig, party: str, csv: Path, id_column: str, ex
     table_plan = _table_plan(config, party, frame, id_column, data_dir) if write_table else None
     # duplicates / normalisation exactly as in the one-process pipeline (views are row placeholders here)
 
+    rand = _test_streams(protocol, ring, party, sess.state.secret(), params.keys)
     rows = Dataset(np.arange(len(raw), dtype=np.int64)[:, None], Domain(["row"], [max(len(raw), 1)]))
     ids, kept, _ = prepare_ids({party: rows}, {party: raw}, params)
     with contextlib.ExitStack() as stack:   # the blinding mapped over a Dask cluster when one is configured
         workers = stack.enter_context(dask_session(params.dask_scheduler)) if params.dask_scheduler else params.workers
-        me = make_parties(protocol, {p: (ids[party] if p == party else []) for p in ring}, None, workers)[party]
+        own_ids = {p: (ids[party] if p == party else []) for p in ring}
+        me = make_parties(protocol, own_ids, rand.protocol, workers)[party]
         for r in range(1, me.rounds + 1):
             inbox = _inbox(sess, party, r, me.expected(r)) if r > 1 else []
             for msg in me.step(r, inbox):
@@ -154,7 +192,8 @@ def run_party_align(config: RunConfig, party: str, csv: Path, id_column: str, ex
                               "position": np.arange(len(res.rows))})
     else:
         table = pd.DataFrame({"row": row_of, "id": [raw[i] for i in row_of], "position": res.rows})
-    aligned = _aligned_table(*table_plan, party, frame, row_of, res) if table_plan else None
+    test = sess.state.test_secret is not None
+    aligned = _aligned_table(*table_plan, party, frame, row_of, res, rand, test) if table_plan else None
     out.mkdir(parents=True, exist_ok=True)
     if aligned is not None:
         aligned[0].to_csv(out / f"{party}_aligned.csv", index=False)
@@ -162,6 +201,6 @@ def run_party_align(config: RunConfig, party: str, csv: Path, id_column: str, ex
     path = out / f"{party}_alignment.csv"
     table.to_csv(path, index=False)
     (out / f"{party}_alignment.json").write_text(json.dumps(
-        {"protocol": protocol, "party": party, "ring": ring, "common_rows": res.n_common, "sizes_learned": res.sizes},
-        indent=2))
+        {"protocol": protocol, "party": party, "ring": ring, "common_rows": res.n_common, "sizes_learned": res.sizes,
+         **({"test_secret": TEST_LABEL} if test else {})}, indent=2))
     return path

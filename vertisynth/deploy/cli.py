@@ -184,8 +184,9 @@ def party_align(config: Path, party: str, csv_path: Path, id_column: str, exchan
     except VertisynthError as exc:
         _fail(exc)
         return
+    test = json.loads(path.with_suffix(".json").read_text()).get("test_secret")   # keys drawn from the test secret
     click.echo(f"{party}: alignment written to {path}" + (f"; aligned table {out / (party + '_aligned.csv')}"
-                                                          if table else ""))
+                                                          if table else "") + (f" [{TEST_LABEL}]" if test else ""))
 
 
 @click.command()

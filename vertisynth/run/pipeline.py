@@ -196,7 +196,7 @@ def _timed(timings: dict[str, float], name: str, progress: Any) -> Iterator[None
 
 def execute(plan: Plan, output_dir: str | Path | None = None, progress: bool = False,
             party_seed: int | None = None) -> RunResult:
-    """`party_seed`: the parties' own randomness (preprocessing, fit) from a seed other than the config's,
+    """`party_seed`: the parties' own randomness (preprocessing, alignment, fit) from a seed other than the config's,
     as a reproducible cross-machine run under a test secret draws it (deploy/simulate.py)."""
     if not isinstance(plan, Plan):   # another run mode's plan runs itself
         return plan.execute(output_dir, progress)
@@ -204,7 +204,7 @@ def execute(plan: Plan, output_dir: str | Path | None = None, progress: bool = F
     streams = dict(zip(RNG_STREAMS, (np.random.default_rng(s) for s in np.random.SeedSequence(cfg.seed).spawn(len(RNG_STREAMS)))))
     if party_seed is not None:
         own = dict(zip(RNG_STREAMS, (np.random.default_rng(s) for s in np.random.SeedSequence(party_seed).spawn(len(RNG_STREAMS)))))
-        streams.update(preprocessing=own["preprocessing"], fit=own["fit"])
+        streams.update(preprocessing=own["preprocessing"], alignment=own["alignment"], fit=own["fit"])
     timings: dict[str, float] = {}
     with progress_bar("load data", progress, total=7) as bar:
         return _execute(plan, cfg, streams, timings, bar, output_dir)

@@ -26,7 +26,9 @@ from .protocol import PartyResult, make_parties, simulate
 class PSIConfig:
     """normalize: identifier clean-up steps (strip, nfkc, casefold). duplicates: 'error' or 'first' (keep the
     first row of a repeated identifier). workers: processes for the group operations. keys: 'seeded' (the
-    simulation draws keys from the run's seed: reproducible) or 'os' (fresh OS randomness, as deployments do).
+    simulation draws keys from the run's seed: reproducible; a deployed `party align` draws them so only under an
+    explicit test secret, which then seeds the simulation's alignment too) or 'os' (fresh OS randomness, as
+    deployments do).
     dask_scheduler: a Dask scheduler address ("tcp://host:8786"); the hashing and blinding of the identifiers
     are then mapped over that cluster in chunks instead of `workers` local processes (the same elements)."""
 
