@@ -51,6 +51,9 @@ def _delta_ok(_inst: Any, _attr: Any, value: float) -> None:
         raise BudgetError(f"delta must be in [0, 1), got {value!r}")
 
 
+JOINT = "joint (all parties)"   # the per-party label of a charge no single party makes
+
+
 # -- costs ------------------------------------------------------------------------------------
 @attrs.frozen
 class PureDP:
@@ -413,7 +416,10 @@ class PrivacyLedger:
             "within_budget": self.spent_epsilon() <= self.budget.epsilon * (1 + 1e-9),
             "per_stage_epsilon": self.by_stage(self.spent),
             "per_party_epsilon": {
-                str(p): Composition.of(c.cost for c in self.spent if c.party == p).epsilon(self.budget.delta)
+                # a charge with no party is a joint one (a centralised synthesizer, or a measurement that needs two
+                # parties, such as the he encoder's): it counts against everyone, and is labelled so, not "None"
+                (str(p) if p is not None else JOINT): Composition.of(c.cost for c in self.spent if c.party == p)
+                .epsilon(self.budget.delta)
                 for p in sorted({c.party for c in self.spent}, key=str)
             },
             "charges": [c.to_dict() for c in self.spent],
