@@ -4,7 +4,7 @@ import sys
 
 import pandas as pd
 import pytest
-from deploy_helpers import SECRET, hello_all, keys_all, with_roster
+from deploy_helpers import SECRET, cli, hello_all, keys_all, with_roster
 
 from vertisynth.deploy.simulate import simulate
 from vertisynth.run.config import load_config
@@ -22,12 +22,6 @@ params = { encoder_params = { t = 200 }, local_params = { iters = 30, refine_ite
 use = "tvd"
 params = { ways = [2], marginals = 10 }
 """
-
-
-def cli(*args, cwd):
-    res = subprocess.run([sys.executable, "-m", "vertisynth.cli", *args], capture_output=True, text=True, cwd=cwd)
-    assert res.returncode == 0, res.stderr
-    return res
 
 
 def test_parties_and_server_as_separate_processes_equal_the_simulation(tmp_path):

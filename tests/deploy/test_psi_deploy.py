@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-from deploy_helpers import SECRET, hello_all, keys_all, with_roster
+from deploy_helpers import SECRET, cli, hello_all, keys_all, with_roster
 
 from vertisynth.deploy.simulate import simulate
 from vertisynth.run.config import load_config
@@ -57,10 +57,7 @@ def _own_csvs(tmp_path, n=900):
 
 
 def _cli(tmp_path, *args):
-    res = subprocess.run([sys.executable, "-m", "vertisynth.cli", *args], capture_output=True, text=True, cwd=tmp_path,
-                         timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
-    return res
+    return cli(*args, cwd=tmp_path, timeout=300)
 
 
 def _align_all(tmp_path):

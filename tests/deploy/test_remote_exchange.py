@@ -1,11 +1,10 @@
 """`--exchange URL`: the deploy flow through fsspec (file://, and an sftp:// drop box served by a real OpenSSH
 server on 127.0.0.1), write-then-marker, and the envelope checks on what comes back from the store."""
 import subprocess
-import sys
 
 import pandas as pd
 import pytest
-from deploy_helpers import SECRET, hello_all, keys_all, parallel, with_roster
+from deploy_helpers import SECRET, cli, hello_all, keys_all, parallel, with_roster
 
 from vertisynth.core.errors import MessageError
 from vertisynth.deploy.simulate import simulate
@@ -28,8 +27,7 @@ PARTIES = ["registry", "employer"]
 
 
 def _run(args, cwd, timeout=180):
-    return subprocess.run([sys.executable, "-m", "vertisynth.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=timeout)
+    return cli(*args, cwd=cwd, ok=False, timeout=timeout)
 
 
 def _flow(tmp_path, exchange):
