@@ -1,5 +1,6 @@
-"""`--exchange URL`: the deploy flow through fsspec (file://, and an sftp:// drop box served by a real OpenSSH
-server on 127.0.0.1), write-then-marker, and the envelope checks on what comes back from the store."""
+"""`--exchange URL`: the deploy flow through fsspec (file://, an sftp:// drop box served by a real OpenSSH server on
+127.0.0.1, and an s3:// bucket served by moto's S3-compatible HTTP server on 127.0.0.1 through s3fs),
+write-then-marker, and the envelope checks on what comes back from the store."""
 import subprocess
 
 import pandas as pd
@@ -123,3 +124,78 @@ def test_sftp_reads_only_marked_envelopes_and_checks_the_host_key(tmp_path, sftp
                                                      "look_for_keys": False, "allow_agent": False})
     with pytest.raises(MessageError, match="cannot connect"):
         transport_for(sftp_env["url"] + str(tmp_path / "other"))
+
+
+@pytest.fixture(scope="module")
+def s3_env():
+    """A real S3 API on loopback: moto's server (HTTP, one thread), a bucket "drop", s3fs pointed at it for this
+    process (fsspec's config) and for the roles' processes (FSSPEC_S3_ENDPOINT_URL); throwaway credentials, and
+    the instance-metadata lookup off, so nothing leaves 127.0.0.1."""
+    pytest.importorskip("s3fs")
+    boto3 = pytest.importorskip("boto3")
+    moto_server = pytest.importorskip("moto.server")
+    import fsspec.config
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        with pytest.MonkeyPatch.context() as mp:
+            for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                               "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
+                               "FSSPEC_S3_ENDPOINT_URL": endpoint}.items():
+                mp.setenv(key, value)
+            mp.setitem(fsspec.config.conf, "s3", {"endpoint_url": endpoint})
+            client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+            client.create_bucket(Bucket="drop")
+            yield {"url": "s3://drop/", "client": client}
+    finally:
+        server.stop()
+
+
+def _keys(client, prefix):
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket="drop", Prefix=prefix)
+    return [o["Key"] for page in pages for o in page.get("Contents", [])]
+
+
+def test_flow_through_an_s3_bucket_and_a_tampered_envelope_is_refused(tmp_path, s3_env):
+    prefix = f"run_{tmp_path.name}"
+    url = s3_env["url"] + prefix
+    _flow(tmp_path, url)
+    client = s3_env["client"]
+    keys = _keys(client, prefix + "/")
+    # per-party prefixes (what a bucket policy grants each party write access to), every envelope with its marker
+    assert {k.split("/")[1] for k in keys} == set(PARTIES)
+    assert all(k.split("/")[2].split("__")[1] == k.split("/")[1] for k in keys)
+    assert {k for k in keys if k.endswith(".env")} == {k[:-len(".done")] for k in keys if k.endswith(".done")}
+    # anyone with write access to the bucket edits a party's synth message: the server refuses it, writes nothing
+    victim = next(k for k in keys if k.startswith(f"{prefix}/employer/synth__") and k.endswith(".env"))
+    raw = bytearray(client.get_object(Bucket="drop", Key=victim)["Body"].read())
+    raw[-5] ^= 1
+    client.put_object(Bucket="drop", Key=victim, Body=bytes(raw))
+    res = _run(["server", "job.toml", "--exchange", url, "--out", "out2"], tmp_path)
+    assert res.returncode == 2 and "edited" in res.stderr and "refused" in res.stderr, res.stderr
+    assert not (tmp_path / "out2").exists()
+
+
+def test_s3_reads_only_marked_envelopes(tmp_path, s3_env):
+    prefix = f"box_{tmp_path.name}"
+
+    def poke(name, data):
+        s3_env["client"].put_object(Bucket="drop", Key=f"{prefix}/a/{name}", Body=data)
+    _marker_rules(transport_for(s3_env["url"] + prefix), poke)
+
+
+def test_an_unreachable_s3_endpoint_is_one_clear_error(tmp_path, s3_env, monkeypatch):
+    import socket
+
+    import fsspec.config
+    with socket.socket() as s:      # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    monkeypatch.setitem(fsspec.config.conf, "s3", {"endpoint_url": f"http://127.0.0.1:{dead}",
+                                                   "config_kwargs": {"retries": {"max_attempts": 1},
+                                                                     "connect_timeout": 2}})
+    transport = transport_for(s3_env["url"] + "nowhere")
+    with pytest.raises(MessageError, match="exchange 's3://drop/nowhere': sending"):
+        transport.send("hello__a__to__all__0", b"x")

@@ -197,12 +197,20 @@ class FsspecTransport:
 
 
 def store_failures() -> tuple[type[BaseException], ...]:
-    """What a store raises when it fails: OS errors, a closed connection, SSH errors (auth refused, ...)."""
+    """What a store raises when it fails: OS errors, a closed connection, SSH errors (auth refused, ...), botocore's
+    (s3fs turns S3's refusals into OSErrors but lets an unreachable endpoint through as EndpointConnectionError)."""
+    failures: tuple[type[BaseException], ...] = (OSError, EOFError)
     try:
         from paramiko import SSHException
+        failures += (SSHException,)
     except ImportError:
-        return (OSError, EOFError)
-    return (OSError, EOFError, SSHException)
+        pass
+    try:
+        from botocore.exceptions import BotoCoreError
+        failures += (BotoCoreError,)
+    except ImportError:
+        pass
+    return failures
 
 
 def check_sftp_host_key(fs, url: str) -> None:
