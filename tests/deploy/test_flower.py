@@ -177,3 +177,43 @@ def test_flower_run_equals_the_simulation(tmp_path, n_parties):
     # what crossed the wire is kept for audit: only envelopes, each party's under its own name
     sent = sorted(p.name for p in (tmp_path / "out" / "exchange").iterdir())
     assert sent and all(n.endswith(".env") and n.split("__")[1] in split for n in sent)
+
+
+HE = """
+seed = 11
+budget = { epsilon = 2.0, delta = 1e-5 }
+[dataset]
+name = "census"
+params = { n = 120 }
+[synthesizer]
+use = "vertimrf"
+params = { encoder = "he", bins = 1000, iters = 20, local_params = { iters = 10, refine_iters = 5 }, encoder_params = { crypto = "real", cliques = 2, selection_pairs = 3, workers = 1, round_timeout = 120.0 } }
+"""
+
+
+def test_flower_he_rounds_equal_the_simulation(tmp_path):
+    """Encoder "he" (real 2048-bit Paillier): the server role signs its clique queries mid-run, driven by the
+    ServerApp as its own worker and relayed like a party; the table equals the one-process crypto "simulated" run."""
+    pytest.importorskip("phe")
+    pytest.importorskip("gmpy2")
+    parties = ["registry", "employer"]
+    text = with_roster(tmp_path, HE, [*parties, "server"])
+    (tmp_path / "job.toml").write_text(text)
+    (tmp_path / "sim.toml").write_text(text.replace('crypto = "real"', 'crypto = "simulated"'))
+    # each party's columns of the generated table come from the config (no csv); its own only
+    dep = _deployment(tmp_path, parties, {p: "" for p in parties}, **{"test-secret": SECRET})
+    try:
+        res = dep.run(tmp_path / "app", {"config": str(tmp_path / "job.toml"), "out": str(tmp_path / "out"),
+                                         "timeout": 120,
+                                         "server-key": str(tmp_path / "private_server" / "server_signing.pem")})
+    finally:
+        dep.close()
+    assert (tmp_path / "out" / "synthetic.csv").is_file(), res.stdout[-4000:] + res.stderr[-2000:]
+    simulate(load_config(tmp_path / "sim.toml"), SECRET).synthetic.to_csv(tmp_path / "sim.csv", index=False)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "out" / "synthetic.csv"), pd.read_csv(tmp_path / "sim.csv"))
+    sent = sorted(p.name for p in (tmp_path / "out" / "exchange").iterdir())
+    assert all(n.endswith(".env") and n.split("__")[1] in [*parties, "server"] for n in sent)
+    for round_ in ("he-key-selection", "he-rows-selection", "he-sums-selection", "he-queries", "he-rows-cliques"):
+        assert any(n.startswith(round_ + "__") for n in sent), round_
+    ledger = json.loads((tmp_path / "out" / "ledger.json").read_text())
+    assert [c["mechanism"] for c in ledger["charges"]].count("he_cliques") == 1

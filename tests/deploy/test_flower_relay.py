@@ -111,3 +111,58 @@ def test_envelopes_go_only_to_their_recipients():
     assert addressed_to("keys-wrap__hospital__to__bank__bank", "bank")
     assert not addressed_to("keys-wrap__hospital__to__bank__bank", "insurer")
     assert addressed_to("align-r01__a__to__b+c__x", "c")
+
+
+HE = """
+seed = 11
+budget = { epsilon = 2.0, delta = 1e-5 }
+[dataset]
+name = "census"
+params = { n = 120 }
+[synthesizer]
+use = "vertimrf"
+params = { encoder = "he", bins = 1000, iters = 20, local_params = { iters = 10, refine_iters = 5 }, encoder_params = { crypto = "real", cliques = 2, selection_pairs = 3, workers = 1, round_timeout = 120.0 } }
+"""
+
+
+def test_he_rounds_over_the_relay_with_the_server_as_a_local_participant(tmp_path):
+    """Encoder "he": the server signs its clique queries mid-run; the relay drives it as its own worker beside the
+    parties (bridge.ServerBridge) and the table it writes equals the simulation (crypto "simulated")."""
+    pytest.importorskip("phe")
+    pytest.importorskip("gmpy2")
+    from vertisynth.deploy.flower.bridge import ServerBridge
+    from vertisynth.deploy.flower.relay import keep_exchange
+
+    parties = ["registry", "employer"]
+    text = with_roster(tmp_path, HE, [*parties, "server"])
+    (tmp_path / "job.toml").write_text(text)
+    bridges = {node: Bridge(NodeSettings.from_node_config({
+        "party": p, "config": str(tmp_path / "job.toml"), "out": str(tmp_path / f"private_{p}"),
+        "work": str(tmp_path / f"work_{p}"), "test-secret": SECRET, "timeout": 60})) for node, p in enumerate(parties)}
+    with pytest.raises(Exception, match="does not exist"):
+        ServerBridge(tmp_path / "job.toml", tmp_path / "out", tmp_path / "work_server", tmp_path / "no_key.pem")
+    server = ServerBridge(tmp_path / "job.toml", tmp_path / "out", tmp_path / "work_server",
+                          tmp_path / "private_server" / "server_signing.pem", wait=0.5)
+
+    def ask(requests):
+        return {n: bridges[n].step(step, envelopes, wait=2) for n, (step, envelopes) in requests.items()}
+
+    config = load_config(tmp_path / "job.toml")
+    relay = Relay(parties, list(bridges), ask, timeout=120, local=server)
+    try:
+        envelopes = relay.run(steps_for(config))
+    finally:
+        for b in [*bridges.values(), server]:
+            b.abort("test over")
+    keep_exchange(tmp_path / "out", envelopes)
+    names = sorted(envelopes)
+    assert any(n.startswith("he-queries__server__to__all__") for n in names)   # the server spoke mid-run
+    assert any(n.startswith("he-rows-cliques__") for n in names)               # and the parties answered it
+    sim = load_config_text(tmp_path, text.replace('crypto = "real"', 'crypto = "simulated"'))
+    simulate(sim, SECRET).synthetic.to_csv(tmp_path / "sim.csv", index=False)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "out" / "synthetic.csv"), pd.read_csv(tmp_path / "sim.csv"))
+
+
+def load_config_text(tmp_path, text):
+    (tmp_path / "sim.toml").write_text(text)
+    return load_config(tmp_path / "sim.toml")

@@ -168,3 +168,32 @@ class Bridge:
                     pass
         with open(self.s.work / "abort.log", "a") as fh:
             fh.write(f"error: aborted by the server: {reason}" + (f" (stopped: {stopped})" if stopped else "") + "\n")
+
+
+class ServerBridge(Bridge):
+    """The server role as a participant of the synth step (encoder "he": it signs the clique queries mid-run),
+    on the ServerApp's own machine: the ordinary `vertisynth server --key` on its own relay folder, started and
+    polled exactly like a party's worker. It writes the table, model, report and ledger into `out` itself."""
+
+    party = "server"
+    steps = frozenset({"synth"})
+
+    def __init__(self, config: Path, out: Path, work: Path, key: Path, data_dir: str | None = None,
+                 wait: float = 1.0) -> None:
+        if not key.is_file():
+            raise ConfigError(f"encoder 'he': the server signs its clique queries; its key {str(key)!r} does not "
+                              "exist (make it with `vertisynth party init --party server`, pin it in the roster, "
+                              "and pass --run-config 'server-key=\"PATH\"')")
+        super().__init__(NodeSettings(party=self.party, config=config, out=out, work=work))
+        self.key, self.data_dir, self.wait = key, data_dir, wait
+
+    def command(self, step: str) -> list[str]:
+        if step not in self.steps:
+            raise ConfigError(f"the server role takes part only in the steps {sorted(self.steps)}, not {step!r}")
+        s = self.s
+        return [sys.executable, "-m", "vertisynth.cli", "server", str(s.config), "--exchange",
+                f"relay://{self.spool.resolve()}", "--out", str(s.out), "--key", str(self.key), "--quiet",
+                *(["--data-dir", self.data_dir] if self.data_dir else [])]
+
+    def __call__(self, step: str, inbound: dict[str, bytes]) -> Reply:
+        return self.step(step, inbound, self.wait)
