@@ -57,14 +57,16 @@ def _setup(tmp_path, split, extra=""):
     return full
 
 
-def _deployment(tmp_path, parties, csvs, start=True, **node_extra):
+def _deployment(tmp_path, parties, csvs, start=True, configs=None, **node_extra):
+    """SuperLink + one SuperNode per party; `configs` (name -> --node-config) replaces the vertical party's."""
     dep = Deployment(tmp_path)
     dep.superlink(trial_tls(tmp_path / "tls", ["127.0.0.1"]))
     for p in parties:
         private, public = node_key(tmp_path / f"private_{p}", p)
         dep.register(public)
-        dep.supernode(p, private, {"party": p, "config": tmp_path / "job.toml", "out": tmp_path / f"private_{p}",
-                                   "work": tmp_path / f"work_{p}", "csv": csvs[p], "timeout": 120, **node_extra})
+        dep.supernode(p, private, configs[p] if configs else {
+            "party": p, "config": tmp_path / "job.toml", "out": tmp_path / f"private_{p}",
+            "work": tmp_path / f"work_{p}", "csv": csvs[p], "timeout": 120, **node_extra})
     for p in parties:
         dep.wait_for(f"node_{p}", "SuperNode ID")
     write_app(tmp_path / "app")
@@ -217,3 +219,28 @@ def test_flower_he_rounds_equal_the_simulation(tmp_path):
         assert any(n.startswith(round_ + "__") for n in sent), round_
     ledger = json.loads((tmp_path / "out" / "ledger.json").read_text())
     assert [c["mechanism"] for c in ledger["charges"]].count("he_cliques") == 1
+
+
+def test_flower_collab_rounds_publish_the_simulation(tmp_path):
+    """A [collab] run on Flower: each custodian and each compute server on its own SuperNode (its own node key),
+    the publisher beside the ServerApp; the release equals `vertisynth run` (and so the folder-exchange run,
+    tests/collab/test_collab_distributed.py) byte for byte under the servers' test seed."""
+    from test_flower_relay import collab_node, collab_setup
+
+    from vertisynth.run.pipeline import run
+
+    cfg, csvs = collab_setup(tmp_path)
+    roles = ["A", "B", "server0", "server1"]
+    dep = _deployment(tmp_path, roles, csvs, configs={r: collab_node(tmp_path, r, csvs) for r in roles})
+    try:
+        res = dep.run(tmp_path / "app", {"config": str(cfg), "out": str(tmp_path / "out"), "timeout": 120,
+                                         "server-key": str(tmp_path / "private_publisher" / "publisher_signing.pem")})
+    finally:
+        dep.close()
+    assert (tmp_path / "out" / "synthetic.csv").is_file(), res.stdout[-4000:] + res.stderr[-2000:]
+    run(load_config(cfg), tmp_path / "sim")
+    assert (tmp_path / "out" / "synthetic.csv").read_bytes() == (tmp_path / "sim" / "synthetic.csv").read_bytes()
+    sent = sorted(p.name for p in (tmp_path / "out" / "exchange").iterdir())
+    assert {n.split("__")[0] for n in sent} == {"collab_hello", "collab_key", "collab_share", "collab_noisy"}
+    net = json.loads((tmp_path / "out" / "network.json").read_text())
+    assert set(net["parties"]) == set(roles)

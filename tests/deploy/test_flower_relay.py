@@ -166,3 +166,80 @@ def test_he_rounds_over_the_relay_with_the_server_as_a_local_participant(tmp_pat
 def load_config_text(tmp_path, text):
     (tmp_path / "sim.toml").write_text(text)
     return load_config(tmp_path / "sim.toml")
+
+
+def collab_setup(tmp_path):
+    """A [collab] run (2 custodians, 2 compute servers, a publisher; as tests/collab/test_collab_distributed.py):
+    the custodians' CSVs and the config with every role's roster key (`party init`, private_<role>/)."""
+    from vertisynth.collab.horizontal import simulate_custodians
+    from vertisynth.plugins.datasets.census import CensusConfig, load
+
+    frame = load(CensusConfig(n=400)).frame
+    csvs = {}
+    for part, name in zip(simulate_custodians(frame, 2, "random", np.random.default_rng(1)).values(), "AB"):
+        csvs[name] = tmp_path / f"{name}.csv"
+        part.to_csv(csvs[name], index=False)
+    text = f"""seed = 3
+noise = "simulation"   # the servers run with --seed: the release equals the one-process simulation
+budget = {{ epsilon = 5.0, delta = 1e-5 }}
+[dataset]
+name = "census"
+params = {{ n = 400 }}
+[synthesizer]
+use = "private_pgm"
+params = {{ measurements = "workload", iters = 30, workload = [["age", "income"], ["sex", "income"]] }}
+[[evaluators]]
+use = "workload_error"
+[collab]
+files = {{ A = "{csvs['A']}", B = "{csvs['B']}" }}
+servers = 2
+numeric = {{ age = [17, 90] }}
+bins = 4
+"""
+    (tmp_path / "c.toml").write_text(with_roster(tmp_path, text, ["A", "B", "server0", "server1", "publisher"]))
+    return tmp_path / "c.toml", csvs
+
+
+def collab_node(tmp_path, name, csvs, **extra):
+    role = "collab-server" if name.startswith("server") else "custodian"
+    return {"party": name, "role": role, "config": str(tmp_path / "c.toml"), "out": str(tmp_path / f"private_{name}"),
+            "work": str(tmp_path / f"work_{name}"), "seed": 3, "timeout": 120,
+            **({"csv": str(csvs[name])} if role == "custodian" else {}), **extra}
+
+
+def test_collab_rounds_over_the_relay_publish_the_simulation(tmp_path):
+    """Custodians and compute servers behind their bridges, the publisher as the relay's local participant: the
+    release equals `vertisynth run` of the same config byte for byte; each server got only its own shares."""
+    from vertisynth.deploy.flower.bridge import PublisherBridge
+    from vertisynth.deploy.flower.relay import collab_roles, keep_exchange
+    from vertisynth.run.pipeline import run
+
+    cfg, csvs = collab_setup(tmp_path)
+    config = load_config(cfg)
+    roles = collab_roles(config)
+    assert roles == ["A", "B", "server0", "server1"] and steps_for(config) == ["collab"]
+    bridges = {node: Bridge(NodeSettings.from_node_config(collab_node(tmp_path, name, csvs)))
+               for node, name in enumerate(roles)}
+    publisher = PublisherBridge(cfg, tmp_path / "out", tmp_path / "work_publisher",
+                                tmp_path / "private_publisher" / "publisher_signing.pem", timeout=120, wait=0.5)
+    got: dict[str, set[str]] = {name: set() for name in roles}
+
+    def ask(requests):
+        for n, (_, envelopes) in requests.items():
+            got[roles[n]] |= set(envelopes)
+        return {n: bridges[n].step(step, envelopes, wait=2) for n, (step, envelopes) in requests.items()}
+
+    relay = Relay(roles, list(bridges), ask, timeout=120, local=publisher)
+    try:
+        envelopes = relay.run(steps_for(config))
+    finally:
+        for b in [*bridges.values(), publisher]:
+            b.abort("test over")
+    keep_exchange(tmp_path / "out", envelopes)
+    sim = run(config, tmp_path / "sim")
+    assert (tmp_path / "out" / "synthetic.csv").read_bytes() == (tmp_path / "sim" / "synthetic.csv").read_bytes()
+    for s in ("server0", "server1"):   # a compute server got its own shares, never another's nor any noisy share
+        kinds = {n.split("__")[0] for n in got[s]}
+        assert kinds <= {"collab_hello", "collab_key"} | {"collab_share"}, kinds
+        assert all(n.split("__")[2] == s for n in got[s] if n.startswith("collab_share__"))
+    assert sim.report["privacy"]["spent_epsilon"] > 0

@@ -40,16 +40,51 @@ class Local(Protocol):
     def __call__(self, step: str, inbound: dict[str, bytes]) -> Reply: ...
 
 
+def collab_roles(config: RunConfig) -> list[str] | None:
+    """A [collab] run's roles on SuperNodes: its custodians (collab.files keys, or custodian1..N) and compute
+    servers (server0..S-1); the publisher runs beside the ServerApp. None for a vertical run."""
+    collab = config.section("collab")
+    if collab is None:
+        return None
+    custodians = list(collab.files) if collab.files else [f"custodian{i + 1}" for i in range(collab.custodians)]
+    return custodians + [f"server{i}" for i in range(collab.servers)]
+
+
 def steps_for(config: RunConfig, data_dir: str | None = None) -> list[str]:
+    if config.section("collab") is not None:
+        return ["collab"]   # every collab role runs all its rounds in one worker
     _, synth = vertical_plan(config, data_dir, aligned_csv=True)
     return (["hello"] + (["align"] if config.alignment.use in ("psi", "psu") else [])
             + (["keys"] if synth.needs_keys() else []) + ["synth"])
 
 
 def addressed_to(name: str, party: str) -> bool:
-    """Envelope names are `<round>__<sender>__to__<all | a+b | server>__<tag>` (deploy/session.py)."""
+    """Envelope names are `<round>__<sender>__to__<all | a+b | server>__<tag>` (deploy/session.py), or a collab
+    slot `collab_<kind>__<sender>[__...]` (collab/channel.py, routed by its kind: `collab_to`)."""
     parts = name.split("__")
+    if parts[0].startswith("collab_"):
+        return collab_to(parts, party)
     return len(parts) >= 4 and parts[1] != party and (parts[3] == "all" or party in parts[3].split("+"))
+
+
+def _compute_server(name: str) -> bool:
+    return name.startswith("server") and name[len("server"):].isdigit()
+
+
+def collab_to(parts: list[str], party: str) -> bool:
+    """Who gets a collab slot (the names of collab/distributed.py): a share only the compute server it names
+    (sealed to that server's key anyway), a vote only the publisher, a server's noisy share the custodians and the
+    publisher (never another server), the rest (hellos, server keys, the publisher's steps) every other role."""
+    kind, sender = parts[0], parts[1] if len(parts) > 1 else ""
+    if sender == party or not sender:
+        return False
+    if kind == "collab_share":
+        return len(parts) > 2 and parts[2] == party
+    if kind == "collab_vote":
+        return party == "publisher"
+    if kind == "collab_noisy":
+        return not _compute_server(party)
+    return True
 
 
 class Relay:

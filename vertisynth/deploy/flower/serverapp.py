@@ -18,8 +18,8 @@ from vertisynth.run.config import load_config
 
 from ..he_rounds import joint_encoder
 from ..plans import vertical_plan
-from .bridge import ServerBridge
-from .relay import Relay, build, fresh_out, keep_exchange, steps_for
+from .bridge import PublisherBridge, ServerBridge
+from .relay import Relay, build, collab_roles, fresh_out, keep_exchange, steps_for
 from .wire import reply_from, request_records
 
 app = ServerApp()
@@ -96,28 +96,39 @@ def main(grid: Grid, context: Context) -> None:
     data_dir = str(cfg.get("data-dir", "")) or None
     ask = FlowerAsk(grid, timeout, wait=min(10.0, timeout / 2))
     nodes: list[int] = []
-    server: ServerBridge | None = None
+    server: ServerBridge | PublisherBridge | None = None
     try:
         if not str(cfg.get("config", "")) or not str(cfg.get("out", "")):
             raise MessageError("set the run config: flwr run APP --run-config 'config=\"job.toml\" out=\"out\"'")
         config = load_config(str(cfg["config"]))
-        plan, synth = vertical_plan(config, data_dir, aligned_csv=True)
-        parties = list(plan.partition.names)   # [[parties]], or a built-in dataset's named default split
-        if joint_encoder(synth) is not None:
-            # encoder "he": the server signs its clique queries mid-run, so it runs beside the parties
+        roles = collab_roles(config)
+        if roles is not None:   # [collab]: custodians and compute servers on SuperNodes, the publisher here
+            parties = roles
             if not str(cfg.get("server-key", "")):
-                raise MessageError("encoder 'he': the server takes part in the rounds; set --run-config "
-                                   "'server-key=\"private_server/server_signing.pem\"' (from `party init --party server`)")
-            fresh_out(out)   # a reused output folder is refused before anything runs
+                raise MessageError("[collab]: the publisher runs beside the ServerApp and signs what it posts; set "
+                                   "--run-config 'server-key=\"private/publisher_signing.pem\"'")
+            fresh_out(out)
             work = Path(str(cfg.get("work", "")) or f"{out}.work") / f"run-{context.run_id}"
-            server = ServerBridge(Path(str(cfg["config"])), out, work, Path(str(cfg["server-key"])), data_dir)
+            server = PublisherBridge(Path(str(cfg["config"])), out, work, Path(str(cfg["server-key"])), timeout,
+                                     data_dir)
+        else:
+            plan, synth = vertical_plan(config, data_dir, aligned_csv=True)
+            parties = list(plan.partition.names)   # [[parties]], or a built-in dataset's named default split
+            if joint_encoder(synth) is not None:
+                # encoder "he": the server signs its clique queries mid-run, so it runs beside the parties
+                if not str(cfg.get("server-key", "")):
+                    raise MessageError("encoder 'he': the server takes part in the rounds; set --run-config 'server-key="
+                                       "\"private_server/server_signing.pem\"' (from `party init --party server`)")
+                fresh_out(out)   # a reused output folder is refused before anything runs
+                work = Path(str(cfg.get("work", "")) or f"{out}.work") / f"run-{context.run_id}"
+                server = ServerBridge(Path(str(cfg["config"])), out, work, Path(str(cfg["server-key"])), data_dir)
         nodes = _nodes(grid, len(parties), timeout)
         relay = Relay(parties, nodes, ask, timeout, local=server)
         t0 = time.monotonic()
         envelopes = relay.run(steps_for(config, data_dir))
         if server is None:
             build(config, envelopes, out, data_dir)
-        else:   # the server role wrote the table; keep what crossed the wire for audit, as `build` does
+        else:   # the server role (he) or the collab publisher wrote the release; keep the wire's envelopes for audit
             keep_exchange(out, envelopes)
         _stats(out, relay, ask, time.monotonic() - t0)
     except Exception as exc:   # noqa: BLE001 - ours, or a Flower failure: one line in error.txt, not a traceback
