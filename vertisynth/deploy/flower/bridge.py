@@ -7,6 +7,11 @@ writes the envelopes that came in, starts the step's worker if it is not running
 worker is done, failed, or waits for envelopes the bridge does not hold yet (the relay folder records that
 precisely: transport.RelayFolderTransport), with every envelope the party wrote since the last call. The
 protocols, their envelope checks and the party's keys and outputs stay exactly those of the folder run.
+
+A SuperNode's `role` (--node-config) says which worker it runs: a vertical `party` (the steps above), or a [collab]
+run's `custodian` or `collab-server` (one step, `collab`: the whole `vertisynth collab custodian|server` role).
+The roles on the ServerApp's own machine (the he server, the collab publisher) use the same machinery:
+ServerBridge, PublisherBridge.
 """
 from __future__ import annotations
 
