@@ -113,6 +113,19 @@ def test_envelopes_go_only_to_their_recipients():
     assert addressed_to("align-r01__a__to__b+c__x", "c")
 
 
+def test_collab_slots_go_only_to_the_roles_that_read_them():
+    share = "collab_share__A__server1__measure-age-income"
+    assert addressed_to(share, "server1") and not addressed_to(share, "server0")   # only the server it names
+    assert not addressed_to(share, "B") and not addressed_to(share, "publisher") and not addressed_to(share, "A")
+    noisy = "collab_noisy__server0__age-grid"
+    assert addressed_to(noisy, "A") and addressed_to(noisy, "publisher")
+    assert not addressed_to(noisy, "server1") and not addressed_to(noisy, "server0")  # never another server
+    assert addressed_to("collab_vote__A__run0001", "publisher") and not addressed_to("collab_vote__A__run0001", "B")
+    for broadcast in ("collab_hello__A", "collab_key__server0", "collab_step__publisher__0001"):
+        sender = broadcast.split("__")[1]
+        assert all(addressed_to(broadcast, r) == (r != sender) for r in ("A", "B", "server0", "server1", "publisher"))
+
+
 HE = """
 seed = 11
 budget = { epsilon = 2.0, delta = 1e-5 }
