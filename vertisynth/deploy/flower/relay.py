@@ -5,7 +5,9 @@ they are addressed to, then build the table from the envelopes addressed to the 
 With encoder "he" the server role takes part mid-run (it signs the clique queries the parties answer,
 deploy/he_rounds.py): it is then a `Local` participant of the synth step, its own worker (`vertisynth server`) on
 its own relay folder on the ServerApp's machine, relayed to and from like a party (envelopes `...__to__server__...`
-go to it, its `...__server__to__all__...` to the parties), and it writes the table itself.
+go to it, its `...__server__to__all__...` to the parties), and it writes the table itself. A [collab] run is one
+step, `collab`: custodians and compute servers on SuperNodes, the publisher the local participant, each collab slot
+routed by its kind (`collab_to`).
 
 The relay reads no envelope: every recipient checks every envelope (roster, signature, run, config, round,
 recipient) as in a folder exchange, and the server role does so again in `run_server`. What the relay checks
@@ -33,7 +35,8 @@ LOCAL = -1   # the node id of the Local participant (Flower's node ids are posit
 
 
 class Local(Protocol):
-    """A participant on the relay's own machine (the server role with encoder "he"; bridge.ServerBridge)."""
+    """A participant on the relay's own machine: the server role with encoder "he" (bridge.ServerBridge), or a
+    [collab] run's publisher (bridge.PublisherBridge)."""
     party: str
     steps: frozenset[str]   # the steps it takes part in
 
