@@ -104,6 +104,39 @@ def test_the_relay_checks_who_speaks_for_whom():
         Relay(parties, [1, 2], lambda r: stuck, 5).step("keys")
 
 
+class _Local:
+    """A stand-in local participant (the he server role), answering from a script."""
+    party, steps = "server", frozenset({"synth"})
+
+    def __init__(self, *replies):
+        self.replies, self.seen = list(replies), []
+
+    def __call__(self, step, inbound):
+        self.seen.append(sorted(inbound))
+        return self.replies.pop(0)
+
+
+def test_the_local_participant_gets_its_mail_and_its_failure_stops_the_run():
+    parties = ["hospital", "insurer"]
+    with pytest.raises(Exception, match="clashes with a party"):
+        Relay(["server", "insurer"], [1, 2], lambda r: {}, 5, local=_Local())
+    sent = {1: Reply("hospital", DONE, {"synth__hospital__to__server__000": b"h"}),
+            2: Reply("insurer", DONE, {"hello__insurer__to__all__0": b"i"})}
+    local = _Local(Reply("server", DONE, {"he-queries__server__to__all__0": b"q"}))
+    relay = Relay(parties, [1, 2], lambda r: sent, 5, local=local)
+    relay.step("hello")                       # the local participant takes no part in the hello step
+    assert local.seen == []
+    relay.step("synth")                       # then it gets what is addressed to it and to all, this round's included
+    assert local.seen == [["hello__insurer__to__all__0", "synth__hospital__to__server__000"]]
+    assert "he-queries__server__to__all__0" in relay.envelopes
+    failing = _Local(Reply("server", FAILED, {}, "he-queries: refused"))
+    with pytest.raises(MessageError, match="the server role 'server' failed in step 'synth': he-queries: refused"):
+        Relay(parties, [1, 2], lambda r: sent, 5, local=failing).step("synth")
+    forging = _Local(Reply("server", DONE, {"synth__hospital__to__server__001": b"x"}))
+    with pytest.raises(MessageError, match="under another sender's name"):
+        Relay(parties, [1, 2], lambda r: sent, 5, local=forging).step("synth")
+
+
 def test_envelopes_go_only_to_their_recipients():
     assert addressed_to("hello__hospital__to__all__0", "insurer")
     assert not addressed_to("hello__hospital__to__all__0", "hospital")           # never back to its sender
