@@ -273,3 +273,29 @@ def test_flower_collab_rounds_publish_the_simulation(tmp_path):
     assert {n.split("__")[0] for n in sent} == {"collab_hello", "collab_key", "collab_share", "collab_noisy"}
     net = json.loads((tmp_path / "out" / "network.json").read_text())
     assert set(net["parties"]) == set(roles)
+
+
+def test_the_serverapp_names_a_missing_server_key_before_any_step(tmp_path):
+    """Encoder "he" and [collab] need a role beside the ServerApp that signs; without its key the run stops with
+    one line in out/error.txt before any message goes to a node (the ServerApp called with a stand-in grid)."""
+    import types
+
+    from test_flower_relay import HE as RELAY_HE
+    from test_flower_relay import collab_setup
+
+    from vertisynth.deploy.flower import serverapp
+
+    class Grid:   # no node is ever asked: the run must stop before
+        def get_node_ids(self):
+            raise AssertionError("asked for nodes")
+
+    (tmp_path / "he.toml").write_text(with_roster(tmp_path, RELAY_HE, ["registry", "employer", "server"]))
+    cfg, _ = collab_setup(tmp_path)
+    for config, want in ((tmp_path / "he.toml", "encoder 'he': the server takes part in the rounds; set --run-config"),
+                         (cfg, "[collab]: the publisher runs beside the ServerApp")):
+        out = tmp_path / f"out_{config.stem}"
+        ctx = types.SimpleNamespace(run_id=1, run_config={"config": str(config), "out": str(out), "timeout": 5})
+        with pytest.raises(SystemExit):
+            serverapp.main(Grid(), ctx)
+        assert want in (out / "error.txt").read_text()
+        assert sorted(p.name for p in out.iterdir()) == ["error.txt"]
