@@ -234,11 +234,11 @@ def test_a_missing_server_message_is_a_clear_error(tmp_path):
     csv = tmp_path / "a.csv"
     csv.write_text("0,1\n0,1\n2,0\n1,1\n")
     cli = [sys.executable, "-m", "vertisynth.cli", "collab"]
-    subprocess.run(cli + ["share", "--custodian", "A", "--csv", str(csv), "--domain", str(dom), "--marginal", "0,1",
+    subprocess.run(cli + ["share", "--local-only", "--custodian", "A", "--csv", str(csv), "--domain", str(dom), "--marginal", "0,1",
                           "--servers", "2", "--out", str(tmp_path / "in"), "--seed", "1"], check=True, capture_output=True)
-    subprocess.run(cli + ["aggregate", "--server", "0", "--rho", "1", "--inbox", str(tmp_path / "in"),
+    subprocess.run(cli + ["aggregate", "--local-only", "--server", "0", "--rho", "1", "--inbox", str(tmp_path / "in"),
                           "--out", str(tmp_path / "out"), "--seed", "2"], check=True, capture_output=True)
-    out = subprocess.run(cli + ["reconstruct", "--outbox", str(tmp_path / "out"), "--out", str(tmp_path / "r.npz")],
+    out = subprocess.run(cli + ["reconstruct", "--local-only", "--outbox", str(tmp_path / "out"), "--out", str(tmp_path / "r.npz")],
                          capture_output=True, text=True)
     assert out.returncode == 2 and "need one noisy share from each of 2 servers, got servers [0]" in out.stderr
     assert NoisyShare.load(next((tmp_path / "out").glob("*.npz"))).server == 0

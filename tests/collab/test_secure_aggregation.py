@@ -109,11 +109,11 @@ def test_custodians_and_servers_as_separate_processes(tmp_path):
         return res
 
     for name in ("a", "b"):
-        cli("share", "--custodian", name, "--csv", f"{name}.csv", "--domain", "d.json", "--marginal", "0,1",
+        cli("share", "--local-only", "--custodian", name, "--csv", f"{name}.csv", "--domain", "d.json", "--marginal", "0,1",
             "--marginal", "0", "--servers", "2", "--out", "inbox", "--seed", "1" if name == "a" else "2")
     for s in (0, 1):
-        cli("aggregate", "--server", str(s), "--rho", "1000", "--inbox", "inbox", "--out", "outbox", "--seed", str(s))
-    cli("reconstruct", "--outbox", "outbox", "--out", "noisy.npz")
+        cli("aggregate", "--local-only", "--server", str(s), "--rho", "1000", "--inbox", "inbox", "--out", "outbox", "--seed", str(s))
+    cli("reconstruct", "--local-only", "--outbox", "outbox", "--out", "noisy.npz")
     with np.load(tmp_path / "noisy.npz") as z:
         got = z["0,1"]
     truth = sum(pd.crosstab(f["0"], f["1"]).reindex(index=range(3), columns=range(2), fill_value=0).to_numpy()

@@ -57,14 +57,16 @@ def _setup(tmp_path, split, extra=""):
     return full
 
 
-def _deployment(tmp_path, parties, csvs, start=True, **node_extra):
+def _deployment(tmp_path, parties, csvs, start=True, configs=None, **node_extra):
+    """SuperLink + one SuperNode per party; `configs` (name -> --node-config) replaces the vertical party's."""
     dep = Deployment(tmp_path)
     dep.superlink(trial_tls(tmp_path / "tls", ["127.0.0.1"]))
     for p in parties:
         private, public = node_key(tmp_path / f"private_{p}", p)
         dep.register(public)
-        dep.supernode(p, private, {"party": p, "config": tmp_path / "job.toml", "out": tmp_path / f"private_{p}",
-                                   "work": tmp_path / f"work_{p}", "csv": csvs[p], "timeout": 120, **node_extra})
+        dep.supernode(p, private, configs[p] if configs else {
+            "party": p, "config": tmp_path / "job.toml", "out": tmp_path / f"private_{p}",
+            "work": tmp_path / f"work_{p}", "csv": csvs[p], "timeout": 120, **node_extra})
     for p in parties:
         dep.wait_for(f"node_{p}", "SuperNode ID")
     write_app(tmp_path / "app")
@@ -154,9 +156,55 @@ def test_strangers_are_refused_and_a_party_lost_mid_run_stops_every_role(tmp_pat
     assert not (tmp_path / "private_hospital" / "hospital_released.json").exists()
 
 
-@pytest.mark.parametrize("n_parties", [2, 3])
-def test_flower_run_equals_the_simulation(tmp_path, n_parties):
-    split = SPLITS[n_parties]
+def _plain_run_equals_the_simulation(root, dep, split, out):
+    res = dep.run(root / "app", {"config": str(root / "job.toml"), "out": str(out), "timeout": 120})
+    assert (out / "synthetic.csv").is_file(), res.stdout[-4000:] + res.stderr[-2000:]
+    simulated = simulate(load_config(root / "job.toml"), SECRET).synthetic
+    simulated.to_csv(out.parent / f"{out.name}_sim.csv", index=False)
+    pd.testing.assert_frame_equal(pd.read_csv(out / "synthetic.csv"), pd.read_csv(out.parent / f"{out.name}_sim.csv"))
+    net = json.loads((out / "network.json").read_text())
+    assert set(net["parties"]) == set(split) and all(v["bytes_from_party"] > 0 for v in net["parties"].values())
+    # what crossed the wire is kept for audit: only envelopes, each party's under its own name
+    sent = sorted(p.name for p in (out / "exchange").iterdir())
+    assert sent and all(n.endswith(".env") and n.split("__")[1] in split for n in sent)
+
+
+@pytest.fixture(scope="module")
+def two_parties(tmp_path_factory):
+    """One deployment (SuperLink + the hospital's and the insurer's SuperNodes) for several runs in turn, as an
+    organisation's SuperNode serves many: each test writes job.toml (same parties and roster, the server's key
+    included) and runs into a fresh out folder."""
+    root = tmp_path_factory.mktemp("two_parties")
+    split = SPLITS[2]
+    full = _people(n=200)   # few rows: the he run encrypts every one under real Paillier
+    full.to_csv(root / "full.csv", index=False)
+    csvs = {}
+    for p, cols in split.items():     # each party's own table only
+        full[cols].to_csv(root / f"{p}.csv", index=False)
+        csvs[p] = root / f"{p}.csv"
+    roster = with_roster(root, "", [*split, "server"])
+    dep = _deployment(root, list(split), csvs, **{"test-secret": SECRET})
+    try:
+        yield root, dep, split, roster
+    finally:
+        dep.close()
+
+
+def _job(root, split, roster, synthesizer):
+    parties = "".join(f'[[parties]]\nname = "{p}"\nattributes = {json.dumps(cols)}\n' for p, cols in split.items())
+    text = CONFIG.format(full=root / "full.csv", parties=parties)
+    head, _, _ = text.partition("[synthesizer]")
+    (root / "job.toml").write_text(head + synthesizer + roster)
+
+
+def test_flower_run_equals_the_simulation_two_parties(two_parties):
+    root, dep, split, roster = two_parties
+    _job(root, split, roster, CONFIG[CONFIG.index("[synthesizer]"):].replace("{{", "{").replace("}}", "}"))
+    _plain_run_equals_the_simulation(root, dep, split, root / "out_plain")
+
+
+def test_flower_run_equals_the_simulation_three_parties(tmp_path):
+    split = SPLITS[3]
     full = _setup(tmp_path, split)
     csvs = {}
     for p, cols in split.items():     # each party's own table only
@@ -164,16 +212,90 @@ def test_flower_run_equals_the_simulation(tmp_path, n_parties):
         csvs[p] = tmp_path / f"{p}.csv"
     dep = _deployment(tmp_path, list(split), csvs, **{"test-secret": SECRET})
     try:
-        res = dep.run(tmp_path / "app", {"config": str(tmp_path / "job.toml"), "out": str(tmp_path / "out"),
-                                         "timeout": 120})
+        _plain_run_equals_the_simulation(tmp_path, dep, split, tmp_path / "out")
+    finally:
+        dep.close()
+
+
+HE = """[synthesizer]
+use = "vertimrf"
+params = { encoder = "he", bins = 1000, iters = 20, local_params = { iters = 10, refine_iters = 5 }, encoder_params = { crypto = "real", cliques = 2, selection_pairs = 2, workers = 1, round_timeout = 120.0 } }
+[[evaluators]]
+use = "tvd"
+params = { ways = [2] }
+"""
+
+
+def test_flower_he_rounds_equal_the_simulation(two_parties):
+    """Encoder "he" (real 2048-bit Paillier): the server role signs its clique queries mid-run, driven by the
+    ServerApp as its own worker and relayed like a party; the table equals the one-process crypto "simulated" run.
+    On the same SuperNodes as the plain run (a second run of one deployment)."""
+    pytest.importorskip("phe")
+    pytest.importorskip("gmpy2")
+    root, dep, split, roster = two_parties
+    _job(root, split, roster, HE)
+    sim_text = (root / "job.toml").read_text().replace('crypto = "real"', 'crypto = "simulated"')
+    (root / "sim.toml").write_text(sim_text)
+    out = root / "out_he"
+    res = dep.run(root / "app", {"config": str(root / "job.toml"), "out": str(out), "timeout": 120,
+                                 "server-key": str(root / "private_server" / "server_signing.pem")})
+    assert (out / "synthetic.csv").is_file(), res.stdout[-4000:] + res.stderr[-2000:]
+    simulate(load_config(root / "sim.toml"), SECRET).synthetic.to_csv(root / "he_sim.csv", index=False)
+    pd.testing.assert_frame_equal(pd.read_csv(out / "synthetic.csv"), pd.read_csv(root / "he_sim.csv"))
+    sent = sorted(p.name for p in (out / "exchange").iterdir())
+    assert all(n.endswith(".env") and n.split("__")[1] in [*split, "server"] for n in sent)
+    for round_ in ("he-key-selection", "he-rows-selection", "he-sums-selection", "he-queries", "he-rows-cliques"):
+        assert any(n.startswith(round_ + "__") for n in sent), round_
+    ledger = json.loads((out / "ledger.json").read_text())
+    assert [c["mechanism"] for c in ledger["charges"]].count("he_cliques") == 1
+
+
+def test_flower_collab_rounds_publish_the_simulation(tmp_path):
+    """A [collab] run on Flower: each custodian and each compute server on its own SuperNode (its own node key),
+    the publisher beside the ServerApp; the release equals `vertisynth run` (and so the folder-exchange run,
+    tests/collab/test_collab_distributed.py) byte for byte under the servers' test seed."""
+    from test_flower_relay import collab_node, collab_setup
+
+    from vertisynth.run.pipeline import run
+
+    cfg, csvs = collab_setup(tmp_path)
+    roles = ["A", "B", "server0", "server1"]
+    dep = _deployment(tmp_path, roles, csvs, configs={r: collab_node(tmp_path, r, csvs) for r in roles})
+    try:
+        res = dep.run(tmp_path / "app", {"config": str(cfg), "out": str(tmp_path / "out"), "timeout": 120,
+                                         "server-key": str(tmp_path / "private_publisher" / "publisher_signing.pem")})
     finally:
         dep.close()
     assert (tmp_path / "out" / "synthetic.csv").is_file(), res.stdout[-4000:] + res.stderr[-2000:]
-    simulated = simulate(load_config(tmp_path / "job.toml"), SECRET).synthetic
-    simulated.to_csv(tmp_path / "sim.csv", index=False)
-    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "out" / "synthetic.csv"), pd.read_csv(tmp_path / "sim.csv"))
-    net = json.loads((tmp_path / "out" / "network.json").read_text())
-    assert set(net["parties"]) == set(split) and all(v["bytes_from_party"] > 0 for v in net["parties"].values())
-    # what crossed the wire is kept for audit: only envelopes, each party's under its own name
+    run(load_config(cfg), tmp_path / "sim")
+    assert (tmp_path / "out" / "synthetic.csv").read_bytes() == (tmp_path / "sim" / "synthetic.csv").read_bytes()
     sent = sorted(p.name for p in (tmp_path / "out" / "exchange").iterdir())
-    assert sent and all(n.endswith(".env") and n.split("__")[1] in split for n in sent)
+    assert {n.split("__")[0] for n in sent} == {"collab_hello", "collab_key", "collab_share", "collab_noisy"}
+    net = json.loads((tmp_path / "out" / "network.json").read_text())
+    assert set(net["parties"]) == set(roles)
+
+
+def test_the_serverapp_names_a_missing_server_key_before_any_step(tmp_path):
+    """Encoder "he" and [collab] need a role beside the ServerApp that signs; without its key the run stops with
+    one line in out/error.txt before any message goes to a node (the ServerApp called with a stand-in grid)."""
+    import types
+
+    from test_flower_relay import HE as RELAY_HE
+    from test_flower_relay import collab_setup
+
+    from vertisynth.deploy.flower import serverapp
+
+    class Grid:   # no node is ever asked: the run must stop before
+        def get_node_ids(self):
+            raise AssertionError("asked for nodes")
+
+    (tmp_path / "he.toml").write_text(with_roster(tmp_path, RELAY_HE, ["registry", "employer", "server"]))
+    cfg, _ = collab_setup(tmp_path)
+    for config, want in ((tmp_path / "he.toml", "encoder 'he': the server takes part in the rounds; set --run-config"),
+                         (cfg, "[collab]: the publisher runs beside the ServerApp")):
+        out = tmp_path / f"out_{config.stem}"
+        ctx = types.SimpleNamespace(run_id=1, run_config={"config": str(config), "out": str(out), "timeout": 5})
+        with pytest.raises(SystemExit):
+            serverapp.main(Grid(), ctx)
+        assert want in (out / "error.txt").read_text()
+        assert sorted(p.name for p in out.iterdir()) == ["error.txt"]

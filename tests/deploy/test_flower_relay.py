@@ -104,6 +104,39 @@ def test_the_relay_checks_who_speaks_for_whom():
         Relay(parties, [1, 2], lambda r: stuck, 5).step("keys")
 
 
+class _Local:
+    """A stand-in local participant (the he server role), answering from a script."""
+    party, steps = "server", frozenset({"synth"})
+
+    def __init__(self, *replies):
+        self.replies, self.seen = list(replies), []
+
+    def __call__(self, step, inbound):
+        self.seen.append(sorted(inbound))
+        return self.replies.pop(0)
+
+
+def test_the_local_participant_gets_its_mail_and_its_failure_stops_the_run():
+    parties = ["hospital", "insurer"]
+    with pytest.raises(Exception, match="clashes with a party"):
+        Relay(["server", "insurer"], [1, 2], lambda r: {}, 5, local=_Local())
+    sent = {1: Reply("hospital", DONE, {"synth__hospital__to__server__000": b"h"}),
+            2: Reply("insurer", DONE, {"hello__insurer__to__all__0": b"i"})}
+    local = _Local(Reply("server", DONE, {"he-queries__server__to__all__0": b"q"}))
+    relay = Relay(parties, [1, 2], lambda r: sent, 5, local=local)
+    relay.step("hello")                       # the local participant takes no part in the hello step
+    assert local.seen == []
+    relay.step("synth")                       # then it gets what is addressed to it and to all, this round's included
+    assert local.seen == [["hello__insurer__to__all__0", "synth__hospital__to__server__000"]]
+    assert "he-queries__server__to__all__0" in relay.envelopes
+    failing = _Local(Reply("server", FAILED, {}, "he-queries: refused"))
+    with pytest.raises(MessageError, match="the server role 'server' failed in step 'synth': he-queries: refused"):
+        Relay(parties, [1, 2], lambda r: sent, 5, local=failing).step("synth")
+    forging = _Local(Reply("server", DONE, {"synth__hospital__to__server__001": b"x"}))
+    with pytest.raises(MessageError, match="under another sender's name"):
+        Relay(parties, [1, 2], lambda r: sent, 5, local=forging).step("synth")
+
+
 def test_envelopes_go_only_to_their_recipients():
     assert addressed_to("hello__hospital__to__all__0", "insurer")
     assert not addressed_to("hello__hospital__to__all__0", "hospital")           # never back to its sender
@@ -111,3 +144,148 @@ def test_envelopes_go_only_to_their_recipients():
     assert addressed_to("keys-wrap__hospital__to__bank__bank", "bank")
     assert not addressed_to("keys-wrap__hospital__to__bank__bank", "insurer")
     assert addressed_to("align-r01__a__to__b+c__x", "c")
+
+
+def test_collab_slots_go_only_to_the_roles_that_read_them():
+    share = "collab_share__A__server1__measure-age-income"
+    assert addressed_to(share, "server1") and not addressed_to(share, "server0")   # only the server it names
+    assert not addressed_to(share, "B") and not addressed_to(share, "publisher") and not addressed_to(share, "A")
+    noisy = "collab_noisy__server0__age-grid"
+    assert addressed_to(noisy, "A") and addressed_to(noisy, "publisher")
+    assert not addressed_to(noisy, "server1") and not addressed_to(noisy, "server0")  # never another server
+    assert addressed_to("collab_vote__A__run0001", "publisher") and not addressed_to("collab_vote__A__run0001", "B")
+    for broadcast in ("collab_hello__A", "collab_key__server0", "collab_step__publisher__0001"):
+        sender = broadcast.split("__")[1]
+        assert all(addressed_to(broadcast, r) == (r != sender) for r in ("A", "B", "server0", "server1", "publisher"))
+
+
+HE = """
+seed = 11
+budget = { epsilon = 2.0, delta = 1e-5 }
+[dataset]
+name = "census"
+params = { n = 120 }
+[synthesizer]
+use = "vertimrf"
+params = { encoder = "he", bins = 1000, iters = 20, local_params = { iters = 10, refine_iters = 5 }, encoder_params = { crypto = "real", cliques = 2, selection_pairs = 3, workers = 1, round_timeout = 120.0 } }
+"""
+
+
+def test_he_rounds_over_the_relay_with_the_server_as_a_local_participant(tmp_path):
+    """Encoder "he": the server signs its clique queries mid-run; the relay drives it as its own worker beside the
+    parties (bridge.ServerBridge) and the table it writes equals the simulation (crypto "simulated")."""
+    pytest.importorskip("phe")
+    pytest.importorskip("gmpy2")
+    from vertisynth.deploy.flower.bridge import ServerBridge
+    from vertisynth.deploy.flower.relay import keep_exchange
+
+    parties = ["registry", "employer"]
+    text = with_roster(tmp_path, HE, [*parties, "server"])
+    (tmp_path / "job.toml").write_text(text)
+    bridges = {node: Bridge(NodeSettings.from_node_config({
+        "party": p, "config": str(tmp_path / "job.toml"), "out": str(tmp_path / f"private_{p}"),
+        "work": str(tmp_path / f"work_{p}"), "test-secret": SECRET, "timeout": 60})) for node, p in enumerate(parties)}
+    with pytest.raises(Exception, match="does not exist"):
+        ServerBridge(tmp_path / "job.toml", tmp_path / "out", tmp_path / "work_server", tmp_path / "no_key.pem")
+    server = ServerBridge(tmp_path / "job.toml", tmp_path / "out", tmp_path / "work_server",
+                          tmp_path / "private_server" / "server_signing.pem", wait=0.5)
+
+    def ask(requests):
+        return {n: bridges[n].step(step, envelopes, wait=2) for n, (step, envelopes) in requests.items()}
+
+    config = load_config(tmp_path / "job.toml")
+    relay = Relay(parties, list(bridges), ask, timeout=120, local=server)
+    try:
+        envelopes = relay.run(steps_for(config))
+    finally:
+        for b in [*bridges.values(), server]:
+            b.abort("test over")
+    keep_exchange(tmp_path / "out", envelopes)
+    names = sorted(envelopes)
+    assert any(n.startswith("he-queries__server__to__all__") for n in names)   # the server spoke mid-run
+    assert any(n.startswith("he-rows-cliques__") for n in names)               # and the parties answered it
+    sim = load_config_text(tmp_path, text.replace('crypto = "real"', 'crypto = "simulated"'))
+    simulate(sim, SECRET).synthetic.to_csv(tmp_path / "sim.csv", index=False)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "out" / "synthetic.csv"), pd.read_csv(tmp_path / "sim.csv"))
+
+
+def load_config_text(tmp_path, text):
+    (tmp_path / "sim.toml").write_text(text)
+    return load_config(tmp_path / "sim.toml")
+
+
+def collab_setup(tmp_path):
+    """A [collab] run (2 custodians, 2 compute servers, a publisher; as tests/collab/test_collab_distributed.py):
+    the custodians' CSVs and the config with every role's roster key (`party init`, private_<role>/)."""
+    from vertisynth.collab.horizontal import simulate_custodians
+    from vertisynth.plugins.datasets.census import CensusConfig, load
+
+    frame = load(CensusConfig(n=400)).frame
+    csvs = {}
+    for part, name in zip(simulate_custodians(frame, 2, "random", np.random.default_rng(1)).values(), "AB"):
+        csvs[name] = tmp_path / f"{name}.csv"
+        part.to_csv(csvs[name], index=False)
+    text = f"""seed = 3
+noise = "simulation"   # the servers run with --seed: the release equals the one-process simulation
+budget = {{ epsilon = 5.0, delta = 1e-5 }}
+[dataset]
+name = "census"
+params = {{ n = 400 }}
+[synthesizer]
+use = "private_pgm"
+params = {{ measurements = "workload", iters = 30, workload = [["age", "income"], ["sex", "income"]] }}
+[[evaluators]]
+use = "workload_error"
+[collab]
+files = {{ A = "{csvs['A']}", B = "{csvs['B']}" }}
+servers = 2
+numeric = {{ age = [17, 90] }}
+bins = 4
+"""
+    (tmp_path / "c.toml").write_text(with_roster(tmp_path, text, ["A", "B", "server0", "server1", "publisher"]))
+    return tmp_path / "c.toml", csvs
+
+
+def collab_node(tmp_path, name, csvs, **extra):
+    role = "collab-server" if name.startswith("server") else "custodian"
+    return {"party": name, "role": role, "config": str(tmp_path / "c.toml"), "out": str(tmp_path / f"private_{name}"),
+            "work": str(tmp_path / f"work_{name}"), "seed": 3, "timeout": 120,
+            **({"csv": str(csvs[name])} if role == "custodian" else {}), **extra}
+
+
+def test_collab_rounds_over_the_relay_publish_the_simulation(tmp_path):
+    """Custodians and compute servers behind their bridges, the publisher as the relay's local participant: the
+    release equals `vertisynth run` of the same config byte for byte; each server got only its own shares."""
+    from vertisynth.deploy.flower.bridge import PublisherBridge
+    from vertisynth.deploy.flower.relay import collab_roles, keep_exchange
+    from vertisynth.run.pipeline import run
+
+    cfg, csvs = collab_setup(tmp_path)
+    config = load_config(cfg)
+    roles = collab_roles(config)
+    assert roles == ["A", "B", "server0", "server1"] and steps_for(config) == ["collab"]
+    bridges = {node: Bridge(NodeSettings.from_node_config(collab_node(tmp_path, name, csvs)))
+               for node, name in enumerate(roles)}
+    publisher = PublisherBridge(cfg, tmp_path / "out", tmp_path / "work_publisher",
+                                tmp_path / "private_publisher" / "publisher_signing.pem", timeout=120, wait=0.5)
+    got: dict[str, set[str]] = {name: set() for name in roles}
+
+    def ask(requests):
+        for n, (_, envelopes) in requests.items():
+            got[roles[n]] |= set(envelopes)
+        return {n: bridges[n].step(step, envelopes, wait=2) for n, (step, envelopes) in requests.items()}
+
+    relay = Relay(roles, list(bridges), ask, timeout=120, local=publisher)
+    try:
+        envelopes = relay.run(steps_for(config))
+    finally:
+        for b in [*bridges.values(), publisher]:
+            b.abort("test over")
+    keep_exchange(tmp_path / "out", envelopes)
+    sim = run(config, tmp_path / "sim")
+    assert (tmp_path / "out" / "synthetic.csv").read_bytes() == (tmp_path / "sim" / "synthetic.csv").read_bytes()
+    for s in ("server0", "server1"):   # a compute server got its own shares, never another's nor any noisy share
+        kinds = {n.split("__")[0] for n in got[s]}
+        assert kinds <= {"collab_hello", "collab_key"} | {"collab_share"}, kinds
+        assert all(n.split("__")[2] == s for n in got[s] if n.startswith("collab_share__"))
+    assert sim.report["privacy"]["spent_epsilon"] > 0

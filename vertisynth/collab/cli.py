@@ -9,11 +9,16 @@ The whole protocol (binning rounds, measurement round, fit; vertisynth.collab.di
 `--exchange` is a folder every role can reach or a URL (file://, sftp://host/path, s3://bucket/run7/; the same
 transports as the deploy roles, core/transport.py and docs/network.md).
 
-One aggregation round by hand:
+One aggregation round by hand, on ONE machine only (a teaching and debugging aid; `--local-only` says so):
 
-    vertisynth collab share --custodian A --csv a.csv --domain d.json --marginal 0,1 --servers 2 --out inbox/
-    vertisynth collab aggregate --server 0 --rho 0.05 --inbox inbox/ --out outbox/     (once per server)
-    vertisynth collab reconstruct --outbox outbox/ --out noisy.npy
+    vertisynth collab share --local-only --custodian A --csv a.csv --domain d.json --marginal 0,1 --servers 2 --out inbox/
+    vertisynth collab aggregate --local-only --server 0 --rho 0.05 --inbox inbox/ --out outbox/     (once per server)
+    vertisynth collab reconstruct --local-only --outbox outbox/ --out noisy.npy
+
+Their files are plain: unsigned (nothing says who wrote them, so an edited count is undetectable), not bound to a
+run (an old file replays), and the shares unsealed (whoever holds every server's folder holds the counts). So
+they refuse to run unless `--local-only` acknowledges that every file stays on this machine; across machines the
+same round runs signed, sealed and run-bound as `collab custodian|server|publish --exchange URL` (docs/collab.md).
 """
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ import numpy as np
 
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
-from vertisynth.core.errors import VertisynthError
+from vertisynth.core.errors import ConfigError, MessageError, VertisynthError
 from vertisynth.plugins.datasets.files import read_codes_csv, read_domain_json
 from vertisynth.run.config import load_config
 from vertisynth.run.console import fail as _fail, progress_bar
@@ -45,11 +50,26 @@ def collab() -> None:
       custodian  each custodian, with only its own CSV
       server     each compute server (sees only random shares)
       publish    reconstructs the noisy aggregates, fits, writes the release
-    One aggregation round by hand: share, aggregate, reconstruct.
+    One aggregation round by hand, on one machine only (--local-only): share, aggregate, reconstruct.
     The one-process simulation of the same protocol (and tuning): vertisynth run CONFIG. See docs/collab.md."""
 
 
+_LOCAL_ONLY = click.option(
+    "--local-only", is_flag=True,
+    help="Required: acknowledges that these plain files (unsigned, not run-bound, shares unsealed) never leave "
+         "this machine. Across machines run `collab custodian|server|publish --exchange URL` (signed, sealed).")
+
+
+def _local_only(command: str, acknowledged: bool) -> None:
+    if not acknowledged:
+        _fail(ConfigError(
+            f"`collab {command}` writes and reads plain files (unsigned, not bound to a run, shares unsealed): a "
+            "one-machine aid only. Pass --local-only to acknowledge that no file crosses machines; across machines "
+            "use `vertisynth collab custodian|server|publish --exchange URL` (signed, sealed, run-bound)"))
+
+
 @collab.command()
+@_LOCAL_ONLY
 @click.option("--custodian", required=True, help="This custodian's name.")
 @click.option("--csv", "csv_path", required=True, type=click.Path(exists=True, dir_okay=False),
               help="This custodian's integer-coded CSV.")
@@ -60,9 +80,10 @@ def collab() -> None:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder for the share files (one sub-folder per server).")
 @click.option("--seed", type=int, default=None, help="For tests only: shares must be unpredictable in real use.")
-def share(custodian: str, csv_path: str, domain_path: str, marginals: tuple[str, ...], servers: int, out: Path,
-          seed: int | None) -> None:
-    """Count this custodian's marginals and write one share file per server."""
+def share(local_only: bool, custodian: str, csv_path: str, domain_path: str, marginals: tuple[str, ...],
+          servers: int, out: Path, seed: int | None) -> None:
+    """Count this custodian's marginals and write one share file per server (one machine only: --local-only)."""
+    _local_only("share", local_only)
     try:
         sizes = read_domain_json(Path(domain_path))
         data = Dataset.from_frame(read_codes_csv(Path(csv_path), sizes), Domain.from_sizes(sizes))
@@ -80,6 +101,7 @@ def share(custodian: str, csv_path: str, domain_path: str, marginals: tuple[str,
 
 
 @collab.command()
+@_LOCAL_ONLY
 @click.option("--server", type=int, required=True, help="This server's index (0-based).")
 @click.option("--rho", type=float, required=True, help="zCDP cost of each released marginal (sets σ).")
 @click.option("--inbox", type=click.Path(file_okay=False, path_type=Path), required=True,
@@ -87,8 +109,9 @@ def share(custodian: str, csv_path: str, domain_path: str, marginals: tuple[str,
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder for this server's noisy shares.")
 @click.option("--seed", type=int, default=None, help="For tests only.")
-def aggregate(server: int, rho: float, inbox: Path, out: Path, seed: int | None) -> None:
-    """Add all custodians' shares per marginal and this server's own Gaussian noise."""
+def aggregate(local_only: bool, server: int, rho: float, inbox: Path, out: Path, seed: int | None) -> None:
+    """Add all custodians' shares per marginal and this server's own Gaussian noise (one machine only)."""
+    _local_only("aggregate", local_only)
     try:
         files = sorted((inbox / f"server{server}").glob("*.npz"))
         if not files:
@@ -96,6 +119,9 @@ def aggregate(server: int, rho: float, inbox: Path, out: Path, seed: int | None)
         by_query: dict[str, list[CountShare]] = {}
         for f in files:
             sh = CountShare.load(f)
+            if f.name != f"{sh.party}__{sh.query.replace(',', '-')}.npz":   # share() names each file by its content
+                raise MessageError(f"{f}: holds {sh.party!r}'s share of {sh.query!r}, not what its name says "
+                                   "(renamed or replaced?); refused")
             by_query.setdefault(sh.query, []).append(sh)
         rng = None if seed is None else np.random.default_rng(seed)  # None: discrete Gaussian, OS CSPRNG
         out.mkdir(parents=True, exist_ok=True)
@@ -108,16 +134,21 @@ def aggregate(server: int, rho: float, inbox: Path, out: Path, seed: int | None)
 
 
 @collab.command(name="reconstruct")
+@_LOCAL_ONLY
 @click.option("--outbox", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder with every server's noisy shares.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="File for the reconstructed noisy marginals (.npz).")
-def reconstruct_cmd(outbox: Path, out: Path) -> None:
-    """Combine the servers' noisy shares: only the noisy totals are ever revealed (saved as .npz by marginal)."""
+def reconstruct_cmd(local_only: bool, outbox: Path, out: Path) -> None:
+    """Combine the servers' noisy shares: only the noisy totals are ever revealed (.npz by marginal; one machine)."""
+    _local_only("reconstruct", local_only)
     try:
         by_query: dict[str, list[NoisyShare]] = {}
         for f in sorted(outbox.glob("*.npz")):
             ns = NoisyShare.load(f)
+            if f.name != f"server{ns.server}__{ns.query.replace(',', '-')}.npz":
+                raise MessageError(f"{f}: holds server {ns.server}'s noisy share of {ns.query!r}, not what its name "
+                                   "says (renamed or replaced?); refused")
             by_query.setdefault(ns.query, []).append(ns)
         if not by_query:
             raise VertisynthError(f"no noisy shares under {outbox}")

@@ -7,6 +7,11 @@ writes the envelopes that came in, starts the step's worker if it is not running
 worker is done, failed, or waits for envelopes the bridge does not hold yet (the relay folder records that
 precisely: transport.RelayFolderTransport), with every envelope the party wrote since the last call. The
 protocols, their envelope checks and the party's keys and outputs stay exactly those of the folder run.
+
+A SuperNode's `role` (--node-config) says which worker it runs: a vertical `party` (the steps above), or a [collab]
+run's `custodian` or `collab-server` (one step, `collab`: the whole `vertisynth collab custodian|server` role).
+The roles on the ServerApp's own machine (the he server, the collab publisher) use the same machinery:
+ServerBridge, PublisherBridge.
 """
 from __future__ import annotations
 
@@ -25,7 +30,8 @@ from vertisynth.run.config import load_config
 
 from ..transport import RelayFolderTransport, read_generation
 
-STEPS = ("hello", "align", "keys", "synth")
+STEPS = ("hello", "align", "keys", "synth", "collab")
+ROLES = ("party", "custodian", "collab-server")   # a vertical party, or a [collab] run's custodian / compute server
 DONE, FAILED, WAITING, BUSY = "done", "failed", "waiting", "busy"
 
 
@@ -42,6 +48,9 @@ class NodeSettings:
     id_column: str = "id"
     test_secret: str | None = None   # reproducible test runs only (labelled so in every output)
     timeout: float = 600.0
+    role: str = "party"
+    key: Path | None = None          # collab roles: the roster signing key (default: OUT/<party>_signing.pem)
+    seed: int | None = None          # collab roles, tests only: `collab custodian|server --seed`
 
     @classmethod
     def from_node_config(cls, node: dict) -> NodeSettings:
@@ -56,10 +65,16 @@ class NodeSettings:
             timeout = float(node.get("timeout", 600.0))
         except (TypeError, ValueError):
             raise ConfigError(f"--node-config timeout={node.get('timeout')!r}: give seconds, e.g. timeout=600") from None
-        csv = text("csv")
+        csv, key, seed = text("csv"), text("key"), text("seed")
+        role = text("role") or "party"
+        if role not in ROLES:
+            raise ConfigError(f"--node-config role={role!r}: one of {list(ROLES)}")
+        if seed is not None and not seed.lstrip("-").isdigit():
+            raise ConfigError(f"--node-config seed={seed!r}: an integer (tests only)")
         return cls(party=str(node["party"]), config=Path(str(node["config"])), out=Path(str(node["out"])),
                    work=Path(str(node["work"])), csv=Path(csv) if csv else None, id_column=text("id-column") or "id",
-                   test_secret=text("test-secret"), timeout=timeout)
+                   test_secret=text("test-secret"), timeout=timeout, role=role, key=Path(key) if key else None,
+                   seed=int(seed) if seed is not None else None)
 
 
 @attrs.frozen
@@ -79,6 +94,10 @@ class Bridge:
     # -- what the worker runs -----------------------------------------------------------------------------------
     def command(self, step: str) -> list[str]:
         s = self.s
+        if (step == "collab") != (s.role != "party"):
+            raise ConfigError(f"{s.party!r} is a {s.role} (its --node-config role): it takes no step {step!r}")
+        if step == "collab":
+            return self._collab_command()
         base = [sys.executable, "-m", "vertisynth.cli", "party", step, str(s.config), "--party", s.party,
                 "--exchange", f"relay://{self.spool.resolve()}", "--out", str(s.out)]
         if step == "hello":
@@ -94,6 +113,22 @@ class Bridge:
             csv = s.out / f"{s.party}_aligned.csv" if aligned else s.csv
             return base + (["--csv", str(csv)] if csv is not None else []) + ["--quiet"]
         raise ConfigError(f"unknown step {step!r}; the steps are {list(STEPS)}")
+
+    def _collab_command(self) -> list[str]:
+        """`vertisynth collab custodian|server` (collab/cli.py): the whole role, every round, in one worker."""
+        s = self.s
+        key = s.key or s.out / f"{s.party}_signing.pem"
+        common = ["--exchange", f"relay://{self.spool.resolve()}", "--timeout", str(s.timeout), "--key", str(key),
+                  "--quiet", *(["--seed", str(s.seed)] if s.seed is not None else [])]
+        head = [sys.executable, "-m", "vertisynth.cli", "collab"]
+        if s.role == "custodian":
+            if s.csv is None:
+                raise ConfigError(f"custodian {s.party!r}: set csv=... (its own rows) in --node-config")
+            return [*head, "custodian", str(s.config), "--name", s.party, "--csv", str(s.csv), *common]
+        index = s.party.removeprefix("server")
+        if not s.party.startswith("server") or not index.isdigit():
+            raise ConfigError(f"a collab-server's party is server<INDEX> (server0, server1, ...), not {s.party!r}")
+        return [*head, "server", str(s.config), "--index", index, *common]
 
     def _file(self, step: str, what: str) -> Path:
         return self.s.work / f"{step}.{what}"
@@ -147,7 +182,8 @@ class Bridge:
         sent_file = self.s.work / "reported.json"
         sent = set(json.loads(sent_file.read_text())) if sent_file.exists() else set()
         relay = RelayFolderTransport(self.spool)
-        new = {n: relay.read(n) for n in relay.names(f"*__{self.s.party}__*") if n.split("__")[1] == self.s.party
+        # `<round>__<party>__...` (deploy) or `collab_<kind>__<party>[__...]` (collab/channel.py)
+        new = {n: relay.read(n) for n in relay.names(f"*__{self.s.party}*") if n.split("__")[1] == self.s.party
                and n not in sent}
         if new:
             tmp = sent_file.with_suffix(".part")
@@ -168,3 +204,61 @@ class Bridge:
                     pass
         with open(self.s.work / "abort.log", "a") as fh:
             fh.write(f"error: aborted by the server: {reason}" + (f" (stopped: {stopped})" if stopped else "") + "\n")
+
+
+class ServerBridge(Bridge):
+    """The server role as a participant of the synth step (encoder "he": it signs the clique queries mid-run),
+    on the ServerApp's own machine: the ordinary `vertisynth server --key` on its own relay folder, started and
+    polled exactly like a party's worker. It writes the table, model, report and ledger into `out` itself."""
+
+    party = "server"
+    steps = frozenset({"synth"})
+
+    def __init__(self, config: Path, out: Path, work: Path, key: Path, data_dir: str | None = None,
+                 wait: float = 1.0) -> None:
+        if not key.is_file():
+            raise ConfigError(f"encoder 'he': the server signs its clique queries; its key {str(key)!r} does not "
+                              "exist (make it with `vertisynth party init --party server`, pin it in the roster, "
+                              "and pass --run-config 'server-key=\"PATH\"')")
+        super().__init__(NodeSettings(party=self.party, config=config, out=out, work=work))
+        self.key, self.data_dir, self.wait = key, data_dir, wait
+
+    def command(self, step: str) -> list[str]:
+        if step not in self.steps:
+            raise ConfigError(f"the server role takes part only in the steps {sorted(self.steps)}, not {step!r}")
+        s = self.s
+        return [sys.executable, "-m", "vertisynth.cli", "server", str(s.config), "--exchange",
+                f"relay://{self.spool.resolve()}", "--out", str(s.out), "--key", str(self.key), "--quiet",
+                *(["--data-dir", self.data_dir] if self.data_dir else [])]
+
+    def __call__(self, step: str, inbound: dict[str, bytes]) -> Reply:
+        return self.step(step, inbound, self.wait)
+
+
+class PublisherBridge(Bridge):
+    """A [collab] run's publisher on the ServerApp's machine: the ordinary `vertisynth collab publish` as a worker on
+    its own relay folder, a participant of the relay's one `collab` step. It sees only the servers' noisy shares
+    and writes the release into `out` itself."""
+
+    party = "publisher"
+    steps = frozenset({"collab"})
+
+    def __init__(self, config: Path, out: Path, work: Path, key: Path, timeout: float, data_dir: str | None = None,
+                 wait: float = 1.0) -> None:
+        if not key.is_file():
+            raise ConfigError(f"[collab]: the publisher signs what it posts; its key {str(key)!r} does not exist "
+                              "(`vertisynth party init --party publisher`, pinned in the roster; --run-config "
+                              "'server-key=\"PATH\"')")
+        super().__init__(NodeSettings(party=self.party, config=config, out=out, work=work, timeout=timeout))
+        self.key, self.data_dir, self.wait = key, data_dir, wait
+
+    def command(self, step: str) -> list[str]:
+        if step not in self.steps:
+            raise ConfigError(f"the publisher takes part only in the step 'collab', not {step!r}")
+        s = self.s
+        return [sys.executable, "-m", "vertisynth.cli", "collab", "publish", str(s.config), "--exchange",
+                f"relay://{self.spool.resolve()}", "--out", str(s.out), "--timeout", str(s.timeout),
+                "--key", str(self.key), "--quiet", *(["--data-dir", self.data_dir] if self.data_dir else [])]
+
+    def __call__(self, step: str, inbound: dict[str, bytes]) -> Reply:
+        return self.step(step, inbound, self.wait)

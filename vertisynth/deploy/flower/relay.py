@@ -2,6 +2,13 @@
 (hello, PSI/PSU alignment, key agreement, party synth), relaying each party's signed envelopes to the parties
 they are addressed to, then build the table from the envelopes addressed to the server (deploy/server.py).
 
+With encoder "he" the server role takes part mid-run (it signs the clique queries the parties answer,
+deploy/he_rounds.py): it is then a `Local` participant of the synth step, its own worker (`vertisynth server`) on
+its own relay folder on the ServerApp's machine, relayed to and from like a party (envelopes `...__to__server__...`
+go to it, its `...__server__to__all__...` to the parties), and it writes the table itself. A [collab] run is one
+step, `collab`: custodians and compute servers on SuperNodes, the publisher the local participant, each collab slot
+routed by its kind (`collab_to`).
+
 The relay reads no envelope: every recipient checks every envelope (roster, signature, run, config, round,
 recipient) as in a folder exchange, and the server role does so again in `run_server`. What the relay checks
 is only the traffic: each SuperNode speaks for one party of the config, and writes under that party's name only.
@@ -12,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Protocol
 
 from vertisynth.core.errors import ConfigError, MessageError
 from vertisynth.run.config import RunConfig
@@ -23,29 +31,77 @@ from .bridge import BUSY, DONE, FAILED, STEPS, WAITING, Reply
 
 # node id -> (step, envelopes for it) ; returns node id -> Reply, or raises MessageError naming who did not answer
 Ask = Callable[[Mapping[int, tuple[str, dict[str, bytes]]]], Mapping[int, Reply]]
+LOCAL = -1   # the node id of the Local participant (Flower's node ids are positive)
+
+
+class Local(Protocol):
+    """A participant on the relay's own machine: the server role with encoder "he" (bridge.ServerBridge), or a
+    [collab] run's publisher (bridge.PublisherBridge)."""
+    party: str
+    steps: frozenset[str]   # the steps it takes part in
+
+    def __call__(self, step: str, inbound: dict[str, bytes]) -> Reply: ...
+
+
+def collab_roles(config: RunConfig) -> list[str] | None:
+    """A [collab] run's roles on SuperNodes: its custodians (collab.files keys, or custodian1..N) and compute
+    servers (server0..S-1); the publisher runs beside the ServerApp. None for a vertical run."""
+    collab = config.section("collab")
+    if collab is None:
+        return None
+    custodians = list(collab.files) if collab.files else [f"custodian{i + 1}" for i in range(collab.custodians)]
+    return custodians + [f"server{i}" for i in range(collab.servers)]
 
 
 def steps_for(config: RunConfig, data_dir: str | None = None) -> list[str]:
+    if config.section("collab") is not None:
+        return ["collab"]   # every collab role runs all its rounds in one worker
     _, synth = vertical_plan(config, data_dir, aligned_csv=True)
     return (["hello"] + (["align"] if config.alignment.use in ("psi", "psu") else [])
             + (["keys"] if synth.needs_keys() else []) + ["synth"])
 
 
 def addressed_to(name: str, party: str) -> bool:
-    """Envelope names are `<round>__<sender>__to__<all | a+b | server>__<tag>` (deploy/session.py)."""
+    """Envelope names are `<round>__<sender>__to__<all | a+b | server>__<tag>` (deploy/session.py), or a collab
+    slot `collab_<kind>__<sender>[__...]` (collab/channel.py, routed by its kind: `collab_to`)."""
     parts = name.split("__")
+    if parts[0].startswith("collab_"):
+        return collab_to(parts, party)
     return len(parts) >= 4 and parts[1] != party and (parts[3] == "all" or party in parts[3].split("+"))
 
 
+def _compute_server(name: str) -> bool:
+    return name.startswith("server") and name[len("server"):].isdigit()
+
+
+def collab_to(parts: list[str], party: str) -> bool:
+    """Who gets a collab slot (the names of collab/distributed.py): a share only the compute server it names
+    (sealed to that server's key anyway), a vote only the publisher, a server's noisy share the custodians and the
+    publisher (never another server), the rest (hellos, server keys, the publisher's steps) every other role."""
+    kind, sender = parts[0], parts[1] if len(parts) > 1 else ""
+    if sender == party or not sender:
+        return False
+    if kind == "collab_share":
+        return len(parts) > 2 and parts[2] == party
+    if kind == "collab_vote":
+        return party == "publisher"
+    if kind == "collab_noisy":
+        return not _compute_server(party)
+    return True
+
+
 class Relay:
-    def __init__(self, parties: list[str], nodes: list[int], ask: Ask, timeout: float) -> None:
+    def __init__(self, parties: list[str], nodes: list[int], ask: Ask, timeout: float,
+                 local: Local | None = None) -> None:
         if len(nodes) != len(parties):
             raise MessageError(f"{len(nodes)} SuperNode(s) connected, the config has {len(parties)} parties "
                                f"{parties}: start one SuperNode per party (and no other) before the run")
-        self.parties, self.nodes, self.ask, self.timeout = parties, nodes, ask, timeout
+        if LOCAL in nodes or (local is not None and local.party in parties):
+            raise ConfigError(f"the local participant {getattr(local, 'party', LOCAL)!r} clashes with a party")
+        self.parties, self.nodes, self.ask, self.timeout, self.local = parties, nodes, ask, timeout, local
         self.envelopes: dict[str, bytes] = {}
-        self.delivered: dict[int, set[str]] = {n: set() for n in nodes}
-        self.party_of: dict[int, str] = {}
+        self.delivered: dict[int, set[str]] = {n: set() for n in [*nodes, LOCAL]}
+        self.party_of: dict[int, str] = {LOCAL: local.party} if local is not None else {}
         self.rounds = 0
         self.rounds_per_step: dict[str, int] = {}
 
@@ -79,24 +135,29 @@ class Relay:
         return new
 
     def step(self, step: str) -> None:
-        pending = list(self.nodes)
+        pending = list(self.nodes) + ([LOCAL] if self.local is not None and step in self.local.steps else [])
         last = time.monotonic()   # a step fails after `timeout` s without progress (a party computing says so)
         while pending:
             if time.monotonic() - last > self.timeout:
                 who = [self.party_of.get(n, f"node {n}") for n in pending]
                 raise MessageError(f"step {step!r}: no progress from parties {who} for {self.timeout:.0f} s")
-            requests = {n: (step, self._inbox(n)) for n in pending}
-            replies = self.ask(requests)
+            requests = {n: (step, self._inbox(n)) for n in pending if n != LOCAL}
+            replies = dict(self.ask(requests)) if requests else {}
             self.rounds += 1
             self.rounds_per_step[step] = self.rounds_per_step.get(step, 0) + 1
             progress = False
             for node, (_, sent) in requests.items():
                 self.delivered[node] |= set(sent)
             for node in pending:
+                if node == LOCAL:   # after the parties' replies, so it gets what they just sent in this round
+                    inbox = self._inbox(LOCAL)
+                    replies[LOCAL] = self.local(step, inbox)
+                    self.delivered[LOCAL] |= set(inbox)
                 reply = replies[node]
                 progress |= self._take(node, reply)
                 if reply.status == FAILED:
-                    raise MessageError(f"party {reply.party!r} failed in step {step!r}: {reply.error}")
+                    raise MessageError(f"{'the server role' if node == LOCAL else 'party'} {reply.party!r} failed "
+                                       f"in step {step!r}: {reply.error}")
             if progress or any(replies[n].status in (DONE, BUSY) for n in pending):
                 last = time.monotonic()
             pending = [n for n in pending if replies[n].status != DONE]
@@ -115,13 +176,24 @@ class Relay:
         return dict(self.envelopes)
 
 
-def build(config: RunConfig, envelopes: Mapping[str, bytes], out: Path, data_dir: str | None = None) -> Path:
-    """The server role on what was relayed: the envelopes kept in `out/exchange` (what crossed the wire, for
-    audit), then `run_server` with every check of a folder run. A reused `out` is refused."""
+def fresh_out(out: Path) -> Path:
+    """`out/exchange`, refused if it already holds envelopes (a reused output folder); creates nothing."""
     exchange = out / "exchange"
     if exchange.exists() and any(exchange.iterdir()):
         raise ConfigError(f"{str(exchange)!r} already holds envelopes (a reused output folder); use a fresh --out")
+    return exchange
+
+
+def keep_exchange(out: Path, envelopes: Mapping[str, bytes]) -> Path:
+    """The relayed envelopes kept in `out/exchange` (what crossed the wire, for audit). A reused `out` is refused."""
+    exchange = fresh_out(out)
     folder = FolderTransport(exchange)
     for name, data in sorted(envelopes.items()):
         folder.send(name, data)
-    return run_server(config, exchange, out, data_dir)
+    return exchange
+
+
+def build(config: RunConfig, envelopes: Mapping[str, bytes], out: Path, data_dir: str | None = None) -> Path:
+    """The server role on what was relayed (no encoder "he"): the envelopes kept in `out/exchange`, then
+    `run_server` on them with every check of a folder run. A reused `out` is refused."""
+    return run_server(config, keep_exchange(out, envelopes), out, data_dir)

@@ -1,7 +1,9 @@
 """The server's Flower ServerApp (`vertisynth.deploy.flower.serverapp:app`): relays the parties' envelopes step by
 step (relay.py) over Flower messages, then builds the table. Run config (set with `flwr run --run-config`):
 `config` (the shared job TOML on the SuperLink's machine), `out` (a fresh output folder there), `timeout`
-(seconds a step, and a party's answer, may take), `data-dir` (benchmark data, only for named benchmarks)."""
+(seconds a step, and a party's answer, may take), `data-dir` (benchmark data, only for named benchmarks);
+with encoder "he" also `server-key` (the server's signing key) and optionally `work` (its worker's scratch):
+the server role then runs during the synth step as its own worker, relayed like a party (relay.py)."""
 from __future__ import annotations
 
 import json
@@ -14,7 +16,10 @@ from flwr.serverapp import Grid, ServerApp
 from vertisynth.core.errors import MessageError, VertisynthError
 from vertisynth.run.config import load_config
 
-from .relay import Relay, build, steps_for
+from ..he_rounds import joint_encoder
+from ..plans import vertical_plan
+from .bridge import PublisherBridge, ServerBridge
+from .relay import Relay, build, collab_roles, fresh_out, keep_exchange, steps_for
 from .wire import reply_from, request_records
 
 app = ServerApp()
@@ -91,18 +96,40 @@ def main(grid: Grid, context: Context) -> None:
     data_dir = str(cfg.get("data-dir", "")) or None
     ask = FlowerAsk(grid, timeout, wait=min(10.0, timeout / 2))
     nodes: list[int] = []
+    server: ServerBridge | PublisherBridge | None = None
     try:
         if not str(cfg.get("config", "")) or not str(cfg.get("out", "")):
             raise MessageError("set the run config: flwr run APP --run-config 'config=\"job.toml\" out=\"out\"'")
         config = load_config(str(cfg["config"]))
-        parties = [p.name for p in config.parties]
-        if not parties or not all(parties):
-            raise MessageError("the Flower run needs the parties named in the config's [[parties]]")
+        roles = collab_roles(config)
+        if roles is not None:   # [collab]: custodians and compute servers on SuperNodes, the publisher here
+            parties = roles
+            if not str(cfg.get("server-key", "")):
+                raise MessageError("[collab]: the publisher runs beside the ServerApp and signs what it posts; set "
+                                   "--run-config 'server-key=\"private/publisher_signing.pem\"'")
+            fresh_out(out)
+            work = Path(str(cfg.get("work", "")) or f"{out}.work") / f"run-{context.run_id}"
+            server = PublisherBridge(Path(str(cfg["config"])), out, work, Path(str(cfg["server-key"])), timeout,
+                                     data_dir)
+        else:
+            plan, synth = vertical_plan(config, data_dir, aligned_csv=True)
+            parties = list(plan.partition.names)   # [[parties]], or a built-in dataset's named default split
+            if joint_encoder(synth) is not None:
+                # encoder "he": the server signs its clique queries mid-run, so it runs beside the parties
+                if not str(cfg.get("server-key", "")):
+                    raise MessageError("encoder 'he': the server takes part in the rounds; set --run-config 'server-key="
+                                       "\"private_server/server_signing.pem\"' (from `party init --party server`)")
+                fresh_out(out)   # a reused output folder is refused before anything runs
+                work = Path(str(cfg.get("work", "")) or f"{out}.work") / f"run-{context.run_id}"
+                server = ServerBridge(Path(str(cfg["config"])), out, work, Path(str(cfg["server-key"])), data_dir)
         nodes = _nodes(grid, len(parties), timeout)
-        relay = Relay(parties, nodes, ask, timeout)
+        relay = Relay(parties, nodes, ask, timeout, local=server)
         t0 = time.monotonic()
         envelopes = relay.run(steps_for(config, data_dir))
-        build(config, envelopes, out, data_dir)
+        if server is None:
+            build(config, envelopes, out, data_dir)
+        else:   # the server role (he) or the collab publisher wrote the release; keep the wire's envelopes for audit
+            keep_exchange(out, envelopes)
         _stats(out, relay, ask, time.monotonic() - t0)
     except Exception as exc:   # noqa: BLE001 - ours, or a Flower failure: one line in error.txt, not a traceback
         if not isinstance(exc, VertisynthError):
@@ -112,6 +139,8 @@ def main(grid: Grid, context: Context) -> None:
             (out / "error.txt").write_text(f"error: {exc}\n")
         print(f"error: {exc}", flush=True)   # into `flwr run --stream` / `flwr log`
         ask.abort(nodes, str(exc))
+        if server is not None:
+            server.abort(str(exc))
         raise SystemExit(f"error: {exc}") from None
     print(f"server: wrote {out}/synthetic.csv, report.json, ledger.json (relayed {len(envelopes)} envelopes in "
           f"{relay.rounds} round trips)", flush=True)
