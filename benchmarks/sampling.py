@@ -8,6 +8,7 @@ per-row cost against the first n (1.0 = linear), for three ways of drawing:
 
     PYTHONPATH=$PWD python benchmarks/sampling.py [--rows 45222,450000,4500000] [--block-rows 131072]
                                                   [--modes old,table,blocks] [--model model.npz]
+                                                  [--method sample|round]
 
 The model: VertiMRF fitted on Adult (45,222 rows, /work/shared/data; VertiMRF defaults but DPFM t = 8,000 to
 fit faster, epsilon 1, seed 0), saved once as model.npz in a temporary folder (or --model). Its sampling
@@ -45,9 +46,10 @@ def fit(path: Path) -> None:
     result.model.save(path)
 
 
-def one(path: Path, n: int, mode: str, block_rows: int, repeat: int) -> dict:
+def one(path: Path, n: int, mode: str, block_rows: int, repeat: int, method: str | None) -> dict:
     from vertisynth.run.model import FittedModel
     fm = FittedModel.load(path)
+    fm.sampling = method or fm.sampling
     gm = fm.model
     gm.clique_probs()   # calibrate before timing: the draw alone is measured
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -80,6 +82,8 @@ def main() -> int:
     ap.add_argument("--modes", default="old,table,blocks")
     ap.add_argument("--block-rows", type=int, default=None, help="default: the sampler's SAMPLE_BLOCK_ROWS")
     ap.add_argument("--model", default=None, help="a model.npz to sample from (default: fit one on Adult)")
+    ap.add_argument("--method", choices=["sample", "round"], default=None,
+                    help="sampling method (default: the model's, 'round' for VertiMRF)")
     ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--mode", default="table", help=argparse.SUPPRESS)
     ap.add_argument("--repeat", type=int, default=None, help="draws per (mode, n), median CPU (default: about "
@@ -88,7 +92,7 @@ def main() -> int:
     from vertisynth.pgm.model import SAMPLE_BLOCK_ROWS
     block = a.block_rows or SAMPLE_BLOCK_ROWS
     if a.one is not None:
-        print(json.dumps(one(Path(a.model), a.one, a.mode, block, a.repeat)))
+        print(json.dumps(one(Path(a.model), a.one, a.mode, block, a.repeat, a.method)))
         return 0
     model = Path(a.model) if a.model else Path(tempfile.mkdtemp()) / "model.npz"
     if not model.exists():
@@ -101,7 +105,7 @@ def main() -> int:
     for mode in a.modes.split(","):
         for n in [int(x) for x in a.rows.split(",")]:
             res = subprocess.run([sys.executable, __file__, "--one", str(n), "--mode", mode, "--model", str(model),
-                                  "--block-rows", str(block), "--repeat",
+                                  "--block-rows", str(block), *(["--method", a.method] if a.method else []), "--repeat",
                                   str(a.repeat or min(9, max(1, 4_500_000 // n)))], stdout=subprocess.PIPE, text=True, check=True)
             r = json.loads(res.stdout.strip().splitlines()[-1])
             per_row = r["cpu_s"] / n * 1e9
