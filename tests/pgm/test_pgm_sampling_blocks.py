@@ -93,8 +93,8 @@ def test_memory_is_one_block_not_n(method):
 
 
 def test_code_dtype_and_errors():
-    assert code_dtype(Domain(["a"], [256])) == np.uint8
-    assert code_dtype(Domain(["a", "b"], [3, 257])) == np.uint16
+    assert code_dtype(Domain(["a"], [128])) == np.uint8
+    assert code_dtype(Domain(["a", "b"], [3, 256])) == np.uint16   # a spare bit: code + 1 must not wrap
     assert code_dtype(Domain(["a"], [70_000])) == np.uint32
     model = _chain()
     with pytest.raises(ConfigError, match="block_rows"):

@@ -31,9 +31,10 @@ HYPERGEOMETRIC_MAX = 10**9
 
 
 def code_dtype(domain) -> np.dtype:
-    """The smallest unsigned integer type that holds every code of the domain."""
+    """The smallest unsigned integer type that holds every code of the domain with a spare top bit, so that
+    code + 1 (a bin's upper edge in `ColumnCodec.decode`) cannot wrap around."""
     top = max(domain.shape, default=1)
-    return np.dtype(np.uint8 if top <= 2**8 else np.uint16 if top <= 2**16 else np.uint32 if top <= 2**32
+    return np.dtype(np.uint8 if top <= 2**7 else np.uint16 if top <= 2**15 else np.uint32 if top <= 2**31
                     else np.int64)
 
 
