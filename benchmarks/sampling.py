@@ -10,11 +10,12 @@ per-row cost against the first n (1.0 = linear), for three ways of drawing:
                                                   [--modes old,table,blocks] [--model model.npz]
                                                   [--method sample|round]
 
-The model: VertiMRF fitted on Adult (45,222 rows, from the shared data folder or $VERTISYNTH_DATA;
-VertiMRF defaults but DPFM t = 8,000 to fit faster, epsilon 1, seed 0), saved once as model.npz in a temporary folder (or --model). Its sampling
-method is the synthesizer's ("round" for VertiMRF). Each (mode, n) runs in a fresh subprocess: the CPU is
-`time.process_time` around the draw (the median of several draws at small n), the peak RSS is getrusage's maxrss of that process, printed beside its
-RSS after loading the model (so the draw's own peak is the difference).
+The model: VertiMRF fitted on Adult (45,222 rows, from the shared data folder or $VERTISYNTH_DATA; VertiMRF
+defaults but DPFM t = 8,000 to fit faster, epsilon 1, seed 0), saved once as model.npz in a temporary folder (or
+--model). Its sampling method is the synthesizer's ("round" for VertiMRF). Each (mode, n) runs in a fresh
+subprocess: the CPU is `time.process_time` around the draw (the median of several draws at small n), the peak
+RSS is getrusage's maxrss of that process, printed beside its RSS after loading the model (so the draw's own
+peak is the difference).
 """
 from __future__ import annotations
 
