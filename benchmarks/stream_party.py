@@ -88,7 +88,7 @@ def setup(n: int, chunk_rows: int, tmp: Path) -> None:
         (tmp / f"{p.name}_{n}.codec").write_bytes(pickle.dumps(codec))
 
 
-def one(n: int, chunk_rows: int, tmp: Path, dask_workers: int, t: int = 0) -> dict:
+def one(n: int, chunk_rows: int, tmp: Path, dask_workers: int, t: int = 0, keep_trim: bool = False) -> dict:
     import pickle
 
     from vertisynth.run.stream import coded_chunks
@@ -98,7 +98,13 @@ def one(n: int, chunk_rows: int, tmp: Path, dask_workers: int, t: int = 0) -> di
     syn.agree_keys(key_rng)
     client = None
     if dask_workers:
+        import dask
         from distributed import Client, LocalCluster
+        if not keep_trim:   # the nanny's MALLOC_TRIM_THRESHOLD_=65536 made the encoder's chunk job cost 2x on a
+            # worker (9.0 vs 4.5 CPU s per 100k-row chunk; 5.2 without it): see docs/scale.md, fourth session
+            env = dict(dask.config.get("distributed.nanny.pre-spawn-environ"))
+            env["MALLOC_TRIM_THRESHOLD_"] = None
+            dask.config.set({"distributed.nanny.pre-spawn-environ": env})
         client = Client(LocalCluster(n_workers=dask_workers, threads_per_worker=1, dashboard_address=None))
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     wcpu0 = _worker_cpu(client) if client is not None else 0.0
@@ -129,6 +135,8 @@ def main() -> int:
     ap.add_argument("--dask", type=int, default=0, help="run the encoding on a LocalCluster of this many workers")
     ap.add_argument("--t", type=int, default=0, help="DPFM repetitions (default: the encoder's default)")
     ap.add_argument("--tmp", default=None)
+    ap.add_argument("--keep-trim", action="store_true",
+                    help="keep Dask's default MALLOC_TRIM_THRESHOLD_ for the workers (2x slower encoding here)")
     ap.add_argument("--reuse", action="store_true", help="reuse the tables already written in --tmp")
     ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--setup", type=int, default=None, help=argparse.SUPPRESS)
@@ -139,7 +147,7 @@ def main() -> int:
         setup(a.setup, a.chunk_rows, tmp)
         return 0
     if a.one is not None:
-        print(json.dumps(one(a.one, a.chunk_rows, tmp, a.dask, a.t)))
+        print(json.dumps(one(a.one, a.chunk_rows, tmp, a.dask, a.t, a.keep_trim)))
         return 0
     base = None
     for n in [int(x) for x in a.rows.split(",")]:
@@ -151,7 +159,8 @@ def main() -> int:
             print(f"n={n:>10,}  setup (generate, write CSVs) {s1.ru_utime + s1.ru_stime - s0.ru_utime - s0.ru_stime:.1f}"
                   f" CPU s", flush=True)
         res = subprocess.run([sys.executable, __file__, "--one", str(n), "--chunk-rows", str(a.chunk_rows),
-                              "--dask", str(a.dask), "--t", str(a.t), "--tmp", str(tmp)],
+                              "--dask", str(a.dask), "--t", str(a.t), "--tmp", str(tmp),
+                              *(["--keep-trim"] if a.keep_trim else [])],
                              stdout=subprocess.PIPE, text=True, check=True)
         r = json.loads(res.stdout.strip().splitlines()[-1])
         total = r["cpu_s"] + r.get("worker_cpu_s", 0.0)
