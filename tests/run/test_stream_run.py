@@ -118,3 +118,17 @@ def test_the_api_reads_a_file_in_chunks_and_equals_the_dataframe_run(tmp_path):
     assert "read in chunks of 128 rows" in streamed.report["dataset"]["description"]
     with pytest.raises(DataError, match="needs `parties` and a public `schema`"):
         synthesize(path, epsilon=1.0, parties={"p1": ["a", "b"], "p2": ["c", "d"]})
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 7, 64, 333])
+def test_csv_chunks_hold_exactly_chunk_rows_whatever_the_readers_batches(tmp_path, chunk_rows, monkeypatch):
+    # the reader's batches (forced small and ragged here) must not leave short chunks between full ones
+    from vertisynth.run import stream
+    path = tmp_path / "t.csv"
+    _table(path, n=900)
+    monkeypatch.setattr(stream, "_block_size", lambda p, rows: 1 << 12)
+    got = list(stream.frames(path, ["a"], chunk_rows))
+    sizes = [len(f) for _, f in got]
+    assert sizes == [chunk_rows] * (900 // chunk_rows) + ([900 % chunk_rows] if 900 % chunk_rows else [])
+    assert [s for s, _ in got] == list(range(0, 900, chunk_rows))
+    assert pd.concat([f for _, f in got])["a"].tolist() == pd.read_csv(path, dtype=str)["a"].tolist()

@@ -14,7 +14,7 @@ batched for speed); it builds a GraphicalModel from the fitted potentials at the
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -23,6 +23,19 @@ from vertisynth.core.errors import ConfigError
 from vertisynth.core.factor import Factor
 
 from .graph import JunctionTree
+
+# records drawn at once when sampling: the work arrays of a block stay small (docs/scale.md, fourth session)
+SAMPLE_BLOCK_ROWS = 131_072
+# numpy's hypergeometric draw needs ngood + nbad below 10**9 ("round" sampling in blocks draws from group counts)
+HYPERGEOMETRIC_MAX = 10**9
+
+
+def code_dtype(domain) -> np.dtype:
+    """The smallest unsigned integer type that holds every code of the domain with a spare top bit, so that
+    code + 1 (a bin's upper edge in `ColumnCodec.decode`) cannot wrap around."""
+    top = max(domain.shape, default=1)
+    return np.dtype(np.uint8 if top <= 2**7 else np.uint16 if top <= 2**15 else np.uint32 if top <= 2**31
+                    else np.int64)
 
 
 def sum_out(a: np.ndarray, drop: tuple[int, ...]) -> np.ndarray:
@@ -209,15 +222,66 @@ class GraphicalModel:
         return f.transpose([a for a in attrs_])
 
     # -- sampling -----------------------------------------------------------------------------
-    def sample(self, n: int, rng: np.random.Generator, method: str = "sample") -> Dataset:
+    def sample(self, n: int, rng: np.random.Generator, method: str = "sample",
+               block_rows: int = SAMPLE_BLOCK_ROWS) -> Dataset:
         """n records along the tree. method: "sample" (i.i.d. draws) or "round" (PrivMRF's low-variance
         rounding: attribute by attribute, floor of expected counts plus a draw on the remainders, per group of
-        records that agree on the separator and the attributes drawn before)."""
+        records that agree on the separator and the attributes drawn before).
+
+        Records are drawn in blocks of `block_rows` (`sample_blocks`), so the work per row does not grow with
+        n and the working memory is one block; the table is held in the smallest unsigned integer type of
+        the domain. Up to `block_rows` records this is the one-shot draw (the same table for the same rng);
+        beyond, the same distribution (see `sample_blocks`)."""
+        n, block_rows = self._check_sampling(n, method, block_rows)
+        codes = np.empty((n, len(self.domain)), dtype=code_dtype(self.domain))
+        start = 0
+        for part in self.sample_blocks(n, rng, method, block_rows):
+            codes[start:start + part.n] = part.codes
+            start += part.n
+        return Dataset(codes, self.domain)
+
+    def sample_blocks(self, n: int, rng: np.random.Generator, method: str = "sample",
+                      block_rows: int = SAMPLE_BLOCK_ROWS) -> Iterator[Dataset]:
+        """The n records of `sample` as consecutive blocks of at most `block_rows` (memory: one block, plus
+        the model's tables for "round"). n <= block_rows: the one-shot draw. Otherwise, "sample": independent
+        blocks of i.i.d. records (the same law). "round": the rounded counts of every step are drawn first
+        from the tables alone (a step's group sizes are the counts of the attributes drawn before it, known
+        from the earlier steps' counts), then each block's records take their values from what is left of
+        their group's counts, without replacement (a multivariate hypergeometric draw per block, one
+        category at a time) in random order within the block: over the blocks, each group's values are a
+        uniformly random arrangement of its counts, as in the one-shot draw (the same law, not the same
+        table for a seed)."""
+        n, block_rows = self._check_sampling(n, method, block_rows)
+        dtype = code_dtype(self.domain)
+        if n <= block_rows:
+            yield Dataset(self._sample_once(n, rng, method).astype(dtype), self.domain)
+            return
+        steps = self._sampling_steps(method)
+        left = self._round_counts(steps, n, rng) if method == "round" else None
+        for start in range(0, n, block_rows):
+            b = min(block_rows, n - start)
+            if left is None:
+                yield Dataset(self._sample_once(b, rng, method, steps).astype(dtype), self.domain)
+            else:
+                yield Dataset(self._take_block(steps, left, b, rng).astype(dtype), self.domain)
+
+    def _check_sampling(self, n: int, method: str, block_rows: int) -> tuple[int, int]:
         if method not in ("sample", "round"):
             raise ConfigError(f"sampling method must be 'sample' or 'round', got {method!r}")
-        n = int(n)
-        codes = np.full((n, len(self.domain)), -1, dtype=np.int64)
-        col = {a: j for j, a in enumerate(self.domain.attributes)}
+        n, block_rows = int(n), int(block_rows)
+        if n < 0:
+            raise ConfigError(f"cannot sample {n} records")
+        if block_rows < 1:
+            raise ConfigError(f"sampling block_rows must be at least 1, got {block_rows}")
+        if method == "round" and n > block_rows and n >= HYPERGEOMETRIC_MAX:
+            raise ConfigError(f"'round' sampling in blocks draws at most {HYPERGEOMETRIC_MAX - 1:,} records, "
+                              f"got {n:,}: sample in several calls or with method 'sample'")
+        return n, block_rows
+
+    def _sampling_steps(self, method: str) -> list[tuple[tuple[str, ...], tuple[str, ...], np.ndarray]]:
+        """(given, new, conditional table of new given `given`) per step, in drawing order: the tables do not
+        depend on the records, so the blocks share them."""
+        col_steps = []
         beliefs = self.clique_probs()
         for node, parent in self._order:
             c = self.tree.cliques[node]
@@ -238,14 +302,74 @@ class GraphicalModel:
                 table = marg.reshape(int(np.prod([self.domain.size(a) for a in given], dtype=int)), -1)
                 rows = table.sum(axis=1, keepdims=True)
                 cond = np.divide(table, rows, out=np.full(table.shape, 1.0 / table.shape[1]), where=rows > 0)
-                idx = (np.ravel_multi_index(tuple(codes[:, col[a]] for a in given), [self.domain.size(a) for a in given])
-                       if given else np.zeros(n, dtype=np.int64))
-                draw = self._draw(cond, idx, rng) if method == "sample" else self._round(cond, idx, rng)
-                vals = np.unravel_index(draw, [self.domain.size(a) for a in new])
-                for a, v in zip(new, vals):
-                    codes[:, col[a]] = v
+                col_steps.append((given, new, cond))
                 given = keep
-        return Dataset(codes, self.domain)
+        return col_steps
+
+    def _sample_once(self, n: int, rng: np.random.Generator, method: str,
+                     steps: list | None = None) -> np.ndarray:
+        """n records in one draw (all of them in each step's arrays): the codes, int64."""
+        codes = np.full((n, len(self.domain)), -1, dtype=np.int64)
+        col = {a: j for j, a in enumerate(self.domain.attributes)}
+        for given, new, cond in (self._sampling_steps(method) if steps is None else steps):
+            idx = (np.ravel_multi_index(tuple(codes[:, col[a]] for a in given), [self.domain.size(a) for a in given])
+                   if given else np.zeros(n, dtype=np.int64))
+            draw = self._draw(cond, idx, rng) if method == "sample" else self._round(cond, idx, rng)
+            vals = np.unravel_index(draw, [self.domain.size(a) for a in new])
+            for a, v in zip(new, vals):
+                codes[:, col[a]] = v
+        return codes
+
+    def _round_counts(self, steps: list, n: int, rng: np.random.Generator) -> list[np.ndarray]:
+        """Every step's rounded counts (groups x categories, int64) for n records, from the tables alone: a
+        step's group sizes are the counts over its `given` attributes, a projection of an earlier step's
+        counts (the separator lies in an earlier clique, drawn in full before)."""
+        done: list[tuple[tuple[str, ...], np.ndarray]] = []   # (attributes, counts over them in that order)
+        out = []
+        for given, new, cond in steps:
+            if not given:
+                groups = np.array([n], dtype=np.int64)
+            else:
+                attrs_, table = next((a, t) for a, t in reversed(done) if set(given) <= set(a))
+                drop = tuple(i for i, a in enumerate(attrs_) if a not in given)
+                kept = tuple(a for a in attrs_ if a in given)
+                groups = np.transpose(sum_out(table, drop), [kept.index(a) for a in given]).reshape(-1)
+            counts = self._round_counts_of(cond, groups, rng)
+            out.append(counts)
+            done.append((given + new, counts.reshape([self.domain.size(a) for a in given + new])))
+        return out
+
+    def _take_block(self, steps: list, left: list[np.ndarray], b: int, rng: np.random.Generator) -> np.ndarray:
+        """b records whose values come, step by step, from what is `left` of their group's rounded counts
+        (updated in place): per group, a multivariate hypergeometric draw of the block's share, then the
+        values in random order among the group's records of the block."""
+        codes = np.full((b, len(self.domain)), -1, dtype=np.int64)
+        col = {a: j for j, a in enumerate(self.domain.attributes)}
+        for (given, new, _), rest in zip(steps, left):
+            idx = (np.ravel_multi_index(tuple(codes[:, col[a]] for a in given), [self.domain.size(a) for a in given])
+                   if given else np.zeros(b, dtype=np.int64))
+            want = np.bincount(idx, minlength=rest.shape[0])
+            present = np.flatnonzero(want)
+            have = rest[present]
+            take = np.zeros_like(have)
+            need = want[present].copy()
+            after = np.cumsum(have[:, ::-1], axis=1)[:, ::-1]   # after[:, c] = have[:, c:].sum(axis=1)
+            for c in range(have.shape[1] - 1):
+                if not need.any():
+                    break
+                take[:, c] = rng.hypergeometric(have[:, c], after[:, c + 1], need)
+                need -= take[:, c]
+            take[:, -1] += need
+            rest[present] -= take
+            if (rest[present] < 0).any():   # cannot happen: the counts of every group sum to its records
+                raise AssertionError("sampling took more records of a group than its counts hold")
+            slot = np.empty(rest.shape[0], dtype=np.int64)
+            slot[present] = np.arange(len(present))
+            draw = self._assign(take, slot[idx], rng)
+            vals = np.unravel_index(draw, [self.domain.size(a) for a in new])
+            for a, v in zip(new, vals):
+                codes[:, col[a]] = v
+        return codes
 
     @staticmethod
     def _draw(cond: np.ndarray, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -261,10 +385,15 @@ class GraphicalModel:
 
     @staticmethod
     def _round(cond: np.ndarray, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Low-variance rounding within each separator group: ⌊m·p⌋ of each category, the remaining
-        records to categories drawn without replacement with probability ∝ the fractional parts
-        (Gumbel top-k), then the values are shuffled among the group's records."""
-        groups = np.bincount(rows, minlength=cond.shape[0])
+        """Low-variance rounding within each separator group (`_round_counts_of`), then the values are
+        shuffled among the group's records."""
+        counts = GraphicalModel._round_counts_of(cond, np.bincount(rows, minlength=cond.shape[0]), rng)
+        return GraphicalModel._assign(counts, rows, rng)
+
+    @staticmethod
+    def _round_counts_of(cond: np.ndarray, groups: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Per group of m records: ⌊m·p⌋ of each category, the remaining records to categories drawn without
+        replacement with probability ∝ the fractional parts (Gumbel top-k)."""
         expected = groups[:, None] * cond
         base = np.floor(expected).astype(np.int64)
         left = groups - base.sum(axis=1)
@@ -272,8 +401,7 @@ class GraphicalModel:
         with np.errstate(divide="ignore"):
             keys = np.log(frac) + rng.gumbel(size=frac.shape)
         ranks = np.argsort(np.argsort(-keys, axis=1), axis=1)
-        counts = base + (ranks < left[:, None])
-        return GraphicalModel._assign(counts, rows, rng)
+        return base + (ranks < left[:, None])
 
     @staticmethod
     def _assign(counts: np.ndarray, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -89,18 +89,28 @@ def frames(path: Path, columns: list[str], chunk_rows: int, keep: frozenset[str]
                                     strings_can_be_null=True, null_values=[v for v in NULLS if v not in keep]))
     except pa.ArrowInvalid as exc:
         raise refused(exc) from None
+    # chunks of exactly chunk_rows (the last one shorter) whatever the reader's batches: the rows a batch
+    # leaves over start the next chunk (batches are ~1.1 chunk, so cutting each batch alone gave a 10%
+    # chunk after every full one: 183 chunks instead of 100 for 10M rows, each paying a chunk's overhead)
+    pending: pd.DataFrame | None = None
     while True:
         try:
             batch = reader.read_next_batch()
         except StopIteration:
-            return
+            break
         except pa.ArrowInvalid as exc:
             raise refused(exc) from None
         frame = batch.to_pandas()
-        for off in range(0, len(frame), chunk_rows):
+        if pending is not None and len(pending):
+            frame = pd.concat([pending, frame], ignore_index=True)
+        full = len(frame) - len(frame) % chunk_rows
+        for off in range(0, full, chunk_rows):
             part = frame.iloc[off:off + chunk_rows]
             yield start, part
             start += len(part)
+        pending = frame.iloc[full:]
+    if pending is not None and len(pending):
+        yield start, pending
 
 
 def _first_wrong_width(path: Path, width: int) -> int | None:
