@@ -502,16 +502,20 @@ def _inclusion_exclusion(sketches: Sequence[np.ndarray], t: int, gamma: float, f
     shape = tuple(s.shape[1] for s in sketches)
     q = 1.0 / (1.0 + gamma)
     qpow = q ** np.arange(np.iinfo(np.int16).max + 1, dtype=float)
-    qpow_floor = q**floor
+    # q^{max(α, b)} of every sketch entry, once (t × u_i, small): q < 1, so q^{max(α, b)} of a union is the
+    # minimum of its members' (no table lookup on the joint-sized arrays)
+    qs = [qpow[np.maximum(s, max(floor, 0))] for s in sketches]
     subsets = [sub for size in range(1, l + 1) for sub in itertools.combinations(range(l), size)]
-    block = max(1, min(t, (1 << 22) // max(math.prod(shape), 1)))   # repetitions per step: bounded memory
+    # repetitions per step: the step's tables stay in the cache (~64k cells, 512 KB); the unions are
+    # recomputed in the variance pass (a minimum of small broadcast tables is cheaper than keeping them)
+    block = max(1, min(t, (1 << 16) // max(math.prod(shape), 1)))
 
     def q_alpha(subset: tuple[int, ...], h0: int) -> np.ndarray:   # q^{max(α, b)} of the union, per repetition
         union = None
         for i in subset:
-            ci = sketches[i][h0:h0 + block].reshape([-1] + [shape[j] if j == i else 1 for j in range(l)])
-            union = ci if union is None else np.maximum(union, ci)
-        return np.where(union < floor, qpow_floor, qpow[np.maximum(union, 0)])
+            ci = qs[i][h0:h0 + block].reshape([-1] + [shape[j] if j == i else 1 for j in range(l)])
+            union = ci if union is None else np.minimum(union, ci)
+        return union
 
     means = {sub: sum(q_alpha(sub, h0).sum(axis=0) for h0 in range(0, t, block)) / t for sub in subsets}
     est = np.zeros(shape)
@@ -523,9 +527,14 @@ def _inclusion_exclusion(sketches: Sequence[np.ndarray], t: int, gamma: float, f
         est = est + sign * k_hat
         slope[sub] = sign * (k_up - k_hat) / (means[sub] * 1e-4)
     total, total2 = np.zeros(shape), np.zeros(shape)
+    full = subsets[-1]   # the union of all l sets: its table has the joint shape, into which the others add
     for h0 in range(0, t, block):
-        y = sum(slope[sub] * (q_alpha(sub, h0) - means[sub]) for sub in subsets)
-        total, total2 = total + y.sum(axis=0), total2 + (y * y).sum(axis=0)
+        y = q_alpha(full, h0) if l > 1 else qs[0][h0:h0 + block].copy()   # (one set: a view of qs)
+        y = np.multiply(np.subtract(y, means[full], out=y), slope[full], out=y)
+        for sub in subsets[:-1]:
+            y += slope[sub] * (q_alpha(sub, h0) - means[sub])
+        total += y.sum(axis=0)
+        total2 += np.einsum("i...,i...->...", y, y)
     var = np.maximum(total2 / t - (total / t) ** 2, 0.0) / t
     if l == 1:   # the phantoms of the unions cancel for l >= 2; a single set's sketch keeps its k_p
         est = est - k_p
