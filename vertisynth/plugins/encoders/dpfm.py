@@ -422,24 +422,28 @@ def sketch_maxima(key: bytes, view: Dataset, ids: np.ndarray, t: int, gamma: flo
 
 # attributes whose joint domain has at most this many cells share one gather and group reduction (per
 # block of rows, at least PAIR_MIN_ROWS rows per cell on average): each attribute's maxima are then read
-# off the joint cells' table, which is small
+# off the joint cells' table, which is small (two attributes, or more when they are small: 2 × 2 × 8)
 PAIR_MAX_CELLS = 64
 PAIR_MIN_ROWS = 32
 
 
 def _passes(domain: Domain, rows: int) -> list[tuple[str, ...]]:
-    """The party's attributes in passes of one or two (the smallest with the largest that fits)."""
+    """The party's attributes in passes sharing a joint table of at most min(PAIR_MAX_CELLS, rows /
+    PAIR_MIN_ROWS) cells: the smallest attribute left, then the largest that still fits, repeatedly."""
     cap = min(PAIR_MAX_CELLS, rows // PAIR_MIN_ROWS)
     left = sorted(domain.attributes, key=domain.size)
     out: list[tuple[str, ...]] = []
     while left:
-        a = left.pop(0)
-        fits = [b for b in left if domain.size(a) * domain.size(b) <= cap]
-        if fits:
+        group = [left.pop(0)]
+        cells = domain.size(group[0])
+        while True:
+            fits = [b for b in left if cells * domain.size(b) <= cap]
+            if not fits:
+                break
             left.remove(fits[-1])
-            out.append((a, fits[-1]))
-        else:
-            out.append((a,))
+            group.append(fits[-1])
+            cells *= domain.size(fits[-1])
+        out.append(tuple(group))
     return out
 
 
