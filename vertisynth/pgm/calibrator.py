@@ -354,8 +354,33 @@ class Calibrator:
         if base_i is not None:
             b = np.asarray(base_i, float)
             base_exp = np.exp(b - b.max())  # fixed, so exponentiated once
+        fshapes = [gb for _, gb, _ in plan_groups] + ([shape] if base_exp is not None else []) + [kb for *_, kb in kids]
         return {"shape": shape, "groups": plan_groups, "kids": kids, "up": up, "steps": steps,
-                "outputs": outputs, "base": base_exp}
+                "outputs": outputs, "base": base_exp, "merge": self._merge_plan(fshapes, size)}
+
+    @staticmethod
+    def _merge_plan(fshapes: list[tuple[int, ...]], size: int) -> list[tuple[int, int]]:
+        """Which factors of a large clique to multiply together before the clique-sized product: pairs
+        (i, j), factor i *= factor j, while some pair's broadcast product is at most half the clique
+        (smallest first). Each merge saves one broadcast pass over the clique table (0.5-0.9 ns a cell)
+        for a pass over a table half its size or less."""
+        shapes: dict[int, tuple[int, ...]] = dict(enumerate(fshapes))
+        merges: list[tuple[int, int]] = []
+        while len(shapes) > 2:
+            best = None
+            for i in shapes:
+                for j in shapes:
+                    if i < j:
+                        cells = math.prod(max(a, b) for a, b in zip(shapes[i], shapes[j]))
+                        if cells * 2 <= size and (best is None or cells < best[0]):
+                            best = (cells, i, j)
+            if best is None:
+                break
+            _, i, j = best
+            shapes[i] = tuple(max(a, b) for a, b in zip(shapes[i], shapes[j]))
+            del shapes[j]
+            merges.append((i, j))
+        return merges
 
     @staticmethod
     def _plan_reductions(axes: tuple[int, ...], shape: tuple[int, ...], src: int, targets: list,
@@ -483,6 +508,11 @@ class Calibrator:
             factors.append(plan["base"])
         for k, lo, n, kb in plan["kids"]:
             factors.append(up[lo:lo + n].reshape(kb))
+        if plan["merge"]:
+            for i, j in plan["merge"]:
+                factors[i] = factors[i] * factors[j]
+                factors[j] = None
+            factors = [f for f in factors if f is not None]
         acc = np.empty(plan["shape"])
         if not factors:
             acc.fill(1.0)
