@@ -245,21 +245,25 @@ def _json_run(cmd: list[str], cwd: str, env: dict) -> dict | None:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def target(rounds: int, seed: int) -> int:
-    """The issue's ≥ 4x target on Adult, back to back against the old tree (see the module docstring)."""
+def target(rounds: int, seed: int, old_tree: str | None = None) -> int:
+    """The issue's ≥ 4x target on Adult, back to back against the old tree (see the module docstring).
+    `old_tree`: an exported copy of OLD_COMMIT (default: exported here with git archive)."""
     import shutil
     import statistics
     import tempfile
 
     repo = Path(__file__).resolve().parents[1]
-    old_dir = tempfile.mkdtemp(prefix="vertisynth-old-")
+    old_dir = old_tree or tempfile.mkdtemp(prefix="vertisynth-old-")
     try:
-        arch = subprocess.run(f"git -C {repo} archive {OLD_COMMIT} | tar -x -C {old_dir}", shell=True,
-                              capture_output=True, text=True)
-        have_old = arch.returncode == 0 and (Path(old_dir) / "benchmarks" / "scale.py").is_file()
+        if old_tree:
+            have_old, why = (Path(old_dir) / "benchmarks" / "scale.py").is_file(), f"no benchmarks/scale.py in {old_dir}"
+        else:
+            arch = subprocess.run(f"git -C {repo} archive {OLD_COMMIT} | tar -x -C {old_dir}", shell=True,
+                                  capture_output=True, text=True)
+            have_old = arch.returncode == 0 and (Path(old_dir) / "benchmarks" / "scale.py").is_file()
+            why = arch.stderr.strip()[:200]
         if not have_old:
-            print(f"cannot export the old tree {OLD_COMMIT} ({arch.stderr.strip()[:200]}): old-tree rows skipped",
-                  file=sys.stderr)
+            print(f"cannot use the old tree {OLD_COMMIT} ({why}): old-tree rows skipped", file=sys.stderr)
         env_new = {**os.environ, "PYTHONPATH": str(repo), "VERTISYNTH_DATA": DATA}
         env_old = {**os.environ, "PYTHONPATH": old_dir, "VERTISYNTH_DATA": DATA}
         # the old benchmark has no --param: give its VertiMRF encoder_params t through its parse_config
@@ -314,7 +318,8 @@ def target(rounds: int, seed: int) -> int:
                   f"old {np.mean(anchor['mean_old']):.4f} new {np.mean(anchor['mean_new']):.4f}")
         return 0
     finally:
-        shutil.rmtree(old_dir, ignore_errors=True)
+        if not old_tree:
+            shutil.rmtree(old_dir, ignore_errors=True)
 
 
 def main() -> int:
@@ -334,10 +339,12 @@ def main() -> int:
     ap.add_argument("--target", type=int, default=0, metavar="R",
                     help="the issue's Adult cost target: R rounds alternating the old tree and this one at t = 8,000 "
                          "and t = 32,000, medians and ratios, and the anchor encoder at t = 32,000")
+    ap.add_argument("--old-tree", default=None, metavar="DIR",
+                    help=f"--target: an exported copy of {OLD_COMMIT} (default: git archive of this repository)")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: run one n, print JSON
     args = ap.parse_args()
     if args.target:
-        return target(args.target, args.seed)
+        return target(args.target, args.seed, args.old_tree)
     if args.dataset == "adult" and not (Path(DATA) / "adult").is_dir():
         print(f"Adult not found under {DATA}; using the census generator", file=sys.stderr)
         args.dataset = "census"
