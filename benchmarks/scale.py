@@ -21,6 +21,14 @@ the old kernel: a (64, n) block gathered by `values[:, order]`, `maximum.reducea
 the low 64 bits of each AES block only) on the same party views and key, print the ratio old / new, whether
 the maxima are identical (no since the new PRF uses both halves of each AES block) and their mean. --tvd: 3-way TVD over 100 marginals of the synthetic table against the input.
 Each n runs in a fresh subprocess so peak RSS is per n.
+
+--target R: the issue's cost target on Adult (45,222 rows, `--tvd`), R rounds alternating, each run a fresh
+process, CPU seconds of fit + sample, medians and the ratio of the medians (and per round):
+  (a) the issue's config, DPFM t = 8,000: the old tree (commit OLD_COMMIT, exported with `git archive` into a
+      temporary folder; its own benchmark and code, whose VertiMRF default was t = 8,000) against this tree;
+  (b) the current default, t = 32,000: this tree against the old tree run at the same t (its VertiMRF given
+      encoder_params t = 32,000), and, in the first round, the anchor encoder (old DPFM kernel, same views and
+      key, same process) against this tree's kernel at t = 32,000: ns per repetition·row.
 """
 from __future__ import annotations
 
@@ -42,6 +50,8 @@ DATA = os.environ.get("VERTISYNTH_DATA") or next(
     (str(p) for p in (Path(__file__).resolve().parents[2] / "shared" / "data", Path("/work/shared/data"))
      if (p / "adult").is_dir()), "")
 
+
+OLD_COMMIT = "41dc03a"  # the code before issue 21 (docs/scale.md: "before, anchor")
 
 # -- the anchor: the DPFM raw-maxima kernel before the record-major rewrite -------------------------------------------------
 def old_geometric_from_words(words: np.ndarray) -> np.ndarray:
@@ -221,9 +231,95 @@ def one(n: int, dataset: str, eps: float, seed: int, tvd: bool, anchor: bool, pa
             cmp["identical"] &= all(np.array_equal(new[a], old[a]) for a in old)
             cmp["mean_new"] += [float(np.mean(new[a][new[a] >= 0])) for a in new]
             cmp["mean_old"] += [float(np.mean(old[a][old[a] >= 0])) for a in old]
+        cmp["t"], cmp["rep_rows"] = int(p.t), int(p.t) * low.n * len(plan.partition.names)
         out["anchor"] = cmp
     meter._stop = True
     return out
+
+
+def _json_run(cmd: list[str], cwd: str, env: dict) -> dict | None:
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    if proc.returncode:
+        print(f"failed: {' '.join(cmd)[:200]}\n{proc.stderr[-1500:]}", file=sys.stderr)
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def target(rounds: int, seed: int, old_tree: str | None = None) -> int:
+    """The issue's ≥ 4x target on Adult, back to back against the old tree (see the module docstring).
+    `old_tree`: an exported copy of OLD_COMMIT (default: exported here with git archive)."""
+    import shutil
+    import statistics
+    import tempfile
+
+    repo = Path(__file__).resolve().parents[1]
+    old_dir = old_tree or tempfile.mkdtemp(prefix="vertisynth-old-")
+    try:
+        if old_tree:
+            have_old, why = (Path(old_dir) / "benchmarks" / "scale.py").is_file(), f"no benchmarks/scale.py in {old_dir}"
+        else:
+            arch = subprocess.run(f"git -C {repo} archive {OLD_COMMIT} | tar -x -C {old_dir}", shell=True,
+                                  capture_output=True, text=True)
+            have_old = arch.returncode == 0 and (Path(old_dir) / "benchmarks" / "scale.py").is_file()
+            why = arch.stderr.strip()[:200]
+        if not have_old:
+            print(f"cannot use the old tree {OLD_COMMIT} ({why}): old-tree rows skipped", file=sys.stderr)
+        env_new = {**os.environ, "PYTHONPATH": str(repo), "VERTISYNTH_DATA": DATA}
+        env_old = {**os.environ, "PYTHONPATH": old_dir, "VERTISYNTH_DATA": DATA}
+        # the old benchmark has no --param: give its VertiMRF encoder_params t through its parse_config
+        old_at = ("import json, sys; import vertisynth.core.config as c; f = c.parse_config; "
+                  "c.parse_config = lambda d: f({{**d, 'synthesizer': {{**d['synthesizer'], 'params': "
+                  "{{'encoder_params': {{'t': {t}}}}}}}}}); sys.path.insert(0, 'benchmarks'); import scale; "
+                  "print(json.dumps(scale.one(45222, 'adult', 1.0, {seed}, True, False)))")
+        new_cmd = [sys.executable, __file__, "--one", "45222", "--dataset", "adult", "--seed", str(seed), "--tvd"]
+        configs = [("old, t = 8,000", "old8", lambda r: [sys.executable, "benchmarks/scale.py", "--one", "45222",
+                                                          "--dataset", "adult", "--seed", str(seed), "--tvd"]),
+                   ("new, t = 8,000", "new8", lambda r: new_cmd + ['--param=encoder_params={"t":8000}']),
+                   ("new, t = 32,000", "new32", lambda r: new_cmd + (["--anchor-encoder"] if r == 0 else [])),
+                   ("old, t = 32,000", "old32", lambda r: [sys.executable, "-c", old_at.format(t=32000, seed=seed)])]
+        res: dict[str, list[dict]] = {k: [] for _, k, _ in configs}
+        for r in range(rounds):
+            for label, key, cmd in configs:
+                if key.startswith("old") and not have_old:
+                    continue
+                out = _json_run(cmd(r), old_dir if key.startswith("old") else str(repo),
+                                env_old if key.startswith("old") else env_new)
+                if out is not None:
+                    res[key].append(out)
+                    print(f"round {r + 1} {label}: {out['run_cpu']:.2f} CPU s", file=sys.stderr, flush=True)
+        n = 45222
+        print(f"Adult ({n:,} rows), seed {seed}, fit + sample, CPU seconds of the process and its children; "
+              f"{rounds} rounds alternating; old = {OLD_COMMIT}")
+        print(f"{'config':<17} {'runs':<26} {'median':>7} {'µs/row':>7} {'LocEnc':>7} {'server':>7} {'tvd3':>7}")
+        med = {}
+        for label, key, _ in configs:
+            rs = res[key]
+            if not rs:
+                continue
+            runs = [r["run_cpu"] for r in rs]
+            med[key] = statistics.median(runs)
+            loc = statistics.median([r["cpu"].get("LocEnc", 0) for r in rs])
+            srv = statistics.median([r["cpu"].get("server", 0) for r in rs])
+            tv = statistics.median([r.get("tvd3", float("nan")) for r in rs])
+            print(f"{label:<17} {' '.join(f'{x:.2f}' for x in runs):<26} {med[key]:7.2f} {med[key] / n * 1e6:7.1f} "
+                  f"{loc:7.2f} {srv:7.2f} {tv:7.4f}")
+        for t_label, o, nw in (("(a) the issue's config, t = 8,000", "old8", "new8"),
+                               ("(b) the current default, t = 32,000", "old32", "new32")):
+            if o in med and nw in med:
+                pair = [a["run_cpu"] / b["run_cpu"] for a, b in zip(res[o], res[nw])]
+                print(f"{t_label}: old / new = {med[o] / med[nw]:.2f}x (medians), per round "
+                      f"{', '.join(f'{x:.2f}x' for x in pair)}; target >= 4x")
+        anchor = next((r["anchor"] for r in res["new32"] if "anchor" in r), None)
+        if anchor:
+            ns = {k: anchor[k] / anchor["rep_rows"] * 1e9 for k in ("old", "new")}
+            print(f"(b) encoder alone at t = {anchor['t']:,} (old DPFM kernel kept here as the anchor, same views and "
+                  f"key): old {anchor['old']:.2f} s ({ns['old']:.2f} ns per repetition·row), new {anchor['new']:.2f} s "
+                  f"({ns['new']:.2f} ns), old / new {anchor['old'] / max(anchor['new'], 1e-9):.2f}x; mean raw maximum "
+                  f"old {np.mean(anchor['mean_old']):.4f} new {np.mean(anchor['mean_new']):.4f}")
+        return 0
+    finally:
+        if not old_tree:
+            shutil.rmtree(old_dir, ignore_errors=True)
 
 
 def main() -> int:
@@ -240,8 +336,15 @@ def main() -> int:
     ap.add_argument("--kernel-only", type=int, default=0, metavar="T",
                     help="time only the DPFM kernel (raw maxima of every party, T repetitions) per n: ns per "
                          "repetition·row of a party and the RSS it adds (the linearity and memory check at 4.5M-10M)")
+    ap.add_argument("--target", type=int, default=0, metavar="R",
+                    help="the issue's Adult cost target: R rounds alternating the old tree and this one at t = 8,000 "
+                         "and t = 32,000, medians and ratios, and the anchor encoder at t = 32,000")
+    ap.add_argument("--old-tree", default=None, metavar="DIR",
+                    help=f"--target: an exported copy of {OLD_COMMIT} (default: git archive of this repository)")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: run one n, print JSON
     args = ap.parse_args()
+    if args.target:
+        return target(args.target, args.seed, args.old_tree)
     if args.dataset == "adult" and not (Path(DATA) / "adult").is_dir():
         print(f"Adult not found under {DATA}; using the census generator", file=sys.stderr)
         args.dataset = "census"

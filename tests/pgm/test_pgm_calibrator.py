@@ -131,3 +131,12 @@ def test_estimation_iterates_match_plain_mirror_descent():
         losses.append(loss)
         eta *= 2.0 if ramp else 1.05
     assert np.allclose(res.losses, losses, rtol=1e-8)
+
+
+def test_small_factors_of_a_large_clique_are_merged_before_the_clique_sized_product():
+    """Two factors whose broadcast product is at most half the clique are multiplied first (one pass over
+    the clique saved); the clique-sized base and factors that would fill it are left to the last product."""
+    shapes = [(16, 7, 1, 1), (16, 1, 14, 1), (1, 1, 1, 6), (16, 7, 14, 6)]   # two groups, a kid, the base
+    merges = Calibrator._merge_plan(shapes, 16 * 7 * 14 * 6)
+    assert merges and all(j != 3 and i != 3 for i, j in merges)
+    assert Calibrator._merge_plan([(4, 1), (1, 4)], 16) == []  # two factors: nothing to save

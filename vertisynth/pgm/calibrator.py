@@ -347,15 +347,48 @@ class Calibrator:
         # targets of the distribute phase: each child's separator, each measurement
         targets = [("down", k, frozenset(j for j, a in enumerate(c) if a in sep(k, i))) for k in self.children[i]]
         targets += [("meas", k, scope_axes[k]) for k in self.by_clique[i]]
-        steps: list[tuple[int, tuple[int, ...], tuple[int, ...]]] = []  # (source table, axes to sum, its axes)
+        steps: list[tuple] = []  # (source table, axes to sum, then its block programs: see below)
         outputs: list[tuple[str, int, int]] = []
         self._plan_reductions(tuple(range(len(c))), shape, 0, targets, steps, outputs)
         base_exp = None
         if base_i is not None:
             b = np.asarray(base_i, float)
             base_exp = np.exp(b - b.max())  # fixed, so exponentiated once
+        # the block programs of every staged sum, fixed by the shapes: no per-call lookup in _big_distribute
+        tshapes = [tuple(shape)]
+        for n_, (src, drop_, _) in enumerate(steps):
+            progs = _sum_program(tshapes[src], drop_)
+            tshapes.append(progs[-1][4] if progs else tshapes[src])
+            steps[n_] = (src, drop_, progs)
+        if up is not None:
+            up = up + (_sum_program(tuple(shape), up[1]),)
+        fshapes = [gb for _, gb, _ in plan_groups] + ([shape] if base_exp is not None else []) + [kb for *_, kb in kids]
         return {"shape": shape, "groups": plan_groups, "kids": kids, "up": up, "steps": steps,
-                "outputs": outputs, "base": base_exp}
+                "outputs": outputs, "base": base_exp, "merge": self._merge_plan(fshapes, size)}
+
+    @staticmethod
+    def _merge_plan(fshapes: list[tuple[int, ...]], size: int) -> list[tuple[int, int]]:
+        """Which factors of a large clique to multiply together before the clique-sized product: pairs
+        (i, j), factor i *= factor j, while some pair's broadcast product is at most half the clique
+        (smallest first). Each merge saves one broadcast pass over the clique table (0.5-0.9 ns a cell)
+        for a pass over a table half its size or less."""
+        shapes: dict[int, tuple[int, ...]] = dict(enumerate(fshapes))
+        merges: list[tuple[int, int]] = []
+        while len(shapes) > 2:
+            best = None
+            for i in shapes:
+                for j in shapes:
+                    if i < j:
+                        cells = math.prod(max(a, b) for a, b in zip(shapes[i], shapes[j]))
+                        if cells * 2 <= size and (best is None or cells < best[0]):
+                            best = (cells, i, j)
+            if best is None:
+                break
+            _, i, j = best
+            shapes[i] = tuple(max(a, b) for a, b in zip(shapes[i], shapes[j]))
+            del shapes[j]
+            merges.append((i, j))
+        return merges
 
     @staticmethod
     def _plan_reductions(axes: tuple[int, ...], shape: tuple[int, ...], src: int, targets: list,
@@ -483,6 +516,11 @@ class Calibrator:
             factors.append(plan["base"])
         for k, lo, n, kb in plan["kids"]:
             factors.append(up[lo:lo + n].reshape(kb))
+        if plan["merge"]:
+            for i, j in plan["merge"]:
+                factors[i] = factors[i] * factors[j]
+                factors[j] = None
+            factors = [f for f in factors if f is not None]
         acc = np.empty(plan["shape"])
         if not factors:
             acc.fill(1.0)
@@ -493,9 +531,11 @@ class Calibrator:
             for f in factors[2:]:
                 acc *= f
         if plan["up"] is not None:
-            lo, drop, _ = plan["up"]
-            m = _sum_out(acc, drop).ravel()
-            up[lo:lo + m.size] = m
+            lo, _, _, progs = plan["up"]
+            m = acc
+            for prog in progs:
+                m = _run_block(m, prog)
+            up[lo:lo + m.size] = m.ravel()
         return acc
 
     def _big_distribute(self, i: int, acc: np.ndarray, down: np.ndarray, out: list) -> None:
@@ -503,11 +543,14 @@ class Calibrator:
         division, and its measurements' marginals (unnormalised) appended to `out`."""
         plan = self._plans[i]
         if plan["up"] is not None:
-            lo, _, pb = plan["up"]
+            lo, _, pb, _ = plan["up"]
             acc *= down[lo:lo + math.prod(pb)].reshape(pb)
         tabs = [acc]
-        for src, drop, _ in plan["steps"]:
-            tabs.append(_sum_out(tabs[src], drop))
+        for src, _, progs in plan["steps"]:
+            t = tabs[src]
+            for prog in progs:
+                t = _run_block(t, prog)
+            tabs.append(t)
         for kind, k, idx in plan["outputs"]:
             t = tabs[idx].ravel()
             if kind == "down":

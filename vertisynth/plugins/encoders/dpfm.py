@@ -55,7 +55,7 @@ from vertisynth.core.privacy import Budget, Charge, PrivacyLedger, ZCDP, zcdp_to
 
 from .chunked import ChunkJob
 from .common import Estimate, agree, owners, project_to_simplex, query_domain
-from .fm_sketch import BLOCK_BYTES, EMPTY, cardinality, finalize, fm_parameters, grouping
+from .fm_sketch import EMPTY, block_bytes, cardinality, finalize, fm_parameters, grouping
 from .keys import KeyParty, agree_keys
 from .prf import FM_LAYOUT, LZ16, FMRecordStream
 
@@ -72,8 +72,8 @@ class DPFMConfig:
     "clip_rescale" (then scaled to sum n̂), "project" (the nearest table >= 0 summing to n̂: every cell
     moves by the same amount before clipping, so small cells are not inflated as by clipping alone;
     much lower TVD in the benchmark) or "none" (unbiased up to O(1/t)), rep_block: repetitions hashed per
-    vectorised step, block_mb: memory of one step's buffers in MB (20 bytes per repetition·row: the rows per
-    step are block_mb / (20 × rep_block), at least 1; the old whole-view block took ≈ 47 B × rep_block × n),
+    vectorised step, block_mb: memory of one step's buffers in MB (12 bytes per repetition·row for γ = 1, 20 otherwise: the
+    rows per step are block_mb / (12 × rep_block), at least 1; the old whole-view block took ≈ 47 B × rep_block × n),
     reproducible_keys: draw the X25519 keys from
     the seeded Generator (simulation) rather than the OS (deployment); chunk_rows / dask_scheduler: how
     `chunked.encode_csv` reads a party's CSV (a scheduler address such as "tcp://host:8786" runs the
@@ -367,39 +367,47 @@ def sketch_maxima(key: bytes, view: Dataset, ids: np.ndarray, t: int, gamma: flo
     A plain function of picklable arguments, so Dask workers can run it on their chunk.
 
     Blocks of rows × `rep_block` repetitions, record-major (each record's repetitions contiguous), so
-    the group max per attribute gathers whole rows and `maximum.reduceat` streams down them; the rows
-    per block keep the block's buffers (BLOCK_BYTES per repetition·row) within `block_mb` MB."""
+    the group max per attribute gathers whole rows and reduces contiguous runs of them; the rows per
+    block keep the block's buffers (`block_bytes(γ)` per repetition·row) within `block_mb` MB."""
     ids = np.asarray(ids)
     if ids.shape != (view.n,) or ids.dtype.kind not in "iu" or (ids.size and ids.min() < 0):
         raise DataError(f"dpfm: need {view.n} non-negative integer record ids, got shape {ids.shape} {ids.dtype}")
     out = {a: np.full((t, view.domain.size(a)), EMPTY, dtype=np.int16) for a in view.attributes}
     if view.n == 0:
         return out
-    reps = min(rep_block + rep_block % 2, t + t % 2)  # even: a block starts on an AES block's first word
-    rows = int(max(1, min(view.n, block_mb * 2**20 // (BLOCK_BYTES * reps))))
+    per = 4 if gamma == 1.0 else 2  # repetitions per AES block; a block of repetitions starts on a block's first word
+    reps = min(-(-rep_block // per) * per, -(-t // per) * per)
+    rows = int(max(1, min(view.n, block_mb * 2**20 // (block_bytes(gamma) * reps))))
     stream = FMRecordStream(key, gamma, rows, reps)
     gathered = np.empty(rows * reps, dtype=np.uint16 if gamma == 1.0 else np.int16)
-    reduce = np.min if gamma == 1.0 else np.max  # γ = 1: group min of the top bits (see FMRecordStream)
+    # γ = 1: group min of the top bits (see FMRecordStream); ufunc.reduce directly (np.min's wrapper costs
+    # ~1 µs a call, and there is a call per cell per block)
+    reduce = np.minimum.reduce if gamma == 1.0 else np.maximum.reduce
     combine = np.minimum if gamma == 1.0 else np.maximum
     passes = _passes(view.domain, rows)
     for r0 in range(0, view.n, rows):
-        stream.set_ids(ids[r0:r0 + rows])
-        plans = [_pass_plan(view, attrs_, r0, rows) for attrs_ in passes]
+        # the block's records are hashed in the first pass's order, so that pass reduces the PRF output
+        # as it comes (no gather); the other passes gather rows by their own order
+        first = _joint_code(view, passes[0], r0, rows)
+        perm = np.argsort(first, kind="stable")
+        stream.set_ids(ids[r0:r0 + rows][perm])
+        plans = [_pass_plan(view, attrs_, r0, rows, perm, sorted_first=(k == 0)) for k, attrs_ in enumerate(passes)]
         for h0 in range(0, t, reps):
             nr = min(reps, t - h0)
             values, words = stream.values(h0, nr)
             rare = None
-            for order, starts, per_attr in plans:
-                g = np.take(values, order, axis=0, out=gathered[: values.size].reshape(values.shape))
-                red = np.empty((starts.size, nr), dtype=values.dtype)  # one row per present (joint) cell
-                for j, (s, e) in enumerate(zip(starts, np.r_[starts[1:], order.size])):
+            for order, bounds, per_attr in plans:
+                if order is None:  # already in this pass's order
+                    g = values
+                else:
+                    g = np.take(values, order, axis=0, out=gathered[: values.size].reshape(values.shape))
+                red = np.empty((len(bounds), nr), dtype=values.dtype)  # one row per present (joint) cell
+                for j, (s, e) in enumerate(bounds):
                     reduce(g[s:e], axis=0, out=red[j])  # contiguous rows: a streamed reduction
                 if gamma == 1.0 and rare is None:  # a record whose top 16 bits are 0 (prob. 2^-16): exact value
-                    hit = np.flatnonzero((red == 0).any(axis=0))
-                    cells = [(np.flatnonzero(values[:, r] == 0), r) for r in hit]
-                    i = np.concatenate([c[0] for c in cells]) if cells else np.zeros(0, np.int64)
-                    r = np.concatenate([np.full(c[0].size, c[1]) for c in cells]) if cells else i
-                    rare = (i, r, stream.exact(words, i, r))
+                    hit = np.flatnonzero((red == 0).any(axis=0))  # the repetitions with such a record
+                    i, k = np.nonzero(values[:, hit] == 0)
+                    rare = (i, hit[k], stream.exact(words, i, hit[k]))
                 for a, (cell_order, seg, present, group_of) in per_attr.items():
                     red_a = combine.reduceat(red[cell_order], seg, axis=0)  # joint cells onto a's values
                     if gamma == 1.0:
@@ -414,37 +422,54 @@ def sketch_maxima(key: bytes, view: Dataset, ids: np.ndarray, t: int, gamma: flo
 
 # attributes whose joint domain has at most this many cells share one gather and group reduction (per
 # block of rows, at least PAIR_MIN_ROWS rows per cell on average): each attribute's maxima are then read
-# off the joint cells' table, which is small
+# off the joint cells' table, which is small (two attributes, or more when they are small: 2 × 2 × 8)
 PAIR_MAX_CELLS = 64
 PAIR_MIN_ROWS = 32
 
 
 def _passes(domain: Domain, rows: int) -> list[tuple[str, ...]]:
-    """The party's attributes in passes of one or two (the smallest with the largest that fits)."""
+    """The party's attributes in passes sharing a joint table of at most min(PAIR_MAX_CELLS, rows /
+    PAIR_MIN_ROWS) cells: the smallest attribute left, then the largest that still fits, repeatedly."""
     cap = min(PAIR_MAX_CELLS, rows // PAIR_MIN_ROWS)
     left = sorted(domain.attributes, key=domain.size)
     out: list[tuple[str, ...]] = []
     while left:
-        a = left.pop(0)
-        fits = [b for b in left if domain.size(a) * domain.size(b) <= cap]
-        if fits:
+        group = [left.pop(0)]
+        cells = domain.size(group[0])
+        while True:
+            fits = [b for b in left if cells * domain.size(b) <= cap]
+            if not fits:
+                break
             left.remove(fits[-1])
-            out.append((a, fits[-1]))
-        else:
-            out.append((a,))
+            group.append(fits[-1])
+            cells *= domain.size(fits[-1])
+        out.append(tuple(group))
     return out
 
 
-def _pass_plan(view: Dataset, attrs_: tuple[str, ...], r0: int, rows: int) -> tuple:
-    """For one pass over rows r0..r0+rows-1: the records' order by joint code, where each present joint
-    cell starts, and per attribute how the joint cells reduce onto its values (cell order, segment
-    starts, present values, each record's value index)."""
-    cols = [view.column(a)[r0:r0 + rows] for a in attrs_]
+def _joint_code(view: Dataset, attrs_: tuple[str, ...], r0: int, rows: int) -> np.ndarray:
+    """The joint code of attributes `attrs_` (mixed radix) for rows r0..r0+rows-1."""
+    joint = view.column(attrs_[0])[r0:r0 + rows].astype(np.int64)
+    for a in attrs_[1:]:
+        joint = joint * view.domain.size(a) + view.column(a)[r0:r0 + rows]
+    return joint
+
+
+def _pass_plan(view: Dataset, attrs_: tuple[str, ...], r0: int, rows: int, perm: np.ndarray,
+               sorted_first: bool = False) -> tuple:
+    """For one pass over rows r0..r0+rows-1 taken in the order `perm`: the records' order by joint code
+    (None when `perm` already sorts them: the first pass), the (start, end) row range of each present
+    joint cell, and per attribute how the joint cells reduce onto its values (cell order, segment starts,
+    present values, each record's value index)."""
+    cols = [view.column(a)[r0:r0 + rows][perm] for a in attrs_]
     sizes = [view.domain.size(a) for a in attrs_]
     joint = cols[0].astype(np.int64)
     for c, u in zip(cols[1:], sizes[1:]):
         joint = joint * u + c
     order, starts, present = grouping(joint)
+    if sorted_first:
+        order = None  # `grouping` is a stable sort: on sorted codes it is the identity
+    bounds = list(zip(starts.tolist(), starts[1:].tolist() + [joint.size]))
     per_attr = {}
     for k, a in enumerate(attrs_):
         comp = (present // math.prod(sizes[k + 1:])) % sizes[k]  # attribute a's value of each joint cell
@@ -453,7 +478,7 @@ def _pass_plan(view: Dataset, attrs_: tuple[str, ...], r0: int, rows: int) -> tu
         seg = np.flatnonzero(np.r_[True, sc[1:] != sc[:-1]])
         values_a = sc[seg]
         per_attr[a] = (cell_order, seg, values_a, np.searchsorted(values_a, cols[k]))
-    return order, starts, per_attr
+    return order, bounds, per_attr
 
 
 def _max_merge(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -481,16 +506,20 @@ def _inclusion_exclusion(sketches: Sequence[np.ndarray], t: int, gamma: float, f
     shape = tuple(s.shape[1] for s in sketches)
     q = 1.0 / (1.0 + gamma)
     qpow = q ** np.arange(np.iinfo(np.int16).max + 1, dtype=float)
-    qpow_floor = q**floor
+    # q^{max(α, b)} of every sketch entry, once (t × u_i, small): q < 1, so q^{max(α, b)} of a union is the
+    # minimum of its members' (no table lookup on the joint-sized arrays)
+    qs = [qpow[np.maximum(s, max(floor, 0))] for s in sketches]
     subsets = [sub for size in range(1, l + 1) for sub in itertools.combinations(range(l), size)]
-    block = max(1, min(t, (1 << 22) // max(math.prod(shape), 1)))   # repetitions per step: bounded memory
+    # repetitions per step: the step's tables stay in the cache (~64k cells, 512 KB); the unions are
+    # recomputed in the variance pass (a minimum of small broadcast tables is cheaper than keeping them)
+    block = max(1, min(t, (1 << 16) // max(math.prod(shape), 1)))
 
     def q_alpha(subset: tuple[int, ...], h0: int) -> np.ndarray:   # q^{max(α, b)} of the union, per repetition
         union = None
         for i in subset:
-            ci = sketches[i][h0:h0 + block].reshape([-1] + [shape[j] if j == i else 1 for j in range(l)])
-            union = ci if union is None else np.maximum(union, ci)
-        return np.where(union < floor, qpow_floor, qpow[np.maximum(union, 0)])
+            ci = qs[i][h0:h0 + block].reshape([-1] + [shape[j] if j == i else 1 for j in range(l)])
+            union = ci if union is None else np.minimum(union, ci)
+        return union
 
     means = {sub: sum(q_alpha(sub, h0).sum(axis=0) for h0 in range(0, t, block)) / t for sub in subsets}
     est = np.zeros(shape)
@@ -502,9 +531,14 @@ def _inclusion_exclusion(sketches: Sequence[np.ndarray], t: int, gamma: float, f
         est = est + sign * k_hat
         slope[sub] = sign * (k_up - k_hat) / (means[sub] * 1e-4)
     total, total2 = np.zeros(shape), np.zeros(shape)
+    full = subsets[-1]   # the union of all l sets: its table has the joint shape, into which the others add
     for h0 in range(0, t, block):
-        y = sum(slope[sub] * (q_alpha(sub, h0) - means[sub]) for sub in subsets)
-        total, total2 = total + y.sum(axis=0), total2 + (y * y).sum(axis=0)
+        y = q_alpha(full, h0) if l > 1 else qs[0][h0:h0 + block].copy()   # (one set: a view of qs)
+        y = np.multiply(np.subtract(y, means[full], out=y), slope[full], out=y)
+        for sub in subsets[:-1]:
+            y += slope[sub] * (q_alpha(sub, h0) - means[sub])
+        total += y.sum(axis=0)
+        total2 += np.einsum("i...,i...->...", y, y)
     var = np.maximum(total2 / t - (total / t) ** 2, 0.0) / t
     if l == 1:   # the phantoms of the unions cancel for l >= 2; a single set's sketch keeps its k_p
         est = est - k_p

@@ -61,9 +61,14 @@ def group_max(values: np.ndarray, codes: np.ndarray, size: int, groups=None) -> 
     return out
 
 
-# bytes per repetition·row of a record-major block (dpfm.sketch_maxima): AES input and output 8 + 8 (one
-# 16-byte block serves two repetitions), the top bits (γ = 1) or values and their gathered copy 2 + 2
-BLOCK_BYTES = 20
+# bytes per repetition·row of a record-major block (dpfm.sketch_maxima), γ = 1: AES input and output 4 + 4
+# (one 16-byte block serves four repetitions), the top 16 bits and their gathered copy 2 + 2
+BLOCK_BYTES = 12
+
+
+def block_bytes(gamma: float) -> int:
+    """BLOCK_BYTES for γ = 1; other γ use two 64-bit words per AES block (8 + 8) and int16 values (2 + 2)."""
+    return BLOCK_BYTES if gamma == 1.0 else 20
 
 
 def phantom_max(rng: np.random.Generator, shape: tuple[int, ...], k_p: int, gamma: float) -> np.ndarray:

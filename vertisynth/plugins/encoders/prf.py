@@ -10,8 +10,8 @@ Both encoders draw their per-record randomness from PRF(key, row, id) instead of
 Why the server cannot predict the values: AES is a pseudo-random permutation; without the 256-bit
 key (agreed by the parties through X25519 + HKDF, see `keys.py`, and never sent to the server)
 the outputs on distinct blocks are computationally indistinguishable from independent uniform
-128-bit strings. The repetition index sits inside the block (DPFM: repetitions 2k and 2k+1 take the two
-64-bit halves of block k), so (key, h) acts as t independent
+128-bit strings. The repetition index sits inside the block (DPFM with γ = 1: repetitions 4k..4k+3 take the four
+32-bit words of block k, see `fm_geometric`), so (key, h) acts as t independent
 hash keys ξ_1..ξ_t. ECB mode is the right mode here: it *is* the PRF applied to each distinct
 block (no block repeats, so no pattern leaks); OpenSSL runs it with AES-NI at GB/s.
 """
@@ -25,6 +25,7 @@ from vertisynth.core.errors import ConfigError
 # Domain-separation tags in the top byte of the row word, so one key never serves two purposes.
 TAG_FM = 1
 TAG_GRR = 2
+TAG_FM_LOW = 3  # DPFM, γ = 1: the low half of a 64-bit word whose 32-bit top half is 0
 _TWO_M53 = 2.0**-53
 
 
@@ -92,11 +93,52 @@ def geometric_from_uniform(u: np.ndarray, gamma: float) -> np.ndarray:
     return y.astype(np.int16)
 
 
+def prf_pairs(key: bytes, tag: int, rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """128 pseudo-random bits per (rows[k], ids[k]) pair as a (k, 2) uint64 array (PRF(key, row, id) on
+    paired rather than crossed rows and ids)."""
+    _check_key(key)
+    rows = np.asarray(rows, dtype=np.uint64).ravel()
+    ids = np.asarray(ids, dtype=np.uint64).ravel()
+    if rows.size and int(rows.max()) >= 1 << 56:
+        raise ConfigError("PRF row index too large (must be < 2^56)")
+    blocks = np.empty((rows.size, 2), dtype="<u8")
+    blocks[:, 0] = rows | np.uint64(tag << 56)
+    blocks[:, 1] = ids
+    if rows.size == 0:
+        return blocks
+    enc = Cipher(algorithms.AES(bytes(key)), modes.ECB()).encryptor()
+    return np.frombuffer(enc.update(blocks.tobytes()), dtype="<u8").reshape(rows.size, 2).copy()
+
+
+def geometric_from_words32(key: bytes, words32: np.ndarray, reps: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """γ = 1 values from 32-bit words: min(clz64(W), 53) of the 64-bit word W whose top half is the word
+    and whose low half is the top 32 bits of the extension PRF(key, TAG_FM_LOW, h, id) — computed only
+    where the word is 0 (probability 2^-32); elsewhere the low half cannot change the leading-zero count.
+    W is uniform on 64 bits, so the law is exactly `geometric_from_words`'s (geometric, capped at 53).
+    `reps`, `ids`: the repetition and record id of every word (same shape as `words32`)."""
+    w = np.asarray(words32, dtype=np.uint32)
+    full = w.astype(np.uint64) << np.uint64(32)
+    zero = np.flatnonzero(w.ravel() == 0)
+    if zero.size:
+        low = prf_pairs(key, TAG_FM_LOW, np.asarray(reps).ravel()[zero], np.asarray(ids).ravel()[zero])[:, 0]
+        full.reshape(-1)[zero] = low >> np.uint64(32)
+    return geometric_from_words(full, 1.0)
+
+
 def fm_geometric(key: bytes, reps: np.ndarray, ids: np.ndarray, gamma: float) -> np.ndarray:
     """The hashed geometric value H_{ξ_h}(id) for every repetition h in `reps` and record id: (len(reps), len(ids)) int16.
-    Repetition h reads word h % 2 of the PRF block (h // 2, id): both 64-bit halves of each AES block
-    are used (two independent uniform words), so t repetitions cost t/2 AES blocks per record."""
+    γ = 1 (layout FM_LAYOUT "aes256-ecb/4x32"): repetition h reads the 32-bit word h % 4 (little-endian) of
+    the PRF block (h // 4, id), extended to 64 bits by `geometric_from_words32` in the rare case it is 0;
+    t repetitions cost t/4 AES blocks per record. Other γ need a finer uniform: repetition h reads the
+    64-bit word h % 2 of the PRF block (h // 2, id)."""
     reps = np.asarray(reps, dtype=np.uint64)
+    ids = np.asarray(ids, dtype=np.uint64)
+    if gamma == 1.0:
+        words = prf_words(key, TAG_FM, reps // np.uint64(4), ids).view("<u4")  # (len(reps), len(ids), 4)
+        quarter = (reps % np.uint64(4)).astype(np.intp)
+        w32 = np.take_along_axis(words, quarter[:, None, None], axis=2)[..., 0]
+        return geometric_from_words32(key, w32, np.broadcast_to(reps[:, None], w32.shape),
+                                      np.broadcast_to(ids[None, :], w32.shape))
     words = prf_words(key, TAG_FM, reps // np.uint64(2), ids)  # (len(reps), len(ids), 2)
     half = (reps % np.uint64(2)).astype(np.intp)
     return geometric_from_words(np.take_along_axis(words, half[:, None, None], axis=2)[..., 0], gamma)
@@ -113,58 +155,68 @@ def _leading_zeros16() -> np.ndarray:
 LZ16 = _leading_zeros16()
 
 # how FM hash values are drawn from the PRF; sketches drawn otherwise cannot be combined, so DPFM messages
-# carry it (the low-64-bit layout before issue 21 was "aes256-ecb/low64")
-FM_LAYOUT = "aes256-ecb/2x64"
+# carry it (before issue 21 "aes256-ecb/low64"; then "aes256-ecb/2x64", both 64-bit halves of each block;
+# now four 32-bit words per block for γ = 1, see `fm_geometric`)
+FM_LAYOUT = "aes256-ecb/4x32"
 
 
 class FMRecordStream:
     """H_ξh(id) record-major, (ids, reps), for a block of ids and a block of repetitions: the PRF of
-    `fm_geometric` laid out id by id (repetitions h0, h0+1 from the two words of block h0 // 2), so the
-    ids' rows are contiguous for the group max.
+    `fm_geometric` laid out id by id (γ = 1: repetitions h0..h0+3 from the four 32-bit words of block
+    h0 // 4; other γ: h0, h0+1 from the two 64-bit words of block h0 // 2), so the ids' rows are
+    contiguous for the group max.
 
-    For γ = 1 the value is min(clz64(w), 53) of the word w (= `geometric_from_words`, see there), a
-    decreasing function of w: the stream returns w's top 16 bits (one strided copy), the caller takes the
-    group MIN of those and converts only the minima with the leading-zero table LZ16; a minimum of 0
-    (probability 2^-16 per record) is refined with `exact` on the records whose top bits are all zero.
-    Other γ: the values themselves, `geometric_from_words` on the same words (group max).
+    For γ = 1 the value is min(clz64(W), 53) (`geometric_from_words32`), a decreasing function of the
+    32-bit word w (the top half of W): the stream returns w's top 16 bits (one strided copy), the caller
+    takes the group MIN of those and converts only the minima with the leading-zero table LZ16; a minimum
+    of 0 (probability 2^-16 per record) is refined with `exact` on the records whose top bits are all zero.
+    Other γ: the values themselves, `geometric_from_words` on the 64-bit words (group max).
     Returns views valid until the next call."""
 
     def __init__(self, key: bytes, gamma: float, max_ids: int, reps: int) -> None:
         _check_key(key)
-        self._cipher = Cipher(algorithms.AES(bytes(key)), modes.ECB())
+        self._key = bytes(key)
+        self._cipher = Cipher(algorithms.AES(self._key), modes.ECB())
         self._gamma = float(gamma)
-        self._blocks = np.empty((max_ids, (reps + 1) // 2, 2), dtype="<u8")
+        self.per_block = 4 if self._gamma == 1.0 else 2  # repetitions per AES block
+        self._blocks = np.empty((max_ids, -(-reps // self.per_block), 2), dtype="<u8")
         self._out = np.empty(self._blocks.nbytes + 16, dtype=np.uint8)
         self._vals = np.empty((max_ids, reps), dtype=np.uint16 if gamma == 1.0 else np.int16)
+        self._ids = np.empty(max_ids, dtype=np.uint64)
         self._n = 0
+        self._h0 = 0
 
     def set_ids(self, ids: np.ndarray) -> None:
         ids = np.asarray(ids, dtype=np.uint64)
         if ids.size > self._blocks.shape[0]:
             raise ConfigError(f"FMRecordStream holds {self._blocks.shape[0]} ids, given {ids.size}")
         self._n = ids.size
+        self._ids[: ids.size] = ids
         self._blocks[: ids.size, :, 1] = ids[:, None]
 
     def values(self, h0: int, nreps: int) -> tuple[np.ndarray, np.ndarray]:
         """(top 16 bits (γ = 1) or values; words), both (n_ids, nreps), for repetitions h0..h0+nreps-1."""
-        pairs = (nreps + 1) // 2
-        if h0 % 2 or nreps > self._vals.shape[1] or h0 + nreps > 1 << 56:
-            raise ConfigError(f"FMRecordStream: bad repetition block {h0}+{nreps} (must start even)")
+        per = self.per_block
+        nblk = -(-nreps // per)
+        if h0 % per or nreps > self._vals.shape[1] or h0 + nreps > 1 << 56:
+            raise ConfigError(f"FMRecordStream: bad repetition block {h0}+{nreps} (must start at a multiple of {per})")
         n = self._n
-        blocks = self._blocks[:n, :pairs]
-        blocks[..., 0] = np.arange(h0 // 2, h0 // 2 + pairs, dtype=np.uint64) | np.uint64(TAG_FM << 56)
-        flat = self._blocks[:n] if pairs == self._blocks.shape[1] else np.ascontiguousarray(blocks)
+        self._h0 = h0
+        blocks = self._blocks[:n, :nblk]
+        blocks[..., 0] = np.arange(h0 // per, h0 // per + nblk, dtype=np.uint64) | np.uint64(TAG_FM << 56)
+        flat = self._blocks[:n] if nblk == self._blocks.shape[1] else np.ascontiguousarray(blocks)
         enc = self._cipher.encryptor()
         written = enc.update_into(memoryview(flat).cast("B"), self._out)
-        full = self._out[:written].view("<u8").reshape(n, 2 * pairs)  # word j: repetition h0 + j
-        words = full[:, :nreps]
         vals = self._vals.reshape(-1)[: n * nreps].reshape(n, nreps)  # contiguous
         if self._gamma != 1.0:
+            words = self._out[:written].view("<u8").reshape(n, 2 * nblk)[:, :nreps]  # word j: repetition h0 + j
             vals[...] = geometric_from_words(words, self._gamma)
             return vals, words
-        np.copyto(vals, full.view("<u2").reshape(n, 2 * pairs, 4)[:, :nreps, 3])  # top 16 bits (little-endian)
+        words = self._out[:written].view("<u4").reshape(n, 4 * nblk)[:, :nreps]
+        np.copyto(vals, words.view("<u2").reshape(n, nreps, 2)[:, :, 1])  # top 16 bits (little-endian)
         return vals, words
 
     def exact(self, words: np.ndarray, i: np.ndarray, r: np.ndarray) -> np.ndarray:
-        """The exact γ = 1 values of entries (i, r) of a `values` call's words (where the top bits are 0)."""
-        return geometric_from_words(words[i, r], 1.0).astype(np.uint8)
+        """The exact γ = 1 values of entries (i, r) of the last `values` call's words (where the top bits are 0)."""
+        r = np.asarray(r, dtype=np.uint64)
+        return geometric_from_words32(self._key, words[i, r.astype(np.intp)], self._h0 + r, self._ids[i]).astype(np.uint8)
