@@ -42,20 +42,26 @@ def methods(crypto: str = "simulated") -> dict[str, tuple[str, dict]]:
 
 
 RANDOMNESS = "auto"   # --randomness
+WAYS = [3]            # --two-way: [2, 3] (2-way TVD printed beside the 3-way)
+METHODS = None        # --methods: a subset of methods() by name (None: all three)
+TWO_WAY: dict = {}
 ZOO = None   # the zoo dataset module when it is given as a file (--zoo-module)
 
 
 def run_one(dataset: dict, eps: float, synth: str, params: dict, seed: int, marginals: int):
+    key = (str(dataset), eps, synth, str(params), seed)
     source = None
     if dataset["name"] == "zoo" and ZOO is not None:   # the zoo from a file: pass its source to the pipeline
         source = ZOO.source(ZOO.ZooConfig(**dataset["params"]))
         dataset = {"name": "census"}
     cfg = parse_config({"seed": seed, "budget": {"epsilon": eps, "delta": 1e-5}, "dataset": dataset,
                         "synthesizer": {"use": synth, "params": params},
-                        "evaluators": [{"use": "tvd", "params": {"ways": [3], "marginals": marginals}}]})
+                        "evaluators": [{"use": "tvd", "params": {"ways": WAYS, "marginals": marginals}}]})
     plan = make_plan(cfg, source=source)
     c0 = time.process_time()
     res = execute(plan)
+    if 2 in WAYS:
+        TWO_WAY[key] = res.metrics["tvd"]["tvd_2way"]
     return res.metrics["tvd"]["tvd_3way"], time.process_time() - c0, plan.synthesizer.instance
 
 
@@ -65,16 +71,25 @@ def quality(label: str, dataset: dict, eps_list, runs: int, marginals: int) -> l
     for eps in eps_list:
         tvd = {}
         cpu = {}
+        two = {}
         for name, (synth, params) in methods().items():
+            if METHODS is not None and name not in METHODS and name != "PrivMRF (central)":
+                continue
             out = [run_one(dataset, eps, synth, params, seed, marginals) for seed in range(runs)]
             tvd[name] = statistics.mean(o[0] for o in out)
             cpu[name] = statistics.mean(o[1] for o in out)
+            if 2 in WAYS:
+                two[name] = statistics.mean(TWO_WAY[(str(dataset), eps, synth, str(params), s)] for s in range(runs))
         anchor = tvd["PrivMRF (central)"]
-        r_he, r_fm = tvd["VertiMRF-HE"] / anchor, tvd["VertiMRF-FM"] / anchor
+        r_he = tvd["VertiMRF-HE"] / anchor
         ratios.append(r_he)
-        print(f"{label:<22} ε={eps:<4} PrivMRF {anchor:.4f}  HE {tvd['VertiMRF-HE']:.4f} ({r_he:.2f}x)  "
-              f"FM {tvd['VertiMRF-FM']:.4f} ({r_fm:.2f}x)   CPU s: {cpu['PrivMRF (central)']:.0f} / "
-              f"{cpu['VertiMRF-HE']:.0f} / {cpu['VertiMRF-FM']:.0f}", flush=True)
+        fm = (f"FM {tvd['VertiMRF-FM']:.4f} ({tvd['VertiMRF-FM'] / anchor:.2f}x)" if "VertiMRF-FM" in tvd else "FM -")
+        line = (f"{label:<22} ε={eps:<4} PrivMRF {anchor:.4f}  HE {tvd['VertiMRF-HE']:.4f} ({r_he:.2f}x)  {fm}"
+                f"   CPU s: " + " / ".join(f"{cpu[k]:.0f}" for k in tvd))
+        if two:
+            line += "   2-way: " + "  ".join(f"{k.split()[0]} {v:.4f} ({v / two['PrivMRF (central)']:.2f}x)"
+                                            for k, v in two.items())
+        print(line, flush=True)
     return ratios
 
 
@@ -260,7 +275,7 @@ def scale(data_dir: str, rows_list, sum_side: bool = True, cache: str | None = N
 
 
 def main() -> int:
-    global ZOO, RANDOMNESS
+    global ZOO, RANDOMNESS, METHODS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", default=os.environ.get("VERTISYNTH_DATA",
                                                          str(Path(__file__).resolve().parents[2] / "shared" / "data")))
@@ -280,8 +295,15 @@ def main() -> int:
                     help="Adult-shaped n (resampled with replacement) for --only scale")
     ap.add_argument("--no-sum", action="store_true", help="--only scale: skip the summing side")
     ap.add_argument("--queries-cache", default=None, help="--only scale: JSON file caching the Adult run's queries")
+    ap.add_argument("--two-way", action="store_true", help="also the 2-way TVD (quality)")
+    ap.add_argument("--methods", default=None, help="quality: comma list of HE, FM (PrivMRF always runs)")
     args = ap.parse_args()
     RANDOMNESS = args.randomness
+    if args.two_way:
+        WAYS[:] = [2, 3]
+    if args.methods:
+        METHODS = {"HE": "VertiMRF-HE", "FM": "VertiMRF-FM"}
+        METHODS = [METHODS[m] for m in args.methods.split(",")]
     dd = args.data_dir
     want = lambda part: args.only == part or (args.only is None and part != "scale") or (  # noqa: E731
         args.only == "quality" and part not in ("cost", "scale"))

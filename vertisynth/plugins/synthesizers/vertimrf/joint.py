@@ -149,14 +149,28 @@ def server_joint(syn: Any, messages: Sequence[Message], measure: Callable[[list]
     covered: set[tuple[str, str]] = set()
     chosen: list[tuple[str, ...]] = []
     pairs_of = {t: [pr for pr in itertools.combinations(t, 2) if pr in excess] for t in cands}
-    while cands and len(chosen) < encoder.config.cliques:
+    grown = list(edges)
+
+    def fits(t: tuple[str, ...]) -> bool:
+        """A table outside the tree grows it: only while every clique stays under max_clique_cells, the cap
+        GraphCom keeps (with many-valued domains a few such pairs triangulate into cliques of 10^7+ cells)."""
+        if res.model.tree.clique_for(t) is not None:
+            return True
+        trial = grown + list(itertools.combinations(t, 2))
+        return max(dom.project(q).size() for q in min_fill_cliques(dom, trial)) <= c.max_clique_cells
+
+    while cands and len(chosen) < encoder.config.cliques:   # bounded: every pass removes one candidate
         gain = {t: sum(excess[pr] for pr in pairs_of[t] if pr not in covered) for t in cands}
         # (when no excess is left, the raw error ranks: the budget is planned for `cliques` tables)
         best = max(cands, key=lambda t: (gain[t], sum(raw[pr] for pr in pairs_of[t] if pr not in covered),
                                          -syn._low_domain.project(t).size(), t))
+        cands.discard(best)
+        if not fits(best):
+            continue
+        if res.model.tree.clique_for(best) is None:
+            grown += list(itertools.combinations(best, 2))
         chosen.append(best)
         covered |= set(pairs_of[best])
-        cands.discard(best)
     syn._candidate_info = [{"pair": list(pr), "excess_error": e, "covered": pr in covered} for pr, e in excess.items()]
     if chosen:
         queries = []
