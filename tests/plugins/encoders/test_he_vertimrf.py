@@ -187,3 +187,25 @@ def test_cost_estimate_counts_the_ciphertexts_a_real_run_makes(monkeypatch):
     # before a run: the clique stage on the stand-in, through the same split (both sides may encrypt)
     before = enc.cost_estimate(45_000)
     assert all(before[p]["ciphertexts"] > 0 for p in part.names)
+
+
+def test_clique_tables_outside_the_tree_keep_it_under_max_clique_cells():
+    """Independent parties: no cross pair beats its noise, so the clique stage falls back to the selection pairs,
+    which lie outside the tree. Each one that would triangulate the tree into a clique over max_clique_cells is
+    skipped (large-domains: 12 such pairs made cliques of 10^7+ cells and a run of hours)."""
+    rng = np.random.default_rng(7)
+    n = 3000
+    x = rng.integers(0, 6, (n, 2))
+    y = rng.integers(0, 6, (n, 2))
+    cols = [x[:, 0], (x[:, 0] + rng.integers(0, 2, n)) % 6, x[:, 1], y[:, 0], (y[:, 0] + rng.integers(0, 2, n)) % 6,
+            y[:, 1]]
+    data = Dataset(np.column_stack(cols), Domain(["a", "b", "c", "d", "e", "f"], [6] * 6))
+    part = VerticalPartition.from_lists([["a", "b", "c"], ["d", "e", "f"]])
+    cfg = VertiMRFConfig(**FAST, encoder="he", max_clique_cells=40, encoder_params={"crypto": "simulated"})
+    syn = VertiMRFSynthesizer(cfg)
+    budget = Budget(0.3, 1e-5)
+    ledger = PrivacyLedger(budget)
+    ledger.plan(syn.plan(PlanContext(data.domain, part, budget)))
+    syn.fit(VerticalData(part, part.views(data)), ledger, np.random.default_rng(0))
+    assert syn._chosen, "the planned clique tables go to the fallback pairs"
+    assert max(data.domain.project(q).size() for q in syn._model.tree.cliques) <= 40
