@@ -37,7 +37,8 @@ NO_BINS = 10_000   # "bins" above every domain: HE measures raw values
 def methods(crypto: str = "simulated") -> dict[str, tuple[str, dict]]:
     return {"PrivMRF (central)": ("privmrf", {}),
             "VertiMRF-HE": ("vertimrf", {"encoder": "he", "bins": NO_BINS,
-                                         "encoder_params": {"crypto": crypto, "randomness": RANDOMNESS}}),
+                                         "encoder_params": {"crypto": crypto, "randomness": RANDOMNESS,
+                                                            **HE_PARAMS}}),
             "VertiMRF-FM": ("vertimrf", {})}
 
 
@@ -45,6 +46,7 @@ RANDOMNESS = "auto"   # --randomness
 WAYS = [3]            # --two-way: [2, 3] (2-way TVD printed beside the 3-way)
 METHODS = None        # --methods: a subset of methods() by name (None: all three)
 TWO_WAY: dict = {}
+HE_PARAMS: dict = {}  # --he-params: JSON merged into the he encoder's params (experiments)
 ZOO = None   # the zoo dataset module when it is given as a file (--zoo-module)
 
 
@@ -297,8 +299,13 @@ def main() -> int:
     ap.add_argument("--queries-cache", default=None, help="--only scale: JSON file caching the Adult run's queries")
     ap.add_argument("--two-way", action="store_true", help="also the 2-way TVD (quality)")
     ap.add_argument("--methods", default=None, help="quality: comma list of HE, FM (PrivMRF always runs)")
+    ap.add_argument("--he-params", default=None, help='JSON merged into the he encoder params, e.g. {"cliques": 24}')
     args = ap.parse_args()
     RANDOMNESS = args.randomness
+    if args.he_params:
+        import json
+
+        HE_PARAMS.update(json.loads(args.he_params))
     if args.two_way:
         WAYS[:] = [2, 3]
     if args.methods:
