@@ -16,6 +16,9 @@ centralised PrivMRF, and the cost of the real crypto.
    party and per stage, per row; which party encrypted. Then a projection from the measured per-ciphertext costs
    and the exact layouts to 45k, 1M and 10M rows (10M on a 64-worker cluster: CPU / 64). Targets: encrypting
    party <= 5 ms CPU per row at the Adult default, constant per row from 45k to 1M rows.
+3. Scale (`--only scale --scale-rows 45222,200000,1000000`, not part of the default run): the encrypting party's
+   real-crypto stage measured, not projected, at Adult-shaped n (Adult resampled with replacement): `scale`.
+   Quality options: `--two-way` (2-way TVD beside the 3-way), `--methods HE` (skip FM), `--he-params JSON`.
 """
 from __future__ import annotations
 
