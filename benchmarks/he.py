@@ -16,6 +16,9 @@ centralised PrivMRF, and the cost of the real crypto.
    party and per stage, per row; which party encrypted. Then a projection from the measured per-ciphertext costs
    and the exact layouts to 45k, 1M and 10M rows (10M on a 64-worker cluster: CPU / 64). Targets: encrypting
    party <= 5 ms CPU per row at the Adult default, constant per row from 45k to 1M rows.
+3. Scale (`--only scale --scale-rows 45222,200000,1000000`, not part of the default run): the encrypting party's
+   real-crypto stage measured, not projected, at Adult-shaped n (Adult resampled with replacement): `scale`.
+   Quality options: `--two-way` (2-way TVD beside the 3-way), `--methods HE` (skip FM), `--he-params JSON`.
 """
 from __future__ import annotations
 
@@ -37,25 +40,33 @@ NO_BINS = 10_000   # "bins" above every domain: HE measures raw values
 def methods(crypto: str = "simulated") -> dict[str, tuple[str, dict]]:
     return {"PrivMRF (central)": ("privmrf", {}),
             "VertiMRF-HE": ("vertimrf", {"encoder": "he", "bins": NO_BINS,
-                                         "encoder_params": {"crypto": crypto, "randomness": RANDOMNESS}}),
+                                         "encoder_params": {"crypto": crypto, "randomness": RANDOMNESS,
+                                                            **HE_PARAMS}}),
             "VertiMRF-FM": ("vertimrf", {})}
 
 
 RANDOMNESS = "auto"   # --randomness
+WAYS = [3]            # --two-way: [2, 3] (2-way TVD printed beside the 3-way)
+METHODS = None        # --methods: a subset of methods() by name (None: all three)
+TWO_WAY: dict = {}
+HE_PARAMS: dict = {}  # --he-params: JSON merged into the he encoder's params (experiments)
 ZOO = None   # the zoo dataset module when it is given as a file (--zoo-module)
 
 
 def run_one(dataset: dict, eps: float, synth: str, params: dict, seed: int, marginals: int):
+    key = (str(dataset), eps, synth, str(params), seed)
     source = None
     if dataset["name"] == "zoo" and ZOO is not None:   # the zoo from a file: pass its source to the pipeline
         source = ZOO.source(ZOO.ZooConfig(**dataset["params"]))
         dataset = {"name": "census"}
     cfg = parse_config({"seed": seed, "budget": {"epsilon": eps, "delta": 1e-5}, "dataset": dataset,
                         "synthesizer": {"use": synth, "params": params},
-                        "evaluators": [{"use": "tvd", "params": {"ways": [3], "marginals": marginals}}]})
+                        "evaluators": [{"use": "tvd", "params": {"ways": WAYS, "marginals": marginals}}]})
     plan = make_plan(cfg, source=source)
     c0 = time.process_time()
     res = execute(plan)
+    if 2 in WAYS:
+        TWO_WAY[key] = res.metrics["tvd"]["tvd_2way"]
     return res.metrics["tvd"]["tvd_3way"], time.process_time() - c0, plan.synthesizer.instance
 
 
@@ -65,16 +76,25 @@ def quality(label: str, dataset: dict, eps_list, runs: int, marginals: int) -> l
     for eps in eps_list:
         tvd = {}
         cpu = {}
+        two = {}
         for name, (synth, params) in methods().items():
+            if METHODS is not None and name not in METHODS and name != "PrivMRF (central)":
+                continue
             out = [run_one(dataset, eps, synth, params, seed, marginals) for seed in range(runs)]
             tvd[name] = statistics.mean(o[0] for o in out)
             cpu[name] = statistics.mean(o[1] for o in out)
+            if 2 in WAYS:
+                two[name] = statistics.mean(TWO_WAY[(str(dataset), eps, synth, str(params), s)] for s in range(runs))
         anchor = tvd["PrivMRF (central)"]
-        r_he, r_fm = tvd["VertiMRF-HE"] / anchor, tvd["VertiMRF-FM"] / anchor
+        r_he = tvd["VertiMRF-HE"] / anchor
         ratios.append(r_he)
-        print(f"{label:<22} ε={eps:<4} PrivMRF {anchor:.4f}  HE {tvd['VertiMRF-HE']:.4f} ({r_he:.2f}x)  "
-              f"FM {tvd['VertiMRF-FM']:.4f} ({r_fm:.2f}x)   CPU s: {cpu['PrivMRF (central)']:.0f} / "
-              f"{cpu['VertiMRF-HE']:.0f} / {cpu['VertiMRF-FM']:.0f}", flush=True)
+        fm = (f"FM {tvd['VertiMRF-FM']:.4f} ({tvd['VertiMRF-FM'] / anchor:.2f}x)" if "VertiMRF-FM" in tvd else "FM -")
+        line = (f"{label:<22} ε={eps:<4} PrivMRF {anchor:.4f}  HE {tvd['VertiMRF-HE']:.4f} ({r_he:.2f}x)  {fm}"
+                f"   CPU s: " + " / ".join(f"{cpu[k]:.0f}" for k in tvd))
+        if two:
+            line += "   2-way: " + "  ".join(f"{k.split()[0]} {v:.4f} ({v / two['PrivMRF (central)']:.2f}x)"
+                                            for k, v in two.items())
+        print(line, flush=True)
     return ratios
 
 
@@ -154,12 +174,117 @@ def cost(data_dir: str, rows_list, eps: float = 1.6) -> None:
                   f"{n * cpu_row / 3600:.2f} CPU h, sends {by} B/row = {n * by / 1e9:.2f} GB{extra}")
 
 
+def adult_queries(data_dir: str, eps: float = 1.6, cache: str | None = None):
+    """(encoder, {stage: queries}) of a full Adult run (simulated); the queries cached in `cache` (JSON) if given."""
+    import json
+
+    synth, params = methods("simulated")["VertiMRF-HE"]
+    ds = {"name": "adult", "params": {"data_dir": data_dir}}
+    if cache and Path(cache).exists():
+        stored = json.loads(Path(cache).read_text())
+        # a cheap run (ε, seed fixed) only to get the encoder's plan; the queries come from the cache
+        _, _, syn = run_one({**ds, "params": {**ds["params"], "sample": 2000, "sample_seed": 1}}, eps, synth, params, 0, 5)
+        stages = {k: [(tuple(a), tuple(b)) for a, b in v] for k, v in stored.items()}
+        return syn, stages
+    _, _, syn = run_one(ds, eps, synth, params, 0, 50)
+    enc = syn._encoder
+    stages = {"selection": enc.selection_queries(), "cliques": _split(enc, syn._chosen)}
+    if cache:
+        Path(cache).write_text(json.dumps({k: [[list(a), list(b)] for a, b in v] for k, v in stages.items()}))
+    return syn, stages
+
+
+def scale(data_dir: str, rows_list, sum_side: bool = True, cache: str | None = None, eps: float = 1.6) -> None:
+    """The encrypting party's real-crypto CPU per row at Adult-shaped n (Adult resampled with replacement): at each n
+    the party with the most ciphertexts per row (over both stages, the layouts and table split the run would use at
+    that n) encrypts its rows through `protocol.encrypt_rows` (the production path: chunk_rows chunks, the local
+    pool); then, if `sum_side`, its summing peer's `sum_and_noise` on those rows. CPU = this process + the pool."""
+    import psutil
+
+    from vertisynth.core.dataset import VerticalPartition
+    from vertisynth.core.progress import reporting
+    from vertisynth.plugins.datasets.files import BenchmarkConfig, adult
+    from vertisynth.plugins.encoders.he import paillier, protocol
+    from vertisynth.plugins.encoders.he.noise import SystemSource, support_bound
+
+    syn, stages = adult_queries(data_dir, eps, cache)
+    enc = syn._encoder
+    c = enc.config
+    loaded = adult(BenchmarkConfig(data_dir=data_dir)).load()
+    table = loaded.schema.fit(loaded.frame, None, np.random.default_rng(0)).encode(loaded.frame)
+    part = VerticalPartition.from_lists([list(p.attributes) for p in syn._partition], list(syn._partition.names))
+    me = psutil.Process()
+
+    def cpu_live() -> float:   # this process, its finished children and its live pool workers
+        live = 0.0
+        for ch in me.children(recursive=True):
+            try:
+                t = ch.cpu_times()
+                live += t.user + t.system
+            except psutil.Error:
+                pass
+        return protocol.cpu_now() + live
+
+    base = None
+    for n in rows_list:
+        idx = np.random.default_rng(n).integers(0, table.n, n)
+        views = part.views(table.take(idx))
+        per_party: dict[str, list] = {}
+        size = lambda b: enc._domain.project(b).size()  # noqa: E731
+        for stage, queries in stages.items():
+            t = support_bound(enc.sigma[stage])
+            for _, e, s_, qs in enc.pairs(queries, n, stage):
+                k = protocol.row_ciphertexts(qs, size, n, t, c.key_bits, c.slot_bits)
+                per_party.setdefault(e, []).append((stage, s_, qs, k))
+        party = max(per_party, key=lambda p: sum(r[3] for r in per_party[p]))
+        k_tot = sum(r[3] for r in per_party[party])
+        keys = paillier.keypair(c.key_bits, enc.randomness)
+        print(f"\nn={n:,}: {party} encrypts {k_tot} ciphertexts/row "
+              f"({', '.join(f'{st} {k} to {s_}' for st, s_, _, k in per_party[party])}); "
+              f"{c.key_bits}-bit, {enc.randomness} randomness, chunk_rows {c.chunk_rows}, workers {c.workers or os.cpu_count()}",
+              flush=True)
+        last = [time.monotonic()]
+
+        def report(label, done, total):
+            if label == "encrypt rows" and total and time.monotonic() - last[0] > 120:
+                last[0] = time.monotonic()
+                print(f"    {label}: {done:,}/{total:,} ciphertexts, {cpu_live() - c0:.0f} CPU s so far "
+                      f"({1e3 * (cpu_live() - c0) / max(done, 1):.3f} ms/ciphertext)", flush=True)
+
+        enc_cpu = sum_cpu = 0.0
+        cts = 0
+        for stage, s_, qs, k in per_party[party]:
+            t = support_bound(enc.sigma[stage])
+            c0 = cpu_live()
+            with reporting(report):
+                m1 = protocol.encrypt_rows(party, s_, views[party], qs, keys[0], t, c.workers, c.chunk_rows, c.slot_bits)
+            d = cpu_live() - c0
+            enc_cpu += d
+            cts += int(np.prod(m1.ciphertexts.shape[:2]))
+            print(f"  {stage:<10} encrypt {m1.ciphertexts.shape[1]}/row: {d:8.1f} CPU s = {1e3 * d / n:.3f} ms/row, "
+                  f"{m1.ciphertexts.nbytes / 1e6:.0f} MB", flush=True)
+            if sum_side:
+                c0 = cpu_live()
+                m2 = protocol.sum_and_noise(s_, m1, views[s_], qs, enc.sigma[stage], SystemSource(), c.workers)
+                d = cpu_live() - c0
+                sum_cpu += d
+                print(f"  {stage:<10} {s_} sums + noise: {d:8.1f} CPU s = {1e3 * d / n:.3f} ms/row "
+                      f"({sum(a.nbytes for a in m2.sums.values()) / 1e6:.2f} MB back)", flush=True)
+                del m2
+            del m1
+        row = 1e3 * enc_cpu / n
+        base = base or row
+        print(f"  => n={n:,} encrypting party {party}: {row:.3f} ms CPU/row ({1e3 * enc_cpu / cts:.3f} ms/ciphertext, "
+              f"{cts / n:.0f} ciphertexts/row), ratio to the first n {row / base:.3f}"
+              + (f"; summing side {1e3 * sum_cpu / n:.3f} ms CPU/row" if sum_side else ""), flush=True)
+
+
 def main() -> int:
-    global ZOO, RANDOMNESS
+    global ZOO, RANDOMNESS, METHODS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", default=os.environ.get("VERTISYNTH_DATA",
                                                          str(Path(__file__).resolve().parents[2] / "shared" / "data")))
-    ap.add_argument("--only", choices=["quality", "nltcs", "adult", "zoo", "cost"], default=None,
+    ap.add_argument("--only", choices=["quality", "nltcs", "adult", "zoo", "cost", "scale"], default=None,
                     help="quality = nltcs + adult + zoo")
     ap.add_argument("--runs", type=int, default=1, help="seeds per cell (CPU is scarce: default 1)")
     ap.add_argument("--marginals", type=int, default=300)
@@ -171,10 +296,27 @@ def main() -> int:
     ap.add_argument("--cost-rows", default="1000,4000", help="Adult subsample sizes for the real-crypto cost")
     ap.add_argument("--randomness", default="auto", choices=["auto", "short", "full"],
                     help="the encrypting party's Paillier randomness (short: sf-heu's DJN short exponents)")
+    ap.add_argument("--scale-rows", default="45222,200000,1000000",
+                    help="Adult-shaped n (resampled with replacement) for --only scale")
+    ap.add_argument("--no-sum", action="store_true", help="--only scale: skip the summing side")
+    ap.add_argument("--queries-cache", default=None, help="--only scale: JSON file caching the Adult run's queries")
+    ap.add_argument("--two-way", action="store_true", help="also the 2-way TVD (quality)")
+    ap.add_argument("--methods", default=None, help="quality: comma list of HE, FM (PrivMRF always runs)")
+    ap.add_argument("--he-params", default=None, help='JSON merged into the he encoder params, e.g. {"cliques": 24}')
     args = ap.parse_args()
     RANDOMNESS = args.randomness
+    if args.he_params:
+        import json
+
+        HE_PARAMS.update(json.loads(args.he_params))
+    if args.two_way:
+        WAYS[:] = [2, 3]
+    if args.methods:
+        METHODS = {"HE": "VertiMRF-HE", "FM": "VertiMRF-FM"}
+        METHODS = [METHODS[m] for m in args.methods.split(",")]
     dd = args.data_dir
-    want = lambda part: args.only == part or args.only is None or (args.only == "quality" and part != "cost")  # noqa: E731
+    want = lambda part: args.only == part or (args.only is None and part != "scale") or (  # noqa: E731
+        args.only == "quality" and part not in ("cost", "scale"))
     if want("nltcs"):
         quality("NLTCS", {"name": "nltcs", "params": {"data_dir": dd}}, [0.4, 1.6], args.runs, args.marginals)
     if want("adult"):
@@ -201,6 +343,8 @@ def main() -> int:
             print(f"zoo HE/PrivMRF: median {np.median(zr):.2f}x (target <= 1.15x), worst {max(zr):.2f}x (target <= 1.4x)")
     if want("cost"):
         cost(dd, [int(r) for r in args.cost_rows.split(",")])
+    if want("scale"):
+        scale(dd, [int(r) for r in args.scale_rows.split(",")], not args.no_sum, args.queries_cache)
     return 0
 
 

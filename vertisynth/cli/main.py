@@ -109,7 +109,8 @@ def validate(config: Path, data_dir: str | None, rows: int, memory: str | None) 
     click.echo(f"{config}: valid. Planned privacy spend:")
     click.echo(plan.ledger.table(plan.ledger.planned))
     if cost:
-        click.echo(f"Expected cost per party for {rows:,} rows (upper estimate; per row in brackets):")
+        click.echo(f"Expected cost per party for {rows:,} rows (the run's table split; clique tables not yet chosen are "
+                   "estimated on a stand-in; per row in brackets):")
         for party, c in cost.items():
             click.echo(f"  {party:<12} ciphertexts {c['ciphertexts']:>14,.0f}  sent {c['bytes'] / 1e6:>10,.1f} MB "
                        f"({c['bytes'] / rows:,.0f} B)  CPU {c['cpu_s']:>9,.1f} s ({1e3 * c['cpu_s'] / rows:.2f} ms)"

@@ -158,3 +158,54 @@ def test_tables_of_a_pair_are_split_between_the_sides_when_that_is_cheaper(monke
     assert set(out["real"]) in ({"a|b", "d|c"}, {"b|a", "c|d"})   # each side encrypted one table
     for k in out["real"]:
         np.testing.assert_array_equal(out["real"][k], out["simulated"][k])
+
+
+def test_cost_estimate_counts_the_ciphertexts_a_real_run_makes(monkeypatch):
+    """The estimate goes through the run's table split and layouts: on the queries a real (small-key) run measured,
+    every party's counted ciphertexts (rows encrypted, sums returned) equal the estimate's, stage by stage."""
+    from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
+
+    monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
+    data = _data(n=130, seed=5)
+    part = VerticalPartition.from_lists([["a", "c", "e"], ["b", "d", "f"]])
+    enc = HEEncoder(HEConfig(crypto="real", key_bits=512, workers=1, cliques=3))
+    ledger = PrivacyLedger(Budget(1.0, 1e-5))
+    ledger.plan(enc.plan(PlanContext(data.domain, part, Budget(1.0, 1e-5))))
+    rngs = {p: np.random.default_rng(i) for i, p in enumerate(part.names)}
+    views = part.views(data)
+    cliques = [(("a", "c"), ("b",)), (("d",), ("e",)), (("a",), ("d", "f"))]   # tuples on both sides, both orders
+    enc.measure(views, enc.selection_queries(), "selection", ledger, rngs)
+    enc.measure(views, cliques, "cliques", ledger, rngs)
+    for stage, queries in (("selection", enc.selection_queries()), ("cliques", cliques)):
+        est = enc.stage_cost(queries, data.n, stage)
+        counted = enc.costs[stage].ciphertexts
+        assert {p: int(v["ciphertexts"]) for p, v in est.items() if v["ciphertexts"]} == counted, stage
+    total = enc.cost_estimate(data.n, clique_queries=cliques)
+    for p in part.names:
+        assert total[p]["ciphertexts"] == sum(enc.costs[s].ciphertexts.get(p, 0) for s in ("selection", "cliques"))
+        assert total[p]["cpu_s"] > 0
+    # before a run: the clique stage on the stand-in, through the same split (both sides may encrypt)
+    before = enc.cost_estimate(45_000)
+    assert all(before[p]["ciphertexts"] > 0 for p in part.names)
+
+
+def test_clique_tables_outside_the_tree_keep_it_under_max_clique_cells():
+    """Independent parties: no cross pair beats its noise, so the clique stage falls back to the selection pairs,
+    which lie outside the tree. Each one that would triangulate the tree into a clique over max_clique_cells is
+    skipped (large-domains: 12 such pairs made cliques of 10^7+ cells and a run of hours)."""
+    rng = np.random.default_rng(7)
+    n = 3000
+    x = rng.integers(0, 6, (n, 2))
+    y = rng.integers(0, 6, (n, 2))
+    cols = [x[:, 0], (x[:, 0] + rng.integers(0, 2, n)) % 6, x[:, 1], y[:, 0], (y[:, 0] + rng.integers(0, 2, n)) % 6,
+            y[:, 1]]
+    data = Dataset(np.column_stack(cols), Domain(["a", "b", "c", "d", "e", "f"], [6] * 6))
+    part = VerticalPartition.from_lists([["a", "b", "c"], ["d", "e", "f"]])
+    cfg = VertiMRFConfig(**FAST, encoder="he", max_clique_cells=40, encoder_params={"crypto": "simulated"})
+    syn = VertiMRFSynthesizer(cfg)
+    budget = Budget(0.3, 1e-5)
+    ledger = PrivacyLedger(budget)
+    ledger.plan(syn.plan(PlanContext(data.domain, part, budget)))
+    syn.fit(VerticalData(part, part.views(data)), ledger, np.random.default_rng(0))
+    assert syn._chosen, "the planned clique tables go to the fallback pairs"
+    assert max(data.domain.project(q).size() for q in syn._model.tree.cliques) <= 40

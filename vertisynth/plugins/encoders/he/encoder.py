@@ -280,34 +280,52 @@ class HEEncoder(Encoder):
         return (p, q, qs) if cost_p <= cost_q else (q, p, flipped)
 
     # -- cost, before a run -----------------------------------------------------------------------
-    def cost_estimate(self, n: int) -> dict[str, dict[str, float]]:
-        """Expected ciphertexts, bytes sent and CPU seconds per party for `n` rows, from this key size's measured
-        per-operation costs (a few operations timed here). Selection stage: exact counts of operations. Clique
-        stage: an upper estimate, every one of the `cliques` tables a single-attribute pair in a ciphertext group of
-        its own, encrypted by the party that encrypts in the selection stage."""
+    def stage_cost(self, queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]], n: int, stage: str
+                   ) -> dict[str, dict[str, float]]:
+        """Exact ciphertexts and bytes per party of one stage on `queries` at `n` rows, through the runs the
+        stage makes (`pairs`: the table split and the layouts `encrypt_rows` builds; `Costs` counts the same
+        ciphertexts), and the CPU they take at this key size's measured per-operation costs."""
         c = self.config
         ct_bytes = 2 * c.key_bits // 8
-        t_enc, t_mul, t_dec = _op_costs(c.key_bits, self.randomness) if c.crypto == "real" else (0.0, 0.0, 0.0)
+        real = c.crypto == "real"
+        t_enc, t_mul, t_dec = _op_costs(c.key_bits, self.randomness) if real else (0.0, 0.0, 0.0)
+        t_noise = _noise_cost(c.key_bits, self.randomness) if real else 0.0   # S's: phe, full randomness
+        size = lambda b: self._domain.project(b).size()  # noqa: E731
+        offset = support_bound(self.sigma[stage])
         out: dict[str, dict[str, float]] = {p: {"ciphertexts": 0.0, "bytes": 0.0, "cpu_s": 0.0} for p in self._parties}
+        for _, enc, summ, qs in self.pairs(queries, n, stage):
+            k = protocol.stage_counts(qs, size, n, offset, c.key_bits, c.slot_bits)
+            out[enc]["ciphertexts"] += n * k["per_row"]
+            out[enc]["bytes"] += n * k["per_row"] * ct_bytes
+            out[enc]["cpu_s"] += n * k["per_row"] * t_enc + k["returned"] * t_dec
+            out[summ]["ciphertexts"] += k["returned"]
+            out[summ]["bytes"] += k["returned"] * ct_bytes
+            out[summ]["cpu_s"] += (k["adds"] + k["returned"]) * t_mul + k["returned"] * t_noise
+        return out
 
-        def charge(enc: str, summ: str, per_row: int, groupings: list[int]) -> None:
-            returned = per_row * sum(groupings)   # at most: every grouping sums every column
-            out[enc]["ciphertexts"] += n * per_row
-            out[enc]["bytes"] += n * per_row * ct_bytes
-            out[enc]["cpu_s"] += n * per_row * t_enc + returned * t_dec
-            out[summ]["ciphertexts"] += returned
-            out[summ]["bytes"] += returned * ct_bytes
-            out[summ]["cpu_s"] += n * per_row * len(groupings) * t_mul + returned * t_enc
+    def clique_stand_in(self) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+        """Before a run the server has not chosen the clique tables (they follow from the data): the estimate
+        stands in the `cliques` selection pairs with the most cells, each summed by its own grouping where the
+        pairs allow (distinct groupings cannot share a ciphertext: the costlier case)."""
+        size = lambda q: self._domain.project(q[0] + q[1]).size()  # noqa: E731
+        ranked = sorted(self._selection, key=lambda q: (-size(q), q))
+        picked, seen = [], set()
+        for q in ranked:   # first one pair per grouping (either side's attribute), then the rest by cells
+            if len(picked) < self.config.cliques and not ({q[0], q[1]} & seen):
+                picked.append(q)
+                seen |= {q[0], q[1]}
+        picked += [q for q in ranked if q not in picked][: self.config.cliques - len(picked)]
+        return picked
 
-        pairs = self._by_pair(self._selection)
-        for (p, q), qs in pairs.items():
-            enc, summ, qs = self._orient(p, q, qs, n, support_bound(self.sigma["selection"]))
-            size = lambda b: self._domain.project(b).size()  # noqa: E731
-            per_row = protocol.row_ciphertexts(qs, size, n, support_bound(self.sigma["selection"]), c.key_bits,
-                                               c.slot_bits)
-            charge(enc, summ, per_row, [size(g) for g in dict.fromkeys(x[1] for x in qs)])
-            share = max(1, round(c.cliques * len(qs) / len(self._selection)))
-            charge(enc, summ, share, [max(size(x[1]) for x in qs)] * share)
+    def cost_estimate(self, n: int, clique_queries=None) -> dict[str, dict[str, float]]:
+        """Expected ciphertexts, bytes sent and CPU seconds per party for `n` rows (`vertisynth validate`): the
+        selection stage exactly as the run makes it (`stage_cost`: its table split and layouts); the clique stage
+        on `clique_queries` (the server's choice, known after a run) or, before one, on `clique_stand_in`."""
+        c = self.config
+        stages = [self.stage_cost(self._selection, n, "selection"),
+                  self.stage_cost(clique_queries if clique_queries is not None else self.clique_stand_in(), n,
+                                  "cliques")]
+        out = {p: {k: sum(s[p][k] for s in stages) for k in ("ciphertexts", "bytes", "cpu_s")} for p in self._parties}
         if c.crypto == "simulated":
             for v in out.values():
                 v["note"] = "crypto = simulated: no ciphertexts are made; figures are what real crypto would send"
@@ -335,4 +353,17 @@ def _op_costs(bits: int, randomness: str = "full") -> tuple[float, float, float]
         for c in cts:
             sk.raw_decrypt(c)
         _OP_COSTS[bits, randomness] = (t_enc, t_mul, (time.process_time() - c0) / len(cts))
+        # the summing party's noise encryptions: phe with full-length randomness under this key (`sum_and_noise`)
+        c0 = time.process_time()
+        paillier.encrypt_many(paillier.phe.PaillierPublicKey(pk.n), [12345] * 4, workers=1)
+        _NOISE_COST[bits, randomness] = (time.process_time() - c0) / 4
     return _OP_COSTS[bits, randomness]
+
+
+_NOISE_COST: dict[tuple[int, str], float] = {}
+
+
+def _noise_cost(bits: int, randomness: str = "full") -> float:
+    """CPU seconds of one of the summing party's encryptions (full-length randomness) at `bits`."""
+    _op_costs(bits, randomness)
+    return _NOISE_COST[bits, randomness]

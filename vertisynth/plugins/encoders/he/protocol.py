@@ -157,6 +157,30 @@ def row_ciphertexts(queries: Sequence[Query], size: Callable[[tuple[str, ...]], 
     return Layout.build(blocks, [size(b) for b in blocks], n, offset, modulus_bits, groups, slot_bits).plaintexts
 
 
+def grouping_columns(lay: Layout, queries: Sequence[Query]) -> list[tuple[tuple[str, ...], list[int], list[int]]]:
+    """Round 2's plan at S, from E's layout: for every grouping SB (in query order), the blocks queried with it and
+    the plaintext columns S sums and returns for it (every column holding one of those blocks)."""
+    block_index = {tuple(b): i for i, b in enumerate(lay.blocks)}
+    _, groupings = _blocks_and_groupings(unique(queries))
+    out = []
+    for sb in groupings:
+        mine = [block_index[q[0]] for q in unique(queries) if q[1] == sb]
+        out.append((sb, mine, sorted({c for b in mine for c in lay.columns(b)})))
+    return out
+
+
+def stage_counts(queries: Sequence[Query], size: Callable[[tuple[str, ...]], int], n: int, offset: int,
+                 modulus_bits: int, slot_bits: int | None = None) -> dict[str, int]:
+    """What one protocol run on `queries` (E's side first) makes, exactly, from E's layout: "per_row" ciphertexts
+    per row E encrypts, "returned" ciphertexts S sends back (per grouping: its values x its columns), "adds"
+    homomorphic additions at S (each grouping's columns over all n rows)."""
+    blocks, groups = block_groups(unique(queries))
+    lay = Layout.build(blocks, [size(b) for b in blocks], n, offset, modulus_bits, groups, slot_bits)
+    cols = grouping_columns(lay, queries)
+    return {"per_row": lay.plaintexts, "returned": sum(size(sb) * len(c) for sb, _, c in cols),
+            "adds": sum(n * len(c) for *_, c in cols)}
+
+
 def encrypt_rows(party: str, recipient: str, view: Dataset, queries: Sequence[Query], public_key, offset: int,
                  workers: int = 0, chunk: int = 2048, slot_bits: int | None = None) -> EncryptedOneHot:
     """Round 1 at E. Blocks summed by the same groupings pack tightly together; each such group starts on a fresh
@@ -189,14 +213,11 @@ def sum_and_noise(party: str, msg: EncryptedOneHot, view: Dataset, queries: Sequ
         raise MessageError(f"he: {msg.party!r} encrypted {msg.ciphertexts.shape[0]} rows, {party!r} holds {view.n}")
     block_index = {tuple(b): i for i, b in enumerate(lay.blocks)}
     cts = paillier.from_bytes(pk, msg.ciphertexts)
-    _, groupings = _blocks_and_groupings(queries)
     # noise for every query, drawn in query order (the simulation draws in the same order)
     noise = {q: discrete_gaussian((lay.cells[block_index[q[0]]], tuple_codes(view, q[1])[1]), sigma, source)
              for q in queries}
     out_groupings, sums, pending = [], {}, []
-    for gi, sb in enumerate(groupings):
-        mine = [block_index[q[0]] for q in queries if q[1] == sb]
-        cols = sorted({c for b in mine for c in lay.columns(b)})
+    for gi, (sb, mine, cols) in enumerate(grouping_columns(lay, queries)):
         touched = {b for b in range(len(lay.blocks)) if set(lay.columns(b)) & set(cols)}
         if touched - set(mine):
             raise ConfigError(f"he: summing by {list(sb)} would release blocks {[lay.blocks[b] for b in touched - set(mine)]} "

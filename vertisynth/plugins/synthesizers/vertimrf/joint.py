@@ -125,13 +125,21 @@ def server_joint(syn: Any, messages: Sequence[Message], measure: Callable[[list]
     var_cl = encoder.variance("cliques")
     limit = min(encoder.config.max_cells, n_hat / (c.z * math.sqrt(var_cl)))
     excess, raw = {}, {}
-    for pr, tab in sel_counts.items():
-        # E(model − y)² = (model − truth)² + var per cell: Σ(model − y)² − cells·var estimates ‖model − truth‖²,
-        # and √(cells·‖·‖²) bounds its L1 (what the TVD counts)
-        diff = syn._query(res.model, pr) - tab
-        sq = float((diff ** 2).sum()) - tab.size * float(sel[pr].variance.values.mean())
-        excess[pr] = math.sqrt(max(sq, 0.0) * tab.size)
-        raw[pr] = float(np.abs(diff).sum())
+
+    def errors(pairs) -> None:
+        for pr in pairs:
+            tab = sel_counts[pr]
+            # E(model − y)² = (model − truth)² + var per cell: Σ(model − y)² − cells·var estimates ‖model − truth‖²,
+            # and √(cells·‖·‖²) bounds its L1 (what the TVD counts)
+            diff = syn._query(res.model, pr) - tab
+            sq = float((diff ** 2).sum()) - tab.size * float(sel[pr].variance.values.mean())
+            excess[pr] = math.sqrt(max(sq, 0.0) * tab.size)
+            raw[pr] = float(np.abs(diff).sum())
+
+    # the candidates below lie inside the cliques, so only pairs inside one clique are scored (a clique's own
+    # marginal): a pair across the tree is an elimination along its path, seconds each with cliques of 10^5 cells
+    # (wide: 300 selection pairs took most of the run)
+    errors([pr for pr in sel_counts if res.model.tree.clique_for(pr) is not None])
     cands: set[tuple[str, ...]] = set()
     order = {a: i for i, a in enumerate(dom.attributes)}
     for q in cliques:
@@ -145,18 +153,33 @@ def server_joint(syn: Any, messages: Sequence[Message], measure: Callable[[list]
                 if len(t) == 3 and owner[x] in (owner[a], owner[b]) and syn._low_domain.project(t).size() <= limit:
                     cands.add(t)
     if not cands:   # no cross-party edge made the graph: the planned tables go to the selection pairs instead
+        errors([pr for pr in sel_counts if pr not in excess])   # (no clique spans two parties: mostly cheap)
         cands = set(excess)
     covered: set[tuple[str, str]] = set()
     chosen: list[tuple[str, ...]] = []
     pairs_of = {t: [pr for pr in itertools.combinations(t, 2) if pr in excess] for t in cands}
-    while cands and len(chosen) < encoder.config.cliques:
+    grown = list(edges)
+
+    def fits(t: tuple[str, ...]) -> bool:
+        """A table outside the tree grows it: only while every clique stays under max_clique_cells, the cap
+        GraphCom keeps (with many-valued domains a few such pairs triangulate into cliques of 10^7+ cells)."""
+        if res.model.tree.clique_for(t) is not None:
+            return True
+        trial = grown + list(itertools.combinations(t, 2))
+        return max(dom.project(q).size() for q in min_fill_cliques(dom, trial)) <= c.max_clique_cells
+
+    while cands and len(chosen) < encoder.config.cliques:   # bounded: every pass removes one candidate
         gain = {t: sum(excess[pr] for pr in pairs_of[t] if pr not in covered) for t in cands}
         # (when no excess is left, the raw error ranks: the budget is planned for `cliques` tables)
         best = max(cands, key=lambda t: (gain[t], sum(raw[pr] for pr in pairs_of[t] if pr not in covered),
                                          -syn._low_domain.project(t).size(), t))
+        cands.discard(best)
+        if not fits(best):
+            continue
+        if res.model.tree.clique_for(best) is None:
+            grown += list(itertools.combinations(best, 2))
         chosen.append(best)
         covered |= set(pairs_of[best])
-        cands.discard(best)
     syn._candidate_info = [{"pair": list(pr), "excess_error": e, "covered": pr in covered} for pr, e in excess.items()]
     if chosen:
         queries = []
