@@ -38,6 +38,15 @@ params = {{ ways = [2] }}
 PARTIES = ["hospital", "insurer"]
 
 
+def run_relay(relay, config, participants):
+    """Every step of `config` through `relay`; each participant's worker is stopped afterwards, whatever happened."""
+    try:
+        return relay.run(steps_for(config))
+    finally:
+        for b in participants:
+            b.abort("test over")
+
+
 def test_relay_and_bridges_publish_the_simulated_table(tmp_path):
     rng = np.random.default_rng(1)
     a = rng.integers(1, 4, 300)
@@ -57,11 +66,7 @@ def test_relay_and_bridges_publish_the_simulated_table(tmp_path):
 
     config = load_config(tmp_path / "job.toml")
     relay = Relay(PARTIES, list(bridges), ask, timeout=120)
-    try:
-        envelopes = relay.run(steps_for(config))
-    finally:
-        for b in bridges.values():
-            b.abort("test over")
+    envelopes = run_relay(relay, config, bridges.values())
     assert relay.rounds_per_step == {"hello": 2, "keys": 2, "synth": 1}   # post, then collect; synth posts only
     build(config, envelopes, tmp_path / "out")
     simulated = simulate(config, SECRET).synthetic
@@ -195,11 +200,7 @@ def test_he_rounds_over_the_relay_with_the_server_as_a_local_participant(tmp_pat
 
     config = load_config(tmp_path / "job.toml")
     relay = Relay(parties, list(bridges), ask, timeout=120, local=server)
-    try:
-        envelopes = relay.run(steps_for(config))
-    finally:
-        for b in [*bridges.values(), server]:
-            b.abort("test over")
+    envelopes = run_relay(relay, config, [*bridges.values(), server])
     keep_exchange(tmp_path / "out", envelopes)
     names = sorted(envelopes)
     assert any(n.startswith("he-queries__server__to__all__") for n in names)   # the server spoke mid-run
@@ -276,11 +277,7 @@ def test_collab_rounds_over_the_relay_publish_the_simulation(tmp_path):
         return {n: bridges[n].step(step, envelopes, wait=2) for n, (step, envelopes) in requests.items()}
 
     relay = Relay(roles, list(bridges), ask, timeout=120, local=publisher)
-    try:
-        envelopes = relay.run(steps_for(config))
-    finally:
-        for b in [*bridges.values(), publisher]:
-            b.abort("test over")
+    envelopes = run_relay(relay, config, [*bridges.values(), publisher])
     keep_exchange(tmp_path / "out", envelopes)
     sim = run(config, tmp_path / "sim")
     assert (tmp_path / "out" / "synthetic.csv").read_bytes() == (tmp_path / "sim" / "synthetic.csv").read_bytes()
