@@ -35,6 +35,12 @@ ROLES = ("party", "custodian", "collab-server")   # a vertical party, or a [coll
 DONE, FAILED, WAITING, BUSY = "done", "failed", "waiting", "busy"
 
 
+def server_index(name: str) -> str | None:
+    """A [collab] compute server's index from its role name `server<INDEX>` (server0, server1, ...), else None."""
+    index = name.removeprefix("server")
+    return index if name.startswith("server") and index.isdigit() else None
+
+
 @attrs.frozen
 class NodeSettings:
     """What an organisation's SuperNode is started with (`--node-config`): who it is and where its files are.
@@ -125,8 +131,8 @@ class Bridge:
             if s.csv is None:
                 raise ConfigError(f"custodian {s.party!r}: set csv=... (its own rows) in --node-config")
             return [*head, "custodian", str(s.config), "--name", s.party, "--csv", str(s.csv), *common]
-        index = s.party.removeprefix("server")
-        if not s.party.startswith("server") or not index.isdigit():
+        index = server_index(s.party)
+        if index is None:
             raise ConfigError(f"a collab-server's party is server<INDEX> (server0, server1, ...), not {s.party!r}")
         return [*head, "server", str(s.config), "--index", index, *common]
 

@@ -27,7 +27,7 @@ from vertisynth.run.config import RunConfig
 from ..plans import vertical_plan
 from ..server import run_server
 from ..transport import FolderTransport
-from .bridge import BUSY, DONE, FAILED, STEPS, WAITING, Reply
+from .bridge import BUSY, DONE, FAILED, STEPS, WAITING, Reply, server_index
 
 # node id -> (step, envelopes for it) ; returns node id -> Reply, or raises MessageError naming who did not answer
 Ask = Callable[[Mapping[int, tuple[str, dict[str, bytes]]]], Mapping[int, Reply]]
@@ -70,10 +70,6 @@ def addressed_to(name: str, party: str) -> bool:
     return len(parts) >= 4 and parts[1] != party and (parts[3] == "all" or party in parts[3].split("+"))
 
 
-def _compute_server(name: str) -> bool:
-    return name.startswith("server") and name[len("server"):].isdigit()
-
-
 def collab_to(parts: list[str], party: str) -> bool:
     """Who gets a collab slot (the names of collab/distributed.py): a share only the compute server it names
     (sealed to that server's key anyway), a vote only the publisher, a server's noisy share the custodians and the
@@ -86,7 +82,7 @@ def collab_to(parts: list[str], party: str) -> bool:
     if kind == "collab_vote":
         return party == "publisher"
     if kind == "collab_noisy":
-        return not _compute_server(party)
+        return server_index(party) is None
     return True
 
 
