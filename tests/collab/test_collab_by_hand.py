@@ -1,8 +1,11 @@
 """The by-hand round (`collab share | aggregate | reconstruct`) moves plain files: unsigned, not run-bound, shares
 unsealed. It is a one-machine aid, refused without --local-only; across machines the signed roles run
 (`collab custodian|server|publish`). Files that were replaced, renamed, moved or corrupted are refused."""
+import io
 import json
 import shutil
+import struct
+import zipfile
 
 import numpy as np
 import pandas as pd
@@ -63,14 +66,31 @@ def test_a_share_moved_to_another_server_is_refused(round_):
     assert res.exit_code == 2 and "does not match" in res.output, res.output
 
 
-def test_a_corrupted_share_is_refused(round_):
+def _payload_spans(data: bytes) -> list[tuple[int, int]]:
+    """Where each member's compressed bytes lie in an .npz (a flip in a zip timestamp would change nothing)."""
+    spans = []
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        for info in z.infolist():
+            # the local header's own name and extra lengths (numpy writes a zip64 extra there, not in the directory)
+            name_len, extra_len = struct.unpack_from("<HH", data, info.header_offset + 26)
+            start = info.header_offset + 30 + name_len + extra_len
+            spans.append((start, start + info.compress_size))
+    return spans
+
+
+@pytest.mark.parametrize("where", [0.1, 0.3, 0.5, 0.7, 0.9])
+def test_a_corrupted_share_is_refused(round_, where):
+    """A flipped bit anywhere in any member's compressed payload is one clear error (zlib's own errors included:
+    these shares are fresh CSPRNG bytes each run, so the flip lands on different deflate codes each time)."""
     tmp = round_
     path = tmp / "inbox" / "server1" / "a__0-1.npz"
-    data = bytearray(path.read_bytes())
-    data[len(data) // 3] ^= 0x40
-    path.write_bytes(bytes(data))
-    res = _aggregate(tmp, 1)
-    assert res.exit_code == 2 and "is truncated or not a vertisynth message" in res.output, res.output
+    clean = path.read_bytes()
+    for start, end in _payload_spans(clean):
+        data = bytearray(clean)
+        data[start + int((end - start) * where)] ^= 0x40
+        path.write_bytes(bytes(data))
+        res = _aggregate(tmp, 1)
+        assert res.exit_code == 2 and "is truncated or not a vertisynth message" in res.output, res.output
 
 
 def test_a_renamed_noisy_share_is_refused_and_the_honest_round_reconstructs(round_):

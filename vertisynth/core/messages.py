@@ -10,6 +10,7 @@ import json
 import os
 import time
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -94,7 +95,7 @@ class Message:
             with np.load(io.BytesIO(data), allow_pickle=False) as npz:
                 header = json.loads(bytes(npz["__header__"]).decode())
                 data = {k: npz[k] for k in npz.files if k != "__header__"}
-        except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError, json.JSONDecodeError) as exc:
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError, json.JSONDecodeError) as exc:
             raise MessageError(f"message file {str(path)!r} is truncated or not a vertisynth message ({exc})") from None
         if header.get("format") != FORMAT_VERSION:
             raise MessageError(f"message file {str(path)!r} has format {header.get('format')!r}, expected {FORMAT_VERSION}")
