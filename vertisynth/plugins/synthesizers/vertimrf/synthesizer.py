@@ -258,21 +258,23 @@ class VertiMRFSynthesizer(Synthesizer):
     def party_step_chunks(self, party: str, domain: Domain, chunks: Chunks, ledger: PrivacyLedger,
                           rng: np.random.Generator, scheduler: Any = None) -> list[Message]:
         """`party_step` on a re-startable stream of (global ids, rows) chunks: the local fit and the value
-        distributions read marginal counts summed over chunks, binning maps each chunk, the encoder's
-        chunk job maps the chunks (on a Dask cluster when `scheduler` is an address or a Client; default:
-        the encoder's `dask_scheduler`). Equals the in-memory run bit for bit."""
+        distributions read marginal counts summed over chunks (counted in this process), binning maps each
+        chunk, the encoder's chunk job maps the chunks (on a Dask cluster when `scheduler` is an address or a
+        Client; default: the encoder's `dask_scheduler`). Equals the in-memory run bit for bit."""
         if scheduler is None:
             scheduler = getattr(getattr(self._encoder, "config", None), "dask_scheduler", None)
         if scheduler is None:
             return self._party_chunks(party, domain, chunks, ledger, rng, None)
-        with dask_session(scheduler) as client:   # one client: the counting passes and the encoding map on it
+        with dask_session(scheduler) as client:   # the encoding map on it
             return self._party_chunks(party, domain, chunks, ledger, rng, client)
 
     def _party_chunks(self, party: str, domain: Domain, chunks: Chunks, ledger: PrivacyLedger,
                       rng: np.random.Generator, client: Any) -> list[Message]:
         c = self.config
         out: list[Message] = []
-        table = ChunkedCounts(chunks, domain, client)
+        # counted here, not on the cluster: shipping a chunk to a worker costs this process more than the
+        # bincounts it would save (docs/scale.md, "Counting passes stay in the party process")
+        table = ChunkedCounts(chunks, domain)
         if c.use_local:
             local = self._local[party]
             table.prefetch_pairs()   # R-scores and 1-way counts in one pass; later marginals a pass each
