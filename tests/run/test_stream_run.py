@@ -132,3 +132,33 @@ def test_csv_chunks_hold_exactly_chunk_rows_whatever_the_readers_batches(tmp_pat
     assert sizes == [chunk_rows] * (900 // chunk_rows) + ([900 % chunk_rows] if 900 % chunk_rows else [])
     assert [s for s, _ in got] == list(range(0, 900, chunk_rows))
     assert pd.concat([f for _, f in got])["a"].tolist() == pd.read_csv(path, dtype=str)["a"].tolist()
+
+
+@pytest.mark.parametrize("block_rows", [97, 1000])
+def test_a_streamed_run_of_several_blocks_writes_the_in_memory_runs_table(tmp_path, block_rows):
+    # 1000 rows in blocks of 97: sampled, decoded and appended block by block; the in-memory run decodes in
+    # the same blocks, so both CSVs are the same bytes (and one block, 1000, keeps the frame as before)
+    path = tmp_path / "t.csv"
+    _table(path)
+    extra = dict(sample_size=1000, sample_block_rows=block_rows)
+    whole = run(_config(path, False, **extra), output_dir=tmp_path / "whole")
+    streamed = run(_config(path, True, **extra), output_dir=tmp_path / "streamed")
+    got = (tmp_path / "streamed" / "synthetic.csv").read_bytes()
+    assert got == (tmp_path / "whole" / "synthetic.csv").read_bytes()
+    assert len(got.splitlines()) == 1001 and not list((tmp_path / "streamed").glob("*.partial"))
+    assert streamed.metrics == whole.metrics and streamed.ledger.spent == whole.ledger.spent
+    assert streamed.synthetic_path == tmp_path / "streamed" / "synthetic.csv" == streamed.output_dir / "synthetic.csv"
+    table = streamed.report["synthetic_table"]
+    assert table["rows"] == 1000 and table["blocks"] == -(-1000 // block_rows) and not table["temporary_folder"]
+    assert streamed.synthetic_codes.n == whole.synthetic_codes.n == 1000
+    if block_rows < 1000:
+        assert not table["held_in_memory"]
+        with pytest.raises(DataError, match="wrote its 1000 synthetic rows block by block to .*synthetic.csv"):
+            streamed.synthetic
+        assert len(whole.synthetic) == 1000
+    else:
+        pd.testing.assert_frame_equal(streamed.synthetic, whole.synthetic)
+    # the blocks are the draw: another block size is another (equally distributed) table
+    if block_rows == 97:
+        other = run(_config(path, False, sample_size=1000, sample_block_rows=100))
+        assert not other.synthetic.equals(whole.synthetic)
