@@ -162,3 +162,84 @@ def test_a_streamed_run_of_several_blocks_writes_the_in_memory_runs_table(tmp_pa
     if block_rows == 97:
         other = run(_config(path, False, sample_size=1000, sample_block_rows=100))
         assert not other.synthetic.equals(whole.synthetic)
+
+
+def test_without_an_output_folder_a_table_of_several_blocks_goes_to_a_temporary_file(tmp_path):
+    from vertisynth.core.errors import VertisynthWarning
+
+    path = tmp_path / "t.csv"
+    _table(path)
+    one = run(_config(path, True, sample_size=300, sample_block_rows=300))   # one block: the frame, no file
+    assert len(one.synthetic) == 300 and one.synthetic_path is None and one.output_dir is None
+    with pytest.warns(VertisynthWarning, match="temporary folder you remove"):
+        many = run(_config(path, True, sample_size=300, sample_block_rows=100))
+    try:
+        assert many.report["synthetic_table"]["temporary_folder"] and many.output_dir is None
+        back = pd.read_csv(many.synthetic_path)
+        assert len(back) == 300 and list(back.columns) == ["a", "b", "c", "d"]
+        assert str(many.synthetic_path) in str(pytest.raises(DataError, lambda: many.synthetic).value)
+    finally:
+        import shutil
+        shutil.rmtree(many.synthetic_path.parent)
+
+
+def test_sample_block_rows_is_checked_like_every_key(tmp_path):
+    path = tmp_path / "t.csv"
+    with pytest.raises(ConfigError, match=r"config.sample_block_rows: must be >= 1, got 0"):
+        _config(path, True, sample_block_rows=0)
+    with pytest.raises(ConfigError, match="unknown key 'sample_blocks_rows'.*sample_block_rows"):
+        _config(path, True, sample_blocks_rows=10)
+    assert "sample_block_rows" not in _config(path, True).to_dict()   # unset: the config reads as before
+    assert _config(path, True, sample_block_rows=10).to_dict()["sample_block_rows"] == 10
+
+
+@pytest.fixture(scope="module")
+def fitted_model(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fit")
+    _table(tmp / "t.csv")
+    return run(_config(tmp / "t.csv", True)).model
+
+
+def test_the_streamed_output_holds_one_block_whatever_the_rows(tmp_path, fitted_model):
+    import tracemalloc
+
+    from vertisynth.run.stream_out import write_in_blocks
+    m, block = fitted_model, 1000
+
+    def peak(n, whole=False):
+        rng = np.random.default_rng(1)
+        tracemalloc.start()
+        try:
+            if whole:   # the path before: the whole table sampled, decoded and written at once
+                codes = m.model.sample(n, rng, m.sampling).project(m.codec.domain.attributes)
+                m.codec.decode(codes, rng).to_csv(tmp_path / "whole.csv", index=False)
+            else:
+                blocks = (b.project(m.codec.domain.attributes) for b in m.model.sample_blocks(n, rng, m.sampling, block))
+                written = write_in_blocks(blocks, m.codec, rng, tmp_path / "out", block)
+                assert written.codes.n == n and written.blocks == n // block
+                written.close()
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    peak(2 * block)   # warm-up: lazy imports and caches
+    small, large, whole = peak(2 * block), peak(40 * block), peak(40 * block, whole=True)
+    assert large < 1.3 * small, (small, large)   # 20x the rows, the same peak
+    assert whole > 3 * large, (whole, large)     # the whole-table path holds it all (~11x here)
+
+
+def test_decoding_in_blocks_is_the_whole_decode_up_to_one_block_and_a_failed_write_leaves_nothing(tmp_path,
+                                                                                                 fitted_model):
+    from vertisynth.run.stream_out import decode_table, write_in_blocks
+    m = fitted_model
+    codes = m.sample_codes(500, 3)
+    pd.testing.assert_frame_equal(decode_table(m.codec, codes, np.random.default_rng(5), 500),
+                                  m.codec.decode(codes, np.random.default_rng(5)))
+
+    def failing():   # the second block opens the file; the third fails
+        yield codes
+        yield codes
+        raise DataError("the sampler broke")
+    with pytest.raises(DataError, match="the sampler broke"):
+        write_in_blocks(failing(), m.codec, np.random.default_rng(0), tmp_path / "out", 500)
+    assert (tmp_path / "out").is_dir() and not list((tmp_path / "out").iterdir())   # no synthetic.csv, no .partial
