@@ -14,7 +14,7 @@ import os
 import tempfile
 import time
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -143,11 +143,12 @@ class WrittenTable:
 
 
 def write_in_blocks(blocks: Iterable[Dataset], codec: TableCodec, rng: np.random.Generator,
-                    out_dir: Path | None, block_rows: int, count: bool = True) -> WrittenTable:
+                    out_dir: Path | None, block_rows: int, count: bool = True,
+                    clock: Callable[[], float] = time.perf_counter) -> WrittenTable:
     """Decode each block with the decode stream `rng` and append it to `out_dir`/synthetic.csv (written as
     synthetic.csv.partial, renamed when complete; without `out_dir`, in a new temporary folder, with a
     warning naming it, once the table is more than one block). Memory: one block. `count`: spill the codes
-    for the evaluators."""
+    for the evaluators. `clock`: what `seconds` (sample, decode, write) are measured with."""
     seconds = {"sample": 0.0, "decode": 0.0, "write": 0.0}
     it = iter(blocks)
     first, first_frame = None, None
@@ -158,14 +159,14 @@ def write_in_blocks(blocks: Iterable[Dataset], codec: TableCodec, rng: np.random
         with contextlib.ExitStack() as stack:
             fh = None
             while True:
-                t0 = time.perf_counter()
+                t0 = clock()
                 block = next(it, None)
-                t1 = time.perf_counter()
+                t1 = clock()
                 seconds["sample"] += t1 - t0
                 if block is None:
                     break
                 frame = codec.decode(block, rng)
-                t2 = time.perf_counter()
+                t2 = clock()
                 seconds["decode"] += t2 - t1
                 if spilled is not None:
                     spilled.add(block)
@@ -180,15 +181,15 @@ def write_in_blocks(blocks: Iterable[Dataset], codec: TableCodec, rng: np.random
                         first_frame = None
                     frame.to_csv(fh, index=False, header=False)
                 del frame
-                seconds["write"] += time.perf_counter() - t2
+                seconds["write"] += clock() - t2
                 n, k = n + block.n, k + 1
             if k == 0:
                 raise DataError("the synthesizer drew no records")
-            t2 = time.perf_counter()
+            t2 = clock()
             if fh is None and target is not None:   # one block, and a folder to write it to
                 fh = stack.enter_context(_table_file(target))
                 first_frame.to_csv(fh, index=False)
-            seconds["write"] += time.perf_counter() - t2   # (the file's close, inside the stack, not counted)
+            seconds["write"] += clock() - t2   # (the file's close, inside the stack, not counted)
     except BaseException:
         if spilled is not None:
             spilled.close()
