@@ -229,7 +229,8 @@ def test_the_streamed_output_holds_one_block_whatever_the_rows(tmp_path, fitted_
 
 
 def test_decoding_in_blocks_is_the_whole_decode_up_to_one_block_and_a_failed_write_leaves_nothing(tmp_path,
-                                                                                                 fitted_model):
+                                                                                                 fitted_model,
+                                                                                                 monkeypatch):
     from vertisynth.run.stream_out import decode_table, write_in_blocks
     m = fitted_model
     codes = m.sample_codes(500, 3)
@@ -243,3 +244,9 @@ def test_decoding_in_blocks_is_the_whole_decode_up_to_one_block_and_a_failed_wri
     with pytest.raises(DataError, match="the sampler broke"):
         write_in_blocks(failing(), m.codec, np.random.default_rng(0), tmp_path / "out", 500)
     assert (tmp_path / "out").is_dir() and not list((tmp_path / "out").iterdir())   # no synthetic.csv, no .partial
+    import tempfile
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    with pytest.raises(DataError, match="the sampler broke"):   # no output folder: its temporary one goes too
+        write_in_blocks(failing(), m.codec, np.random.default_rng(0), None, 500)
+    assert not list((tmp_path / "tmp").iterdir())   # nor the spilled codes

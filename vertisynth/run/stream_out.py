@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 import time
 import warnings
@@ -193,6 +194,8 @@ def write_in_blocks(blocks: Iterable[Dataset], codec: TableCodec, rng: np.random
     except BaseException:
         if spilled is not None:
             spilled.close()
+        if temporary:   # the folder this run made for its table (the partial file is already gone)
+            shutil.rmtree(target, ignore_errors=True)
         raise
     path = None if target is None else target / TABLE_FILE
     if temporary:
