@@ -138,14 +138,24 @@ def test_csv_chunks_hold_exactly_chunk_rows_whatever_the_readers_batches(tmp_pat
 def test_a_streamed_run_of_several_blocks_writes_the_in_memory_runs_table(tmp_path, block_rows):
     # 1000 rows in blocks of 97: sampled, decoded and appended block by block; the in-memory run decodes in
     # the same blocks, so both CSVs are the same bytes (and one block, 1000, keeps the frame as before)
+    # a second numeric column "e": decoding draws for two columns, so the blocks change the decode stream's order
     path = tmp_path / "t.csv"
     _table(path)
+    frame = pd.read_csv(path)
+    frame["e"] = (frame["b"] / 9 + np.random.default_rng(0).random(len(frame))).round(3) / 2
+    frame.to_csv(path, index=False)
+    schema = {**SCHEMA, "e": {"kind": "numeric", "bounds": [0.0, 1.0], "bins": 4, "binning": "equal_width"}}
+
+    def config(stream, **extra):
+        base = _config(path, stream, **extra).to_dict()
+        return parse_config({**base, "dataset": {"name": "csv", "params": {"path": str(path), "schema": schema}},
+                             "parties": [{"attributes": ["a", "b"]}, {"attributes": ["c", "d", "e"]}]})
     extra = dict(sample_size=1000, sample_block_rows=block_rows)
-    whole = run(_config(path, False, **extra), output_dir=tmp_path / "whole")
-    streamed = run(_config(path, True, **extra), output_dir=tmp_path / "streamed")
+    whole = run(config(False, **extra), output_dir=tmp_path / "whole")
+    streamed = run(config(True, **extra), output_dir=tmp_path / "streamed")
     got = (tmp_path / "streamed" / "synthetic.csv").read_bytes()
     assert got == (tmp_path / "whole" / "synthetic.csv").read_bytes()
-    assert len(got.splitlines()) == 1001 and not list((tmp_path / "streamed").glob("*.partial"))
+    assert len(got.splitlines()) == 1001 and got.splitlines()[0] == b"a,b,c,d,e" and not list((tmp_path / "streamed").glob("*.partial"))
     assert streamed.metrics == whole.metrics and streamed.ledger.spent == whole.ledger.spent
     assert streamed.synthetic_path == tmp_path / "streamed" / "synthetic.csv" == streamed.output_dir / "synthetic.csv"
     table = streamed.report["synthetic_table"]
@@ -160,7 +170,7 @@ def test_a_streamed_run_of_several_blocks_writes_the_in_memory_runs_table(tmp_pa
         pd.testing.assert_frame_equal(streamed.synthetic, whole.synthetic)
     # the blocks are the draw: another block size is another (equally distributed) table
     if block_rows == 97:
-        other = run(_config(path, False, sample_size=1000, sample_block_rows=100))
+        other = run(config(False, sample_size=1000, sample_block_rows=100))
         assert not other.synthetic.equals(whole.synthetic)
 
 
