@@ -1,7 +1,7 @@
 """The synthetic table's output side at n rows: sample + decode + write synthetic.csv, CPU seconds and peak RSS,
 for the two ways a run does it:
 
-  whole   the path before issue 21's output work: the whole table sampled (`GraphicalModel.sample`, row blocks
+  whole   the path before the streamed output: the whole table sampled (`GraphicalModel.sample`, row blocks
           into one code table), decoded at once (`TableCodec.decode`: one DataFrame) and written at once
           (`to_csv`); what the in-memory run still does (decoding in the same blocks, then concatenated)
   blocks  a streamed run's output (`run/stream_out.py: write_in_blocks` over `sample_blocks`): each block
