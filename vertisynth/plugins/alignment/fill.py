@@ -132,7 +132,7 @@ class ChunkFill:
 
     `counts`: the exact 1-way counts of `dp_attrs` over the party's n records (summed over chunks), released
     as in `fill_view` (the same charge and noise). 'sample' draws its n_u-sized choice of source records
-    once, as `fill_view` does, and `gather(records)` reads them. 'marginal' draws column by column in
+    once, as `fill_view` does, and `gather(records)` reads them (`records[i]`: what `gather` calls record i). 'marginal' draws column by column in
     `fill_view`; a block jumps the generator to its own draws instead (PCG64's `advance`: one double per
     drawn code), so the codes equal the whole-table draw without generating it. 'uniform' draws integers by
     rejection (an unknown number of words per code), so it has no such jump: refused here."""
@@ -140,7 +140,7 @@ class ChunkFill:
     def __init__(self, dom, n: int, positions: np.ndarray, n_u: int, strategy: str,
                  columns: Mapping[str, ColumnFill], dp_attrs: Sequence[str], charge: Charge | None,
                  ledger: PrivacyLedger, party: str, rng: np.random.Generator, counts: np.ndarray | None,
-                 max_copies: int = 1):
+                 max_copies: int = 1, records: np.ndarray | None = None):
         positions = np.asarray(positions, dtype=np.int64)
         if strategy == "uniform":
             raise ConfigError("fill 'uniform' cannot be drawn in chunks equal to the whole-table draw; use "
@@ -160,6 +160,8 @@ class ChunkFill:
                 raise ConfigError(f"party {party!r} holds no records: 'sample' fill has nothing to copy")
             pool = np.tile(np.arange(n), max_copies)
             self.source = pool[rng.permutation(len(pool))[:self.k]]   # the record copied to each missing position
+            if records is not None:   # the party's records as `gather` knows them (its file rows)
+                self.source = np.asarray(records, dtype=np.int64)[self.source]
         self.probs: dict[str, np.ndarray] = {}
         if strategy == "marginal":
             for a in dom.attributes:

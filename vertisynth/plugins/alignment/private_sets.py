@@ -232,7 +232,8 @@ class PSUAligner(Aligner):
                 raise ConfigError(f"party {p!r}: the DP fill needs the aligner's plan() first")
             counts = marginals(p, attrs_p, kept[p]) if attrs_p else None
             fills[p] = fill_mod.ChunkFill(domains[p], n, result.rows, result.n_common, cfg.fill,
-                                          cfg.fill_columns, attrs_p, charge, ledger, p, r, counts, cfg.max_copies)
+                                          cfg.fill_columns, attrs_p, charge, ledger, p, r, counts, cfg.max_copies,
+                                          kept[p])
             rows[p] = np.full(result.n_common, -1, dtype=np.int64)
             rows[p][result.rows] = kept[p]
             filled[p] = ~fills[p].held

@@ -17,7 +17,7 @@ import pandas as pd
 
 from vertisynth.core.encoding import ColumnSchema, TableSchema
 from vertisynth.core.errors import ConfigError, DataError
-from vertisynth.core.loaded import DatasetSource, LoadedData
+from vertisynth.core.loaded import DatasetSource, LoadedData, PartyFiles
 
 ENV_VAR = "VERTISYNTH_DATA"
 ADULT_COLUMNS = ("age", "workclass", "fnlwgt", "education", "education-num", "marital-status", "occupation",
@@ -267,6 +267,6 @@ def party_csv(config: PartyCsvConfig, data_dir: str | None = None) -> DatasetSou
         order = [c for p in names for c in columns[p]]
         schema = TableSchema(tuple(schema.columns[schema.names.index(c)] for c in order))
         return DatasetSource(schema, [columns[p] for p in names], lambda: load(schema), names,
-                             "ID-keyed party CSVs")
+                             "ID-keyed party CSVs", stream_parties=PartyFiles(paths, config.id_column))
     loaded = load()
     return DatasetSource(loaded.schema, loaded.default_parties, lambda: loaded, names, loaded.description)
