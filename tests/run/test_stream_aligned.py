@@ -14,27 +14,31 @@ from vertisynth.run.pipeline import run
 SCHEMA = {"a": {"kind": "categorical", "categories": ["x", "y", "z"]},
           "b": {"kind": "numeric", "bounds": [0.0, 9.0], "bins": 9, "binning": "equal_width"},
           "c": {"kind": "categorical", "categories": ["0", "1"]},
-          "d": {"kind": "categorical", "categories": ["p", "q", "r", "s"]}}
+          "d": {"kind": "categorical", "categories": ["p", "q", "None", "s"]}}   # a label pandas reads as missing
 
 
-def _files(tmp_path, n=300, seed=2, overlap=0.7, tag=""):
-    """Two party CSVs with an `id` column: a share `overlap` of the people in both, the rest in one; each
-    file in its own random order."""
+def _table(n=300, seed=2):
     rng = np.random.default_rng(seed)
     a = rng.integers(0, 3, n)
     b = np.clip(3 * a + rng.normal(0, 1.5, n), 0, 9)
     c = (rng.random(n) < 0.3 + 0.2 * a).astype(int)
     d = np.where(rng.random(n) < 0.7, a + c, rng.integers(0, 4, n))
-    ids = np.array([f"p{i:06d}" for i in range(n)])
+    return pd.DataFrame({"a": np.array(["x", "y", "z"])[a], "b": b.round(2), "c": c,
+                         "d": np.array(["p", "q", "None", "s"])[d]}), rng
+
+
+def _files(tmp_path, n=300, seed=2, overlap=0.7, tag=""):
+    """Two party CSVs with an `id` column: a share `overlap` of the people in both, the rest in one; each
+    file in its own random order."""
+    table, rng = _table(n, seed)
+    table.insert(0, "id", [f"p{i:06d}" for i in range(n)])
     both = rng.random(n) < overlap
     only = rng.integers(0, 2, n)
     paths = {}
-    for j, (name, frame) in enumerate([("A", pd.DataFrame({"id": ids, "a": np.array(["x", "y", "z"])[a],
-                                                           "b": b.round(2)})),
-                                       ("B", pd.DataFrame({"id": ids, "c": c, "d": np.array(list("pqrs"))[d]}))]):
+    for j, (name, cols) in enumerate([("A", ["id", "a", "b"]), ("B", ["id", "c", "d"])]):
         rows = np.flatnonzero(both | (only == j))
         paths[name] = tmp_path / f"{name}{tag}.csv"
-        frame.iloc[rows[rng.permutation(len(rows))]].to_csv(paths[name], index=False)
+        table[cols].iloc[rows[rng.permutation(len(rows))]].to_csv(paths[name], index=False)
     return paths
 
 
@@ -77,6 +81,20 @@ def test_a_streamed_aligned_run_equals_the_in_memory_run(tmp_path, protocol, fil
         assert streamed.report["dataset"]["records"] == info["rows_held_by_every_party"]
     else:
         assert streamed.report["dataset"]["records"] == info["intersection"] > 0
+
+
+def test_a_label_spelled_like_a_missing_value_is_read_as_a_value_both_ways(tmp_path):
+    # the streamed reader keeps the schema's labels ("None" here) as values; the in-memory readers now do too
+    # (party_csv and csv; before, the in-memory run refused the column as holding missing values)
+    paths = _files(tmp_path)
+    assert ",None\n" in paths["B"].read_text()
+    _same(run(_config(paths, True)), run(_config(paths, False)))
+    _table()[0].to_csv(tmp_path / "t.csv", index=False)
+    one = {"dataset": {"name": "csv", "params": {"path": str(tmp_path / "t.csv"), "schema": SCHEMA}},
+           "alignment": {"use": "positional"}, "parties": [{"attributes": ["a", "b"]}, {"attributes": ["c", "d"]}]}
+    streamed, whole = run(_config(paths, True, **one)), run(_config(paths, False, **one))
+    pd.testing.assert_frame_equal(streamed.synthetic, whole.synthetic)
+    assert streamed.metrics == whole.metrics and streamed.ledger.spent == whole.ledger.spent
 
 
 def test_duplicates_dropped_as_in_memory(tmp_path):
