@@ -11,6 +11,8 @@ The same messages, ledger and synthetic table as the in-memory run of the same c
 """
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -61,14 +63,69 @@ def encode_party_files(files: PartyFiles, schema: TableSchema, partition: Vertic
     return codecs, spills, TableCodec(tuple(by_name[c.name] for c in schema.columns))
 
 
+class replayed:
+    """A chunk stream whose first complete pass is also written to a private memory-mapped file (0700 folder,
+    removed with this object), from which every later pass reads it back in order: the party step and the
+    evaluation make many passes, and a replay reads sequentially where the first pass gathered rows from
+    the spill in the alignment's (random) order and filled PSU's gaps. Disk: rows x columns x 1-2 bytes and
+    8 bytes of id per row; memory: one chunk."""
+
+    def __init__(self, source: Chunks, domain: Domain):
+        self.source, self.domain = source, domain
+        self.dtype = np.uint8 if max(domain.shape, default=1) <= 256 else np.uint16 \
+            if max(domain.shape) <= 65536 else np.int64
+        self._dir: tempfile.TemporaryDirectory | None = None
+        self._owner = 0   # the process that made the folder (a forked party process must not remove the run's)
+        self._parts: list[tuple[int, int]] | None = None
+        self._codes: np.ndarray | None = None
+        self._ids: np.ndarray | None = None
+
+    def __call__(self) -> Iterator[tuple[np.ndarray, Dataset]]:
+        return self._replay() if self._parts is not None else self._first()
+
+    def close(self) -> None:
+        """Remove the replay file if this process wrote it (a forked party process exits without finalizers)."""
+        if self._dir is not None and os.getpid() == self._owner:
+            self._codes = self._ids = None
+            self._dir.cleanup()
+            self._dir, self._parts = None, None
+
+    def _replay(self) -> Iterator[tuple[np.ndarray, Dataset]]:
+        for at, k in self._parts:
+            yield (np.array(self._ids[at:at + k]),
+                   Dataset(self._codes[at:at + k].astype(np.int64), self.domain))
+
+    def _first(self) -> Iterator[tuple[np.ndarray, Dataset]]:
+        if self._dir is None:
+            self._dir = tempfile.TemporaryDirectory(prefix="vertisynth-aligned-")   # mkdtemp: mode 0700
+            self._owner = os.getpid()
+        folder, parts, at = Path(self._dir.name), [], 0
+        with open(folder / "codes.bin", "wb") as codes, open(folder / "ids.bin", "wb") as ids:
+            for pos, chunk in self.source():
+                codes.write(np.ascontiguousarray(chunk.codes, dtype=self.dtype).tobytes())
+                ids.write(np.ascontiguousarray(pos, dtype=np.int64).tobytes())
+                parts.append((at, chunk.n))
+                at += chunk.n
+                yield pos, chunk
+        if at:
+            self._codes = np.memmap(folder / "codes.bin", dtype=self.dtype, mode="r", shape=(at, len(self.domain)))
+            self._ids = np.memmap(folder / "ids.bin", dtype=np.int64, mode="r", shape=(at,))
+        self._parts = parts
+
+
 class aligned_chunks:
     """A re-startable stream of (aligned positions, coded rows) of one party in the alignment's order: rows
-    gathered from the party's spill by its row map, PSU's missing positions filled by its `ChunkFill`."""
+    gathered from the party's spill by its row map, PSU's missing positions filled by its `ChunkFill`; the
+    first pass is kept for the later ones (`replayed`)."""
 
     def __init__(self, spill: coded_chunks, rows: np.ndarray, chunk_rows: int, domain: Domain, fill: Any = None):
         self.spill, self.rows, self.chunk_rows, self.domain, self.fill = spill, rows, chunk_rows, domain, fill
+        self._replay = replayed(self._gathered, domain)
 
     def __call__(self) -> Iterator[tuple[np.ndarray, Dataset]]:
+        return self._replay()
+
+    def _gathered(self) -> Iterator[tuple[np.ndarray, Dataset]]:
         n, d = len(self.rows), len(self.domain)
         for s in range(0, n, self.chunk_rows):
             e = min(s + self.chunk_rows, n)
@@ -83,7 +140,9 @@ class aligned_chunks:
             yield np.arange(s, e, dtype=np.int64), Dataset(codes, self.domain)
 
     def close(self) -> None:
-        """Nothing: the spill is the run's (a party's forked process shares it); the run removes it."""
+        """The replay file if this process wrote it; never the file spill, which is the run's (a party's
+        forked process shares it; the run removes it)."""
+        self._replay.close()
 
 
 def _marginals(spills: Mapping[str, coded_chunks], domains: Mapping[str, Domain]):
@@ -136,4 +195,4 @@ def _real_rows(chunks: Mapping[str, aligned_chunks], real: np.ndarray, domain: D
                 yield pos, chunk
             elif keep.any():
                 yield pos[keep], Dataset(chunk.codes[keep], chunk.domain)
-    return gen
+    return replayed(gen, domain)   # the evaluators make a pass per marginal
