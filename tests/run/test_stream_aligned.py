@@ -228,3 +228,32 @@ def test_traced_memory_at_40_chunks(tmp_path, protocol, monkeypatch):
     assert ids_large > 15 * ids_small
     assert large < 1.5 * small + (1 << 18), (small, large)
     assert align_large - align_small < 640 * (ids_large - ids_small), (align_small, align_large)
+
+
+def test_replayed_streams_record_the_first_pass_and_replay_it():
+    from vertisynth.core.dataset import Dataset
+    from vertisynth.core.domain import Domain
+    from vertisynth.run.stream_align import replayed
+
+    dom = Domain(["a", "b"], [3, 300])   # uint16 on disk for b
+    data = np.column_stack([np.arange(50) % 3, np.arange(50) * 5 % 300])
+    calls = []
+
+    def source():
+        calls.append(1)
+        for s in range(0, 50, 7):
+            yield np.arange(s, min(s + 7, 50)) * 2, Dataset(data[s:s + 7], dom)
+    stream = replayed(source, dom)
+    first = stream()
+    next(first)
+    assert len([c for _, c in stream()]) == 8   # a pass inside the first pass reads the source, unrecorded
+    list(first)
+    again, more = list(stream()), list(stream())
+    assert len(calls) == 2   # the replays read the file, not the source
+    assert np.array_equal(np.concatenate([c.codes for _, c in again]), data)
+    assert np.array_equal(np.concatenate([i for i, _ in again]), np.arange(50) * 2)
+    assert all(np.array_equal(x[1].codes, y[1].codes) for x, y in zip(again, more))
+    folder = stream._dir.name
+    stream.close()
+    import os
+    assert not os.path.exists(folder)

@@ -301,7 +301,9 @@ def _execute_streamed(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.G
     """`stream = true`: each party's columns of the dataset's file are read in chunks of the synthesizer's
     `chunk_rows` through the party step `party synth --csv` runs (`party_step_chunks`), so the table is never
     held whole; the evaluators score against counts summed over the same chunks. The same messages, model and
-    synthetic table as the in-memory run of the same config (tests/run/test_stream_run.py)."""
+    synthetic table as the in-memory run of the same config (tests/run/test_stream_run.py). ID-keyed party files
+    (party_csv) are aligned by PSI/PSU on their id columns alone, each party's codes read in the aligned order
+    from its spill (run/stream_align.py, tests/run/test_stream_aligned.py)."""
     synth = plan.synthesizer.instance
     path, keyed = plan.source.stream_path, plan.source.stream_parties
     why = ("the dataset is not one file with a public schema ([dataset] csv with `schema`, or party_csv with "

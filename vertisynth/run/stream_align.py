@@ -79,9 +79,12 @@ class replayed:
         self._parts: list[tuple[int, int]] | None = None
         self._codes: np.ndarray | None = None
         self._ids: np.ndarray | None = None
+        self._writing = False
 
     def __call__(self) -> Iterator[tuple[np.ndarray, Dataset]]:
-        return self._replay() if self._parts is not None else self._first()
+        if self._parts is not None:
+            return self._replay()
+        return self.source() if self._writing else self._first()   # a pass inside a first pass: not recorded
 
     def close(self) -> None:
         """Remove the replay file if this process wrote it (a forked party process exits without finalizers)."""
@@ -100,13 +103,17 @@ class replayed:
             self._dir = tempfile.TemporaryDirectory(prefix="vertisynth-aligned-")   # mkdtemp: mode 0700
             self._owner = os.getpid()
         folder, parts, at = Path(self._dir.name), [], 0
-        with open(folder / "codes.bin", "wb") as codes, open(folder / "ids.bin", "wb") as ids:
-            for pos, chunk in self.source():
-                codes.write(np.ascontiguousarray(chunk.codes, dtype=self.dtype).tobytes())
-                ids.write(np.ascontiguousarray(pos, dtype=np.int64).tobytes())
-                parts.append((at, chunk.n))
-                at += chunk.n
-                yield pos, chunk
+        self._writing = True
+        try:
+            with open(folder / "codes.bin", "wb") as codes, open(folder / "ids.bin", "wb") as ids:
+                for pos, chunk in self.source():
+                    codes.write(np.ascontiguousarray(chunk.codes, dtype=self.dtype).tobytes())
+                    ids.write(np.ascontiguousarray(pos, dtype=np.int64).tobytes())
+                    parts.append((at, chunk.n))
+                    at += chunk.n
+                    yield pos, chunk
+        finally:
+            self._writing = False
         if at:
             self._codes = np.memmap(folder / "codes.bin", dtype=self.dtype, mode="r", shape=(at, len(self.domain)))
             self._ids = np.memmap(folder / "ids.bin", dtype=np.int64, mode="r", shape=(at,))
