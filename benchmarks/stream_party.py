@@ -88,7 +88,62 @@ def setup(n: int, chunk_rows: int, tmp: Path) -> None:
         (tmp / f"{p.name}_{n}.codec").write_bytes(pickle.dumps(codec))
 
 
-def one(n: int, chunk_rows: int, tmp: Path, dask_workers: int, t: int = 0, keep_trim: bool = False) -> dict:
+_CLUSTER: list[subprocess.Popen] = []
+
+
+def _start_cluster(workers: int, keep_trim: bool, tmp: Path) -> str:
+    """`dask scheduler` and `dask worker` processes on 127.0.0.1 (no nanny: nothing sets MALLOC_TRIM_THRESHOLD_
+    unless --keep-trim asks for it); the scheduler's address. Stopped by `_stop_cluster`."""
+    import atexit
+    import shutil
+    atexit.register(_stop_cluster)   # also when the party phase fails
+    dask_cli = shutil.which("dask") or str(Path(sys.executable).with_name("dask"))
+    addr_file = tmp / "scheduler.json"
+    addr_file.unlink(missing_ok=True)
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_TRIM_THRESHOLD_"}
+    if keep_trim:
+        env["MALLOC_TRIM_THRESHOLD_"] = "65536"
+    _CLUSTER.append(subprocess.Popen([dask_cli, "scheduler", "--host", "127.0.0.1", "--port", "0",
+                                      "--no-dashboard", "--scheduler-file", str(addr_file)], env=env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    deadline = time.monotonic() + 60
+    while not addr_file.exists():
+        if time.monotonic() > deadline:
+            raise SystemExit("the dask scheduler did not start within 60 s")
+        time.sleep(0.2)
+    address = json.loads(addr_file.read_text())["address"]
+    for _ in range(workers):
+        _CLUSTER.append(subprocess.Popen([dask_cli, "worker", address, "--nthreads", "1", "--no-nanny",
+                                          "--no-dashboard", "--host", "127.0.0.1"], env=env,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    return address
+
+
+def _stop_cluster() -> dict:
+    """Stop the processes `_start_cluster` began; their CPU seconds and peak RSS (MB), by role."""
+    import psutil
+    out = {}
+    for i, proc in enumerate(_CLUSTER):
+        try:
+            p = psutil.Process(proc.pid)
+            cpu = p.cpu_times()
+            with open(f"/proc/{proc.pid}/status") as fh:
+                hwm = next(int(line.split()[1]) for line in fh if line.startswith("VmHWM"))
+            out["scheduler" if i == 0 else f"worker{i}"] = {"cpu_s": cpu.user + cpu.system, "peak_rss_mb": hwm / 1024}
+        except (psutil.Error, OSError, StopIteration):
+            pass
+        proc.terminate()
+    for proc in _CLUSTER:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    _CLUSTER.clear()
+    return out
+
+
+def one(n: int, chunk_rows: int, tmp: Path, dask_workers: int, t: int = 0, keep_trim: bool = False,
+        separate: bool = False) -> dict:
     import pickle
 
     from vertisynth.run.stream import coded_chunks
@@ -105,7 +160,12 @@ def one(n: int, chunk_rows: int, tmp: Path, dask_workers: int, t: int = 0, keep_
             env = dict(dask.config.get("distributed.nanny.pre-spawn-environ"))
             env["MALLOC_TRIM_THRESHOLD_"] = None
             dask.config.set({"distributed.nanny.pre-spawn-environ": env})
-        client = Client(LocalCluster(n_workers=dask_workers, threads_per_worker=1, dashboard_address=None))
+        if separate:   # a scheduler and workers in processes of their own, as on a real cluster: the party
+            # process then holds only its own work (a LocalCluster's scheduler lives in the process that starts it)
+            client = Client(_start_cluster(dask_workers, keep_trim, tmp), timeout="60s")
+            client.wait_for_workers(dask_workers, timeout=120)
+        else:
+            client = Client(LocalCluster(n_workers=dask_workers, threads_per_worker=1, dashboard_address=None))
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     wcpu0 = _worker_cpu(client) if client is not None else 0.0
     load0 = os.getloadavg()
@@ -125,6 +185,8 @@ def one(n: int, chunk_rows: int, tmp: Path, dask_workers: int, t: int = 0, keep_
     if client is not None:
         out["worker_cpu_s"] = _worker_cpu(client) - wcpu0
         client.close()
+        if separate:
+            out["cluster"] = _stop_cluster()
     return out
 
 
@@ -138,6 +200,9 @@ def main() -> int:
     ap.add_argument("--keep-trim", action="store_true",
                     help="keep Dask's default MALLOC_TRIM_THRESHOLD_ for the workers (2x slower encoding here)")
     ap.add_argument("--reuse", action="store_true", help="reuse the tables already written in --tmp")
+    ap.add_argument("--separate", action="store_true",
+                    help="with --dask: start `dask scheduler` and `dask worker` processes (no nanny) instead of a "
+                         "LocalCluster, so the party process's peak RSS is its own")
     ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--setup", type=int, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -147,7 +212,7 @@ def main() -> int:
         setup(a.setup, a.chunk_rows, tmp)
         return 0
     if a.one is not None:
-        print(json.dumps(one(a.one, a.chunk_rows, tmp, a.dask, a.t, a.keep_trim)))
+        print(json.dumps(one(a.one, a.chunk_rows, tmp, a.dask, a.t, a.keep_trim, a.separate)))
         return 0
     base = None
     for n in [int(x) for x in a.rows.split(",")]:
@@ -160,7 +225,7 @@ def main() -> int:
                   f" CPU s", flush=True)
         res = subprocess.run([sys.executable, __file__, "--one", str(n), "--chunk-rows", str(a.chunk_rows),
                               "--dask", str(a.dask), "--t", str(a.t), "--tmp", str(tmp),
-                              *(["--keep-trim"] if a.keep_trim else [])],
+                              *(["--keep-trim"] if a.keep_trim else []), *(["--separate"] if a.separate else [])],
                              stdout=subprocess.PIPE, text=True, check=True)
         r = json.loads(res.stdout.strip().splitlines()[-1])
         total = r["cpu_s"] + r.get("worker_cpu_s", 0.0)

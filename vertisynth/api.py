@@ -75,7 +75,9 @@ def synthesize(
         by index label (the same label is the same person; the order may differ); indexes that disagree are
         an error. Or one DataFrame together with `parties`. Or the path of a CSV or Parquet file (with `parties`
         and a public `schema`): it is then read in chunks, never whole (the synthesizer's chunk_rows bound the
-        memory; vertimrf; the evaluators score from marginal counts; docs/scale.md).
+        memory; vertimrf; the evaluators score from marginal counts; docs/scale.md), and the synthetic table is
+        written in blocks: `.synthetic` holds it only when it is one block (131,072 rows), else read the CSV at
+        `.synthetic_path` (without `output_dir`: in a temporary folder, named in a warning).
     epsilon, delta: the privacy budget for the whole run, composed across all parties (one person's record
         spans every party).
     synthesizer: "vertimrf" (default: parties share only DP messages and the cross-party correlations are

@@ -132,3 +132,131 @@ def test_csv_chunks_hold_exactly_chunk_rows_whatever_the_readers_batches(tmp_pat
     assert sizes == [chunk_rows] * (900 // chunk_rows) + ([900 % chunk_rows] if 900 % chunk_rows else [])
     assert [s for s, _ in got] == list(range(0, 900, chunk_rows))
     assert pd.concat([f for _, f in got])["a"].tolist() == pd.read_csv(path, dtype=str)["a"].tolist()
+
+
+@pytest.mark.parametrize("block_rows", [97, 1000])
+def test_a_streamed_run_of_several_blocks_writes_the_in_memory_runs_table(tmp_path, block_rows):
+    # 1000 rows in blocks of 97: sampled, decoded and appended block by block; the in-memory run decodes in
+    # the same blocks, so both CSVs are the same bytes (and one block, 1000, keeps the frame as before)
+    # a second numeric column "e": decoding draws for two columns, so the blocks change the decode stream's order
+    path = tmp_path / "t.csv"
+    _table(path)
+    frame = pd.read_csv(path)
+    frame["e"] = (frame["b"] / 9 + np.random.default_rng(0).random(len(frame))).round(3) / 2
+    frame.to_csv(path, index=False)
+    schema = {**SCHEMA, "e": {"kind": "numeric", "bounds": [0.0, 1.0], "bins": 4, "binning": "equal_width"}}
+
+    def config(stream, **extra):
+        base = _config(path, stream, **extra).to_dict()
+        return parse_config({**base, "dataset": {"name": "csv", "params": {"path": str(path), "schema": schema}},
+                             "parties": [{"attributes": ["a", "b"]}, {"attributes": ["c", "d", "e"]}]})
+    extra = dict(sample_size=1000, sample_block_rows=block_rows)
+    whole = run(config(False, **extra), output_dir=tmp_path / "whole")
+    streamed = run(config(True, **extra), output_dir=tmp_path / "streamed")
+    got = (tmp_path / "streamed" / "synthetic.csv").read_bytes()
+    assert got == (tmp_path / "whole" / "synthetic.csv").read_bytes()
+    assert len(got.splitlines()) == 1001 and got.splitlines()[0] == b"a,b,c,d,e" and not list((tmp_path / "streamed").glob("*.partial"))
+    assert streamed.metrics == whole.metrics and streamed.ledger.spent == whole.ledger.spent
+    assert streamed.synthetic_path == tmp_path / "streamed" / "synthetic.csv" == streamed.output_dir / "synthetic.csv"
+    table = streamed.report["synthetic_table"]
+    assert table["rows"] == 1000 and table["blocks"] == -(-1000 // block_rows) and not table["temporary_folder"]
+    assert streamed.synthetic_codes.n == whole.synthetic_codes.n == 1000
+    if block_rows < 1000:
+        assert not table["held_in_memory"]
+        with pytest.raises(DataError, match="wrote its 1000 synthetic rows block by block to .*synthetic.csv"):
+            streamed.synthetic
+        assert len(whole.synthetic) == 1000
+    else:
+        pd.testing.assert_frame_equal(streamed.synthetic, whole.synthetic)
+    # the blocks are the draw: another block size is another (equally distributed) table
+    if block_rows == 97:
+        other = run(config(False, sample_size=1000, sample_block_rows=100))
+        assert not other.synthetic.equals(whole.synthetic)
+
+
+def test_without_an_output_folder_a_table_of_several_blocks_goes_to_a_temporary_file(tmp_path):
+    from vertisynth.core.errors import VertisynthWarning
+
+    path = tmp_path / "t.csv"
+    _table(path)
+    one = run(_config(path, True, sample_size=300, sample_block_rows=300))   # one block: the frame, no file
+    assert len(one.synthetic) == 300 and one.synthetic_path is None and one.output_dir is None
+    with pytest.warns(VertisynthWarning, match="temporary folder you remove"):
+        many = run(_config(path, True, sample_size=300, sample_block_rows=100))
+    try:
+        assert many.report["synthetic_table"]["temporary_folder"] and many.output_dir is None
+        back = pd.read_csv(many.synthetic_path)
+        assert len(back) == 300 and list(back.columns) == ["a", "b", "c", "d"]
+        assert str(many.synthetic_path) in str(pytest.raises(DataError, lambda: many.synthetic).value)
+    finally:
+        import shutil
+        shutil.rmtree(many.synthetic_path.parent)
+
+
+def test_sample_block_rows_is_checked_like_every_key(tmp_path):
+    path = tmp_path / "t.csv"
+    with pytest.raises(ConfigError, match=r"config.sample_block_rows: must be >= 1, got 0"):
+        _config(path, True, sample_block_rows=0)
+    with pytest.raises(ConfigError, match="unknown key 'sample_blocks_rows'.*sample_block_rows"):
+        _config(path, True, sample_blocks_rows=10)
+    assert "sample_block_rows" not in _config(path, True).to_dict()   # unset: the config reads as before
+    assert _config(path, True, sample_block_rows=10).to_dict()["sample_block_rows"] == 10
+
+
+@pytest.fixture(scope="module")
+def fitted_model(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fit")
+    _table(tmp / "t.csv")
+    return run(_config(tmp / "t.csv", True)).model
+
+
+def test_the_streamed_output_holds_one_block_whatever_the_rows(tmp_path, fitted_model):
+    import tracemalloc
+
+    from vertisynth.run.stream_out import write_in_blocks
+    m, block = fitted_model, 1000
+
+    def peak(n, whole=False):
+        rng = np.random.default_rng(1)
+        tracemalloc.start()
+        try:
+            if whole:   # the path before: the whole table sampled, decoded and written at once
+                codes = m.model.sample(n, rng, m.sampling).project(m.codec.domain.attributes)
+                m.codec.decode(codes, rng).to_csv(tmp_path / "whole.csv", index=False)
+            else:
+                blocks = (b.project(m.codec.domain.attributes) for b in m.model.sample_blocks(n, rng, m.sampling, block))
+                written = write_in_blocks(blocks, m.codec, rng, tmp_path / "out", block)
+                assert written.codes.n == n and written.blocks == n // block
+                written.close()
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    peak(2 * block)   # warm-up: lazy imports and caches
+    small, large, whole = peak(2 * block), peak(40 * block), peak(40 * block, whole=True)
+    assert large < 1.3 * small, (small, large)   # 20x the rows, the same peak
+    assert whole > 3 * large, (whole, large)     # the whole-table path holds it all (~11x here)
+
+
+def test_decoding_in_blocks_is_the_whole_decode_up_to_one_block_and_a_failed_write_leaves_nothing(tmp_path,
+                                                                                                 fitted_model,
+                                                                                                 monkeypatch):
+    from vertisynth.run.stream_out import decode_table, write_in_blocks
+    m = fitted_model
+    codes = m.sample_codes(500, 3)
+    pd.testing.assert_frame_equal(decode_table(m.codec, codes, np.random.default_rng(5), 500),
+                                  m.codec.decode(codes, np.random.default_rng(5)))
+
+    def failing():   # the second block opens the file; the third fails
+        yield codes
+        yield codes
+        raise DataError("the sampler broke")
+    with pytest.raises(DataError, match="the sampler broke"):
+        write_in_blocks(failing(), m.codec, np.random.default_rng(0), tmp_path / "out", 500)
+    assert (tmp_path / "out").is_dir() and not list((tmp_path / "out").iterdir())   # no synthetic.csv, no .partial
+    import tempfile
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    with pytest.raises(DataError, match="the sampler broke"):   # no output folder: its temporary one goes too
+        write_in_blocks(failing(), m.codec, np.random.default_rng(0), None, 500)
+    assert not list((tmp_path / "tmp").iterdir())   # nor the spilled codes

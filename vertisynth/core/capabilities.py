@@ -6,7 +6,7 @@ with these signatures; inheriting from the Protocol is optional but documents th
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -60,6 +60,16 @@ class StepsInChunks(Protocol):
 
     def party_steps(self, steps: Any, ledger: PrivacyLedger) -> list[Message]:
         """Run `steps(party, ledger)` for every party (at once, if so configured); their messages in party order."""
+
+
+@runtime_checkable
+class SamplesInBlocks(Protocol):
+    """A synthesizer that draws its records in blocks (`GraphicalModel.sample_blocks`): a run samples, decodes
+    and (with `stream = true`) writes one block of the config's `sample_block_rows` at a time."""
+
+    def sample_blocks(self, n: int | None, rng: np.random.Generator, block_rows: int) -> Iterator[Dataset]:
+        """The records of `sample(n, rng)` as consecutive blocks of at most `block_rows` rows (n None: its own
+        default count); at the sampler's default block size their concatenation is `sample(n, rng)`."""
 
 
 @runtime_checkable

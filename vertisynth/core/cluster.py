@@ -4,10 +4,15 @@ dask.distributed is optional (the `dask` extra) and imported only when a schedul
 from __future__ import annotations
 
 import contextlib
+import os
+import warnings
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, VertisynthWarning
+
+_CHECKED: weakref.WeakSet = weakref.WeakSet()   # clients whose workers' malloc setting was looked at
 
 
 def dask_client(scheduler: Any) -> Any:
@@ -18,11 +23,38 @@ def dask_client(scheduler: Any) -> Any:
         raise ConfigError("a Dask scheduler is configured but dask.distributed is not installed "
                           "(pip install 'vertisynth[dask]')") from None
     if isinstance(scheduler, Client):
-        return scheduler
+        client = scheduler
+    else:
+        try:
+            client = Client(scheduler, timeout="20s")
+        except (OSError, TimeoutError) as exc:
+            raise ConfigError(f"cannot reach the Dask scheduler {scheduler!r}: {exc}") from None
+    if client not in _CHECKED:
+        _CHECKED.add(client)
+        warn_malloc_trim(client)
+    return client
+
+
+def _malloc_trim_setting() -> str | None:   # runs on each worker
+    return os.environ.get("MALLOC_TRIM_THRESHOLD_")
+
+
+def warn_malloc_trim(client: Any) -> list[str]:
+    """Warn (once per client) about workers started with Dask's nanny default `MALLOC_TRIM_THRESHOLD_=65536`:
+    glibc then returns every freed large buffer and the next chunk faults it in again, which doubled the
+    encoder's chunk cost in docs/scale.md. A warning, not a change: the cluster is the user's."""
     try:
-        return Client(scheduler, timeout="20s")
-    except (OSError, TimeoutError) as exc:
-        raise ConfigError(f"cannot reach the Dask scheduler {scheduler!r}: {exc}") from None
+        got = client.run(_malloc_trim_setting)
+    except Exception:   # a worker that cannot answer is reported by the real work, with its own error
+        return []
+    slow = sorted(worker for worker, value in got.items() if value is not None)
+    if slow:
+        warnings.warn(f"{len(slow)} of the Dask cluster's {len(got)} workers run with MALLOC_TRIM_THRESHOLD_="
+                      f"{got[slow[0]]} (the nanny's default), which made the chunk jobs about 2x slower "
+                      "(docs/scale.md): start the workers with it unset (dask config "
+                      "distributed.nanny.pre-spawn-environ, or `dask worker --no-nanny`)",
+                      VertisynthWarning, stacklevel=3)
+    return slow
 
 
 @contextlib.contextmanager

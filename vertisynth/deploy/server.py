@@ -20,6 +20,7 @@ from vertisynth.core.privacy import PrivacyLedger
 from vertisynth.run.config import RunConfig
 from vertisynth.run.model import MODEL_FILE, FittedModel
 from vertisynth.run.pipeline import model_privacy, release_note
+from vertisynth.run.stream_out import stream_output
 
 from .he_rounds import joint_encoder, serve_rounds
 from .plans import streams as _streams, vertical_plan as _vertical_plan
@@ -111,10 +112,10 @@ def run_server(config: RunConfig, exchange: str | Path, out: Path, data_dir: str
     elif sorted(used) != sorted(files):
         raise MessageError(f"the exchange holds messages the rounds did not use ({sorted(set(files) - set(used))}); refused")
     streams = _streams(config.seed)
-    synthetic = synth.sample(config.sample_size, streams["sample"]).project(plan.source.schema.names)
     empty = pd.DataFrame({c.name: pd.Series(dtype=object) for c in plan.source.schema.columns})
     codec = plan.source.schema.fit(empty, None, streams["preprocessing"])
-    frame = codec.decode(synthetic, streams["decode"])
+    # sampled, decoded and written in the run's blocks (`sample_block_rows`): the one-process run's table
+    stream_output(synth, config, codec, streams, out, count=False)
     report = {"mode": "server: built from the parties' signed envelopes only", "run": run,
               **({"test_secret": TEST_LABEL} if test else {}), "messages": files,
               "privacy": ledger.to_dict(), "synthesizer": plan.synthesizer.describe(),
@@ -126,7 +127,6 @@ def run_server(config: RunConfig, exchange: str | Path, out: Path, data_dir: str
         model = FittedModel(gm, codec, sampling, plan.synthesizer.spec.name, model_privacy(ledger, plan.source.schema))
     report["privacy"]["releases"] = release_note(plan.synthesizer.spec.name, model)
     out.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(out / "synthetic.csv", index=False)
     if model is not None:
         model.save(out / MODEL_FILE)
     (out / "report.json").write_text(json.dumps(report, indent=2, default=str))

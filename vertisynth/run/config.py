@@ -84,6 +84,8 @@ class RunConfig:
     evaluators: list[EvaluatorConfig] = attrs.field(factory=lambda: [EvaluatorConfig("tvd")])
     evaluation: EvaluationConfig = attrs.field(factory=EvaluationConfig)
     sample_size: int | None = None
+    # rows sampled, decoded and (stream = true) written at a time; unset: pgm's SAMPLE_BLOCK_ROWS (docs/scale.md)
+    sample_block_rows: int | None = None
     output: str | None = None
     noise: str | None = None       # "secure" | "simulation"; unset: each role's default (`noise_for`)
     stream: bool = False           # read each party's columns of the dataset's file in chunks (docs/scale.md)
@@ -102,6 +104,8 @@ class RunConfig:
         d.pop("sections")
         if not d.get("stream"):   # unset: configs (and their fingerprints) read as before the setting existed
             d.pop("stream", None)
+        if d.get("sample_block_rows") is None:
+            d.pop("sample_block_rows", None)
         d.update({k: CONVERTER.unstructure(v) for k, v in self.sections.items()})
         return d
 
@@ -145,6 +149,8 @@ def parse_config(data: Mapping[str, Any], where: str = "config", registry: Regis
         raise ConfigError(f"{where}.budget: {exc}") from None
     if cfg.sample_size is not None and cfg.sample_size < 1:
         raise ConfigError(f"{where}.sample_size: must be >= 1, got {cfg.sample_size}")
+    if cfg.sample_block_rows is not None and cfg.sample_block_rows < 1:
+        raise ConfigError(f"{where}.sample_block_rows: must be >= 1, got {cfg.sample_block_rows}")
     if cfg.noise is not None and cfg.noise not in NOISE_KINDS:
         raise ConfigError(f"{where}.noise: must be one of {list(NOISE_KINDS)}, got {cfg.noise!r}"
                           f"{suggest(str(cfg.noise), list(NOISE_KINDS))}")

@@ -36,6 +36,7 @@ from .model import MODEL_FILE, FittedModel
 from .report import build_report, record_outputs, write_outputs
 from .stream import coded_chunks, fit_codec, joined_chunks
 from .stream_align import align_party_files, encode_party_files
+from .stream_out import WrittenTable, block_rows_of, decode_table, sample_table, stream_output
 
 RNG_STREAMS = ("preprocessing", "alignment", "fit", "sample", "decode", "evaluate", "split")
 
@@ -84,14 +85,26 @@ class Plan:
 
 @attrs.define
 class RunResult:
-    synthetic: pd.DataFrame
-    synthetic_codes: Dataset
+    _synthetic: pd.DataFrame | None   # None: a streamed run's table of several blocks, in `synthetic_path` only
+    synthetic_codes: Any               # a Dataset; a streamed run's table of several blocks: its counts only
     real_codes: Dataset
     metrics: dict[str, dict[str, float]]
     ledger: PrivacyLedger
     report: dict[str, Any]
     output_dir: Path | None = None
     model: FittedModel | None = None   # the fitted model (a DP release), when the synthesizer has one
+    synthetic_path: Path | None = None   # the synthetic.csv written, if any
+
+    @property
+    def synthetic(self) -> pd.DataFrame:
+        """The synthetic table. A streamed run (`stream = true`) keeps it only when it is one block
+        (`sample_block_rows`); a larger one was written block by block to `synthetic_path` and is read from
+        there (e.g. `pd.read_csv(result.synthetic_path, chunksize=...)`)."""
+        if self._synthetic is None:
+            raise DataError(f"this streamed run wrote its {self.synthetic_codes.n} synthetic rows block by block to "
+                            f"{self.synthetic_path} and holds none in memory: read them from that file (e.g. "
+                            "pd.read_csv(result.synthetic_path, chunksize=100_000))")
+        return self._synthetic
 
     def sample(self, n: int | None = None, seed: int | np.random.Generator | None = None) -> pd.DataFrame:
         """More rows from the fitted model: post-processing of the release, no budget spent."""
@@ -245,11 +258,12 @@ def _execute(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.Generator]
     data = VerticalData(plan.partition, views)
     with _timed(timings, "fit", bar):
         plan.synthesizer.instance.fit(data, plan.ledger, streams["fit"])
+    block_rows = block_rows_of(cfg)   # sampled and decoded in the blocks a streamed run writes: the same table
     with _timed(timings, "sample", bar):
-        synthetic = plan.synthesizer.instance.sample(cfg.sample_size, streams["sample"])
-        synthetic = synthetic.project(codec.domain.attributes)
+        synthetic = sample_table(plan.synthesizer.instance, cfg.sample_size, streams["sample"], block_rows,
+                                 codec.domain.attributes)
     with _timed(timings, "decode", bar):
-        frame = codec.decode(synthetic, streams["decode"])
+        frame = decode_table(codec, synthetic, streams["decode"], block_rows)
     metrics: dict[str, dict[str, float]] = {}
     # evaluators compare with the people every party holds for real (all rows unless a fill ran)
     real_aligned = data.joined().take(np.flatnonzero(alignment.real_everywhere())).project(codec.domain.attributes)
@@ -267,9 +281,11 @@ def _execute(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.Generator]
                    output_dir)
 
 
-def _finish(plan: Plan, codec: TableCodec, loaded: Any, frame: pd.DataFrame, synthetic: Dataset, real_aligned: Any,
+def _finish(plan: Plan, codec: TableCodec, loaded: Any, frame: pd.DataFrame | None, synthetic: Any, real_aligned: Any,
             holdout: Dataset | None, metrics: dict[str, dict[str, float]], align_info: dict[str, Any],
-            timings: dict[str, float], output_dir: str | Path | None) -> RunResult:
+            timings: dict[str, float], output_dir: str | Path | None,
+            written: WrittenTable | None = None) -> RunResult:
+    """`written`: a streamed run's table, already written block by block (`stream_out.write_in_blocks`)."""
     spent = plan.ledger.spent_epsilon()
     if spent > plan.ledger.budget.epsilon * (1 + 1e-9):  # cannot happen if spend() matched the plan
         raise BudgetError(f"the run spent ε={spent:.4g}, more than the budget {plan.ledger.budget.epsilon:.4g}")
@@ -283,7 +299,10 @@ def _finish(plan: Plan, codec: TableCodec, loaded: Any, frame: pd.DataFrame, syn
     }
     model = _keep_model(plan, codec, loaded)
     report["privacy"]["releases"] = release_note(plan.synthesizer.spec.name, model)
-    result = RunResult(frame, synthetic, real_aligned, metrics, plan.ledger, report, model=model)
+    if written is not None:
+        report["synthetic_table"] = written.describe()
+    result = RunResult(frame, synthetic, real_aligned, metrics, plan.ledger, report, model=model,
+                       synthetic_path=None if written is None else written.path)
     if output_dir is not None:
         result.output_dir = write_outputs(result, Path(output_dir))
         written = ["synthetic.csv", "report.json", "ledger.json", "summary.md"]
@@ -337,21 +356,24 @@ def _execute_streamed(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.G
                     chunks[p].close()
         messages = synth.party_steps(step, plan.ledger)
         synth.server_step(messages)
-    with _timed(timings, "sample", bar):
-        synthetic = synth.sample(cfg.sample_size, streams["sample"]).project(codec.domain.attributes)
+    with _timed(timings, "sample", bar):   # sampling, decoding and writing interleave, one block at a time
+        written = stream_output(synth, cfg, codec, streams, output_dir, count=bool(plan.evaluators))
     with _timed(timings, "decode", bar):
-        frame = codec.decode(synthetic, streams["decode"])
+        pass
+    timings.update(written.seconds)   # each phase's share of that loop
+    synthetic = written.codes
     real = ChunkedCounts(real_chunks, codec.domain)
     align_info["rows"] = real.n
     metrics: dict[str, dict[str, float]] = {}
-    with _timed(timings, "evaluate", bar):
+    with _timed(timings, "evaluate", bar), contextlib.closing(written):   # then the spilled codes go
         for comp in plan.evaluators:
             try:
                 metrics[comp.label] = comp.instance.evaluate(real, synthetic, streams["evaluate"])
             except AttributeError as exc:   # it reads rows, and a streamed run has only their counts
                 raise ConfigError(f"stream = true: evaluator {comp.label!r} reads the real rows ({exc}); a streamed "
                                   "run scores from marginal counts only (tvd): drop it or run without stream") from None
-    return _finish(plan, codec, loaded, frame, synthetic, real, None, metrics, align_info, timings, output_dir)
+    return _finish(plan, codec, loaded, written.frame, synthetic, real, None, metrics, align_info, timings,
+                   output_dir, written)
 
 
 def _streamed_file_input(plan: Plan, streams: dict[str, np.random.Generator], timings: dict[str, float], bar: Any,

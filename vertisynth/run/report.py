@@ -86,7 +86,9 @@ def record_outputs(out: Path, names: list[str]) -> None:
 def write_outputs(result: RunResult, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     clear_previous_outputs(out)
-    result.synthetic.to_csv(out / "synthetic.csv", index=False)
+    if result.synthetic_path != out / "synthetic.csv":   # a streamed run wrote it already, block by block
+        result.synthetic.to_csv(out / "synthetic.csv", index=False)
+        result.synthetic_path = out / "synthetic.csv"
     (out / "report.json").write_text(json.dumps(result.report, indent=2, default=json_default))
     (out / "ledger.json").write_text(json.dumps(result.report["privacy"], indent=2, default=json_default))
     (out / "summary.md").write_text(summary_markdown(result))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -258,21 +258,23 @@ class VertiMRFSynthesizer(Synthesizer):
     def party_step_chunks(self, party: str, domain: Domain, chunks: Chunks, ledger: PrivacyLedger,
                           rng: np.random.Generator, scheduler: Any = None) -> list[Message]:
         """`party_step` on a re-startable stream of (global ids, rows) chunks: the local fit and the value
-        distributions read marginal counts summed over chunks, binning maps each chunk, the encoder's
-        chunk job maps the chunks (on a Dask cluster when `scheduler` is an address or a Client; default:
-        the encoder's `dask_scheduler`). Equals the in-memory run bit for bit."""
+        distributions read marginal counts summed over chunks (counted in this process), binning maps each
+        chunk, the encoder's chunk job maps the chunks (on a Dask cluster when `scheduler` is an address or a
+        Client; default: the encoder's `dask_scheduler`). Equals the in-memory run bit for bit."""
         if scheduler is None:
             scheduler = getattr(getattr(self._encoder, "config", None), "dask_scheduler", None)
         if scheduler is None:
             return self._party_chunks(party, domain, chunks, ledger, rng, None)
-        with dask_session(scheduler) as client:   # one client: the counting passes and the encoding map on it
+        with dask_session(scheduler) as client:   # the encoding map on it
             return self._party_chunks(party, domain, chunks, ledger, rng, client)
 
     def _party_chunks(self, party: str, domain: Domain, chunks: Chunks, ledger: PrivacyLedger,
                       rng: np.random.Generator, client: Any) -> list[Message]:
         c = self.config
         out: list[Message] = []
-        table = ChunkedCounts(chunks, domain, client)
+        # counted here, not on the cluster: shipping a chunk to a worker costs this process more than the
+        # bincounts it would save (docs/scale.md, "Counting passes stay in the party process")
+        table = ChunkedCounts(chunks, domain)
         if c.use_local:
             local = self._local[party]
             table.prefetch_pairs()   # R-scores and 1-way counts in one pass; later marginals a pass each
@@ -572,6 +574,14 @@ class VertiMRFSynthesizer(Synthesizer):
         self._timings["sample"] = time.perf_counter() - t0
         return out
 
+    def sample_blocks(self, n: int | None, rng: np.random.Generator, block_rows: int) -> Iterator[Dataset]:
+        """`sample` one block at a time (SamplesInBlocks): what a run with `sample_block_rows` draws."""
+        if self._model is None:
+            raise DataError("vertimrf: fit() before sample()")
+        blocks = self._model.sample_blocks(int(round(self._n_hat)) if n is None else int(n), rng,
+                                           self.config.sampling, block_rows)
+        return _timed_blocks(blocks, self._timings)
+
     def cost_estimate(self, n: int) -> dict[str, dict[str, float]]:
         """The encoder's expected cost per party for n rows (`vertisynth validate`); {} when it has none."""
         return self._encoder.cost_estimate(n) if isinstance(self._encoder, CostEstimate) else {}
@@ -619,3 +629,17 @@ class VertiMRFSynthesizer(Synthesizer):
                 "cross_party_candidates": self._candidate_info,
                 "cross_party_marginals": [list(p) for p in self._chosen], "interaction_scale": self._kappa,
                 "cliques": [list(q) for q in self._cliques if len(q) > 1], "n_hat": self._n_hat}
+
+
+def _timed_blocks(blocks: Iterator[Dataset], timings: dict[str, float]) -> Iterator[Dataset]:
+    """The blocks, their drawing time summed into timings["sample"] (the consumer's time between them not)."""
+    timings["sample"] = 0.0
+    while True:
+        t0 = time.perf_counter()
+        try:
+            block = next(blocks)
+        except StopIteration:
+            return
+        finally:
+            timings["sample"] += time.perf_counter() - t0
+        yield block

@@ -1,0 +1,251 @@
+"""The output side of a run in blocks: the synthetic table sampled, decoded and written `sample_block_rows`
+rows at a time (issue 21; docs/scale.md, "The streamed run's output in blocks").
+
+Every run decodes in these blocks with its one decode stream, block after block, so a streamed run (which
+appends each decoded block to synthetic.csv and keeps none) and the in-memory run of the same config (which
+concatenates them) give the same table, bit for bit. Up to one block this is `TableCodec.decode` of the
+whole table, as before. A streamed run's evaluators count from the blocks' codes, spilled to a private
+temporary folder while writing (rows x attributes x 1-2 bytes on disk) and read back once per counting pass.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+import pandas as pd
+
+from vertisynth.core.capabilities import SamplesInBlocks
+from vertisynth.core.chunks import ChunkedCounts
+from vertisynth.core.dataset import Dataset
+from vertisynth.core.domain import Domain
+from vertisynth.core.encoding import TableCodec
+from vertisynth.core.errors import DataError, VertisynthWarning
+from vertisynth.pgm.model import SAMPLE_BLOCK_ROWS
+
+from .report import clear_previous_outputs
+
+TABLE_FILE = "synthetic.csv"
+
+
+def block_rows_of(config: Any) -> int:
+    """The run's block size: its `sample_block_rows`, else the sampler's default."""
+    return int(config.sample_block_rows or SAMPLE_BLOCK_ROWS)
+
+
+def synthetic_blocks(synth: Any, n: int | None, rng: np.random.Generator, block_rows: int,
+                     attributes: Sequence[str]) -> Iterator[Dataset]:
+    """The synthesizer's records on `attributes`, in blocks of at most `block_rows`: drawn block by block
+    when it can (SamplesInBlocks), else slices of its one `sample` (which then holds the table's codes)."""
+    if isinstance(synth, SamplesInBlocks):
+        for block in synth.sample_blocks(n, rng, block_rows):
+            yield block.project(attributes)
+        return
+    yield from _slices(synth.sample(n, rng).project(attributes), block_rows)
+
+
+def sample_table(synth: Any, n: int | None, rng: np.random.Generator, block_rows: int,
+                 attributes: Sequence[str]) -> Dataset:
+    """The in-memory run's synthetic codes: the blocks of `synthetic_blocks` in one table."""
+    if not isinstance(synth, SamplesInBlocks):
+        return synth.sample(n, rng).project(attributes)
+    parts = list(synthetic_blocks(synth, n, rng, block_rows, attributes))
+    if len(parts) == 1:
+        return parts[0]
+    return Dataset(np.concatenate([p.codes for p in parts]), parts[0].domain)
+
+
+def _slices(table: Dataset, block_rows: int) -> Iterator[Dataset]:
+    for start in range(0, max(table.n, 1), block_rows):
+        yield Dataset(table.codes[start:start + block_rows], table.domain)
+
+
+def decode_table(codec: TableCodec, table: Dataset, rng: np.random.Generator, block_rows: int) -> pd.DataFrame:
+    """The in-memory run's decoded table: `codec.decode` block by block (the streamed run's order of the
+    decode stream), concatenated. One block: `codec.decode(table, rng)` itself."""
+    if table.n <= block_rows:
+        return codec.decode(table, rng)
+    return pd.concat([codec.decode(b, rng) for b in _slices(table, block_rows)], ignore_index=True)
+
+
+class SpilledCodes:
+    """The blocks' codes in a private temporary folder (0700): a re-startable chunk stream for `ChunkedCounts`
+    (memory: one block). `close` removes them; a pass after that is an error, not a silent empty table."""
+
+    def __init__(self) -> None:
+        self._dir: tempfile.TemporaryDirectory | None = tempfile.TemporaryDirectory(prefix="vertisynth-synthetic-")
+        self._parts: list[tuple[int, Path]] = []
+        self.n = 0
+
+    def add(self, block: Dataset) -> None:
+        f = Path(self._dir.name) / f"{len(self._parts):08d}.npy"
+        np.save(f, block.codes)
+        self._parts.append((self.n, f))
+        self.n += block.n
+
+    def __call__(self) -> Iterator[tuple[np.ndarray, Dataset]]:
+        if self._dir is None:
+            raise DataError("the streamed run's synthetic codes were removed after its evaluation; read its "
+                            "synthetic.csv instead")
+        return self._replay()
+
+    def _replay(self) -> Iterator[tuple[np.ndarray, Dataset]]:
+        for start, f in self._parts:
+            codes = np.load(f).astype(np.int64)
+            yield np.arange(start, start + len(codes), dtype=np.int64), codes
+
+    def close(self) -> None:
+        if self._dir is not None:
+            self._dir.cleanup()
+        self._dir = None
+
+
+class BlockCounts(ChunkedCounts):
+    """The synthetic side of a streamed run's evaluation: counts summed over the spilled blocks (int64, equal
+    to `Dataset.counts` of the whole table), with the row count known up front."""
+
+    def __init__(self, spilled: SpilledCodes, domain: Domain):
+        super().__init__(lambda: ((ids, Dataset(codes, domain)) for ids, codes in spilled()), domain)
+        self._n = spilled.n
+        self.spilled = spilled
+
+
+@attrs.define
+class WrittenTable:
+    """What `write_in_blocks` produced: the table is in `path` (None: one block, no output folder), held as
+    `frame` only when it is one block; `codes` counts it for the evaluators."""
+
+    n: int
+    blocks: int
+    block_rows: int
+    path: Path | None
+    temporary: bool
+    frame: pd.DataFrame | None
+    codes: Dataset | BlockCounts
+    seconds: dict[str, float]
+
+    def describe(self) -> dict[str, Any]:
+        return {"rows": self.n, "blocks": self.blocks, "block_rows": self.block_rows,
+                "path": None if self.path is None else str(self.path), "temporary_folder": self.temporary,
+                "held_in_memory": self.frame is not None}
+
+    def close(self) -> None:
+        """Remove the spilled codes (the counts already read stay cached)."""
+        if isinstance(self.codes, BlockCounts):
+            self.codes.spilled.close()
+
+
+def write_in_blocks(blocks: Iterable[Dataset], codec: TableCodec, rng: np.random.Generator,
+                    out_dir: Path | None, block_rows: int, count: bool = True,
+                    clock: Callable[[], float] = time.perf_counter) -> WrittenTable:
+    """Decode each block with the decode stream `rng` and append it to `out_dir`/synthetic.csv (written as
+    synthetic.csv.partial, renamed when complete; without `out_dir`, in a new temporary folder, with a
+    warning naming it, once the table is more than one block). Memory: one block. `count`: spill the codes
+    for the evaluators. `clock`: what `seconds` (sample, decode, write) are measured with."""
+    seconds = {"sample": 0.0, "decode": 0.0, "write": 0.0}
+    it = iter(blocks)
+    first, first_frame = None, None
+    spilled = SpilledCodes() if count else None
+    target, temporary = out_dir, False
+    n = k = 0
+    try:
+        with contextlib.ExitStack() as stack:
+            fh = None
+            while True:
+                t0 = clock()
+                block = next(it, None)
+                t1 = clock()
+                seconds["sample"] += t1 - t0
+                if block is None:
+                    break
+                frame = codec.decode(block, rng)
+                t2 = clock()
+                seconds["decode"] += t2 - t1
+                if spilled is not None:
+                    spilled.add(block)
+                if k == 0:
+                    first, first_frame = block, frame
+                else:
+                    if fh is None:   # a second block: the table is not kept, it goes to a file
+                        if target is None:
+                            target, temporary = Path(tempfile.mkdtemp(prefix="vertisynth-run-")), True
+                        fh = stack.enter_context(_table_file(target))
+                        first_frame.to_csv(fh, index=False)
+                        first_frame = None
+                    frame.to_csv(fh, index=False, header=False)
+                del frame
+                seconds["write"] += clock() - t2
+                n, k = n + block.n, k + 1
+            if k == 0:
+                raise DataError("the synthesizer drew no records")
+            t2 = clock()
+            if fh is None and target is not None:   # one block, and a folder to write it to
+                fh = stack.enter_context(_table_file(target))
+                first_frame.to_csv(fh, index=False)
+            seconds["write"] += clock() - t2   # (the file's close, inside the stack, not counted)
+    except BaseException:
+        if spilled is not None:
+            spilled.close()
+        if temporary:   # the folder this run made for its table (the partial file is already gone)
+            shutil.rmtree(target, ignore_errors=True)
+        raise
+    path = None if target is None else target / TABLE_FILE
+    if temporary:
+        warnings.warn(f"the streamed run's {n} synthetic rows are more than one block ({block_rows}) and the run "
+                      f"has no output folder: they were written to {path}, a temporary folder you remove",
+                      VertisynthWarning, stacklevel=3)
+    codes: Dataset | BlockCounts
+    if k == 1:
+        if spilled is not None:
+            spilled.close()
+        codes = first
+    else:
+        codes = BlockCounts(spilled, codec.domain) if spilled is not None else _RowCount(n, codec.domain)
+    return WrittenTable(n, k, block_rows, path, temporary, first_frame if k == 1 else None, codes, seconds)
+
+
+@contextlib.contextmanager
+def _table_file(folder: Path) -> Iterator[Any]:
+    """synthetic.csv in `folder` (the previous run's outputs there cleared first), written under a .partial
+    name and renamed once complete: a failed run leaves no half table under the real name."""
+    folder.mkdir(parents=True, exist_ok=True)
+    clear_previous_outputs(folder)
+    final = folder / TABLE_FILE
+    partial = folder / (TABLE_FILE + ".partial")
+    ok = False
+    try:
+        with open(partial, "w", newline="", encoding="utf-8") as fh:
+            yield fh
+        ok = True
+    finally:
+        if ok:
+            os.replace(partial, final)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                partial.unlink()
+
+
+@attrs.define
+class _RowCount:
+    """A streamed table's row count when no evaluator asked for its codes."""
+
+    n: int
+    domain: Domain
+
+
+def stream_output(synth: Any, config: Any, codec: TableCodec, streams: dict[str, np.random.Generator],
+                  output_dir: str | Path | None, count: bool = True) -> WrittenTable:
+    """A streamed run's output, after the fit: `config.sample_size` records drawn (stream "sample"), decoded
+    (stream "decode") and written one block of `sample_block_rows` at a time."""
+    block_rows = block_rows_of(config)
+    blocks = synthetic_blocks(synth, config.sample_size, streams["sample"], block_rows, codec.domain.attributes)
+    return write_in_blocks(blocks, codec, streams["decode"], None if output_dir is None else Path(output_dir),
+                           block_rows, count)
