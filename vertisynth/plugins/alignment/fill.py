@@ -132,9 +132,10 @@ class ChunkFill:
 
     `counts`: the exact 1-way counts of `dp_attrs` over the party's n records (summed over chunks), released
     as in `fill_view` (the same charge and noise). 'sample' draws its n_u-sized choice of source records
-    once, as `fill_view` does, and `gather(records)` reads them (`records[i]`: what `gather` calls record i). 'marginal' draws column by column in
-    `fill_view`; a block jumps the generator to its own draws instead (PCG64's `advance`: one double per
-    drawn code), so the codes equal the whole-table draw without generating it. 'uniform' draws integers by
+    once, as `fill_view` does, and `gather(records)` reads them (`records[i]`: what `gather` calls record i).
+    'marginal' draws column by column in `fill_view`; a block jumps the generator to its own draws instead
+    (PCG64's `advance`: one double per drawn code), so the codes equal the whole-table draw without
+    generating it. 'uniform' draws integers by
     rejection (an unknown number of words per code), so it has no such jump: refused here."""
 
     def __init__(self, dom, n: int, positions: np.ndarray, n_u: int, strategy: str,

@@ -216,8 +216,9 @@ class PSUAligner(Aligner):
                    domains: Mapping[str, Any] | None = None, marginals: Any = None) -> RowMaps:
         """`align` for parties that read only their identifiers (`stream = true`): the row maps and each
         party's `ChunkFill` (the same protocol run, fill, charges and info as `align`, drawn block by block).
-        `domains`: each party's coded domain; `marginals(party, attributes, records)`: the exact 1-way counts of those attributes over the party's
-        records (file rows `records`), concatenated, for the DP fill."""
+        `domains`: each party's coded domain; `marginals(party, attributes, records)`: the exact 1-way
+        counts of those attributes over the party's records (file rows `records`), concatenated, for the
+        DP fill."""
         cfg = self.config
         norm, kept, dropped = _prepare_streamed(ids, cfg)
         proto_rng, fill_rng = rng.spawn(2)

@@ -174,7 +174,8 @@ def _load_csv(config: CsvConfig) -> LoadedData:
         schema = TableSchema(tuple(ColumnSchema(c, "categorical", categories=tuple(range(k))) for c, k in sizes.items()))
     else:
         try:
-            frame = pd.read_csv(path, **_na_values(TableSchema.from_config(config.schema) if config.schema else None))
+            public = TableSchema.from_config(config.schema) if config.schema else None
+            frame = pd.read_csv(path, **_na_values(public))
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
             raise DataError(f"cannot read CSV {str(path)!r}: {exc}") from None
         if len(frame) == 0:
