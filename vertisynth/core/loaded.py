@@ -42,6 +42,14 @@ class LoadedData:
         return self.schema.preview_domain()
 
 
+@attrs.frozen
+class PartyFiles:
+    """ID-keyed party files a `stream = true` run reads chunk by chunk: {party name: CSV}, the identifier column."""
+
+    paths: Mapping[str, Path]
+    id_column: str
+
+
 @attrs.frozen(eq=False)
 class DatasetSource:
     """What a dataset plugin's factory returns: public facts first, rows only when `load` is called.
@@ -58,6 +66,8 @@ class DatasetSource:
     # the table's file (CSV or Parquet) when its public schema codes it without reading any row first:
     # a run with `stream = true` then reads it chunk by chunk instead of calling `load`
     stream_path: Path | None = attrs.field(default=None, kw_only=True)
+    # the same for ID-keyed data: each party's own file (with its public schema), aligned by PSI/PSU
+    stream_parties: PartyFiles | None = attrs.field(default=None, kw_only=True)
 
     def load(self) -> LoadedData:
         return self.loader()

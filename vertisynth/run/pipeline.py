@@ -35,6 +35,7 @@ from .console import progress_bar
 from .model import MODEL_FILE, FittedModel
 from .report import build_report, record_outputs, write_outputs
 from .stream import coded_chunks, fit_codec, joined_chunks
+from .stream_align import align_party_files, encode_party_files
 from .stream_out import WrittenTable, block_rows_of, decode_table, sample_table, stream_output
 
 RNG_STREAMS = ("preprocessing", "alignment", "fit", "sample", "decode", "evaluate", "split")
@@ -319,36 +320,29 @@ def _execute_streamed(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.G
     """`stream = true`: each party's columns of the dataset's file are read in chunks of the synthesizer's
     `chunk_rows` through the party step `party synth --csv` runs (`party_step_chunks`), so the table is never
     held whole; the evaluators score against counts summed over the same chunks. The same messages, model and
-    synthetic table as the in-memory run of the same config (tests/run/test_stream_run.py)."""
+    synthetic table as the in-memory run of the same config (tests/run/test_stream_run.py). ID-keyed party files
+    (party_csv) are aligned by PSI/PSU on their id columns alone, each party's codes read in the aligned order
+    from its spill (run/stream_align.py, tests/run/test_stream_aligned.py)."""
     synth = plan.synthesizer.instance
-    path = plan.source.stream_path
-    why = ("the dataset is not one file with a public schema ([dataset] csv with `schema`)" if path is None else
+    path, keyed = plan.source.stream_path, plan.source.stream_parties
+    why = ("the dataset is not one file with a public schema ([dataset] csv with `schema`, or party_csv with "
+           "`schema`)" if path is None and keyed is None else
            f"synthesizer {plan.synthesizer.spec.name!r} has no chunked party step" if not (
                isinstance(synth, StepsInChunks) and isinstance(synth, PartyServerSplit) and synth.streams_parties())
            else f"alignment {plan.aligner.spec.name!r} needs the identifiers (use positional: rows aligned)"
-           if plan.aligner.spec.name != "positional" else
+           if keyed is None and plan.aligner.spec.name != "positional" else
+           "ID-keyed party files need alignment psi or psu" if keyed is not None and not hasattr(
+               plan.aligner.instance, "align_rows") else
            "a holdout needs the rows ([evaluation] holdout = 0)" if cfg.evaluation.holdout > 0 else None)
     if why:
         raise ConfigError(f"stream = true: {why}")
     chunk_rows = synth.chunk_rows()
-    loaded = LoadedData(None, plan.source.schema, plan.source.default_parties, plan.source.party_names,
-                        f"{plan.source.description} (read in chunks of {chunk_rows} rows)", None,
-                        {"source": str(path), "schema_inferred_from_data": plan.source.schema.inferred,
-                         "streamed": {"chunk_rows": chunk_rows}})
-    with _timed(timings, "load data", bar):
-        pass   # nothing is loaded: each pass below reads the file chunk by chunk
-    with _timed(timings, "encode", bar):
-        codecs, chunks = {}, {}
-        for party in plan.partition:
-            own = list(party.attributes)
-            sub = TableSchema(tuple(c for c in plan.source.schema.columns if c.name in own))
-            codecs[party.name] = fit_codec(sub, path, own, plan.ledger, streams["preprocessing"], chunk_rows,
-                                           exact=False)
-            chunks[party.name] = coded_chunks(path, codecs[party.name], chunk_rows)
-        by_name = {c.schema.name: c for pc in codecs.values() for c in pc.columns}
-        codec = TableCodec(tuple(by_name[c.name] for c in plan.source.schema.columns))
-    with _timed(timings, "align", bar):
-        align_info = {"protocol": "positional", "rows": "counted while fitting (the rows of the file, in order)"}
+    if keyed is not None:
+        chunks, codecs, codec, loaded, align_info, real_chunks = _streamed_keyed_input(
+            plan, streams, timings, bar, keyed, chunk_rows)
+    else:
+        chunks, codecs, codec, loaded, align_info = _streamed_file_input(plan, streams, timings, bar, path, chunk_rows)
+        real_chunks = joined_chunks([chunks[p] for p in plan.partition.names], codec.domain)
     with _timed(timings, "fit", bar):
         key_rng, rngs = synth.party_rngs(streams["fit"])
         synth.agree_keys(key_rng)
@@ -368,7 +362,7 @@ def _execute_streamed(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.G
         pass
     timings.update(written.seconds)   # each phase's share of that loop
     synthetic = written.codes
-    real = ChunkedCounts(joined_chunks([chunks[p] for p in plan.partition.names], codec.domain), codec.domain)
+    real = ChunkedCounts(real_chunks, codec.domain)
     align_info["rows"] = real.n
     metrics: dict[str, dict[str, float]] = {}
     with _timed(timings, "evaluate", bar), contextlib.closing(written):   # then the spilled codes go
@@ -380,6 +374,51 @@ def _execute_streamed(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.G
                                   "run scores from marginal counts only (tvd): drop it or run without stream") from None
     return _finish(plan, codec, loaded, written.frame, synthetic, real, None, metrics, align_info, timings,
                    output_dir, written)
+
+
+def _streamed_file_input(plan: Plan, streams: dict[str, np.random.Generator], timings: dict[str, float], bar: Any,
+                         path: Path, chunk_rows: int) -> tuple:
+    """One file, rows aligned: each party's columns coded chunk by chunk (positional alignment)."""
+    loaded = LoadedData(None, plan.source.schema, plan.source.default_parties, plan.source.party_names,
+                        f"{plan.source.description} (read in chunks of {chunk_rows} rows)", None,
+                        {"source": str(path), "schema_inferred_from_data": plan.source.schema.inferred,
+                         "streamed": {"chunk_rows": chunk_rows}})
+    with _timed(timings, "load data", bar):
+        pass   # nothing is loaded: each pass below reads the file chunk by chunk
+    with _timed(timings, "encode", bar):
+        codecs, chunks = {}, {}
+        for party in plan.partition:
+            own = list(party.attributes)
+            sub = TableSchema(tuple(c for c in plan.source.schema.columns if c.name in own))
+            codecs[party.name] = fit_codec(sub, path, own, plan.ledger, streams["preprocessing"], chunk_rows,
+                                           exact=False)
+            chunks[party.name] = coded_chunks(path, codecs[party.name], chunk_rows)
+        by_name = {c.schema.name: c for pc in codecs.values() for c in pc.columns}
+        codec = TableCodec(tuple(by_name[c.name] for c in plan.source.schema.columns))
+    with _timed(timings, "align", bar):
+        align_info = {"protocol": "positional", "rows": "counted while fitting (the rows of the file, in order)"}
+    return chunks, codecs, codec, loaded, align_info
+
+
+def _streamed_keyed_input(plan: Plan, streams: dict[str, np.random.Generator], timings: dict[str, float], bar: Any,
+                          files: Any, chunk_rows: int) -> tuple:
+    """ID-keyed party files (run/stream_align.py): each party's file coded once into its spill, PSI/PSU on the
+    identifier column alone (row maps), then each party's chunks in the aligned order from its spill."""
+    loaded = LoadedData(None, plan.source.schema, plan.source.default_parties, plan.source.party_names,
+                        f"{plan.source.description} (read in chunks of {chunk_rows} rows)", None,
+                        {"source": {p: str(v) for p, v in files.paths.items()},
+                         "schema_inferred_from_data": plan.source.schema.inferred,
+                         "streamed": {"chunk_rows": chunk_rows}})
+    with _timed(timings, "load data", bar):
+        pass   # nothing is loaded: each party's file is read chunk by chunk below
+    with _timed(timings, "encode", bar):
+        codecs, spills, codec = encode_party_files(files, plan.source.schema, plan.partition, plan.ledger,
+                                                   streams["preprocessing"], chunk_rows)
+    with _timed(timings, "align", bar):
+        chunks, align_info, real_chunks = align_party_files(files, plan.aligner.instance, spills, codecs, plan.ledger,
+                                                            streams["alignment"], chunk_rows, plan.aligner.spec.name,
+                                                            codec.domain)
+    return chunks, codecs, codec, loaded, align_info, real_chunks
 
 
 def _keep_model(plan: Plan, codec: TableCodec, loaded: Any) -> FittedModel | None:

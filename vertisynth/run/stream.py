@@ -125,56 +125,92 @@ def _first_wrong_width(path: Path, width: int) -> int | None:
 class coded_chunks:
     """A re-startable stream of (global ids, coded rows) of the codec's columns of the file.
 
-    The first full pass reads and codes the file; it also writes each chunk's codes, in the smallest
-    integer type, to a private temporary folder (0700, removed with this object), from which every later
-    pass (the local fit asks for marginals one pass each) reads them instead of parsing the file again.
-    Disk: rows x columns x 1-2 bytes; memory: one chunk."""
+    The first full pass reads and codes the file; it also appends each chunk's codes, in the smallest
+    integer type, to one file of shape (rows, columns) in a private temporary folder (0700, removed with
+    this object), from which every later pass (the local fit asks for marginals one pass each) reads them
+    instead of parsing the file again, and from which `gather` picks rows in any order (an ID-keyed run's
+    aligned chunks). Disk: rows x columns x 1-2 bytes; memory: one chunk (the file is memory-mapped)."""
 
     def __init__(self, path: Path, codec: TableCodec, chunk_rows: int, spill: bool = True):
         self.path, self.codec, self.chunk_rows, self.spill = Path(path), codec, chunk_rows, spill
         self._dir: tempfile.TemporaryDirectory | None = None
-        self._parts: list[tuple[int, Path]] | None = None   # (first row, file) once a pass has completed
+        self._parts: list[tuple[int, int]] | None = None   # (first row, rows) per chunk once a pass has completed
+        self._map: np.ndarray | None = None   # the spill file, memory-mapped (rows, columns)
+        self.dtype = np.uint8 if max(codec.domain.shape) <= 256 else np.uint16 \
+            if max(codec.domain.shape) <= 65536 else np.int64
 
     def __call__(self) -> Iterator[tuple[np.ndarray, Dataset]]:
         if self._parts is not None:
             return self._replay()
         return self._read()
 
+    @property
+    def n(self) -> int | None:
+        """Rows of the file, once a pass has completed."""
+        return None if self._parts is None else sum(k for _, k in self._parts)
+
+    def complete(self) -> coded_chunks:
+        """Read and code the whole file now (a bad value fails here), so that later passes and `gather` replay
+        the spill."""
+        if self._parts is None:
+            if not self.spill:
+                raise DataError("coded_chunks: gathering rows needs the spill")
+            for _ in self._read():
+                pass
+        return self
+
+    def gather(self, rows: np.ndarray) -> np.ndarray:
+        """The codes (int64, len(rows) x columns) of the file's rows `rows`, in that order, from the spill:
+        memory one chunk, the file's pages left to the page cache."""
+        self.complete()
+        rows = np.asarray(rows, dtype=np.int64)
+        if self._map is None:
+            return np.zeros((len(rows), len(self.codec.domain)), np.int64)   # an empty file
+        return self._map[rows].astype(np.int64)
+
     def close(self) -> None:
         """Remove the spilled codes now (a forked process exits without running finalizers); a later pass
         reads the file again."""
+        self._map = None
         if self._dir is not None:
             self._dir.cleanup()
         self._dir, self._parts = None, None
 
     def _replay(self) -> Iterator[tuple[np.ndarray, Dataset]]:
-        for start, f in self._parts:
-            codes = np.load(f).astype(np.int64)
-            yield np.arange(start, start + len(codes), dtype=np.int64), Dataset(codes, self.codec.domain)
+        for start, k in self._parts:
+            codes = self._map[start:start + k].astype(np.int64)
+            yield np.arange(start, start + k, dtype=np.int64), Dataset(codes, self.codec.domain)
 
     def _read(self) -> Iterator[tuple[np.ndarray, Dataset]]:
         columns = [c.schema.name for c in self.codec.columns]
         kind = "Parquet" if self.path.suffix.lower() in PARQUET else "CSV"
-        dtype = np.uint8 if max(self.codec.domain.shape) <= 256 else np.uint16 \
-            if max(self.codec.domain.shape) <= 65536 else np.int64
-        parts: list[tuple[int, Path]] = []
-        if self.spill and self._dir is None:
-            self._dir = tempfile.TemporaryDirectory(prefix="vertisynth-chunks-")   # mkdtemp: mode 0700
-        labels = frozenset(str(x) for c in self.codec.columns if c.schema.categories for x in c.schema.categories)
-        for start, frame in frames(self.path, columns, self.chunk_rows, labels):
-            frame = frame.reset_index(drop=True)
-            try:
-                rows = self.codec.encode(frame)
-            except VertisynthError as exc:
-                row = start + _first_bad_row(self.codec, frame)
-                where = f"line {row + 2}" if kind == "CSV" else f"row {row}"
-                raise DataError(f"{kind} {str(self.path)!r} {where}: {exc}") from None
-            if self.spill:
-                f = Path(self._dir.name) / f"{len(parts):08d}.npy"
-                np.save(f, rows.codes.astype(dtype))
-                parts.append((start, f))
-            yield np.arange(start, start + rows.n, dtype=np.int64), rows
+        parts: list[tuple[int, int]] = []
+        out = None
         if self.spill:
+            if self._dir is None:
+                self._dir = tempfile.TemporaryDirectory(prefix="vertisynth-chunks-")   # mkdtemp: mode 0700
+            out = open(Path(self._dir.name) / "codes.bin", "wb")
+        labels = frozenset(str(x) for c in self.codec.columns if c.schema.categories for x in c.schema.categories)
+        try:
+            for start, frame in frames(self.path, columns, self.chunk_rows, labels):
+                frame = frame.reset_index(drop=True)
+                try:
+                    rows = self.codec.encode(frame)
+                except VertisynthError as exc:
+                    row = start + _first_bad_row(self.codec, frame)
+                    where = f"line {row + 2}" if kind == "CSV" else f"row {row}"
+                    raise DataError(f"{kind} {str(self.path)!r} {where}: {exc}") from None
+                if out is not None:
+                    out.write(np.ascontiguousarray(rows.codes, dtype=self.dtype).tobytes())
+                    parts.append((start, rows.n))
+                yield np.arange(start, start + rows.n, dtype=np.int64), rows
+        finally:
+            if out is not None:
+                out.close()
+        if self.spill:
+            n = sum(k for _, k in parts)
+            self._map = np.memmap(out.name, dtype=self.dtype, mode="r", shape=(n, len(self.codec.domain))) \
+                if n else None
             self._parts = parts
 
 

@@ -86,14 +86,8 @@ def fill_view(view: Dataset, positions: np.ndarray, n_u: int, strategy: str, col
     held[positions] = True
     missing = ~held
     k = int(missing.sum())
-    noisy: dict[str, np.ndarray] = {}
-    if dp_attrs:  # released (and charged) even when nothing is missing: the spend must not depend on data
-        counts = np.concatenate([view.counts([a]).values.ravel() for a in dp_attrs])
-        noisy_all = gaussian_mechanism(counts, charge, rng, ledger, l2_sensitivity=math.sqrt(len(dp_attrs)))
-        at = 0
-        for a in dp_attrs:
-            noisy[a] = noisy_all[at:at + dom.size(a)]
-            at += dom.size(a)
+    counts = np.concatenate([view.counts([a]).values.ravel() for a in dp_attrs]) if dp_attrs else None
+    noisy = _noisy_marginals(dom, counts, dp_attrs, charge, ledger, rng)
     codes = np.zeros((n_u, len(dom)), dtype=view.codes.dtype)
     codes[positions] = view.codes   # row i goes where its identifier sits in U (not in row order)
     if k:
@@ -116,6 +110,103 @@ def fill_view(view: Dataset, positions: np.ndarray, n_u: int, strategy: str, col
             elif strategy == "uniform":
                 codes[missing, j] = rng.integers(0, dom.size(a), size=k)
     return Dataset(codes, dom)
+
+
+def _noisy_marginals(dom, counts: np.ndarray | None, dp_attrs: Sequence[str], charge: Charge | None,
+                     ledger: PrivacyLedger, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """The DP 1-way marginals of `dp_attrs` from their exact counts (concatenated in that order)."""
+    noisy: dict[str, np.ndarray] = {}
+    if dp_attrs:  # released (and charged) even when nothing is missing: the spend must not depend on data
+        noisy_all = gaussian_mechanism(counts, charge, rng, ledger, l2_sensitivity=math.sqrt(len(dp_attrs)))
+        at = 0
+        for a in dp_attrs:
+            noisy[a] = noisy_all[at:at + dom.size(a)]
+            at += dom.size(a)
+    return noisy
+
+
+class ChunkFill:
+    """`fill_view` one block of U positions at a time, for a run that never holds the party's table over U
+    (`stream = true`): `fill(s, e, codes, gather)` fills the positions of [s, e) the party does not hold, the
+    same codes as rows s..e-1 of `fill_view`'s table under the same `rng`, whatever the blocks.
+
+    `counts`: the exact 1-way counts of `dp_attrs` over the party's n records (summed over chunks), released
+    as in `fill_view` (the same charge and noise). 'sample' draws its n_u-sized choice of source records
+    once, as `fill_view` does, and `gather(records)` reads them (`records[i]`: what `gather` calls record i).
+    'marginal' draws column by column in `fill_view`; a block jumps the generator to its own draws instead
+    (PCG64's `advance`: one double per drawn code), so the codes equal the whole-table draw without
+    generating it. 'uniform' draws integers by
+    rejection (an unknown number of words per code), so it has no such jump: refused here."""
+
+    def __init__(self, dom, n: int, positions: np.ndarray, n_u: int, strategy: str,
+                 columns: Mapping[str, ColumnFill], dp_attrs: Sequence[str], charge: Charge | None,
+                 ledger: PrivacyLedger, party: str, rng: np.random.Generator, counts: np.ndarray | None,
+                 max_copies: int = 1, records: np.ndarray | None = None):
+        positions = np.asarray(positions, dtype=np.int64)
+        if strategy == "uniform":
+            raise ConfigError("fill 'uniform' cannot be drawn in chunks equal to the whole-table draw; use "
+                              "fill = 'marginal' or 'sample' with stream = true")
+        if len(positions) != n or (n and not 0 <= positions.min() <= positions.max() < n_u):
+            raise DataError(f"party {party!r}: positions must place each of its {n} rows at a distinct U position")
+        self.held = np.zeros(n_u, bool)
+        self.held[positions] = True
+        if int(self.held.sum()) != n:
+            raise DataError(f"party {party!r}: positions must place each of its {n} rows at a distinct U position")
+        self.dom, self.strategy, self.columns = dom, strategy, dict(columns)
+        self.k = n_u - n
+        self.noisy = _noisy_marginals(dom, counts, dp_attrs, charge, ledger, rng)
+        self.source: np.ndarray | None = None
+        if self.k and strategy == "sample":
+            if n == 0:
+                raise ConfigError(f"party {party!r} holds no records: 'sample' fill has nothing to copy")
+            pool = np.tile(np.arange(n), max_copies)
+            self.source = pool[rng.permutation(len(pool))[:self.k]]   # the record copied to each missing position
+            if records is not None:   # the party's records as `gather` knows them (its file rows)
+                self.source = np.asarray(records, dtype=np.int64)[self.source]
+        self.probs: dict[str, np.ndarray] = {}
+        if strategy == "marginal":
+            for a in dom.attributes:
+                if a not in self.columns:
+                    p = np.clip(self.noisy[a], 0, None)
+                    self.probs[a] = p / p.sum() if p.sum() > 0 else np.full(dom.size(a), 1 / dom.size(a))
+            if self.probs and not hasattr(rng.bit_generator, "advance"):
+                raise ConfigError(f"fill in chunks needs a generator that can jump ahead (PCG64), got "
+                                  f"{type(rng.bit_generator).__name__}")
+        self._bitgen, self._state = type(rng.bit_generator), rng.bit_generator.state
+        self.constants = {a: _code_of(dom, a, spec.value) for a, spec in self.columns.items()   # checked now
+                          if self.k and a in dom.attributes and spec.strategy == "constant"}
+        self._at = (0, 0)   # (position, missing positions before it): consecutive blocks count from there
+
+    def _missing_before(self, s: int) -> int:
+        at, m = self._at
+        return m if at == s else int(np.count_nonzero(~self.held[:s]))
+
+    def _draws(self, offset: int) -> np.random.Generator:
+        gen = self._bitgen(0)
+        gen.state = self._state
+        gen.advance(offset)
+        return np.random.Generator(gen)
+
+    def fill(self, s: int, e: int, codes: np.ndarray, gather) -> None:
+        """Fill codes[i] for each position s + i of [s, e) the party does not hold (the held rows are left)."""
+        miss = ~self.held[s:e]
+        m = int(miss.sum())
+        m0 = self._missing_before(s)
+        self._at = (e, m0 + m)
+        if not m:
+            return
+        if self.source is not None:
+            codes[miss] = gather(self.source[m0:m0 + m])
+        drawn = 0
+        for j, a in enumerate(self.dom.attributes):
+            spec = self.columns.get(a)
+            if spec is not None and spec.strategy == "constant":
+                codes[miss, j] = self.constants[a]
+            elif spec is not None and spec.strategy == "majority":
+                codes[miss, j] = int(np.argmax(self.noisy[a]))
+            elif self.strategy == "marginal":   # fill_view's draw for column a starts drawn·k doubles in
+                codes[miss, j] = self._draws(drawn * self.k + m0).choice(self.dom.size(a), size=m, p=self.probs[a])
+                drawn += 1
 
 
 def _code_of(dom, attr: str, value: str) -> int:

@@ -17,7 +17,7 @@ import pandas as pd
 
 from vertisynth.core.encoding import ColumnSchema, TableSchema
 from vertisynth.core.errors import ConfigError, DataError
-from vertisynth.core.loaded import DatasetSource, LoadedData
+from vertisynth.core.loaded import DatasetSource, LoadedData, PartyFiles
 
 ENV_VAR = "VERTISYNTH_DATA"
 ADULT_COLUMNS = ("age", "workclass", "fnlwgt", "education", "education-num", "marital-status", "occupation",
@@ -174,7 +174,8 @@ def _load_csv(config: CsvConfig) -> LoadedData:
         schema = TableSchema(tuple(ColumnSchema(c, "categorical", categories=tuple(range(k))) for c, k in sizes.items()))
     else:
         try:
-            frame = pd.read_csv(path)
+            public = TableSchema.from_config(config.schema) if config.schema else None
+            frame = pd.read_csv(path, **_na_values(public))
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
             raise DataError(f"cannot read CSV {str(path)!r}: {exc}") from None
         if len(frame) == 0:
@@ -204,16 +205,34 @@ class PartyCsvConfig:
     quantile_epsilon: float = 0.1
 
 
-def _read_party_csv(path: Path, id_column: str) -> pd.DataFrame:
+# pandas.read_csv's missing-value spellings (as run/stream.py's NULLS, which the streamed reader uses)
+NULLS = ("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>", "N/A",
+         "NA", "NULL", "NaN", "None", "n/a", "nan", "null")
+
+
+def _na_values(schema: TableSchema | None) -> dict[str, Any]:
+    """read_csv arguments that keep a category label spelled like a missing value ("None") a value, as the
+    streamed reader does (`stream = true` must read the same table); identifiers and other columns as pandas."""
+    if schema is None:
+        return {"keep_default_na": True}
+    labels = {str(x) for c in schema.columns if c.categories for x in c.categories}
+    if not labels & set(NULLS):
+        return {"keep_default_na": True}
+    return {"keep_default_na": False, "na_values": [v for v in NULLS if v not in labels]}
+
+
+def _read_party_csv(path: Path, id_column: str, schema: TableSchema | None = None) -> pd.DataFrame:
     if not path.is_file():
         raise DataError(f"party CSV {str(path)!r} does not exist")
     try:  # identifiers stay strings: no "007" -> 7, no float conversion of large numbers
-        frame = pd.read_csv(path, dtype={id_column: str}, keep_default_na=True)
+        frame = pd.read_csv(path, dtype={id_column: str}, **_na_values(schema))
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise DataError(f"cannot read party CSV {str(path)!r}: {exc}") from None
     frame.columns = [str(c) for c in frame.columns]
     if id_column not in frame.columns:
         raise DataError(f"party CSV {str(path)!r} has no identifier column {id_column!r}; it has {list(frame.columns)}")
+    if schema is not None:   # an identifier spelled like a missing value is missing, whatever the labels
+        frame[id_column] = frame[id_column].where(~frame[id_column].isin(NULLS))
     if frame[id_column].isna().any():
         raise DataError(f"party CSV {str(path)!r}: identifier missing in row(s) "
                         f"{np.flatnonzero(frame[id_column].isna().to_numpy())[:5].tolist()}")
@@ -246,7 +265,8 @@ def party_csv(config: PartyCsvConfig, data_dir: str | None = None) -> DatasetSou
     names = list(columns)
 
     def load(schema: TableSchema | None = None) -> LoadedData:
-        frames = {p: _read_party_csv(path, config.id_column) for p, path in paths.items()}
+        frames = {p: _read_party_csv(path, config.id_column, None if schema is None else TableSchema(
+            tuple(c for c in schema.columns if c.name in columns[p]))) for p, path in paths.items()}
         if schema is None:
             schema = TableSchema.infer_parts([f.drop(columns=[config.id_column]) for f in frames.values()],  # NOT DP
                                              bounds=config.bounds, quantile_epsilon=config.quantile_epsilon)
@@ -267,6 +287,6 @@ def party_csv(config: PartyCsvConfig, data_dir: str | None = None) -> DatasetSou
         order = [c for p in names for c in columns[p]]
         schema = TableSchema(tuple(schema.columns[schema.names.index(c)] for c in order))
         return DatasetSource(schema, [columns[p] for p in names], lambda: load(schema), names,
-                             "ID-keyed party CSVs")
+                             "ID-keyed party CSVs", stream_parties=PartyFiles(paths, config.id_column))
     loaded = load()
     return DatasetSource(loaded.schema, loaded.default_parties, lambda: loaded, names, loaded.description)
