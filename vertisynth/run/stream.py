@@ -17,14 +17,11 @@ import pandas as pd
 
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
-from vertisynth.core.encoding import TableCodec, TableSchema
+from vertisynth.core.encoding import CSV_NULLS, TableCodec, TableSchema
 from vertisynth.core.errors import DataError, VertisynthError
 from vertisynth.core.privacy import PrivacyLedger
 
 PARQUET = (".parquet", ".pq")
-# pandas.read_csv's missing-value spellings (the in-memory reader), so both readers see the same missing cells
-NULLS = ["", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>", "N/A",
-         "NA", "NULL", "NaN", "None", "n/a", "nan", "null"]
 
 
 def table_columns(path: Path) -> list[str]:
@@ -86,7 +83,7 @@ def frames(path: Path, columns: list[str], chunk_rows: int, keep: frozenset[str]
         reader = pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=_block_size(path, chunk_rows)),
                                 convert_options=pacsv.ConvertOptions(
                                     include_columns=columns, column_types={c: pa.string() for c in columns},
-                                    strings_can_be_null=True, null_values=[v for v in NULLS if v not in keep]))
+                                    strings_can_be_null=True, null_values=[v for v in CSV_NULLS if v not in keep]))
     except pa.ArrowInvalid as exc:
         raise refused(exc) from None
     # chunks of exactly chunk_rows (the last one shorter) whatever the reader's batches: the rows a batch

@@ -15,7 +15,7 @@ import attrs
 import numpy as np
 import pandas as pd
 
-from vertisynth.core.encoding import ColumnSchema, TableSchema
+from vertisynth.core.encoding import CSV_NULLS, ColumnSchema, TableSchema
 from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.core.loaded import DatasetSource, LoadedData, PartyFiles
 
@@ -205,20 +205,15 @@ class PartyCsvConfig:
     quantile_epsilon: float = 0.1
 
 
-# pandas.read_csv's missing-value spellings (as run/stream.py's NULLS, which the streamed reader uses)
-NULLS = ("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>", "N/A",
-         "NA", "NULL", "NaN", "None", "n/a", "nan", "null")
-
-
 def _na_values(schema: TableSchema | None) -> dict[str, Any]:
     """read_csv arguments that keep a category label spelled like a missing value ("None") a value, as the
     streamed reader does (`stream = true` must read the same table); identifiers and other columns as pandas."""
     if schema is None:
         return {"keep_default_na": True}
     labels = {str(x) for c in schema.columns if c.categories for x in c.categories}
-    if not labels & set(NULLS):
+    if not labels & set(CSV_NULLS):
         return {"keep_default_na": True}
-    return {"keep_default_na": False, "na_values": [v for v in NULLS if v not in labels]}
+    return {"keep_default_na": False, "na_values": [v for v in CSV_NULLS if v not in labels]}
 
 
 def _read_party_csv(path: Path, id_column: str, schema: TableSchema | None = None) -> pd.DataFrame:
@@ -232,7 +227,7 @@ def _read_party_csv(path: Path, id_column: str, schema: TableSchema | None = Non
     if id_column not in frame.columns:
         raise DataError(f"party CSV {str(path)!r} has no identifier column {id_column!r}; it has {list(frame.columns)}")
     if schema is not None:   # an identifier spelled like a missing value is missing, whatever the labels
-        frame[id_column] = frame[id_column].where(~frame[id_column].isin(NULLS))
+        frame[id_column] = frame[id_column].where(~frame[id_column].isin(CSV_NULLS))
     if frame[id_column].isna().any():
         raise DataError(f"party CSV {str(path)!r}: identifier missing in row(s) "
                         f"{np.flatnonzero(frame[id_column].isna().to_numpy())[:5].tolist()}")
