@@ -110,3 +110,15 @@ def test_bad_evaluator_inputs_raise_clear_errors():
             ev.evaluate(x, Dataset(x.codes, other), np.random.default_rng(0))
         with pytest.raises(DataError, match="empty"):
             ev.evaluate(x, Dataset(np.zeros((0, 4), dtype=np.int64), DOMAIN), np.random.default_rng(0))
+
+
+def test_tvd_on_counts_only_tables_reads_each_once_per_way_and_equals_the_rows():
+    """A streamed run's tables (core/chunks.ChunkedCounts) get all of a way's marginals in one pass."""
+    from vertisynth.core.chunks import ChunkedCounts, view_chunks
+    rng = np.random.default_rng(3)
+    dom = Domain(("a", "b", "c", "d"), (3, 4, 2, 5))
+    x, y = (Dataset(np.column_stack([rng.integers(0, k, 500) for k in dom.shape]), dom) for _ in range(2))
+    cx, cy = ChunkedCounts(view_chunks(x, 64), dom), ChunkedCounts(view_chunks(y, 77), dom)
+    ev = TVDEvaluator(TVDConfig(ways=[2, 3], marginals=5))
+    assert ev.evaluate(cx, cy, np.random.default_rng(1)) == ev.evaluate(x, y, np.random.default_rng(1))
+    assert cx.passes == 2 and cy.passes == 2   # one per way (the row count comes with the first)
