@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -122,3 +123,20 @@ def test_tvd_on_counts_only_tables_reads_each_once_per_way_and_equals_the_rows()
     ev = TVDEvaluator(TVDConfig(ways=[2, 3], marginals=5))
     assert ev.evaluate(cx, cy, np.random.default_rng(1)) == ev.evaluate(x, y, np.random.default_rng(1))
     assert cx.passes == 2 and cy.passes == 2   # one per way (the row count comes with the first)
+
+
+def test_default_tvd_scores_the_sizes_a_small_table_has_and_explicit_ways_must_fit(tmp_path):
+    """A first job with three columns and the default evaluator runs (it failed on ways 4 and 5 nobody asked for)."""
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"x": rng.integers(0, 3, 300), "y": rng.integers(0, 2, 300), "z": rng.integers(0, 4, 300)})
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    schema = {c: {"kind": "categorical", "categories": list(range(k))} for c, k in (("x", 3), ("y", 2), ("z", 4))}
+    cfg = {"seed": 1, "budget": {"epsilon": 1.0, "delta": 1e-5},
+           "dataset": {"name": "csv", "params": {"path": str(tmp_path / "t.csv"), "schema": schema}},
+           "parties": [{"attributes": ["x", "y"]}, {"attributes": ["z"]}], "synthesizer": {"use": "independent"}}
+    res = run(parse_config(cfg))
+    assert set(res.metrics["tvd"]) == {"tvd_3way"}
+    x = Dataset(np.zeros((3, 4), dtype=np.int64), DOMAIN)
+    assert set(TVDEvaluator().evaluate(x, x, np.random.default_rng(0))) == {"tvd_3way", "tvd_4way"}
+    with pytest.raises(ConfigError, match=r"tvd: ways \[4\] exceed the number of attributes \(3\)"):
+        make_plan(parse_config({**cfg, "evaluators": [{"use": "tvd", "params": {"ways": [2, 4]}}]}))

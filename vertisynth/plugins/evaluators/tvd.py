@@ -2,6 +2,8 @@
 
 TVD(P, Q) = ½ Σ |P(x) − Q(x)| over the cells of a marginal, averaged over `marginals` distinct
 attribute subsets of each size k in `ways` (all subsets when there are fewer). 0 is perfect, 1 worst.
+Without `ways` in the config: 3, 4 and 5 where the table has that many attributes (a 3-column job scores
+3-way marginals, not an error about sizes nobody asked for); ways given explicitly must all fit.
 With `[evaluation] holdout`, the real side is the holdout (the report says which table was used).
 """
 from __future__ import annotations
@@ -17,13 +19,23 @@ from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.core.interfaces import Evaluator, PlanContext
 
 
+DEFAULT_WAYS = (3, 4, 5)
+
+
+def ways_for(config_ways: list[int] | None, d: int) -> list[int]:
+    """The marginal sizes to score on a table of d attributes: the configured ones, else the defaults that fit."""
+    if config_ways is not None:
+        return list(config_ways)
+    return [k for k in DEFAULT_WAYS if k <= d] or [d]
+
+
 @attrs.frozen
 class TVDConfig:
-    ways: list[int] = attrs.field(factory=lambda: [3, 4, 5])
+    ways: list[int] | None = None   # None: DEFAULT_WAYS that fit the table
     marginals: int = 300
 
     def __attrs_post_init__(self) -> None:
-        if not self.ways or any(k < 1 for k in self.ways):
+        if self.ways is not None and (not self.ways or any(k < 1 for k in self.ways)):
             raise ConfigError(f"tvd: ways must be a non-empty list of positive sizes, got {self.ways}")
         if self.marginals < 1:
             raise ConfigError(f"tvd: marginals must be >= 1, got {self.marginals}")
@@ -59,7 +71,7 @@ class TVDEvaluator(Evaluator):
 
     def plan(self, ctx: PlanContext) -> list:
         d = len(ctx.domain)
-        too_big = [k for k in self.config.ways if k > d]
+        too_big = [k for k in ways_for(self.config.ways, d) if k > d]
         if too_big:
             raise ConfigError(f"tvd: ways {too_big} exceed the number of attributes ({d})")
         return []
@@ -69,7 +81,7 @@ class TVDEvaluator(Evaluator):
             raise DataError("tvd: real and synthetic tables have different domains")
         out = {}
         names = real.domain.attributes
-        for k in self.config.ways:
+        for k in ways_for(self.config.ways, len(names)):
             if k > len(names):
                 raise ConfigError(f"tvd: way {k} exceeds the number of attributes ({len(names)})")
             sets = [tuple(names[i] for i in s) for s in distinct_subsets(len(names), k, self.config.marginals, rng)]
