@@ -363,7 +363,8 @@ def _execute_streamed(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.G
     timings.update(written.seconds)   # each phase's share of that loop
     synthetic = written.codes
     real = ChunkedCounts(real_chunks, codec.domain)
-    align_info["rows"] = real.n
+    if "rows" in align_info:   # positional: the file's rows, now counted (PSI/PSU report their own sizes)
+        align_info["rows"] = real.n
     metrics: dict[str, dict[str, float]] = {}
     with _timed(timings, "evaluate", bar), contextlib.closing(written):   # then the spilled codes go
         for comp in plan.evaluators:
