@@ -98,6 +98,30 @@ def test_cli_sample_draws_rows_from_a_model(fitted, tmp_path):
     assert len(pd.read_csv(tmp_path / "more.csv")) == 300
 
 
+def test_cli_sample_writes_block_by_block_the_table_the_api_draws(fitted, tmp_path):
+    """`vertisynth sample --block-rows` holds one block: its CSV is the API's table at the same block size, and
+    at the default block size the API's `sample(n, seed)` (one block here: the whole-table draw and decode)."""
+    _, out = fitted
+    model = FittedModel.load(out / "model.npz")
+    res = CliRunner().invoke(main, ["sample", str(out / "model.npz"), "-n", "1000", "-o", str(tmp_path / "b.csv"),
+                                    "--seed", "5", "--block-rows", "64"])
+    assert res.exit_code == 0 and "wrote 1000 rows" in res.output, res.output
+    blocks = list(model.sample_frames(1000, 5, block_rows=64))
+    assert len(blocks) == 16 and max(len(b) for b in blocks) == 64
+    buf = io.StringIO()
+    pd.concat(blocks, ignore_index=True).to_csv(buf, index=False)
+    assert (tmp_path / "b.csv").read_text() == buf.getvalue()
+    whole = CliRunner().invoke(main, ["sample", str(out / "model.npz"), "-n", "1000", "-o", str(tmp_path / "w.csv"),
+                                      "--seed", "5"])
+    assert whole.exit_code == 0, whole.output
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "w.csv"), pd.read_csv(io.StringIO(
+        model.sample(1000, seed=5).to_csv(index=False))))
+    bad = CliRunner().invoke(main, ["sample", str(tmp_path / "nope.npz"), "-o", str(tmp_path / "x.csv")])
+    assert bad.exit_code != 0 and not (tmp_path / "x.csv").exists() and not (tmp_path / "x.csv.partial").exists()
+    with pytest.raises(DataError, match="block_rows must be a positive integer"):
+        model.sample_frames(10, 1, block_rows=0)
+
+
 def test_save_and_load_round_trip(fitted, tmp_path):
     result, _ = fitted
     path = result.model.save(tmp_path / "m.npz")

@@ -192,20 +192,33 @@ def init(path: Path, force: bool, from_csv: Path | None) -> None:
               help="CSV file to write the rows to.")
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="Seed for reproducible draws (default: fresh entropy from the OS).")
-def sample(model: Path, rows: int | None, out: Path, seed: int | None) -> None:
+@click.option("--block-rows", type=click.IntRange(min=1), default=None,
+              help="Rows drawn, decoded and appended at a time (memory: one block; default 131072, the blocks "
+                   "of `FittedModel.sample`, whose table this then is).")
+def sample(model: Path, rows: int | None, out: Path, seed: int | None, block_rows: int | None) -> None:
     """Draw more rows from a fitted MODEL file (model.npz beside a run's table): post-processing, no budget."""
+    from vertisynth.pgm.model import SAMPLE_BLOCK_ROWS
     from vertisynth.run.model import FittedModel
 
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".partial")   # renamed when complete: no half-written table under `out`
+    written = 0
     try:
         fitted = FittedModel.load(model)
-        frame = fitted.sample(rows, seed)
+        with open(partial, "w", newline="") as fh:
+            for frame in fitted.sample_frames(rows, seed, block_rows or SAMPLE_BLOCK_ROWS):
+                frame.to_csv(fh, index=False, header=written == 0)
+                written += len(frame)
+        partial.replace(out)
     except VertisynthError as exc:
+        partial.unlink(missing_ok=True)
         _fail(exc)
         return
-    out.parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(out, index=False)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     eps = fitted.privacy.get("spent_epsilon")
-    click.echo(f"wrote {len(frame)} rows to {out} from {fitted.synthesizer or 'the'} model"
+    click.echo(f"wrote {written} rows to {out} from {fitted.synthesizer or 'the'} model"
                + (f" (released under ε = {eps:.4g}; sampling spent nothing)" if isinstance(eps, (int, float)) else ""))
 
 

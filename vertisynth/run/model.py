@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -29,6 +30,7 @@ from vertisynth.core.errors import ConfigError, DataError, DomainError, MessageE
 from vertisynth.core.messages import Message
 from vertisynth.core.structuring import CONVERTER
 from vertisynth.pgm import GraphicalModel, build_junction_tree
+from vertisynth.pgm.model import SAMPLE_BLOCK_ROWS
 
 MODEL_FILE = "model.npz"
 
@@ -132,9 +134,24 @@ class FittedModel:
 
     def sample(self, n: int | None = None, seed: int | np.random.Generator | None = None) -> pd.DataFrame:
         """n rows (default: the DP record count), decoded to look like the input. Post-processing: no budget."""
+        frames = list(self.sample_frames(n, seed))
+        return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+
+    def sample_frames(self, n: int | None = None, seed: int | np.random.Generator | None = None,
+                      block_rows: int = SAMPLE_BLOCK_ROWS) -> Iterator[pd.DataFrame]:
+        """The rows of `sample(n, seed)` drawn and decoded one block of at most `block_rows` at a time (memory:
+        one block, whatever n; `vertisynth sample` appends them to its CSV). At the default block size their
+        concatenation is `sample(n, seed)`; up to one block it is the whole-table draw and decode."""
+        n = self.n_records if n is None else n
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise DataError(f"number of rows to sample must be a positive integer, got {n!r}")
+        if isinstance(seed, (int, np.integer)) and seed < 0:
+            raise DataError(f"seed must be a non-negative integer, got {seed}")
+        if isinstance(block_rows, bool) or not isinstance(block_rows, (int, np.integer)) or block_rows < 1:
+            raise DataError(f"block_rows must be a positive integer, got {block_rows!r}")
         rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-        codes = self.sample_codes(n, rng)
-        return self.codec.decode(codes, rng)
+        blocks = self.model.sample_blocks(int(n), rng, self.sampling, int(block_rows))
+        return (self.codec.decode(block.project(self.codec.domain.attributes), rng) for block in blocks)
 
     def to_release(self) -> ModelRelease:
         m = self.model
