@@ -197,7 +197,6 @@ def init(path: Path, force: bool, from_csv: Path | None) -> None:
                    "of `FittedModel.sample`, whose table this then is).")
 def sample(model: Path, rows: int | None, out: Path, seed: int | None, block_rows: int | None) -> None:
     """Draw more rows from a fitted MODEL file (model.npz beside a run's table): post-processing, no budget."""
-    from vertisynth.pgm.model import SAMPLE_BLOCK_ROWS
     from vertisynth.run.model import FittedModel
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -206,7 +205,7 @@ def sample(model: Path, rows: int | None, out: Path, seed: int | None, block_row
     try:
         fitted = FittedModel.load(model)
         with open(partial, "w", newline="") as fh:
-            for frame in fitted.sample_frames(rows, seed, block_rows or SAMPLE_BLOCK_ROWS):
+            for frame in fitted.sample_frames(rows, seed, block_rows):
                 frame.to_csv(fh, index=False, header=written == 0)
                 written += len(frame)
         partial.replace(out)

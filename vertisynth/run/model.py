@@ -138,15 +138,17 @@ class FittedModel:
         return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
 
     def sample_frames(self, n: int | None = None, seed: int | np.random.Generator | None = None,
-                      block_rows: int = SAMPLE_BLOCK_ROWS) -> Iterator[pd.DataFrame]:
+                      block_rows: int | None = None) -> Iterator[pd.DataFrame]:
         """The rows of `sample(n, seed)` drawn and decoded one block of at most `block_rows` at a time (memory:
-        one block, whatever n; `vertisynth sample` appends them to its CSV). At the default block size their
-        concatenation is `sample(n, seed)`; up to one block it is the whole-table draw and decode."""
+        one block, whatever n; `vertisynth sample` appends them to its CSV). At the default block size (None:
+        the sampler's, 131,072) their concatenation is `sample(n, seed)`; up to one block it is the whole-table
+        draw and decode."""
         n = self.n_records if n is None else n
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
             raise DataError(f"number of rows to sample must be a positive integer, got {n!r}")
         if isinstance(seed, (int, np.integer)) and seed < 0:
             raise DataError(f"seed must be a non-negative integer, got {seed}")
+        block_rows = SAMPLE_BLOCK_ROWS if block_rows is None else block_rows
         if isinstance(block_rows, bool) or not isinstance(block_rows, (int, np.integer)) or block_rows < 1:
             raise DataError(f"block_rows must be a positive integer, got {block_rows!r}")
         rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
