@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import os
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -119,6 +120,74 @@ def _first_wrong_width(path: Path, width: int) -> int | None:
     return None
 
 
+def code_dtype(domain: Domain) -> type:
+    """The smallest integer type that holds every code of `domain` (what the spills below store)."""
+    top = max(domain.shape, default=1)
+    return np.uint8 if top <= 256 else np.uint16 if top <= 65536 else np.int64
+
+
+class CodeSpill:
+    """Coded rows appended chunk by chunk to one file in a private temporary folder (0700), memory-mapped once
+    `finish`ed: replayed in the same chunks, or gathered by row in any order. What every streamed stage keeps
+    its later passes in (a party's coded file, an aligned stream's first pass, the synthetic blocks).
+    Disk: rows x columns x 1-2 bytes (+ 8 bytes a row with `ids`); memory: one chunk."""
+
+    def __init__(self, domain: Domain, prefix: str, ids: bool = False):
+        self.domain, self.dtype = domain, code_dtype(domain)
+        self._dir: tempfile.TemporaryDirectory | None = tempfile.TemporaryDirectory(prefix=prefix)   # mkdtemp: 0700
+        self._owner = os.getpid()   # a forked party process must not remove the run's files
+        folder = Path(self._dir.name)
+        self._files = [open(folder / "codes.bin", "wb")] + ([open(folder / "ids.bin", "wb")] if ids else [])
+        self._codes: np.ndarray | None = None
+        self._ids: np.ndarray | None = None
+        self.parts: list[tuple[int, int]] = []   # (first row, rows) of each chunk appended
+        self.n = 0
+
+    def append(self, codes: np.ndarray, ids: np.ndarray | None = None) -> None:
+        self._files[0].write(np.ascontiguousarray(codes, dtype=self.dtype).tobytes())
+        if len(self._files) > 1:
+            self._files[1].write(np.ascontiguousarray(ids, dtype=np.int64).tobytes())
+        self.parts.append((self.n, len(codes)))
+        self.n += len(codes)
+
+    def finish(self) -> CodeSpill:
+        """Close the files and map them: the spill is complete."""
+        for fh in self._files:
+            fh.close()
+        if self.n:
+            folder = Path(self._dir.name)
+            self._codes = np.memmap(folder / "codes.bin", dtype=self.dtype, mode="r", shape=(self.n, len(self.domain)))
+            if len(self._files) > 1:
+                self._ids = np.memmap(folder / "ids.bin", dtype=np.int64, mode="r", shape=(self.n,))
+        return self
+
+    def replay(self) -> Iterator[tuple[np.ndarray, Dataset]]:
+        """The chunks as appended: (their ids, or their rows in the spill; int64 codes)."""
+        for at, k in self.parts:
+            ids = np.array(self._ids[at:at + k]) if self._ids is not None else np.arange(at, at + k, dtype=np.int64)
+            yield ids, Dataset(self._codes[at:at + k].astype(np.int64), self.domain)
+
+    def gather(self, rows: np.ndarray) -> np.ndarray:
+        """The int64 codes of the spill's rows `rows`, in that order (the file's pages left to the page cache)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if self._codes is None:
+            return np.zeros((len(rows), len(self.domain)), np.int64)   # an empty spill
+        return self._codes[rows].astype(np.int64)
+
+    @property
+    def closed(self) -> bool:
+        return self._dir is None
+
+    def close(self) -> None:
+        """Remove the files, if this process made them."""
+        for fh in self._files:
+            fh.close()
+        self._codes = self._ids = None
+        if self._dir is not None and os.getpid() == self._owner:
+            self._dir.cleanup()
+        self._dir = None
+
+
 class coded_chunks:
     """A re-startable stream of (global ids, coded rows) of the codec's columns of the file.
 
@@ -130,26 +199,22 @@ class coded_chunks:
 
     def __init__(self, path: Path, codec: TableCodec, chunk_rows: int, spill: bool = True):
         self.path, self.codec, self.chunk_rows, self.spill = Path(path), codec, chunk_rows, spill
-        self._dir: tempfile.TemporaryDirectory | None = None
-        self._parts: list[tuple[int, int]] | None = None   # (first row, rows) per chunk once a pass has completed
-        self._map: np.ndarray | None = None   # the spill file, memory-mapped (rows, columns)
-        self.dtype = np.uint8 if max(codec.domain.shape) <= 256 else np.uint16 \
-            if max(codec.domain.shape) <= 65536 else np.int64
+        self._spilled: CodeSpill | None = None   # once a pass has completed
 
     def __call__(self) -> Iterator[tuple[np.ndarray, Dataset]]:
-        if self._parts is not None:
-            return self._replay()
+        if self._spilled is not None:
+            return self._spilled.replay()
         return self._read()
 
     @property
     def n(self) -> int | None:
         """Rows of the file, once a pass has completed."""
-        return None if self._parts is None else sum(k for _, k in self._parts)
+        return None if self._spilled is None else self._spilled.n
 
     def complete(self) -> coded_chunks:
         """Read and code the whole file now (a bad value fails here), so that later passes and `gather` replay
         the spill."""
-        if self._parts is None:
+        if self._spilled is None:
             if not self.spill:
                 raise DataError("coded_chunks: gathering rows needs the spill")
             for _ in self._read():
@@ -159,34 +224,20 @@ class coded_chunks:
     def gather(self, rows: np.ndarray) -> np.ndarray:
         """The codes (int64, len(rows) x columns) of the file's rows `rows`, in that order, from the spill:
         memory one chunk, the file's pages left to the page cache."""
-        self.complete()
-        rows = np.asarray(rows, dtype=np.int64)
-        if self._map is None:
-            return np.zeros((len(rows), len(self.codec.domain)), np.int64)   # an empty file
-        return self._map[rows].astype(np.int64)
+        return self.complete()._spilled.gather(rows)
 
     def close(self) -> None:
-        """Remove the spilled codes now (a forked process exits without running finalizers); a later pass
-        reads the file again."""
-        self._map = None
-        if self._dir is not None:
-            self._dir.cleanup()
-        self._dir, self._parts = None, None
-
-    def _replay(self) -> Iterator[tuple[np.ndarray, Dataset]]:
-        for start, k in self._parts:
-            codes = self._map[start:start + k].astype(np.int64)
-            yield np.arange(start, start + k, dtype=np.int64), Dataset(codes, self.codec.domain)
+        """Remove the spilled codes now (a forked process exits without running finalizers; one this process
+        did not write stays); a later pass reads the file again."""
+        if self._spilled is not None:
+            self._spilled.close()
+        self._spilled = None
 
     def _read(self) -> Iterator[tuple[np.ndarray, Dataset]]:
         columns = [c.schema.name for c in self.codec.columns]
         kind = "Parquet" if self.path.suffix.lower() in PARQUET else "CSV"
-        parts: list[tuple[int, int]] = []
-        out = None
-        if self.spill:
-            if self._dir is None:
-                self._dir = tempfile.TemporaryDirectory(prefix="vertisynth-chunks-")   # mkdtemp: mode 0700
-            out = open(Path(self._dir.name) / "codes.bin", "wb")
+        out = CodeSpill(self.codec.domain, "vertisynth-chunks-") if self.spill else None
+        done = False
         labels = frozenset(str(x) for c in self.codec.columns if c.schema.categories for x in c.schema.categories)
         try:
             for start, frame in frames(self.path, columns, self.chunk_rows, labels):
@@ -198,17 +249,14 @@ class coded_chunks:
                     where = f"line {row + 2}" if kind == "CSV" else f"row {row}"
                     raise DataError(f"{kind} {str(self.path)!r} {where}: {exc}") from None
                 if out is not None:
-                    out.write(np.ascontiguousarray(rows.codes, dtype=self.dtype).tobytes())
-                    parts.append((start, rows.n))
+                    out.append(rows.codes)
                 yield np.arange(start, start + rows.n, dtype=np.int64), rows
+            done = True
         finally:
-            if out is not None:
+            if out is not None and not done:   # an abandoned or failed pass: a later one reads the file again
                 out.close()
-        if self.spill:
-            n = sum(k for _, k in parts)
-            self._map = np.memmap(out.name, dtype=self.dtype, mode="r", shape=(n, len(self.codec.domain))) \
-                if n else None
-            self._parts = parts
+        if out is not None:
+            self._spilled = out.finish()
 
 
 def fit_codec(schema: TableSchema, path: Path, own: Sequence[str], ledger: PrivacyLedger | None,

@@ -11,8 +11,6 @@ The same messages, ledger and synthetic table as the in-memory run of the same c
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,7 @@ from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.core.loaded import PartyFiles
 from vertisynth.core.privacy import PrivacyLedger
 
-from .stream import Chunks, coded_chunks, fit_codec, frames, joined_chunks
+from .stream import Chunks, CodeSpill, coded_chunks, fit_codec, frames, joined_chunks
 
 
 def read_ids(path: Path, id_column: str, chunk_rows: int) -> list[str]:
@@ -64,60 +62,40 @@ def encode_party_files(files: PartyFiles, schema: TableSchema, partition: Vertic
 
 
 class replayed:
-    """A chunk stream whose first complete pass is also written to a private memory-mapped file (0700 folder,
-    removed with this object), from which every later pass reads it back in order: the party step and the
-    evaluation make many passes, and a replay reads sequentially where the first pass gathered rows from
-    the spill in the alignment's (random) order and filled PSU's gaps. Disk: rows x columns x 1-2 bytes and
-    8 bytes of id per row; memory: one chunk."""
+    """A chunk stream whose first complete pass is also written to a `CodeSpill` (with the chunks' ids), from
+    which every later pass reads it back in order: the party step and the evaluation make many passes, and a
+    replay reads sequentially where the first pass gathered rows from the spill in the alignment's (random)
+    order and filled PSU's gaps. Memory: one chunk."""
 
     def __init__(self, source: Chunks, domain: Domain):
         self.source, self.domain = source, domain
-        self.dtype = np.uint8 if max(domain.shape, default=1) <= 256 else np.uint16 \
-            if max(domain.shape) <= 65536 else np.int64
-        self._dir: tempfile.TemporaryDirectory | None = None
-        self._owner = 0   # the process that made the folder (a forked party process must not remove the run's)
-        self._parts: list[tuple[int, int]] | None = None
-        self._codes: np.ndarray | None = None
-        self._ids: np.ndarray | None = None
+        self._spill: CodeSpill | None = None   # once a first pass has completed
         self._writing = False
 
     def __call__(self) -> Iterator[tuple[np.ndarray, Dataset]]:
-        if self._parts is not None:
-            return self._replay()
+        if self._spill is not None:
+            return self._spill.replay()
         return self.source() if self._writing else self._first()   # a pass inside a first pass: not recorded
 
     def close(self) -> None:
         """Remove the replay file if this process wrote it (a forked party process exits without finalizers)."""
-        if self._dir is not None and os.getpid() == self._owner:
-            self._codes = self._ids = None
-            self._dir.cleanup()
-            self._dir, self._parts = None, None
-
-    def _replay(self) -> Iterator[tuple[np.ndarray, Dataset]]:
-        for at, k in self._parts:
-            yield (np.array(self._ids[at:at + k]),
-                   Dataset(self._codes[at:at + k].astype(np.int64), self.domain))
+        if self._spill is not None:
+            self._spill.close()
+        self._spill = None
 
     def _first(self) -> Iterator[tuple[np.ndarray, Dataset]]:
-        if self._dir is None:
-            self._dir = tempfile.TemporaryDirectory(prefix="vertisynth-aligned-")   # mkdtemp: mode 0700
-            self._owner = os.getpid()
-        folder, parts, at = Path(self._dir.name), [], 0
-        self._writing = True
+        out = CodeSpill(self.domain, "vertisynth-aligned-", ids=True)
+        self._writing, done = True, False
         try:
-            with open(folder / "codes.bin", "wb") as codes, open(folder / "ids.bin", "wb") as ids:
-                for pos, chunk in self.source():
-                    codes.write(np.ascontiguousarray(chunk.codes, dtype=self.dtype).tobytes())
-                    ids.write(np.ascontiguousarray(pos, dtype=np.int64).tobytes())
-                    parts.append((at, chunk.n))
-                    at += chunk.n
-                    yield pos, chunk
+            for pos, chunk in self.source():
+                out.append(chunk.codes, pos)
+                yield pos, chunk
+            done = True
         finally:
             self._writing = False
-        if at:
-            self._codes = np.memmap(folder / "codes.bin", dtype=self.dtype, mode="r", shape=(at, len(self.domain)))
-            self._ids = np.memmap(folder / "ids.bin", dtype=np.int64, mode="r", shape=(at,))
-        self._parts = parts
+            if not done:
+                out.close()
+        self._spill = out.finish()
 
 
 class aligned_chunks:

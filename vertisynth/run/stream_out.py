@@ -32,6 +32,7 @@ from vertisynth.core.errors import DataError, VertisynthWarning
 from vertisynth.pgm.model import SAMPLE_BLOCK_ROWS
 
 from .report import clear_previous_outputs
+from .stream import CodeSpill
 
 TABLE_FILE = "synthetic.csv"
 
@@ -76,46 +77,20 @@ def decode_table(codec: TableCodec, table: Dataset, rng: np.random.Generator, bl
     return pd.concat([codec.decode(b, rng) for b in _slices(table, block_rows)], ignore_index=True)
 
 
-class SpilledCodes:
-    """The blocks' codes in a private temporary folder (0700): a re-startable chunk stream for `ChunkedCounts`
-    (memory: one block). `close` removes them; a pass after that is an error, not a silent empty table."""
-
-    def __init__(self) -> None:
-        self._dir: tempfile.TemporaryDirectory | None = tempfile.TemporaryDirectory(prefix="vertisynth-synthetic-")
-        self._parts: list[tuple[int, Path]] = []
-        self.n = 0
-
-    def add(self, block: Dataset) -> None:
-        f = Path(self._dir.name) / f"{len(self._parts):08d}.npy"
-        np.save(f, block.codes)
-        self._parts.append((self.n, f))
-        self.n += block.n
-
-    def __call__(self) -> Iterator[tuple[np.ndarray, Dataset]]:
-        if self._dir is None:
-            raise DataError("the streamed run's synthetic codes were removed after its evaluation; read its "
-                            "synthetic.csv instead")
-        return self._replay()
-
-    def _replay(self) -> Iterator[tuple[np.ndarray, Dataset]]:
-        for start, f in self._parts:
-            codes = np.load(f).astype(np.int64)
-            yield np.arange(start, start + len(codes), dtype=np.int64), codes
-
-    def close(self) -> None:
-        if self._dir is not None:
-            self._dir.cleanup()
-        self._dir = None
-
-
 class BlockCounts(ChunkedCounts):
     """The synthetic side of a streamed run's evaluation: counts summed over the spilled blocks (int64, equal
     to `Dataset.counts` of the whole table), with the row count known up front."""
 
-    def __init__(self, spilled: SpilledCodes, domain: Domain):
-        super().__init__(lambda: ((ids, Dataset(codes, domain)) for ids, codes in spilled()), domain)
+    def __init__(self, spilled: CodeSpill):
+        super().__init__(self._blocks, spilled.domain)
         self._n = spilled.n
         self.spilled = spilled
+
+    def _blocks(self) -> Iterator[tuple[np.ndarray, Dataset]]:
+        if self.spilled.closed:   # a pass after that is an error, not a silent empty table
+            raise DataError("the streamed run's synthetic codes were removed after its evaluation; read its "
+                            "synthetic.csv instead")
+        return self.spilled.replay()
 
 
 @attrs.define
@@ -153,7 +128,7 @@ def write_in_blocks(blocks: Iterable[Dataset], codec: TableCodec, rng: np.random
     seconds = {"sample": 0.0, "decode": 0.0, "write": 0.0}
     it = iter(blocks)
     first, first_frame = None, None
-    spilled = SpilledCodes() if count else None
+    spilled = CodeSpill(codec.domain, "vertisynth-synthetic-") if count else None
     target, temporary = out_dir, False
     n = k = 0
     try:
@@ -170,7 +145,7 @@ def write_in_blocks(blocks: Iterable[Dataset], codec: TableCodec, rng: np.random
                 t2 = clock()
                 seconds["decode"] += t2 - t1
                 if spilled is not None:
-                    spilled.add(block)
+                    spilled.append(block.codes)
                 if k == 0:
                     first, first_frame = block, frame
                 else:
@@ -208,7 +183,7 @@ def write_in_blocks(blocks: Iterable[Dataset], codec: TableCodec, rng: np.random
             spilled.close()
         codes = first
     else:
-        codes = BlockCounts(spilled, codec.domain) if spilled is not None else _RowCount(n, codec.domain)
+        codes = BlockCounts(spilled.finish()) if spilled is not None else _RowCount(n, codec.domain)
     return WrittenTable(n, k, block_rows, path, temporary, first_frame if k == 1 else None, codes, seconds)
 
 
