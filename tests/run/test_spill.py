@@ -59,7 +59,6 @@ def test_a_killed_streamed_run_leaves_a_private_spill_that_the_next_run_removes(
         proc.wait(timeout=30)
     assert folder.exists()   # the kill left the coded rows behind ...
     monkeypatch.setenv("VERTISYNTH_SPILL_DIR", str(root))
-    monkeypatch.setattr(spill, "_swept", set())
     sys.path.insert(0, str(REPO / "tests" / "run"))
     try:
         from test_stream_run import _config, _table

@@ -1,7 +1,7 @@
 """Where streamed runs keep the parties' coded rows between passes (CodeSpill): one private root per user,
 `$VERTISYNTH_SPILL_DIR` or <system temp>/vertisynth-spill-<uid> (0700, refused if another user owns it or it
 is a link), one folder per spill in it (0700; files 0600), each marked with its owner's pid, host and
-process start time. A SIGKILLed run cannot remove its folder, so the next spill made on this host sweeps
+process start time. A SIGKILLed run cannot remove its folder, so every new spill made on this host sweeps
 every folder whose owner is dead (or whose pid now names another process): coded rows of a killed run stay
 only until the next streamed run, and never where another user can read them."""
 from __future__ import annotations
@@ -19,7 +19,6 @@ from vertisynth.core.errors import ConfigError
 
 OWNER = "owner.json"
 ORPHAN_AGE = 600.0   # seconds: a folder that never got its owner file (killed in between) is an orphan after this
-_swept: set[str] = set()   # roots this process has swept (once per process is enough)
 
 
 def spill_root() -> Path:
@@ -64,11 +63,11 @@ def _alive(pid: int, started: str | None) -> bool:
 
 
 def new_spill_folder(prefix: str) -> Path:
-    """A fresh private folder for one spill, marked with this process as its owner; sweeps dead owners' first."""
+    """A fresh private folder for one spill, marked with this process as its owner; sweeps dead owners' first
+    (every time: a long-lived process, a SuperNode say, outlives the runs killed beside it; a sweep is a
+    listing of a few folders)."""
     root = spill_root()
-    if str(root) not in _swept:
-        sweep(root)
-        _swept.add(str(root))
+    sweep(root)
     folder = Path(tempfile.mkdtemp(prefix=prefix, dir=root))   # 0700
     mark = {"pid": os.getpid(), "host": socket.gethostname(), "started": _start_time(os.getpid())}
     fd = os.open(folder / OWNER, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
