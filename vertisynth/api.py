@@ -280,10 +280,11 @@ def fit(data: pd.DataFrame | Mapping[str, pd.DataFrame], **kwargs: Any) -> Fitte
     return result.model
 
 
-def load_model(path: str | Path) -> FittedModel:
+def load_model(path: str | Path, config: RunConfig | str | Path | None = None) -> FittedModel:
     """A fitted model file (`model.npz` beside a run's table, or `FittedModel.save`); `.sample(n, seed=...)`
-    draws more raw-looking rows as post-processing. A malformed or altered file raises a MessageError."""
-    return FittedModel.load(path)
+    draws more raw-looking rows as post-processing. A malformed or altered file raises a MessageError.
+    With `config` (a cross-machine run's config) the file must carry a signature by a role its [roster] pins."""
+    return FittedModel.load(path, config)
 
 
 def evaluate(real: pd.DataFrame | str | Path, synthetic: pd.DataFrame | str | Path, *,

@@ -8,6 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from vertisynth.core.transport import FolderTransport
+
 from vertisynth.collab.distributed import Hello, fingerprint, run_custodian, run_publisher, run_server
 from vertisynth.collab.horizontal import simulate_custodians
 from vertisynth.collab.secure_aggregation import NoisyShare, SealedShare, ServerKey
@@ -93,6 +95,9 @@ preprocessing = "{preprocessing}"
     return cfg, csvs
 
 
+SECRET = "5e" * 16   # the tuning's candidate draws in a reproducible test (never the config seed)
+
+
 def _spawn(cfg, csvs, ex, out, seed=3, extra_custodian=()):
     """Every role its own OS process; they meet only in the exchange folder."""
     procs = [subprocess.Popen(CLI + ["server", str(cfg), "--index", str(s), "--exchange", str(ex), "--seed", str(seed),
@@ -103,7 +108,8 @@ def _spawn(cfg, csvs, ex, out, seed=3, extra_custodian=()):
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
               for n, p in csvs.items()]
     procs.append(subprocess.Popen(CLI + ["publish", str(cfg), "--exchange", str(ex), "--out", str(out),
-                                         "--timeout", "120", *_key(cfg, "publisher")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+                                         "--timeout", "120", "--test-secret", SECRET, *_key(cfg, "publisher")],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outs = []
     for p in procs:
         o, e = p.communicate(timeout=300)
@@ -230,7 +236,9 @@ def test_tuning_as_separate_processes_equals_the_simulation(tmp_path, method, mo
     import json
 
     cfg, csvs = _setup(tmp_path, extra=TUNED.format(method=method, more=more))
-    sim = run(load_config(cfg), tmp_path / "sim")
+    plan = _plan(cfg)
+    plan.test_secret = bytes.fromhex(SECRET)   # the publisher's draws, as `publish --test-secret` makes them
+    sim = plan.execute(tmp_path / "sim")
     ex = tmp_path / "exchange"
     outs = _spawn(cfg, csvs, ex, tmp_path / "dist")
     rep = json.loads((tmp_path / "dist" / "report.json").read_text())
@@ -244,12 +252,19 @@ def test_tuning_as_separate_processes_equals_the_simulation(tmp_path, method, mo
         assert "published" in outs[-1]
     else:
         assert not (tmp_path / "dist" / "synthetic.csv").exists()
-    runs = sim.report["collab"]["tuning"]["candidate_runs"]
-    assert runs >= 1 and sim.report["collab"]["published"]   # these seeds publish: the equality covers the table
+    assert sim.report["collab"]["published"]   # these seeds publish: the equality covers the table
+    from vertisynth.collab.pipeline import KEPT_SECRET
+    from vertisynth.collab.tuning import TEST_LABEL
+
+    assert rep["collab"]["tuning"]["candidate_draws"] == TEST_LABEL and TEST_LABEL in outs[-1]
+    runs = len(FolderTransport(ex).names("collab_step__*")) - 1   # the participants do see K (docs/collab.md)
+    if method == "private_selection":
+        assert rep["collab"]["tuning"]["candidate_runs"] == KEPT_SECRET and "secret number" in outs[-1]
+    else:
+        assert rep["collab"]["tuning"]["candidate_runs"] == runs
+    assert runs >= 1
     # what the custodians saw of the tuning: the publisher's steps and, sound: one DP score per run (no fold
     # table ever leaves the publisher); paper: the fold runs' synthetic tables, which each scores on its folds
-    from vertisynth.core.transport import FolderTransport
-
     exchange, sound = FolderTransport(ex), method != "paper"
     assert len(exchange.names("collab_synthetic__*")) == (0 if sound else 2 * runs)
     assert len(exchange.names("collab_score__*")) == (runs if sound else 0)

@@ -145,3 +145,74 @@ def test_the_measurement_set_and_binning_are_tunable_and_every_candidate_reserve
     assert len(totals) == 1 and totals.pop() == pytest.approx(plan.rho_pre + plan.rho_synth)
     with pytest.raises(ConfigError, match="bin counts must be integers >= 2"):
         _plan("private_selection", grid={"bins": [1]})
+
+
+# -- K stays secret (issue 30, item 4) -------------------------------------------------------------------
+def _tuned_cfg(**tuning):
+    return parse_config({
+        "seed": 4, "budget": {"epsilon": 4.0, "delta": 1e-5}, "dataset": {"name": "census", "params": {"n": 400}},
+        "synthesizer": {"use": "private_pgm", "params": {"measurements": "workload", "iters": 10,
+                                                         "workload": [["sex", "income"]]}},
+        "evaluators": [{"use": "workload_error"}],
+        "collab": {"custodians": 2, "numeric": {"age": [17, 90]},
+                   "tuning": {"grid": {"iters": [5, 10]}, "folds": 2, **tuning}}})
+
+
+def test_the_candidate_draws_come_from_the_os_not_the_config_seed(monkeypatch):
+    """Papernot–Steinke's bound needs K secret: two runs with one public config seed draw independently."""
+    from vertisynth.collab.tuning import Tuner
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def spy(self, run, frames, ledger, rng, *a, **k):
+        seen.append(int(rng.integers(0, 2**62)))
+        raise Stop
+
+    monkeypatch.setattr(Tuner, "run", spy)
+    for _ in range(2):
+        with pytest.raises(Stop):
+            make_plan(_tuned_cfg(expected_runs=2.0)).execute()
+    assert seen[0] != seen[1]
+    # an explicit test secret (never the seed) reproduces them, and is labelled
+    from vertisynth.collab.tuning import parse_test_secret, selection_rng
+
+    s = parse_test_secret("ab" * 16)
+    assert selection_rng(s).integers(0, 2**62) == selection_rng(s).integers(0, 2**62)
+    with pytest.raises(ConfigError, match="needs at least 128"):
+        parse_test_secret("abcd")
+
+
+def test_no_output_states_the_number_of_candidate_runs(tmp_path, monkeypatch):
+    import json
+
+    from vertisynth.collab import tuning
+    from vertisynth.collab.pipeline import KEPT_SECRET
+
+    drawn = []
+    real_draw = tuning.Selection.draw.__func__
+
+    def draw(cls, tuner, rng):
+        sel = real_draw(cls, tuner, rng)
+        drawn.append(len(sel.picks))
+        return sel
+
+    monkeypatch.setattr(tuning.Selection, "draw", classmethod(draw))
+    plan = make_plan(_tuned_cfg(expected_runs=3.0))
+    plan.test_secret = bytes(16)
+    res = plan.execute(tmp_path)
+    assert len(drawn) == 1
+    t = res.report["collab"]["tuning"]
+    assert t["candidate_runs"] == KEPT_SECRET and t["candidate_draws"] == tuning.TEST_LABEL
+    assert len(t["dp_scores"]) <= 1   # the best run only: what the theorem releases
+    assert "tuning" not in res.report["timings_seconds"]   # its wall time grows with K
+    summary = (tmp_path / "summary.md").read_text(encoding="utf-8")
+    assert "a secret number of candidate runs" in summary and "candidate run(s)" not in summary
+    ledger = json.loads((tmp_path / "ledger.json").read_text())
+    assert "K ~ Poisson(μ=3)" in json.dumps(ledger, ensure_ascii=False)   # the plan, not the draw
+    # the ledger's charge is the theorem's curve at the planned μ, whatever K came out
+    sel = [c for c in res.ledger.spent if c.mechanism == "private_selection"]
+    envelope = np.minimum.accumulate(private_selection_curve(plan.tuner.rho_q, 3.0)[::-1])[::-1]
+    assert len(sel) == 1 and np.allclose(sel[0].cost.rdp(), envelope)

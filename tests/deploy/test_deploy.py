@@ -25,14 +25,16 @@ params = { ways = [2], marginals = 10 }
 
 
 def test_parties_and_server_as_separate_processes_equal_the_simulation(tmp_path):
-    (tmp_path / "job.toml").write_text(with_roster(tmp_path, CONFIG, ["registry", "employer"]))
+    # the roster pins the server too: it signs the model file it releases
+    (tmp_path / "job.toml").write_text(with_roster(tmp_path, CONFIG, ["registry", "employer", "server"]))
     hello_all(tmp_path, ["registry", "employer"], secret=SECRET)
     keys_all(tmp_path, ["registry", "employer"])
     for party in ("registry", "employer"):
         res = cli("party", "job.toml", "--party", party, "--exchange", "shared", "--out", f"private_{party}",
                   cwd=tmp_path)
         assert "not for production" in res.stdout
-    res = cli("server", "job.toml", "--exchange", "shared", "--out", "out", cwd=tmp_path)
+    res = cli("server", "job.toml", "--exchange", "shared", "--out", "out", "--key",
+              "private_server/server_signing.pem", cwd=tmp_path)
     assert "not for production" in res.stdout
     deployed = pd.read_csv(tmp_path / "out" / "synthetic.csv")
     simulated = simulate(load_config(tmp_path / "job.toml"), SECRET).synthetic
@@ -40,6 +42,9 @@ def test_parties_and_server_as_separate_processes_equal_the_simulation(tmp_path)
     pd.testing.assert_frame_equal(deployed, pd.read_csv(tmp_path / "sim.csv"))
     from vertisynth.api import load_model   # the server keeps the fitted model too (a DP release)
     assert list(load_model(tmp_path / "out" / "model.npz").sample(20, seed=0).columns) == list(deployed.columns)
+    from vertisynth.run.model import ModelRelease
+    assert ModelRelease.load(tmp_path / "out" / "model.npz").signer == "server"
+    load_model(tmp_path / "out" / "model.npz", tmp_path / "job.toml")   # verifies under the roster's server key
     # the server's inputs are signed envelopes only: no raw column of any party is among them
     assert all(p.suffix == ".env" for p in (tmp_path / "shared").iterdir())
     assert "not for production" in (tmp_path / "out" / "report.json").read_text()

@@ -89,6 +89,62 @@ def test_an_altered_or_damaged_model_file_gets_one_line(fitted, tmp_path):
         vertisynth.load_model(tmp_path / "none.npz")
 
 
+def _recompute_digest(arrays):
+    """What anyone can do to a model file: change a potential, then recompute the stored digest."""
+    from vertisynth.core.domain import Domain
+    from vertisynth.run.model import ModelRelease
+
+    header = json.loads(bytes(arrays["__header__"]).decode())
+    f = header["fields"]
+    keys = f["potentials"]["keys"]
+    pot = arrays["d/potentials/0"].copy()
+    pot.flat[0] += 5.0   # one cell made e^5 times likelier
+    arrays["d/potentials/0"] = pot
+    draft = ModelRelease(party=f["party"]["value"], domain=Domain.from_dict(f["domain"]["value"]),
+                         cliques=f["cliques"]["value"], total=f["total"]["value"], sampling=f["sampling"]["value"],
+                         synthesizer=f["synthesizer"]["value"], codec=f["codec"]["value"],
+                         privacy=f["privacy"]["value"],
+                         potentials={k: arrays[f"d/potentials/{i}"] for i, k in enumerate(keys)})
+    f["digest"]["value"] = draft.content_digest()
+    arrays["__header__"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
+
+
+def test_a_signed_model_verifies_against_the_roster_and_a_recomputed_digest_does_not(fitted, tmp_path):
+    from vertisynth.core.identity import Identity, Roster
+
+    result, _ = fitted
+    server, other = Identity.generate("server"), Identity.generate("server")
+    roster = Roster.parse({"server": server.public_text()})
+    path = result.model.save(tmp_path / "signed.npz", identity=server)
+    loaded = FittedModel.load(path, roster)
+    pd.testing.assert_frame_equal(loaded.sample(30, seed=2), result.model.sample(30, seed=2))
+    # an edited potential with its digest recomputed: loads without a roster (the digest proves no origin) ...
+    _rewrite(path, tmp_path / "forged.npz", _recompute_digest)
+    forged = FittedModel.load(tmp_path / "forged.npz")
+    assert forged.model.theta[0].flat[0] == pytest.approx(loaded.model.theta[0].flat[0] + 5.0)
+    # ... and is refused, in one line, where the roster pins the releasing role's key
+    with pytest.raises(MessageError, match="signature does not verify under 'server'.s roster key") as err:
+        FittedModel.load(tmp_path / "forged.npz", roster)
+    assert "\n" not in str(err.value)
+    # unsigned (signature stripped, digest recomputed), or signed by a key the roster does not pin: refused
+    with pytest.raises(MessageError, match="is not signed, but the roster given pins"):
+        FittedModel.load(result.model.save(tmp_path / "plain.npz"), roster)
+    with pytest.raises(MessageError, match="does not verify"):
+        FittedModel.load(result.model.save(tmp_path / "other.npz", identity=other), roster)
+    with pytest.raises(MessageError, match="whom the roster does not pin"):
+        FittedModel.load(result.model.save(tmp_path / "x.npz", identity=Identity.generate("mallory")), roster)
+    # the CLI and the API verify against a config's [roster]
+    cfg = tmp_path / "job.toml"
+    cfg.write_text(f'budget = {{ epsilon = 1.0, delta = 1e-5 }}\n[roster.keys]\nserver = "{server.public_text()}"\n')
+    assert vertisynth.load_model(path, cfg).n_records == loaded.n_records
+    res = CliRunner().invoke(main, ["sample", str(tmp_path / "forged.npz"), "-n", "5", "-o", str(tmp_path / "f.csv"),
+                                    "--config", str(cfg)])
+    assert res.exit_code == 2 and "does not verify" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "f.csv").exists()
+    res = CliRunner().invoke(main, ["sample", str(path), "-n", "5", "-o", str(tmp_path / "s.csv"), "--config", str(cfg)])
+    assert res.exit_code == 0, res.output
+
+
 def test_cli_sample_draws_rows_from_a_model(fitted, tmp_path):
     _, out = fitted
     res = CliRunner().invoke(main, ["sample", str(out / "model.npz"), "-n", "300", "-o", str(tmp_path / "more.csv"),

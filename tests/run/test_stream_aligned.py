@@ -253,7 +253,7 @@ def test_replayed_streams_record_the_first_pass_and_replay_it():
     assert np.array_equal(np.concatenate([c.codes for _, c in again]), data)
     assert np.array_equal(np.concatenate([i for i, _ in again]), np.arange(50) * 2)
     assert all(np.array_equal(x[1].codes, y[1].codes) for x, y in zip(again, more))
-    folder = stream._spill._dir.name
+    folder = stream._spill.folder
     stream.close()
     import os
     assert not os.path.exists(folder)

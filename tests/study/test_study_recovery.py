@@ -35,6 +35,32 @@ def test_a_corrupted_cached_cell_is_recomputed(tmp_path):
     assert all("rows" in json.loads(c.read_text()) for c in cells)
 
 
+def test_a_cell_edited_by_hand_is_recomputed_with_a_warning_naming_it(tmp_path):
+    import pytest
+
+    from vertisynth.study.runner import EditedCellWarning
+
+    first = run_study(copy.deepcopy(BASE), tmp_path, progress=False)
+    cells = sorted((tmp_path / "cells").glob("*.json"))
+    rec = json.loads(cells[0].read_text())
+    assert len(rec["digest"]) == 64
+    true_value = rec["rows"][0]["value"]
+    rec["rows"][0]["value"] = 0.0001   # a "better" number typed in by hand
+    cells[0].write_text(json.dumps(rec))
+    with pytest.warns(EditedCellWarning, match=f"study cell \\d+ \\({cells[0].name}\\) does not match its digest") as got:
+        again = run_study(copy.deepcopy(BASE), tmp_path, progress=False)
+    assert len([w for w in got if issubclass(w.category, EditedCellWarning)]) == 1
+    assert "\n" not in str(got[0].message)
+    # the results and the figures' source use the recomputed value, and the file holds it again
+    assert 0.0001 not in set(again["value"]) and set(again["value"]) == set(first["value"])
+    results = (tmp_path / "results.csv").read_text()
+    assert "0.0001" not in results and json.loads(cells[0].read_text())["rows"][0]["value"] == true_value
+    # the digest covers the config too: a cell file copied under another cell's key is recomputed
+    cells[1].write_text(cells[0].read_text().replace(rec["key"], cells[1].stem))
+    with pytest.warns(EditedCellWarning):
+        run_study(copy.deepcopy(BASE), tmp_path, progress=False)
+
+
 SCRIPT = textwrap.dedent("""
     import sys
     from vertisynth.study import run_study

@@ -195,7 +195,10 @@ def init(path: Path, force: bool, from_csv: Path | None) -> None:
 @click.option("--block-rows", type=click.IntRange(min=1), default=None,
               help="Rows drawn, decoded and appended at a time (memory: one block; default 131072, the blocks "
                    "of `FittedModel.sample`, whose table this then is).")
-def sample(model: Path, rows: int | None, out: Path, seed: int | None, block_rows: int | None) -> None:
+@click.option("--config", "-c", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A cross-machine run's config: accept the model only if signed by a role its [roster] pins.")
+def sample(model: Path, rows: int | None, out: Path, seed: int | None, block_rows: int | None,
+           config_path: Path | None) -> None:
     """Draw more rows from a fitted MODEL file (model.npz beside a run's table): post-processing, no budget."""
     from vertisynth.run.model import FittedModel
 
@@ -203,7 +206,7 @@ def sample(model: Path, rows: int | None, out: Path, seed: int | None, block_row
     partial = out.with_name(out.name + ".partial")   # renamed when complete: no half-written table under `out`
     written = 0
     try:
-        fitted = FittedModel.load(model)
+        fitted = FittedModel.load(model, config_path)
         with open(partial, "w", newline="") as fh:
             for frame in fitted.sample_frames(rows, seed, block_rows):
                 frame.to_csv(fh, index=False, header=written == 0)

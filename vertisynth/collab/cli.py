@@ -38,6 +38,7 @@ from vertisynth.run.pipeline import make_plan
 from .distributed import run_custodian, run_publisher, run_server
 from .pipeline import CollabPlan
 from .secure_aggregation import CountShare, NoisyShare, aggregate_at_server, reconstruct, share_counts, sigma_for_rho
+from .tuning import TEST_LABEL, parse_test_secret
 
 
 @click.group()
@@ -272,11 +273,15 @@ def server(config: Path, index: int, exchange: str, timeout: float, seed: int | 
 @click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Where synthetic.csv, report.json, ledger.json and summary.md go.")
 @_TIMEOUT
+@click.option("--test-secret", default=None,
+              help="Tests only: >= 128 bits of hex from which the tuning's candidate runs are drawn (as a "
+                   "one-process run given the same secret draws them). Without it they come from the OS "
+                   "CSPRNG. Labelled not for production in every output.")
 @_KEY
 @_DATA
 @_QUIET
-def publish_cmd(config: Path, exchange: str, out: Path, timeout: float, key: Path, data_dir: str | None,
-                quiet: bool) -> None:
+def publish_cmd(config: Path, exchange: str, out: Path, timeout: float, test_secret: str | None, key: Path,
+                data_dir: str | None, quiet: bool) -> None:
     """Reconstruct every round's noisy total from all servers' shares, fit the synthesizer, publish once.
 
     Sees only the servers' noisy shares (whose sum is the DP release) and, with [collab.tuning], the
@@ -284,16 +289,21 @@ def publish_cmd(config: Path, exchange: str, out: Path, timeout: float, key: Pat
     candidate loop: draws the candidate runs (private_selection: K ~ Poisson(μ), uniform picks), announces
     each (collab_step__publisher__*), fits every fold run and sends its synthetic table to the custodians, tallies
     their votes, then runs the chosen candidate on all data and publishes it (or nothing, if no candidate
-    passed). Uses the config's seed for its draws, fits and sampling, like `vertisynth run`."""
+    passed). Uses the config's seed for its fits and sampling, like `vertisynth run`; private_selection's
+    candidate runs come from the OS CSPRNG and their number is never shown (Papernot–Steinke needs it secret)."""
     try:
+        secret = None if test_secret is None else parse_test_secret(test_secret)
         with progress_bar("publisher: rounds, fit", not quiet):
             info = run_publisher(_plan(config, data_dir), exchange, out, timeout,
-                                 identity=_identity("publisher", key, exchange))
+                                 identity=_identity("publisher", key, exchange), test_secret=secret)
     except VertisynthError as exc:
         _fail(exc)
     t = info["tuning"]
     if t is not None:
-        click.echo(f"tuning: {t['label']}; {t['candidate_runs']} candidate run(s); chosen {t['chosen']}")
+        runs = t["candidate_runs"]
+        runs = f"{runs} candidate run(s)" if isinstance(runs, int) else "a secret number of candidate runs"
+        click.echo(f"tuning: {t['label']}; {runs}; chosen {t['chosen']}"
+                   + (f" [{TEST_LABEL}]" if t["test"] else ""))
     if info["published"]:
         click.echo(f"published {info['records']} synthetic records after {info['rounds']} round(s); "
                    f"spent ε = {info['epsilon']:.4g}; wrote {info['out']}")

@@ -63,11 +63,12 @@ from vertisynth.run.report import json_default
 
 from .channel import PUBLISHER, Channel, collab_run_id, server_name, slot
 from .horizontal import check_custodians
-from .pipeline import (CollabPlan, commit_choice, costs, read_custodian_csv, streams, summary_markdown,
-                       tuning_report)
+from .pipeline import (CollabPlan, candidate_runs, commit_choice, costs, read_custodian_csv, streams,
+                       summary_markdown, tuning_report)
 from .secure_aggregation import (NoisyShare, Randomness, SealedShare, ServerKey, ServerKeyPair, Transport,
                                  aggregate_at_server, reconstruct, seal_share, server_randomness, share_counts)
-from .tuning import Selection, TuningIO, TuningOutcome, fold_synthetic, party_rng, tuning_protocol
+from .tuning import (Selection, TuningIO, TuningOutcome, fold_synthetic, party_rng, selection_rng,
+                     tuning_protocol)
 
 MEASURE = "measure:"   # the measurement round's scope (HorizontalRun.measure): custodians do not reconstruct it
 
@@ -507,13 +508,17 @@ def run_custodian(plan: CollabPlan, name: str, csv: Path, exchange: str | Path |
         io = CustodianIO(transport, me=name, seed=seed, domain=plan.run.base.domain,
                          own_thresholds=thresholds, sound=plan.tuner.sound)
         outcome = tuning_protocol(plan.tuner, plan.run, frames, plan.ledger, io)
-        info["candidate_runs"] = outcome.runs
+        secret_k = outcome.method == "private_selection"
+        if not secret_k:   # private_selection: K is secret; this custodian saw it, its log does not say it
+            info["candidate_runs"] = outcome.runs
         if not outcome.published:
-            return {**info, "rounds": transport.rounds, "queries": [], "published": False}
+            return {**info, "rounds": 0 if secret_k else transport.rounds, "queries": [], "published": False}
         params = outcome.chosen or {}
         commit_choice(plan, params)
+    tuning_rounds = transport.rounds if plan.tuner is not None and plan.tuner.method == "private_selection" else 0
     _, codec, queries, _, _ = plan.run.measure(frames, params, plan.rho_pre, plan.rho_synth, plan.ledger, transport)
-    return {**info, "rounds": transport.rounds, "queries": [q.name for q in queries], "published": True}
+    return {**info, "rounds": transport.rounds - tuning_rounds, "queries": [q.name for q in queries],
+            "published": True}
 
 
 def run_server(plan: CollabPlan, index: int, exchange: str | Path | Exchange, seed: int | None = None,
@@ -539,7 +544,7 @@ def run_server(plan: CollabPlan, index: int, exchange: str | Path | Exchange, se
         tt = ServerFiles(index, plan.run.servers, channel, attrs.evolve(root, run="tuning"), keys=keys)
         outcome = tuning_protocol(plan.tuner, plan.run, _empty_frames(plan), plan.ledger,
                                   FollowerIO(tt))
-        rounds = tt.rounds
+        rounds = 0 if outcome.method == "private_selection" else tt.rounds   # K is secret (tuning.py)
         if not outcome.published:
             return {"server": index, "rounds": rounds, "published": False}
         params = outcome.chosen or {}
@@ -557,23 +562,31 @@ def _noise_label(kinds: set[str]) -> str:
 
 
 def run_publisher(plan: CollabPlan, exchange: str | Path | Exchange, out: Path, timeout: float = 600.0,
-                  poll: float = 0.05, identity: Identity | None = None) -> dict[str, Any]:
+                  poll: float = 0.05, identity: Identity | None = None,
+                  test_secret: bytes | None = None) -> dict[str, Any]:
+    """The publisher. private_selection draws its candidate runs from the OS CSPRNG (`test_secret`: a
+    reproducible run for tests, labelled in every output) and reports neither K nor a count or time that
+    grows with it."""
     check_separable(plan)
     cfg = plan.config
     channel = channel_for(plan, identity, PUBLISHER, exchange, timeout, poll)
     wait_for_custodians(plan, channel)
     rng = streams(cfg.seed)
     timings: dict[str, float] = {}
+    hidden_rounds = 0
     transport = PublisherFiles(plan.run.servers, channel)
     outcome: TuningOutcome | None = None
     params: dict[str, Any] = {}
     if plan.tuner is not None:
         t0 = time.perf_counter()
         io = PublisherIO(transport, list(plan.custodians),
-                         Selection.draw(plan.tuner, rng["tuning"]), cfg.seed, plan.tuner.grid,
+                         Selection.draw(plan.tuner, selection_rng(test_secret)), cfg.seed, plan.tuner.grid,
                          sound=plan.tuner.sound)
         outcome = tuning_protocol(plan.tuner, plan.run, _empty_frames(plan), plan.ledger, io)
-        timings["tuning (rounds, fold fits, waiting on votes)"] = time.perf_counter() - t0
+        if outcome.method == "private_selection":   # K is secret: neither its rounds nor its time are shown
+            hidden_rounds = transport.rounds
+        else:
+            timings["tuning (rounds, fold fits, waiting on votes)"] = time.perf_counter() - t0
         params = outcome.chosen or {}
         commit_choice(plan, params)
     published = outcome is None or outcome.published
@@ -607,8 +620,8 @@ def run_publisher(plan: CollabPlan, exchange: str | Path | Exchange, out: Path, 
         "dataset": {"name": plan.dataset_name, "attributes": _attributes(plan)},
         "collab": {"custodians": {n: "undisclosed" for n in plan.custodians}, "servers": cc.servers,
                    "preprocessing": cc.preprocessing, "debinning": cc.debinning, "numeric_bins": numeric,
-                   "final_params": params, "tuning": tuning_report(plan, outcome), "costs": costs(plan, outcome),
-                   "published": published, "rounds": transport.rounds},
+                   "final_params": params, "tuning": tuning_report(plan, outcome, test_secret),
+                   "costs": costs(plan, outcome), "published": published, "rounds": transport.rounds - hidden_rounds},
         "synthesizer": plan.synthesizer.describe(),
         "synthetic_records": 0 if frame is None else len(frame),
         "evaluation": {"holdout_records": 0},
@@ -621,7 +634,8 @@ def run_publisher(plan: CollabPlan, exchange: str | Path | Exchange, out: Path, 
     (out / "report.json").write_text(json.dumps(report, indent=2, default=json_default))
     (out / "ledger.json").write_text(json.dumps(report["privacy"], indent=2, default=json_default))
     (out / "summary.md").write_text(summary_markdown(report))
-    return {"rounds": transport.rounds, "records": 0 if frame is None else len(frame), "out": str(out),
-            "epsilon": plan.ledger.spent_epsilon(), "published": published,
+    return {"rounds": transport.rounds - hidden_rounds, "records": 0 if frame is None else len(frame),
+            "out": str(out), "epsilon": plan.ledger.spent_epsilon(), "published": published,
             "tuning": None if outcome is None else {"label": outcome.label, "chosen": outcome.chosen,
-                                                    "candidate_runs": outcome.runs}}
+                                                    "candidate_runs": candidate_runs(outcome),
+                                                    "test": test_secret is not None}}

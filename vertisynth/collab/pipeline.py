@@ -33,7 +33,8 @@ from vertisynth.core.registry import Registry
 from .horizontal import HorizontalRun, check_custodians, check_numeric_schema, simulate_custodians, stack
 from .secure_aggregation import STAGE as SA_STAGE
 from .secure_aggregation import InMemory, Randomness
-from .tuning import DP_METRIC, DP_METRIC_RANGE, PAPER_LABEL, Tuner, TuningOutcome, candidates, solve_rho_q
+from .tuning import (DP_METRIC, DP_METRIC_RANGE, PAPER_LABEL, TEST_LABEL, Tuner, TuningOutcome, candidates,
+                     selection_rng, solve_rho_q)
 
 STREAMS = ("split", "tuning", "fit", "sample", "decode", "evaluate")
 RESERVED = "final_run_reserved"
@@ -54,6 +55,7 @@ class CollabPlan:
     rho_pre: float
     rho_synth: float
     tuner: Tuner | None = None
+    test_secret: bytes | None = None   # tests only: reproducible candidate draws (tuning.selection_rng)
 
     def who(self) -> str:
         return f"{len(self.custodians)} horizontal custodians"
@@ -262,8 +264,9 @@ def execute_collab(plan: CollabPlan, output_dir: str | Path | None = None):
     if plan.tuner is not None:
         t1 = time.perf_counter()
         secure = InMemory(run.servers, Randomness(None, "tuning")) if ledger.noise == "secure" else None
-        outcome = plan.tuner.run(run, frames, ledger, rng["tuning"], cfg.seed, transport=secure)
-        timings["tuning"] = time.perf_counter() - t1
+        outcome = plan.tuner.run(run, frames, ledger, selection_rng(plan.test_secret), cfg.seed, transport=secure)
+        if outcome.method != "private_selection":   # its wall time grows with the secret K
+            timings["tuning"] = time.perf_counter() - t1
         params = outcome.chosen or {}
         commit_choice(plan, params)
     published = outcome is None or outcome.published
@@ -313,17 +316,27 @@ def costs(plan: CollabPlan, outcome: TuningOutcome | None) -> dict[str, Any]:
     return out
 
 
-def tuning_report(plan: CollabPlan, outcome: TuningOutcome | None) -> dict[str, Any] | None:
+KEPT_SECRET = "secret: Papernot–Steinke's bound needs the number of runs K ~ Poisson(μ) hidden"
+
+
+def candidate_runs(outcome: TuningOutcome) -> int | str:
+    """What the outputs may say of the number of candidate runs: private_selection's K is secret."""
+    return KEPT_SECRET if outcome.method == "private_selection" else outcome.runs
+
+
+def tuning_report(plan: CollabPlan, outcome: TuningOutcome | None,
+                  test_secret: bytes | None = None) -> dict[str, Any] | None:
     if outcome is None:
         return None
     return {"method": outcome.method, "label": outcome.label, "folds": plan.tuner.folds,
-            "grid_size": len(plan.tuner.grid), "candidate_runs": outcome.runs, "chosen": outcome.chosen,
+            "grid_size": len(plan.tuner.grid), "candidate_runs": candidate_runs(outcome), "chosen": outcome.chosen,
             "published": outcome.published, "notes": outcome.notes, "metric": plan.tuner.metric,
             "thresholds": plan.tuner.thresholds, "vote": plan.tuner.vote_rule,
             **({"dp_scores": outcome.tried} if outcome.method != "paper" else
                {"scores": "not reported: the paper's fold scores read real rows without noise"}),
             **({"rho_per_candidate": plan.tuner.rho_q, "expected_runs": plan.tuner.mu}
-               if outcome.method != "paper" else {})}
+               if outcome.method != "paper" else {}),
+            **({"candidate_draws": TEST_LABEL} if test_secret is not None else {})}
 
 
 def collab_report(plan: CollabPlan, loaded, frames, real: Dataset, synthetic: Dataset, metrics, codec, outcome,
@@ -333,7 +346,7 @@ def collab_report(plan: CollabPlan, loaded, frames, real: Dataset, synthetic: Da
     if codec is not None:
         numeric = {c: {"edges": nb.edges.tolist(), "means": nb.means.tolist(),
                        **({"custodians": list(nb.owners)} if nb.owners else {})} for c, nb in codec.numeric.items()}
-    tuning = tuning_report(plan, outcome)
+    tuning = tuning_report(plan, outcome, plan.test_secret)
     mode = (f"horizontal custodians: {len(frames)} custodians hold the same columns; marginals reach the "
             f"synthesizer only by secure aggregation across {cc.servers} non-colluding servers, each adding its "
             f"own Gaussian noise; {cc.preprocessing} DP quantile binning of {sorted(cc.numeric) or 'no columns'}")
@@ -370,8 +383,10 @@ def summary_markdown(report: dict[str, Any]) -> str:
              f"- published: {'yes' if c['published'] else 'NO (no candidate met the custodians vote)'}; "
              f"synthetic records: {report['synthetic_records']}"]
     if t:
-        lines += [f"- tuning: {t['label']}; {t['candidate_runs']} candidate run(s) of {t['folds']}-fold CV over "
-                  f"{t['grid_size']} candidate(s); chosen {t['chosen']}"]
+        runs = t["candidate_runs"]
+        runs = f"{runs} candidate run(s)" if isinstance(runs, int) else "a secret number of candidate runs"
+        lines += [f"- tuning: {t['label']}; {runs} of {t['folds']}-fold CV over {t['grid_size']} candidate(s); "
+                  f"chosen {t['chosen']}" + (f" [{t['candidate_draws']}]" if "candidate_draws" in t else "")]
     lines += ["", "## Privacy", "",
               f"Budget ε = {p['budget']['epsilon']:.4g}, δ = {p['budget']['delta']:.3g}; accounted ε = "
               f"{c['costs']['accounted_epsilon']:.4g}; the paper's argument would claim ε = "

@@ -21,6 +21,10 @@ K−1 training sets, so Q is ρ_Q = (K−1)·ρ_run -zCDP, ρ_run being one fold
     the ledger as an RDP cost: about one candidate's cost plus log(μ)/(λ−1), whatever the grid size.
     The order on outputs: first whether the custodians' vote passes, then the DP score. With K = 0 (chance
     e^−μ) no candidate is scored, so no vote passes and nothing is published (a data-independent outcome).
+    The theorem needs K hidden from whoever sees the output: K and the picks come from the OS CSPRNG
+    (`selection_rng`; never the config seed), and no report, ledger, summary or log line states K or
+    anything proportional to it (the tuning's wall time included). In the separate-process protocol the
+    custodians and servers take part in every candidate run, so they do learn K: docs/collab.md.
   * "compose_all": score every candidate once; the argmax of DP scores is post-processing, so the cost is
     the zCDP composition m·ρ_Q (Bun & Steinke 2016, Lemma 2.3). Simple, and cheaper than
     private_selection only for very small grids.
@@ -28,8 +32,10 @@ The final run on all data then spends its own planned charges; the total is thei
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
+import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -116,6 +122,32 @@ def solve_rho_q(budget: Budget, fixed: Sequence[Cost], method: str, mu: float, m
 
 
 # -- randomness per (party, round) ----------------------------------------------------------------------
+TEST_LABEL = "TEST SECRET: reproducible candidate draws, not for production"
+
+
+def parse_test_secret(text: str) -> bytes:
+    """A reproducible run's selection secret: >= 128 bits of hex, kept apart from the public config seed."""
+    try:
+        raw = bytes.fromhex(text)
+    except ValueError:
+        raise ConfigError("--test-secret must be hex digits (e.g. from `python -c \"import secrets; "
+                          "print(secrets.token_hex(16))\"`)") from None
+    if len(raw) < 16:
+        raise ConfigError(f"--test-secret has {len(raw) * 8} bits; a test secret needs at least 128")
+    return raw
+
+
+def selection_rng(test_secret: bytes | None = None) -> np.random.Generator:
+    """The publisher's stream for the candidate runs (K ~ Poisson(μ) and the picks). Papernot–Steinke's
+    bound needs K hidden, so it never comes from the public config seed: a fresh 256-bit OS-CSPRNG seed,
+    used for these draws only (nothing else drawn from it is ever shown); `test_secret` reproduces a run
+    in tests and marks every output with TEST_LABEL."""
+    if test_secret is None:
+        return np.random.default_rng(secrets.randbits(256))
+    digest = hashlib.sha256(b"vertisynth collab tuning selection\0" + bytes(test_secret)).digest()
+    return np.random.default_rng(int.from_bytes(digest, "big"))
+
+
 def party_rng(seed: int | None, *path: object) -> np.random.Generator:
     """A party's stream for one round, derived from (seed, path) and independent of call order, so the
     separate-process roles reproduce the one-process simulation under the same seed. `seed=None`: fresh
@@ -219,7 +251,7 @@ class TuningOutcome:
     label: str
     chosen: dict[str, Any] | None   # None: no candidate met the custodians' vote; nothing is published
     published: bool
-    runs: int                       # candidate runs made (each a full K-fold CV)
+    runs: int                       # candidate runs made (each a full K-fold CV); private_selection: secret
     tried: list[dict[str, Any]] = attrs.field(factory=list)  # sound variants: DP scores (safe to report)
     notes: list[str] = attrs.field(factory=list)
     chosen_index: int | None = None  # the chosen candidate's index in the grid
@@ -370,7 +402,7 @@ class Tuner:
     def run(self, run: HorizontalRun, frames: Mapping[str, pd.DataFrame], ledger: PrivacyLedger,
             rng: np.random.Generator, seed: int | None = None, transport: Transport | None = None) -> TuningOutcome:
         """The one-process simulation of the tuning rounds: `rng` draws the candidate runs (the publisher's
-        stream); fold labels, evaluations and fold fits use per-(party, round) streams from `seed`, and the
+        stream: `selection_rng`, never the config seed); fold labels, evaluations and fold fits use per-(party, round) streams from `seed`, and the
         rounds' shares and noise come from `transport` (default: in memory, from `seed`)."""
         if transport is None:
             transport = InMemory(run.servers, Randomness(seed, "tuning"))

@@ -196,7 +196,8 @@ def party_align(config: Path, party: str, csv_path: Path, id_column: str, exchan
 @click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Output folder: synthetic.csv, model.npz, report.json, ledger.json.")
 @click.option("--key", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="The server's signing key, for encoder 'he' (it signs its clique queries; default: "
+              help="The server's signing key (the roster pins 'server'): it signs encoder 'he''s clique queries "
+                   "(required there) and, whenever it is given or found, the model file it releases (default: "
                    "OUT/server_signing.pem from `party init --party server`).")
 @_data_dir
 @_quiet

@@ -24,7 +24,8 @@ from vertisynth.run.stream_out import stream_output
 
 from .he_rounds import joint_encoder, serve_rounds
 from .plans import streams as _streams, vertical_plan as _vertical_plan
-from .session import TEST_LABEL, RunState, Session, config_fingerprint, load_identity, read_hellos, roster_of
+from .session import (TEST_LABEL, RunState, Session, config_fingerprint, identity_path, load_identity, read_hellos,
+                      roster_of)
 from .transport import transport_for
 
 SERVER = "server"
@@ -78,8 +79,10 @@ def run_server(config: RunConfig, exchange: str | Path, out: Path, data_dir: str
     run = read_hellos(config, transport, names, "server")
     sess = Session(None, roster_of(config), transport, RunState(SERVER, run, config_fingerprint(config), tuple(names)))
     joint = joint_encoder(synth) is not None
-    if joint:   # encoder "he": the server takes part in the rounds (it signs its clique queries)
+    signs = SERVER in sess.roster.keys and (key is not None or identity_path(out, SERVER).is_file())
+    if joint or signs:   # he: it signs its clique queries; with a pinned key it also signs the model file
         sess.identity = load_identity(config, SERVER, out, key, exchange)
+    if joint:
         used = serve_rounds(synth, sess, names)
     reports = {}
     for name in transport.names("ledger__*"):
@@ -128,7 +131,7 @@ def run_server(config: RunConfig, exchange: str | Path, out: Path, data_dir: str
     report["privacy"]["releases"] = release_note(plan.synthesizer.spec.name, model)
     out.mkdir(parents=True, exist_ok=True)
     if model is not None:
-        model.save(out / MODEL_FILE)
+        model.save(out / MODEL_FILE, identity=sess.identity)   # signed when the roster pins the server
     (out / "report.json").write_text(json.dumps(report, indent=2, default=str))
     (out / "ledger.json").write_text(json.dumps({**report["privacy"], "run": run,
                                                  **({"test_secret": TEST_LABEL} if test else {})}, indent=2, default=str))

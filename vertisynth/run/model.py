@@ -9,7 +9,10 @@ spends nothing, and the ledger records the file as part of the release.
 
 The file is a `Message` (one .npz, no pickle, validated on load: shapes against the domain, finite values,
 cliques that form their own junction tree) with a SHA-256 digest of its contents, so a file cut short or
-edited by hand gets a one-line error. The digest detects alteration; it is not a signature.
+edited by hand gets a one-line error. The digest detects accidents, not an attacker: anyone can edit the file
+and recompute it, and such a file loads. Where the releasing role holds a roster key (the deploy server),
+the file is also signed with it (Ed25519 over the digest and the signer's name); `load(path, roster=...)`
+then accepts only a file whose signer the roster pins and whose signature verifies (docs/privacy.md).
 """
 from __future__ import annotations
 
@@ -27,10 +30,13 @@ from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.encoding import ColumnCodec, ColumnSchema, TableCodec
 from vertisynth.core.errors import ConfigError, DataError, DomainError, MessageError
+from vertisynth.core.identity import Identity, Roster, roster_of
 from vertisynth.core.messages import Message
 from vertisynth.core.structuring import CONVERTER
 from vertisynth.pgm import GraphicalModel, build_junction_tree
 from vertisynth.pgm.model import SAMPLE_BLOCK_ROWS
+
+from .config import RunConfig, load_config
 
 MODEL_FILE = "model.npz"
 
@@ -49,6 +55,8 @@ class ModelRelease(Message):
     codec: list[dict[str, Any]] = attrs.field(factory=list)        # public decoding, one entry per column
     privacy: dict[str, Any] = attrs.field(factory=dict)            # the run's spend, for whoever reads the file
     digest: str = ""
+    signer: str = ""       # the releasing role's roster name; "" unsigned
+    signature: str = ""    # hex Ed25519 signature of signed_bytes(signer, digest)
 
     def content_digest(self) -> str:
         h = hashlib.sha256()
@@ -60,6 +68,24 @@ class ModelRelease(Message):
             arr = np.ascontiguousarray(self.potentials[key], dtype=np.float64)
             h.update(key.encode() + str(arr.shape).encode() + arr.tobytes())
         return h.hexdigest()
+
+    def signed_bytes(self) -> bytes:
+        return b"vertisynth model release v1\0" + self.signer.encode() + b"\0" + self.digest.encode()
+
+    def check_signature(self, roster: Roster, path: str | Path) -> None:
+        """Accept only a file signed by a role the roster pins, under that role's key (one line otherwise)."""
+        where = f"model file {str(path)!r}"
+        if not self.signer or not self.signature:
+            raise MessageError(f"{where} is not signed, but the roster given pins the releasing roles' keys "
+                               f"({sorted(roster.keys)}): refused (a digest alone proves nothing about who wrote it)")
+        if self.signer not in roster.keys:
+            raise MessageError(f"{where} is signed by {self.signer!r}, whom the roster does not pin "
+                               f"({sorted(roster.keys)}): refused")
+        try:
+            sig = bytes.fromhex(self.signature)
+        except ValueError:
+            raise MessageError(f"{where}: its signature is not hex: refused") from None
+        roster.verify(self.signer, sig, self.signed_bytes(), where)
 
     def validate(self) -> ModelRelease:
         super().validate()
@@ -164,17 +190,29 @@ class FittedModel:
         draft = ModelRelease(**fields)
         return ModelRelease(**fields, digest=draft.content_digest()).validate()
 
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path, identity: Identity | None = None) -> Path:
+        """Write the model file; with `identity` (the releasing role's roster key) signed by it."""
         path = Path(path)
         if path.suffix != ".npz":
             raise ConfigError(f"model file {str(path)!r}: use the .npz extension (numpy appends it otherwise)")
         path.parent.mkdir(parents=True, exist_ok=True)
-        return self.to_release().save(path)
+        rel = self.to_release()
+        if identity is not None:
+            rel = attrs.evolve(rel, signer=identity.name)
+            rel = attrs.evolve(rel, signature=identity.sign(rel.signed_bytes()).hex())
+        return rel.save(path)
 
     @classmethod
-    def load(cls, path: str | Path) -> FittedModel:
-        """Read and check a model file; a malformed or altered one gets a one-line MessageError."""
+    def load(cls, path: str | Path, roster: Roster | RunConfig | str | Path | None = None) -> FittedModel:
+        """Read and check a model file; a malformed or altered one gets a one-line MessageError. With `roster`
+        (a Roster, or a config, or its path, whose [roster] is used) the file must be signed by a role the
+        roster pins, and the signature must verify."""
+        if roster is not None and not isinstance(roster, Roster):
+            cfg = roster if isinstance(roster, RunConfig) else load_config(roster)
+            roster = roster_of(cfg.section("roster"))
         rel = ModelRelease.load(path)
+        if roster is not None:
+            rel.check_signature(roster, path)
         try:
             tree = build_junction_tree(rel.domain, rel.cliques, max_cells=float("inf"))
         except (DomainError, ConfigError, ValueError) as exc:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import csv
 import itertools
 import os
-import tempfile
+import shutil
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -21,6 +22,8 @@ from vertisynth.core.domain import Domain
 from vertisynth.core.encoding import CSV_NULLS, TableCodec, TableSchema
 from vertisynth.core.errors import DataError, VertisynthError
 from vertisynth.core.privacy import PrivacyLedger
+
+from .spill import new_spill_folder, private_file
 
 PARQUET = (".parquet", ".pq")
 
@@ -126,18 +129,25 @@ def code_dtype(domain: Domain) -> type:
     return np.uint8 if top <= 256 else np.uint16 if top <= 65536 else np.int64
 
 
+def _remove_spill(folder: Path, owner: int) -> None:
+    if os.getpid() == owner:   # a forked party process must not remove the run's files
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 class CodeSpill:
-    """Coded rows appended chunk by chunk to one file in a private temporary folder (0700), memory-mapped once
-    `finish`ed: replayed in the same chunks, or gathered by row in any order. What every streamed stage keeps
-    its later passes in (a party's coded file, an aligned stream's first pass, the synthetic blocks).
+    """Coded rows appended chunk by chunk to one file (0600) in a private folder (0700) under the user's spill
+    root (run/spill.py: a killed run's folder is swept by the next), memory-mapped once `finish`ed: replayed
+    in the same chunks, or gathered by row in any order. What every streamed stage keeps its later passes in
+    (a party's coded file, an aligned stream's first pass, the synthetic blocks).
     Disk: rows x columns x 1-2 bytes (+ 8 bytes a row with `ids`); memory: one chunk."""
 
     def __init__(self, domain: Domain, prefix: str, ids: bool = False):
         self.domain, self.dtype = domain, code_dtype(domain)
-        self._dir: tempfile.TemporaryDirectory | None = tempfile.TemporaryDirectory(prefix=prefix)   # mkdtemp: 0700
-        self._owner = os.getpid()   # a forked party process must not remove the run's files
-        folder = Path(self._dir.name)
-        self._files = [open(folder / "codes.bin", "wb")] + ([open(folder / "ids.bin", "wb")] if ids else [])
+        folder = new_spill_folder(prefix)
+        self._folder: Path | None = folder
+        # removed on close, or when collected / at exit if never closed (not after SIGKILL: the sweep's job)
+        self._finalizer = weakref.finalize(self, _remove_spill, folder, os.getpid())
+        self._files = [private_file(folder / "codes.bin")] + ([private_file(folder / "ids.bin")] if ids else [])
         self._codes: np.ndarray | None = None
         self._ids: np.ndarray | None = None
         self.parts: list[tuple[int, int]] = []   # (first row, rows) of each chunk appended
@@ -155,7 +165,7 @@ class CodeSpill:
         for fh in self._files:
             fh.close()
         if self.n:
-            folder = Path(self._dir.name)
+            folder = self._folder
             self._codes = np.memmap(folder / "codes.bin", dtype=self.dtype, mode="r", shape=(self.n, len(self.domain)))
             if len(self._files) > 1:
                 self._ids = np.memmap(folder / "ids.bin", dtype=np.int64, mode="r", shape=(self.n,))
@@ -175,17 +185,21 @@ class CodeSpill:
         return self._codes[rows].astype(np.int64)
 
     @property
+    def folder(self) -> Path | None:
+        return self._folder
+
+    @property
     def closed(self) -> bool:
-        return self._dir is None
+        return self._folder is None
 
     def close(self) -> None:
         """Remove the files, if this process made them."""
         for fh in self._files:
             fh.close()
         self._codes = self._ids = None
-        if self._dir is not None and os.getpid() == self._owner:
-            self._dir.cleanup()
-        self._dir = None
+        if self._folder is not None:
+            self._finalizer()
+        self._folder = None
 
 
 class coded_chunks:

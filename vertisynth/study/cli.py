@@ -8,6 +8,7 @@ import click
 
 from vertisynth.core.errors import ConfigError, VertisynthError
 from vertisynth.run.console import fail as _fail
+from vertisynth.run.console import warnings_as_lines
 
 from .runner import run_study
 
@@ -33,8 +34,9 @@ def study(study_file: Path, out: Path | None, quick: bool, jobs: int | None, sch
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"study file {str(study_file)!r} is not valid TOML: {exc}") from None
         out_dir = out or Path("study-output") / (study_file.stem + ("-quick" if quick else ""))
-        table = run_study(data, out_dir, quick=quick, n_jobs=jobs, scheduler=scheduler, data_dir=data_dir,
-                          progress=not quiet)
+        with warnings_as_lines():   # e.g. an edited cell, named in one line
+            table = run_study(data, out_dir, quick=quick, n_jobs=jobs, scheduler=scheduler, data_dir=data_dir,
+                              progress=not quiet)
     except VertisynthError as exc:
         _fail(exc)
         return

@@ -1,16 +1,23 @@
 """Run the cells of a study: each cell is one `pipeline.run`, cached on disk as `cells/<hash>.json`.
 
+Each cache file carries `digest`: the SHA-256 of the record's canonical JSON and the cell's resolved config
+(not a MAC: it catches a cell edited by hand or copied from another config, not someone who recomputes it).
+A cell whose digest does not match is recomputed, with one warning naming it, so an edited number never
+reaches the results or the figures.
+
 Cells run in parallel with joblib (local processes) or, given a scheduler address, on an existing Dask
 distributed cluster. A cell writes its cache file atomically when it finishes, so a killed study restarted
 with the same file recomputes only the cells without one.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +26,7 @@ from tqdm.auto import tqdm
 
 from vertisynth.run.config import parse_config
 from vertisynth.run.pipeline import make_plan, run
-from vertisynth.core.errors import ConfigError, PluginError
+from vertisynth.core.errors import ConfigError, PluginError, VertisynthWarning
 from vertisynth.study.grid import Cell, apply_quick, expand_grid
 from vertisynth.study.outputs import write_outputs
 
@@ -75,6 +82,7 @@ def run_cell(cell: Cell, cache_dir: str, data_dir: str | None, runner_pid: int |
               "params": cell.config.get("synthesizer", {}).get("params", {}),
               "epsilon": cell.config["budget"]["epsilon"], "rows": rows,
               "seconds": time.perf_counter() - start}
+    record["digest"] = cell_digest(json.loads(json.dumps(record, default=str)), cell.config)
     if runner_pid is not None and not _process_alive(runner_pid):
         os._exit(1)   # the study was killed while this cell ran: write nothing
     fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".tmp")
@@ -147,9 +155,22 @@ def _run_dask(todo: list[Cell], cache: str, data_dir: str | None, scheduler: str
             bar.update(1)
 
 
+class EditedCellWarning(VertisynthWarning):
+    """A cached study cell does not match its digest (edited by hand, or from another config): recomputed."""
+
+
+def cell_digest(record: dict[str, Any], config: dict[str, Any]) -> str:
+    """SHA-256 over the record (without its digest) and the cell's resolved config, both as canonical JSON."""
+    body = {k: v for k, v in record.items() if k != "digest"}
+    canon = json.dumps({"record": body, "config": config}, sort_keys=True, separators=(",", ":"), default=str,
+                       ensure_ascii=True)
+    return hashlib.sha256(canon.encode()).hexdigest()
+
+
 def read_cell(cache: Path, cell: Cell) -> dict[str, Any] | None:
-    """A finished cell's record, or None when it has none. A cache file that does not parse, or lacks what
-    a record holds (cut short, from another version), is removed, so that the cell is computed again."""
+    """A finished cell's record, or None when it has none. A cache file that does not parse, lacks what
+    a record holds (cut short, from another version) or does not match its digest is removed, so that the
+    cell is computed again (the last with one warning naming the cell)."""
     path = cache / f"{cell.key}.json"
     if not path.is_file():
         return None
@@ -158,7 +179,11 @@ def read_cell(cache: Path, cell: Cell) -> dict[str, Any] | None:
         if isinstance(rec, dict) and rec.get("key") == cell.key and isinstance(rec.get("rows"), list) \
                 and all({"evaluator", "metric", "value"} <= set(r) for r in rec["rows"]) \
                 and {"dataset", "epsilon"} <= set(rec):
-            return rec
+            # a round trip through JSON, as written: the digest is over what the file says
+            if rec.get("digest") == cell_digest(json.loads(json.dumps(rec, default=str)), cell.config):
+                return rec
+            warnings.warn(f"study cell {cell.index} ({path.name}) does not match its digest (edited, or written "
+                          "by another version): recomputing it", EditedCellWarning, stacklevel=2)
     except (json.JSONDecodeError, UnicodeDecodeError, TypeError):
         pass
     path.unlink(missing_ok=True)

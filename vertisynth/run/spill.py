@@ -1,0 +1,104 @@
+"""Where streamed runs keep the parties' coded rows between passes (CodeSpill): one private root per user,
+`$VERTISYNTH_SPILL_DIR` or <system temp>/vertisynth-spill-<uid> (0700, refused if another user owns it or it
+is a link), one folder per spill in it (0700; files 0600), each marked with its owner's pid, host and
+process start time. A SIGKILLed run cannot remove its folder, so every new spill made on this host sweeps
+every folder whose owner is dead (or whose pid now names another process): coded rows of a killed run stay
+only until the next streamed run, and never where another user can read them."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import stat
+import tempfile
+import time
+from pathlib import Path
+
+from vertisynth.core.errors import ConfigError
+
+OWNER = "owner.json"
+ORPHAN_AGE = 600.0   # seconds: a folder that never got its owner file (killed in between) is an orphan after this
+
+
+def spill_root() -> Path:
+    env = os.environ.get("VERTISYNTH_SPILL_DIR")
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    root = Path(env) if env else Path(tempfile.gettempdir()) / f"vertisynth-spill-{uid}"
+    try:
+        root.mkdir(mode=0o700, parents=bool(env), exist_ok=True)
+        st = os.lstat(root)
+    except OSError as exc:
+        raise ConfigError(f"cannot make the private spill folder {str(root)!r}: {exc.strerror}; set "
+                          "VERTISYNTH_SPILL_DIR to a folder only you can write") from None
+    if not stat.S_ISDIR(st.st_mode) or (hasattr(os, "getuid") and st.st_uid != uid):
+        raise ConfigError(f"the spill folder {str(root)!r} is not a folder of yours (a link, or another user's): "
+                          "coded rows will not go there; remove it or set VERTISYNTH_SPILL_DIR")
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        os.chmod(root, 0o700)
+    return root
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (Linux), to tell a reused pid from the owner."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2:].split()
+    return None if fields[0] == "Z" else fields[19]   # a zombie is dead; field 22 of stat is starttime
+
+
+def _alive(pid: int, started: str | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if Path("/proc").is_dir():
+        now = _start_time(pid)
+        return now is not None and (started is None or now == started)
+    return True
+
+
+def new_spill_folder(prefix: str) -> Path:
+    """A fresh private folder for one spill, marked with this process as its owner; sweeps dead owners' first
+    (every time: a long-lived process, a SuperNode say, outlives the runs killed beside it; a sweep is a
+    listing of a few folders)."""
+    root = spill_root()
+    sweep(root)
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=root))   # 0700
+    mark = {"pid": os.getpid(), "host": socket.gethostname(), "started": _start_time(os.getpid())}
+    fd = os.open(folder / OWNER, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(mark, fh)
+    return folder
+
+
+def private_file(path: Path):
+    """A new file only its owner reads (0600), opened for binary writing."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb")
+
+
+def sweep(root: Path | None = None) -> list[Path]:
+    """Remove the spill folders under `root` whose owner process on this host is gone; the removed folders."""
+    root = spill_root() if root is None else root
+    host, gone = socket.gethostname(), []
+    for folder in root.iterdir():
+        if not folder.is_dir() or folder.is_symlink():
+            continue
+        try:
+            mark = json.loads((folder / OWNER).read_text())
+            dead = mark.get("host") == host and not _alive(int(mark["pid"]), mark.get("started"))
+        except FileNotFoundError:
+            try:
+                dead = time.time() - folder.stat().st_mtime > ORPHAN_AGE
+            except OSError:
+                continue
+        except (OSError, ValueError, KeyError, TypeError):
+            continue   # unreadable or not ours to judge: left alone
+        if dead:
+            shutil.rmtree(folder, ignore_errors=True)
+            gone.append(folder)
+    return gone
