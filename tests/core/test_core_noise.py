@@ -115,12 +115,19 @@ def test_discrete_mechanisms_thorough_audit(kind, budget):
 
 
 class Tripwire(np.random.Generator):
-    """A Generator whose float noise samplers raise: what production (secure) paths must never call."""
+    """A seeded Generator whose samplers raise: what production (secure) paths must never call. The float noise
+    samplers, and the uniform paths a hand-rolled sampler or a seeded secret would go through (integers, choice,
+    permutation, random, bytes, ...): under secure noise no draw may come from a seeded stream."""
 
     def _refuse(self, *a, **k):
         raise AssertionError("numpy float sampler called on a secure path")
 
+    def _refuse_uniform(self, *a, **k):
+        raise AssertionError("numpy seeded uniform sampler (integers/choice/...) called on a secure path")
+
     normal = laplace = gumbel = exponential = standard_normal = _refuse
+    integers = choice = permutation = permuted = shuffle = random = uniform = bytes = _refuse_uniform
+    binomial = multinomial = geometric = poisson = hypergeometric = standard_exponential = _refuse_uniform
 
 
 def test_secure_party_paths_never_call_numpy_float_samplers():
@@ -163,6 +170,12 @@ def test_secure_party_paths_never_call_numpy_float_samplers():
     view = part.views(data)[first]
     fill_view(view, np.arange(view.n), view.n + 50, "marginal", {}, ["a", "b"], charges[0], fl, first, trip)
     assert not fl.unspent()
+    # the he encoder with crypto = "simulated": both parties' noise from OpenDP over the OS CSPRNG, whatever crypto says
+    from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
+    he = HEEncoder(HEConfig(crypto="simulated"))
+    hl = PrivacyLedger(budget, noise="secure")
+    hl.plan(he.plan(PlanContext(dom, part, budget)))
+    assert he.measure(part.views(data), he.selection_queries(), "selection", hl, {p: trip for p in part.names})
     # the tripwire is live: the same party step on a simulation ledger calls numpy's samplers
     sim = PrivacyLedger(budget, noise="simulation")
     sim.plan(syn.plan(PlanContext(dom, part, budget)))

@@ -105,8 +105,9 @@ class PartyRounds:
         t = support_bound(sigma)
         runs = [r for r in enc.pairs(queries, self.view.n, stage) if self.me in (r[1], r[2])]
 
-        def source(pair, role):
-            return seeded_source(base, stage, pair, role) if self.test else SystemSource()
+        def source(pair, role):   # secure noise never reads the seeded stream, test secret or not
+            return seeded_source(base, stage, pair, role) if self.test and self.ledger.noise != "secure" \
+                else SystemSource()
 
         # 1. as E: the key (once per run, announced per stage to that stage's S parties) and the encrypted rows
         mine_e = [r for r in runs if r[1] == self.me]

@@ -24,6 +24,7 @@ import numpy as np
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.core.mechanisms import gaussian_mechanism
+from vertisynth.core.noise import party_randomness
 from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
 
 STRATEGIES = ("sample", "marginal", "uniform")
@@ -88,6 +89,7 @@ def fill_view(view: Dataset, positions: np.ndarray, n_u: int, strategy: str, col
     k = int(missing.sum())
     counts = np.concatenate([view.counts([a]).values.ravel() for a in dp_attrs]) if dp_attrs else None
     noisy = _noisy_marginals(dom, counts, dp_attrs, charge, ledger, rng)
+    rng = party_randomness(rng, ledger.noise)   # secure noise: which rows are copied, and the draws, from the OS
     codes = np.zeros((n_u, len(dom)), dtype=view.codes.dtype)
     codes[positions] = view.codes   # row i goes where its identifier sits in U (not in row order)
     if k:

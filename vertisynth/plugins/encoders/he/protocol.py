@@ -268,7 +268,7 @@ def decrypt_and_publish(party: str, private_key, onehot: EncryptedOneHot, sums: 
         if q not in got:
             raise MessageError(f"he: {sums.party!r} returned no sums for query {q}")
         shape = got[q].shape
-        tables[key_of(q[0] + q[1])] = (got[q] + discrete_gaussian(shape, sigma, source)).astype(np.float64)
+        tables[key_of(q[0] + q[1])] = (got[q] + discrete_gaussian(shape, sigma, source, bounded=False)).astype(np.float64)
     return NoisyCounts(party, sums.party, stage, "real", party, 2 * sigma**2, tables).validate()
 
 
@@ -312,6 +312,7 @@ def simulate(enc_party: str, sum_party: str, enc_view: Dataset, sum_view: Datase
         cb, nb = tuple_codes(sum_view, q[1])
         exact[q] = np.bincount(ca * nb + cb, minlength=na * nb).reshape(na, nb)
         noise_s[q] = discrete_gaussian((na, nb), sigma, sum_source)
-    tables = {key_of(q[0] + q[1]): (exact[q] + noise_s[q] + discrete_gaussian(exact[q].shape, sigma, enc_source))
+    tables = {key_of(q[0] + q[1]): (exact[q] + noise_s[q] + discrete_gaussian(exact[q].shape, sigma, enc_source,
+                                                                               bounded=False))
               .astype(np.float64) for q in queries}
     return NoisyCounts(enc_party, sum_party, stage, "simulated", enc_party, 2 * sigma**2, tables).validate()
