@@ -137,7 +137,8 @@ class PartyRounds:
                 m1 = Message.from_bytes(body, f"he-rows-{stage} from {enc_party}")
                 self._check_rows(m1, enc_party, keys[enc_party])
                 progress(f"{self.me}: summing {enc_party}'s ciphertexts ({stage})")
-                m2 = protocol.sum_and_noise(self.me, m1, self.view, qs, sigma, source(pair, "sum"), cfg.workers)
+                m2 = protocol.sum_and_noise(self.me, m1, self.view, qs, sigma, source(pair, "sum"), cfg.workers,
+                                            enc.cells, cfg.slot_bits)
                 self.sess.send(f"he-sums-{stage}", [enc_party], m2.kind, m2.to_bytes(), tag=enc_party)
         # 3. as E: decrypt, add E's noise, publish to the server
         if mine_e:

@@ -147,6 +147,10 @@ class HEEncoder(Encoder):
         """The planned zCDP charge of `stage` (spent once, by whoever runs the stage)."""
         return self._charges[stage]
 
+    def cells(self, block: Sequence[str]) -> int:
+        """The cells of an attribute tuple in the public (binned) domain: what a summing party checks E's layout by."""
+        return self._domain.project(tuple(block)).size()
+
     def parties(self) -> list[str]:
         return list(self._parties)
 
