@@ -164,8 +164,19 @@ class SystemRandom:
         out = low + secure_integers(high - low, 1 if size is None else int(size))
         return int(out[0]) if size is None else out
 
-    def choice(self, a: int, size: int, p: np.ndarray | None = None) -> np.ndarray:
-        """Indices in [0, a), by the probabilities `p` (inverse CDF over 53-bit uniforms) or uniform."""
+    def choice(self, a: int, size: int, replace: bool = True, p: np.ndarray | None = None) -> np.ndarray:
+        """Indices in [0, a), by the probabilities `p` (inverse CDF over 53-bit uniforms) or uniform; without
+        replacement: the `size` largest of log(u)/p (Efraimidis-Spirakis: the same law as successive draws)."""
+        if not replace:
+            if size > a:
+                raise DataError(f"secure choice: cannot take {size} of {a} without replacement")
+            if p is None:
+                return self.permutation(a)[:size]
+            w = np.asarray(p, float)
+            keys = np.full(a, -np.inf)
+            pos = w > 0
+            keys[pos] = np.log(np.maximum(secure_uniform(int(pos.sum())), 2.0**-60)) / w[pos]
+            return np.argsort(-keys, kind="stable")[:size]
         if p is None:
             return secure_integers(a, size)
         cdf = np.cumsum(np.asarray(p, float))

@@ -16,6 +16,7 @@ cross-party correlations are diluted by about the non-overlap fraction (|U| - |â
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 
 import attrs
@@ -157,6 +158,8 @@ class ChunkFill:
         self.dom, self.strategy, self.columns = dom, strategy, dict(columns)
         self.k = n_u - n
         self.noisy = _noisy_marginals(dom, counts, dp_attrs, charge, ledger, rng)
+        if ledger.noise == "secure":   # the chunks' draws jump ahead in one PCG64 stream: seeded from the OS
+            rng = np.random.default_rng(int.from_bytes(os.urandom(32), "big"))
         self.source: np.ndarray | None = None
         if self.k and strategy == "sample":
             if n == 0:

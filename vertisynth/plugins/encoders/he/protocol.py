@@ -292,7 +292,8 @@ def decrypt_and_publish(party: str, private_key, onehot: EncryptedOneHot, sums: 
         if q not in got:
             raise MessageError(f"he: {sums.party!r} returned no sums for query {q}")
         shape = got[q].shape
-        tables[key_of(q[0] + q[1])] = (got[q] + discrete_gaussian(shape, sigma, source, bounded=False)).astype(np.float64)
+        e_noise = discrete_gaussian(shape, sigma, source, bounded=False)   # E's, in the clear: not truncated
+        tables[key_of(q[0] + q[1])] = (got[q] + e_noise).astype(np.float64)
     return NoisyCounts(party, sums.party, stage, "real", party, 2 * sigma**2, tables).validate()
 
 
