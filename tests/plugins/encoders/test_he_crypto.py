@@ -12,7 +12,7 @@ from vertisynth.core.errors import ConfigError, MessageError
 from vertisynth.core.privacy import ZCDP
 from vertisynth.plugins.encoders.he import noise as he_noise
 from vertisynth.plugins.encoders.he import paillier, protocol
-from vertisynth.plugins.encoders.he.noise import GeneratorSource, discrete_gaussian, support_bound
+from vertisynth.plugins.encoders.he.noise import GeneratorSource, SystemSource, discrete_gaussian, support_bound
 from vertisynth.plugins.encoders.he.packing import Layout, slot_width
 from vertisynth.testing.audit import audit, claimed_profile
 
@@ -154,12 +154,13 @@ class TwoSided:
     """What the encrypting party sees of a 3-cell count table: counts + the summing party's noise (the weaker
     viewer; the server also gets the encrypting party's noise). `sigma_scale` < 1 under-noises (a planted bug)."""
 
-    def __init__(self, sigma, sigma_scale=1.0):
-        self.sigma, self.scale = sigma, sigma_scale
+    def __init__(self, sigma, sigma_scale=1.0, secure=False):
+        self.sigma, self.scale, self.secure = sigma, sigma_scale, secure
 
     def sample(self, dataset, n_samples, rng):
         counts = np.asarray(dataset, np.int64)
-        z = discrete_gaussian((n_samples, counts.size), self.sigma * self.scale, GeneratorSource(rng))
+        source = SystemSource() if self.secure else GeneratorSource(rng)   # secure: S's bounded OpenDP draws
+        z = discrete_gaussian((n_samples, counts.size), self.sigma * self.scale, source)
         return counts[None, :] + z
 
 
@@ -170,6 +171,18 @@ def test_two_sided_noise_audit(scale, ok):
     pairs = [([5, 2, 0], [5, 3, 0]), ([0, 0, 0], [1, 0, 0])]
     report = audit(TwoSided(sigma, scale), pairs, claims=claimed_profile([ZCDP(rho)], 1e-5), n_samples=20_000,
                    seed=7, name="he two-sided noise")
+    assert report.passed is ok
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scale,ok", [(1.0, True), (0.25, False)])
+def test_two_sided_noise_secure_audit(scale, ok):
+    """The same audit on the secure sampler (OpenDP over the OS CSPRNG, conditioned on |z| <= T): what E sees."""
+    rho = 0.5
+    sigma = 1.0 / np.sqrt(2 * rho)
+    pairs = [([5, 2, 0], [5, 3, 0]), ([0, 0, 0], [1, 0, 0])]
+    report = audit(TwoSided(sigma, scale, secure=True), pairs, claims=claimed_profile([ZCDP(rho)], 1e-5),
+                   n_samples=20_000, seed=7, name="he two-sided noise (secure)")
     assert report.passed is ok
 
 
