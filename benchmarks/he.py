@@ -265,7 +265,8 @@ def scale(data_dir: str, rows_list, sum_side: bool = True, cache: str | None = N
                   f"{m1.ciphertexts.nbytes / 1e6:.0f} MB", flush=True)
             if sum_side:
                 c0 = cpu_live()
-                m2 = protocol.sum_and_noise(s_, m1, views[s_], qs, enc.sigma[stage], SystemSource(), c.workers)
+                m2 = protocol.sum_and_noise(s_, m1, views[s_], qs, enc.sigma[stage], SystemSource(), c.workers,
+                                            enc.cells, c.slot_bits)
                 d = cpu_live() - c0
                 sum_cpu += d
                 print(f"  {stage:<10} {s_} sums + noise: {d:8.1f} CPU s = {1e3 * d / n:.3f} ms/row "

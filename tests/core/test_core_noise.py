@@ -115,12 +115,19 @@ def test_discrete_mechanisms_thorough_audit(kind, budget):
 
 
 class Tripwire(np.random.Generator):
-    """A Generator whose float noise samplers raise: what production (secure) paths must never call."""
+    """A seeded Generator whose samplers raise: what production (secure) paths must never call. The float noise
+    samplers, and the uniform paths a hand-rolled sampler or a seeded secret would go through (integers, choice,
+    permutation, random, bytes, ...): under secure noise no draw may come from a seeded stream."""
 
     def _refuse(self, *a, **k):
         raise AssertionError("numpy float sampler called on a secure path")
 
+    def _refuse_uniform(self, *a, **k):
+        raise AssertionError("numpy seeded uniform sampler (integers/choice/...) called on a secure path")
+
     normal = laplace = gumbel = exponential = standard_normal = _refuse
+    integers = choice = permutation = permuted = shuffle = random = uniform = bytes = _refuse_uniform
+    binomial = multinomial = geometric = poisson = hypergeometric = standard_exponential = _refuse_uniform
 
 
 def test_secure_party_paths_never_call_numpy_float_samplers():
@@ -163,8 +170,46 @@ def test_secure_party_paths_never_call_numpy_float_samplers():
     view = part.views(data)[first]
     fill_view(view, np.arange(view.n), view.n + 50, "marginal", {}, ["a", "b"], charges[0], fl, first, trip)
     assert not fl.unspent()
+    # the streamed fill, and a local PrivMRF whose query cap makes it sample candidates by weight
+    from vertisynth.plugins.alignment.fill import ChunkFill
+    from vertisynth.plugins.synthesizers.privmrf.synthesizer import PrivMRFConfig, PrivMRFSynthesizer
+    sl = PrivacyLedger(budget, noise="secure")
+    sl.plan(charges)
+    counts = np.concatenate([view.counts([x]).values.ravel() for x in ["a", "b"]])
+    ChunkFill(view.domain, view.n, np.arange(view.n), view.n + 50, "sample", {}, ["a", "b"], charges[0], sl, first,
+              trip, counts)
+    one = VerticalPartition.from_lists([list(dom.attributes)])
+    mrf = PrivMRFSynthesizer(PrivMRFConfig(iters=10, refine_iters=5, max_queries=1))
+    ml = PrivacyLedger(budget, noise="secure")
+    ml.plan(mrf.plan(PlanContext(dom, one, budget)))
+    mrf.fit(VerticalData(one, one.views(data)), ml, trip)
+    assert not ml.unspent()
+    # the he encoder with crypto = "simulated": both parties' noise from OpenDP over the OS CSPRNG, whatever crypto says
+    from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
+    he = HEEncoder(HEConfig(crypto="simulated"))
+    hl = PrivacyLedger(budget, noise="secure")
+    hl.plan(he.plan(PlanContext(dom, part, budget)))
+    assert he.measure(part.views(data), he.selection_queries(), "selection", hl, {p: trip for p in part.names})
     # the tripwire is live: the same party step on a simulation ledger calls numpy's samplers
     sim = PrivacyLedger(budget, noise="simulation")
     sim.plan(syn.plan(PlanContext(dom, part, budget)))
     with pytest.raises(AssertionError, match="float sampler"):
         syn.party_step(first, part.views(data)[first], sim, trip)
+
+
+def test_system_random_uniform_paths_have_their_laws():
+    """What secure paths draw instead of a seeded Generator's integers/choice/permutation (OS CSPRNG)."""
+    from vertisynth.core.noise import SystemRandom, secure_integers
+
+    r = SystemRandom()
+    x = secure_integers(7, 70_000)
+    assert x.min() >= 0 and x.max() < 7
+    assert stats.chisquare(np.bincount(x, minlength=7)).pvalue > P_FLOOR
+    assert 3 <= r.integers(3, 10) < 10 and r.integers(0, 2**63, size=4).dtype == np.int64
+    assert sorted(r.permutation(50)) == list(range(50))
+    p = np.array([0.5, 0.3, 0.2, 0.0])
+    draws = r.choice(4, 60_000, p=p)
+    assert stats.chisquare(np.bincount(draws, minlength=4)[:3], 60_000 * p[:3]).pvalue > P_FLOOR
+    firsts = np.array([r.choice(4, 2, replace=False, p=p) for _ in range(3000)])
+    assert (firsts[:, 0] != firsts[:, 1]).all() and not (firsts == 3).any()       # distinct, never a zero weight
+    assert stats.chisquare(np.bincount(firsts[:, 0], minlength=3)[:3], 3000 * p[:3]).pvalue > P_FLOOR

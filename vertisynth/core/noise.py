@@ -130,15 +130,62 @@ def _urandom(nbytes: int) -> bytes:
     return os.urandom(nbytes)
 
 
+def secure_integers(high: int, size: int) -> np.ndarray:
+    """`size` uniform integers in [0, high) from the OS CSPRNG (64-bit words, rejection above the largest
+    multiple of `high`: exactly uniform)."""
+    if not 1 <= high <= 2**63:
+        raise DataError(f"secure integers: the range must be 1..2^63, got {high}")
+    limit = np.uint64(2**64 - (2**64 % high) - 1) if 2**64 % high else np.uint64(2**64 - 1)
+    out = np.empty(size, dtype=np.uint64)
+    todo = np.arange(size)
+    for _ in range(64):   # each word is rejected with probability < 1/2: 64 rounds leave < 2^-64 per entry
+        if not todo.size:
+            return (out % np.uint64(high)).astype(np.int64)
+        w = np.frombuffer(_urandom(8 * todo.size), dtype=np.uint64)
+        ok = w <= limit
+        out[todo[ok]] = w[ok]
+        todo = todo[~ok]
+    raise DataError("secure integers: the OS CSPRNG kept returning rejected words")  # pragma: no cover
+
+
 class SystemRandom:
-    """The two numpy Generator methods that party-side randomisers use (`random`, `bytes`), read from the
-    OS CSPRNG: what DP FM phantoms and GRR keys draw from when the ledger runs secure noise."""
+    """The numpy Generator methods that party-side randomisers use (`random`, `bytes`, `integers`, `choice`,
+    `permutation`), read from the OS CSPRNG: what DP FM phantoms, GRR keys and the alignment fill draw from when
+    the ledger runs secure noise."""
 
     def random(self, size: int | tuple[int, ...] | None = None) -> np.ndarray | float:
         return float(secure_uniform(1)[0]) if size is None else secure_uniform(size)
 
     def bytes(self, length: int) -> bytes:
         return _urandom(length)
+
+    def integers(self, low: int, high: int | None = None, size: int | None = None) -> np.ndarray | int:
+        low, high = (0, low) if high is None else (low, high)
+        out = low + secure_integers(high - low, 1 if size is None else int(size))
+        return int(out[0]) if size is None else out
+
+    def choice(self, a: int, size: int, replace: bool = True, p: np.ndarray | None = None) -> np.ndarray:
+        """Indices in [0, a), by the probabilities `p` (inverse CDF over 53-bit uniforms) or uniform; without
+        replacement: the `size` largest of log(u)/p (Efraimidis-Spirakis: the same law as successive draws)."""
+        if not replace:
+            if size > a:
+                raise DataError(f"secure choice: cannot take {size} of {a} without replacement")
+            if p is None:
+                return self.permutation(a)[:size]
+            w = np.asarray(p, float)
+            keys = np.full(a, -np.inf)
+            pos = w > 0
+            keys[pos] = np.log(np.maximum(secure_uniform(int(pos.sum())), 2.0**-60)) / w[pos]
+            return np.argsort(-keys, kind="stable")[:size]
+        if p is None:
+            return secure_integers(a, size)
+        cdf = np.cumsum(np.asarray(p, float))
+        idx = np.searchsorted(cdf / cdf[-1], secure_uniform(size), side="right")
+        return np.minimum(idx, a - 1).astype(np.int64)
+
+    def permutation(self, n: int) -> np.ndarray:
+        """A uniform permutation of range(n): positions sorted by independent uniform 63-bit keys."""
+        return np.argsort(secure_integers(2**63, n), kind="stable")
 
 
 def party_randomness(rng: np.random.Generator, noise: str) -> np.random.Generator | SystemRandom:

@@ -105,8 +105,9 @@ class PartyRounds:
         t = support_bound(sigma)
         runs = [r for r in enc.pairs(queries, self.view.n, stage) if self.me in (r[1], r[2])]
 
-        def source(pair, role):
-            return seeded_source(base, stage, pair, role) if self.test else SystemSource()
+        def source(pair, role):   # secure noise never reads the seeded stream, test secret or not
+            return seeded_source(base, stage, pair, role) if self.test and self.ledger.noise != "secure" \
+                else SystemSource()
 
         # 1. as E: the key (once per run, announced per stage to that stage's S parties) and the encrypted rows
         mine_e = [r for r in runs if r[1] == self.me]
@@ -136,7 +137,8 @@ class PartyRounds:
                 m1 = Message.from_bytes(body, f"he-rows-{stage} from {enc_party}")
                 self._check_rows(m1, enc_party, keys[enc_party])
                 progress(f"{self.me}: summing {enc_party}'s ciphertexts ({stage})")
-                m2 = protocol.sum_and_noise(self.me, m1, self.view, qs, sigma, source(pair, "sum"), cfg.workers)
+                m2 = protocol.sum_and_noise(self.me, m1, self.view, qs, sigma, source(pair, "sum"), cfg.workers,
+                                            enc.cells, cfg.slot_bits)
                 self.sess.send(f"he-sums-{stage}", [enc_party], m2.kind, m2.to_bytes(), tag=enc_party)
         # 3. as E: decrypt, add E's noise, publish to the server
         if mine_e:

@@ -16,6 +16,7 @@ cross-party correlations are diluted by about the non-overlap fraction (|U| - |â
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 
 import attrs
@@ -24,6 +25,7 @@ import numpy as np
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.core.mechanisms import gaussian_mechanism
+from vertisynth.core.noise import party_randomness
 from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
 
 STRATEGIES = ("sample", "marginal", "uniform")
@@ -88,6 +90,7 @@ def fill_view(view: Dataset, positions: np.ndarray, n_u: int, strategy: str, col
     k = int(missing.sum())
     counts = np.concatenate([view.counts([a]).values.ravel() for a in dp_attrs]) if dp_attrs else None
     noisy = _noisy_marginals(dom, counts, dp_attrs, charge, ledger, rng)
+    rng = party_randomness(rng, ledger.noise)   # secure noise: which rows are copied, and the draws, from the OS
     codes = np.zeros((n_u, len(dom)), dtype=view.codes.dtype)
     codes[positions] = view.codes   # row i goes where its identifier sits in U (not in row order)
     if k:
@@ -155,6 +158,8 @@ class ChunkFill:
         self.dom, self.strategy, self.columns = dom, strategy, dict(columns)
         self.k = n_u - n
         self.noisy = _noisy_marginals(dom, counts, dp_attrs, charge, ledger, rng)
+        if ledger.noise == "secure":   # the chunks' draws jump ahead in one PCG64 stream: seeded from the OS
+            rng = np.random.default_rng(int.from_bytes(os.urandom(32), "big"))
         self.source: np.ndarray | None = None
         if self.k and strategy == "sample":
             if n == 0:

@@ -117,7 +117,9 @@ class HEEncoder(Encoder):
         self._charges = {s: Charge(STAGE, MECHANISMS[s], ZCDP(self._rho[s]), None,
                                    f"{self._table_count[s]} cross-party tables, two-sided discrete Gaussian σ = "
                                    f"{self.sigma[s]:.4g} per party (released variance 2σ² = {2 * self.sigma[s]**2:.4g}); "
-                                   f"crypto = {c.crypto}")
+                                   f"crypto = {c.crypto}; secure noise: OpenDP's sampler, the summing party's "
+                                   f"conditioned on |z| <= {support_bound(self.sigma[s])} (12σ: TV < 1e-31 per draw, "
+                                   "within δ); simulation noise: a seeded float table")
                          for s in ("selection", "cliques")}
         return list(self._charges.values())
 
@@ -133,8 +135,8 @@ class HEEncoder(Encoder):
         return HEParty(party, view.domain).validate()
 
     def _sources(self, stage: str, pair: tuple[str, str], enc: str, summ: str, bases: Mapping[str, int] | None):
-        """(E's, S's) noise sources: fixed test sources, else seeded per pair and role (simulated crypto), else the
-        OS CSPRNG (real crypto)."""
+        """(E's, S's) noise sources: fixed test sources, else seeded per pair and role (simulated crypto under
+        simulation noise), else OpenDP over the OS CSPRNG (secure noise, or real crypto)."""
         if self.test_sources is not None:
             return self.test_sources[enc], self.test_sources[summ]
         if bases is None:
@@ -144,6 +146,10 @@ class HEEncoder(Encoder):
     def charge(self, stage: str) -> Charge:
         """The planned zCDP charge of `stage` (spent once, by whoever runs the stage)."""
         return self._charges[stage]
+
+    def cells(self, block: Sequence[str]) -> int:
+        """The cells of an attribute tuple in the public (binned) domain: what a summing party checks E's layout by."""
+        return self._domain.project(tuple(block)).size()
 
     def parties(self) -> list[str]:
         return list(self._parties)
@@ -173,9 +179,13 @@ class HEEncoder(Encoder):
         runs = self.pairs(queries, n, stage)
         sigma = self.sigma[stage]
         ledger.spend(self._charges[stage])   # the very charge plan() returned
-        # seeded noise: every party draws one base per stage from its own stream (deploy/he_rounds.py does the same)
+        secure = ledger.noise == "secure"
+        if secure and self.test_sources is not None:
+            raise ConfigError("he: fixed test noise sources are for simulation noise only; this ledger runs secure noise")
+        # seeded noise (simulation noise and simulated crypto only): every party draws one base per stage from its
+        # own stream (deploy/he_rounds.py does the same); secure noise never reads a seeded stream, whatever `crypto`
         bases = ({p: stage_base(rngs[p]) for p in self._parties if p in rngs}
-                 if c.crypto == "simulated" and self.test_sources is None else None)
+                 if c.crypto == "simulated" and self.test_sources is None and not secure else None)
         out: list[Message] = []
         for pair, enc, summ, qs in runs:
             self.encrypting.setdefault(f"{pair[0]}|{pair[1]} ({stage})", []).append(enc)

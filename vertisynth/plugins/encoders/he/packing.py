@@ -9,6 +9,8 @@ per block (an attribute tuple) per row; the summing party adds at most n rows an
 """
 from __future__ import annotations
 
+import os
+import secrets
 from collections.abc import Sequence
 
 import attrs
@@ -102,6 +104,27 @@ class Layout:
                 s = self.starts[b] + k
                 out[s // self.per] += v << (self.width * (s % self.per))
         return out
+
+    def declared_bits(self, blocks: Sequence[int], column: int) -> int:
+        """The bit mask of plaintext `column`'s slots that hold a cell of one of `blocks`."""
+        full, m = (1 << self.width) - 1, 0
+        for b in blocks:
+            for s in range(max(self.starts[b], column * self.per), min(self.starts[b] + self.cells[b],
+                                                                       (column + 1) * self.per)):
+                m |= full << (self.width * (s % self.per))
+        return m
+
+    def mask(self, declared: int, modulus: int) -> int:
+        """A fresh mask from the OS CSPRNG for one returned plaintext: uniform w-bit values in every slot outside
+        `declared` and a uniform value above the slots (below the modulus), zero in the declared slots. On an
+        honest sum (every undeclared slot 0, every declared one below 2^w) adding it carries nowhere and stays
+        below the modulus, so the declared slots decrypt unchanged; whatever a dishonest encryptor put outside
+        them reads as uniform noise (docs/he.md: what carries and the modulus still let through)."""
+        region = self.per * self.width
+        low = int.from_bytes(os.urandom(-(-region // 8)), "big") & ((1 << region) - 1) & ~declared
+        room = modulus >> region        # honest sums are < 2^region: top·2^region + sum < room·2^region <= N
+        top = secrets.randbelow(room)
+        return low | (top << region)
 
     def unpack(self, plaintexts: Sequence[int], block: int) -> np.ndarray:
         """Block `block`'s slot values from the plaintexts (a missing column reads as zero)."""

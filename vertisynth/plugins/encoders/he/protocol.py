@@ -197,18 +197,41 @@ def encrypt_rows(party: str, recipient: str, view: Dataset, queries: Sequence[Qu
                            paillier.to_bytes(public_key, cts.reshape(plain.shape))).validate()
 
 
+def check_layout(lay: Layout, queries: Sequence[Query], n: int, offset: int, modulus_bits: int,
+                 size: Callable[[tuple[str, ...]], int] | None = None, slot_bits: int | None = None) -> None:
+    """S's check of E's declared layout against the one the public facts give (`encrypt_rows` builds the same):
+    the blocks and groups of the queries, the cells of E's attributes (when `size` is known), the slot width
+    (the least that cannot overflow, or `slot_bits`) and the slots per plaintext. A wider slot or more cells than
+    the plan would let a dishonest E carry more in the declared slots; a narrower one could overflow."""
+    blocks, groups = block_groups(unique(queries))
+    if list(lay.blocks) != blocks or list(lay.groups) != groups:
+        raise MessageError(f"he: the encrypting party's blocks {[list(b) for b in lay.blocks]} are not those of the "
+                           f"queries {[list(b) for b in blocks]}; refusing to sum")
+    cells = [size(b) for b in blocks] if size is not None else list(lay.cells)
+    need = Layout.build(blocks, cells, n, offset, modulus_bits, groups).width
+    if lay.width < need:
+        raise ConfigError(f"he: the encrypting party's {lay.width}-bit slots could overflow with {n} rows and "
+                          f"noise offset {offset}; refusing to sum")
+    want = Layout.build(blocks, cells, n, offset, modulus_bits, groups, slot_bits)
+    if (lay.cells, lay.width, lay.per) != (want.cells, want.width, want.per):
+        raise MessageError(f"he: the encrypting party's layout (cells {list(lay.cells)}, {lay.width}-bit slots, "
+                           f"{lay.per} per plaintext) is not the planned one (cells {list(want.cells)}, "
+                           f"{want.width}-bit slots, {want.per} per plaintext); refusing to sum")
+
+
 def sum_and_noise(party: str, msg: EncryptedOneHot, view: Dataset, queries: Sequence[Query], sigma: float,
-                  source: UniformSource, workers: int = 0) -> EncryptedSums:
+                  source: UniformSource, workers: int = 0, size: Callable[[tuple[str, ...]], int] | None = None,
+                  slot_bits: int | None = None) -> EncryptedSums:
     """Round 2 at S: homomorphic sums per value of each grouping, S's noise (+T) added under encryption with fresh
-    randomness (so no returned ciphertext is the plain sum)."""
+    randomness (so no returned ciphertext is the plain sum), and a fresh uniform mask on every bit outside the
+    declared slots (`Layout.mask`), so a dishonest E that writes outside them reads noise there. E's layout must be
+    the planned one (`check_layout`; `size`: E's attribute tuples' cells, `slot_bits`: the config's)."""
     queries = unique(queries)
     paillier.require()
     lay = msg.layout()
     pk = paillier.phe.PaillierPublicKey(int(msg.modulus, 16))
     t = support_bound(sigma)
-    if lay.width < Layout.build(lay.blocks, lay.cells, view.n, t, pk.n.bit_length(), lay.groups).width:
-        raise ConfigError(f"he: the encrypting party's {lay.width}-bit slots could overflow with {view.n} rows and "
-                          f"noise offset {t}; refusing to sum")
+    check_layout(lay, queries, view.n, t, pk.n.bit_length(), size, slot_bits)
     if msg.ciphertexts.shape[0] != view.n:
         raise MessageError(f"he: {msg.party!r} encrypted {msg.ciphertexts.shape[0]} rows, {party!r} holds {view.n}")
     block_index = {tuple(b): i for i, b in enumerate(lay.blocks)}
@@ -222,6 +245,7 @@ def sum_and_noise(party: str, msg: EncryptedOneHot, view: Dataset, queries: Sequ
         if touched - set(mine):
             raise ConfigError(f"he: summing by {list(sb)} would release blocks {[lay.blocks[b] for b in touched - set(mine)]} "
                               "without noise (they share ciphertexts with the queried ones)")
+        declared = {c: lay.declared_bits(mine, c) for c in cols}
         codes, groups = tuple_codes(view, sb)
         order = np.argsort(codes, kind="stable")
         bounds = np.searchsorted(codes[order], np.arange(groups + 1))
@@ -230,7 +254,7 @@ def sum_and_noise(party: str, msg: EncryptedOneHot, view: Dataset, queries: Sequ
             step(f"homomorphic sums by {'|'.join(sb)}", v, groups)
             acc = paillier.product_mod(sub[order[bounds[v]:bounds[v + 1]]], pk.nsquare)
             plain = lay.pack_values([(b, noise[(lay.blocks[b], sb)][:, v] + t) for b in mine])
-            pending.append((gi, v, acc, [plain[c] for c in cols]))
+            pending.append((gi, v, acc, [plain[c] + lay.mask(declared[c], pk.n) for c in cols]))
         out_groupings.append({"attrs": list(sb), "columns": cols, "groups": groups})
     # the noise encryptions: the bulk of S's exponentiations, mapped over local processes
     flat = [p for *_, plains in pending for p in plains]
@@ -268,7 +292,8 @@ def decrypt_and_publish(party: str, private_key, onehot: EncryptedOneHot, sums: 
         if q not in got:
             raise MessageError(f"he: {sums.party!r} returned no sums for query {q}")
         shape = got[q].shape
-        tables[key_of(q[0] + q[1])] = (got[q] + discrete_gaussian(shape, sigma, source)).astype(np.float64)
+        e_noise = discrete_gaussian(shape, sigma, source, bounded=False)   # E's, in the clear: not truncated
+        tables[key_of(q[0] + q[1])] = (got[q] + e_noise).astype(np.float64)
     return NoisyCounts(party, sums.party, stage, "real", party, 2 * sigma**2, tables).validate()
 
 
@@ -293,7 +318,8 @@ def run_real(enc_party: str, sum_party: str, enc_view: Dataset, sum_view: Datase
     m1 = encrypt_rows(enc_party, sum_party, enc_view, queries, public_key, t, workers, chunk, slot_bits)
     costs.add(enc_party, cpu_now() - c0, m1.ciphertexts.nbytes, int(np.prod(m1.ciphertexts.shape[:2])))
     c0 = cpu_now()
-    m2 = sum_and_noise(sum_party, m1, sum_view, queries, sigma, sum_source, workers)
+    size = lambda b: int(np.prod([enc_view.domain.size(a) for a in b]))  # noqa: E731  (the public domain)
+    m2 = sum_and_noise(sum_party, m1, sum_view, queries, sigma, sum_source, workers, size, slot_bits)
     costs.add(sum_party, cpu_now() - c0, sum(a.nbytes for a in m2.sums.values()),
               sum(int(np.prod(a.shape[:2])) for a in m2.sums.values()))
     c0 = cpu_now()
@@ -312,6 +338,7 @@ def simulate(enc_party: str, sum_party: str, enc_view: Dataset, sum_view: Datase
         cb, nb = tuple_codes(sum_view, q[1])
         exact[q] = np.bincount(ca * nb + cb, minlength=na * nb).reshape(na, nb)
         noise_s[q] = discrete_gaussian((na, nb), sigma, sum_source)
-    tables = {key_of(q[0] + q[1]): (exact[q] + noise_s[q] + discrete_gaussian(exact[q].shape, sigma, enc_source))
+    tables = {key_of(q[0] + q[1]): (exact[q] + noise_s[q] + discrete_gaussian(exact[q].shape, sigma, enc_source,
+                                                                               bounded=False))
               .astype(np.float64) for q in queries}
     return NoisyCounts(enc_party, sum_party, stage, "simulated", enc_party, 2 * sigma**2, tables).validate()

@@ -19,6 +19,7 @@ from vertisynth.core.domain import Domain
 from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.core.interfaces import PlanContext, Synthesizer, VerticalData
 from vertisynth.core.mechanisms import gaussian_mechanism, gaussian_sigma
+from vertisynth.core.noise import party_randomness
 from vertisynth.core.messages import Message
 from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
 
@@ -298,6 +299,7 @@ class PrivMRFSynthesizer(Synthesizer):
 
     def fit_table(self, table: Dataset, ledger: PrivacyLedger, rng: np.random.Generator) -> None:
         """All four phases on one table (a party's own columns, or the joined table)."""
+        rng = party_randomness(rng, ledger.noise)   # secure noise: the selection's random picks from the OS too
         c = self.config
         dom = self._domain
         t0 = time.perf_counter()

@@ -1,0 +1,188 @@
+"""The `he` encoder against a dishonest party (issue 30, items 1 and 2).
+
+A modified encrypting party E, in process: it packs extra bits into each chosen row's plaintext (outside the
+declared slots, or as large weights inside one) and reads the summing party S's column back from the decrypted
+sums. And the noise: under secure noise every draw comes from OpenDP over the OS CSPRNG, whatever `crypto` says.
+"""
+from __future__ import annotations
+
+import attrs
+import numpy as np
+import pandas as pd
+import pytest
+
+from vertisynth.core import noise as core_noise
+from vertisynth.core.dataset import Dataset, VerticalPartition
+from vertisynth.core.domain import Domain
+from vertisynth.core.errors import ConfigError, MessageError
+from vertisynth.core.interfaces import PlanContext
+from vertisynth.core.privacy import Budget, PrivacyLedger
+from vertisynth.plugins.encoders.he import noise as he_noise
+from vertisynth.plugins.encoders.he import paillier, protocol
+from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
+from vertisynth.plugins.encoders.he.noise import SystemSource, support_bound
+from vertisynth.plugins.encoders.he.packing import Layout
+
+phe = pytest.importorskip("phe", reason="the he encoder's real crypto needs `pip install vertisynth[he]` (phe, gmpy2)")
+pytest.importorskip("gmpy2", reason="the he encoder's real crypto needs `pip install vertisynth[he]` (phe, gmpy2)")
+
+TEST_BITS = 512
+SIGMA = 1.0
+Q = [(("a1",), ("b1",))]
+
+
+@pytest.fixture(scope="module")
+def keys():
+    return phe.generate_paillier_keypair(n_length=TEST_BITS)
+
+
+@pytest.fixture(autouse=True)
+def tiny_keys_allowed(monkeypatch):
+    monkeypatch.setattr(paillier, "MIN_KEY_BITS", TEST_BITS)
+
+
+class ZeroSource:
+    def uniform53(self, size):
+        return np.full(size, 0.5)
+
+
+def _views(n=200, seed=0, b_values=8):
+    rng = np.random.default_rng(seed)
+    a = Dataset.from_frame(pd.DataFrame({"a1": rng.integers(0, 3, n)}), Domain(["a1"], [3]))
+    b = Dataset.from_frame(pd.DataFrame({"b1": rng.integers(0, b_values, n)}), Domain(["b1"], [b_values]))
+    return a, b
+
+
+def _dishonest_rows(a: Dataset, pk, extra: dict[int, int], drop_block: bool = False) -> protocol.EncryptedOneHot:
+    """E's round 1 with `extra[i]` added to row i's (only) plaintext; the layout it declares is the honest one.
+    `drop_block`: E also leaves its honest one-hot out (its declared cells then carry only what it added)."""
+    blocks, groups = protocol.block_groups(protocol.unique(Q))
+    codes, cells = zip(*(protocol.tuple_codes(a, b) for b in blocks))
+    lay = Layout.build(blocks, cells, a.n, support_bound(SIGMA), pk.n.bit_length(), groups)
+    plain = lay.pack_rows(codes) * (0 if drop_block else 1)
+    for i, x in extra.items():
+        plain[i, 0] += x
+    cts = np.array(paillier.encrypt_many(pk, plain.ravel().tolist(), workers=1), dtype=object)
+    return protocol.EncryptedOneHot("A", "B", format(pk.n, "x"), [list(b) for b in blocks], list(cells), lay.width,
+                                    lay.per, list(lay.groups), paillier.to_bytes(pk, cts.reshape(plain.shape))
+                                    ).validate()
+
+
+def _decrypted_sums(keys, m1, b, source) -> list[int]:
+    pk, sk = keys
+    m2 = protocol.sum_and_noise("B", m1, b, Q, SIGMA, source, workers=1)
+    return [sk.raw_decrypt(int(c)) for c in paillier.from_bytes(pk, m2.sums["g0"])[:, 0]]
+
+
+def test_malicious_encryptor_reads_nothing_outside_the_declared_slots(keys):
+    """E sets, for one chosen row each, a 1 in every spare slot of its plaintext and one bit each above the slots.
+    Without S's masks it read S's exact value for every chosen row (67 of 67 on the old code); with them the spare
+    slots and the bits above read as uniform noise, and the declared counts are still exact."""
+    pk, _ = keys
+    a, b = _views()
+    lay = Layout.build([("a1",)], [3], a.n, support_bound(SIGMA), pk.n.bit_length())
+    w = lay.width
+    spare = list(range(3, lay.per))                    # slots 3..per-1: nothing declared there
+    top = pk.n.bit_length() - 1 - lay.per * lay.width  # bits above the slots that stay below N
+    rows = np.random.default_rng(1).choice(a.n, len(spare) + top, replace=False)
+    extra = {int(r): 1 << (w * s) for r, s in zip(rows, spare)}
+    extra |= {int(r): 1 << (lay.per * w + j) for j, r in enumerate(rows[len(spare):])}
+    plains = _decrypted_sums(keys, _dishonest_rows(a, pk, extra), b, ZeroSource())
+    truth = b.column("b1")
+    recovered = 0
+    for r, x in extra.items():
+        shift = x.bit_length() - 1
+        if shift < lay.per * w:
+            hits = [v for v, p in enumerate(plains) if (p >> shift) & (2**w - 1) == 1]
+        else:
+            hits = [v for v, p in enumerate(plains) if (p >> shift) & 1]
+        recovered += hits == [truth[r]]
+    # P(a masked row reads as an exact hit) <= 2^-8 (spare) or 2^-8 (a top bit among 8 groups): > 5 of 67 is ~1e-7
+    assert recovered <= 5, f"the dishonest encryptor recovered S's value for {recovered} of {len(extra)} rows"
+    # with bits in the spare slots only (no sum can pass the modulus), the declared counts still decrypt exactly
+    spare_only = {r: x for r, x in extra.items() if x.bit_length() <= lay.per * w}
+    plains = _decrypted_sums(keys, _dishonest_rows(a, pk, spare_only), b, ZeroSource())
+    t = support_bound(SIGMA)
+    counts = np.stack([lay.unpack([p], 0) for p in plains], 1) - t
+    exact = np.bincount(a.column("a1") * 8 + truth, minlength=24).reshape(3, 8)
+    np.testing.assert_array_equal(counts, exact)
+
+
+def test_what_a_declared_slot_still_carries(keys):
+    """The residual, measured (docs/he.md): E drops its honest one-hot and gives chosen rows power-of-two weights
+    above S's noise range inside its declared cells. Each declared cell's w-bit reading then shows S's value for
+    exactly w - bitlen(2T) chosen rows and no more: with w = 8, T = 13 that is 3 rows per cell, 9 here."""
+    pk, _ = keys
+    a, b = _views()
+    t = support_bound(SIGMA)
+    lay = Layout.build([("a1",)], [3], a.n, t, pk.n.bit_length())
+    low = (2 * t).bit_length()
+    per_cell = lay.width - low
+    rows = np.random.default_rng(2).choice(a.n, 3 * per_cell, replace=False)
+    weights = [(c, low + k) for c in range(3) for k in range(per_cell)]
+    extra = {int(r): 1 << (lay.width * c + j) for r, (c, j) in zip(rows, weights)}
+    plains = _decrypted_sums(keys, _dishonest_rows(a, pk, extra, drop_block=True), b, SystemSource())
+    truth = b.column("b1")
+    got = {int(r): [v for v, p in enumerate(plains) if (p >> (lay.width * c + j)) & 1]
+           for r, (c, j) in zip(rows, weights)}
+    assert all(got[r] == [truth[r]] for r in got)
+    assert per_cell == lay.width - (2 * t).bit_length() == 3
+
+
+@pytest.mark.parametrize("change, match", [("width", "not the planned one"), ("cells", "not the planned one"),
+                                           ("per", "not the planned one"), ("blocks", "not those of the queries")])
+def test_summing_party_refuses_a_layout_other_than_the_planned_one(keys, change, match):
+    """A wider slot, more cells or more slots per plaintext than the plan gives would widen what E's declared slots
+    carry: S refuses before any sum."""
+    pk, _ = keys
+    a, b = _views(n=40)
+    m1 = protocol.encrypt_rows("A", "B", a, Q, pk, support_bound(SIGMA), workers=1)
+    lay = m1.layout()
+    bad = {"width": dict(width=lay.width + 4, per=(TEST_BITS - 1) // (lay.width + 4)), "cells": dict(cells=[6]),
+           "per": dict(per=lay.per - 1), "blocks": dict(blocks=[["a2"]])}[change]
+    forged = attrs.evolve(m1, **bad)
+    with pytest.raises(MessageError, match=match):
+        protocol.sum_and_noise("B", forged, b, Q, SIGMA, ZeroSource(), workers=1, size=lambda blk: 3)
+
+
+# -- item 2: the noise --------------------------------------------------------------------------------------------
+def _measure(noise: str, crypto: str = "simulated", seed: int = 4):
+    rng = np.random.default_rng(0)
+    dom = Domain(["a", "b", "c"], [3, 4, 2])
+    data = Dataset(np.column_stack([rng.integers(0, s, 300) for s in dom.shape]), dom)
+    part = VerticalPartition.from_lists([["a"], ["b", "c"]])
+    budget = Budget(1.0, 1e-5)
+    enc = HEEncoder(HEConfig(crypto=crypto))
+    ledger = PrivacyLedger(budget, noise=noise)
+    ledger.plan(enc.plan(PlanContext(dom, part, budget)))
+    rngs = {p: np.random.default_rng(seed) for p in part.names}
+    [msg] = enc.measure(part.views(data), enc.selection_queries(), "selection", ledger, rngs)
+    return np.concatenate([np.ravel(v) for v in msg.tables.values()])
+
+
+def test_secure_noise_never_reads_the_seeded_stream_whatever_crypto(monkeypatch):
+    """crypto = "simulated" under secure noise: two runs with the same seeds differ (on the old code they were
+    identical: the noise came from the run's numpy streams), and the draws go through OpenDP's sampler. Simulation
+    noise stays reproducible."""
+    calls = []
+    real = core_noise.discrete_gaussian
+    monkeypatch.setattr(core_noise, "discrete_gaussian", lambda *a, **k: calls.append(1) or real(*a, **k))
+    first, second = _measure("secure"), _measure("secure")
+    assert not np.array_equal(first, second)
+    assert len(calls) >= 4          # both parties, both runs
+    calls.clear()
+    np.testing.assert_array_equal(_measure("simulation"), _measure("simulation"))
+    assert not calls
+
+
+def test_secure_summing_noise_is_bounded_by_redrawing(monkeypatch):
+    """S's secure draws beyond T are redrawn (its noise is added under the offset T); E's are not bounded."""
+    t = support_bound(2.0)
+    batches = iter([np.array([0, t + 5, -t - 1, 3]), np.array([t + 9, 1]), np.array([-2])])
+    monkeypatch.setattr(SystemSource, "gaussian", lambda self, size, sigma: next(batches)[:size].copy())
+    z = he_noise.discrete_gaussian((4,), 2.0, SystemSource())
+    assert list(z) == [0, -2, 1, 3]
+    monkeypatch.setattr(SystemSource, "gaussian", lambda self, size, sigma: np.full(size, t + 1))
+    assert list(he_noise.discrete_gaussian((2,), 2.0, SystemSource(), bounded=False)) == [t + 1, t + 1]
+    with pytest.raises(ConfigError, match="kept drawing beyond"):
+        he_noise.discrete_gaussian((2,), 2.0, SystemSource())
