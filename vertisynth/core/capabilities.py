@@ -174,12 +174,27 @@ class ReportsReferencePoints(Protocol):
         """{metric: {"independent": value, "holdout_floor": value (only with a holdout)}}."""
 
 
+RAW_VALUES = "raw_values"   # an EvaluatorSpec capability: the evaluator scores raw tables (ScoresRawTables)
+
+
+def wants_raw_values(spec: Any, instance: Any) -> bool:
+    """Whether an evaluator declared (in its spec's capabilities) that it scores raw tables; a declaration
+    without `evaluate_raw` is a broken plugin, refused in one line."""
+    if RAW_VALUES not in getattr(spec, "capabilities", ()):
+        return False
+    if not isinstance(instance, ScoresRawTables):
+        from .errors import PluginError
+        raise PluginError(f"evaluator {spec.name!r} declares {RAW_VALUES!r} but has no "
+                          "evaluate_raw(real, synthetic, kinds, rng)")
+    return True
+
+
 @runtime_checkable
 class ScoresRawTables(Protocol):
     """An evaluator that scores the decoded tables (raw values: numbers, dates, category strings) rather than
-    the run's codes, e.g. a peer library's metric whose published scores are on raw values. The pipeline gives
-    it the real rows as read and the synthetic table as decoded, with the public schema's column kinds
-    ("numerical", "categorical", "datetime")."""
+    the run's codes, e.g. a peer library's metric whose published scores are on raw values. It says so with the
+    capability "raw_values" in its EvaluatorSpec; the pipeline then gives it the real rows as read and the
+    synthetic table as decoded, with the public schema's column kinds ("numerical", "categorical", "datetime")."""
 
     def evaluate_raw(self, real: Any, synthetic: Any, kinds: Mapping[str, str],
                      rng: np.random.Generator) -> dict[str, float]:

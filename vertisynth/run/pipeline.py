@@ -18,8 +18,8 @@ import attrs
 import numpy as np
 import pandas as pd
 
-from vertisynth.core.capabilities import (HasGraphicalModel, PartyServerSplit, ReportsReferencePoints, ScoresRawTables,
-                                          StepsInChunks)
+from vertisynth.core.capabilities import (HasGraphicalModel, PartyServerSplit, ReportsReferencePoints, StepsInChunks,
+                                          wants_raw_values)
 from vertisynth.core.chunks import ChunkedCounts
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.encoding import TableCodec, TableSchema
@@ -188,6 +188,8 @@ def make_plan(config: RunConfig, registry: Registry | None = None, data_dir: str
         except BudgetError as exc:
             raise BudgetError(f"{comp.spec.kind} {comp.spec.name!r} cannot plan its spend: {exc}. "
                               f"Planned before it:\n{ledger.table(ledger.planned)}") from None
+        if isinstance(comp.instance, Evaluator):
+            wants_raw_values(comp.spec, comp.instance)   # a declaration without evaluate_raw: refused before data
         if isinstance(comp.instance, Evaluator) and charges:
             raise BudgetError(f"evaluator {comp.spec.name!r} declares privacy charges; evaluators may not spend budget")
         if isinstance(comp.instance, Evaluator) and comp.instance.requires_holdout and config.evaluation.holdout <= 0:
@@ -278,7 +280,7 @@ def _execute(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.Generator]
     scored_on: dict[str, str] = {}
     with _timed(timings, "evaluate", bar):
         for comp in plan.evaluators:
-            if isinstance(comp.instance, ScoresRawTables):
+            if wants_raw_values(comp.spec, comp.instance):
                 if raw is not None and frame is not None:
                     real_raw = raw[1] if raw[1] is not None and comp.instance.prefers_holdout else raw[0]
                     metrics[comp.label] = comp.instance.evaluate_raw(real_raw[list(frame.columns)], frame,
