@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from vertisynth import __version__
+from vertisynth.core.errors import DataError
 
 from . import figures
 
@@ -158,8 +159,11 @@ def run_context(result: RunResult, holdout: Dataset | None = None) -> dict[str, 
     p = r["privacy"]
     owner = {a: q["name"] for q in r["parties"] for a in q["attributes"]}
     real, synthetic = result.real_codes, result.synthetic_codes
-    marg_fig, marg_table = worst_marginals(real, synthetic)
-    heat_fig, heat_note = association_heatmaps(real, synthetic)
+    try:
+        marg_fig, marg_table = worst_marginals(real, synthetic)
+        heat_fig, heat_note = association_heatmaps(real, synthetic)
+    except DataError as exc:   # a streamed run of several blocks keeps no synthetic codes once evaluated
+        marg_fig, marg_table, heat_fig, heat_note = None, [], None, f"no figure: {exc}"
     cliques = model_cliques(result)
     graph = None
     if cliques is not None and owner:
