@@ -75,7 +75,7 @@ def test_a_library_on_numpys_global_rng_is_flagged_even_when_it_restores_the_sta
 
 def test_a_default_row_count_that_is_the_true_count_fails_the_audit():
     check_privacy_audit(subject(variant(), audit_samples=500))
-    with pytest.raises(PrivacyViolation, match="default row count that follows the true record count"):
+    with pytest.raises(PrivacyViolation, match="a default row count that follows the true record count"):
         check_privacy_audit(subject(variant(true_count=True), audit_samples=500))
 
 

@@ -477,8 +477,9 @@ def check_privacy_audit(subject: Subject) -> None:
     if not report.passed and subject.kind == "synthesizer" and subject.measure is None \
             and subject.audit_mechanism is None:
         raise PrivacyViolation(report.message() + "\n  (audited: the number of rows sample(None) draws, then the "
-                               "1-way counts of a sample; a default row count that follows the true record count "
-                               "is not DP: draw it from a noisy count)")
+                               "1-way counts of a sample. Either the declared cost is below the noise drawn, or a "
+                               "default row count that follows the true record count, which is not DP: draw it "
+                               "from a noisy count)")
     report.assert_ok()
 
 
