@@ -61,3 +61,18 @@ def test_paper_fig4_quick_shows_the_methods_apart(tmp_path):
         col = tvd3[eps]
         assert col["privmrf"] < col["vertimrf[encoder=dpfm]"] < col["independent"], tvd3
         assert col["vertimrf[encoder=grr]"] < col["independent"], tvd3
+
+
+def test_study_report_html_has_the_leaderboard_with_intervals_and_the_figures(tmp_path):
+    import re
+
+    from scipy import stats
+
+    write_outputs(_table(3), tmp_path)
+    html = (tmp_path / "report.html").read_text()
+    assert not re.search(r"https?://|<script|<link", html)
+    assert 'id="leaderboard"' in html and "census: tvd.tvd_2way (lower is better)" in html
+    # three repeats 0.05, 0.06, 0.07: mean 0.06, 95% t half-width t(0.975, 2) · 0.01 / √3; the best (lowest) is bold
+    half = stats.t.ppf(0.975, 2) * 0.01 / 3 ** 0.5
+    assert re.search(rf'<td class="n best">0.06 ± {half:.2g} <span class="note">n=3</span></td>', html)
+    assert html.count('class="fig-eps"') == 1 and 'src="data:image/png;base64,' in html

@@ -161,3 +161,41 @@ class EstimatesMemory(Protocol):
     {"parties": {party: bytes}, "server": bytes, "server_largest_clique_cells": int} (`vertisynth validate`)."""
 
     def memory_estimate(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class ReportsReferencePoints(Protocol):
+    """An evaluator whose scores come with reference points, so that a bare number means something: the same
+    metric for a table of independent columns (the real 1-way marginals multiplied out) and, when the run keeps
+    a holdout, for the real holdout against the training rows (the floor no synthesizer is expected to beat).
+    Called after `evaluate` (or `evaluate_holdout`), on the same marginals it scored."""
+
+    def reference_points(self, train: Dataset, holdout: Dataset | None) -> dict[str, dict[str, float]]:
+        """{metric: {"independent": value, "holdout_floor": value (only with a holdout)}}."""
+
+
+RAW_VALUES = "raw_values"   # an EvaluatorSpec capability: the evaluator scores raw tables (ScoresRawTables)
+
+
+def wants_raw_values(spec: Any, instance: Any) -> bool:
+    """Whether an evaluator declared (in its spec's capabilities) that it scores raw tables; a declaration
+    without `evaluate_raw` is a broken plugin, refused in one line."""
+    if RAW_VALUES not in getattr(spec, "capabilities", ()):
+        return False
+    if not isinstance(instance, ScoresRawTables):
+        from .errors import PluginError
+        raise PluginError(f"evaluator {spec.name!r} declares {RAW_VALUES!r} but has no "
+                          "evaluate_raw(real, synthetic, kinds, rng)")
+    return True
+
+
+@runtime_checkable
+class ScoresRawTables(Protocol):
+    """An evaluator that scores the decoded tables (raw values: numbers, dates, category strings) rather than
+    the run's codes, e.g. a peer library's metric whose published scores are on raw values. It says so with the
+    capability "raw_values" in its EvaluatorSpec; the pipeline then gives it the real rows as read and the
+    synthetic table as decoded, with the public schema's column kinds ("numerical", "categorical", "datetime")."""
+
+    def evaluate_raw(self, real: Any, synthetic: Any, kinds: Mapping[str, str],
+                     rng: np.random.Generator) -> dict[str, float]:
+        """`real`, `synthetic`: pandas DataFrames with the same columns."""

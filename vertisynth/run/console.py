@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -12,6 +13,13 @@ import click
 
 from vertisynth.core.errors import VertisynthWarning
 from vertisynth.core.progress import reporting
+
+
+def is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):   # a closed or file-like stream without isatty
+        return False
 
 
 def fail(exc: Exception) -> None:
@@ -39,13 +47,62 @@ def warnings_as_lines() -> Iterator[None]:
         yield
 
 
+class PlainProgress:
+    """The bar's stand-in when stderr is not a terminal (a log file, CI, a pipe): one plain line per stage,
+    per first report of an inner step and then at most one every PLAIN_EVERY seconds, instead of frames
+    joined by carriage returns. The same methods as the tqdm bar the pipeline drives."""
+
+    PLAIN_EVERY = 10.0
+
+    def __init__(self, label: str, total: int | None = None, initial: int = 0, file: Any = None,
+                 line_per_update: bool = False) -> None:
+        """`line_per_update`: a bar of items (study cells), a line each; else of stages, a line per stage."""
+        self.desc, self.total, self.n, self.file = label, total, initial, file or sys.stderr
+        self.line_per_update = line_per_update
+        self.t0 = self._last = time.monotonic()
+        self._inner: set[str] = set()
+        self._line()
+
+    def _line(self, extra: str = "") -> None:
+        count = f"{self.n}/{self.total}, " if self.total else ""
+        print(f"{self.desc} [{count}{time.monotonic() - self.t0:.0f}s]{extra}", file=self.file, flush=True)
+        self._last = time.monotonic()
+
+    def set_description(self, desc: str) -> None:
+        if desc != self.desc:
+            self.desc = desc
+            self._line()
+
+    def update(self, k: int = 1) -> None:
+        self.n += k
+        if self.line_per_update and k:
+            self._line()
+
+    def inner(self, label: str, done: int, of: int) -> None:
+        if label not in self._inner or done == of or time.monotonic() - self._last >= self.PLAIN_EVERY:
+            self._inner.add(label)
+            self._line(f" {label} {done}/{of}")
+
+    def close(self) -> None:
+        self._line(" done")
+
+
 @contextlib.contextmanager
 def progress_bar(label: str, enabled: bool = True, total: int | None = None) -> Iterator[Any]:
     """A bar on stderr whose first frame already names the work (`label`), and which shows the inner
     progress (`vertisynth.core.progress.step`: mirror-descent iterations, DPFM repetitions, rounds) as its
-    postfix. Disabled (`-q`): no bar. Yields the bar (None when disabled)."""
+    postfix; plain lines (`PlainProgress`) when stderr is not a terminal. Disabled (`-q`): no bar. Yields the
+    bar (None when disabled)."""
     if not enabled:   # no bar; a reporter installed around this call (an application's own) still hears
         yield None
+        return
+    if not is_terminal(sys.stderr):
+        plain = PlainProgress(label, total)
+        try:
+            with reporting(plain.inner):
+                yield plain
+        finally:
+            plain.close()
         return
     from tqdm.auto import tqdm
 

@@ -15,6 +15,7 @@ import attrs
 import numpy as np
 import pandas as pd
 
+from vertisynth.core.capabilities import wants_raw_values
 from vertisynth.core.dataset import VerticalPartition
 from vertisynth.core.encoding import TableSchema
 from vertisynth.core.errors import BudgetError, ConfigError, DataError
@@ -24,7 +25,7 @@ from vertisynth.core.registry import Registry, default_registry
 from vertisynth.core.structuring import structure
 
 from .config import EvaluatorConfig
-from .pipeline import build_evaluators
+from .pipeline import build_evaluators, column_kinds
 
 DEFAULT_EVALUATORS: tuple[dict[str, Any], ...] = ({"use": "tvd", "params": {"ways": [1, 2, 3]}},)
 
@@ -99,6 +100,11 @@ def evaluate_tables(real: Any, synthetic: Any, *, schema: Mapping[str, Mapping[s
             raise BudgetError(f"evaluator {comp.spec.name!r} declares privacy charges; evaluators may not spend budget")
         if comp.instance.uses_alignment:
             raise ConfigError(f"evaluator {comp.spec.name!r} scores an alignment's fill, which two tables do not have")
+        if wants_raw_values(comp.spec, comp.instance):   # e.g. sdmetrics_quality: the tables as given, not bins
+            against = hold if hold is not None and comp.instance.prefers_holdout else real
+            metrics[comp.label] = comp.instance.evaluate_raw(against[list(real.columns)], synthetic,
+                                                             column_kinds(table_schema), rng)
+            continue
         if hold_codes is None:
             if comp.instance.requires_holdout:
                 raise ConfigError(f"evaluator {comp.spec.name!r} scores on records the synthesizer never saw: pass "

@@ -18,7 +18,8 @@ import attrs
 import numpy as np
 import pandas as pd
 
-from vertisynth.core.capabilities import HasGraphicalModel, PartyServerSplit, StepsInChunks
+from vertisynth.core.capabilities import (HasGraphicalModel, PartyServerSplit, ReportsReferencePoints, StepsInChunks,
+                                          wants_raw_values)
 from vertisynth.core.chunks import ChunkedCounts
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.encoding import TableCodec, TableSchema
@@ -187,6 +188,8 @@ def make_plan(config: RunConfig, registry: Registry | None = None, data_dir: str
         except BudgetError as exc:
             raise BudgetError(f"{comp.spec.kind} {comp.spec.name!r} cannot plan its spend: {exc}. "
                               f"Planned before it:\n{ledger.table(ledger.planned)}") from None
+        if isinstance(comp.instance, Evaluator):
+            wants_raw_values(comp.spec, comp.instance)   # a declaration without evaluate_raw: refused before data
         if isinstance(comp.instance, Evaluator) and charges:
             raise BudgetError(f"evaluator {comp.spec.name!r} declares privacy charges; evaluators may not spend budget")
         if isinstance(comp.instance, Evaluator) and comp.instance.requires_holdout and config.evaluation.holdout <= 0:
@@ -231,15 +234,19 @@ def _execute(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.Generator]
     with _timed(timings, "load data", bar):
         loaded = plan.source.load()
     holdout, keyed = None, loaded.party_frames is not None
+    raw = None   # the real rows as read (training, holdout), for evaluators that score raw values
     with _timed(timings, "encode", bar):
         if keyed:
             codec, views = _encode_parties(plan, loaded, streams["preprocessing"])
         else:
             codec = loaded.schema.fit(loaded.frame, plan.ledger, streams["preprocessing"])
             real = codec.encode(loaded.frame)
+            raw = (loaded.frame.reset_index(drop=True), None)
             if cfg.evaluation.holdout > 0:  # a seeded, data-independent split: the synthesizer never sees these rows
                 taken = _holdout_rows(np.arange(real.n), cfg.evaluation.holdout, streams["split"])
-                holdout, real = real.take(taken), real.take(np.setdiff1d(np.arange(real.n), taken))
+                kept = np.setdiff1d(np.arange(real.n), taken)
+                holdout, real = real.take(taken), real.take(kept)
+                raw = (raw[0].iloc[kept].reset_index(drop=True), raw[0].iloc[taken].reset_index(drop=True))
             views = plan.partition.views(real)
     with _timed(timings, "align", bar):
         alignment = plan.aligner.instance.align(views, plan.ledger, streams["alignment"],
@@ -266,9 +273,23 @@ def _execute(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.Generator]
         frame = decode_table(codec, synthetic, streams["decode"], block_rows)
     metrics: dict[str, dict[str, float]] = {}
     # evaluators compare with the people every party holds for real (all rows unless a fill ran)
-    real_aligned = data.joined().take(np.flatnonzero(alignment.real_everywhere())).project(codec.domain.attributes)
+    everywhere = alignment.real_everywhere()
+    real_aligned = data.joined().take(np.flatnonzero(everywhere)).project(codec.domain.attributes)
+    if raw is not None and not (everywhere.all() and len(everywhere) == raw[0].shape[0]):
+        raw = None   # rows were filled or dropped by the alignment: the raw rows no longer match the codes
+    scored_on: dict[str, str] = {}
     with _timed(timings, "evaluate", bar):
         for comp in plan.evaluators:
+            if wants_raw_values(comp.spec, comp.instance):
+                if raw is not None and frame is not None:
+                    real_raw = raw[1] if raw[1] is not None and comp.instance.prefers_holdout else raw[0]
+                    metrics[comp.label] = comp.instance.evaluate_raw(real_raw[list(frame.columns)], frame,
+                                                                     column_kinds(loaded.schema), streams["evaluate"])
+                    scored_on[comp.label] = "raw values (the decoded synthetic table against the real rows as read)"
+                    continue
+                scored_on[comp.label] = ("codes: the raw real rows are not at hand in this run (ID-keyed or filled "
+                                         "alignment), so this score is on bins and is not comparable with the "
+                                         "library's published scores")
             if comp.instance.uses_alignment and any(m.any() for m in alignment.filled.values()):
                 metrics[comp.label] = comp.instance.evaluate_alignment(alignment, streams["evaluate"])
             elif holdout is None:
@@ -277,14 +298,29 @@ def _execute(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.Generator]
                 metrics[comp.label] = comp.instance.evaluate_holdout(real_aligned, holdout, synthetic,
                                                                          streams["evaluate"])
 
+        references = reference_points(plan, metrics, real_aligned, holdout)
     return _finish(plan, codec, loaded, frame, synthetic, real_aligned, holdout, metrics, align_info, timings,
-                   output_dir)
+                   output_dir, references=references, scored_on=scored_on)
+
+
+def column_kinds(schema: TableSchema) -> dict[str, str]:
+    """The public schema's column kinds in the words peer libraries use (SDMetrics' sdtypes)."""
+    return {c.name: {"numeric": "numerical"}.get(c.kind, c.kind) for c in schema.columns}
+
+
+def reference_points(plan: Plan, metrics: dict[str, dict[str, float]], real: Any,
+                     holdout: Dataset | None) -> dict[str, dict[str, dict[str, float]]]:
+    """Each scored evaluator's reference points (`ReportsReferencePoints`): the same metric for independent
+    columns and for the holdout against the training rows, so that a score has something to stand beside."""
+    return {c.label: c.instance.reference_points(real, holdout) for c in plan.evaluators
+            if c.label in metrics and isinstance(c.instance, ReportsReferencePoints)}
 
 
 def _finish(plan: Plan, codec: TableCodec, loaded: Any, frame: pd.DataFrame | None, synthetic: Any, real_aligned: Any,
             holdout: Dataset | None, metrics: dict[str, dict[str, float]], align_info: dict[str, Any],
             timings: dict[str, float], output_dir: str | Path | None,
-            written: WrittenTable | None = None) -> RunResult:
+            written: WrittenTable | None = None, references: dict[str, Any] | None = None,
+            scored_on: dict[str, str] | None = None) -> RunResult:
     """`written`: a streamed run's table, already written block by block (`stream_out.write_in_blocks`)."""
     spent = plan.ledger.spent_epsilon()
     if spent > plan.ledger.budget.epsilon * (1 + 1e-9):  # cannot happen if spend() matched the plan
@@ -296,7 +332,9 @@ def _finish(plan: Plan, codec: TableCodec, loaded: Any, frame: pd.DataFrame | No
                                          "training and holdout" if c.instance.requires_holdout else
                                          "holdout" if c.instance.prefers_holdout else "training table")
                            for c in plan.evaluators},
+        **({"scored_on": scored_on} if scored_on else {}),
     }
+    report["metric_references"] = references or {}
     model = _keep_model(plan, codec, loaded)
     report["privacy"]["releases"] = release_note(plan.synthesizer.spec.name, model)
     if written is not None:
@@ -304,8 +342,8 @@ def _finish(plan: Plan, codec: TableCodec, loaded: Any, frame: pd.DataFrame | No
     result = RunResult(frame, synthetic, real_aligned, metrics, plan.ledger, report, model=model,
                        synthetic_path=None if written is None else written.path)
     if output_dir is not None:
-        result.output_dir = write_outputs(result, Path(output_dir))
-        written = ["synthetic.csv", "report.json", "ledger.json", "summary.md"]
+        result.output_dir = write_outputs(result, Path(output_dir), holdout)
+        written = ["synthetic.csv", "report.json", "ledger.json", "summary.md", "report.html"]
         if model is not None:
             model.save(result.output_dir / MODEL_FILE)
             written.append(MODEL_FILE)
@@ -373,8 +411,9 @@ def _execute_streamed(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.G
             except AttributeError as exc:   # it reads rows, and a streamed run has only their counts
                 raise ConfigError(f"stream = true: evaluator {comp.label!r} reads the real rows ({exc}); a streamed "
                                   "run scores from marginal counts only (tvd): drop it or run without stream") from None
+        references = reference_points(plan, metrics, real, None)
     return _finish(plan, codec, loaded, written.frame, synthetic, real, None, metrics, align_info, timings,
-                   output_dir, written)
+                   output_dir, written, references=references)
 
 
 def _streamed_file_input(plan: Plan, streams: dict[str, np.random.Generator], timings: dict[str, float], bar: Any,

@@ -83,7 +83,11 @@ def record_outputs(out: Path, names: list[str]) -> None:
     (out / OUTPUTS_MANIFEST).write_text(json.dumps(sorted(set(names))))
 
 
-def write_outputs(result: RunResult, out: Path) -> Path:
+def write_outputs(result: RunResult, out: Path, holdout: Dataset | None = None) -> Path:
+    """report.json, ledger.json, summary.md and report.html beside synthetic.csv; `holdout`: the real rows the
+    synthesizer never saw, for the HTML report's reference points."""
+    from .html import write_run_html
+
     out.mkdir(parents=True, exist_ok=True)
     clear_previous_outputs(out)
     if result.synthetic_path != out / "synthetic.csv":   # a streamed run wrote it already, block by block
@@ -92,6 +96,7 @@ def write_outputs(result: RunResult, out: Path) -> Path:
     (out / "report.json").write_text(json.dumps(result.report, indent=2, default=json_default))
     (out / "ledger.json").write_text(json.dumps(result.report["privacy"], indent=2, default=json_default))
     (out / "summary.md").write_text(summary_markdown(result))
+    write_run_html(result, out, holdout)
     return out
 
 
@@ -132,6 +137,27 @@ def cross_party_note(report: dict[str, Any]) -> str | None:
             "marginal was measured): your parties' columns are synthesised as independent")
 
 
+REFERENCE_NAMES = {"independent": "independent columns", "holdout_floor": "real holdout vs training rows"}
+
+
+def reference_text(report: dict[str, Any], evaluator: str, metric: str) -> str:
+    """' (independent columns 0.35; real holdout vs training rows 0.10)' for a metric with reference points."""
+    refs = (report.get("metric_references") or {}).get(evaluator, {}).get(metric) or {}
+    parts = [f"{REFERENCE_NAMES.get(k, k)} {v:.4f}" for k, v in refs.items()]
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+def composition_note(privacy: dict[str, Any]) -> str | None:
+    """Why the stages' ε values add up to more than the total, when they do."""
+    stages = privacy.get("per_stage_epsilon") or {}
+    if len(stages) < 2 or sum(stages.values()) <= privacy["spent_epsilon"] * (1 + 1e-9):
+        return None
+    return (f"The stages' ε values add up to {sum(stages.values()):.4g}, more than the total "
+            f"{privacy['spent_epsilon']:.4g}: each is that stage's cost alone, converted to (ε, δ) on its own, while "
+            "the total composes every charge first (zCDP: the ρ values add) and converts once, which is tighter. "
+            "The total is what the run spent.")
+
+
 def summary_markdown(result: RunResult) -> str:
     r = result.report
     p = r["privacy"]
@@ -165,7 +191,8 @@ def summary_markdown(result: RunResult) -> str:
         "",
         "| evaluator | metric | value |",
         "|---|---|---|",
-        *[f"| {ev} | {m} | {v:.4f} |" for ev, ms in r["metrics"].items() for m, v in ms.items()],
+        *[f"| {ev} | {m} | {v:.4f}{reference_text(r, ev, m)} |" for ev, ms in r["metrics"].items()
+          for m, v in ms.items()],
         "",
         f"_{r['metrics_note']}._",
         "",
@@ -182,6 +209,10 @@ def summary_markdown(result: RunResult) -> str:
         lines[lines.index("## Metrics"):lines.index("## Metrics")] = [
             "Budget split inside the synthesizer (fractions of its zCDP ρ): "
             + ", ".join(f"{k} {v:.2f}" for k, v in r["synthesizer"]["budget_split"].items()), ""]
+    comp = composition_note(p)
+    if comp:
+        at = lines.index("| party | ε alone |")
+        lines[at:at] = [comp, ""]
     note = cross_party_note(r)
     if note:
         lines[lines.index("## Privacy"):lines.index("## Privacy")] = [f"**Warning:** {note}.", ""]

@@ -1,12 +1,15 @@
 """Study outputs: results.csv / results.parquet (tidy), summary.md (mean ± std per dataset, method, ε) and
 one PNG per (dataset, metric): metric vs ε (ticks at the grid's ε values), one line per method, error bars = std
-over repeats (cf. the VertiMRF paper's Figures 4-5). A single repeat shows 'value (n=1)', not '± 0'."""
+over repeats (cf. the VertiMRF paper's Figures 4-5). A single repeat shows 'value (n=1)', not '± 0'.
+report.html: the leaderboard (method × dataset × ε, mean and 95% interval over repeats) and those figures."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
 import pandas as pd
+
+from vertisynth.run.html import write_study_html
 
 
 def _slug(text: str) -> str:
@@ -19,6 +22,7 @@ def write_outputs(table: pd.DataFrame, out: Path) -> None:
     table.to_parquet(out / "results.parquet", index=False)
     lines = ["# Study summary", "", f"{table['cell'].nunique() if len(table) else 0} cells, "
              f"{len(table)} metric rows. Values are mean ± std over repeats (one repeat: the value, n=1).", ""]
+    figure_files: list[tuple[str, str, Path]] = []
     if len(table):
         table = table.assign(name=table["evaluator"] + "." + table["metric"], method=_method_and_point(table))
         agg = (table.groupby(["dataset", "method", "epsilon", "name"])["value"]
@@ -28,8 +32,10 @@ def write_outputs(table: pd.DataFrame, out: Path) -> None:
             for r in part.itertuples():
                 lines.append(f"| {r.method} | {r.epsilon:g} | {mean_std(r.mean, r.std, r.count)} | {r.count} |")
             png = _plot(part, dataset, name, out)
+            figure_files.append((dataset, name, out / png))
             lines += ["", f"![{dataset} {name}]({png})", ""]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
+    write_study_html(table, out, figure_files)   # `method` names the grid point too, as in the summary
 
 
 def _method_and_point(table: pd.DataFrame) -> pd.Series:

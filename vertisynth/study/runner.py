@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -25,6 +26,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from vertisynth.run.config import parse_config
+from vertisynth.run.console import PlainProgress, is_terminal
 from vertisynth.run.pipeline import make_plan, run
 from vertisynth.core.errors import ConfigError, PluginError, VertisynthWarning
 from vertisynth.study.grid import Cell, apply_quick, expand_grid
@@ -126,8 +128,11 @@ def run_study(data: dict[str, Any], out_dir: str | Path, *, quick: bool = False,
         todo = todo[:only]
     scheduler = scheduler or study.scheduler
     n_jobs = n_jobs if n_jobs is not None else study.n_jobs
-    bar = tqdm(total=len(cells), initial=len(cells) - len(todo), desc="study cells", unit="cell",
-               disable=not progress, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}]")
+    if progress and not is_terminal(sys.stderr):   # a log, not a terminal: plain lines, not bar frames
+        bar = PlainProgress("study cells", len(cells), len(cells) - len(todo), line_per_update=True)
+    else:
+        bar = tqdm(total=len(cells), initial=len(cells) - len(todo), desc="study cells", unit="cell",
+                   disable=not progress, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}]")
     if todo and scheduler:
         _run_dask(todo, str(cache), data_dir, scheduler, bar)
     elif todo:
@@ -142,7 +147,7 @@ def run_study(data: dict[str, Any], out_dir: str | Path, *, quick: bool = False,
     return table
 
 
-def _run_dask(todo: list[Cell], cache: str, data_dir: str | None, scheduler: str, bar: tqdm) -> None:
+def _run_dask(todo: list[Cell], cache: str, data_dir: str | None, scheduler: str, bar: Any) -> None:
     try:
         from dask.distributed import Client, as_completed
     except ImportError:

@@ -277,7 +277,15 @@ def _summaries(x1: np.ndarray, x2: np.ndarray) -> list[Summary | None]:
         w = np.zeros(x1.shape[1])
         w[int(np.argmax(np.abs(diff)))] = 1.0
     mid = 0.5 * (m1 + m2)
-    return [Summary("linear", w, mid, np.zeros_like(w)), Summary("clipped", w, mid, np.abs(w * diff) / 2)]
+    out = [Summary("linear", w, mid, np.zeros_like(w)), Summary("clipped", w, mid, np.abs(w * diff) / 2)]
+    # a coordinate constant on each side but not the same on both (e.g. a row count that is the true count)
+    # separates the sides outright, yet has no variance to weigh it by: threshold it on its own
+    exact = np.flatnonzero((var == 0) & (diff != 0))
+    if exact.size:
+        unit = np.zeros(x1.shape[1])
+        unit[exact[0]] = 1.0
+        out.append(Summary("linear", unit, mid, np.zeros_like(unit)))
+    return out
 
 
 def _informative_columns(x1: np.ndarray, x2: np.ndarray) -> tuple[np.ndarray, bool]:

@@ -125,3 +125,38 @@ def _support(n: int, p: float, sds: float = 12.0) -> np.ndarray:
     sd = math.sqrt(max(n * p * (1 - p), 1.0))
     lo, hi = max(0, int(n * p - sds * sd) - 10), min(n, int(n * p + sds * sd) + 10)
     return np.arange(lo, hi + 1)
+
+
+# The reference a claim's sample size is sized for: an event of probabilities near ½ whose log-ratio is
+# UNDERCLAIM_RATIO x the claimed ε must be certified above ε with probability DETECTION_TARGET. A component
+# that declares 1/10 of its true cost shows such an event on the kit's test bed even through its post-processed
+# default output (docs/testing.md, "How many samples catch what").
+UNDERCLAIM_RATIO = 2.0
+DETECTION_TARGET = 0.9
+
+
+def samples_for_claim(epsilon: float, delta: float = 0.0, alpha: float = DEFAULT_ALPHA, n_pairs: int = 1,
+                      n_claims: int = 1, ratio: float = UNDERCLAIM_RATIO, target: float = DETECTION_TARGET,
+                      most: int = 10**7) -> int:
+    """The fresh samples per side at which the audit certifies ε_lb > `epsilon` with probability `target` on an
+    event of probabilities p, 1 − p (p > ½) with ln(p / (1 − p)) = `ratio`·ε: a violation `ratio` times
+    the claim, on the most common kind of event. Grows like 1/ε²; `most` caps it (an ε of 0 gives `most`)."""
+    if not (epsilon >= 0 and math.isfinite(epsilon)) or ratio <= 1 or not 0 < target < 1:
+        raise ConfigError(f"samples_for_claim: need a finite ε >= 0, ratio > 1 and target in (0, 1), got "
+                          f"{epsilon}, {ratio}, {target}")
+    if epsilon == 0:
+        return most
+    p = 1.0 / (1.0 + math.exp(-ratio * epsilon))
+
+    def caught(n: int) -> bool:
+        return detection_probability(p, 1 - p, n, epsilon, alpha, n_pairs, n_claims, delta) >= target
+
+    lo, hi = 10, 10
+    while not caught(hi):
+        if hi >= most:
+            return most
+        lo, hi = hi, min(most, hi * 2)
+    while hi - lo > max(1, lo // 100):   # to 1%: the binomial tails make `caught` monotone only roughly
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if caught(mid) else (mid, hi)
+    return hi

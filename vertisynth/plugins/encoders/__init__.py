@@ -24,7 +24,7 @@ def vertisynth_encoders():
             "he",
             "vertisynth.plugins.encoders.he.encoder:HEEncoder",
             "vertisynth.plugins.encoders.he.encoder:HEConfig",
-            "cross-party marginals counted exactly under Paillier, two-sided discrete Gaussian noise (issue 25)",
+            "cross-party marginals counted exactly under Paillier, two-sided discrete Gaussian noise",
             {"vertical"},
         ),
     ]

@@ -33,8 +33,9 @@ def vertisynth_evaluators():
                       goal="minimize", min_value=0.5, max_value=1.0),
         # peer libraries' metrics, each under its own extra (skipped with a warning when it is absent)
         EvaluatorSpec("sdmetrics_quality", "vertisynth.plugins.evaluators.external:SDMetricsQuality", None,
-                      "SDMetrics quality report: Column Shapes and Column Pair Trends (pip install "
-                      "'vertisynth[sdmetrics]')", goal="maximize", min_value=0.0, max_value=1.0),
+                      "SDMetrics quality report on the raw tables: Column Shapes and Column Pair Trends (pip "
+                      "install 'vertisynth[sdmetrics]')", {"raw_values"}, goal="maximize", min_value=0.0,
+                      max_value=1.0),
         EvaluatorSpec("anonymeter_risk", "vertisynth.plugins.evaluators.external:AnonymeterRisk",
                       "vertisynth.plugins.evaluators.external:AnonymeterConfig",
                       "anonymeter singling-out / linkability / inference risk against a holdout (pip install "

@@ -7,14 +7,18 @@
 is better, with the upper end of its 95% interval. In a vertical run the linkability attack links the first
 party's columns to the other parties' by default, the question a vertical release raises.
 
-Both read the tables as the run's codes (bins and categories), like every built-in evaluator. Without the
-extra installed the evaluator is skipped with a warning that names the extra; a score the library returns
+`sdmetrics_quality` scores the raw tables (it declares `ScoresRawTables`): the real rows as read and the
+synthetic table as decoded, with numerical, categorical and datetime columns as the public schema says, so its
+scores are the ones SDMetrics (and SDV's published results) give on the same two tables; where the raw rows are
+not at hand (ID-keyed or filled alignments) it falls back to the codes and the report says so. `anonymeter_risk`
+reads the codes (bins and categories), like every built-in evaluator. Without the extra installed the evaluator is skipped with a warning that names the extra; a score the library returns
 as NaN is left out with a warning, never reported as a number.
 """
 from __future__ import annotations
 
 import importlib
 import warnings
+from collections.abc import Mapping
 
 import attrs
 import numpy as np
@@ -59,7 +63,12 @@ def _finite(evaluator: str, scores: dict[str, float]) -> dict[str, float]:
     return {k: float(v) for k, v in scores.items() if k not in bad}
 
 
+SDMETRICS_TYPES = ("numerical", "categorical", "datetime")
+
+
 class SDMetricsQuality(Evaluator):
+    """Declares `ScoresRawTables`: the pipeline and `vertisynth.evaluate` call `evaluate_raw` with the raw tables."""
+
     def __init__(self, config: None = None) -> None:
         super().__init__(config)
 
@@ -67,15 +76,31 @@ class SDMetricsQuality(Evaluator):
         return []
 
     def evaluate(self, real: Dataset, synthetic: Dataset, rng: np.random.Generator) -> dict[str, float]:
+        """On codes (every column categorical): the fallback where the raw rows are not at hand."""
         _same_domain("sdmetrics_quality", real, synthetic)
+        kinds = {a: "categorical" for a in real.domain.attributes}
+        return self._score(_labelled(real), _labelled(synthetic), kinds)
+
+    def evaluate_raw(self, real: pd.DataFrame, synthetic: pd.DataFrame, kinds: Mapping[str, str],
+                     rng: np.random.Generator) -> dict[str, float]:
+        if list(real.columns) != list(synthetic.columns):
+            raise DataError(f"sdmetrics_quality: the tables have different columns ({list(real.columns)} vs "
+                            f"{list(synthetic.columns)})")
+        return self._score(real, synthetic, {c: kinds.get(c, "categorical") for c in real.columns})
+
+    @staticmethod
+    def _score(real: pd.DataFrame, synthetic: pd.DataFrame, kinds: Mapping[str, str]) -> dict[str, float]:
         mod = _import_extra("sdmetrics.reports.single_table", "sdmetrics", "sdmetrics_quality")
         if mod is None:
             return {}
-        metadata = {"columns": {a: {"sdtype": "categorical"} for a in real.domain.attributes}}
+        unknown = {c: k for c, k in kinds.items() if k not in SDMETRICS_TYPES}
+        if unknown:
+            raise DataError(f"sdmetrics_quality: column kinds {unknown} are not among {list(SDMETRICS_TYPES)}")
+        metadata = {"columns": {c: {"sdtype": k} for c, k in kinds.items()}}
         report = mod.QualityReport()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
-            report.generate(_labelled(real), _labelled(synthetic), metadata, verbose=False)
+            report.generate(real, synthetic, metadata, verbose=False)
         props = report.get_properties().set_index("Property")["Score"]
         return _finite("sdmetrics_quality", {"column_shapes": props.get("Column Shapes", np.nan),
                                              "column_pair_trends": props.get("Column Pair Trends", np.nan)})

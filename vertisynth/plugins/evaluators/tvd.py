@@ -5,6 +5,10 @@ attribute subsets of each size k in `ways` (all subsets when there are fewer). 0
 Without `ways` in the config: 3, 4 and 5 where the table has that many attributes (a 3-column job scores
 3-way marginals, not an error about sizes nobody asked for); ways given explicitly must all fit.
 With `[evaluation] holdout`, the real side is the holdout (the report says which table was used).
+
+Reference points (`reference_points`), on the marginals just scored: `independent`, the TVD of the real
+1-way marginals multiplied out (what a synthesizer that keeps no association would score), and with a
+holdout `holdout_floor`, the TVD between the holdout and the training rows (what fresh real records score).
 """
 from __future__ import annotations
 
@@ -68,6 +72,7 @@ class TVDEvaluator(Evaluator):
 
     def __init__(self, config: TVDConfig | None = None) -> None:
         super().__init__(config or TVDConfig())
+        self._last_sets: dict[int, list[tuple[str, ...]]] = {}
 
     def plan(self, ctx: PlanContext) -> list:
         d = len(ctx.domain)
@@ -90,4 +95,37 @@ class TVDEvaluator(Evaluator):
                     table.prefetch(sets)
             vals = [marginal_tvd(real, synthetic, attrs_) for attrs_ in sets]
             out[f"tvd_{k}way"] = float(np.mean(vals))
+            self._last_sets[k] = sets
         return out
+
+    def reference_points(self, train: Dataset, holdout: Dataset | None) -> dict[str, dict[str, float]]:
+        """The same TVDs for independent columns and, with a holdout, for the holdout against the training rows."""
+        scored = holdout if holdout is not None else train   # the table the synthetic one was compared with
+        one_way = {a: _normalised(train.counts((a,)).values.ravel()) for a in train.domain.attributes}
+        out: dict[str, dict[str, float]] = {}
+        for k, sets in self._last_sets.items():
+            indep = [_tvd(_normalised(scored.counts(s).values.ravel()), _outer([one_way[a] for a in s]))
+                     for s in sets]
+            out[f"tvd_{k}way"] = {"independent": float(np.mean(indep))}
+            if holdout is not None:
+                out[f"tvd_{k}way"]["holdout_floor"] = float(np.mean([marginal_tvd(train, holdout, s) for s in sets]))
+        return out
+
+
+def _normalised(p: np.ndarray) -> np.ndarray:
+    total = p.sum()
+    if total == 0:
+        raise DataError("tvd: a table is empty")
+    return p / total
+
+
+def _outer(marginals: list[np.ndarray]) -> np.ndarray:
+    """The product distribution of 1-way marginals, flattened in the order `counts` uses (C order)."""
+    out = marginals[0]
+    for m in marginals[1:]:
+        out = np.multiply.outer(out, m)
+    return np.asarray(out).ravel()
+
+
+def _tvd(p: np.ndarray, q: np.ndarray) -> float:
+    return 0.5 * float(np.abs(p - q).sum())
