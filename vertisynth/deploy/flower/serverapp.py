@@ -118,10 +118,11 @@ def main(grid: Grid, context: Context) -> None:
             # the server role runs beside the parties in the synth step: it publishes the run key they seal their
             # messages to (and with encoder "he" signs its clique queries mid-run), then builds the table
             if not str(cfg.get("server-key", "")):
-                what = "takes part in the rounds" if joint_encoder(synth) is not None else "signs the run key the parties seal to"
-                raise MessageError(f"{'encoder ' + repr('he') + ': ' if joint_encoder(synth) is not None else ''}"
-                                   f"the server {what}; set --run-config 'server-key="
-                                   "\"private_server/server_signing.pem\"' (from `party init --party server`)")
+                he = joint_encoder(synth) is not None
+                raise MessageError(("encoder 'he': the server takes part in the rounds" if he else
+                                    "the server signs the run key the parties seal their messages to")
+                                   + "; set --run-config 'server-key=\"private_server/server_signing.pem\"' "
+                                   "(from `party init --party server`)")
             fresh_out(out)   # a reused output folder is refused before anything runs
             work = Path(str(cfg.get("work", "")) or f"{out}.work") / f"run-{context.run_id}"
             server = ServerBridge(Path(str(cfg["config"])), out, work, Path(str(cfg["server-key"])), data_dir)
