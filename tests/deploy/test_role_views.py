@@ -151,7 +151,7 @@ def base_rate(truth):
     return float(np.bincount(truth).max() / truth.size)
 
 
-DPFM = 'encoder_params = { t = 8000 }'
+DPFM = 'encoder_params = { t = 16000 }'
 
 
 @pytest.fixture(scope="module")
@@ -179,13 +179,14 @@ def test_dpfm_a_party_with_the_hash_key_reads_no_other_party_row(dpfm_run):
 
 def test_dpfm_the_attack_works_with_the_sketches_and_the_key(dpfm_run):
     """The attack is real: given the sketches in clear and the key (what a party held before the seal, and what
-    a party colluding with the server holds: not covered, docs/threat-model.md), it recovers about every row."""
+    a party colluding with the server holds: not covered, docs/threat-model.md), it recovers most rows (about 93% at t = 16,000,
+    n = 400, ε = 1, with no wrong guess; the rest keep two candidates)."""
     tmp, config, truth = dpfm_run
     keys = json.loads((tmp / "private_insurer" / "insurer_keys.json").read_text())
     fm_key = KeyParty.from_group_key("insurer", bytes.fromhex(keys["group_key"])).fm_key()
     opened = readable(tmp / "shared", roster_of(config), "hospital", server_run_key(tmp))
     guess = fm_attack(opened, fm_key)
-    assert recovered(guess, truth) > 0.9 and not ((guess >= 0) & (guess != truth)).any()   # and no wrong guess
+    assert recovered(guess, truth) > 0.8 and not ((guess >= 0) & (guess != truth)).any()   # and no wrong guess
 
 
 def test_dpfm_the_server_without_the_key_recovers_nothing_beyond_dp(dpfm_run):
@@ -247,3 +248,34 @@ def test_he_no_party_decrypts_another_party_row(tmp_path):
     assert [m for p in PARTIES for m in readable(ex, roster, p) if isinstance(m, protocol.NoisyCounts)] == []
     ledger = json.loads((tmp_path / "out" / "ledger.json").read_text())
     assert ledger["unnoised_releases"][0]["value"] == N
+
+
+def test_a_sealed_body_moved_into_another_envelope_or_sent_in_clear_is_refused(dpfm_run, tmp_path):
+    """Seal, then sign: the insurer re-signs the hospital's sealed sketches as its own (the associated data binds
+    them to their sender and slot: they do not open), or sends a body in clear (refused by the server)."""
+    import shutil
+
+    from vertisynth.core.envelope import seal
+    from vertisynth.deploy.session import RunState, Session
+
+    tmp, config, _ = dpfm_run
+    roster = roster_of(config)
+    shutil.copytree(tmp / "shared", tmp_path / "shared")
+    [(victim, header, body)] = [(f, *open_envelope(f.read_bytes(), roster, None, f.name))
+                                for f in (tmp_path / "shared").glob("synth__hospital__*.env")
+                                if open_envelope(f.read_bytes(), roster, None, f.name)[0].kind == "sealed:dpfm_sketches"]
+    insurer = Identity.load("insurer", tmp / "private_insurer" / "insurer_signing.pem")
+    ex = FolderTransport(tmp_path / "shared")
+    ex.send("synth__insurer__to__server__900", seal(insurer, header.run, header.config, ["server"], "synth",
+                                                    header.kind, body))
+    ex.send("synth__insurer__to__server__901", seal(insurer, header.run, header.config, ["server"], "synth",
+                                                    "dpfm_sketches", b"clear"))
+    server = Session(None, roster, ex, RunState("server", header.run, header.config, tuple(PARTIES)),
+                     run_key=server_run_key(tmp))
+    assert server.open(victim.stem, ("synth",))[0].kind == "dpfm_sketches"   # the honest one opens
+    with pytest.raises(MessageError, match="does not open with this run key"):
+        server.open("synth__insurer__to__server__900", ("synth",))
+    with pytest.raises(MessageError, match="sent in clear"):
+        server.open("synth__insurer__to__server__901", ("synth",))
+    # a dpfm run releases no row count (the server sees only a MAC of it)
+    assert "unnoised_releases" not in json.loads((tmp / "out" / "ledger.json").read_text())
