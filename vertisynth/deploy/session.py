@@ -7,6 +7,11 @@ setting of the resolved public config and a fresh random nonce; each party check
 hash of the fingerprint and all nonces, so it is fresh for every party that took part. Every later message of
 the run carries that run id and is refused elsewhere. The run state (run id, fingerprint, the optional test
 secret) is kept in the party's private folder for the later steps.
+
+The server makes an X25519 run key per run and publishes it in an envelope it signs (round `server-key`,
+`publish_run_key`); every party verifies it under the roster (`fetch_run_key`) and seals each data-derived message
+to the server (rounds `SEALED_ROUNDS`) with it: seal, then sign (`Session.send`). Only the server opens them
+(`Session.open`); another party or a relay reads ciphertext (docs/threat-model.md).
 """
 from __future__ import annotations
 
