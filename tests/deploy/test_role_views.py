@@ -13,7 +13,7 @@ private folder, every file of the exchange it can read) and tries to recover ano
   * grr, the server: it reads the perturbed column; its accuracy is the GRR keep probability (the LDP bound), no
     more. A party and the relay read no column at all.
   * a relay (anyone with the exchange): no sealed body opens; it reads no sketch, column, table or ledger.
-  * he (slow: real Paillier): a summing party holds the encrypting party's rows as Paillier ciphertexts, all
+  * he (real 2048-bit Paillier): a summing party holds the encrypting party's rows as Paillier ciphertexts, all
     distinct, and never its private key; the encrypting party decrypts only noisy tables, never a row.
 """
 import json
@@ -247,7 +247,6 @@ def test_grr_the_server_reads_the_perturbed_column_a_party_and_a_relay_nothing(t
     assert entry["value"] == N and entry["noised"] is False and entry["epsilon"] == 0.0
 
 
-@pytest.mark.slow
 def test_he_no_party_decrypts_another_party_row(tmp_path):
     pytest.importorskip("phe")
     pytest.importorskip("gmpy2")

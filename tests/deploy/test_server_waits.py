@@ -78,7 +78,7 @@ def test_a_server_started_beside_the_parties_waits_for_them(tmp_path, encoder):
                                "--out", "out", *SERVER_KEY, "--timeout", "150", "-q"], cwd=tmp_path,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(20)   # the server gave up after ~18 s with "no messages from parties"
+        time.sleep(5)   # the server gave up at once ("no envelopes", then "no messages from parties")
         assert server.poll() is None, server.communicate()
         hello_all(tmp_path, PARTIES)
         if "t = 64" in encoder:
@@ -95,7 +95,6 @@ def test_a_server_started_beside_the_parties_waits_for_them(tmp_path, encoder):
     assert (tmp_path / "out" / "synthetic.csv").is_file()
 
 
-@pytest.mark.slow   # real 2048-bit Paillier: about 3 minutes on a busy 2-core machine
 def test_a_server_that_sends_parties_different_clique_tables_is_named_at_once(tmp_path):
     pytest.importorskip("phe")
     pytest.importorskip("gmpy2")
