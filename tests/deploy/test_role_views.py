@@ -297,3 +297,31 @@ def test_a_sealed_body_moved_into_another_envelope_or_sent_in_clear_is_refused(d
         server.open("synth__insurer__to__server__901", ("synth",))
     # a dpfm run releases no row count (the server sees only a MAC of it)
     assert "unnoised_releases" not in json.loads((tmp / "out" / "ledger.json").read_text())
+
+
+def test_a_run_key_not_signed_by_the_server_is_refused(dpfm_run, tmp_path):
+    """A party (or a relay) that swaps in a run key of its own, to read what the others seal: refused before any
+    party seals a byte to it (the key's envelope must verify under the server's roster key)."""
+    import hashlib
+    import shutil
+    import struct
+
+    from vertisynth.core.envelope import MAGIC, canonical
+    from vertisynth.core.sealing import RunKey
+    from vertisynth.deploy.session import fetch_run_key, session
+
+    tmp, config, _ = dpfm_run
+    shutil.copytree(tmp / "shared", tmp_path / "shared")
+    [real] = list((tmp_path / "shared").glob("server-key__server__*.env"))
+    data = real.read_bytes()
+    n = struct.unpack(">I", data[len(MAGIC):len(MAGIC) + 4])[0]
+    head = data[len(MAGIC) + 4:len(MAGIC) + 4 + n]
+    insurer = Identity.load("insurer", tmp / "private_insurer" / "insurer_signing.pem")
+    body = canonical({"x25519": RunKey().public.hex()})
+    header = json.loads(head)
+    header["sha256"] = hashlib.sha256(body).hexdigest()
+    forged_head = canonical(header)   # the server's header, the insurer's key and signature
+    real.write_bytes(MAGIC + struct.pack(">I", len(forged_head)) + forged_head + insurer.sign(forged_head) + body)
+    sess = session(config, "hospital", tmp_path / "shared", tmp / "private_hospital", None, 2.0)
+    with pytest.raises(MessageError, match="from 'server': the signature does not verify"):
+        fetch_run_key(sess)
