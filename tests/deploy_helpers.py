@@ -26,10 +26,14 @@ def parallel(argvs, cwd, timeout=180):
     return [(p.returncode, o, e) for p, (o, e) in zip(procs, outs)]
 
 
+SERVER_KEY = ["--key", "private_server/server_signing.pem"]   # the server's signing key (with_roster makes it)
+
+
 def with_roster(tmp_path, config_text, names, private=lambda n: f"private_{n}"):
-    """`party init` for each name, then the config with a [roster] pinning their public keys."""
+    """`party init` for each name and for the server (it signs the run key the parties seal to), then the config
+    with a [roster] pinning their public keys."""
     lines = []
-    for n in names:
+    for n in [*names, *([] if "server" in names else ["server"])]:
         res = cli("party", "init", "--party", n, "--out", private(n), cwd=tmp_path)
         lines.append(res.stdout.strip().splitlines()[-1])
     return config_text + "\n[roster.keys]\n" + "\n".join(lines) + "\n"
@@ -43,6 +47,12 @@ def hello_all(tmp_path, names, config="job.toml", exchange="shared", secret=None
     if ok:
         assert all(r[0] == 0 for r in res), res
     return res
+
+
+def publish_key(tmp_path, config="job.toml", exchange="shared", out="out", ok=True):
+    """`vertisynth server --publish-key-only`: the run key the parties seal to, before steps run one by one."""
+    return cli("server", config, "--exchange", exchange, "--out", out, *SERVER_KEY, "--publish-key-only",
+               "--timeout", "30", cwd=tmp_path, ok=ok)
 
 
 def keys_all(tmp_path, names, config="job.toml", exchange="shared", timeout=30, ok=True):

@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
-from deploy_helpers import SECRET, cli, hello_all, keys_all, parallel, with_roster
+from deploy_helpers import SECRET, SERVER_KEY, cli, hello_all, keys_all, parallel, publish_key, with_roster
 
 SMALL = """
 seed = 5
@@ -66,6 +66,7 @@ def released(tmp_path_factory):
     _csvs(tmp)
     hello_all(tmp, PARTIES)
     keys_all(tmp, PARTIES)
+    publish_key(tmp)
     for p in PARTIES:
         _synth(tmp, p)
     return tmp
@@ -73,7 +74,7 @@ def released(tmp_path_factory):
 
 def test_honest_release_is_accepted(released, tmp_path):
     shutil.copytree(released, tmp_path / "run", dirs_exist_ok=True)
-    cli("server", "job.toml", "--exchange", "shared", "--out", "out", cwd=tmp_path / "run")
+    cli("server", "job.toml", "--exchange", "shared", "--out", "out", *SERVER_KEY, cwd=tmp_path / "run")
     report = (tmp_path / "run" / "out" / "ledger.json").read_text()
     assert '"hospital"' in report and "not for production" not in report
 
@@ -81,26 +82,15 @@ def test_honest_release_is_accepted(released, tmp_path):
 def test_edited_message_is_refused(released, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(released, run)
-    from vertisynth.core.messages import Message
-    from vertisynth.run.config import load_config
-    from vertisynth.run.pipeline import make_plan
-    make_plan(load_config(run / "job.toml"))   # registers the synthesizer's message kinds in this process
     victim = sorted((run / "shared").glob("synth__insurer__*.env"))[0]
     data = victim.read_bytes()
     from vertisynth.core.envelope import MAGIC
-    msg_start = len(MAGIC) + 4 + int.from_bytes(data[len(MAGIC):len(MAGIC) + 4], "big") + 64   # the body
-    msg = Message.from_bytes(data[msg_start:])
-    import attrs
-    changed = {k: v for k, v in attrs.asdict(msg, recurse=False).items()}
-    for k, v in changed.items():
-        if isinstance(v, np.ndarray) and v.size > 1:
-            changed[k] = np.ascontiguousarray(v[::-1])
-        if isinstance(v, dict) and v and all(isinstance(x, np.ndarray) for x in v.values()):
-            changed[k] = {kk: np.ascontiguousarray(x[::-1]) for kk, x in v.items()}
-    edited = type(msg)(**changed).validate().to_bytes()   # re-saved, a valid format
-    assert edited != data[msg_start:]
+    msg_start = len(MAGIC) + 4 + int.from_bytes(data[len(MAGIC):len(MAGIC) + 4], "big") + 64   # the (sealed) body
+    body = bytearray(data[msg_start:])
+    body[-20:] = bytes(b ^ 0xFF for b in body[-20:])   # the sealed message's ciphertext, changed
+    edited = bytes(body)
     victim.write_bytes(data[:msg_start] + edited)
-    res = cli("server", "job.toml", "--exchange", "shared", "--out", "out", cwd=run, ok=False)
+    res = cli("server", "job.toml", "--exchange", "shared", "--out", "out", *SERVER_KEY, cwd=run, ok=False)
     refused(res, "'insurer'", "does not match its signed hash")
 
 
@@ -114,7 +104,7 @@ def test_server_whose_budget_differs_from_the_parties_refuses(released, tmp_path
     run = tmp_path / "run"
     shutil.copytree(released, run)
     (run / "server.toml").write_text((run / "job.toml").read_text().replace("epsilon = 8.0", "epsilon = 4.0"))
-    res = cli("server", "server.toml", "--exchange", "shared", "--out", "out", cwd=run, ok=False)
+    res = cli("server", "server.toml", "--exchange", "shared", "--out", "out", *SERVER_KEY, cwd=run, ok=False)
     refused(res, "'hospital' ran a different config", "budget.epsilon = 8.0 there, 4.0 here")
 
 
@@ -214,9 +204,10 @@ def test_party_tables_of_different_lengths_are_refused(tmp_path):
     _csvs(tmp_path, 300, 280)
     hello_all(tmp_path, PARTIES)
     keys_all(tmp_path, PARTIES)
+    publish_key(tmp_path)
     for p in PARTIES:
         _synth(tmp_path, p)
-    res = cli("server", "job.toml", "--exchange", "shared", "--out", "out", cwd=tmp_path, ok=False)
+    res = cli("server", "job.toml", "--exchange", "shared", "--out", "out", *SERVER_KEY, cwd=tmp_path, ok=False)
     refused(res, "party tables of different lengths")
 
 

@@ -4,7 +4,7 @@ import sys
 
 import pandas as pd
 import pytest
-from deploy_helpers import SECRET, cli, hello_all, keys_all, with_roster
+from deploy_helpers import SECRET, SERVER_KEY, cli, hello_all, keys_all, publish_key, with_roster
 
 from vertisynth.deploy.simulate import simulate
 from vertisynth.run.config import load_config
@@ -25,16 +25,16 @@ params = { ways = [2], marginals = 10 }
 
 
 def test_parties_and_server_as_separate_processes_equal_the_simulation(tmp_path):
-    # the roster pins the server too: it signs the model file it releases
-    (tmp_path / "job.toml").write_text(with_roster(tmp_path, CONFIG, ["registry", "employer", "server"]))
+    # with_roster pins the server too: it signs the run key and the model file it releases
+    (tmp_path / "job.toml").write_text(with_roster(tmp_path, CONFIG, ["registry", "employer"]))
     hello_all(tmp_path, ["registry", "employer"], secret=SECRET)
     keys_all(tmp_path, ["registry", "employer"])
+    publish_key(tmp_path)
     for party in ("registry", "employer"):
         res = cli("party", "job.toml", "--party", party, "--exchange", "shared", "--out", f"private_{party}",
                   cwd=tmp_path)
         assert "not for production" in res.stdout
-    res = cli("server", "job.toml", "--exchange", "shared", "--out", "out", "--key",
-              "private_server/server_signing.pem", cwd=tmp_path)
+    res = cli("server", "job.toml", "--exchange", "shared", "--out", "out", *SERVER_KEY, cwd=tmp_path)
     assert "not for production" in res.stdout
     deployed = pd.read_csv(tmp_path / "out" / "synthetic.csv")
     simulated = simulate(load_config(tmp_path / "job.toml"), SECRET).synthetic
@@ -53,9 +53,10 @@ def test_parties_and_server_as_separate_processes_equal_the_simulation(tmp_path)
 def test_server_refuses_missing_parties(tmp_path):
     (tmp_path / "job.toml").write_text(with_roster(tmp_path, CONFIG.replace('encoder_params', 'encoder = "grr", encoder_params').replace("{ t = 200 }", "{}"), ["registry", "employer"]))
     hello_all(tmp_path, ["registry", "employer"])
+    publish_key(tmp_path)
     cli("party", "job.toml", "--party", "registry", "--exchange", "shared", "--out", "private_registry", cwd=tmp_path)
     res = subprocess.run([sys.executable, "-m", "vertisynth.cli", "server", "job.toml", "--exchange", "shared",
-                          "--out", "out"], capture_output=True, text=True, cwd=tmp_path)
+                          "--out", "out", *SERVER_KEY, "--timeout", "2"], capture_output=True, text=True, cwd=tmp_path)
     assert res.returncode == 2 and "no messages from parties ['employer']" in res.stderr
 
 
@@ -112,10 +113,11 @@ def test_parties_agree_keys_through_files_and_run_on_their_own_csvs(tmp_path):
     assert sorted(f.name for f in shared if not f.name.startswith("hello")) == [
         "keys-pub__hospital__to__all__0.env", "keys-pub__insurer__to__all__0.env"]
     assert not any(bytes.fromhex(keys["hospital"]["group_key"]) in f.read_bytes() for f in shared)
+    publish_key(tmp_path)
     for p in ("hospital", "insurer"):   # no secret seed: noise from the OS; each party reads only its own CSV
         cli("party", "synth", "job.toml", "--party", p, "--csv", f"{p}.csv", "--keys", f"private_{p}/{p}_keys.json",
             "--exchange", "shared", "--out", f"private_{p}", cwd=tmp_path)
-    cli("server", "job.toml", "--exchange", "shared", "--out", "out", cwd=tmp_path)
+    cli("server", "job.toml", "--exchange", "shared", "--out", "out", *SERVER_KEY, cwd=tmp_path)
     syn = pd.read_csv(tmp_path / "out" / "synthetic.csv")
     assert list(syn.columns) == ["a", "b", "c", "d"] and abs(len(syn) - 1500) < 200
     # the cross-party correlation: 0.85 in the data, 1/3 if lost (as with keys that differ between parties);
@@ -223,10 +225,11 @@ def test_keyed_parties_align_then_synthesise_across_processes(tmp_path, fill):
     spends = json.loads((tmp_path / "private_hospital" / "hospital_alignment_ledger.json").read_text())
     assert [s["stage"] for s in spends] == (["alignment"] if fill == "marginal" else [])
     keys_all(tmp_path, ["hospital", "insurer"])   # the documented flow: align -> keys -> synth
+    publish_key(tmp_path)
     for p in ("hospital", "insurer"):
         cli("party", "synth", "job.toml", "--party", p, "--csv", f"private_{p}/{p}_aligned.csv",
             "--exchange", "shared", "--out", f"private_{p}", cwd=tmp_path)
-    cli("server", "job.toml", "--exchange", "shared", "--out", "out", cwd=tmp_path)
+    cli("server", "job.toml", "--exchange", "shared", "--out", "out", *SERVER_KEY, cwd=tmp_path)
     syn = pd.read_csv(tmp_path / "out" / "synthetic.csv")
     assert list(syn.columns) == ["a", "b", "c", "d"]
     assert (syn.a == syn.c).mean() > 0.45   # the cross-party correlation survives (1/3 if rows did not line up)

@@ -92,7 +92,8 @@ def test_flower_psi_then_vertimrf_three_parties_equals_the_simulation(tmp_path):
     assert "party_csv" in job.read_text()
     dep = _deployment(tmp_path, list(split), csvs, **{"test-secret": SECRET})
     try:
-        res = dep.run(tmp_path / "app", {"config": str(job), "out": str(tmp_path / "out"), "timeout": 120})
+        res = dep.run(tmp_path / "app", {"config": str(job), "out": str(tmp_path / "out"), "timeout": 120,
+                                         "server-key": str(tmp_path / "private_server" / "server_signing.pem")})
     finally:
         dep.close()
     assert (tmp_path / "out" / "synthetic.csv").is_file(), res.stdout[-4000:] + res.stderr[-2000:]
@@ -157,7 +158,8 @@ def test_strangers_are_refused_and_a_party_lost_mid_run_stops_every_role(tmp_pat
 
 
 def _plain_run_equals_the_simulation(root, dep, split, out):
-    res = dep.run(root / "app", {"config": str(root / "job.toml"), "out": str(out), "timeout": 120})
+    res = dep.run(root / "app", {"config": str(root / "job.toml"), "out": str(out), "timeout": 120,
+                                 "server-key": str(root / "private_server" / "server_signing.pem")})
     assert (out / "synthetic.csv").is_file(), res.stdout[-4000:] + res.stderr[-2000:]
     simulated = simulate(load_config(root / "job.toml"), SECRET).synthetic
     simulated.to_csv(out.parent / f"{out.name}_sim.csv", index=False)

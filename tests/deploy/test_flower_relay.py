@@ -64,16 +64,25 @@ def test_relay_and_bridges_publish_the_simulated_table(tmp_path):
     def ask(requests):   # the runtime's round trip, here a direct call of each party's bridge
         return {n: bridges[n].step(step, envelopes, wait=30) for n, (step, envelopes) in requests.items()}
 
+    from vertisynth.deploy.flower.bridge import ServerBridge
+    from vertisynth.deploy.flower.relay import keep_exchange
+
+    # the server role runs beside the parties in the synth step: it publishes the run key they seal to
+    server = ServerBridge(tmp_path / "job.toml", tmp_path / "out", tmp_path / "work_server",
+                          tmp_path / "private_server" / "server_signing.pem", wait=0.5)
     config = load_config(tmp_path / "job.toml")
-    relay = Relay(PARTIES, list(bridges), ask, timeout=120)
-    envelopes = run_relay(relay, config, bridges.values())
-    assert relay.rounds_per_step == {"hello": 2, "keys": 2, "synth": 1}   # post, then collect; synth posts only
-    build(config, envelopes, tmp_path / "out")
+    relay = Relay(PARTIES, list(bridges), ask, timeout=120, local=server)
+    envelopes = run_relay(relay, config, [*bridges.values(), server])
+    assert relay.rounds_per_step["hello"] == 2 and relay.rounds_per_step["keys"] == 2   # post, then collect
+    keep_exchange(tmp_path / "out", envelopes)
+    assert any(n.startswith("server-key__server__to__all__") for n in envelopes)
+    assert all(n.startswith("server-key__") or (n.split("__")[0] not in ("synth", "ledger"))
+               or b"sealed:" in envelopes[n][:400] for n in envelopes)   # every synth/ledger body sealed
     simulated = simulate(config, SECRET).synthetic
     simulated.to_csv(tmp_path / "sim.csv", index=False)
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "out" / "synthetic.csv"), pd.read_csv(tmp_path / "sim.csv"))
     with pytest.raises(Exception, match="reused output folder"):
-        build(config, envelopes, tmp_path / "out")
+        build(config, envelopes, tmp_path / "out")   # relay.build (a server with its key in OUT) refuses a reused out
 
 
 def test_a_failed_step_names_the_party_and_its_error(tmp_path):

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from deploy_helpers import SECRET, cli, hello_all, keys_all, parallel, with_roster
+from deploy_helpers import SECRET, SERVER_KEY, cli, hello_all, keys_all, parallel, publish_key, with_roster
 
 from vertisynth.deploy.simulate import simulate
 from vertisynth.run.config import load_config
@@ -58,10 +58,11 @@ def test_three_parties_equal_the_simulation_under_a_test_secret(tmp_path):
     keys_all(tmp_path, THREE_PARTIES)
     groups = {json.loads((tmp_path / f"private_{p}" / f"{p}_keys.json").read_text())["group_key"] for p in THREE_PARTIES}
     assert len(groups) == 1
+    publish_key(tmp_path)
     for p in THREE_PARTIES:
         cli("party", "synth", "job.toml", "--party", p, "--csv", f"{p}.csv", "--exchange", "shared",
             "--out", f"private_{p}", cwd=tmp_path)
-    cli("server", "job.toml", "--exchange", "shared", "--out", "out", cwd=tmp_path)
+    cli("server", "job.toml", "--exchange", "shared", "--out", "out", *SERVER_KEY, cwd=tmp_path)
     deployed = pd.read_csv(tmp_path / "out" / "synthetic.csv")
     simulated = simulate(load_config(tmp_path / "job.toml"), SECRET).synthetic
     simulated.to_csv(tmp_path / "sim.csv", index=False)
@@ -91,10 +92,11 @@ def test_keyed_parties_with_integer_labels_align_keys_synth(tmp_path, protocol):
     assert {len(t) for t in tables.values()} == {len(common) if protocol == "psi" else len(union)}
     assert set(tables["hospital"].a) <= {"1", "2", "3"}
     keys_all(tmp_path, THREE_PARTIES)   # the documented order: align -> keys -> synth
+    publish_key(tmp_path)
     for p in THREE_PARTIES:
         cli("party", "synth", "job.toml", "--party", p, "--csv", f"private_{p}/{p}_aligned.csv", "--exchange",
             "shared", "--out", f"private_{p}", cwd=tmp_path)
-    cli("server", "job.toml", "--exchange", "shared", "--out", "out", cwd=tmp_path)
+    cli("server", "job.toml", "--exchange", "shared", "--out", "out", *SERVER_KEY, cwd=tmp_path)
     syn = pd.read_csv(tmp_path / "out" / "synthetic.csv")
     assert list(syn.columns) == ["a", "b", "c"] and len(syn) > 0
     spent = json.loads((tmp_path / "out" / "ledger.json").read_text())["per_stage_epsilon"]

@@ -7,7 +7,7 @@ import time
 
 import pandas as pd
 import pytest
-from deploy_helpers import SECRET, cli, hello_all, parallel, with_roster
+from deploy_helpers import SECRET, cli, hello_all, parallel, publish_key, with_roster
 
 from vertisynth.deploy.simulate import simulate
 from vertisynth.run.config import load_config
@@ -71,6 +71,7 @@ def test_tampered_ciphertexts_are_refused(tmp_path):
     """A byte of the encrypted rows flipped on the exchange: the summing party refuses them (the envelope's hash)."""
     parties = ["registry", "employer"]
     _setup(tmp_path, parties)
+    publish_key(tmp_path)   # the run key the parties seal their published tables to (no server runs here)
     # the encrypting party runs alone until its rows are on the exchange; they are corrupted; then the other runs
     argv = [["party", "job.toml", "--party", p, "--exchange", "shared", "--out", f"private_{p}", "-q"] for p in parties]
     procs = []

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-from deploy_helpers import SECRET, cli, hello_all, keys_all, with_roster
+from deploy_helpers import SECRET, SERVER_KEY, cli, hello_all, keys_all, publish_key, with_roster
 
 from vertisynth.deploy.simulate import simulate
 from vertisynth.run.config import load_config
@@ -75,10 +75,11 @@ def _deploy(tmp_path, protocol, secret=SECRET):
     hello_all(tmp_path, PARTIES, secret=secret)
     _align_all(tmp_path)
     keys_all(tmp_path, PARTIES)
+    publish_key(tmp_path)
     for p in PARTIES:
         _cli(tmp_path, "party", "synth", "job.toml", "--party", p, "--csv", f"private_{p}/{p}_aligned.csv",
              "--keys", f"private_{p}/{p}_keys.json", "--exchange", "shared", "--out", f"private_{p}")
-    _cli(tmp_path, "server", "job.toml", "--exchange", "shared", "--out", "out")
+    _cli(tmp_path, "server", "job.toml", "--exchange", "shared", "--out", "out", *SERVER_KEY)
     return pd.read_csv(tmp_path / "out" / "synthetic.csv")
 
 

@@ -5,7 +5,7 @@ import subprocess
 
 import pandas as pd
 import pytest
-from deploy_helpers import SECRET, cli, hello_all, keys_all, parallel, with_roster
+from deploy_helpers import SECRET, SERVER_KEY, cli, hello_all, keys_all, parallel, publish_key, with_roster
 
 from vertisynth.core.errors import MessageError
 from vertisynth.deploy.simulate import simulate
@@ -36,10 +36,11 @@ def _flow(tmp_path, exchange):
     (tmp_path / "job.toml").write_text(with_roster(tmp_path, CONFIG, PARTIES))
     hello_all(tmp_path, PARTIES, exchange=exchange, secret=SECRET)
     keys_all(tmp_path, PARTIES, exchange=exchange)
+    publish_key(tmp_path, exchange=exchange)
     res = parallel([["party", "synth", "job.toml", "--party", p, "--exchange", exchange, "--out", f"private_{p}"]
                     for p in PARTIES], tmp_path)
     assert all(r[0] == 0 for r in res), res
-    res = _run(["server", "job.toml", "--exchange", exchange, "--out", "out"], tmp_path)
+    res = _run(["server", "job.toml", "--exchange", exchange, "--out", "out", *SERVER_KEY], tmp_path)
     assert res.returncode == 0, res.stderr
     simulated = simulate(load_config(tmp_path / "job.toml"), SECRET).synthetic
     simulated.to_csv(tmp_path / "sim.csv", index=False)
@@ -51,8 +52,8 @@ def test_flow_through_a_file_url(tmp_path):
     store = tmp_path / "store"
     _flow(tmp_path, store.as_uri())
     # per-party prefixes: each sender's envelopes (and their markers) under its own folder, nothing else
-    assert sorted(p.name for p in store.iterdir()) == sorted(PARTIES)
-    for party in PARTIES:
+    assert sorted(p.name for p in store.iterdir()) == sorted([*PARTIES, "server"])   # the server: its run key
+    for party in [*PARTIES, "server"]:
         files = sorted(p.name for p in (store / party).iterdir())
         assert all(f.split("__")[1] == party for f in files)
         assert {f for f in files if f.endswith(".env")} == {f[:-len(".done")] for f in files if f.endswith(".done")}
@@ -62,13 +63,13 @@ def test_flow_through_an_sftp_drop_box_and_a_tampered_envelope_is_refused(tmp_pa
     drop = sftp_env["dir"] / f"drop_{tmp_path.name}"
     url = sftp_env["url"] + str(drop)
     _flow(tmp_path, url)
-    assert sorted(p.name for p in drop.iterdir()) == sorted(PARTIES)   # written through the SSH server, not by us
+    assert sorted(p.name for p in drop.iterdir()) == sorted([*PARTIES, "server"])   # written through the SSH server, not by us
     # a relay (or anyone with write access to the box) edits a party's synth message: the server refuses it
     victim = next((drop / "employer").glob("synth__*.env"))
     raw = bytearray(victim.read_bytes())
     raw[-5] ^= 1
     victim.write_bytes(bytes(raw))
-    res = _run(["server", "job.toml", "--exchange", url, "--out", "out2"], tmp_path)
+    res = _run(["server", "job.toml", "--exchange", url, "--out", "out2", *SERVER_KEY], tmp_path)
     assert res.returncode == 2 and "edited" in res.stderr and "refused" in res.stderr, res.stderr
     assert not (tmp_path / "out2").exists()
 
@@ -165,7 +166,7 @@ def test_flow_through_an_s3_bucket_and_a_tampered_envelope_is_refused(tmp_path, 
     client = s3_env["client"]
     keys = _keys(client, prefix + "/")
     # per-party prefixes (what a bucket policy grants each party write access to), every envelope with its marker
-    assert {k.split("/")[1] for k in keys} == set(PARTIES)
+    assert {k.split("/")[1] for k in keys} == {*PARTIES, "server"}
     assert all(k.split("/")[2].split("__")[1] == k.split("/")[1] for k in keys)
     assert {k for k in keys if k.endswith(".env")} == {k[:-len(".done")] for k in keys if k.endswith(".done")}
     # anyone with write access to the bucket edits a party's synth message: the server refuses it, writes nothing
@@ -173,7 +174,7 @@ def test_flow_through_an_s3_bucket_and_a_tampered_envelope_is_refused(tmp_path, 
     raw = bytearray(client.get_object(Bucket="drop", Key=victim)["Body"].read())
     raw[-5] ^= 1
     client.put_object(Bucket="drop", Key=victim, Body=bytes(raw))
-    res = _run(["server", "job.toml", "--exchange", url, "--out", "out2"], tmp_path)
+    res = _run(["server", "job.toml", "--exchange", url, "--out", "out2", *SERVER_KEY], tmp_path)
     assert res.returncode == 2 and "edited" in res.stderr and "refused" in res.stderr, res.stderr
     assert not (tmp_path / "out2").exists()
 

@@ -199,7 +199,7 @@ def test_party_synth_on_parquet_and_a_dask_scheduler_equals_the_simulation(tmp_p
     pytest.importorskip("pyarrow.parquet")
     import json
 
-    from deploy_helpers import SECRET, cli, hello_all, keys_all, with_roster
+    from deploy_helpers import SECRET, SERVER_KEY, cli, hello_all, keys_all, publish_key, with_roster
     from test_flows import COLS, THREE, THREE_PARTIES, _people
 
     from vertisynth.deploy.simulate import simulate
@@ -215,6 +215,7 @@ def test_party_synth_on_parquet_and_a_dask_scheduler_equals_the_simulation(tmp_p
     (tmp_path / "job.toml").write_text(with_roster(tmp_path, config, THREE_PARTIES))
     hello_all(tmp_path, THREE_PARTIES, secret=SECRET)
     keys_all(tmp_path, THREE_PARTIES)
+    publish_key(tmp_path)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp",
                                   host="127.0.0.1", dashboard_address=None) as cluster:
         for p in THREE_PARTIES:
@@ -222,7 +223,7 @@ def test_party_synth_on_parquet_and_a_dask_scheduler_equals_the_simulation(tmp_p
             extra = ["--scheduler", cluster.scheduler_address] if p != "bank" else []
             cli("party", "synth", "job.toml", "--party", p, "--csv", table, *extra, "--exchange", "shared",
                 "--out", f"private_{p}", cwd=tmp_path)
-    cli("server", "job.toml", "--exchange", "shared", "--out", "out", cwd=tmp_path)
+    cli("server", "job.toml", "--exchange", "shared", "--out", "out", *SERVER_KEY, cwd=tmp_path)
     deployed = pd.read_csv(tmp_path / "out" / "synthetic.csv")
     simulate(load_config(tmp_path / "job.toml"), SECRET).synthetic.to_csv(tmp_path / "sim.csv", index=False)
     pd.testing.assert_frame_equal(deployed, pd.read_csv(tmp_path / "sim.csv"))

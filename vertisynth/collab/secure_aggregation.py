@@ -36,17 +36,12 @@ from typing import ClassVar
 
 import attrs
 import numpy as np
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-
 from vertisynth.core.errors import DataError, MessageError
 from vertisynth.core.mechanisms import gaussian_sigma
 from vertisynth.core.messages import Message
 from vertisynth.core.noise import discrete_gaussian
 from vertisynth.core.privacy import NOISE_KINDS, Charge, PrivacyLedger, ZCDP
+from vertisynth.core.sealing import RunKey, Sealed, seal_to
 
 STAGE = "secure_aggregation"
 
@@ -279,11 +274,6 @@ def _bytes(b: bytes) -> np.ndarray:
     return np.frombuffer(b, np.uint8).copy()
 
 
-def _seal_key(shared: bytes, ephemeral: bytes, server_public: bytes) -> bytes:
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
-                info=SEAL_INFO + b"|" + ephemeral + server_public).derive(shared)
-
-
 def _aad(party: str, query: str, server: int, n_servers: int, shape: Sequence[int]) -> bytes:
     return json.dumps([party, query, server, n_servers, list(shape)]).encode()
 
@@ -293,24 +283,20 @@ class ServerKeyPair:
 
     def __init__(self, server: int) -> None:
         self.server = server
-        self._private = X25519PrivateKey.generate()
+        self._key = RunKey()   # core/sealing.py: the one sealing primitive (deploy's run key too)
 
     def public(self) -> ServerKey:
-        raw = self._private.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-        return ServerKey(party=f"server{self.server}", server=self.server, public_key=_bytes(raw)).validate()
+        return ServerKey(party=f"server{self.server}", server=self.server, public_key=_bytes(self._key.public)).validate()
 
     def open(self, sealed: SealedShare) -> CountShare:
         if sealed.server != self.server:
             raise MessageError(f"share from {sealed.party!r} for {sealed.query!r} is sealed to server "
                                f"{sealed.server}, not {self.server}")
-        mine = self.public().public_key.tobytes()
-        eph = sealed.ephemeral.tobytes()
         try:
-            shared = self._private.exchange(X25519PublicKey.from_public_bytes(eph))
-            plain = AESGCM(_seal_key(shared, eph, mine)).decrypt(
-                sealed.nonce.tobytes(), sealed.ciphertext.tobytes(),
-                _aad(sealed.party, sealed.query, sealed.server, sealed.n_servers, sealed.shape))
-        except (InvalidTag, ValueError):
+            plain = self._key.open(Sealed(sealed.ephemeral.tobytes(), sealed.nonce.tobytes(), sealed.ciphertext.tobytes()),
+                                   _aad(sealed.party, sealed.query, sealed.server, sealed.n_servers, sealed.shape),
+                                   SEAL_INFO, "share")
+        except MessageError:
             raise MessageError(f"share from {sealed.party!r} for {sealed.query!r} does not open with server "
                                f"{self.server}'s key: it was edited, re-addressed, or sealed to another run's key") from None
         share = np.frombuffer(plain, np.uint64).copy()
@@ -325,17 +311,11 @@ def seal_share(share: CountShare, server_key: ServerKey) -> SealedShare:
     """Encrypt `share` to its server's public key (a fresh ephemeral key and nonce per share)."""
     if server_key.server != share.server:
         raise MessageError(f"server key {server_key.server} used to seal a share for server {share.server}")
-    eph = X25519PrivateKey.generate()
-    eph_pub = eph.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    server_pub = server_key.public_key.tobytes()
-    shared = eph.exchange(X25519PublicKey.from_public_bytes(server_pub))
-    nonce = os.urandom(12)
-    ct = AESGCM(_seal_key(shared, eph_pub, server_pub)).encrypt(
-        nonce, np.ascontiguousarray(share.share, dtype=np.uint64).tobytes(),
-        _aad(share.party, share.query, share.server, share.n_servers, share.shape))
+    sealed = seal_to(server_key.public_key.tobytes(), np.ascontiguousarray(share.share, dtype=np.uint64).tobytes(),
+                     _aad(share.party, share.query, share.server, share.n_servers, share.shape), SEAL_INFO)
     return SealedShare(party=share.party, query=share.query, server=share.server, n_servers=share.n_servers,
-                       shape=list(share.shape), ephemeral=_bytes(eph_pub), nonce=_bytes(nonce),
-                       ciphertext=_bytes(ct)).validate()
+                       shape=list(share.shape), ephemeral=_bytes(sealed.ephemeral), nonce=_bytes(sealed.nonce),
+                       ciphertext=_bytes(sealed.ciphertext)).validate()
 
 
 class Transport:

@@ -138,15 +138,17 @@ def party_keys(config: Path, party: str, exchange: str, out: Path, key: Path | N
 @_exchange
 @_out
 @_key
+@click.option("--timeout", type=float, default=600.0, show_default=True,
+              help="Seconds to wait for the server's run key (start `vertisynth server` beside the parties).")
 @_data_dir
 @_quiet
 def party_synth(config: Path, party: str, csv_path: Path | None, keys_path: Path | None, scheduler: str | None,
-                exchange: str, out: Path, key: Path | None, data_dir: str | None, quiet: bool) -> None:
+                exchange: str, out: Path, key: Path | None, timeout: float, data_dir: str | None, quiet: bool) -> None:
     """Run one party's side of VertiMRF on its own columns; send its envelopes and signed ledger to the server."""
     try:
         with progress_bar(f"{party}: local model, sketches", not quiet):
             names = run_party(load_config(config), party, exchange, out, data_dir, csv=csv_path, keys=keys_path, key=key,
-                              scheduler=scheduler)
+                              scheduler=scheduler, timeout=timeout)
         test = json.loads((out / f"{party}_run.json").read_text()).get("test_secret")
     except VertisynthError as exc:
         _fail(exc)
@@ -196,16 +198,26 @@ def party_align(config: Path, party: str, csv_path: Path, id_column: str, exchan
 @click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Output folder: synthetic.csv, model.npz, report.json, ledger.json.")
 @click.option("--key", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="The server's signing key (the roster pins 'server'): it signs encoder 'he''s clique queries "
-                   "(required there) and, whenever it is given or found, the model file it releases (default: "
-                   "OUT/server_signing.pem from `party init --party server`).")
+              help="The server's signing key (it signs the run key the parties seal to, the model file it releases, "
+                   "and with encoder 'he' its clique queries; default: OUT/server_signing.pem from `party init --party server`). The run key "
+                   "is kept beside it (server_run_key.json, owner-only).")
+@click.option("--timeout", type=float, default=600.0, show_default=True,
+              help="Seconds to wait for the parties' hellos and messages.")
+@click.option("--publish-key-only", is_flag=True,
+              help="Publish the run key the parties seal their messages to, and stop (when the steps run one after "
+                   "another; a server started beside the parties publishes it itself).")
 @_data_dir
 @_quiet
-def server(config: Path, exchange: str, out: Path, key: Path | None, data_dir: str | None, quiet: bool) -> None:
+def server(config: Path, exchange: str, out: Path, key: Path | None, timeout: float, publish_key_only: bool,
+           data_dir: str | None, quiet: bool) -> None:
     """Build the synthetic table from the parties' signed envelopes only."""
     try:
         with progress_bar("server: fit the global model", not quiet):
-            run_server(load_config(config), exchange, out, data_dir, key=key)
+            run_server(load_config(config), exchange, out, data_dir, key=key, timeout=timeout,
+                       publish_only=publish_key_only)
+        if publish_key_only:
+            click.echo(f"server: run key published to {exchange}")
+            return
         test = json.loads((out / "report.json").read_text()).get("test_secret")
     except VertisynthError as exc:
         _fail(exc)

@@ -10,9 +10,12 @@ computes them alike: `HEEncoder.pairs`):
                                         key. S refuses rows under any other modulus (a foreign or swapped key).
   he-rows-<stage>   E -> S              the encrypted one-hot rows (protocol.EncryptedOneHot)
   he-sums-<stage>   S -> E              the noisy, re-randomised homomorphic sums (protocol.EncryptedSums)
-  synth             E -> server         the decrypted tables with E's noise (protocol.NoisyCounts)
+  synth             E -> server         the decrypted tables with E's noise (protocol.NoisyCounts), sealed to the
+                                        server's run key (session.py): no other party or relay reads them
   he-done-selection every party -> server: its selection stage is published
   he-queries        server -> parties   the clique tables the server chose (signed by the server's roster key)
+  he-queries-seen   party -> parties    the digest of the tables it got: a server that sends parties different
+                                        tables is named at once, not after a timeout
   ledger            every party -> server: what it spent (the end of the clique stage)
 
 All encryptions of a stage go out before any sum is waited for, and all sums before any decryption, so no
@@ -25,6 +28,7 @@ ciphertexts on the wire. Without it, noise comes from the OS CSPRNG.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -185,8 +189,27 @@ def party_rounds(sess: Session, synth: Any, domain: Domain, chunks: Callable[[],
     sess.send("he-done-selection", [SERVER], "he_done", canonical({"messages": len(rounds.sent)}))
     progress(f"{sess.me}: waiting for the server's clique queries")
     [(_, body)] = sess.receive("he-queries", [SERVER])[SERVER]
-    rounds.stage("cliques", _parse_queries(body, enc, synth._low_domain))
+    queries = _parse_queries(body, enc, synth._low_domain)
+    _same_queries(sess, enc.parties(), body)
+    rounds.stage("cliques", queries)
     return rounds.sent
+
+
+def _same_queries(sess: Session, parties: list[str], body: bytes) -> None:
+    """Every party answers the same clique tables: each tells the others the digest of the tables it got from the
+    server (a server that sends parties different tables would leave each waiting for pairs the other never runs,
+    and blame a missing party after the timeout); a difference is named at once."""
+    others = [p for p in parties if p != sess.me]
+    mine = hashlib.sha256(body).hexdigest()
+    sess.send("he-queries-seen", others, "he_queries_digest", canonical({"sha256": mine}))
+    for who, [(_, raw)] in sess.receive("he-queries-seen", others).items():
+        try:
+            theirs = str(json.loads(raw)["sha256"])
+        except (ValueError, TypeError, KeyError) as exc:
+            raise MessageError(f"he-queries-seen from {who!r}: malformed ({exc}); refused") from None
+        if theirs != mine:
+            raise MessageError(f"he-queries: the server sent {who!r} other clique tables than {sess.me!r} (sha256 "
+                               f"{theirs[:12]}... vs {mine[:12]}...): different tables to different parties; refused")
 
 
 def _parse_queries(body: bytes, enc: Any, domain: Domain) -> list[protocol.Query]:

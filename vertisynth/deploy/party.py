@@ -35,7 +35,7 @@ from vertisynth.run.stream import coded_chunks, fit_codec
 
 from .he_rounds import joint_encoder, party_rounds
 from .plans import streams as _streams, vertical_plan as _vertical_plan
-from .session import TEST_LABEL, RunState, Session, key_context, session, test_noise_seed
+from .session import TEST_LABEL, RunState, Session, fetch_run_key, key_context, session, test_noise_seed
 
 SERVER = "server"
 
@@ -166,12 +166,13 @@ def rows_tag(n: int, key: KeyParty | None, run: str) -> str:
 
 def run_party(config: RunConfig, party: str, exchange: str | Path, out: Path, data_dir: str | None = None,
               csv: Path | None = None, keys: Path | None = None, key: Path | None = None,
-              scheduler: str | None = None) -> list[str]:
-    """`scheduler`: a Dask scheduler address; the encoder's chunks are mapped over that cluster."""
+              scheduler: str | None = None, timeout: float = 600.0) -> list[str]:
+    """`scheduler`: a Dask scheduler address; the encoder's chunks are mapped over that cluster. `timeout`: seconds
+    to wait for the server's run key (every data-derived message is sealed to it)."""
     plan, synth = _vertical_plan(config, data_dir, aligned_csv=csv is not None)
     if party not in plan.partition.names:
         raise DataError(f"unknown party {party!r}; the config's parties are {list(plan.partition.names)}")
-    sess: Session = session(config, party, exchange, out, key, 0.0)
+    sess: Session = session(config, party, exchange, out, key, timeout)
     state = sess.state
     marker = out / f"{party}_released.json"
     if sess.transport.names(f"synth__{party}__*") or sess.transport.names(f"ledger__{party}__*") or (
@@ -209,6 +210,7 @@ def run_party(config: RunConfig, party: str, exchange: str | Path, out: Path, da
     ledger = PrivacyLedger(plan.ledger.budget, [c for c in plan.ledger.planned if c.party == party],
                            group_size=plan.ledger.group_size, noise=noise)   # `sample` fill: group privacy
     messages = synth.party_step_chunks(party, domain, counted, ledger, rngs[party], scheduler=scheduler)
+    sess.server_key = fetch_run_key(sess)   # every data-derived message below is sealed to it (session.SEALED_ROUNDS)
     if joint_encoder(synth) is not None:   # encoder "he": the protocol's rounds with the others (deploy/he_rounds.py)
         messages = party_rounds(sess, synth, domain, chunks, messages, ledger, rngs[party], bool(state.test_secret))
     else:

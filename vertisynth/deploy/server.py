@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 
 import pandas as pd
 
 from vertisynth.core.capabilities import HasGraphicalModel, ReportsModel
-from vertisynth.core.errors import MessageError
+from vertisynth.core.errors import ConfigError, MessageError
 from vertisynth.core.messages import Message
 from vertisynth.core.privacy import PrivacyLedger
 from vertisynth.run.config import RunConfig
@@ -24,11 +25,12 @@ from vertisynth.run.stream_out import stream_output
 
 from .he_rounds import joint_encoder, serve_rounds
 from .plans import streams as _streams, vertical_plan as _vertical_plan
-from .session import (TEST_LABEL, RunState, Session, config_fingerprint, identity_path, load_identity, read_hellos,
-                      roster_of)
-from .transport import transport_for
+from .session import (SERVER, TEST_LABEL, RunState, Session, config_fingerprint, identity_path, load_identity,
+                      publish_run_key, read_hellos, roster_of)
+from .transport import ReportsWaiting, transport_for
 
-SERVER = "server"
+ROW_COUNT_NOTE = ("the exact number of aligned rows n, released unnoised to the server (outside the DP accounting: "
+                  "the guarantee above holds for neighbouring tables of the same size)")
 
 
 def _same_spend(planned: dict, reported: dict) -> bool:
@@ -69,28 +71,47 @@ def _compose_ledger(plan, reports: dict[str, dict]) -> PrivacyLedger:
     return PrivacyLedger(plan.ledger.budget, planned, spent, noise=kinds.pop() if kinds else "simulation")
 
 
+def _wait_ledgers(transport, names: list[str], timeout: float, poll: float = 0.2) -> None:
+    """Every party's signed ledger (its last message), waited for up to `timeout` s (a server started beside
+    the parties waits for them); a clear line naming who sent nothing."""
+    deadline = time.monotonic() + timeout
+    while True:
+        senders = {n.split("__")[1] for n in transport.names("ledger__*") if n.count("__") >= 1}
+        missing = [p for p in names if p not in senders]
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            raise MessageError(f"no messages from parties {missing}" + (f" within {timeout:.0f} s" if timeout else ""))
+        if isinstance(transport, ReportsWaiting):
+            transport.waiting("every party's ledger")
+        time.sleep(max(poll, getattr(transport, "min_poll", 0.0)))
+
+
 def run_server(config: RunConfig, exchange: str | Path, out: Path, data_dir: str | None = None,
-               key: Path | None = None) -> Path:
+               key: Path | None = None, timeout: float = 600.0, publish_only: bool = False) -> Path:
+    """`timeout`: seconds to wait for the parties' hellos and messages. `publish_only`: publish the run key the
+    parties seal to, and return (runs whose steps are run one after another)."""
     plan, synth = _vertical_plan(config, data_dir, aligned_csv=True)   # the server never sees rows anyway
     names = list(plan.partition.names)
     transport = transport_for(exchange)
-    if not transport.names("*"):
-        raise MessageError(f"no envelopes in {str(transport)!r}")
-    run = read_hellos(config, transport, names, "server")
-    sess = Session(None, roster_of(config), transport, RunState(SERVER, run, config_fingerprint(config), tuple(names)))
+    run = read_hellos(config, transport, names, "server", timeout)
+    if SERVER not in roster_of(config).keys:
+        raise ConfigError("the config's [roster] pins no key for 'server': the server signs the run key the parties "
+                          "seal their messages to; make one with `vertisynth party init --party server` and add its line")
+    identity = load_identity(config, SERVER, out, key, exchange)
+    sess = Session(identity, roster_of(config), transport, RunState(SERVER, run, config_fingerprint(config), tuple(names)),
+                   timeout)
+    sess.run_key = publish_run_key(sess, key or identity_path(out, SERVER))
+    if publish_only:
+        return out
     joint = joint_encoder(synth) is not None
-    signs = SERVER in sess.roster.keys and (key is not None or identity_path(out, SERVER).is_file())
-    if joint or signs:   # he: it signs its clique queries; with a pinned key it also signs the model file
-        sess.identity = load_identity(config, SERVER, out, key, exchange)
-    if joint:
+    if joint:   # encoder "he": the server takes part in the rounds (it signs its clique queries)
         used = serve_rounds(synth, sess, names)
+    _wait_ledgers(transport, names, timeout)
     reports = {}
     for name in transport.names("ledger__*"):
         header, body = sess.open(name, ("ledger",))
         reports[header.sender] = json.loads(body)
-    missing = [p for p in names if p not in reports]
-    if missing:
-        raise MessageError(f"no messages from parties {missing}")
     messages, files = [], []
     for name in transport.names("synth__*"):
         header, body = sess.open(name, ("synth",))
@@ -109,6 +130,10 @@ def run_server(config: RunConfig, exchange: str | Path, out: Path, data_dir: str
                            + ", ".join(f"{p}: {t if t.startswith('rows=') else 'MAC ' + t[:8]}" for p, t in tags.items())
                            + "); align them first (`vertisynth party align`); refused")
     ledger = _compose_ledger(plan, reports)
+    counts_n = {t for t in tags.values() if t.startswith("rows=")}
+    # GRR columns and the he encoder's rounds show the server n itself (no group key to MAC it): said so
+    unnoised = [{"release": "row count n", "value": int(counts_n.pop()[5:]), "epsilon": 0.0, "noised": False,
+                 "note": ROW_COUNT_NOTE}] if counts_n else []
     test = any(r.get("test") for r in reports.values())
     if not joint:
         synth.server_step(messages)
@@ -129,6 +154,8 @@ def run_server(config: RunConfig, exchange: str | Path, out: Path, data_dir: str
         gm, sampling = synth.fitted_model()
         model = FittedModel(gm, codec, sampling, plan.synthesizer.spec.name, model_privacy(ledger, plan.source.schema))
     report["privacy"]["releases"] = release_note(plan.synthesizer.spec.name, model)
+    if unnoised:
+        report["privacy"]["unnoised_releases"] = unnoised
     out.mkdir(parents=True, exist_ok=True)
     if model is not None:
         model.save(out / MODEL_FILE, identity=sess.identity)   # signed when the roster pins the server

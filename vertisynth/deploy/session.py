@@ -7,6 +7,11 @@ setting of the resolved public config and a fresh random nonce; each party check
 hash of the fingerprint and all nonces, so it is fresh for every party that took part. Every later message of
 the run carries that run id and is refused elsewhere. The run state (run id, fingerprint, the optional test
 secret) is kept in the party's private folder for the later steps.
+
+The server makes an X25519 run key per run and publishes it in an envelope it signs (round `server-key`,
+`publish_run_key`); every party verifies it under the roster (`fetch_run_key`) and seals each data-derived message
+to the server (rounds `SEALED_ROUNDS`) with it: seal, then sign (`Session.send`). Only the server opens them
+(`Session.open`); another party or a relay reads ciphertext (docs/threat-model.md).
 """
 from __future__ import annotations
 
@@ -22,13 +27,23 @@ import attrs
 from vertisynth.core.envelope import ALL, Expect, Header, canonical, fingerprint, open_envelope, seal
 from vertisynth.core.errors import ConfigError, DataError, MessageError
 from vertisynth.core.identity import Identity, Roster, inside, roster_of as _roster_of
+from vertisynth.core.sealing import RunKey, Sealed, seal_to
 from vertisynth.plugins.encoders.keys import hkdf
 from vertisynth.run.config import RunConfig
 
 from .transport import ReportsWaiting, Transport, local_folder, receive, transport_for
 
 TEST_LABEL = "TEST SECRET: reproducible run, not for production"
-MAX_HELLO_AGE = 3600.0   # seconds: an older hello is an earlier run's
+MAX_HELLO_AGE = 3600.0   # seconds: an older hello is an earlier run's (or its sender's clock is that far behind)
+MAX_CLOCK_AHEAD = 300.0  # seconds: a hello dated further in the future comes from a clock that far ahead
+SERVER = "server"
+# party -> server rounds whose bodies are data-derived (DP FM sketches, GRR columns, local models, value
+# distributions, the he encoder's published tables, the signed ledger with its row tag): sealed to the server's
+# run key, so neither another party nor a relay reads them (docs/threat-model.md)
+SEALED_ROUNDS = ("synth", "ledger")
+SEALED = "sealed:"               # the kind of a sealed body: "sealed:<kind of the plaintext>"
+SEAL_INFO = b"vertisynth/deploy-seal/v1"
+RUN_KEY_ROUND = "server-key"
 
 
 def roster_of(config: RunConfig) -> Roster:
@@ -157,14 +172,21 @@ def load_identity(config: RunConfig, name: str, out: Path, key: Path | None, exc
 
 
 # -- a session: sealed sends and checked receives ------------------------------------------------------------------
+def seal_aad(run: str, config: str, sender: str, round_: str, name: str) -> bytes:
+    """What a sealed body is bound to: this run, this config, its sender, its round and its slot (file name)."""
+    return canonical({"run": run, "config": config, "sender": sender, "round": round_, "name": name})
+
+
 @attrs.define
 class Session:
-    identity: Identity | None   # None: a role that only reads (the server)
+    identity: Identity | None   # None: a role that only reads
     roster: Roster
     transport: Transport
     state: RunState
     timeout: float = 600.0
     poll: float = 0.05
+    server_key: bytes | None = None   # a party: the server's run key (X25519), verified in its signed envelope
+    run_key: RunKey | None = None     # the server: its run key pair, opens what the parties sealed to it
 
     @property
     def me(self) -> str:
@@ -172,14 +194,34 @@ class Session:
 
     def send(self, round_: str, to: list[str], kind: str, body: bytes, tag: str = "0") -> None:
         label = ALL if to == [ALL] else "+".join(to)
+        name = f"{round_}__{self.me}__to__{'all' if label == ALL else label}__{tag}"
+        if round_ in SEALED_ROUNDS and to == [SERVER]:
+            # seal, then sign the sealed body: every reader checks sender, run and round before any decryption,
+            # and the AAD binds the plaintext to this run, config, sender, round and slot, so nobody can move a
+            # party's ciphertext into an envelope of their own (it would not open there)
+            if self.server_key is None:
+                raise MessageError(f"{self.me}: no run key of the server to seal {name} to; refused to send it in clear")
+            body = seal_to(self.server_key, body, seal_aad(self.state.run, self.state.config, self.me, round_, name),
+                           SEAL_INFO).to_bytes()
+            kind = SEALED + kind
         data = seal(self.identity, self.state.run, self.state.config, to, round_, kind, body)
-        self.transport.send(f"{round_}__{self.me}__to__{'all' if label == ALL else label}__{tag}", data)
+        self.transport.send(name, data)
 
     def open(self, name: str, rounds: tuple[str, ...], me: str | None = None) -> tuple[Header, bytes]:
         header, body = open_envelope(self.transport.read(name), self.roster,
                                      Expect(self.state.run, self.state.config, me or self.me, rounds), name)
         if name.split("__")[1] != header.sender:
             raise MessageError(f"{name}: from {header.sender!r} under another sender's name; refused")
+        if header.kind.startswith(SEALED):
+            if self.run_key is None:
+                raise MessageError(f"{name}: sealed to the server's run key; only the server opens it")
+            body = self.run_key.open(Sealed.from_bytes(body, name),
+                                     seal_aad(header.run, header.config, header.sender, header.round, name),
+                                     SEAL_INFO, f"{name} from {header.sender!r}")
+            header = attrs.evolve(header, kind=header.kind[len(SEALED):])
+        elif self.run_key is not None and header.round in SEALED_ROUNDS:
+            raise MessageError(f"{name}: from {header.sender!r}: sent in clear, where every party seals this round "
+                               "to the server's run key; refused")
         return header, body
 
     def receive(self, round_: str, senders: list[str], to: str | None = None, per_sender: int = 1
@@ -248,20 +290,37 @@ def hello(config: RunConfig, identity: Identity, transport: Transport, parties: 
         if content["test"] != bool(test_secret):
             raise ConfigError(f"hello from {who!r}: {'a' if content['test'] else 'no'} test secret there, "
                               f"{'a' if test_secret else 'no'} test secret here; every party must run the same way")
-        if time.time() - float(content["created"]) > MAX_HELLO_AGE:
-            raise MessageError(f"{name}: from {who!r}: a hello from {time.time() - content['created']:.0f} s ago (an "
-                               "earlier run's; a reused exchange folder); refused")
+        check_hello_time(name, who, float(content["created"]), time.time())
         nonces[who] = bytes.fromhex(content["nonce"])
     state = RunState(party, run_id(fp, nonces), fp, tuple(parties), test_secret.hex() if test_secret else None)
     state.save(out)
     return state
 
 
-def read_hellos(config: RunConfig, transport: Transport, parties: list[str], role: str) -> str:
-    """A role that took no part in the hello round (the server) checks it: same config, and the run id."""
+def check_hello_time(name: str, who: str, created: float, now: float) -> None:
+    """A hello too old is an earlier run's (a reused exchange folder) or comes from a clock behind ours; one dated
+    in the future comes from a clock ahead of ours. Either way the skew is named."""
+    age = now - created
+    if age > MAX_HELLO_AGE:
+        raise MessageError(f"{name}: from {who!r}: dated {age:.0f} s before our clock (more than {MAX_HELLO_AGE:.0f} s): "
+                           f"an earlier run's hello (a reused exchange folder), or {who!r}'s clock is {age:.0f} s "
+                           "behind ours (clock skew: sync the clocks); refused")
+    if -age > MAX_CLOCK_AHEAD:
+        raise MessageError(f"{name}: from {who!r}: dated {-age:.0f} s after our clock (more than {MAX_CLOCK_AHEAD:.0f} "
+                           f"s): {who!r}'s clock is {-age:.0f} s ahead of ours (clock skew: sync the clocks); refused")
+
+
+def read_hellos(config: RunConfig, transport: Transport, parties: list[str], role: str, timeout: float = 0.0,
+                poll: float = 0.2) -> str:
+    """A role that took no part in the hello round (the server) checks it: same config, and the run id. It waits
+    up to `timeout` s for every party's hello (a server started beside the parties)."""
     roster = roster_of(config)
     settings, fp = flat(public_config(config)), config_fingerprint(config)
-    names = transport.names("hello__*")
+    deadline = time.monotonic() + timeout
+    while len(names := transport.names("hello__*")) < len(parties) and time.monotonic() < deadline:
+        if isinstance(transport, ReportsWaiting):
+            transport.waiting("every party's hello")
+        time.sleep(max(poll, getattr(transport, "min_poll", 0.0)))
     nonces = {}
     for name in names:
         header, raw = open_envelope(transport.read(name), roster, None, name)
@@ -274,7 +333,8 @@ def read_hellos(config: RunConfig, transport: Transport, parties: list[str], rol
         nonces[header.sender] = bytes.fromhex(content["nonce"])
     missing = [p for p in parties if p not in nonces]
     if missing:
-        raise MessageError(f"{role}: no hello from parties {missing} in {transport}: run `vertisynth party hello` first")
+        raise MessageError(f"{role}: no hello from parties {missing} in {transport}"
+                           + (f" within {timeout:.0f} s" if timeout else "") + ": run `vertisynth party hello` first")
     return run_id(fp, nonces)
 
 
@@ -288,3 +348,70 @@ def session(config: RunConfig, party: str, exchange: str | Path, out: Path, key:
         raise ConfigError(f"the run state in {str(out)!r} belongs to another config (fingerprint {state.config[:12]}..."
                           f" vs {config_fingerprint(config)[:12]}...); run `vertisynth party hello` again")
     return Session(identity, roster_of(config), transport_for(exchange), state, timeout, poll)
+
+
+# -- the server's run key: parties seal their data-derived messages to it ------------------------------------------
+def run_key_path(signing_key: Path) -> Path:
+    """Beside the server's signing key (its private folder), never in its output folder (the release)."""
+    return signing_key.parent / f"{SERVER}_run_key.json"
+
+
+def publish_run_key(sess: Session, signing_key: Path) -> RunKey:
+    """The server's X25519 key pair of this run (OS CSPRNG; kept 0600 beside its signing key, so a later
+    `vertisynth server` of the same run opens what was sealed to it), published once in an envelope the server
+    signs (round `server-key`, to every party). Returns the pair."""
+    path = run_key_path(signing_key)
+    key = None
+    if path.is_file():
+        try:
+            saved = json.loads(path.read_text())
+            if saved.get("run") == sess.state.run and saved.get("config") == sess.state.config:
+                key = RunKey.from_private_bytes(bytes.fromhex(saved["x25519_private"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise DataError(f"run key {str(path)!r} is malformed ({exc}); remove it and start the server again") from None
+    published = sess.transport.names(f"{RUN_KEY_ROUND}__{SERVER}__*")
+    if key is None:
+        if published:
+            raise MessageError(f"the exchange holds the server's run key of this run ({published[0]}) but "
+                               f"{str(path)!r} does not: start the server with the --key (private folder) of its "
+                               "first start; the parties sealed their messages to that key")
+        key = RunKey()
+        _private_write(path, {"run": sess.state.run, "config": sess.state.config,
+                              "x25519_private": key.private_bytes().hex()})
+    if not published:
+        sess.send(RUN_KEY_ROUND, [ALL], "run_key", canonical({"x25519": key.public.hex()}))
+    else:
+        _, body = sess.open(published[0], (RUN_KEY_ROUND,), SERVER)
+        if json.loads(body).get("x25519") != key.public.hex():
+            raise MessageError(f"{published[0]}: the run key published for this run is not the one in {str(path)!r}; "
+                               "refused")
+    return key
+
+
+def fetch_run_key(sess: Session) -> bytes:
+    """A party: the server's run key, from its envelope (signed by the server's roster key, bound to this run and
+    config), waited for up to the session's timeout."""
+    try:
+        [(_, body)] = sess.receive(RUN_KEY_ROUND, [SERVER])[SERVER]
+    except MessageError as exc:
+        if "waited" not in str(exc):
+            raise
+        raise MessageError(f"{sess.me}: no run key from the server in {sess.transport} within {sess.timeout:.0f} s: "
+                           "start `vertisynth server` (it publishes the key the parties seal their messages to) "
+                           "beside the parties, or `vertisynth server --publish-key-only` before `party synth`") from None
+    try:
+        raw = bytes.fromhex(json.loads(body)["x25519"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise MessageError(f"the server's run key envelope is malformed ({exc}); refused") from None
+    if len(raw) != 32:
+        raise MessageError(f"the server's run key has {len(raw)} bytes, not 32 (X25519); refused")
+    return raw
+
+
+def _private_write(path: Path, content: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".part")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(content, fh)
+    os.replace(tmp, path)

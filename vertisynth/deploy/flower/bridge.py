@@ -117,7 +117,7 @@ class Bridge:
         if step == "synth":
             aligned = load_config(s.config).alignment.use in ("psi", "psu")
             csv = s.out / f"{s.party}_aligned.csv" if aligned else s.csv
-            return base + (["--csv", str(csv)] if csv is not None else []) + ["--quiet"]
+            return base + (["--csv", str(csv)] if csv is not None else []) + ["--timeout", str(s.timeout), "--quiet"]
         raise ConfigError(f"unknown step {step!r}; the steps are {list(STEPS)}")
 
     def _collab_command(self) -> list[str]:
@@ -213,7 +213,8 @@ class Bridge:
 
 
 class ServerBridge(Bridge):
-    """The server role as a participant of the synth step (encoder "he": it signs the clique queries mid-run),
+    """The server role as a participant of the synth step (it publishes the run key the parties seal to; encoder
+    "he": it also signs the clique queries mid-run),
     on the ServerApp's own machine: the ordinary `vertisynth server --key` on its own relay folder, started and
     polled exactly like a party's worker. It writes the table, model, report and ledger into `out` itself."""
 
@@ -223,7 +224,7 @@ class ServerBridge(Bridge):
     def __init__(self, config: Path, out: Path, work: Path, key: Path, data_dir: str | None = None,
                  wait: float = 1.0) -> None:
         if not key.is_file():
-            raise ConfigError(f"encoder 'he': the server signs its clique queries; its key {str(key)!r} does not "
+            raise ConfigError(f"the server signs its run key (and with encoder 'he' its clique queries); its key {str(key)!r} does not "
                               "exist (make it with `vertisynth party init --party server`, pin it in the roster, "
                               "and pass --run-config 'server-key=\"PATH\"')")
         super().__init__(NodeSettings(party=self.party, config=config, out=out, work=work))

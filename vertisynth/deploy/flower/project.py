@@ -36,8 +36,8 @@ config = ""      # the shared job TOML, on the SuperLink's machine
 out = ""         # a fresh output folder there
 timeout = {timeout}   # seconds a step, and a party's answer, may take
 data-dir = ""    # the NLTCS/Adult folder, only for named benchmark datasets
-server-key = ""  # encoder "he": the server's signing key (`party init --party server`; it signs its clique queries)
-work = ""        # encoder "he": scratch for the server role's worker (default: OUT.work beside OUT)
+server-key = ""  # the server's signing key (party init --party server): signs its run key (and he queries)
+work = ""        # scratch for the server role's worker (default: OUT.work beside OUT)
 """
 
 

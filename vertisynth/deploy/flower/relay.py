@@ -1,9 +1,10 @@
 """The server's side of the Flower runtime, without Flower: drive the parties through the steps of a run
 (hello, PSI/PSU alignment, key agreement, party synth), relaying each party's signed envelopes to the parties
-they are addressed to, then build the table from the envelopes addressed to the server (deploy/server.py).
+they are addressed to; the server role (deploy/server.py) runs beside the parties in the synth step, as a local
+participant: it publishes the run key the parties seal to, then builds the table.
 
-With encoder "he" the server role takes part mid-run (it signs the clique queries the parties answer,
-deploy/he_rounds.py): it is then a `Local` participant of the synth step, its own worker (`vertisynth server`) on
+The server role (with encoder "he" it also signs the clique queries the parties answer mid-run,
+deploy/he_rounds.py) is a `Local` participant of the synth step, its own worker (`vertisynth server`) on
 its own relay folder on the ServerApp's machine, relayed to and from like a party (envelopes `...__to__server__...`
 go to it, its `...__server__to__all__...` to the parties), and it writes the table itself. A [collab] run is one
 step, `collab`: custodians and compute servers on SuperNodes, the publisher the local participant, each collab slot
@@ -189,7 +190,10 @@ def keep_exchange(out: Path, envelopes: Mapping[str, bytes]) -> Path:
     return exchange
 
 
-def build(config: RunConfig, envelopes: Mapping[str, bytes], out: Path, data_dir: str | None = None) -> Path:
-    """The server role on what was relayed (no encoder "he"): the envelopes kept in `out/exchange`, then
-    `run_server` on them with every check of a folder run. A reused `out` is refused."""
-    return run_server(config, keep_exchange(out, envelopes), out, data_dir)
+def build(config: RunConfig, envelopes: Mapping[str, bytes], out: Path, data_dir: str | None = None,
+          key: Path | None = None) -> Path:
+    """The server role on what was relayed, after the fact: the envelopes kept in `out/exchange`, then `run_server`
+    on them with every check of a folder run, with the server's signing key `key` (its run key beside it: the one
+    the parties sealed to, published before their synth step). A reused `out` is refused. The ServerApp runs the
+    server role during the synth step instead (bridge.ServerBridge)."""
+    return run_server(config, keep_exchange(out, envelopes), out, data_dir, key=key)

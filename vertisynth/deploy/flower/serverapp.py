@@ -2,8 +2,9 @@
 step (relay.py) over Flower messages, then builds the table. Run config (set with `flwr run --run-config`):
 `config` (the shared job TOML on the SuperLink's machine), `out` (a fresh output folder there), `timeout`
 (seconds a step, and a party's answer, may take), `data-dir` (benchmark data, only for named benchmarks);
-with encoder "he" also `server-key` (the server's signing key) and optionally `work` (its worker's scratch):
-the server role then runs during the synth step as its own worker, relayed like a party (relay.py)."""
+`server-key` (the server's signing key) and optionally `work` (its worker's scratch): the server role runs during
+the synth step as its own worker, relayed like a party (relay.py): it publishes the run key the parties seal
+their messages to (with encoder "he" it also signs its clique queries) and writes the table."""
 from __future__ import annotations
 
 import json
@@ -19,7 +20,7 @@ from vertisynth.run.config import load_config
 from ..he_rounds import joint_encoder
 from ..plans import vertical_plan
 from .bridge import PublisherBridge, ServerBridge
-from .relay import Relay, build, collab_roles, fresh_out, keep_exchange, steps_for
+from .relay import Relay, collab_roles, fresh_out, keep_exchange, steps_for
 from .wire import reply_from, request_records
 
 app = ServerApp()
@@ -114,22 +115,23 @@ def main(grid: Grid, context: Context) -> None:
         else:
             plan, synth = vertical_plan(config, data_dir, aligned_csv=True)
             parties = list(plan.partition.names)   # [[parties]], or a built-in dataset's named default split
-            if joint_encoder(synth) is not None:
-                # encoder "he": the server signs its clique queries mid-run, so it runs beside the parties
-                if not str(cfg.get("server-key", "")):
-                    raise MessageError("encoder 'he': the server takes part in the rounds; set --run-config 'server-key="
-                                       "\"private_server/server_signing.pem\"' (from `party init --party server`)")
-                fresh_out(out)   # a reused output folder is refused before anything runs
-                work = Path(str(cfg.get("work", "")) or f"{out}.work") / f"run-{context.run_id}"
-                server = ServerBridge(Path(str(cfg["config"])), out, work, Path(str(cfg["server-key"])), data_dir)
+            # the server role runs beside the parties in the synth step: it publishes the run key they seal their
+            # messages to (and with encoder "he" signs its clique queries mid-run), then builds the table
+            if not str(cfg.get("server-key", "")):
+                he = joint_encoder(synth) is not None
+                raise MessageError(("encoder 'he': the server takes part in the rounds" if he else
+                                    "the server signs the run key the parties seal their messages to")
+                                   + "; set --run-config 'server-key=\"private_server/server_signing.pem\"' "
+                                   "(from `party init --party server`)")
+            fresh_out(out)   # a reused output folder is refused before anything runs
+            work = Path(str(cfg.get("work", "")) or f"{out}.work") / f"run-{context.run_id}"
+            server = ServerBridge(Path(str(cfg["config"])), out, work, Path(str(cfg["server-key"])), data_dir)
         nodes = _nodes(grid, len(parties), timeout)
         relay = Relay(parties, nodes, ask, timeout, local=server)
         t0 = time.monotonic()
         envelopes = relay.run(steps_for(config, data_dir))
-        if server is None:
-            build(config, envelopes, out, data_dir)
-        else:   # the server role (he) or the collab publisher wrote the release; keep the wire's envelopes for audit
-            keep_exchange(out, envelopes)
+        # the server role or the collab publisher wrote the release; keep the wire's envelopes for audit
+        keep_exchange(out, envelopes)
         _stats(out, relay, ask, time.monotonic() - t0)
     except Exception as exc:   # noqa: BLE001 - ours, or a Flower failure: one line in error.txt, not a traceback
         if not isinstance(exc, VertisynthError):
