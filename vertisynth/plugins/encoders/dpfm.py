@@ -57,7 +57,7 @@ from .chunked import ChunkJob
 from .common import Estimate, agree, owners, project_to_simplex, query_domain
 from .fm_sketch import EMPTY, block_bytes, cardinality, finalize, fm_parameters, grouping
 from .keys import KeyParty, agree_keys
-from .prf import FM_LAYOUT, LZ16, FMRecordStream
+from .prf import FM_LAYOUT, LZ16, FMRecordStream, geometric_from_words32
 
 STAGE = "encoder"
 SKETCH = "dpfm_sketches"
@@ -74,6 +74,8 @@ class DPFMConfig:
     much lower TVD in the benchmark) or "none" (unbiased up to O(1/t)), rep_block: repetitions hashed per
     vectorised step, block_mb: memory of one step's buffers in MB (12 bytes per repetition·row for γ = 1, 20 otherwise: the
     rows per step are block_mb / (12 × rep_block), at least 1; the old whole-view block took ≈ 47 B × rep_block × n),
+    kernel: "sparse" (γ = 1 with a floor b >= 6: only the hash values >= b are looked for, the others cannot show
+    in a sketch; same sketches bit for bit, docs/scale.md) or "dense" (every raw maximum, the reference path),
     reproducible_keys: draw the X25519 keys from
     the seeded Generator (simulation) rather than the OS (deployment); chunk_rows / dask_scheduler: how
     `chunked.encode_csv` reads a party's CSV (a scheduler address such as "tcp://host:8786" runs the
@@ -89,6 +91,7 @@ class DPFMConfig:
     estimator: str = "inclusion_exclusion"   # the paper (Alg. 4): "complement"
     rep_block: int = 256
     block_mb: float = 16.0
+    kernel: str = "sparse"
     reproducible_keys: bool = True
     chunk_rows: int = 100_000
     dask_scheduler: str | None = None
@@ -112,6 +115,8 @@ class DPFMConfig:
             raise ConfigError(f"dpfm: postprocess must be 'clip', 'clip_rescale', 'project' or 'none', got {self.postprocess!r}")
         if not (isinstance(self.chunk_rows, int) and self.chunk_rows >= 1):
             raise ConfigError(f"dpfm: chunk_rows must be a positive integer, got {self.chunk_rows!r}")
+        if self.kernel not in ("sparse", "dense"):
+            raise ConfigError(f"dpfm: kernel must be 'sparse' or 'dense', got {self.kernel!r}")
         if not (isinstance(self.rep_block, int) and self.rep_block >= 1):
             raise ConfigError(f"dpfm: rep_block must be a positive integer, got {self.rep_block!r}")
         if not (isinstance(self.block_mb, (int, float)) and math.isfinite(self.block_mb) and self.block_mb > 0):
@@ -249,7 +254,12 @@ class DPFMEncoder(Encoder):
     def raw_maxima(self, key: bytes, view: Dataset, ids: np.ndarray) -> dict[str, np.ndarray]:
         """See `sketch_maxima`; uses the planned t and γ."""
         return sketch_maxima(key, view, ids, self.params.t, self.params.gamma, self.config.rep_block,
-                             self.config.block_mb)
+                             self.config.block_mb, self._kernel_floor())
+
+    def _kernel_floor(self) -> int | None:
+        """The floor b the kernel may clip at (the finished sketches are the same: `sketch_maxima`); None:
+        the exact raw maxima (kernel = "dense", the reference path)."""
+        return self.params.floor if self.config.kernel == "sparse" else None
 
     def finish(self, party: str, domain: Domain, raw: dict[str, np.ndarray], n: int,
                ledger: PrivacyLedger, rng: np.random.Generator) -> DPFMMessage:
@@ -296,7 +306,7 @@ class DPFMEncoder(Encoder):
         key = self.party_key(party, rng)
         self._spend_sketches(party, domain, ledger)
         mapper = partial(sketch_maxima, key, t=self.params.t, gamma=self.params.gamma, rep_block=self.config.rep_block,
-                         block_mb=self.config.block_mb)
+                         block_mb=self.config.block_mb, floor=self._kernel_floor())
         return ChunkJob(domain, mapper, _max_merge, lambda raw, n: self.finish(party, domain, raw, n, ledger, rng))
 
     def encode_chunks(self, party: str, domain: Domain, chunks: Iterable[tuple[np.ndarray, Dataset]],
@@ -361,12 +371,18 @@ class DPFMEncoder(Encoder):
 
 
 def sketch_maxima(key: bytes, view: Dataset, ids: np.ndarray, t: int, gamma: float, rep_block: int,
-                  block_mb: float = 16.0) -> dict[str, np.ndarray]:
+                  block_mb: float = 16.0, floor: int | None = None) -> dict[str, np.ndarray]:
     """max_{x: A_j(x)=v} H_ξh(id_x) for every repetition h, attribute and value (EMPTY if no record):
     the data-dependent part of the sketches, mergeable across record chunks by element-wise max.
     A plain function of picklable arguments, so Dask workers can run it on their chunk.
 
-    Blocks of rows × `rep_block` repetitions, record-major (each record's repetitions contiguous), so
+    `floor` (the sketches' b): maxima below it are returned as EMPTY. Alg. 1 line 4 publishes
+    max(raw, phantoms, b), so a raw maximum below b never shows: the finished sketches are the same bit for
+    bit, and so is the merge across chunks (max commutes with the clipping). With γ = 1 and b >= SPARSE_FLOOR
+    only the records' values >= b are looked for (probability 2^-b each, `_sparse_maxima`), which skips
+    the group reductions; otherwise (and with floor None: the exact raw maxima) the dense kernel below.
+
+    Dense kernel: blocks of rows × `rep_block` repetitions, record-major (each record's repetitions contiguous), so
     the group max per attribute gathers whole rows and reduces contiguous runs of them; the rows per
     block keep the block's buffers (`block_bytes(γ)` per repetition·row) within `block_mb` MB."""
     ids = np.asarray(ids)
@@ -375,6 +391,8 @@ def sketch_maxima(key: bytes, view: Dataset, ids: np.ndarray, t: int, gamma: flo
     out = {a: np.full((t, view.domain.size(a)), EMPTY, dtype=np.int16) for a in view.attributes}
     if view.n == 0:
         return out
+    if floor is not None and gamma == 1.0 and floor >= SPARSE_FLOOR:
+        return _sparse_maxima(key, view, ids, t, int(floor), block_mb, out)
     per = 4 if gamma == 1.0 else 2  # repetitions per AES block; a block of repetitions starts on a block's first word
     reps = min(-(-rep_block // per) * per, -(-t // per) * per)
     rows = int(max(1, min(view.n, block_mb * 2**20 // (block_bytes(gamma) * reps))))
@@ -417,6 +435,55 @@ def sketch_maxima(key: bytes, view: Dataset, ids: np.ndarray, t: int, gamma: flo
                     blk = out[a][h0:h0 + nr]
                     blk[:, present] = np.maximum(blk[:, present], red_a.T)
             progress.step("DPFM repetitions", h0 + nr, t)
+    if floor is not None:
+        for a in out:
+            out[a][out[a] < floor] = EMPTY
+    return out
+
+
+# the sparse kernel runs where at most 2^-SPARSE_FLOOR of the values reach the floor (Adult at the defaults: b = 12)
+SPARSE_FLOOR = 6
+SPARSE_REPS = 512      # repetitions per AES call of the sparse kernel
+SPARSE_BLOCK_MB = 2.0  # its AES buffers (32 bytes per 4 repetitions·row, input and output): about the L2 cache
+
+
+def _sparse_maxima(key: bytes, view: Dataset, ids: np.ndarray, t: int, floor: int, block_mb: float,
+                   out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """γ = 1, `sketch_maxima` with a floor b: the maxima >= b, EMPTY elsewhere. The value of a 32-bit word w
+    (`FMRecordStream`) is >= b <= 32 exactly when w < 2^(32-b); only those words (a 2^-b share) are
+    converted (`geometric_from_words32`, with its extension when w = 0) and scattered into the sketches by
+    a maximum per (repetition, value). Each row block's hits are scattered before the next block, so memory
+    stays at the AES buffers plus about rows × t × 2^-b hits."""
+    n = view.n
+    reps = min(SPARSE_REPS, -(-t // 4) * 4)
+    rows = int(max(1, min(n, min(block_mb, SPARSE_BLOCK_MB) * 2**20 // (8 * reps))))
+    thr = np.uint32(1 << (32 - min(floor, 32)))  # clz32(w) >= min(b, 32)
+    stream = FMRecordStream(key, 1.0, rows, reps)
+    cols = {a: view.column(a) for a in view.attributes}
+    for r0 in range(0, n, rows):
+        block_ids = ids[r0:r0 + rows]
+        stream.set_ids(block_ids)
+        found_i, found_h, found_g = [], [], []
+        for h0 in range(0, t, reps):
+            nr = min(reps, t - h0)
+            w = stream.words32(h0, nr)
+            k = np.flatnonzero(w.reshape(-1) < thr)
+            if not k.size:
+                continue
+            i, r = np.divmod(k, w.shape[1])
+            keep = r < nr   # the last block's padding words are no repetition
+            i, r, k = i[keep], r[keep], k[keep]
+            g = geometric_from_words32(key, w.reshape(-1)[k], h0 + r, block_ids[i]).astype(np.int16)
+            if floor > 32:   # w = 0: the extension decides
+                i, r, g = i[g >= floor], r[g >= floor], g[g >= floor]
+            found_i.append(i)
+            found_h.append(h0 + r)
+            found_g.append(g)
+        if found_i:
+            i, h, g = np.concatenate(found_i) + r0, np.concatenate(found_h), np.concatenate(found_g)
+            for a, col in cols.items():
+                np.maximum.at(out[a], (h, col[i]), g)
+        progress.step("DPFM repetitions", min(r0 + rows, n) * t, n * t)
     return out
 
 
