@@ -233,3 +233,41 @@ def test_sparse_and_dense_encoders_publish_the_same_sketches():
         assert all(np.array_equal(sketches["sparse"][a], sketches[kernel][a]) for a in dom.attributes), kernel
     with pytest.raises(ConfigError, match="kernel"):
         DPFMConfig(kernel="fast")
+
+
+# -- the pair estimator from the joint histogram of sketch values (issue 33) ---------------------------
+@settings(max_examples=40, deadline=None)
+@given(u1=st.integers(1, 9), u2=st.integers(1, 9), t=st.integers(1, 700), floor=st.integers(0, 14),
+       spread=st.integers(0, 25), gamma=st.sampled_from([1.0, 0.5]), step=st.sampled_from([1, 7, 1 << 16]),
+       seed=st.integers(0, 2**16))
+def test_pair_histogram_estimator_equals_the_per_repetition_one(u1, u2, t, floor, spread, gamma, step, seed):
+    """`_pair_inclusion_exclusion` (counts of (α_1, α_2) per cell) against the general per-repetition path on
+    random sketches at and above the floor: the same estimates and variances up to rounding."""
+    rng = np.random.default_rng(seed)
+    sk = [(floor + np.minimum(rng.geometric(0.5, (t, u)) - 1, spread)).astype(np.int16) for u in (u1, u2)]
+    sk[0][rng.random((t, u1)) < 0.1] = floor - 1   # below the floor (the general path reads max(α, b))
+    k_p = 7
+    got = dpfm._inclusion_exclusion(sk, t, gamma, floor, k_p)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(dpfm, "PAIR_HISTOGRAM_STEP", step)
+        stepped = dpfm._inclusion_exclusion(sk, t, gamma, floor, k_p)
+        mp.setattr(dpfm, "PAIR_HISTOGRAM_BINS", 0)   # the general path
+        want = dpfm._inclusion_exclusion(sk, t, gamma, floor, k_p)
+    for g in (got, stepped):
+        assert g[0].shape == g[1].shape == (u1, u2)
+        np.testing.assert_allclose(g[0], want[0], rtol=1e-9, atol=1e-6 * (1 + np.abs(want[0]).max()))
+        np.testing.assert_allclose(g[1], want[1], rtol=1e-7, atol=1e-9 * (1 + want[1].max()))
+
+
+def test_pair_histogram_is_used_for_binned_pairs_only(monkeypatch):
+    calls = []
+    real = dpfm._pair_inclusion_exclusion
+    monkeypatch.setattr(dpfm, "_pair_inclusion_exclusion", lambda *a: calls.append(a[0][0].shape) or real(*a))
+    rng = np.random.default_rng(0)
+    small = [(12 + rng.geometric(0.5, (50, u)) - 1).astype(np.int16) for u in (8, 8)]
+    dpfm._inclusion_exclusion(small, 50, 1.0, 12, 3)
+    assert calls == [(50, 8)]
+    monkeypatch.setattr(dpfm, "PAIR_HISTOGRAM_BINS", 8 * 8 * 10)   # too many (value, level) bins: the general path
+    dpfm._inclusion_exclusion(small, 50, 1.0, 12, 3)
+    dpfm._inclusion_exclusion(small + small[:1], 50, 1.0, 12, 3)   # three sets: the general path
+    assert calls == [(50, 8)]
