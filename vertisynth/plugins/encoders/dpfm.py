@@ -463,26 +463,25 @@ def _sparse_maxima(key: bytes, view: Dataset, ids: np.ndarray, t: int, floor: in
     for r0 in range(0, n, rows):
         block_ids = ids[r0:r0 + rows]
         stream.set_ids(block_ids)
-        found_i, found_h, found_g = [], [], []
+        found = []   # per AES call: (flat positions of the hits, their words, first repetition, row width)
         for h0 in range(0, t, reps):
-            nr = min(reps, t - h0)
-            w = stream.words32(h0, nr)
-            k = np.flatnonzero(w.reshape(-1) < thr)
-            if not k.size:
-                continue
-            i, r = np.divmod(k, w.shape[1])
-            keep = r < nr   # the last block's padding words are no repetition
-            i, r, k = i[keep], r[keep], k[keep]
-            g = geometric_from_words32(key, w.reshape(-1)[k], h0 + r, block_ids[i]).astype(np.int16)
+            w = stream.words32(h0, min(reps, t - h0)).reshape(-1)
+            k = np.flatnonzero(w < thr)
+            if k.size:
+                found.append((k, w[k], h0, 4 * -(-min(reps, t - h0) // 4)))
+        if found:   # converted once per row block (few numpy calls per AES call: they cost as much as its AES)
+            i, r = np.divmod(np.concatenate([k for k, _, _, _ in found]),
+                             np.concatenate([np.full(k.size, width) for k, _, _, width in found]))
+            h = r + np.concatenate([np.full(k.size, h0) for k, _, h0, _ in found])
+            keep = h < t   # the last block's padding words are no repetition
+            i, h = i[keep], h[keep]
+            g = geometric_from_words32(key, np.concatenate([v for _, v, _, _ in found])[keep], h,
+                                       block_ids[i]).astype(np.int16)
             if floor > 32:   # w = 0: the extension decides
-                i, r, g = i[g >= floor], r[g >= floor], g[g >= floor]
-            found_i.append(i)
-            found_h.append(h0 + r)
-            found_g.append(g)
-        if found_i:
-            i, h, g = np.concatenate(found_i) + r0, np.concatenate(found_h), np.concatenate(found_g)
+                i, h, g = i[g >= floor], h[g >= floor], g[g >= floor]
+            rows_i = i + r0
             for a, col in cols.items():
-                np.maximum.at(out[a], (h, col[i]), g)
+                np.maximum.at(out[a], (h, col[rows_i]), g)
         progress.step("DPFM repetitions", min(r0 + rows, n) * t, n * t)
     return out
 

@@ -176,7 +176,8 @@ class FMRecordStream:
     def __init__(self, key: bytes, gamma: float, max_ids: int, reps: int) -> None:
         _check_key(key)
         self._key = bytes(key)
-        self._cipher = Cipher(algorithms.AES(self._key), modes.ECB())
+        # one ECB context for every call: whole 16-byte blocks in, whole blocks out, nothing carried between calls
+        self._enc = Cipher(algorithms.AES(self._key), modes.ECB()).encryptor()
         self._gamma = float(gamma)
         self.per_block = 4 if self._gamma == 1.0 else 2  # repetitions per AES block
         self._blocks = np.empty((max_ids, -(-reps // self.per_block), 2), dtype="<u8")
@@ -205,8 +206,7 @@ class FMRecordStream:
         blocks = self._blocks[:n, :nblk]
         blocks[..., 0] = np.arange(h0 // per, h0 // per + nblk, dtype=np.uint64) | np.uint64(TAG_FM << 56)
         flat = self._blocks[:n] if nblk == self._blocks.shape[1] else np.ascontiguousarray(blocks)
-        enc = self._cipher.encryptor()
-        return enc.update_into(memoryview(flat).cast("B"), self._out), nblk
+        return self._enc.update_into(memoryview(flat).cast("B"), self._out), nblk
 
     def words32(self, h0: int, nreps: int) -> np.ndarray:
         """γ = 1: the raw 32-bit words, (n_ids, 4 × blocks) contiguous; column j is repetition h0 + j (the
