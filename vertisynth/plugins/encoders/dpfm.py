@@ -5,7 +5,9 @@ every party hashes every record id to a geometric value H_ξh(id) (`prf.py`: the
 party and for every attribute) and, for each attribute A_j and value v, sends the DP FM sketch of the
 id set {records with A_j = v} (`fm_sketch.py`). Vectorised in blocks of rows × repetitions bounded by
 `block_mb` (`sketch_maxima`): one PRF call per block, then a sorted group reduction per attribute (or pair
-of attributes). One party also sends a Gaussian noisy count n̂.
+of attributes); by default (γ = 1, floor b >= 6) only the hash values >= b, the only ones a published sketch can
+show, are looked for and scattered (`_sparse_maxima`: the same sketches bit for bit). One party also sends a
+Gaussian noisy count n̂.
 
 Server side. The count of cell v = (v_1..v_l) of marginal M is n̂ minus the union of the complements:
 the complement sketch of v_i is the max over A_i's other values, the union of complements is the max
