@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
+from vertisynth.core.errors import ConfigError
 import vertisynth.plugins.encoders.dpfm as dpfm
 from vertisynth.plugins.encoders.dpfm import _passes, sketch_maxima
 from vertisynth.plugins.encoders.fm_sketch import BLOCK_BYTES, group_max
@@ -154,3 +155,119 @@ def test_the_stream_extends_zero_words_with_their_own_repetition_and_id():
     want = geometric_from_words32(KEY, np.zeros(4, np.uint32), 8 + r, ids[i])
     assert np.array_equal(stream.exact(zeroed, i, r), want)
     assert not np.array_equal(want, geometric_from_words32(KEY, np.zeros(4, np.uint32), r, ids[i]))
+
+
+# -- the sparse kernel (issue 33): only hash values >= the floor b are looked for ----------------------
+def clipped(maxima, floor):
+    return {a: np.where(m < floor, np.int16(-1), m).astype(np.int16) for a, m in maxima.items()}
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 400), t=st.integers(1, 90), floor=st.integers(1, 12), sparse_floor=st.sampled_from([1, 3, 6]),
+       rows=st.integers(1, 401), reps=st.sampled_from([4, 8, 12, 64, 512]), seed=st.integers(0, 2**16))
+def test_sparse_kernel_equals_the_reference_above_the_floor(n, t, floor, sparse_floor, rows, reps, seed):
+    """The sparse kernel (forced at low floors, so that many values reach them) against `fm_geometric` +
+    `group_max` clipped at the floor, and the dense kernel given the same floor, for any block shape."""
+    view = table(n, [3, 1, 6, 2, 9], seed)
+    ids = np.random.default_rng(seed).permutation(10 * n)[:n]
+    want = clipped(reference(KEY, view, ids, t, 1.0), floor)
+    called = []
+    real = dpfm._sparse_maxima
+    block_mb = rows * 8 * min(reps, -(-t // 4) * 4) / 2**20   # about `rows` rows per block
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(dpfm, "SPARSE_FLOOR", sparse_floor)
+        mp.setattr(dpfm, "SPARSE_REPS", reps)
+        mp.setattr(dpfm, "_sparse_maxima", lambda *a: called.append(1) or real(*a))
+        got = sketch_maxima(KEY, view, ids, t, 1.0, 16, block_mb, floor=floor)
+        assert bool(called) == (floor >= sparse_floor)
+        dense = sketch_maxima(KEY, view, ids, t, 1.0, 16, block_mb, floor=None)
+    for a in view.attributes:
+        assert got[a].dtype == np.int16 and np.array_equal(got[a], want[a]), a
+        assert np.array_equal(clipped(dense, floor)[a], want[a])
+
+
+def test_sparse_kernel_finds_the_extension_values(monkeypatch):
+    """Words of 16+ leading zero bits (the records of `test_rare_entries_beyond_the_table_are_exact`) reach a
+    high floor; the sparse kernel gives their exact values, floors above 32 leave everything EMPTY."""
+    t = 64
+    vals = fm_geometric(KEY, np.arange(t), np.arange(60_000), 1.0)
+    deep = np.unique(np.nonzero(vals > 16)[1])
+    ids = np.concatenate([deep, np.arange(60_000, 60_200)])
+    view = table(ids.size, [2, 4], 3)
+    for floor in (6, 12, 17):
+        got = sketch_maxima(KEY, view, ids, t, 1.0, 32, floor=floor)
+        want = clipped(reference(KEY, view, ids, t, 1.0), floor)
+        assert all(np.array_equal(got[a], want[a]) for a in view.attributes)
+        assert max(int(got[a].max()) for a in view.attributes) > 16
+    got = sketch_maxima(KEY, view, ids, t, 1.0, 32, floor=40)
+    assert all((got[a] == -1).all() for a in view.attributes)
+
+
+def test_sparse_and_dense_encoders_publish_the_same_sketches():
+    """The encoder's default (sparse) kernel and the dense one give the same finished sketches bit for bit
+    (same keys, same phantom draws), one-shot and in chunks: clipping below the floor cannot change
+    max(raw, phantoms, b)."""
+    from vertisynth.core.dataset import VerticalPartition
+    from vertisynth.core.interfaces import PlanContext
+    from vertisynth.core.privacy import Budget, PrivacyLedger
+    from vertisynth.plugins.encoders.dpfm import DPFMConfig, DPFMEncoder
+
+    dom = Domain(("a", "b", "c", "d"), (4, 3, 5, 2))
+    rng = np.random.default_rng(0)
+    view = Dataset(np.stack([rng.integers(0, s, 3000) for s in dom.shape], 1), dom)
+    part = VerticalPartition.from_lists([["a", "b", "c", "d"]])
+    sketches = {}
+    for kernel in ("sparse", "dense"):
+        enc = DPFMEncoder(DPFMConfig(t=400, kernel=kernel))
+        ledger = PrivacyLedger(Budget(1.0, 1e-5))
+        ledger.plan(enc.plan(PlanContext(dom, part, Budget(1.0, 1e-5))))
+        assert enc.params.floor >= dpfm.SPARSE_FLOOR
+        enc.agree_keys(np.random.default_rng(9))   # the same keys for every run
+        party = part.names[0]
+        sketches[kernel] = enc.encode(party, view, ledger, np.random.default_rng(5)).sketches
+        ledger = PrivacyLedger(Budget(1.0, 1e-5))
+        ledger.plan(enc.plan(PlanContext(dom, part, Budget(1.0, 1e-5))))
+        chunks = [(np.arange(s, e), view.take(np.arange(s, e))) for s, e in ((0, 999), (999, 1000), (1000, 3000))]
+        sketches[kernel + " chunks"] = enc.encode_chunks(party, dom, chunks, ledger, np.random.default_rng(5)).sketches
+    for kernel in ("sparse chunks", "dense", "dense chunks"):
+        assert all(np.array_equal(sketches["sparse"][a], sketches[kernel][a]) for a in dom.attributes), kernel
+    with pytest.raises(ConfigError, match="kernel"):
+        DPFMConfig(kernel="fast")
+
+
+# -- the pair estimator from the joint histogram of sketch values (issue 33) ---------------------------
+@settings(max_examples=40, deadline=None)
+@given(u1=st.integers(1, 9), u2=st.integers(1, 9), t=st.integers(1, 700), floor=st.integers(0, 14),
+       spread=st.integers(0, 25), gamma=st.sampled_from([1.0, 0.5]), step=st.sampled_from([1, 7, 1 << 16]),
+       seed=st.integers(0, 2**16))
+def test_pair_histogram_estimator_equals_the_per_repetition_one(u1, u2, t, floor, spread, gamma, step, seed):
+    """`_pair_inclusion_exclusion` (counts of (α_1, α_2) per cell) against the general per-repetition path on
+    random sketches at and above the floor: the same estimates and variances up to rounding."""
+    rng = np.random.default_rng(seed)
+    sk = [(floor + np.minimum(rng.geometric(0.5, (t, u)) - 1, spread)).astype(np.int16) for u in (u1, u2)]
+    sk[0][rng.random((t, u1)) < 0.1] = floor - 1   # below the floor (the general path reads max(α, b))
+    k_p = 7
+    got = dpfm._inclusion_exclusion(sk, t, gamma, floor, k_p)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(dpfm, "PAIR_HISTOGRAM_STEP", step)
+        stepped = dpfm._inclusion_exclusion(sk, t, gamma, floor, k_p)
+        mp.setattr(dpfm, "PAIR_HISTOGRAM_BINS", 0)   # the general path
+        want = dpfm._inclusion_exclusion(sk, t, gamma, floor, k_p)
+    for g in (got, stepped):
+        assert g[0].shape == g[1].shape == (u1, u2)
+        np.testing.assert_allclose(g[0], want[0], rtol=1e-9, atol=1e-6 * (1 + np.abs(want[0]).max()))
+        np.testing.assert_allclose(g[1], want[1], rtol=1e-7, atol=1e-9 * (1 + want[1].max()))
+
+
+def test_pair_histogram_is_used_for_binned_pairs_only(monkeypatch):
+    calls = []
+    real = dpfm._pair_inclusion_exclusion
+    monkeypatch.setattr(dpfm, "_pair_inclusion_exclusion", lambda *a: calls.append(a[0][0].shape) or real(*a))
+    rng = np.random.default_rng(0)
+    small = [(12 + rng.geometric(0.5, (50, u)) - 1).astype(np.int16) for u in (8, 8)]
+    dpfm._inclusion_exclusion(small, 50, 1.0, 12, 3)
+    assert calls == [(50, 8)]
+    monkeypatch.setattr(dpfm, "PAIR_HISTOGRAM_BINS", 8 * 8 * 10)   # too many (value, level) bins: the general path
+    dpfm._inclusion_exclusion(small, 50, 1.0, 12, 3)
+    dpfm._inclusion_exclusion(small + small[:1], 50, 1.0, 12, 3)   # three sets: the general path
+    assert calls == [(50, 8)]

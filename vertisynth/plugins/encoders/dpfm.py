@@ -5,7 +5,9 @@ every party hashes every record id to a geometric value H_ξh(id) (`prf.py`: the
 party and for every attribute) and, for each attribute A_j and value v, sends the DP FM sketch of the
 id set {records with A_j = v} (`fm_sketch.py`). Vectorised in blocks of rows × repetitions bounded by
 `block_mb` (`sketch_maxima`): one PRF call per block, then a sorted group reduction per attribute (or pair
-of attributes). One party also sends a Gaussian noisy count n̂.
+of attributes); by default (γ = 1, floor b >= 6) only the hash values >= b, the only ones a published sketch can
+show, are looked for and scattered (`_sparse_maxima`: the same sketches bit for bit). One party also sends a
+Gaussian noisy count n̂.
 
 Server side. The count of cell v = (v_1..v_l) of marginal M is n̂ minus the union of the complements:
 the complement sketch of v_i is the max over A_i's other values, the union of complements is the max
@@ -57,7 +59,7 @@ from .chunked import ChunkJob
 from .common import Estimate, agree, owners, project_to_simplex, query_domain
 from .fm_sketch import EMPTY, block_bytes, cardinality, finalize, fm_parameters, grouping
 from .keys import KeyParty, agree_keys
-from .prf import FM_LAYOUT, LZ16, FMRecordStream
+from .prf import FM_LAYOUT, LZ16, FMRecordStream, geometric_from_words32
 
 STAGE = "encoder"
 SKETCH = "dpfm_sketches"
@@ -74,6 +76,8 @@ class DPFMConfig:
     much lower TVD in the benchmark) or "none" (unbiased up to O(1/t)), rep_block: repetitions hashed per
     vectorised step, block_mb: memory of one step's buffers in MB (12 bytes per repetition·row for γ = 1, 20 otherwise: the
     rows per step are block_mb / (12 × rep_block), at least 1; the old whole-view block took ≈ 47 B × rep_block × n),
+    kernel: "sparse" (γ = 1 with a floor b >= 6: only the hash values >= b are looked for, the others cannot show
+    in a sketch; same sketches bit for bit, docs/scale.md) or "dense" (every raw maximum, the reference path),
     reproducible_keys: draw the X25519 keys from
     the seeded Generator (simulation) rather than the OS (deployment); chunk_rows / dask_scheduler: how
     `chunked.encode_csv` reads a party's CSV (a scheduler address such as "tcp://host:8786" runs the
@@ -89,6 +93,7 @@ class DPFMConfig:
     estimator: str = "inclusion_exclusion"   # the paper (Alg. 4): "complement"
     rep_block: int = 256
     block_mb: float = 16.0
+    kernel: str = "sparse"
     reproducible_keys: bool = True
     chunk_rows: int = 100_000
     dask_scheduler: str | None = None
@@ -112,6 +117,8 @@ class DPFMConfig:
             raise ConfigError(f"dpfm: postprocess must be 'clip', 'clip_rescale', 'project' or 'none', got {self.postprocess!r}")
         if not (isinstance(self.chunk_rows, int) and self.chunk_rows >= 1):
             raise ConfigError(f"dpfm: chunk_rows must be a positive integer, got {self.chunk_rows!r}")
+        if self.kernel not in ("sparse", "dense"):
+            raise ConfigError(f"dpfm: kernel must be 'sparse' or 'dense', got {self.kernel!r}")
         if not (isinstance(self.rep_block, int) and self.rep_block >= 1):
             raise ConfigError(f"dpfm: rep_block must be a positive integer, got {self.rep_block!r}")
         if not (isinstance(self.block_mb, (int, float)) and math.isfinite(self.block_mb) and self.block_mb > 0):
@@ -249,7 +256,12 @@ class DPFMEncoder(Encoder):
     def raw_maxima(self, key: bytes, view: Dataset, ids: np.ndarray) -> dict[str, np.ndarray]:
         """See `sketch_maxima`; uses the planned t and γ."""
         return sketch_maxima(key, view, ids, self.params.t, self.params.gamma, self.config.rep_block,
-                             self.config.block_mb)
+                             self.config.block_mb, self._kernel_floor())
+
+    def _kernel_floor(self) -> int | None:
+        """The floor b the kernel may clip at (the finished sketches are the same: `sketch_maxima`); None:
+        the exact raw maxima (kernel = "dense", the reference path)."""
+        return self.params.floor if self.config.kernel == "sparse" else None
 
     def finish(self, party: str, domain: Domain, raw: dict[str, np.ndarray], n: int,
                ledger: PrivacyLedger, rng: np.random.Generator) -> DPFMMessage:
@@ -296,7 +308,7 @@ class DPFMEncoder(Encoder):
         key = self.party_key(party, rng)
         self._spend_sketches(party, domain, ledger)
         mapper = partial(sketch_maxima, key, t=self.params.t, gamma=self.params.gamma, rep_block=self.config.rep_block,
-                         block_mb=self.config.block_mb)
+                         block_mb=self.config.block_mb, floor=self._kernel_floor())
         return ChunkJob(domain, mapper, _max_merge, lambda raw, n: self.finish(party, domain, raw, n, ledger, rng))
 
     def encode_chunks(self, party: str, domain: Domain, chunks: Iterable[tuple[np.ndarray, Dataset]],
@@ -361,12 +373,18 @@ class DPFMEncoder(Encoder):
 
 
 def sketch_maxima(key: bytes, view: Dataset, ids: np.ndarray, t: int, gamma: float, rep_block: int,
-                  block_mb: float = 16.0) -> dict[str, np.ndarray]:
+                  block_mb: float = 16.0, floor: int | None = None) -> dict[str, np.ndarray]:
     """max_{x: A_j(x)=v} H_ξh(id_x) for every repetition h, attribute and value (EMPTY if no record):
     the data-dependent part of the sketches, mergeable across record chunks by element-wise max.
     A plain function of picklable arguments, so Dask workers can run it on their chunk.
 
-    Blocks of rows × `rep_block` repetitions, record-major (each record's repetitions contiguous), so
+    `floor` (the sketches' b): maxima below it are returned as EMPTY. Alg. 1 line 4 publishes
+    max(raw, phantoms, b), so a raw maximum below b never shows: the finished sketches are the same bit for
+    bit, and so is the merge across chunks (max commutes with the clipping). With γ = 1 and b >= SPARSE_FLOOR
+    only the records' values >= b are looked for (probability 2^-b each, `_sparse_maxima`), which skips
+    the group reductions; otherwise (and with floor None: the exact raw maxima) the dense kernel below.
+
+    Dense kernel: blocks of rows × `rep_block` repetitions, record-major (each record's repetitions contiguous), so
     the group max per attribute gathers whole rows and reduces contiguous runs of them; the rows per
     block keep the block's buffers (`block_bytes(γ)` per repetition·row) within `block_mb` MB."""
     ids = np.asarray(ids)
@@ -375,6 +393,8 @@ def sketch_maxima(key: bytes, view: Dataset, ids: np.ndarray, t: int, gamma: flo
     out = {a: np.full((t, view.domain.size(a)), EMPTY, dtype=np.int16) for a in view.attributes}
     if view.n == 0:
         return out
+    if floor is not None and gamma == 1.0 and floor >= SPARSE_FLOOR:
+        return _sparse_maxima(key, view, ids, t, int(floor), block_mb, out)
     per = 4 if gamma == 1.0 else 2  # repetitions per AES block; a block of repetitions starts on a block's first word
     reps = min(-(-rep_block // per) * per, -(-t // per) * per)
     rows = int(max(1, min(view.n, block_mb * 2**20 // (block_bytes(gamma) * reps))))
@@ -417,6 +437,54 @@ def sketch_maxima(key: bytes, view: Dataset, ids: np.ndarray, t: int, gamma: flo
                     blk = out[a][h0:h0 + nr]
                     blk[:, present] = np.maximum(blk[:, present], red_a.T)
             progress.step("DPFM repetitions", h0 + nr, t)
+    if floor is not None:
+        for a in out:
+            out[a][out[a] < floor] = EMPTY
+    return out
+
+
+# the sparse kernel runs where at most 2^-SPARSE_FLOOR of the values reach the floor (Adult at the defaults: b = 12)
+SPARSE_FLOOR = 6
+SPARSE_REPS = 512      # repetitions per AES call of the sparse kernel
+SPARSE_BLOCK_MB = 2.0  # its AES buffers (32 bytes per 4 repetitions·row, input and output): about the L2 cache
+
+
+def _sparse_maxima(key: bytes, view: Dataset, ids: np.ndarray, t: int, floor: int, block_mb: float,
+                   out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """γ = 1, `sketch_maxima` with a floor b: the maxima >= b, EMPTY elsewhere. The value of a 32-bit word w
+    (`FMRecordStream`) is >= b <= 32 exactly when w < 2^(32-b); only those words (a 2^-b share) are
+    converted (`geometric_from_words32`, with its extension when w = 0) and scattered into the sketches by
+    a maximum per (repetition, value). Each row block's hits are scattered before the next block, so memory
+    stays at the AES buffers plus about rows × t × 2^-b hits."""
+    n = view.n
+    reps = min(SPARSE_REPS, -(-t // 4) * 4)
+    rows = int(max(1, min(n, min(block_mb, SPARSE_BLOCK_MB) * 2**20 // (8 * reps))))
+    thr = np.uint32(1 << (32 - min(floor, 32)))  # clz32(w) >= min(b, 32)
+    stream = FMRecordStream(key, 1.0, rows, reps)
+    cols = {a: view.column(a) for a in view.attributes}
+    for r0 in range(0, n, rows):
+        block_ids = ids[r0:r0 + rows]
+        stream.set_ids(block_ids)
+        found = []   # per AES call: (flat positions of the hits, their words, first repetition, row width)
+        for h0 in range(0, t, reps):
+            w = stream.words32(h0, min(reps, t - h0)).reshape(-1)
+            k = np.flatnonzero(w < thr)
+            if k.size:
+                found.append((k, w[k], h0, 4 * -(-min(reps, t - h0) // 4)))
+        if found:   # converted once per row block (few numpy calls per AES call: they cost as much as its AES)
+            i, r = np.divmod(np.concatenate([k for k, _, _, _ in found]),
+                             np.concatenate([np.full(k.size, width) for k, _, _, width in found]))
+            h = r + np.concatenate([np.full(k.size, h0) for k, _, h0, _ in found])
+            keep = h < t   # the last block's padding words are no repetition
+            i, h = i[keep], h[keep]
+            g = geometric_from_words32(key, np.concatenate([v for _, v, _, _ in found])[keep], h,
+                                       block_ids[i]).astype(np.int16)
+            if floor > 32:   # w = 0: the extension decides
+                i, h, g = i[g >= floor], h[g >= floor], g[g >= floor]
+            rows_i = i + r0
+            for a, col in cols.items():
+                np.maximum.at(out[a], (h, col[rows_i]), g)
+        progress.step("DPFM repetitions", min(r0 + rows, n) * t, n * t)
     return out
 
 
@@ -505,6 +573,10 @@ def _inclusion_exclusion(sketches: Sequence[np.ndarray], t: int, gamma: float, f
     l = len(sketches)
     shape = tuple(s.shape[1] for s in sketches)
     q = 1.0 / (1.0 + gamma)
+    if l == 2:
+        levels = [int(np.max(s, initial=floor)) - max(floor, 0) + 1 for s in sketches]
+        if shape[0] * levels[0] * shape[1] * levels[1] <= PAIR_HISTOGRAM_BINS:
+            return _pair_inclusion_exclusion(sketches, t, gamma, floor, levels)
     qpow = q ** np.arange(np.iinfo(np.int16).max + 1, dtype=float)
     # q^{max(α, b)} of every sketch entry, once (t × u_i, small): q < 1, so q^{max(α, b)} of a union is the
     # minimum of its members' (no table lookup on the joint-sized arrays)
@@ -542,6 +614,55 @@ def _inclusion_exclusion(sketches: Sequence[np.ndarray], t: int, gamma: float, f
     var = np.maximum(total2 / t - (total / t) ** 2, 0.0) / t
     if l == 1:   # the phantoms of the unions cancel for l >= 2; a single set's sketch keeps its k_p
         est = est - k_p
+    return est, var
+
+
+# a pair's joint histogram of sketch values (u_1 × levels_1 × u_2 × levels_2 counts, 8 bytes each) up to this size;
+# larger pairs (many values, no binning) take the per-repetition path of `_inclusion_exclusion`
+PAIR_HISTOGRAM_BINS = 1 << 20
+PAIR_HISTOGRAM_STEP = 1 << 16   # (repetition, cell) codes per bincount (cache-sized)
+
+
+def _pair_inclusion_exclusion(sketches: Sequence[np.ndarray], t: int, gamma: float, floor: int,
+                              levels: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """`_inclusion_exclusion` for a pair, from the joint histogram of the two sketch values over the repetitions:
+    N[v, a, w, c] = #{h: max(α_1[h, v], b) = b + a, max(α_2[h, w], b) = b + c}. The three unions' q^α and
+    the delta-method term y_h of cell (v, w) are functions of (a, c) alone, so every mean over repetitions
+    is a sum over the histogram: the same estimate and variance up to rounding (summation order), with one
+    counting pass over (repetition × cell) instead of a dozen floating-point passes."""
+    q = 1.0 / (1.0 + gamma)
+    b = max(floor, 0)
+    (u1, u2), (l1, l2) = (s.shape[1] for s in sketches), levels
+    a = (np.maximum(sketches[0], b) - b).astype(np.int32) + np.arange(u1, dtype=np.int32) * l1   # v·l1 + a
+    c = (np.maximum(sketches[1], b) - b).astype(np.int32) + np.arange(u2, dtype=np.int32) * l2   # w·l2 + c
+    a *= u2 * l2
+    counts = np.zeros(u1 * l1 * u2 * l2, dtype=np.int64)
+    step = max(1, PAIR_HISTOGRAM_STEP // (u1 * u2))
+    for h0 in range(0, t, step):
+        codes = a[h0:h0 + step, :, None] + c[h0:h0 + step, None, :]
+        counts += np.bincount(codes.ravel(), minlength=counts.size)
+    n = counts.reshape(u1, l1, u2, l2).astype(float)
+    qa, qc = q ** (b + np.arange(l1, dtype=float)), q ** (b + np.arange(l2, dtype=float))
+    qm = np.minimum(qa[:, None], qc[None, :])                         # q^{max} of the union, per (a, c)
+    m1 = (n.sum(axis=3) * qa[None, :, None]).sum(axis=1) / t           # (u1, u2): mean q^α_1 (the same for every w)
+    m2 = (n.sum(axis=1) * qc[None, None, :]).sum(axis=2) / t           # (u1, u2): mean q^α_2 (the same for every v)
+    m12 = np.einsum("vawc,ac->vw", n, qm) / t
+    means = {(0,): m1[:, :1], (1,): m2[:1, :], (0, 1): m12}
+    est = np.zeros((u1, u2))
+    slope = {}
+    for sub, m in means.items():
+        k_hat, _ = cardinality(m, t, gamma, floor)
+        k_up, _ = cardinality(m * (1 + 1e-4), t, gamma, floor)   # dK/dm = 1/g'(K), numerically (as the general path)
+        sign = 1.0 if len(sub) % 2 else -1.0
+        est = est + sign * k_hat
+        slope[sub] = sign * (k_up - k_hat) / (m * 1e-4)
+    # y(v, w, a, c) = Σ_S slope_S (q_S − m_S): its mean and mean square under the histogram
+    y = (slope[(0, 1)][:, None, :, None] * (qm[None, :, None, :] - m12[:, None, :, None])
+         + (slope[(0,)] * 1.0)[:, None, :, None] * (qa[None, :, None, None] - m1[:, :1, None, None])
+         + (slope[(1,)] * 1.0)[:, None, :, None] * (qc[None, None, None, :] - m2[:1, None, :, None]))
+    total = np.einsum("vawc,vawc->vw", n, y)
+    total2 = np.einsum("vawc,vawc->vw", n, y * y)
+    var = np.maximum(total2 / t - (total / t) ** 2, 0.0) / t
     return est, var
 
 

@@ -176,7 +176,8 @@ class FMRecordStream:
     def __init__(self, key: bytes, gamma: float, max_ids: int, reps: int) -> None:
         _check_key(key)
         self._key = bytes(key)
-        self._cipher = Cipher(algorithms.AES(self._key), modes.ECB())
+        # one ECB context for every call: whole 16-byte blocks in, whole blocks out, nothing carried between calls
+        self._enc = Cipher(algorithms.AES(self._key), modes.ECB()).encryptor()
         self._gamma = float(gamma)
         self.per_block = 4 if self._gamma == 1.0 else 2  # repetitions per AES block
         self._blocks = np.empty((max_ids, -(-reps // self.per_block), 2), dtype="<u8")
@@ -194,8 +195,8 @@ class FMRecordStream:
         self._ids[: ids.size] = ids
         self._blocks[: ids.size, :, 1] = ids[:, None]
 
-    def values(self, h0: int, nreps: int) -> tuple[np.ndarray, np.ndarray]:
-        """(top 16 bits (γ = 1) or values; words), both (n_ids, nreps), for repetitions h0..h0+nreps-1."""
+    def _encrypt(self, h0: int, nreps: int) -> tuple[int, int]:
+        """AES of the blocks of repetitions h0..h0+nreps-1 for every id into `_out`: (bytes written, blocks per id)."""
         per = self.per_block
         nblk = -(-nreps // per)
         if h0 % per or nreps > self._vals.shape[1] or h0 + nreps > 1 << 56:
@@ -205,8 +206,20 @@ class FMRecordStream:
         blocks = self._blocks[:n, :nblk]
         blocks[..., 0] = np.arange(h0 // per, h0 // per + nblk, dtype=np.uint64) | np.uint64(TAG_FM << 56)
         flat = self._blocks[:n] if nblk == self._blocks.shape[1] else np.ascontiguousarray(blocks)
-        enc = self._cipher.encryptor()
-        written = enc.update_into(memoryview(flat).cast("B"), self._out)
+        return self._enc.update_into(memoryview(flat).cast("B"), self._out), nblk
+
+    def words32(self, h0: int, nreps: int) -> np.ndarray:
+        """γ = 1: the raw 32-bit words, (n_ids, 4 × blocks) contiguous; column j is repetition h0 + j (the
+        columns from nreps on are padding of the last block). A view valid until the next call."""
+        if self._gamma != 1.0:
+            raise ConfigError("FMRecordStream.words32 is for γ = 1 (four 32-bit words per AES block)")
+        written, nblk = self._encrypt(h0, nreps)
+        return self._out[:written].view("<u4").reshape(self._n, 4 * nblk)
+
+    def values(self, h0: int, nreps: int) -> tuple[np.ndarray, np.ndarray]:
+        """(top 16 bits (γ = 1) or values; words), both (n_ids, nreps), for repetitions h0..h0+nreps-1."""
+        written, nblk = self._encrypt(h0, nreps)
+        n = self._n
         vals = self._vals.reshape(-1)[: n * nreps].reshape(n, nreps)  # contiguous
         if self._gamma != 1.0:
             words = self._out[:written].view("<u8").reshape(n, 2 * nblk)[:, :nreps]  # word j: repetition h0 + j
