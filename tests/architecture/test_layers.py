@@ -23,6 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "cli": {"core", "run"},                     # the parts add their commands through the registry
     "api": {"core", "run"},
     "__init__": {"core", "api"},              # the package root: hookimpl, and synthesize() from the api
+    "__main__": {"cli"},                       # `python -m vertisynth`
 }
 
 

@@ -41,9 +41,10 @@ def test_init_force_overwrites(tmp_path):
 
 
 def _options(cmd, path):
-    if isinstance(cmd, click.Group):
-        for name, sub in cmd.commands.items():
-            yield from _options(sub, path + [name])
+    if isinstance(cmd, click.Group):   # list/get: the root loads the parts' commands when they are named
+        ctx = click.Context(cmd)
+        for name in cmd.list_commands(ctx):
+            yield from _options(cmd.get_command(ctx, name), path + [name])
     for p in cmd.params:
         if isinstance(p, click.Option) and not p.hidden:
             yield " ".join(path), p

@@ -10,17 +10,51 @@ import attrs
 import click
 
 from vertisynth import __version__
-from vertisynth.core.capabilities import CostEstimate, EstimatesMemory
 from vertisynth.core.errors import ConfigError, PluginError, VertisynthError
 from vertisynth.core.registry import Registry, default_registry
-from vertisynth.run.config import DEFAULT_CONFIG_TOML, default_config, load_config
 from vertisynth.run.console import fail as _fail
 from vertisynth.run.console import warnings_as_lines
-from vertisynth.run.pipeline import execute, make_plan
-from vertisynth.run.report import cross_party_note
+
+# Nothing above imports numpy, pandas or the engine: each command imports what it runs in its body, so that
+# `vertisynth --help` and `vertisynth CMD --help` start fast (tests/cli/test_startup.py).
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Root(click.Group):
+    """The root group. The parts' commands (party, server, collab, study, flower, a plugin's: the registry's
+    `command` specs) are imported when one is named, not for `vertisynth --help`, which lists them by their
+    specs' summaries."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(self.commands) | set(default_registry().names("command")))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in default_registry().names("command"):
+            try:
+                self.add_command(default_registry().get("command", cmd_name).load_factory(), cmd_name)
+            except PluginError as exc:   # a broken third-party command must not take the whole CLI down
+                click.secho(f"warning: command {cmd_name!r} skipped: {exc}", fg="yellow", err=True)
+        return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(map(len, names), default=0)   # as click.Group.format_commands
+        rows = []
+        for name in names:
+            if name in self.commands:
+                if not self.commands[name].hidden:
+                    rows.append((name, self.commands[name].get_short_help_str(limit)))
+                continue
+            try:
+                summary = default_registry().get("command", name).summary
+            except PluginError as exc:   # two plugins offer the name: say so here, as invoking it would
+                summary = f"(unavailable: {exc})"
+            rows.append((name, summary[:1].upper() + summary[1:]))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=_Root, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="vertisynth")
 def main() -> None:
     """Differentially private synthetic data for parties that hold different columns of the same people.
@@ -45,6 +79,10 @@ def run(config: Path | None, out: Path | None, data_dir: str | None, seed: int |
 
 
 def _run(config: Path | None, out: Path | None, data_dir: str | None, seed: int | None, quiet: bool) -> None:
+    from vertisynth.run.config import default_config, load_config
+    from vertisynth.run.pipeline import execute, make_plan
+    from vertisynth.run.report import cross_party_note
+
     try:
         cfg = load_config(config) if config else default_config()
         if seed is not None:
@@ -89,6 +127,10 @@ def _run(config: Path | None, out: Path | None, data_dir: str | None, seed: int 
               "peak (any party's, or the server's) does not fit.")
 def validate(config: Path, data_dir: str | None, rows: int, memory: str | None) -> None:
     """Check a CONFIG (keys, plugins, params, party split, budget plan) without reading any data rows."""
+    from vertisynth.core.capabilities import CostEstimate, EstimatesMemory
+    from vertisynth.run.config import load_config
+    from vertisynth.run.pipeline import make_plan
+
     try:
         limit = parse_bytes(memory) if memory is not None else None
         with warnings_as_lines():
@@ -168,6 +210,8 @@ def init(path: Path, force: bool, from_csv: Path | None) -> None:
         click.secho(f"error: {path} exists; not overwriting (pass --force to replace it)", fg="red", err=True)
         sys.exit(2)
     if from_csv is None:
+        from vertisynth.run.config import DEFAULT_CONFIG_TOML
+
         path.write_text(DEFAULT_CONFIG_TOML)
         click.echo(f"wrote {path}; edit it, then run: vertisynth run {path}")
         return
@@ -266,19 +310,6 @@ def evaluate(real: Path, synthetic: Path, config_path: Path | None, uses: tuple[
     if out is not None:
         (out / "metrics.json").write_text(json.dumps(metrics, indent=2, default=str))
         click.echo(f"wrote {out}/metrics.json")
-
-
-def _add_part_commands() -> None:
-    """Commands the parts contribute (party/server from deploy, collab, study...) through the registry."""
-    reg = default_registry()
-    for name in reg.names("command"):
-        try:
-            main.add_command(reg.get("command", name).load_factory(), name)
-        except PluginError as exc:   # a broken third-party command must not take the whole CLI down
-            click.secho(f"warning: command {name!r} skipped: {exc}", fg="yellow", err=True)
-
-
-_add_part_commands()
 
 
 if __name__ == "__main__":

@@ -25,20 +25,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-import numpy as np
 
-from vertisynth.core.dataset import Dataset
-from vertisynth.core.domain import Domain
 from vertisynth.core.errors import ConfigError, MessageError, VertisynthError
-from vertisynth.plugins.datasets.files import read_codes_csv, read_domain_json
-from vertisynth.run.config import load_config
 from vertisynth.run.console import fail as _fail, progress_bar
-from vertisynth.run.pipeline import make_plan
 
-from .distributed import run_custodian, run_publisher, run_server
-from .pipeline import CollabPlan
-from .secure_aggregation import CountShare, NoisyShare, aggregate_at_server, reconstruct, share_counts, sigma_for_rho
-from .tuning import TEST_LABEL, parse_test_secret
+# The protocol's modules (and numpy, pandas, the engine under them) are imported in the command bodies: `vertisynth
+# collab --help` stays fast (tests/cli/test_startup.py).
 
 
 @click.group()
@@ -84,6 +76,14 @@ def _local_only(command: str, acknowledged: bool) -> None:
 def share(local_only: bool, custodian: str, csv_path: str, domain_path: str, marginals: tuple[str, ...],
           servers: int, out: Path, seed: int | None) -> None:
     """Count this custodian's marginals and write one share file per server (one machine only: --local-only)."""
+    import numpy as np
+
+    from vertisynth.core.dataset import Dataset
+    from vertisynth.core.domain import Domain
+    from vertisynth.plugins.datasets.files import read_codes_csv, read_domain_json
+
+    from .secure_aggregation import share_counts
+
     _local_only("share", local_only)
     try:
         sizes = read_domain_json(Path(domain_path))
@@ -112,6 +112,10 @@ def share(local_only: bool, custodian: str, csv_path: str, domain_path: str, mar
 @click.option("--seed", type=int, default=None, help="For tests only.")
 def aggregate(local_only: bool, server: int, rho: float, inbox: Path, out: Path, seed: int | None) -> None:
     """Add all custodians' shares per marginal and this server's own Gaussian noise (one machine only)."""
+    import numpy as np
+
+    from .secure_aggregation import CountShare, aggregate_at_server, sigma_for_rho
+
     _local_only("aggregate", local_only)
     try:
         files = sorted((inbox / f"server{server}").glob("*.npz"))
@@ -142,6 +146,10 @@ def aggregate(local_only: bool, server: int, rho: float, inbox: Path, out: Path,
               help="File for the reconstructed noisy marginals (.npz).")
 def reconstruct_cmd(local_only: bool, outbox: Path, out: Path) -> None:
     """Combine the servers' noisy shares: only the noisy totals are ever revealed (.npz by marginal; one machine)."""
+    import numpy as np
+
+    from .secure_aggregation import NoisyShare, reconstruct
+
     _local_only("reconstruct", local_only)
     try:
         by_query: dict[str, list[NoisyShare]] = {}
@@ -161,6 +169,11 @@ def reconstruct_cmd(local_only: bool, outbox: Path, out: Path) -> None:
 
 # -- the whole protocol, one role per process --------------------------------------------------------------
 def _plan(config: Path, data_dir: str | None):
+    from vertisynth.run.config import load_config
+    from vertisynth.run.pipeline import make_plan
+
+    from .pipeline import CollabPlan
+
     plan = make_plan(load_config(config), data_dir=data_dir)
     if not isinstance(plan, CollabPlan):
         raise VertisynthError(f"{config} has no [collab] table: the custodian/server/publish commands run the "
@@ -225,6 +238,8 @@ def custodian(config: Path, name: str, csv_path: Path, exchange: str, timeout: f
     announces (collab_step__publisher__*), scores each candidate on the fold runs' synthetic tables the publisher
     sends (DP outputs) and votes: sound methods on the DP score, 'paper' on the evaluator's metric over
     its own training and held-out folds. Shares come from the OS CSPRNG."""
+    from .distributed import run_custodian
+
     try:
         with progress_bar(f"custodian {name}: rounds", not quiet):
             info = run_custodian(_plan(config, data_dir), name, csv_path, exchange, timeout, seed=seed,
@@ -258,6 +273,8 @@ def server(config: Path, index: int, exchange: str, timeout: float, seed: int | 
     messages; the noise scale of each round comes from the config, not from the custodians. Posts its noisy
     share per round (collab_noisy__server<INDEX>__*; tuning: the test-fold rounds and every fold run's rounds,
     then the final run). Semi-honest, and not all servers may collude (docs/collab.md)."""
+    from .distributed import run_server
+
     try:
         with progress_bar(f"server {index}: rounds", not quiet):
             info = run_server(_plan(config, data_dir), index, exchange, seed, timeout,
@@ -291,6 +308,9 @@ def publish_cmd(config: Path, exchange: str, out: Path, timeout: float, test_sec
     their votes, then runs the chosen candidate on all data and publishes it (or nothing, if no candidate
     passed). Uses the config's seed for its fits and sampling, like `vertisynth run`; private_selection's
     candidate runs come from the OS CSPRNG and their number is never shown (Papernot–Steinke needs it secret)."""
+    from .distributed import run_publisher
+    from .tuning import TEST_LABEL, parse_test_secret
+
     try:
         secret = None if test_secret is None else parse_test_secret(test_secret)
         with progress_bar("publisher: rounds, fit", not quiet):

@@ -8,14 +8,12 @@ import click
 
 from vertisynth.core.errors import ConfigError, VertisynthError
 from vertisynth.core.identity import Identity, inside
-from vertisynth.run.config import load_config
 from vertisynth.run.console import fail as _fail, progress_bar
 
-from .align import run_party_align
-from .party import run_party, run_party_keys
-from .server import run_server
-from .session import TEST_LABEL, hello, identity_path, load_identity, parse_test_secret, private_folder
 from .transport import local_folder, transport_for
+
+# The roles' modules (and numpy, pandas, the engine under them) are imported in the command bodies: `vertisynth
+# party --help` stays fast (tests/cli/test_startup.py).
 
 
 class _DefaultGroup(click.Group):
@@ -54,6 +52,8 @@ _quiet = click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def party_init(name: str, out: Path, exchange: str | None) -> None:
     """Make this participant's long-term Ed25519 signing key (OUT/<name>_signing.pem, 0600) and print the
     roster line every participant's config must hold."""
+    from .session import identity_path
+
     try:
         folder = local_folder(exchange) if exchange is not None else None
         if folder is not None and (inside(out, folder) or inside(folder, out)):
@@ -84,6 +84,10 @@ def party_init(name: str, out: Path, exchange: str | None) -> None:
 def party_hello(config: Path, party: str, exchange: str, out: Path, key: Path | None, test_secret: str | None,
                 timeout: float, data_dir: str | None) -> None:
     """The hello round: every party checks every other runs this same config, and the run id is agreed."""
+    from vertisynth.run.config import load_config
+
+    from .session import TEST_LABEL, hello, load_identity, parse_test_secret, private_folder
+
     try:
         cfg = load_config(config)
         private_folder(out, exchange)
@@ -113,6 +117,11 @@ def party_hello(config: Path, party: str, exchange: str, out: Path, key: Path | 
 def party_keys(config: Path, party: str, exchange: str, out: Path, key: Path | None, timeout: float,
                data_dir: str | None, quiet: bool) -> None:
     """Agree the DP FM sketch keys with the other parties (signed X25519 + HKDF bound to the run)."""
+    from vertisynth.run.config import load_config
+
+    from .party import run_party_keys
+    from .session import TEST_LABEL
+
     try:
         with progress_bar(f"{party}: key agreement", not quiet):
             path = run_party_keys(load_config(config), party, exchange, out, timeout, data_dir=data_dir, key=key)
@@ -145,6 +154,11 @@ def party_keys(config: Path, party: str, exchange: str, out: Path, key: Path | N
 def party_synth(config: Path, party: str, csv_path: Path | None, keys_path: Path | None, scheduler: str | None,
                 exchange: str, out: Path, key: Path | None, timeout: float, data_dir: str | None, quiet: bool) -> None:
     """Run one party's side of VertiMRF on its own columns; send its envelopes and signed ledger to the server."""
+    from vertisynth.run.config import load_config
+
+    from .party import run_party
+    from .session import TEST_LABEL
+
     try:
         with progress_bar(f"{party}: local model, sketches", not quiet):
             names = run_party(load_config(config), party, exchange, out, data_dir, csv=csv_path, keys=keys_path, key=key,
@@ -179,6 +193,11 @@ def party_align(config: Path, party: str, csv_path: Path, id_column: str, exchan
 
     Writes, to OUT (private): <party>_alignment.csv/.json (its rows' positions, the sizes it learned) and,
     with --table, <party>_aligned.csv, the input of `vertisynth party synth --csv`."""
+    from vertisynth.run.config import load_config
+
+    from .align import run_party_align
+    from .session import TEST_LABEL
+
     try:
         with progress_bar(f"{party}: alignment", not quiet):
             path = run_party_align(load_config(config), party, csv_path, id_column, exchange, out, timeout,
@@ -211,6 +230,11 @@ def party_align(config: Path, party: str, csv_path: Path, id_column: str, exchan
 def server(config: Path, exchange: str, out: Path, key: Path | None, timeout: float, publish_key_only: bool,
            data_dir: str | None, quiet: bool) -> None:
     """Build the synthetic table from the parties' signed envelopes only."""
+    from vertisynth.run.config import load_config
+
+    from .server import run_server
+    from .session import TEST_LABEL
+
     try:
         with progress_bar("server: fit the global model", not quiet):
             run_server(load_config(config), exchange, out, data_dir, key=key, timeout=timeout,

@@ -10,8 +10,6 @@ from vertisynth.core.errors import ConfigError, VertisynthError
 from vertisynth.run.console import fail as _fail
 from vertisynth.run.console import warnings_as_lines
 
-from .runner import run_study
-
 
 @click.command()
 @click.argument("study_file", type=click.Path(dir_okay=False, path_type=Path))
@@ -26,6 +24,8 @@ from .runner import run_study
 def study(study_file: Path, out: Path | None, quick: bool, jobs: int | None, scheduler: str | None,
           data_dir: str | None, quiet: bool) -> None:
     """Run (or resume) a comparison study: one pipeline run per [study] grid cell x repeat."""
+    from .runner import run_study   # here, not at the top: pandas and the engine load when a study runs
+
     try:
         if not study_file.is_file():
             raise ConfigError(f"study file {str(study_file)!r} does not exist")

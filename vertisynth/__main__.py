@@ -1,0 +1,4 @@
+"""`python -m vertisynth`: the `vertisynth` command."""
+from vertisynth.cli import main
+
+main()
