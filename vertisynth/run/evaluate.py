@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from vertisynth.core.dataset import VerticalPartition
-from vertisynth.core.encoding import TableSchema
+from vertisynth.core.encoding import TableSchema, csv_na_args
 from vertisynth.core.errors import BudgetError, ConfigError, DataError
 from vertisynth.core.interfaces import Evaluator, PlanContext
 from vertisynth.core.privacy import Budget
@@ -46,13 +46,13 @@ def _scoring_schema(schema: TableSchema) -> TableSchema:
     return TableSchema(cols, schema.inferred)
 
 
-def _frame(x: Any, what: str) -> pd.DataFrame:
+def _frame(x: Any, what: str, schema: TableSchema | None = None) -> pd.DataFrame:
     if isinstance(x, (str, Path)):
         path = Path(x)
         if not path.is_file():
             raise DataError(f"{what} table {str(path)!r} does not exist")
         try:
-            return pd.read_csv(path)
+            return pd.read_csv(path, **csv_na_args(() if schema is None else schema))   # the run's reading rule
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
             raise DataError(f"cannot read {what} table {str(path)!r}: {exc}") from None
     if not isinstance(x, pd.DataFrame):
@@ -67,8 +67,9 @@ def evaluate_tables(real: Any, synthetic: Any, *, schema: Mapping[str, Mapping[s
                     output_dir: str | Path | None = None,
                     registry: Registry | None = None) -> dict[str, dict[str, float]]:
     registry = registry or default_registry()
-    real, synthetic = _frame(real, "real"), _frame(synthetic, "synthetic")
-    hold = None if holdout is None else _frame(holdout, "holdout")
+    public = schema if isinstance(schema, TableSchema) else TableSchema.from_config(schema) if schema else None
+    real, synthetic = _frame(real, "real", public), _frame(synthetic, "synthetic", public)
+    hold = None if holdout is None else _frame(holdout, "holdout", public)
     real.columns = [str(c) for c in real.columns]
     synthetic.columns = [str(c) for c in synthetic.columns]
     missing, extra = [c for c in real.columns if c not in synthetic.columns], \
@@ -76,10 +77,8 @@ def evaluate_tables(real: Any, synthetic: Any, *, schema: Mapping[str, Mapping[s
     if missing or extra:
         raise DataError(f"the tables have different columns: the synthetic one lacks {missing}, has extra {extra}")
     synthetic = synthetic[list(real.columns)]
-    if isinstance(schema, TableSchema):
-        table_schema = schema
-    elif schema:
-        table_schema = TableSchema.from_config(schema)
+    if public is not None:
+        table_schema = public
     else:
         table_schema = TableSchema.infer(pd.concat([real, synthetic] + ([hold] if hold is not None else []),
                                                    ignore_index=True))

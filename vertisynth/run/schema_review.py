@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from vertisynth.core.encoding import ColumnSchema, TableSchema
+from vertisynth.core.encoding import CSV_NULLS, ColumnSchema, TableSchema, csv_na_args
 from vertisynth.core.errors import DataError
 
 MANY_CATEGORIES = 20     # more values than this: ask whether the list is public or should be coarsened
@@ -79,7 +79,25 @@ def _review_note(c: ColumnSchema, col: pd.Series) -> str | None:
     if len(c.categories) > MANY_CATEGORIES:
         return (f"{len(c.categories)} categories read off the data (not DP): keep only a public list "
                 "(rare values can single a person out), or declare missing = \"category\" for the rest")
-    return "categories read off the data (not DP): check them against a public list (a codebook)"
+    spelled = [v for v in c.categories if str(v) in CSV_NULLS]
+    return ("categories read off the data (not DP): check them against a public list (a codebook)" + (
+        f"; {spelled} are read as values (the run keeps a listed label a value): remove one that means missing"
+        if spelled else ""))
+
+
+def null_spelled_labels(path: Path) -> set[str]:
+    """Values of text columns spelled like a missing value other than the empty cell ("None", "NA"): read as
+    categories, so that the schema lists them and every reader (`csv_na_args`) then keeps them values."""
+    raw = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[])
+    std = pd.read_csv(path, **csv_na_args())
+    spelled = [v for v in CSV_NULLS if v]
+    return {v for c in std.columns if not pd.api.types.is_numeric_dtype(std[c])
+            for v in raw[c][raw[c].isin(spelled)].unique().tolist()}
+
+
+def read_for_review(path: Path) -> pd.DataFrame:
+    """The CSV as the run will read it under the schema written from it (the one reading rule)."""
+    return pd.read_csv(path, **csv_na_args(null_spelled_labels(path)))
 
 
 def review_config(csv_path: str | Path, frame: pd.DataFrame | None = None) -> str:
@@ -89,7 +107,7 @@ def review_config(csv_path: str | Path, frame: pd.DataFrame | None = None) -> st
         if not path.is_file():
             raise DataError(f"CSV {str(path)!r} does not exist")
         try:
-            frame = pd.read_csv(path)
+            frame = read_for_review(path)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
             raise DataError(f"cannot read CSV {str(path)!r}: {exc}") from None
     frame.columns = [str(c) for c in frame.columns]
