@@ -7,7 +7,7 @@ Shape (see README):
     [dataset]            name = "census", params = {...}
     [[parties]]          name = "...", attributes = [...]       (optional: the dataset's default split)
     [alignment]          use = "positional", params = {...}
-    [synthesizer]        use = "independent", params = {...}
+    [synthesizer]        use = "vertimrf", params = {...}   (the default; "independent" is the baseline)
     [[evaluators]]       use = "tvd", params = {...}
 """
 from __future__ import annotations
@@ -23,6 +23,9 @@ from vertisynth.core.errors import ConfigError, VertisynthError, choices_text, s
 from vertisynth.core.privacy import NOISE_KINDS, Budget
 from vertisynth.core.registry import Registry, default_registry
 from vertisynth.core.structuring import CONVERTER, structure
+
+
+DEFAULT_SYNTHESIZER = "vertimrf"
 
 
 @attrs.frozen
@@ -80,7 +83,8 @@ class RunConfig:
     dataset: DatasetConfig = attrs.field(factory=DatasetConfig)
     parties: list[PartyConfig] | None = None
     alignment: ComponentConfig = attrs.field(factory=lambda: ComponentConfig("positional"))
-    synthesizer: ComponentConfig = attrs.field(factory=lambda: ComponentConfig("independent"))
+    # the one default everywhere (the API's too): the vertical protocol; `independent` is a baseline, chosen by name
+    synthesizer: ComponentConfig = attrs.field(factory=lambda: ComponentConfig(DEFAULT_SYNTHESIZER))
     evaluators: list[EvaluatorConfig] = attrs.field(factory=lambda: [EvaluatorConfig("tvd")])
     evaluation: EvaluationConfig = attrs.field(factory=EvaluationConfig)
     sample_size: int | None = None

@@ -25,6 +25,7 @@ from vertisynth.core.encoding import TableCodec, TableSchema
 from vertisynth.core.errors import BudgetError, ConfigError, DataError
 from vertisynth.core.interfaces import Aligner, Alignment, Evaluator, PlanContext, Synthesizer, VerticalData
 from vertisynth.core.loaded import DatasetSource, LoadedData
+from vertisynth.core.outfiles import FolderLock, check_not_foreign, replace_atomically
 from vertisynth.core.privacy import PrivacyLedger
 from vertisynth.core.registry import Registry, default_registry
 from vertisynth.core.specs import ComponentSpec
@@ -208,12 +209,25 @@ def _timed(timings: dict[str, float], name: str, progress: Any) -> Iterator[None
         progress.update(1)
 
 
+RUN_FILES = ("synthetic.csv", "report.json", "ledger.json", "summary.md", MODEL_FILE)   # what a run writes
+
+
 def execute(plan: Plan, output_dir: str | Path | None = None, progress: bool = False,
-            party_seed: int | None = None) -> RunResult:
+            party_seed: int | None = None, overwrite: bool = False) -> RunResult:
     """`party_seed`: the parties' own randomness (preprocessing, alignment, fit) from a seed other than the config's,
-    as a reproducible cross-machine run under a test secret draws it (deploy/simulate.py)."""
+    as a reproducible cross-machine run under a test secret draws it (deploy/simulate.py). With an `output_dir`
+    the run holds its lock (a second run into it refuses, naming this one) and refuses, before any work, to
+    overwrite a file there that no vertisynth run wrote, unless `overwrite` (core/outfiles.py)."""
     if not isinstance(plan, Plan):   # another run mode's plan runs itself
         return plan.execute(output_dir, progress)
+    if output_dir is None:
+        return _execute_plan(plan, None, progress, party_seed)
+    with FolderLock(output_dir):
+        check_not_foreign(Path(output_dir), RUN_FILES, force=overwrite)
+        return _execute_plan(plan, output_dir, progress, party_seed)
+
+
+def _execute_plan(plan: Plan, output_dir: str | Path | None, progress: bool, party_seed: int | None) -> RunResult:
     cfg = plan.config
     streams = dict(zip(RNG_STREAMS, (np.random.default_rng(s) for s in np.random.SeedSequence(cfg.seed).spawn(len(RNG_STREAMS)))))
     if party_seed is not None:
@@ -306,8 +320,9 @@ def _finish(plan: Plan, codec: TableCodec, loaded: Any, frame: pd.DataFrame | No
     if output_dir is not None:
         result.output_dir = write_outputs(result, Path(output_dir))
         written = ["synthetic.csv", "report.json", "ledger.json", "summary.md"]
-        if model is not None:
-            model.save(result.output_dir / MODEL_FILE)
+        if model is not None:   # whole or not at all, as the other files
+            with replace_atomically(result.output_dir / MODEL_FILE, "path", suffix=".npz") as tmp:
+                model.save(tmp)
             written.append(MODEL_FILE)
         for comp in plan.evaluators:   # figures an evaluator made from its last scores (e.g. heatmaps)
             written += comp.instance.write_artifacts(result.output_dir) or []
