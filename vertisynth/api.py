@@ -67,7 +67,7 @@ def synthesize(
     alignment: str | None = None,
     alignment_params: Mapping[str, Any] | None = None,
     progress: bool = False,
-    noise: str = "simulation",
+    noise: str | None = None,
     overwrite: bool = False,
 ) -> RunResult:
     """Synthesise one DP table from the columns several parties hold about the same people.
@@ -105,8 +105,9 @@ def synthesize(
     Returns a RunResult: `.synthetic` (the DataFrame), `.ledger` (the privacy spend), `.metrics`, `.report`.
     A `NoCrossPartyWarning` says when the fitted model has no cross-party edge (the parties' columns then come
     out independent of each other).
-    noise: "simulation" (seeded numpy noise, reproducible) or "secure" (discrete noise from the OS CSPRNG
-        for a release; docs/privacy.md).
+    noise: "secure" (the default on your data: discrete noise from the OS CSPRNG, for a release;
+        docs/privacy.md) or "simulation" (seeded numpy noise, reproducible: for studies and tests, chosen
+        explicitly). The ledger and the report say which ran.
     overwrite: with `output_dir`, overwrite files there that no vertisynth run wrote (refused otherwise).
     """
     if bounds and schema:
@@ -158,7 +159,7 @@ def synthesize(
 def _synthesize_file(path: Path, *, epsilon: float, delta: float, synthesizer: str, params: Mapping[str, Any] | None,
                      parties: Mapping[str, list[str]] | None, schema: Mapping[str, Mapping[str, Any]] | None,
                      evaluators: list[dict[str, Any]] | None, n: int | None, seed: int,
-                     output_dir: str | Path | None, progress: bool, noise: str, overwrite: bool = False) -> RunResult:
+                     output_dir: str | Path | None, progress: bool, noise: str | None, overwrite: bool = False) -> RunResult:
     """A file's table read in chunks (`stream = true`): its schema must be public, since reading one off the
     rows would need the whole table (and is not DP)."""
     if schema is None or parties is None:
@@ -180,12 +181,12 @@ def _synthesize_file(path: Path, *, epsilon: float, delta: float, synthesizer: s
     return result
 
 
-def _api_config(seed: int, noise: str, epsilon: float, delta: float, split: dict[str, list[str]], synthesizer: str,
+def _api_config(seed: int, noise: str | None, epsilon: float, delta: float, split: dict[str, list[str]], synthesizer: str,
                 params: Mapping[str, Any] | None, evaluators: list[dict[str, Any]] | None, n: int | None,
                 alignment: dict[str, Any] | None = None, stream: bool = False) -> RunConfig:
     """The run config `synthesize` builds for an in-memory or streamed source (checked like a TOML file's)."""
     return parse_config({
-        "seed": seed, "noise": noise, **({"stream": True} if stream else {}),
+        "seed": seed, **({"noise": noise} if noise is not None else {}), **({"stream": True} if stream else {}),
         "budget": {"epsilon": epsilon, "delta": delta},
         "dataset": {"name": "in-memory"},
         "parties": [{"name": k, "attributes": v} for k, v in split.items()],
@@ -331,7 +332,7 @@ def _synthesize_keyed(data: Any, id_column: str, alignment: str, alignment_param
     n, evaluators = kw.pop("n"), kw.pop("evaluators")
     config = parse_config({
         "seed": kw["seed"],
-        "noise": kw["noise"],
+        **({"noise": kw["noise"]} if kw["noise"] is not None else {}),
         "budget": {"epsilon": kw["epsilon"], "delta": kw["delta"]},
         "dataset": {"name": "in-memory"},
         "parties": [{"name": k, "attributes": v} for k, v in split.items()],

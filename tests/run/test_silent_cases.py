@@ -169,3 +169,135 @@ def test_private_outputs_are_0600(tmp_path):
         os.umask(old)
     assert (tmp_path / "p_aligned.csv").stat().st_mode & 0o777 == 0o600
     assert (tmp_path / "public.csv").stat().st_mode & 0o777 == 0o644
+
+
+def test_user_data_defaults_to_the_secure_sampler(tmp_path):
+    """Item 15: a run on the user's own table (csv, frames) drew numpy's simulation noise by default."""
+    import json
+    import warnings
+    import vertisynth
+    from vertisynth.run.config import noise_for, parse_config
+
+    base = {"budget": {"epsilon": 1.0}}
+    assert noise_for(parse_config(base), cross_machine=False) == "simulation"          # built-in census: a demo
+    assert noise_for(parse_config({**base, "dataset": {"name": "csv", "params": {"path": "x.csv"}}}), False) == "secure"
+    assert noise_for(parse_config({**base, "noise": "simulation", "dataset": {"name": "csv"}}), False) == "simulation"
+    rng = np.random.default_rng(0)
+    a = pd.DataFrame({"x": rng.choice(["a", "b"], 300), "y": rng.choice(["p", "q"], 300)})
+    b = pd.DataFrame({"z": rng.choice(["u", "v"], 300)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = vertisynth.synthesize({"A": a, "B": b}, epsilon=1.0, synthesizer="independent", output_dir=tmp_path)
+    assert res.ledger.noise == "secure" and res.report["privacy"]["noise"].startswith("secure")
+    assert "Noise: secure" in (tmp_path / "summary.md").read_text()
+    assert json.loads((tmp_path / "ledger.json").read_text())["noise"].startswith("secure")
+    assert res.model.privacy["noise"] == "secure"
+    _none_csv(tmp_path / "d.csv")
+    assert CliRunner().invoke(main, ["init", "--from", str(tmp_path / "d.csv"), str(tmp_path / "c.toml")]).exit_code == 0
+    ran = CliRunner().invoke(main, ["run", str(tmp_path / "c.toml"), "-o", str(tmp_path / "o"), "-q"])
+    assert ran.exit_code == 0, ran.output
+    assert "noise: secure" in ran.output
+
+
+def _ids_csv(path, n=600, seed=0):
+    rng = np.random.default_rng(seed)
+    pd.DataFrame({"pid": [f"P{i:06d}" for i in rng.permutation(n)], "num": rng.permutation(n) + 1,
+                  "salary": rng.lognormal(10, 0.5, n).round(2), "sex": rng.choice(["F", "M"], n),
+                  "age": rng.integers(18, 90, n)}).to_csv(path, index=False)
+
+
+def test_init_never_writes_an_identifier_and_bins_a_salary(tmp_path):
+    """Item 5: init wrote every distinct ID as a category, and run then copied real IDs into synthetic.csv;
+    the same heuristic flagged a continuous salary column as an ID."""
+    _ids_csv(tmp_path / "d.csv")
+    res = CliRunner().invoke(main, ["init", "--from", str(tmp_path / "d.csv"), str(tmp_path / "c.toml")])
+    assert res.exit_code == 0, res.output
+    text = (tmp_path / "c.toml").read_text()
+    assert "P000" not in text and not any(ln.startswith(("pid =", "num =")) for ln in text.splitlines())
+    assert "# REVIEW pid: left out, an identifier" in text and "# REVIEW num: left out, an identifier" in text
+    salary = next(ln for ln in text.splitlines() if ln.startswith("salary ="))
+    assert 'kind = "numeric"' in salary and "REVIEW salary: every" not in text
+    ran = CliRunner().invoke(main, ["run", str(tmp_path / "c.toml"), "-o", str(tmp_path / "o"), "-q"])
+    assert ran.exit_code == 0, ran.output
+    assert "pid" not in pd.read_csv(tmp_path / "o" / "synthetic.csv").columns
+
+
+def test_validate_and_run_refuse_an_identifier_list_unless_public(tmp_path):
+    """Item 5: a config listing every ID as a category (as init wrote) ran and released real IDs."""
+    _ids_csv(tmp_path / "d.csv")
+    ids = pd.read_csv(tmp_path / "d.csv")["pid"].tolist()
+    cats = ", ".join(f'"{i}"' for i in ids)
+    cfg = (f'budget = {{ epsilon = 1.0, delta = 1e-5 }}\n[dataset]\nname = "csv"\n[dataset.params]\n'
+           f'path = "{tmp_path / "d.csv"}"\n[dataset.params.schema]\npid = {{ kind = "categorical", categories = '
+           f'[{cats}]%s }}\nsex = {{ kind = "categorical", categories = ["F", "M"] }}\n'
+           '[[parties]]\nname = "a"\nattributes = ["pid"]\n[[parties]]\nname = "b"\nattributes = ["sex"]\n'
+           '[synthesizer]\nuse = "independent"\n[[evaluators]]\nuse = "tvd"\n')
+    (tmp_path / "c.toml").write_text(cfg % "")
+    for cmd in (["validate", str(tmp_path / "c.toml")], ["run", str(tmp_path / "c.toml"), "-o", str(tmp_path / "o"), "-q"]):
+        res = CliRunner().invoke(main, cmd)
+        assert res.exit_code != 0 and "column 'pid' lists 600 categories for 600 rows" in res.output, res.output
+        assert "public = true" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "o" / "synthetic.csv").exists()
+    (tmp_path / "c.toml").write_text(cfg % ", public = true")   # declared public on purpose: runs
+    assert CliRunner().invoke(main, ["run", str(tmp_path / "c.toml"), "-o", str(tmp_path / "o"), "-q"]).exit_code == 0
+
+
+def test_a_string_for_a_list_setting_is_refused_by_validate(tmp_path):
+    """Tracebacks: validate accepted normalize = "upper", which run split into letters."""
+    (tmp_path / "c.toml").write_text(
+        'budget = { epsilon = 1.0, delta = 1e-5 }\n[dataset]\nname = "census"\nparams = { n = 500, id_overlap = 0.8 }\n'
+        '[alignment]\nuse = "psi"\nparams = { normalize = "upper" }\n')
+    res = CliRunner().invoke(main, ["validate", str(tmp_path / "c.toml")])
+    assert res.exit_code != 0 and "normalize: expected a list, got the string 'upper'" in res.output, res.output
+
+
+def test_a_truncated_parquet_file_is_one_line(tmp_path):
+    """Tracebacks: a truncated Parquet file gave a raw ArrowInvalid."""
+    import vertisynth
+    from vertisynth.core.errors import DataError
+    rng = np.random.default_rng(0)
+    pd.DataFrame({"a": rng.choice(["x", "y"], 3000), "b": rng.choice(["p", "q"], 3000)}).to_parquet(tmp_path / "t.parquet")
+    data = (tmp_path / "t.parquet").read_bytes()
+    (tmp_path / "cut.parquet").write_bytes(data[:len(data) // 2])
+    with pytest.raises(DataError, match="cut.parquet' is unreadable"):
+        vertisynth.synthesize(tmp_path / "cut.parquet", epsilon=1.0, parties={"A": ["a"], "B": ["b"]},
+                              schema={"a": {"kind": "categorical", "categories": ["x", "y"]},
+                                      "b": {"kind": "categorical", "categories": ["p", "q"]}})
+
+
+def test_output_paths_that_cannot_be_written_are_one_line(tmp_path):
+    """Tracebacks: `run -o /proc/1/x` and `sample -o file/x.csv` gave OS tracebacks."""
+    (tmp_path / "c.toml").write_text(_TINY % 500)
+    (tmp_path / "file").write_text("a file, not a folder\n")
+    for out in ("/proc/1/x", str(tmp_path / "file" / "x")):
+        res = CliRunner().invoke(main, ["run", str(tmp_path / "c.toml"), "-o", out, "-q"])
+        assert res.exit_code == 2 and "error: cannot" in res.output and isinstance(res.exception, SystemExit), \
+            res.output
+    assert CliRunner().invoke(main, ["run", str(tmp_path / "c.toml"), "-o", str(tmp_path / "m"), "-q"]).exit_code == 0
+    res = CliRunner().invoke(main, ["sample", str(tmp_path / "m" / "model.npz"), "-n", "10", "-o",
+                                    str(tmp_path / "file" / "x.csv")])
+    assert res.exit_code == 2 and "error: cannot" in res.output and isinstance(res.exception, SystemExit), res.output
+
+
+def test_validate_refuses_what_run_refuses(tmp_path):
+    """validate passed configs that run refused: stream + holdout, sample_size 1e12, HE + stream (which then
+    blamed the synthesizer instead of the encoder)."""
+    import pyarrow  # noqa: F401  (the csv dataset's Parquet/CSV streaming)
+    rng = np.random.default_rng(0)
+    pd.DataFrame({"a": rng.choice(["x", "y"], 400), "b": rng.choice(["p", "q"], 400)}).to_csv(tmp_path / "d.csv", index=False)
+    head = ('budget = { epsilon = 1.0, delta = 1e-5 }\n%s\n[dataset]\nname = "csv"\n[dataset.params]\n'
+            f'path = "{tmp_path / "d.csv"}"\n'
+            'schema = { a = { kind = "categorical", categories = ["x", "y"] }, b = { kind = "categorical", '
+            'categories = ["p", "q"] } }\n[synthesizer]\nuse = "vertimrf"\nparams = { encoder = "%s" }\n%s')
+    cases = {"holdout": head % ("stream = true", "dpfm", "[evaluation]\nholdout = 0.2\n"),
+             "he": head % ("stream = true", "he", ""),
+             "huge": head % ("sample_size = 1000000000000", "dpfm", "")}
+    want = {"holdout": "stream = true: a holdout needs the rows",
+            "he": "stream = true: encoder 'he' of synthesizer 'vertimrf' measures in rounds",
+            "huge": "sample_size 1,000,000,000,000"}
+    for name, text in cases.items():
+        (tmp_path / f"{name}.toml").write_text(text)
+        for cmd in (["validate"], ["run", "-q", "-o", str(tmp_path / f"o_{name}")]):
+            res = CliRunner().invoke(main, [cmd[0], str(tmp_path / f"{name}.toml"), *cmd[1:]])
+            assert res.exit_code == 2 and want[name] in res.output and isinstance(res.exception, SystemExit), \
+                (name, cmd, res.output)

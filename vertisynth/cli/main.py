@@ -13,11 +13,12 @@ from vertisynth import __version__
 from vertisynth.core.capabilities import CostEstimate, EstimatesMemory
 from vertisynth.core.errors import ConfigError, DataError, PluginError, VertisynthError
 from vertisynth.core.outfiles import replace_atomically
+from vertisynth.core.privacy import NOISE_LABELS
 from vertisynth.core.registry import Registry, default_registry
 from vertisynth.run.config import DEFAULT_CONFIG_TOML, default_config, load_config
 from vertisynth.run.console import fail as _fail
 from vertisynth.run.console import warnings_as_lines
-from vertisynth.run.pipeline import execute, make_plan
+from vertisynth.run.pipeline import execute, make_plan, preflight
 from vertisynth.run.report import cross_party_note
 
 
@@ -56,7 +57,7 @@ def _run(config: Path | None, out: Path | None, data_dir: str | None, seed: int 
         plan = make_plan(cfg, data_dir=data_dir)
         click.echo(f"plan fits the budget: ε={plan.ledger.planned_epsilon():.4g} of {plan.ledger.budget.epsilon:.4g} "
                    f"(δ={plan.ledger.budget.delta:.3g}), {len(plan.ledger.planned)} charges, "
-                   + plan.who(), err=True)
+                   + plan.who() + f"; noise: {NOISE_LABELS[plan.ledger.noise]}", err=True)
         if plan.synthesizer.spec.summary.startswith("baseline"):   # chosen by name: say it is not the model
             click.secho(f"note: synthesizer {plan.synthesizer.spec.name!r} is a baseline ({plan.synthesizer.spec.summary}"
                         "); the default, vertimrf, models the parties' correlations", fg="yellow", err=True)
@@ -100,6 +101,7 @@ def validate(config: Path, data_dir: str | None, rows: int, memory: str | None) 
         limit = parse_bytes(memory) if memory is not None else None
         with warnings_as_lines():
             plan = make_plan(load_config(config), data_dir=data_dir)
+            preflight(plan)   # what run refuses from the plan, validate refuses: the same function
         syn = plan.synthesizer.instance
         cost = syn.cost_estimate(rows) if isinstance(syn, CostEstimate) else {}
         peaks = syn.memory_estimate() if isinstance(syn, EstimatesMemory) else None

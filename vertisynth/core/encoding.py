@@ -72,6 +72,9 @@ class ColumnSchema:
     missing: str = attrs.field(default="error", validator=attrs.validators.in_(["error", "category"]))
     clip: bool = False
     quantile_epsilon: float = 0.0
+    # categorical: the category list is public on purpose (a codebook), even when about as long as the table
+    # (`identifier_list_error` refuses such a list otherwise: it would copy real identifiers into the output)
+    public: bool = False
 
     def __attrs_post_init__(self) -> None:
         where = f"column {self.name!r}"
@@ -114,6 +117,22 @@ class ColumnSchema:
             return [Charge(PREPROCESSING_STAGE, "exponential_quantiles", PureDP(self.quantile_epsilon), None,
                            f"{self.bins - 1} DP quantiles of {self.name!r}")]
         return []
+
+
+ID_LIST_MIN = 50   # categories: a longer list with at least one category per two rows looks like identifiers
+
+
+def identifier_list_error(columns: Sequence[ColumnSchema], rows: int) -> DataError | None:
+    """The one rule (run, validate, the API): a categorical column whose schema lists more than ID_LIST_MIN
+    categories and at least one per two rows is an identifier list (init --from wrote every ID so before),
+    refused unless declared `public = true`. None when no column is."""
+    for c in columns:
+        k = len(c.categories or ())
+        if c.kind == "categorical" and not c.public and k > ID_LIST_MIN and rows > 0 and 2 * k >= rows:
+            return DataError(f"column {c.name!r} lists {k} categories for {rows} rows: an identifier list? Its "
+                             "synthetic values would be real ones. Drop the column, align on it (id_column), or, if "
+                             "the list is public on purpose (a codebook), set public = true in its schema")
+    return None
 
 
 def dp_quantiles(values: np.ndarray, qs: Sequence[float], bounds: tuple[float, float], epsilon: float,
@@ -296,7 +315,13 @@ class TableSchema:
             sizes.append(k + (1 if c.missing == "category" else 0))
         return Domain(self.names, sizes)
 
-    def fit(self, frame: pd.DataFrame, ledger: PrivacyLedger | None, rng: np.random.Generator) -> TableCodec:
+    def fit(self, frame: pd.DataFrame, ledger: PrivacyLedger | None, rng: np.random.Generator,
+            release: bool = True) -> TableCodec:
+        """`release`: the codec of a DP release (refuses an identifier list, `identifier_list_error`); False
+        for scoring two given tables (evaluate), which releases nothing."""
+        err = identifier_list_error(self.columns, len(frame)) if release else None
+        if err is not None:
+            raise err
         out = []
         for c in self.columns:
             if c.name not in frame.columns:

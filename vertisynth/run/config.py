@@ -161,12 +161,19 @@ def parse_config(data: Mapping[str, Any], where: str = "config", registry: Regis
     return cfg
 
 
+# datasets that hold no one's real records (generated, or public benchmarks): a one-process run on them is a
+# study or a demo and draws the reproducible simulation noise unless the config says otherwise
+SIMULATION_DATASETS = frozenset({"census", "zoo", "nltcs", "adult"})
+
+
 def noise_for(config: RunConfig, cross_machine: bool) -> str:
     """The noise a role draws: the config's `noise`, else "secure" for the cross-machine roles (party synth,
-    party align, collab custodian/server) and "simulation" for one-process runs, the API and studies."""
+    party align, collab custodian/server) and for any run on the user's own data (csv, party_csv, the API's
+    DataFrames, a plugin's dataset), "simulation" only for one-process runs on the built-in or benchmark data
+    (studies, the default job). Every output names the one that ran (the ledger's `noise`)."""
     if config.noise is not None:
         return config.noise
-    return "secure" if cross_machine else "simulation"
+    return "secure" if cross_machine or config.dataset.name not in SIMULATION_DATASETS else "simulation"
 
 
 def load_config(path: str | Path) -> RunConfig:

@@ -85,7 +85,7 @@ def evaluate_tables(real: Any, synthetic: Any, *, schema: Mapping[str, Mapping[s
     table_schema = _scoring_schema(table_schema)
     comps = build_evaluators(registry, evaluator_entries(evaluators))
     rng = np.random.default_rng(seed)
-    codec = table_schema.fit(real, None, rng)
+    codec = table_schema.fit(real, None, rng, release=False)
     real_codes, synth_codes = codec.encode(real), codec.encode(synthetic)
     hold_codes = None if hold is None else codec.encode(hold)
     domain = codec.domain

@@ -21,7 +21,7 @@ import pandas as pd
 from vertisynth.core.capabilities import HasGraphicalModel, PartyServerSplit, StepsInChunks
 from vertisynth.core.chunks import ChunkedCounts
 from vertisynth.core.dataset import Dataset, VerticalPartition
-from vertisynth.core.encoding import TableCodec, TableSchema
+from vertisynth.core.encoding import ID_LIST_MIN, TableCodec, TableSchema, identifier_list_error
 from vertisynth.core.errors import BudgetError, ConfigError, DataError
 from vertisynth.core.interfaces import Aligner, Alignment, Evaluator, PlanContext, Synthesizer, VerticalData
 from vertisynth.core.loaded import DatasetSource, LoadedData
@@ -30,6 +30,7 @@ from vertisynth.core.privacy import PrivacyLedger
 from vertisynth.core.registry import Registry, default_registry
 from vertisynth.core.specs import ComponentSpec
 from vertisynth.core.structuring import CONVERTER, structure
+from vertisynth.pgm.model import HYPERGEOMETRIC_MAX
 
 from .config import RunConfig, noise_for
 from .console import progress_bar
@@ -209,6 +210,76 @@ def _timed(timings: dict[str, float], name: str, progress: Any) -> Iterator[None
         progress.update(1)
 
 
+def preflight(plan: Plan) -> None:
+    """Everything a run refuses from the plan alone, before it reads a row: `vertisynth validate` calls this
+    same function, so validate passes only what run accepts (issue 30). Streaming settings, an identifier
+    list in the schema (against the file's row count, read from its lines, not its values), a synthetic table
+    too large to draw or to hold."""
+    if not isinstance(plan, Plan):
+        return
+    cfg = plan.config
+    if cfg.stream:
+        why = _stream_refusal(plan)
+        if why:
+            raise ConfigError(f"stream = true: {why}")
+    long = [c for c in plan.source.schema.columns if c.kind == "categorical" and not c.public
+            and len(c.categories or ()) > ID_LIST_MIN]
+    if long:
+        files = ({None: plan.source.stream_path} if plan.source.stream_path is not None else
+                 dict(plan.source.stream_parties.paths) if plan.source.stream_parties is not None else {})
+        for who, path in files.items():
+            rows = file_rows(Path(path))
+            err = rows is not None and identifier_list_error(long, rows)
+            if err:
+                raise err
+    n = cfg.sample_size
+    if n is not None:
+        sampling = getattr(plan.synthesizer.config, "sampling", None)
+        if sampling == "round" and n >= HYPERGEOMETRIC_MAX and n > block_rows_of(cfg):
+            raise ConfigError(f"sample_size {n:,}: 'round' sampling in blocks draws at most "
+                              f"{HYPERGEOMETRIC_MAX - 1:,} records; sample in several runs (vertisynth sample) "
+                              "or with the synthesizer's sampling = 'sample'")
+        held = n * len(plan.source.schema.columns) * TABLE_BYTES_PER_CELL
+        if not cfg.stream and held > physical_memory():
+            raise ConfigError(f"sample_size {n:,}: the in-memory run holds the synthetic table, about "
+                              f"{held / 2**30:,.0f} GB for {len(plan.source.schema.columns)} columns, more than this "
+                              f"machine's {physical_memory() / 2**30:,.0f} GB: set stream = true (written in blocks) "
+                              "or draw fewer rows")
+
+
+# a decoded synthetic cell held by an in-memory run: codes (8 B) and the DataFrame's value (object: ~8 B + the
+# shared label), measured ~20 B on census; 32 as a bound
+TABLE_BYTES_PER_CELL = 32
+
+
+def physical_memory() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 2**62
+
+
+def file_rows(path: Path) -> int | None:
+    """Rows of a CSV (its lines less the header, counted in 1 MiB blocks: no value parsed) or a Parquet file
+    (its metadata); None when it is not there (a server plans without the parties' files)."""
+    if not path.is_file():
+        return None
+    if path.suffix.lower() in (".parquet", ".pq"):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        try:
+            return int(pq.ParquetFile(path).metadata.num_rows)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise DataError(f"Parquet file {str(path)!r} is unreadable (truncated or not Parquet): "
+                            f"{str(exc).splitlines()[0]}") from None
+    lines, last = 0, b"\n"
+    with open(path, "rb") as fh:
+        while block := fh.read(2**20):
+            lines += block.count(b"\n")
+            last = block[-1:]
+    return max(lines + (last != b"\n") - 1, 0)
+
+
 RUN_FILES = ("synthetic.csv", "report.json", "ledger.json", "summary.md", MODEL_FILE)   # what a run writes
 
 
@@ -220,6 +291,7 @@ def execute(plan: Plan, output_dir: str | Path | None = None, progress: bool = F
     overwrite a file there that no vertisynth run wrote, unless `overwrite` (core/outfiles.py)."""
     if not isinstance(plan, Plan):   # another run mode's plan runs itself
         return plan.execute(output_dir, progress)
+    preflight(plan)
     if output_dir is None:
         return _execute_plan(plan, None, progress, party_seed)
     with FolderLock(output_dir):
@@ -340,15 +412,7 @@ def _execute_streamed(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.G
     from its spill (run/stream_align.py, tests/run/test_stream_aligned.py)."""
     synth = plan.synthesizer.instance
     path, keyed = plan.source.stream_path, plan.source.stream_parties
-    why = ("the dataset is not one file with a public schema ([dataset] csv with `schema`, or party_csv with "
-           "`schema`)" if path is None and keyed is None else
-           f"synthesizer {plan.synthesizer.spec.name!r} has no chunked party step" if not (
-               isinstance(synth, StepsInChunks) and isinstance(synth, PartyServerSplit) and synth.streams_parties())
-           else f"alignment {plan.aligner.spec.name!r} needs the identifiers (use positional: rows aligned)"
-           if keyed is None and plan.aligner.spec.name != "positional" else
-           "ID-keyed party files need alignment psi or psu" if keyed is not None and not hasattr(
-               plan.aligner.instance, "align_rows") else
-           "a holdout needs the rows ([evaluation] holdout = 0)" if cfg.evaluation.holdout > 0 else None)
+    why = _stream_refusal(plan)
     if why:
         raise ConfigError(f"stream = true: {why}")
     chunk_rows = synth.chunk_rows()
@@ -390,6 +454,23 @@ def _execute_streamed(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.G
                                   "run scores from marginal counts only (tvd): drop it or run without stream") from None
     return _finish(plan, codec, loaded, written.frame, synthetic, real, None, metrics, align_info, timings,
                    output_dir, written)
+
+
+def _stream_refusal(plan: Plan) -> str | None:
+    """Why `stream = true` cannot run this plan, or None (run and validate both ask: `preflight`)."""
+    cfg, synth = plan.config, plan.synthesizer.instance
+    path, keyed = plan.source.stream_path, plan.source.stream_parties
+    return ("the dataset is not one file with a public schema ([dataset] csv with `schema`, or party_csv with "
+           "`schema`)" if path is None and keyed is None else
+           f"synthesizer {plan.synthesizer.spec.name!r} has no chunked party step" if not (
+               isinstance(synth, StepsInChunks) and isinstance(synth, PartyServerSplit)) else
+           f"encoder {getattr(plan.synthesizer.config, 'encoder', '?')!r} of synthesizer "
+           f"{plan.synthesizer.spec.name!r} measures in rounds between the parties, not chunk by chunk (use "
+           "encoder dpfm or grr to stream, or run without stream)" if not synth.streams_parties() else f"alignment {plan.aligner.spec.name!r} needs the identifiers (use positional: rows aligned)"
+           if keyed is None and plan.aligner.spec.name != "positional" else
+           "ID-keyed party files need alignment psi or psu" if keyed is not None and not hasattr(
+               plan.aligner.instance, "align_rows") else
+           "a holdout needs the rows ([evaluation] holdout = 0)" if cfg.evaluation.holdout > 0 else None)
 
 
 def _streamed_file_input(plan: Plan, streams: dict[str, np.random.Generator], timings: dict[str, float], bar: Any,
@@ -449,7 +530,7 @@ def model_privacy(ledger: PrivacyLedger, schema: TableSchema) -> dict[str, Any]:
     """What a model file says about its own privacy (the full ledger stays in ledger.json)."""
     return {"spent_epsilon": ledger.spent_epsilon(), "budget": {"epsilon": ledger.budget.epsilon,
                                                                  "delta": ledger.budget.delta},
-            "schema_inferred_from_data": bool(schema.inferred),
+            "schema_inferred_from_data": bool(schema.inferred), "noise": ledger.noise,
             "note": "fitted under this budget; sampling it is post-processing and spends nothing"}
 
 

@@ -13,9 +13,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from vertisynth.core.encoding import CSV_NULLS, ColumnSchema, TableSchema, csv_na_args
+from vertisynth.core.encoding import CSV_NULLS, ColumnSchema, TableSchema, _identifier_reason, csv_na_args
 from vertisynth.core.errors import DataError
 
 MANY_CATEGORIES = 20     # more values than this: ask whether the list is public or should be coarsened
@@ -65,11 +66,17 @@ def _as_datetime(c: ColumnSchema, col: pd.Series) -> ColumnSchema:
                         missing=c.missing)
 
 
+def identifier_note(col: pd.Series) -> str | None:
+    """Why a column read off the data is an identifier (IDs, names, e-mail addresses: text mostly distinct, or
+    integers all distinct packed into about the row count), or None. A number that merely never repeats (a
+    continuous salary) is no identifier: it is binned like any numeric column."""
+    vals = col.dropna()
+    numeric = pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)
+    integer = numeric and (pd.api.types.is_integer_dtype(vals) or bool(np.all(np.mod(vals, 1) == 0)))
+    return _identifier_reason(vals, numeric, integer, MANY_CATEGORIES)
+
+
 def _review_note(c: ColumnSchema, col: pd.Series) -> str | None:
-    n, distinct = len(col), col.nunique(dropna=True)
-    if n > 1 and distinct == n:
-        return (f"every one of the {n} values is distinct: an identifier? Drop the column from the CSV "
-                "(or align on it with id_column), never synthesise it")
     if c.kind == "datetime":
         return (f"dates: bounds {list(c.bounds)} were read off the data's first and last day (not DP): replace "
                 "them by public ones (e.g. the study period)")
@@ -111,7 +118,13 @@ def review_config(csv_path: str | Path, frame: pd.DataFrame | None = None) -> st
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
             raise DataError(f"cannot read CSV {str(path)!r}: {exc}") from None
     frame.columns = [str(c) for c in frame.columns]
-    read = TableSchema.infer(frame, identifiers="keep")   # identifier-like columns get a REVIEW note below
+    # an identifier's values are never written (the config is shared): the column is left out, with a note
+    ids = {str(c): why for c in frame.columns if (why := identifier_note(frame[c])) is not None}
+    kept = frame[[c for c in frame.columns if c not in ids]]
+    if len(kept.columns) < 2:
+        raise DataError(f"CSV {str(path)!r} has {len(kept.columns)} column(s) besides its identifier(s) "
+                        f"{sorted(ids)}; parties need at least two")
+    read = TableSchema.infer(kept, identifiers="keep")
     schema = TableSchema(tuple(_as_datetime(c, frame[c.name]) for c in read.columns), inferred=True)
     names = schema.names
     half = (len(names) + 1) // 2
@@ -128,6 +141,10 @@ def review_config(csv_path: str | Path, frame: pd.DataFrame | None = None) -> st
              f"path = {_toml_value(str(path))}",
              "",
              "[dataset.params.schema]"]
+    for name, why in ids.items():
+        lines.append(f"# REVIEW {name}: left out, an identifier ({why}); its values are not written here and it "
+                     "is not synthesised. Align the parties on it (party_csv, id_column), or, if it is a real "
+                     "attribute, declare it with a public category list (public = true)")
     reviewed = 0
     for c in schema.columns:
         note = _review_note(c, frame[c.name])
