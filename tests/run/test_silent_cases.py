@@ -176,12 +176,14 @@ def test_user_data_defaults_to_the_secure_sampler(tmp_path):
     import json
     import warnings
     import vertisynth
-    from vertisynth.run.config import noise_for, parse_config
+    from vertisynth.run.config import noise_for, parse_config, uses_user_data
 
-    base = {"budget": {"epsilon": 1.0}}
-    assert noise_for(parse_config(base), cross_machine=False) == "simulation"          # built-in census: a demo
-    assert noise_for(parse_config({**base, "dataset": {"name": "csv", "params": {"path": "x.csv"}}}), False) == "secure"
-    assert noise_for(parse_config({**base, "noise": "simulation", "dataset": {"name": "csv"}}), False) == "simulation"
+    base = {"budget": {"epsilon": 1.0, "delta": 1e-5}}
+    from vertisynth.run.pipeline import make_plan
+    assert make_plan(parse_config(base)).ledger.noise == "simulation"          # built-in census: a demo
+    assert uses_user_data(parse_config({**base, "dataset": {"name": "csv", "params": {"path": "x.csv"}}}))
+    assert noise_for(parse_config(base), cross_machine=False, user_data=True) == "secure"
+    assert noise_for(parse_config({**base, "noise": "simulation"}), False, user_data=True) == "simulation"
     rng = np.random.default_rng(0)
     a = pd.DataFrame({"x": rng.choice(["a", "b"], 300), "y": rng.choice(["p", "q"], 300)})
     b = pd.DataFrame({"z": rng.choice(["u", "v"], 300)})

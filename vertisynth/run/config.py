@@ -166,14 +166,20 @@ def parse_config(data: Mapping[str, Any], where: str = "config", registry: Regis
 SIMULATION_DATASETS = frozenset({"census", "zoo", "nltcs", "adult"})
 
 
-def noise_for(config: RunConfig, cross_machine: bool) -> str:
+def noise_for(config: RunConfig, cross_machine: bool, user_data: bool = False) -> str:
     """The noise a role draws: the config's `noise`, else "secure" for the cross-machine roles (party synth,
-    party align, collab custodian/server) and for any run on the user's own data (csv, party_csv, the API's
-    DataFrames, a plugin's dataset), "simulation" only for one-process runs on the built-in or benchmark data
-    (studies, the default job). Every output names the one that ran (the ledger's `noise`)."""
+    party align, collab custodian/server: `cross_machine` is False only under a test secret) and for a
+    one-process run on the user's own data (`user_data`: csv, party_csv, the API's DataFrames, a plugin's
+    dataset; `uses_user_data`), "simulation" for one-process runs on the built-in or benchmark data (studies,
+    the default job) and for a simulation of a deployment under a test secret. Every output names it."""
     if config.noise is not None:
         return config.noise
-    return "secure" if cross_machine or config.dataset.name not in SIMULATION_DATASETS else "simulation"
+    return "secure" if cross_machine or user_data else "simulation"
+
+
+def uses_user_data(config: RunConfig) -> bool:
+    """Whether the config's dataset holds someone's real records (anything but the built-in or benchmark data)."""
+    return config.dataset.name not in SIMULATION_DATASETS
 
 
 def load_config(path: str | Path) -> RunConfig:

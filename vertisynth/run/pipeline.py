@@ -32,7 +32,7 @@ from vertisynth.core.specs import ComponentSpec
 from vertisynth.core.structuring import CONVERTER, structure
 from vertisynth.pgm.model import HYPERGEOMETRIC_MAX
 
-from .config import RunConfig, noise_for
+from .config import RunConfig, noise_for, uses_user_data
 from .console import progress_bar
 from .model import MODEL_FILE, FittedModel
 from .report import build_report, record_outputs, write_outputs
@@ -143,10 +143,12 @@ def build_evaluators(registry: Registry, entries: list[Any], where: str = "evalu
 
 
 def make_plan(config: RunConfig, registry: Registry | None = None, data_dir: str | None = None,
-              source: DatasetSource | None = None) -> Plan:
+              source: DatasetSource | None = None, reproducible: bool = False) -> Plan:
     """Resolve plugins, structure params, split parties and plan the privacy spend (no data read).
 
     `source` replaces the config's [dataset] (the Python API passes in-memory DataFrames this way).
+    `reproducible`: a simulation of a deployment under a test secret (deploy/simulate.py), which draws the
+    simulation noise as the deployed parties then do, whatever the data (`noise_for`).
     """
     registry = registry or default_registry()
     modes = [name for name in registry.names("run_mode") if config.section(name) is not None]
@@ -176,7 +178,8 @@ def make_plan(config: RunConfig, registry: Registry | None = None, data_dir: str
     partition.validate(domain)
 
     budget = config.budget.to_budget()
-    ledger = PrivacyLedger(budget, noise=noise_for(config, cross_machine=False))
+    ledger = PrivacyLedger(budget, noise=noise_for(config, cross_machine=False,
+                                                   user_data=uses_user_data(config) and not reproducible))
     ledger.plan(source.schema.planned_charges())
     for comp in [aligner, synth, *evals]:
         ledger.check_plan()  # an earlier stage may already exceed the budget: say so with the split

@@ -73,7 +73,14 @@ def identifier_note(col: pd.Series) -> str | None:
     vals = col.dropna()
     numeric = pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)
     integer = numeric and (pd.api.types.is_integer_dtype(vals) or bool(np.all(np.mod(vals, 1) == 0)))
-    return _identifier_reason(vals, numeric, integer, MANY_CATEGORIES)
+    why = _identifier_reason(vals, numeric, integer, MANY_CATEGORIES)
+    if why is not None and not numeric:   # dates that never repeat are a datetime column, binned
+        try:
+            pd.to_datetime(vals.astype(str), format="mixed")
+            return None
+        except (TypeError, ValueError):
+            pass
+    return why
 
 
 def _review_note(c: ColumnSchema, col: pd.Series) -> str | None:
