@@ -303,3 +303,28 @@ def test_validate_refuses_what_run_refuses(tmp_path):
             res = CliRunner().invoke(main, [cmd[0], str(tmp_path / f"{name}.toml"), *cmd[1:]])
             assert res.exit_code == 2 and want[name] in res.output and isinstance(res.exception, SystemExit), \
                 (name, cmd, res.output)
+
+
+def test_validates_memory_estimate_bounds_the_run(tmp_path):
+    """validate == run: an `init --from` config peaked at 7.2 GB on 5,000 rows where validate estimated 898 MB.
+    The estimate validate prints (`run_memory_estimate`) bounds the run's peak RSS, measured in its own process."""
+    import re
+    import subprocess
+    import sys
+    _ids_csv(tmp_path / "d.csv", n=5000)
+    assert CliRunner().invoke(main, ["init", "--from", str(tmp_path / "d.csv"), str(tmp_path / "c.toml")]).exit_code == 0
+    res = CliRunner().invoke(main, ["validate", str(tmp_path / "c.toml"), "--rows", "5000"])
+    assert res.exit_code == 0, res.output
+    m = re.search(r"Estimated peak memory of `vertisynth run` \(one process.*?\): ([0-9.]+) (GB|MB)", res.output)
+    assert m, res.output
+    estimate = float(m.group(1)) * (2**30 if m.group(2) == "GB" else 2**20)
+    probe = ("import resource, sys\nfrom vertisynth.cli.main import main\ntry:\n    main()\nfinally:\n"
+             "    print('maxrss', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n")
+    import os
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in [str(__import__("pathlib").Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")] if p)}
+    done = subprocess.run([sys.executable, "-c", probe, "run", str(tmp_path / "c.toml"), "-o", str(tmp_path / "o"),
+                           "-q"], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    peak = int(re.search(r"maxrss (\d+)", done.stderr).group(1)) * 1024   # Linux: KiB
+    assert peak <= estimate, (peak / 2**20, estimate / 2**20)

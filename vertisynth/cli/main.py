@@ -18,7 +18,7 @@ from vertisynth.core.registry import Registry, default_registry
 from vertisynth.run.config import DEFAULT_CONFIG_TOML, default_config, load_config
 from vertisynth.run.console import fail as _fail
 from vertisynth.run.console import warnings_as_lines
-from vertisynth.run.pipeline import execute, make_plan, preflight
+from vertisynth.run.pipeline import Plan, execute, make_plan, preflight, run_memory_estimate
 from vertisynth.run.report import cross_party_note
 
 
@@ -124,6 +124,11 @@ def validate(config: Path, data_dir: str | None, rows: int, memory: str | None) 
             click.echo(f"  {party:<12} ciphertexts {c['ciphertexts']:>14,.0f}  sent {c['bytes'] / 1e6:>10,.1f} MB "
                        f"({c['bytes'] / rows:,.0f} B)  CPU {c['cpu_s']:>9,.1f} s ({1e3 * c['cpu_s'] / rows:.2f} ms)"
                        + (f"  [{c['note']}]" if c.get("note") else ""))
+    if isinstance(plan, Plan):
+        whole = run_memory_estimate(plan, rows)
+        click.echo(f"Estimated peak memory of `vertisynth run` (one process, every party and the server, {rows:,} "
+                   f"rows; --rows): {_size(whole['total'])} (data {_size(whole['data'])}, synthetic table "
+                   f"{_size(whole['table'])}, synthesizer {_size(whole['synthesizer'])})")
     if peaks is not None:
         click.echo("Estimated peak memory (streamed party phase, independent of the rows): " + ", ".join(
             f"party {p!r} {_size(b)}" for p, b in peaks["parties"].items()) + f"; the server {_size(peaks['server'])} "

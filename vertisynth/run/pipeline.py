@@ -18,7 +18,7 @@ import attrs
 import numpy as np
 import pandas as pd
 
-from vertisynth.core.capabilities import HasGraphicalModel, PartyServerSplit, StepsInChunks
+from vertisynth.core.capabilities import EstimatesMemory, HasGraphicalModel, PartyServerSplit, StepsInChunks
 from vertisynth.core.chunks import ChunkedCounts
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.encoding import ID_LIST_MIN, TableCodec, TableSchema, identifier_list_error
@@ -248,6 +248,25 @@ def preflight(plan: Plan) -> None:
                               f"{held / 2**30:,.0f} GB for {len(plan.source.schema.columns)} columns, more than this "
                               f"machine's {physical_memory() / 2**30:,.0f} GB: set stream = true (written in blocks) "
                               "or draw fewer rows")
+
+
+def run_memory_estimate(plan: Plan, rows: int) -> dict[str, int]:
+    """Peak bytes of `vertisynth run` of this plan in one process (every party and the server in turn) on a
+    table of `rows` rows, from the plan alone: meant as a bound, not a guess (tests/run/test_silent_cases.py
+    measures the run's ru_maxrss under it). The real table as read (text objects, ~64 B a value) and coded
+    (views, holdout: 32 B), the synthetic table held and written (TABLE_BYTES_PER_CELL, twice: codes and
+    frame), the synthesizer's own estimate (every party's peak and the server's, summed: one process), and
+    the interpreter with its libraries."""
+    d = len(plan.source.schema.columns)
+    syn_rows = plan.config.sample_size or rows
+    data = rows * d * (64 + 32)
+    table = 0 if plan.config.stream else 2 * syn_rows * d * TABLE_BYTES_PER_CELL
+    syn = plan.synthesizer.instance
+    peaks = syn.memory_estimate() if isinstance(syn, EstimatesMemory) else None
+    model = (sum(peaks["parties"].values()) + peaks["server"]) if peaks else 0
+    base = 300 * 2**20
+    return {"data": data, "table": table, "synthesizer": model, "base": base,
+            "total": data + table + model + base}
 
 
 # a decoded synthetic cell held by an in-memory run: codes (8 B) and the DataFrame's value (object: ~8 B + the
