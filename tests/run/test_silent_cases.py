@@ -328,3 +328,14 @@ def test_validates_memory_estimate_bounds_the_run(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     peak = int(re.search(r"maxrss (\d+)", done.stderr).group(1)) * 1024   # Linux: KiB
     assert peak <= estimate, (peak / 2**20, estimate / 2**20)
+
+
+def test_validate_refuses_the_collab_model_that_run_cannot_fit(tmp_path):
+    """validate == run: the README's collab snippet on the census table validated, then the run failed after
+    ~20 s on a 5.7e11-cell model (private_pgm's default workload, every pair)."""
+    (tmp_path / "c.toml").write_text(
+        'budget = { epsilon = 1.0, delta = 1e-5 }\n[dataset]\nname = "census"\nparams = { n = 2000 }\n'
+        '[synthesizer]\nuse = "private_pgm"\nparams = { measurements = "workload" }\n'
+        '[collab]\ncustodians = 2\nnumeric = { age = [17, 90] }\n')
+    res = CliRunner().invoke(main, ["validate", str(tmp_path / "c.toml")])
+    assert res.exit_code == 2 and "the graphical model needs" in res.output and "cells (limit" in res.output, res.output
