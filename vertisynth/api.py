@@ -39,7 +39,7 @@ from .core.messages import Message
 from .core.privacy import RDP, ZCDP, ApproxDP, Budget, Charge, PrivacyLedger, PureDP
 from .core.specs import (AlignerSpec, CommandSpec, DatasetSpec, EncoderSpec, EvaluatorSpec, RunModeSpec, SectionSpec,
                          SynthesizerSpec)
-from .run.config import RunConfig, parse_config
+from .run.config import DEFAULT_SYNTHESIZER, RunConfig, parse_config
 from .run.evaluate import evaluate_tables
 from .run.model import FittedModel
 from .run.pipeline import RunResult, execute, make_plan
@@ -54,7 +54,7 @@ def synthesize(
     *,
     epsilon: float,
     delta: float = 1e-5,
-    synthesizer: str = "vertimrf",
+    synthesizer: str = DEFAULT_SYNTHESIZER,
     params: Mapping[str, Any] | None = None,
     parties: Mapping[str, list[str]] | None = None,
     schema: Mapping[str, Mapping[str, Any]] | None = None,
@@ -67,7 +67,8 @@ def synthesize(
     alignment: str | None = None,
     alignment_params: Mapping[str, Any] | None = None,
     progress: bool = False,
-    noise: str = "simulation",
+    noise: str | None = None,
+    overwrite: bool = False,
 ) -> RunResult:
     """Synthesise one DP table from the columns several parties hold about the same people.
 
@@ -104,8 +105,10 @@ def synthesize(
     Returns a RunResult: `.synthetic` (the DataFrame), `.ledger` (the privacy spend), `.metrics`, `.report`.
     A `NoCrossPartyWarning` says when the fitted model has no cross-party edge (the parties' columns then come
     out independent of each other).
-    noise: "simulation" (seeded numpy noise, reproducible) or "secure" (discrete noise from the OS CSPRNG
-        for a release; docs/privacy.md).
+    noise: "secure" (the default on your data: discrete noise from the OS CSPRNG, for a release;
+        docs/privacy.md) or "simulation" (seeded numpy noise, reproducible: for studies and tests, chosen
+        explicitly). The ledger and the report say which ran.
+    overwrite: with `output_dir`, overwrite files there that no vertisynth run wrote (refused otherwise).
     """
     if bounds and schema:
         raise DataError("give `bounds` or a full `schema`, not both (put the bounds in the schema's numeric columns)")
@@ -113,13 +116,13 @@ def synthesize(
         result = _synthesize_keyed(data, id_column, alignment or "psi", alignment_params, epsilon=epsilon,
                                    delta=delta, synthesizer=synthesizer, params=params, schema=schema, bounds=bounds,
                                    evaluators=evaluators, n=n, seed=seed, output_dir=output_dir, progress=progress,
-                                   noise=noise)
+                                   noise=noise, overwrite=overwrite)
         _warn_if_independent(result)
         return result
     if isinstance(data, (str, Path)):
         result = _synthesize_file(Path(data), epsilon=epsilon, delta=delta, synthesizer=synthesizer, params=params,
                                   parties=parties, schema=schema, evaluators=evaluators, n=n, seed=seed,
-                                  output_dir=output_dir, progress=progress, noise=noise)
+                                  output_dir=output_dir, progress=progress, noise=noise, overwrite=overwrite)
         _warn_if_independent(result)
         return result
     if isinstance(data, pd.DataFrame):
@@ -148,7 +151,7 @@ def synthesize(
     source = DatasetSource(table_schema, list(split.values()), lambda: loaded, list(split), loaded.description)
     config = _api_config(seed, noise, epsilon, delta, split, synthesizer, params, evaluators, n,
                          alignment={"use": alignment, "params": dict(alignment_params or {})} if alignment else None)
-    result = execute(make_plan(config, source=source), output_dir, progress=progress)
+    result = execute(make_plan(config, source=source), output_dir, progress=progress, overwrite=overwrite)
     _warn_if_independent(result)
     return result
 
@@ -156,7 +159,7 @@ def synthesize(
 def _synthesize_file(path: Path, *, epsilon: float, delta: float, synthesizer: str, params: Mapping[str, Any] | None,
                      parties: Mapping[str, list[str]] | None, schema: Mapping[str, Mapping[str, Any]] | None,
                      evaluators: list[dict[str, Any]] | None, n: int | None, seed: int,
-                     output_dir: str | Path | None, progress: bool, noise: str) -> RunResult:
+                     output_dir: str | Path | None, progress: bool, noise: str | None, overwrite: bool = False) -> RunResult:
     """A file's table read in chunks (`stream = true`): its schema must be public, since reading one off the
     rows would need the whole table (and is not DP)."""
     if schema is None or parties is None:
@@ -173,17 +176,17 @@ def _synthesize_file(path: Path, *, epsilon: float, delta: float, synthesizer: s
     source = DatasetSource(table_schema, list(split.values()), whole, list(split), f"file {path.name}",
                            stream_path=path)
     config = _api_config(seed, noise, epsilon, delta, split, synthesizer, params, evaluators, n, stream=True)
-    result = execute(make_plan(config, source=source), output_dir, progress=progress)
+    result = execute(make_plan(config, source=source), output_dir, progress=progress, overwrite=overwrite)
     _warn_if_independent(result)
     return result
 
 
-def _api_config(seed: int, noise: str, epsilon: float, delta: float, split: dict[str, list[str]], synthesizer: str,
+def _api_config(seed: int, noise: str | None, epsilon: float, delta: float, split: dict[str, list[str]], synthesizer: str,
                 params: Mapping[str, Any] | None, evaluators: list[dict[str, Any]] | None, n: int | None,
                 alignment: dict[str, Any] | None = None, stream: bool = False) -> RunConfig:
     """The run config `synthesize` builds for an in-memory or streamed source (checked like a TOML file's)."""
     return parse_config({
-        "seed": seed, "noise": noise, **({"stream": True} if stream else {}),
+        "seed": seed, **({"noise": noise} if noise is not None else {}), **({"stream": True} if stream else {}),
         "budget": {"epsilon": epsilon, "delta": delta},
         "dataset": {"name": "in-memory"},
         "parties": [{"name": k, "attributes": v} for k, v in split.items()],
@@ -330,7 +333,7 @@ def _synthesize_keyed(data: Any, id_column: str, alignment: str, alignment_param
     n, evaluators = kw.pop("n"), kw.pop("evaluators")
     config = parse_config({
         "seed": kw["seed"],
-        "noise": kw["noise"],
+        **({"noise": kw["noise"]} if kw["noise"] is not None else {}),
         "budget": {"epsilon": kw["epsilon"], "delta": kw["delta"]},
         "dataset": {"name": "in-memory"},
         "parties": [{"name": k, "attributes": v} for k, v in split.items()],
@@ -339,7 +342,8 @@ def _synthesize_keyed(data: Any, id_column: str, alignment: str, alignment_param
         "evaluators": evaluators if evaluators is not None else [{"use": "tvd", "params": {"ways": [2]}}],
         **({"sample_size": n} if n is not None else {}),
     }, where="synthesize()")
-    return execute(make_plan(config, source=source), kw["output_dir"], progress=kw["progress"])
+    return execute(make_plan(config, source=source), kw["output_dir"], progress=kw["progress"],
+                   overwrite=kw["overwrite"])
 
 
 __all__ = [

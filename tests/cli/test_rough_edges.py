@@ -101,8 +101,8 @@ def test_init_from_csv_writes_a_reviewable_schema_that_runs(tmp_path):
     for col, what in [("person id", "identifier"), ("age", "public bounds"), ("city", "30 categories"),
                       ("score", "public bounds"), ("sex", "public list")]:
         assert re.search(rf"# REVIEW {col}: .*{what}", text), col
-    # after dropping the identifier, the config validates as written
-    schema.pop("person id")
+    # the identifier's values are never written (issue 30 item 5): the column is left out, with its note
+    assert "person id" not in schema and "p0001" not in text
     pd.read_csv(tmp_path / "people.csv").drop(columns=["person id"]).to_csv(tmp_path / "people.csv", index=False)
     assert CliRunner().invoke(main, ["init", str(cfg), "--from", str(tmp_path / "people.csv")]).exit_code == 2
     res = CliRunner().invoke(main, ["init", str(cfg), "--force", "--from", str(tmp_path / "people.csv")])

@@ -97,6 +97,9 @@ def test_align_then_vertimrf_across_processes_equals_the_simulation(tmp_path, pr
     assert result.report["alignment"]["info"]["records"] == expect
     tables = {p: pd.read_csv(tmp_path / f"private_{p}" / f"{p}_aligned.csv") for p in PARTIES}
     assert all(len(t) == expect for t in tables.values())
+    for p in PARTIES:   # real rows and identifiers: private like the keys (issue 30 item 9; were 0644)
+        for name in (f"{p}_aligned.csv", f"{p}_alignment.csv"):
+            assert (tmp_path / f"private_{p}" / name).stat().st_mode & 0o077 == 0, name
     positions = {p: pd.read_csv(tmp_path / f"private_{p}" / f"{p}_alignment.csv").set_index("id").position
                  for p in PARTIES}
     both = positions["hospital"].index.intersection(positions["insurer"].index)

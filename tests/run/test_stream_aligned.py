@@ -44,7 +44,7 @@ def _files(tmp_path, n=300, seed=2, overlap=0.7, tag=""):
 
 def _config(paths, stream, protocol="psi", fill="marginal", chunk_rows=64, processes=1, **extra):
     params = {"workers": 1} if protocol == "psi" else {"workers": 1, "fill": fill}
-    return parse_config({"seed": 4, "budget": {"epsilon": 3.0, "delta": 1e-5}, "stream": stream,
+    return parse_config({"seed": 4, "noise": "simulation", "budget": {"epsilon": 3.0, "delta": 1e-5}, "stream": stream,
                          "dataset": {"name": "party_csv", "params": {"files": {p: str(f) for p, f in paths.items()},
                                                                      "schema": SCHEMA}},
                          "parties": [{"name": "A", "attributes": ["a", "b"]}, {"name": "B", "attributes": ["c", "d"]}],

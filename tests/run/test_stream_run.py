@@ -29,7 +29,7 @@ def _table(path, n=900, seed=2):
 
 
 def _config(path, stream, chunk_rows=64, processes=1, **extra):
-    return parse_config({"seed": 4, "budget": {"epsilon": 3.0, "delta": 1e-5}, "stream": stream,
+    return parse_config({"seed": 4, "noise": "simulation", "budget": {"epsilon": 3.0, "delta": 1e-5}, "stream": stream,
                          "dataset": {"name": "csv", "params": {"path": str(path), "schema": SCHEMA}},
                          "parties": [{"attributes": ["a", "b"]}, {"attributes": ["c", "d"]}],
                          "synthesizer": {"use": "vertimrf", "params": {
@@ -109,7 +109,7 @@ def test_the_api_reads_a_file_in_chunks_and_equals_the_dataframe_run(tmp_path):
 
     path = tmp_path / "t.csv"
     _table(path)
-    kw = dict(epsilon=3.0, parties={"p1": ["a", "b"], "p2": ["c", "d"]}, schema=SCHEMA, seed=1,
+    kw = dict(epsilon=3.0, parties={"p1": ["a", "b"], "p2": ["c", "d"]}, schema=SCHEMA, seed=1, noise="simulation",
               params={"encoder_params": {"t": 64, "chunk_rows": 128}, "local_params": {"iters": 20, "refine_iters": 5},
                       "iters": 30, "rounds": 1})
     streamed = synthesize(str(path), output_dir=tmp_path / "out", **kw)

@@ -10,7 +10,8 @@ import attrs
 import click
 
 from vertisynth import __version__
-from vertisynth.core.errors import ConfigError, PluginError, VertisynthError
+from vertisynth.core.errors import ConfigError, DataError, PluginError, VertisynthError
+from vertisynth.core.outfiles import replace_atomically
 from vertisynth.core.registry import Registry, default_registry
 from vertisynth.run.console import fail as _fail
 from vertisynth.run.console import warnings_as_lines
@@ -72,13 +73,17 @@ def main() -> None:
               help="Folder with the NLTCS/Adult benchmark data (or set VERTISYNTH_DATA).")
 @click.option("--seed", type=int, default=None, help="Override the config's seed.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def run(config: Path | None, out: Path | None, data_dir: str | None, seed: int | None, quiet: bool) -> None:
+@click.option("--force", is_flag=True, help="Overwrite files in the output folder that no vertisynth run wrote.")
+def run(config: Path | None, out: Path | None, data_dir: str | None, seed: int | None, quiet: bool,
+        force: bool) -> None:
     """Run one pipeline from a TOML CONFIG (default: the built-in offline example)."""
     with warnings_as_lines():
-        _run(config, out, data_dir, seed, quiet)
+        _run(config, out, data_dir, seed, quiet, force)
 
 
-def _run(config: Path | None, out: Path | None, data_dir: str | None, seed: int | None, quiet: bool) -> None:
+def _run(config: Path | None, out: Path | None, data_dir: str | None, seed: int | None, quiet: bool,
+         force: bool = False) -> None:
+    from vertisynth.core.privacy import NOISE_LABELS
     from vertisynth.run.config import default_config, load_config
     from vertisynth.run.pipeline import execute, make_plan
     from vertisynth.run.report import cross_party_note
@@ -90,9 +95,12 @@ def _run(config: Path | None, out: Path | None, data_dir: str | None, seed: int 
         plan = make_plan(cfg, data_dir=data_dir)
         click.echo(f"plan fits the budget: ε={plan.ledger.planned_epsilon():.4g} of {plan.ledger.budget.epsilon:.4g} "
                    f"(δ={plan.ledger.budget.delta:.3g}), {len(plan.ledger.planned)} charges, "
-                   + plan.who(), err=True)
+                   + plan.who() + f"; noise: {NOISE_LABELS[plan.ledger.noise]}", err=True)
+        if plan.synthesizer.spec.summary.startswith("baseline"):   # chosen by name: say it is not the model
+            click.secho(f"note: synthesizer {plan.synthesizer.spec.name!r} is a baseline ({plan.synthesizer.spec.summary}"
+                        "); the default, vertimrf, models the parties' correlations", fg="yellow", err=True)
         out_dir = out or Path(cfg.output or "vertisynth-output")
-        result = execute(plan, out_dir, progress=not quiet)
+        result = execute(plan, out_dir, progress=not quiet, overwrite=force)
     except VertisynthError as exc:
         _fail(exc)
         return
@@ -129,12 +137,13 @@ def validate(config: Path, data_dir: str | None, rows: int, memory: str | None) 
     """Check a CONFIG (keys, plugins, params, party split, budget plan) without reading any data rows."""
     from vertisynth.core.capabilities import CostEstimate, EstimatesMemory
     from vertisynth.run.config import load_config
-    from vertisynth.run.pipeline import make_plan
+    from vertisynth.run.pipeline import Plan, make_plan, preflight, run_memory_estimate
 
     try:
         limit = parse_bytes(memory) if memory is not None else None
         with warnings_as_lines():
             plan = make_plan(load_config(config), data_dir=data_dir)
+            preflight(plan)   # what run refuses from the plan, validate refuses: the same function
         syn = plan.synthesizer.instance
         cost = syn.cost_estimate(rows) if isinstance(syn, CostEstimate) else {}
         peaks = syn.memory_estimate() if isinstance(syn, EstimatesMemory) else None
@@ -157,6 +166,11 @@ def validate(config: Path, data_dir: str | None, rows: int, memory: str | None) 
             click.echo(f"  {party:<12} ciphertexts {c['ciphertexts']:>14,.0f}  sent {c['bytes'] / 1e6:>10,.1f} MB "
                        f"({c['bytes'] / rows:,.0f} B)  CPU {c['cpu_s']:>9,.1f} s ({1e3 * c['cpu_s'] / rows:.2f} ms)"
                        + (f"  [{c['note']}]" if c.get("note") else ""))
+    if isinstance(plan, Plan):
+        whole = run_memory_estimate(plan, rows)
+        click.echo(f"Estimated peak memory of `vertisynth run` (one process, every party and the server, {rows:,} "
+                   f"rows; --rows): {_size(whole['total'])} (data {_size(whole['data'])}, synthetic table "
+                   f"{_size(whole['table'])}, synthesizer {_size(whole['synthesizer'])})")
     if peaks is not None:
         click.echo("Estimated peak memory (streamed party phase, independent of the rows): " + ", ".join(
             f"party {p!r} {_size(b)}" for p, b in peaks["parties"].items()) + f"; the server {_size(peaks['server'])} "
@@ -246,23 +260,20 @@ def sample(model: Path, rows: int | None, out: Path, seed: int | None, block_row
     """Draw more rows from a fitted MODEL file (model.npz beside a run's table): post-processing, no budget."""
     from vertisynth.run.model import FittedModel
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(out.name + ".partial")   # renamed when complete: no half-written table under `out`
     written = 0
     try:
+        if out.is_dir():
+            raise DataError(f"--out {str(out)!r} is a folder; give a CSV file name")
         fitted = FittedModel.load(model, config_path)
-        with open(partial, "w", newline="") as fh:
+        # a per-process temporary name beside `out`, renamed when complete: no half-written table under `out`,
+        # and two samplers into one name leave one whole table (core/outfiles.py)
+        with replace_atomically(out) as fh:
             for frame in fitted.sample_frames(rows, seed, block_rows):
                 frame.to_csv(fh, index=False, header=written == 0)
                 written += len(frame)
-        partial.replace(out)
     except VertisynthError as exc:
-        partial.unlink(missing_ok=True)
         _fail(exc)
         return
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
     eps = fitted.privacy.get("spent_epsilon")
     click.echo(f"wrote {written} rows to {out} from {fitted.synthesizer or 'the'} model"
                + (f" (released under ε = {eps:.4g}; sampling spent nothing)" if isinstance(eps, (int, float)) else ""))

@@ -31,6 +31,18 @@ MISSING_LABEL = "<missing>"
 # same missing cells, and keep a schema's category label spelled like one ("None") a value
 CSV_NULLS = ("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>", "N/A",
              "NA", "NULL", "NaN", "None", "n/a", "nan", "null")
+
+
+def csv_na_args(labels: Any = ()) -> dict[str, Any]:
+    """pandas.read_csv arguments of the one CSV reading rule (every reader: run, init, evaluate, party files,
+    the streamed reader): a cell spelled as in CSV_NULLS is missing, unless a schema lists that spelling as a
+    category (`labels`: a TableSchema, or the labels themselves), which then stays a value."""
+    if hasattr(labels, "columns"):
+        labels = {str(x) for c in labels.columns if c.categories for x in c.categories}
+    keep = {str(x) for x in labels}
+    return {"keep_default_na": False, "na_values": [v for v in CSV_NULLS if v not in keep]}
+
+
 PREPROCESSING_STAGE = "preprocessing"
 # below this n·quantile_epsilon, DP quantiles inside wide bounds miss badly (lognormal income, bounds [0, 1e6],
 # 7 quantiles, 20 seeds: n·ε 100 -> median edge off by 4.4x typically; 200 -> within 2x at worst; 400 -> 1.25x)
@@ -60,6 +72,9 @@ class ColumnSchema:
     missing: str = attrs.field(default="error", validator=attrs.validators.in_(["error", "category"]))
     clip: bool = False
     quantile_epsilon: float = 0.0
+    # categorical: the category list is public on purpose (a codebook), even when about as long as the table
+    # (`identifier_list_error` refuses such a list otherwise: it would copy real identifiers into the output)
+    public: bool = False
 
     def __attrs_post_init__(self) -> None:
         where = f"column {self.name!r}"
@@ -102,6 +117,22 @@ class ColumnSchema:
             return [Charge(PREPROCESSING_STAGE, "exponential_quantiles", PureDP(self.quantile_epsilon), None,
                            f"{self.bins - 1} DP quantiles of {self.name!r}")]
         return []
+
+
+ID_LIST_MIN = 50   # categories: a longer list with at least one category per two rows looks like identifiers
+
+
+def identifier_list_error(columns: Sequence[ColumnSchema], rows: int) -> DataError | None:
+    """The one rule (run, validate, the API): a categorical column whose schema lists more than ID_LIST_MIN
+    categories and at least one per two rows is an identifier list (init --from wrote every ID so before),
+    refused unless declared `public = true`. None when no column is."""
+    for c in columns:
+        k = len(c.categories or ())
+        if c.kind == "categorical" and not c.public and k > ID_LIST_MIN and rows > 0 and 2 * k >= rows:
+            return DataError(f"column {c.name!r} lists {k} categories for {rows} rows: an identifier list? Its "
+                             "synthetic values would be real ones. Drop the column, align on it (id_column), or, if "
+                             "the list is public on purpose (a codebook), set public = true in its schema")
+    return None
 
 
 def dp_quantiles(values: np.ndarray, qs: Sequence[float], bounds: tuple[float, float], epsilon: float,
@@ -309,7 +340,13 @@ class TableSchema:
             sizes.append(k + (1 if c.missing == "category" else 0))
         return Domain(self.names, sizes)
 
-    def fit(self, frame: pd.DataFrame, ledger: PrivacyLedger | None, rng: np.random.Generator) -> TableCodec:
+    def fit(self, frame: pd.DataFrame, ledger: PrivacyLedger | None, rng: np.random.Generator,
+            release: bool = True) -> TableCodec:
+        """`release`: the codec of a DP release (refuses an identifier list, `identifier_list_error`); False
+        for scoring two given tables (evaluate), which releases nothing."""
+        err = identifier_list_error(self.columns, len(frame)) if release else None
+        if err is not None:
+            raise err
         out = []
         for c in self.columns:
             if c.name not in frame.columns:

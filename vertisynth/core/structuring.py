@@ -8,6 +8,7 @@ from typing import Any
 
 import attrs
 import cattrs
+import cattrs.cols
 
 from .errors import ConfigError, VertisynthError, choices_text, suggest
 
@@ -35,6 +36,21 @@ def _strict_converter() -> cattrs.Converter:
             raise TypeError(f"expected true or false, got {v!r}")
         return v
 
+    def is_list_or_tuple(t: Any) -> bool:
+        return not cattrs.cols.is_bare(t) and (cattrs.cols.is_mutable_sequence(t) or cattrs.cols.get_origin(t) is tuple)
+
+    def no_text_as_list(t: Any) -> Any:
+        """A list or tuple setting given one string: refused (cattrs would split "upper" into its letters)."""
+        base = cattrs.cols.list_structure_factory(t, conv) if cattrs.cols.is_mutable_sequence(t) else \
+            conv._structure_tuple
+
+        def hook(v: Any, _t: Any) -> Any:
+            if isinstance(v, (str, bytes)):
+                raise TypeError(f"expected a list, got the string {v!r} (write [{v!r}] for one item)")
+            return base(v, _t)
+        return hook
+
+    conv.register_structure_hook_factory(is_list_or_tuple, no_text_as_list)
     conv.register_structure_hook(int, s_int)
     conv.register_structure_hook(float, s_float)
     conv.register_structure_hook(str, s_str)

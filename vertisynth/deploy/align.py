@@ -34,6 +34,7 @@ from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.encoding import TableSchema
 from vertisynth.core.errors import ConfigError, DataError, MessageError, VertisynthError
+from vertisynth.core.outfiles import write_csv
 from vertisynth.core.privacy import PrivacyLedger
 from vertisynth.core.structuring import structure
 from vertisynth.plugins.alignment.private_sets import PSIConfig, PSUConfig, prepare_ids
@@ -196,10 +197,10 @@ def run_party_align(config: RunConfig, party: str, csv: Path, id_column: str, ex
     aligned = _aligned_table(*table_plan, party, frame, row_of, res, rand, test) if table_plan else None
     out.mkdir(parents=True, exist_ok=True)
     if aligned is not None:
-        aligned[0].to_csv(out / f"{party}_aligned.csv", index=False)
+        write_csv(out / f"{party}_aligned.csv", aligned[0], private=True)   # real rows and IDs: 0600, like the keys
         (out / f"{party}_alignment_ledger.json").write_text(json.dumps(aligned[1], indent=2))
     path = out / f"{party}_alignment.csv"
-    table.to_csv(path, index=False)
+    write_csv(path, table, private=True)   # the party's IDs and row map: 0600
     (out / f"{party}_alignment.json").write_text(json.dumps(
         {"protocol": protocol, "party": party, "ring": ring, "common_rows": res.n_common, "sizes_learned": res.sizes,
          **({"test_secret": TEST_LABEL} if test else {})}, indent=2))

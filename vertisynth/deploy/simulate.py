@@ -19,7 +19,7 @@ def simulate(config: RunConfig, test_secret: str, data_dir: str | None = None,
              party_processes: int | None = None) -> RunResult:
     """`party_processes`: parties stepping at once (default: all of them; 1 = one after another)."""
     secret = parse_test_secret(test_secret, config.seed)
-    plan = make_plan(config, data_dir=data_dir)
+    plan = make_plan(config, data_dir=data_dir, reproducible=True)   # the deployed test run's simulation noise
     fp = config_fingerprint(config)
     run = run_id(fp, {p: test_nonce(secret, p) for p in plan.partition.names})
     synth = plan.synthesizer.instance

@@ -7,7 +7,7 @@ Shape (see README):
     [dataset]            name = "census", params = {...}
     [[parties]]          name = "...", attributes = [...]       (optional: the dataset's default split)
     [alignment]          use = "positional", params = {...}
-    [synthesizer]        use = "independent", params = {...}
+    [synthesizer]        use = "vertimrf", params = {...}   (the default; "independent" is the baseline)
     [[evaluators]]       use = "tvd", params = {...}
 """
 from __future__ import annotations
@@ -23,6 +23,9 @@ from vertisynth.core.errors import ConfigError, VertisynthError, choices_text, s
 from vertisynth.core.privacy import NOISE_KINDS, Budget
 from vertisynth.core.registry import Registry, default_registry
 from vertisynth.core.structuring import CONVERTER, structure
+
+
+DEFAULT_SYNTHESIZER = "vertimrf"
 
 
 @attrs.frozen
@@ -80,7 +83,8 @@ class RunConfig:
     dataset: DatasetConfig = attrs.field(factory=DatasetConfig)
     parties: list[PartyConfig] | None = None
     alignment: ComponentConfig = attrs.field(factory=lambda: ComponentConfig("positional"))
-    synthesizer: ComponentConfig = attrs.field(factory=lambda: ComponentConfig("independent"))
+    # the one default everywhere (the API's too): the vertical protocol; `independent` is a baseline, chosen by name
+    synthesizer: ComponentConfig = attrs.field(factory=lambda: ComponentConfig(DEFAULT_SYNTHESIZER))
     evaluators: list[EvaluatorConfig] = attrs.field(factory=lambda: [EvaluatorConfig("tvd")])
     evaluation: EvaluationConfig = attrs.field(factory=EvaluationConfig)
     sample_size: int | None = None
@@ -157,12 +161,25 @@ def parse_config(data: Mapping[str, Any], where: str = "config", registry: Regis
     return cfg
 
 
-def noise_for(config: RunConfig, cross_machine: bool) -> str:
+# datasets that hold no one's real records (generated, or public benchmarks): a one-process run on them is a
+# study or a demo and draws the reproducible simulation noise unless the config says otherwise
+SIMULATION_DATASETS = frozenset({"census", "zoo", "nltcs", "adult"})
+
+
+def noise_for(config: RunConfig, cross_machine: bool, user_data: bool = False) -> str:
     """The noise a role draws: the config's `noise`, else "secure" for the cross-machine roles (party synth,
-    party align, collab custodian/server) and "simulation" for one-process runs, the API and studies."""
+    party align, collab custodian/server: `cross_machine` is False only under a test secret) and for a
+    one-process run on the user's own data (`user_data`: csv, party_csv, the API's DataFrames, a plugin's
+    dataset; `uses_user_data`), "simulation" for one-process runs on the built-in or benchmark data (studies,
+    the default job) and for a simulation of a deployment under a test secret. Every output names it."""
     if config.noise is not None:
         return config.noise
-    return "secure" if cross_machine else "simulation"
+    return "secure" if cross_machine or user_data else "simulation"
+
+
+def uses_user_data(config: RunConfig) -> bool:
+    """Whether the config's dataset holds someone's real records (anything but the built-in or benchmark data)."""
+    return config.dataset.name not in SIMULATION_DATASETS
 
 
 def load_config(path: str | Path) -> RunConfig:

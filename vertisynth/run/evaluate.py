@@ -17,7 +17,7 @@ import pandas as pd
 
 from vertisynth.core.capabilities import wants_raw_values
 from vertisynth.core.dataset import VerticalPartition
-from vertisynth.core.encoding import TableSchema
+from vertisynth.core.encoding import TableSchema, csv_na_args
 from vertisynth.core.errors import BudgetError, ConfigError, DataError
 from vertisynth.core.interfaces import Evaluator, PlanContext
 from vertisynth.core.privacy import Budget
@@ -47,13 +47,13 @@ def _scoring_schema(schema: TableSchema) -> TableSchema:
     return TableSchema(cols, schema.inferred)
 
 
-def _frame(x: Any, what: str) -> pd.DataFrame:
+def _frame(x: Any, what: str, schema: TableSchema | None = None) -> pd.DataFrame:
     if isinstance(x, (str, Path)):
         path = Path(x)
         if not path.is_file():
             raise DataError(f"{what} table {str(path)!r} does not exist")
         try:
-            return pd.read_csv(path)
+            return pd.read_csv(path, **csv_na_args(() if schema is None else schema))   # the run's reading rule
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
             raise DataError(f"cannot read {what} table {str(path)!r}: {exc}") from None
     if not isinstance(x, pd.DataFrame):
@@ -68,8 +68,9 @@ def evaluate_tables(real: Any, synthetic: Any, *, schema: Mapping[str, Mapping[s
                     output_dir: str | Path | None = None,
                     registry: Registry | None = None) -> dict[str, dict[str, float]]:
     registry = registry or default_registry()
-    real, synthetic = _frame(real, "real"), _frame(synthetic, "synthetic")
-    hold = None if holdout is None else _frame(holdout, "holdout")
+    public = schema if isinstance(schema, TableSchema) else TableSchema.from_config(schema) if schema else None
+    real, synthetic = _frame(real, "real", public), _frame(synthetic, "synthetic", public)
+    hold = None if holdout is None else _frame(holdout, "holdout", public)
     real.columns = [str(c) for c in real.columns]
     synthetic.columns = [str(c) for c in synthetic.columns]
     missing, extra = [c for c in real.columns if c not in synthetic.columns], \
@@ -77,17 +78,15 @@ def evaluate_tables(real: Any, synthetic: Any, *, schema: Mapping[str, Mapping[s
     if missing or extra:
         raise DataError(f"the tables have different columns: the synthetic one lacks {missing}, has extra {extra}")
     synthetic = synthetic[list(real.columns)]
-    if isinstance(schema, TableSchema):
-        table_schema = schema
-    elif schema:
-        table_schema = TableSchema.from_config(schema)
+    if public is not None:
+        table_schema = public
     else:
         table_schema = TableSchema.infer(pd.concat([real, synthetic] + ([hold] if hold is not None else []),
                                                    ignore_index=True))
     table_schema = _scoring_schema(table_schema)
     comps = build_evaluators(registry, evaluator_entries(evaluators))
     rng = np.random.default_rng(seed)
-    codec = table_schema.fit(real, None, rng)
+    codec = table_schema.fit(real, None, rng, release=False)
     real_codes, synth_codes = codec.encode(real), codec.encode(synthetic)
     hold_codes = None if hold is None else codec.encode(hold)
     domain = codec.domain

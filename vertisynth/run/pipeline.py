@@ -18,20 +18,22 @@ import attrs
 import numpy as np
 import pandas as pd
 
-from vertisynth.core.capabilities import (HasGraphicalModel, PartyServerSplit, ReportsReferencePoints, StepsInChunks,
-                                          wants_raw_values)
+from vertisynth.core.capabilities import (EstimatesMemory, HasGraphicalModel, PartyServerSplit, ReportsReferencePoints,
+                                          StepsInChunks, wants_raw_values)
 from vertisynth.core.chunks import ChunkedCounts
 from vertisynth.core.dataset import Dataset, VerticalPartition
-from vertisynth.core.encoding import TableCodec, TableSchema
+from vertisynth.core.encoding import ID_LIST_MIN, TableCodec, TableSchema, identifier_list_error
 from vertisynth.core.errors import BudgetError, ConfigError, DataError
 from vertisynth.core.interfaces import Aligner, Alignment, Evaluator, PlanContext, Synthesizer, VerticalData
 from vertisynth.core.loaded import DatasetSource, LoadedData
+from vertisynth.core.outfiles import FolderLock, check_not_foreign, replace_atomically
 from vertisynth.core.privacy import PrivacyLedger
 from vertisynth.core.registry import Registry, default_registry
 from vertisynth.core.specs import ComponentSpec
 from vertisynth.core.structuring import CONVERTER, structure
+from vertisynth.pgm.model import HYPERGEOMETRIC_MAX
 
-from .config import RunConfig, noise_for
+from .config import RunConfig, noise_for, uses_user_data
 from .console import progress_bar
 from .model import MODEL_FILE, FittedModel
 from .report import build_report, record_outputs, write_outputs
@@ -142,10 +144,12 @@ def build_evaluators(registry: Registry, entries: list[Any], where: str = "evalu
 
 
 def make_plan(config: RunConfig, registry: Registry | None = None, data_dir: str | None = None,
-              source: DatasetSource | None = None) -> Plan:
+              source: DatasetSource | None = None, reproducible: bool = False) -> Plan:
     """Resolve plugins, structure params, split parties and plan the privacy spend (no data read).
 
     `source` replaces the config's [dataset] (the Python API passes in-memory DataFrames this way).
+    `reproducible`: a simulation of a deployment under a test secret (deploy/simulate.py), which draws the
+    simulation noise as the deployed parties then do, whatever the data (`noise_for`).
     """
     registry = registry or default_registry()
     modes = [name for name in registry.names("run_mode") if config.section(name) is not None]
@@ -175,7 +179,8 @@ def make_plan(config: RunConfig, registry: Registry | None = None, data_dir: str
     partition.validate(domain)
 
     budget = config.budget.to_budget()
-    ledger = PrivacyLedger(budget, noise=noise_for(config, cross_machine=False))
+    ledger = PrivacyLedger(budget, noise=noise_for(config, cross_machine=False,
+                                                   user_data=uses_user_data(config) and not reproducible))
     ledger.plan(source.schema.planned_charges())
     for comp in [aligner, synth, *evals]:
         ledger.check_plan()  # an earlier stage may already exceed the budget: say so with the split
@@ -211,12 +216,115 @@ def _timed(timings: dict[str, float], name: str, progress: Any) -> Iterator[None
         progress.update(1)
 
 
+def preflight(plan: Plan) -> None:
+    """Everything a run refuses from the plan alone, before it reads a row: `vertisynth validate` calls this
+    same function, so validate passes only what run accepts (issue 30). Streaming settings, an identifier
+    list in the schema (against the file's row count, read from its lines, not its values), a synthetic table
+    too large to draw or to hold."""
+    if not isinstance(plan, Plan):
+        return
+    cfg = plan.config
+    if cfg.stream:
+        why = _stream_refusal(plan)
+        if why:
+            raise ConfigError(f"stream = true: {why}")
+    long = [c for c in plan.source.schema.columns if c.kind == "categorical" and not c.public
+            and len(c.categories or ()) > ID_LIST_MIN]
+    if long:
+        files = ({None: plan.source.stream_path} if plan.source.stream_path is not None else
+                 dict(plan.source.stream_parties.paths) if plan.source.stream_parties is not None else {})
+        for who, path in files.items():
+            rows = file_rows(Path(path))
+            err = rows is not None and identifier_list_error(long, rows)
+            if err:
+                raise err
+    n = cfg.sample_size
+    if n is not None:
+        sampling = getattr(plan.synthesizer.config, "sampling", None)
+        if sampling == "round" and n >= HYPERGEOMETRIC_MAX and n > block_rows_of(cfg):
+            raise ConfigError(f"sample_size {n:,}: 'round' sampling in blocks draws at most "
+                              f"{HYPERGEOMETRIC_MAX - 1:,} records; sample in several runs (vertisynth sample) "
+                              "or with the synthesizer's sampling = 'sample'")
+        held = n * len(plan.source.schema.columns) * TABLE_BYTES_PER_CELL
+        if not cfg.stream and held > physical_memory():
+            raise ConfigError(f"sample_size {n:,}: the in-memory run holds the synthetic table, about "
+                              f"{held / 2**30:,.0f} GB for {len(plan.source.schema.columns)} columns, more than this "
+                              f"machine's {physical_memory() / 2**30:,.0f} GB: set stream = true (written in blocks) "
+                              "or draw fewer rows")
+
+
+def run_memory_estimate(plan: Plan, rows: int) -> dict[str, int]:
+    """Peak bytes of `vertisynth run` of this plan in one process (every party and the server in turn) on a
+    table of `rows` rows, from the plan alone: meant as a bound, not a guess (tests/run/test_silent_cases.py
+    measures the run's ru_maxrss under it). The real table as read (text objects, ~64 B a value) and coded
+    (views, holdout: 32 B), the synthetic table held and written (TABLE_BYTES_PER_CELL, twice: codes and
+    frame), the synthesizer's own estimate (every party's peak and the server's, summed: one process), and
+    the interpreter with its libraries."""
+    d = len(plan.source.schema.columns)
+    syn_rows = plan.config.sample_size or rows
+    data = rows * d * (64 + 32)
+    table = 0 if plan.config.stream else 2 * syn_rows * d * TABLE_BYTES_PER_CELL
+    syn = plan.synthesizer.instance
+    peaks = syn.memory_estimate() if isinstance(syn, EstimatesMemory) else None
+    model = (sum(peaks["parties"].values()) + peaks["server"]) if peaks else 0
+    base = 300 * 2**20
+    return {"data": data, "table": table, "synthesizer": model, "base": base,
+            "total": data + table + model + base}
+
+
+# a decoded synthetic cell held by an in-memory run: codes (8 B) and the DataFrame's value (object: ~8 B + the
+# shared label), measured ~20 B on census; 32 as a bound
+TABLE_BYTES_PER_CELL = 32
+
+
+def physical_memory() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 2**62
+
+
+def file_rows(path: Path) -> int | None:
+    """Rows of a CSV (its lines less the header, counted in 1 MiB blocks: no value parsed) or a Parquet file
+    (its metadata); None when it is not there (a server plans without the parties' files)."""
+    if not path.is_file():
+        return None
+    if path.suffix.lower() in (".parquet", ".pq"):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        try:
+            return int(pq.ParquetFile(path).metadata.num_rows)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise DataError(f"Parquet file {str(path)!r} is unreadable (truncated or not Parquet): "
+                            f"{str(exc).splitlines()[0]}") from None
+    lines, last = 0, b"\n"
+    with open(path, "rb") as fh:
+        while block := fh.read(2**20):
+            lines += block.count(b"\n")
+            last = block[-1:]
+    return max(lines + (last != b"\n") - 1, 0)
+
+
+RUN_FILES = ("synthetic.csv", "report.json", "ledger.json", "summary.md", "report.html", MODEL_FILE)   # what a run writes
+
+
 def execute(plan: Plan, output_dir: str | Path | None = None, progress: bool = False,
-            party_seed: int | None = None) -> RunResult:
+            party_seed: int | None = None, overwrite: bool = False) -> RunResult:
     """`party_seed`: the parties' own randomness (preprocessing, alignment, fit) from a seed other than the config's,
-    as a reproducible cross-machine run under a test secret draws it (deploy/simulate.py)."""
+    as a reproducible cross-machine run under a test secret draws it (deploy/simulate.py). With an `output_dir`
+    the run holds its lock (a second run into it refuses, naming this one) and refuses, before any work, to
+    overwrite a file there that no vertisynth run wrote, unless `overwrite` (core/outfiles.py)."""
     if not isinstance(plan, Plan):   # another run mode's plan runs itself
         return plan.execute(output_dir, progress)
+    preflight(plan)
+    if output_dir is None:
+        return _execute_plan(plan, None, progress, party_seed)
+    with FolderLock(output_dir):
+        check_not_foreign(Path(output_dir), RUN_FILES, force=overwrite)
+        return _execute_plan(plan, output_dir, progress, party_seed)
+
+
+def _execute_plan(plan: Plan, output_dir: str | Path | None, progress: bool, party_seed: int | None) -> RunResult:
     cfg = plan.config
     streams = dict(zip(RNG_STREAMS, (np.random.default_rng(s) for s in np.random.SeedSequence(cfg.seed).spawn(len(RNG_STREAMS)))))
     if party_seed is not None:
@@ -344,8 +452,9 @@ def _finish(plan: Plan, codec: TableCodec, loaded: Any, frame: pd.DataFrame | No
     if output_dir is not None:
         result.output_dir = write_outputs(result, Path(output_dir), holdout)
         written = ["synthetic.csv", "report.json", "ledger.json", "summary.md", "report.html"]
-        if model is not None:
-            model.save(result.output_dir / MODEL_FILE)
+        if model is not None:   # whole or not at all, as the other files
+            with replace_atomically(result.output_dir / MODEL_FILE, "path", suffix=".npz") as tmp:
+                model.save(tmp)
             written.append(MODEL_FILE)
         for comp in plan.evaluators:   # figures an evaluator made from its last scores (e.g. heatmaps)
             written += comp.instance.write_artifacts(result.output_dir) or []
@@ -363,15 +472,7 @@ def _execute_streamed(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.G
     from its spill (run/stream_align.py, tests/run/test_stream_aligned.py)."""
     synth = plan.synthesizer.instance
     path, keyed = plan.source.stream_path, plan.source.stream_parties
-    why = ("the dataset is not one file with a public schema ([dataset] csv with `schema`, or party_csv with "
-           "`schema`)" if path is None and keyed is None else
-           f"synthesizer {plan.synthesizer.spec.name!r} has no chunked party step" if not (
-               isinstance(synth, StepsInChunks) and isinstance(synth, PartyServerSplit) and synth.streams_parties())
-           else f"alignment {plan.aligner.spec.name!r} needs the identifiers (use positional: rows aligned)"
-           if keyed is None and plan.aligner.spec.name != "positional" else
-           "ID-keyed party files need alignment psi or psu" if keyed is not None and not hasattr(
-               plan.aligner.instance, "align_rows") else
-           "a holdout needs the rows ([evaluation] holdout = 0)" if cfg.evaluation.holdout > 0 else None)
+    why = _stream_refusal(plan)
     if why:
         raise ConfigError(f"stream = true: {why}")
     chunk_rows = synth.chunk_rows()
@@ -414,6 +515,23 @@ def _execute_streamed(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.G
         references = reference_points(plan, metrics, real, None)
     return _finish(plan, codec, loaded, written.frame, synthetic, real, None, metrics, align_info, timings,
                    output_dir, written, references=references)
+
+
+def _stream_refusal(plan: Plan) -> str | None:
+    """Why `stream = true` cannot run this plan, or None (run and validate both ask: `preflight`)."""
+    cfg, synth = plan.config, plan.synthesizer.instance
+    path, keyed = plan.source.stream_path, plan.source.stream_parties
+    return ("the dataset is not one file with a public schema ([dataset] csv with `schema`, or party_csv with "
+           "`schema`)" if path is None and keyed is None else
+           f"synthesizer {plan.synthesizer.spec.name!r} has no chunked party step" if not (
+               isinstance(synth, StepsInChunks) and isinstance(synth, PartyServerSplit)) else
+           f"encoder {getattr(plan.synthesizer.config, 'encoder', '?')!r} of synthesizer "
+           f"{plan.synthesizer.spec.name!r} measures in rounds between the parties, not chunk by chunk (use "
+           "encoder dpfm or grr to stream, or run without stream)" if not synth.streams_parties() else f"alignment {plan.aligner.spec.name!r} needs the identifiers (use positional: rows aligned)"
+           if keyed is None and plan.aligner.spec.name != "positional" else
+           "ID-keyed party files need alignment psi or psu" if keyed is not None and not hasattr(
+               plan.aligner.instance, "align_rows") else
+           "a holdout needs the rows ([evaluation] holdout = 0)" if cfg.evaluation.holdout > 0 else None)
 
 
 def _streamed_file_input(plan: Plan, streams: dict[str, np.random.Generator], timings: dict[str, float], bar: Any,
@@ -473,7 +591,7 @@ def model_privacy(ledger: PrivacyLedger, schema: TableSchema) -> dict[str, Any]:
     """What a model file says about its own privacy (the full ledger stays in ledger.json)."""
     return {"spent_epsilon": ledger.spent_epsilon(), "budget": {"epsilon": ledger.budget.epsilon,
                                                                  "delta": ledger.budget.delta},
-            "schema_inferred_from_data": bool(schema.inferred),
+            "schema_inferred_from_data": bool(schema.inferred), "noise": ledger.noise,
             "note": "fitted under this budget; sampling it is post-processing and spends nothing"}
 
 

@@ -12,6 +12,7 @@ import numpy as np
 from vertisynth import __version__
 from vertisynth.core.capabilities import HasPrivacyNotes, ReportsBudgetSplit, ReportsModel
 from vertisynth.core.dataset import Dataset
+from vertisynth.core.outfiles import OUTPUTS_MANIFEST, write_csv, write_text
 
 if TYPE_CHECKING:
     from .pipeline import Plan, RunResult
@@ -42,7 +43,10 @@ def build_report(plan: Plan, loaded: Any, real: Dataset, synthetic: Dataset, met
         "synthesizer": {
             **synth.describe(),
             "mode": ("centralised baseline: the parties' columns were joined in one place (a comparison "
-                     "point, not a vertical protocol)") if centralized else "vertical: parties share only messages",
+                     "point, not a vertical protocol)") if centralized else
+                    f"baseline ({synth.spec.summary.removeprefix('baseline: ')}): a comparison point, not a model of "
+                    "the columns' correlations" if synth.spec.summary.startswith("baseline")
+                    else "vertical: parties share only messages",
             "phase_seconds": synth.instance.timings(),
             **({"budget_split": synth.instance.budget_split()} if isinstance(synth.instance, ReportsBudgetSplit) else {}),
             **({"privacy_notes": synth.instance.privacy_notes()} if isinstance(synth.instance, HasPrivacyNotes) else {}),
@@ -60,7 +64,6 @@ def build_report(plan: Plan, loaded: Any, real: Dataset, synthetic: Dataset, met
     }
 
 
-OUTPUTS_MANIFEST = ".vertisynth-outputs.json"   # the files the last run wrote into its output folder
 
 
 def clear_previous_outputs(out: Path) -> None:
@@ -80,7 +83,7 @@ def clear_previous_outputs(out: Path) -> None:
 
 
 def record_outputs(out: Path, names: list[str]) -> None:
-    (out / OUTPUTS_MANIFEST).write_text(json.dumps(sorted(set(names))))
+    write_text(out / OUTPUTS_MANIFEST, json.dumps(sorted(set(names))))
 
 
 def write_outputs(result: RunResult, out: Path, holdout: Dataset | None = None) -> Path:
@@ -91,11 +94,11 @@ def write_outputs(result: RunResult, out: Path, holdout: Dataset | None = None) 
     out.mkdir(parents=True, exist_ok=True)
     clear_previous_outputs(out)
     if result.synthetic_path != out / "synthetic.csv":   # a streamed run wrote it already, block by block
-        result.synthetic.to_csv(out / "synthetic.csv", index=False)
-        result.synthetic_path = out / "synthetic.csv"
-    (out / "report.json").write_text(json.dumps(result.report, indent=2, default=json_default))
-    (out / "ledger.json").write_text(json.dumps(result.report["privacy"], indent=2, default=json_default))
-    (out / "summary.md").write_text(summary_markdown(result))
+        result.synthetic_path = write_csv(out / "synthetic.csv", result.synthetic)
+    # each file whole or not at all (a per-process temporary name, renamed: core/outfiles.py)
+    write_text(out / "report.json", json.dumps(result.report, indent=2, default=json_default))
+    write_text(out / "ledger.json", json.dumps(result.report["privacy"], indent=2, default=json_default))
+    write_text(out / "summary.md", summary_markdown(result))
     write_run_html(result, out, holdout)
     return out
 

@@ -13,9 +13,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from vertisynth.core.encoding import ColumnSchema, TableSchema
+from vertisynth.core.encoding import CSV_NULLS, ColumnSchema, TableSchema, _identifier_reason, csv_na_args
 from vertisynth.core.errors import DataError
 
 MANY_CATEGORIES = 20     # more values than this: ask whether the list is public or should be coarsened
@@ -65,11 +66,24 @@ def _as_datetime(c: ColumnSchema, col: pd.Series) -> ColumnSchema:
                         missing=c.missing)
 
 
+def identifier_note(col: pd.Series) -> str | None:
+    """Why a column read off the data is an identifier (IDs, names, e-mail addresses: text mostly distinct, or
+    integers all distinct packed into about the row count), or None. A number that merely never repeats (a
+    continuous salary) is no identifier: it is binned like any numeric column."""
+    vals = col.dropna()
+    numeric = pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)
+    integer = numeric and (pd.api.types.is_integer_dtype(vals) or bool(np.all(np.mod(vals, 1) == 0)))
+    why = _identifier_reason(vals, numeric, integer, MANY_CATEGORIES)
+    if why is not None and not numeric:   # dates that never repeat are a datetime column, binned
+        try:
+            pd.to_datetime(vals.astype(str), format="mixed")
+            return None
+        except (TypeError, ValueError):
+            pass
+    return why
+
+
 def _review_note(c: ColumnSchema, col: pd.Series) -> str | None:
-    n, distinct = len(col), col.nunique(dropna=True)
-    if n > 1 and distinct == n:
-        return (f"every one of the {n} values is distinct: an identifier? Drop the column from the CSV "
-                "(or align on it with id_column), never synthesise it")
     if c.kind == "datetime":
         return (f"dates: bounds {list(c.bounds)} were read off the data's first and last day (not DP): replace "
                 "them by public ones (e.g. the study period)")
@@ -79,7 +93,25 @@ def _review_note(c: ColumnSchema, col: pd.Series) -> str | None:
     if len(c.categories) > MANY_CATEGORIES:
         return (f"{len(c.categories)} categories read off the data (not DP): keep only a public list "
                 "(rare values can single a person out), or declare missing = \"category\" for the rest")
-    return "categories read off the data (not DP): check them against a public list (a codebook)"
+    spelled = [v for v in c.categories if str(v) in CSV_NULLS]
+    return ("categories read off the data (not DP): check them against a public list (a codebook)" + (
+        f"; {spelled} are read as values (the run keeps a listed label a value): remove one that means missing"
+        if spelled else ""))
+
+
+def null_spelled_labels(path: Path) -> set[str]:
+    """Values of text columns spelled like a missing value other than the empty cell ("None", "NA"): read as
+    categories, so that the schema lists them and every reader (`csv_na_args`) then keeps them values."""
+    raw = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[])
+    std = pd.read_csv(path, **csv_na_args())
+    spelled = [v for v in CSV_NULLS if v]
+    return {v for c in std.columns if not pd.api.types.is_numeric_dtype(std[c])
+            for v in raw[c][raw[c].isin(spelled)].unique().tolist()}
+
+
+def read_for_review(path: Path) -> pd.DataFrame:
+    """The CSV as the run will read it under the schema written from it (the one reading rule)."""
+    return pd.read_csv(path, **csv_na_args(null_spelled_labels(path)))
 
 
 def review_config(csv_path: str | Path, frame: pd.DataFrame | None = None) -> str:
@@ -89,11 +121,17 @@ def review_config(csv_path: str | Path, frame: pd.DataFrame | None = None) -> st
         if not path.is_file():
             raise DataError(f"CSV {str(path)!r} does not exist")
         try:
-            frame = pd.read_csv(path)
+            frame = read_for_review(path)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
             raise DataError(f"cannot read CSV {str(path)!r}: {exc}") from None
     frame.columns = [str(c) for c in frame.columns]
-    read = TableSchema.infer(frame, identifiers="keep")   # identifier-like columns get a REVIEW note below
+    # an identifier's values are never written (the config is shared): the column is left out, with a note
+    ids = {str(c): why for c in frame.columns if (why := identifier_note(frame[c])) is not None}
+    kept = frame[[c for c in frame.columns if c not in ids]]
+    if len(kept.columns) < 2:
+        raise DataError(f"CSV {str(path)!r} has {len(kept.columns)} column(s) besides its identifier(s) "
+                        f"{sorted(ids)}; parties need at least two")
+    read = TableSchema.infer(kept, identifiers="keep")
     schema = TableSchema(tuple(_as_datetime(c, frame[c.name]) for c in read.columns), inferred=True)
     names = schema.names
     half = (len(names) + 1) // 2
@@ -110,6 +148,10 @@ def review_config(csv_path: str | Path, frame: pd.DataFrame | None = None) -> st
              f"path = {_toml_value(str(path))}",
              "",
              "[dataset.params.schema]"]
+    for name, why in ids.items():
+        lines.append(f"# REVIEW {name}: left out, an identifier ({why}); its values are not written here and it "
+                     "is not synthesised. Align the parties on it (party_csv, id_column), or, if it is a real "
+                     "attribute, declare it with a public category list (public = true)")
     reviewed = 0
     for c in schema.columns:
         note = _review_note(c, frame[c.name])

@@ -31,8 +31,13 @@ PARQUET = (".parquet", ".pq")
 def table_columns(path: Path) -> list[str]:
     """The column names of a CSV (its header line) or a Parquet file (its schema), without reading rows."""
     if path.suffix.lower() in PARQUET:
+        import pyarrow as pa
         import pyarrow.parquet as pq
-        return list(pq.ParquetFile(path).schema_arrow.names)
+        try:
+            return list(pq.ParquetFile(path).schema_arrow.names)
+        except (pa.ArrowInvalid, OSError) as exc:   # truncated, or not Parquet: one line, not Arrow's traceback
+            raise DataError(f"Parquet file {str(path)!r} is unreadable (truncated or not Parquet): "
+                            f"{str(exc).splitlines()[0]}") from None
     try:
         return [str(c) for c in pd.read_csv(path, nrows=0).columns]
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
@@ -65,9 +70,18 @@ def frames(path: Path, columns: list[str], chunk_rows: int, keep: frozenset[str]
     """(first data row, text frame of `columns`) per chunk of at most chunk_rows rows. `keep`: labels that
     are values, not missing cells, even where pandas would read them as missing (a category "None")."""
     if path.suffix.lower() in PARQUET:
+        import pyarrow as pa
         import pyarrow.parquet as pq
         start = 0
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=chunk_rows, columns=columns):
+        batches = pq.ParquetFile(path).iter_batches(batch_size=chunk_rows, columns=columns)
+        while True:
+            try:
+                batch = next(batches, None)
+            except (pa.ArrowInvalid, OSError) as exc:   # a damaged row group: one line naming the file
+                raise DataError(f"Parquet file {str(path)!r} is unreadable after row {start}: "
+                                f"{str(exc).splitlines()[0]}") from None
+            if batch is None:
+                break
             frame = batch.to_pandas().astype(object)
             frame = frame.where(frame.isna(), frame.astype(str))
             yield start, frame

@@ -10,7 +10,6 @@ temporary folder while writing (rows x attributes x 1-2 bytes on disk) and read 
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import tempfile
 import time
@@ -29,6 +28,7 @@ from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.encoding import TableCodec
 from vertisynth.core.errors import DataError, VertisynthWarning
+from vertisynth.core.outfiles import make_folder, replace_atomically
 from vertisynth.pgm.model import SAMPLE_BLOCK_ROWS
 
 from .report import clear_previous_outputs
@@ -191,21 +191,10 @@ def write_in_blocks(blocks: Iterable[Dataset], codec: TableCodec, rng: np.random
 def _table_file(folder: Path) -> Iterator[Any]:
     """synthetic.csv in `folder` (the previous run's outputs there cleared first), written under a .partial
     name and renamed once complete: a failed run leaves no half table under the real name."""
-    folder.mkdir(parents=True, exist_ok=True)
+    make_folder(folder)
     clear_previous_outputs(folder)
-    final = folder / TABLE_FILE
-    partial = folder / (TABLE_FILE + ".partial")
-    ok = False
-    try:
-        with open(partial, "w", newline="", encoding="utf-8") as fh:
-            yield fh
-        ok = True
-    finally:
-        if ok:
-            os.replace(partial, final)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                partial.unlink()
+    with replace_atomically(folder / TABLE_FILE) as fh:   # a per-process temporary name, renamed when complete
+        yield fh
 
 
 @attrs.define

@@ -15,7 +15,7 @@ import attrs
 import numpy as np
 import pandas as pd
 
-from vertisynth.core.encoding import CSV_NULLS, ColumnSchema, TableSchema
+from vertisynth.core.encoding import CSV_NULLS, ColumnSchema, TableSchema, csv_na_args
 from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.core.loaded import DatasetSource, LoadedData, PartyFiles
 
@@ -206,14 +206,9 @@ class PartyCsvConfig:
 
 
 def _na_values(schema: TableSchema | None) -> dict[str, Any]:
-    """read_csv arguments that keep a category label spelled like a missing value ("None") a value, as the
-    streamed reader does (`stream = true` must read the same table); identifiers and other columns as pandas."""
-    if schema is None:
-        return {"keep_default_na": True}
-    labels = {str(x) for c in schema.columns if c.categories for x in c.categories}
-    if not labels & set(CSV_NULLS):
-        return {"keep_default_na": True}
-    return {"keep_default_na": False, "na_values": [v for v in CSV_NULLS if v not in labels]}
+    """The one CSV reading rule (`csv_na_args`): a category label spelled like a missing value ("None") stays a
+    value, as the streamed reader keeps it (`stream = true` must read the same table)."""
+    return csv_na_args(() if schema is None else schema)
 
 
 def _read_party_csv(path: Path, id_column: str, schema: TableSchema | None = None) -> pd.DataFrame:

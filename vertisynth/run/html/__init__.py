@@ -16,6 +16,7 @@ import pandas as pd
 
 from vertisynth import __version__
 from vertisynth.core.errors import DataError
+from vertisynth.core.outfiles import write_text
 
 from . import figures
 
@@ -195,7 +196,7 @@ def render_run_html(result: RunResult, holdout: Dataset | None = None) -> str:
 
 def write_run_html(result: RunResult, out: Path, holdout: Dataset | None = None) -> Path:
     path = Path(out) / HTML_FILE
-    path.write_text(render_run_html(result, holdout), encoding="utf-8")
+    write_text(path, render_run_html(result, holdout))   # whole or not at all
     return path
 
 
@@ -250,5 +251,5 @@ def render_study_html(table: pd.DataFrame, figure_files: list[tuple[str, str, Pa
 
 def write_study_html(table: pd.DataFrame, out: Path, figure_files: list[tuple[str, str, Path]]) -> Path:
     path = Path(out) / HTML_FILE
-    path.write_text(render_study_html(table, figure_files), encoding="utf-8")
+    write_text(path, render_study_html(table, figure_files))
     return path
