@@ -122,7 +122,7 @@ def _run(config: Path | None, out: Path | None, data_dir: str | None, seed: int 
     written = "synthetic.csv, " if (out_dir / "synthetic.csv").is_file() else "(nothing published) "
     if result.model is not None:
         written += "model.npz, "
-    click.echo(f"wrote {out_dir}/{written}report.json, ledger.json, summary.md")
+    click.echo(f"wrote {out_dir}/{written}report.json, ledger.json, summary.md, report.html")
 
 
 @main.command()
