@@ -181,3 +181,20 @@ def test_the_ablation_study_file_varies_preprocessing_selection_and_synthesis():
     assert {"synthesizer.params.bins", "synthesizer.params.test_z", "synthesizer.params.iters"} <= keys
     quick = expand_grid(apply_quick(copy.deepcopy(data)))
     assert len({c.key for c in quick}) == len(quick) >= 4
+
+
+def test_a_whole_dataset_table_as_grid_key_does_not_leak_into_method_labels(tmp_path):
+    """The preset's `dataset = [{...}, ...]` axis: the dataset label already tells the rows apart; a key that varies
+    inside one dataset (here dataset.params.n) still names its grid point."""
+    from vertisynth.study.outputs import write_outputs
+
+    rows = []
+    for ds, n in (("zoo:mixed", 100), ("zoo:mixed", 200), ("nltcs", 100), ("nltcs", 200)):
+        table = {"name": ds.split(":")[0], "params": {"preset": ds[4:]} if ":" in ds else {}}
+        rows.append({"cell": len(rows), "dataset": ds, "method": "privmrf", "epsilon": 1.0,
+                     "grid:dataset": str(table), "grid:dataset.params.n": n, "evaluator": "tvd",
+                     "metric": "tvd_2way", "value": 0.1})
+    write_outputs(pd.DataFrame(rows), tmp_path)
+    summary = (tmp_path / "summary.md").read_text()
+    assert "| privmrf [dataset.params.n=100] | 1 |" in summary and "grid:dataset=" not in summary
+    assert "[dataset=" not in summary
