@@ -178,7 +178,7 @@ def test_a_key_for_another_methods_params_is_refused_naming_the_cell():
 def test_the_ablation_study_file_varies_preprocessing_selection_and_synthesis():
     data = tomllib.loads((STUDIES / "ablation.toml").read_text())
     keys = set(data["study"]["grid"])
-    assert {"synthesizer.params.bins", "synthesizer.params.test_z", "synthesizer.params.iters"} <= keys
+    assert {"synthesizer.params.bins", "synthesizer.params.rounds", "synthesizer.params.iters"} <= keys
     quick = expand_grid(apply_quick(copy.deepcopy(data)))
     assert len({c.key for c in quick}) == len(quick) >= 4
 
