@@ -10,9 +10,6 @@ from vertisynth.core.errors import ConfigError, VertisynthError
 from vertisynth.run.console import fail as _fail
 from vertisynth.run.console import warnings_as_lines
 
-from .presets import load_preset
-from .runner import run_study
-
 
 @click.command()
 @click.argument("study_file", type=click.Path(dir_okay=False, path_type=Path), required=False)
@@ -32,6 +29,9 @@ from .runner import run_study
 def study(study_file: Path | None, preset: str | None, out: Path | None, quick: bool, jobs: int | None,
           scheduler: str | None, data_dir: str | None, rows: int | None, quiet: bool) -> None:
     """Run (or resume) a comparison study: one pipeline run per [study] grid cell x repeat."""
+    from .presets import load_preset
+    from .runner import run_study   # here, not at the top: pandas and the engine load when a study runs
+
     try:
         with warnings_as_lines():   # e.g. an edited cell, a skipped dataset, named in one line
             if (study_file is None) == (preset is None):
