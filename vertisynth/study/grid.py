@@ -8,6 +8,11 @@ its resolved config, which is also its cache key.
 Whole tables are grid values too (`synthesizer = [{use = "vertimrf", params = {encoder = "grr"}}, ...]`), and
 the virtual key `parties.count = [2, 4, 8]` splits the dataset's attributes, in schema order, into that many
 contiguous parties of near-equal size (the VertiMRF paper's Figure 6 experiment).
+
+Any plugin parameter is a grid key too: `"synthesizer.params.iters" = [300, 1000]`, `"dataset.params.n"`,
+`"evaluators.0.params.ways"` (a number indexes a list). Each such key is checked against the plugin's own
+settings class while the grid expands, so an unknown parameter or a bad value stops the study before any cell
+runs, in one line naming the key and the cell.
 """
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ import numpy as np
 from vertisynth.core.registry import default_registry
 from vertisynth.core.structuring import structure
 from vertisynth.run.config import DatasetConfig, RunConfig, parse_config, section_classes
-from vertisynth.core.errors import ConfigError
+from vertisynth.core.errors import ConfigError, VertisynthError
 
 # Keys under these may be created by the grid (free-form params); everything else must already be a field.
 _FREE_FORM = ("params",)
@@ -59,16 +64,71 @@ def _check_key(base: dict[str, Any], key: str) -> None:
 
 
 def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    """Set `value` at the dotted path `key`; a number indexes a list (`evaluators.0.params.ways`)."""
     parts = key.split(".")
-    node = data
-    for i, part in enumerate(parts[:-1]):
-        nxt = node.get(part)
-        if nxt is None:
-            nxt = node[part] = {}
-        if not isinstance(nxt, dict):
-            raise ConfigError(f"study.grid: {key!r}: {'.'.join(parts[:i + 1])!r} is not a table")
-        node = nxt
-    node[parts[-1]] = copy.deepcopy(value)
+    node: Any = data
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ConfigError(f"study.grid: {key!r}: {'.'.join(parts[:i]) or part!r} is a list of "
+                                  f"{len(node)}; index it with a number below {len(node)}, got {part!r}")
+            if last:
+                node[int(part)] = copy.deepcopy(value)
+                return
+            node = node[int(part)]
+            continue
+        if not isinstance(node, dict):
+            raise ConfigError(f"study.grid: {key!r}: {'.'.join(parts[:i])!r} is not a table")
+        if last:
+            node[part] = copy.deepcopy(value)
+            return
+        if node.get(part) is None:
+            node[part] = {}
+        node = node[part]
+
+
+# grid key prefix -> (registry kind, the field naming the plugin) for `<prefix>.params.<name>` keys
+_PARAM_OWNERS = {"synthesizer": ("synthesizer", "use"), "alignment": ("aligner", "use"),
+                 "dataset": ("dataset", "name"), "evaluators": ("evaluator", "use")}
+
+
+def _params_target(key: str) -> tuple[str, int | None] | None:
+    """('synthesizer', None) for 'synthesizer.params.x', ('evaluators', 0) for 'evaluators.0.params.x'."""
+    parts = key.split(".")
+    if parts[0] == "evaluators":
+        if len(parts) > 3 and parts[1].isdigit() and parts[2] == "params":
+            return "evaluators", int(parts[1])
+        return None
+    if parts[0] in _PARAM_OWNERS and len(parts) > 2 and parts[1] == "params":
+        return parts[0], None
+    return None
+
+
+def check_params(config: RunConfig, keys: list[str], where: str) -> None:
+    """Structure the params a grid key writes into with the plugin's settings class: an unknown parameter or a
+    bad value is a one-line ConfigError naming the key and the cell (not a failure deep inside a worker)."""
+    registry = default_registry()
+    for key in keys:
+        target = _params_target(key)
+        if target is None:
+            continue
+        section, index = target
+        kind, field = _PARAM_OWNERS[section]
+        entry = getattr(config, section) if index is None else config.evaluators[index]
+        name = getattr(entry, field)
+        try:
+            cls = registry.get(kind, name).load_config_cls()
+        except VertisynthError:
+            continue   # an unknown plugin: the study's plugin check names the choices
+        params = entry.params
+        if cls is None:
+            raise ConfigError(f"study.grid: {key!r} ({where}): {kind} {name!r} takes no params")
+        try:
+            structure(params, cls, f"{key.rsplit('.params.', 1)[0]}.params of {name!r}")
+        except ConfigError as exc:
+            msg = str(exc).replace("\n", "; ")
+            raise ConfigError(f"study.grid: {key!r} ({where}): {msg}") from None
 
 
 def repeat_seed(base_seed: int, repeat: int) -> int:
@@ -82,6 +142,14 @@ def dataset_attributes(dataset: dict[str, Any], data_dir: str | None) -> tuple[s
     cls = spec.load_config_cls()
     source = spec.load_factory()(structure(ds.params, cls, "dataset.params") if cls else None, data_dir)
     return tuple(source.schema.preview_domain().attributes)
+
+
+def dataset_label(dataset: dict[str, Any]) -> str:
+    """The dataset's name in results, with its zoo preset (`zoo:wide`): presets of one generator are different
+    datasets and must not be averaged together."""
+    name = dataset.get("name", "census")
+    preset = (dataset.get("params") or {}).get("preset")
+    return f"{name}:{preset}" if preset else name
 
 
 def split_parties(names: tuple[str, ...], count: Any) -> list[dict[str, Any]]:
@@ -123,7 +191,8 @@ def expand_grid(data: dict[str, Any], data_dir: str | None = None) -> list[Cell]
                 resolved["parties"] = split_parties(names, combo[keys.index(PARTY_COUNT)])
             resolved["seed"] = repeat_seed(base_seed, r)
             where = "study cell " + ", ".join(f"{k}={v!r}" for k, v in zip(keys, combo))
-            parse_config(resolved, where=where)   # unknown keys / bad values -> ConfigError naming the cell
+            parsed = parse_config(resolved, where=where)   # unknown keys / bad values -> ConfigError naming the cell
+            check_params(parsed, keys, where)
             cells.append(Cell(len(cells), r, resolved["seed"], dict(zip(keys, combo)), resolved,
                               config_hash(resolved)))
     return cells

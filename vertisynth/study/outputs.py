@@ -43,7 +43,8 @@ def _method_and_point(table: pd.DataFrame) -> pd.Series:
     are never averaged together as if they were repeats."""
     own = ("grid:dataset.name", "grid:budget.epsilon")
     extra = [c for c in table.columns if c.startswith("grid:") and c not in own
-             and not c[5:].startswith(("synthesizer", "collab")) and table[c].nunique() > 1]
+             and not c[5:].startswith(("synthesizer", "collab"))
+             and table.groupby("dataset")[c].nunique().max() > 1]   # constant within a dataset: its label says it
     if not extra:
         return table["method"]
     point = table[extra].astype(str).apply(lambda r: ",".join(f"{c[5:]}={v}" for c, v in r.items()), axis=1)

@@ -29,7 +29,7 @@ from vertisynth.run.config import parse_config
 from vertisynth.run.console import PlainProgress, is_terminal
 from vertisynth.run.pipeline import make_plan, run
 from vertisynth.core.errors import ConfigError, PluginError, VertisynthWarning
-from vertisynth.study.grid import Cell, apply_quick, expand_grid
+from vertisynth.study.grid import Cell, apply_quick, dataset_label, expand_grid
 from vertisynth.study.outputs import write_outputs
 
 
@@ -79,7 +79,7 @@ def run_cell(cell: Cell, cache_dir: str, data_dir: str | None, runner_pid: int |
             for ev, metrics in result.metrics.items() for m, v in metrics.items()
             if isinstance(v, (int, float))]
     record = {"key": cell.key, "seed": cell.seed, "repeat": cell.repeat, "point": cell.point,
-              "dataset": cell.config.get("dataset", {}).get("name", "census"),
+              "dataset": dataset_label(cell.config.get("dataset") or {}),
               "method": cell.config.get("synthesizer", {}).get("use", "independent"),
               "params": cell.config.get("synthesizer", {}).get("params", {}),
               "epsilon": cell.config["budget"]["epsilon"], "rows": rows,
@@ -105,8 +105,8 @@ def _check_plugins(cells: list[Cell], data_dir: str | None) -> None:
         seen.add(key)
         try:
             make_plan(parse_config(cell.config), data_dir=data_dir)
-        except PluginError as exc:
-            raise PluginError(f"study cell {cell.point}: {exc}") from None
+        except (PluginError, ConfigError) as exc:   # e.g. a nested setting of a plugin: name the cell
+            raise type(exc)(f"study cell {cell.point}: {exc}") from None
 
 
 def run_study(data: dict[str, Any], out_dir: str | Path, *, quick: bool = False, n_jobs: int | None = None,
@@ -123,7 +123,9 @@ def run_study(data: dict[str, Any], out_dir: str | Path, *, quick: bool = False,
     out = Path(out_dir)
     cache = out / "cells"
     cache.mkdir(parents=True, exist_ok=True)
-    todo = [c for c in cells if read_cell(cache, c) is None]
+    # one run per distinct resolved config: two grid points that resolve alike share a cache file, and running
+    # both at once would compute it twice (in parallel, neither finds the other's file)
+    todo = list({c.key: c for c in cells if read_cell(cache, c) is None}.values())
     if only is not None:
         todo = todo[:only]
     scheduler = scheduler or study.scheduler
