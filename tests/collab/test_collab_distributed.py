@@ -95,7 +95,7 @@ preprocessing = "{preprocessing}"
     return cfg, csvs
 
 
-SECRET = "5e" * 16   # the tuning's candidate draws in a reproducible test (never the config seed)
+SECRET = "5e0b9d3c71a2f4e8c6b1d0a9e7f35c24"  # the tuning's candidate draws in a reproducible test (never the config seed)
 
 
 def _spawn(cfg, csvs, ex, out, seed=3, extra_custodian=()):

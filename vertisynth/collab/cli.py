@@ -309,12 +309,15 @@ def publish_cmd(config: Path, exchange: str, out: Path, timeout: float, test_sec
     passed). Uses the config's seed for its fits and sampling, like `vertisynth run`; private_selection's
     candidate runs come from the OS CSPRNG and their number is never shown (Papernot–Steinke needs it secret)."""
     from .distributed import run_publisher
-    from .tuning import TEST_LABEL, parse_test_secret
+    from vertisynth.core.identity import parse_test_secret
+
+    from .tuning import TEST_LABEL
 
     try:
-        secret = None if test_secret is None else parse_test_secret(test_secret)
+        plan = _plan(config, data_dir)
+        secret = None if test_secret is None else parse_test_secret(test_secret, plan.config.seed)
         with progress_bar("publisher: rounds, fit", not quiet):
-            info = run_publisher(_plan(config, data_dir), exchange, out, timeout,
+            info = run_publisher(plan, exchange, out, timeout,
                                  identity=_identity("publisher", key, exchange), test_secret=secret)
     except VertisynthError as exc:
         _fail(exc)

@@ -125,18 +125,6 @@ def solve_rho_q(budget: Budget, fixed: Sequence[Cost], method: str, mu: float, m
 TEST_LABEL = "TEST SECRET: reproducible candidate draws, not for production"
 
 
-def parse_test_secret(text: str) -> bytes:
-    """A reproducible run's selection secret: >= 128 bits of hex, kept apart from the public config seed."""
-    try:
-        raw = bytes.fromhex(text)
-    except ValueError:
-        raise ConfigError("--test-secret must be hex digits (e.g. from `python -c \"import secrets; "
-                          "print(secrets.token_hex(16))\"`)") from None
-    if len(raw) < 16:
-        raise ConfigError(f"--test-secret has {len(raw) * 8} bits; a test secret needs at least 128")
-    return raw
-
-
 def selection_rng(test_secret: bytes | None = None) -> np.random.Generator:
     """The publisher's stream for the candidate runs (K ~ Poisson(μ) and the picks). Papernot–Steinke's
     bound needs K hidden, so it never comes from the public config seed: a fresh 256-bit OS-CSPRNG seed,

@@ -7,6 +7,7 @@ is trusted. Keys are `cryptography`'s Ed25519, never a hand-rolled primitive.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -144,3 +145,23 @@ class Roster:
         except InvalidSignature:
             raise MessageError(f"{where}: from {sender!r}: the signature does not verify under {sender!r}'s roster "
                                "key (edited, or signed by someone else); refused") from None
+
+
+# -- an explicit test secret (deploy's keys and noise, collab's candidate draws) ----------------------------------
+def parse_test_secret(text: str, config_seed: int) -> bytes:
+    """A reproducible run's secret: >= 128 bits of hex, never the public config seed or made from it."""
+    try:
+        raw = bytes.fromhex(text)
+    except ValueError:
+        raise ConfigError("--test-secret must be hex digits (e.g. from `python -c \"import secrets; "
+                          "print(secrets.token_hex(16))\"`)") from None
+    if len(raw) < 16:
+        raise ConfigError(f"--test-secret has {len(raw) * 8} bits; a test secret needs at least 128")
+    value = int.from_bytes(raw, "big")
+    seedish = {config_seed, abs(config_seed)}
+    derived = {hashlib.sha256(str(config_seed).encode()).digest(), str(config_seed).encode(),
+               config_seed.to_bytes(32, "big", signed=True) if -2**255 <= config_seed < 2**255 else b""}
+    if value in seedish or raw in derived or raw.lstrip(b"\0") in derived or value < 2**64 or len(set(raw)) < 8:
+        raise ConfigError(f"--test-secret is equal to, made from or as guessable as the public config seed "
+                          f"({config_seed}): anyone holding the config would rebuild the keys and remove the noise")
+    return raw

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, DataError
+from .processes import process_alive
 
 OUTPUTS_MANIFEST = ".vertisynth-outputs.json"   # the files the tool wrote into an output folder
 LOCK_FILE = ".vertisynth-run.lock"
@@ -118,16 +119,6 @@ def check_not_foreign(folder: Path, names: Iterable[str], force: bool = False) -
                           "output folder, move the file(s), or pass --force (API: overwrite=True)")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class FolderLock:
     """An exclusive lock on an output folder for one run (see the module docstring)."""
 
@@ -172,7 +163,7 @@ class FolderLock:
         if not holder:
             return True
         pid = holder.get("pid")
-        return holder.get("host") == socket.gethostname() and isinstance(pid, int) and not _alive(pid)
+        return holder.get("host") == socket.gethostname() and isinstance(pid, int) and not process_alive(pid)
 
     def _busy(self, holder: dict[str, Any] | None) -> str:
         who = (f"pid {holder.get('pid')} on {holder.get('host')}, started {holder.get('start')}" if holder else

@@ -86,7 +86,9 @@ def party_hello(config: Path, party: str, exchange: str, out: Path, key: Path | 
     """The hello round: every party checks every other runs this same config, and the run id is agreed."""
     from vertisynth.run.config import load_config
 
-    from .session import TEST_LABEL, hello, load_identity, parse_test_secret, private_folder
+    from vertisynth.core.identity import parse_test_secret
+
+    from .session import TEST_LABEL, hello, load_identity, private_folder
 
     try:
         cfg = load_config(config)

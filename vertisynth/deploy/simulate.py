@@ -9,10 +9,11 @@ import attrs
 
 from vertisynth.core.capabilities import PartyServerSplit
 from vertisynth.core.errors import ConfigError
+from vertisynth.core.identity import parse_test_secret
 from vertisynth.run.config import RunConfig
 from vertisynth.run.pipeline import RunResult, execute, make_plan
 
-from .session import config_fingerprint, key_context, parse_test_secret, run_id, test_noise_seed, test_nonce
+from .session import config_fingerprint, key_context, run_id, test_noise_seed, test_nonce
 
 
 def simulate(config: RunConfig, test_secret: str, data_dir: str | None = None,

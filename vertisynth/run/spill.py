@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from vertisynth.core.errors import ConfigError
+from vertisynth.core.processes import process_alive, start_time
 
 OWNER = "owner.json"
 ORPHAN_AGE = 600.0   # seconds: a folder that never got its owner file (killed in between) is an orphan after this
@@ -39,29 +40,6 @@ def spill_root() -> Path:
     return root
 
 
-def _start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (Linux), to tell a reused pid from the owner."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rfind(")") + 2:].split()
-    return None if fields[0] == "Z" else fields[19]   # a zombie is dead; field 22 of stat is starttime
-
-
-def _alive(pid: int, started: str | None) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    if Path("/proc").is_dir():
-        now = _start_time(pid)
-        return now is not None and (started is None or now == started)
-    return True
-
-
 def new_spill_folder(prefix: str) -> Path:
     """A fresh private folder for one spill, marked with this process as its owner; sweeps dead owners' first
     (every time: a long-lived process, a SuperNode say, outlives the runs killed beside it; a sweep is a
@@ -69,7 +47,7 @@ def new_spill_folder(prefix: str) -> Path:
     root = spill_root()
     sweep(root)
     folder = Path(tempfile.mkdtemp(prefix=prefix, dir=root))   # 0700
-    mark = {"pid": os.getpid(), "host": socket.gethostname(), "started": _start_time(os.getpid())}
+    mark = {"pid": os.getpid(), "host": socket.gethostname(), "started": start_time(os.getpid())}
     fd = os.open(folder / OWNER, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as fh:
         json.dump(mark, fh)
@@ -90,7 +68,7 @@ def sweep(root: Path | None = None) -> list[Path]:
             continue
         try:
             mark = json.loads((folder / OWNER).read_text())
-            dead = mark.get("host") == host and not _alive(int(mark["pid"]), mark.get("started"))
+            dead = mark.get("host") == host and not process_alive(int(mark["pid"]), mark.get("started"))
         except FileNotFoundError:
             try:
                 dead = time.time() - folder.stat().st_mtime > ORPHAN_AGE

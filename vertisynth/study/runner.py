@@ -29,24 +29,9 @@ from vertisynth.run.config import parse_config
 from vertisynth.run.console import PlainProgress, is_terminal
 from vertisynth.run.pipeline import make_plan, run
 from vertisynth.core.errors import ConfigError, PluginError, VertisynthWarning
+from vertisynth.core.processes import process_alive
 from vertisynth.study.grid import Cell, apply_quick, dataset_label, expand_grid
 from vertisynth.study.outputs import write_outputs
-
-
-def _process_alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie, killed but not yet reaped, counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    stat = Path(f"/proc/{pid}/stat")
-    try:
-        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True   # no /proc (not Linux): os.kill said it exists
-
 
 _WATCHED: set[int] = set()
 
@@ -60,7 +45,7 @@ def _watch_runner(runner_pid: int) -> None:
     parent = os.getppid()
 
     def watch() -> None:
-        while os.getppid() == parent and _process_alive(runner_pid):
+        while os.getppid() == parent and process_alive(runner_pid):
             time.sleep(0.5)
         os._exit(1)
 
@@ -85,7 +70,7 @@ def run_cell(cell: Cell, cache_dir: str, data_dir: str | None, runner_pid: int |
               "epsilon": cell.config["budget"]["epsilon"], "rows": rows,
               "seconds": time.perf_counter() - start}
     record["digest"] = cell_digest(json.loads(json.dumps(record, default=str)), cell.config)
-    if runner_pid is not None and not _process_alive(runner_pid):
+    if runner_pid is not None and not process_alive(runner_pid):
         os._exit(1)   # the study was killed while this cell ran: write nothing
     fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".tmp")
     with os.fdopen(fd, "w") as fh:
