@@ -51,7 +51,7 @@ def peer_worker(kind: str, spec_path: str, out_path: str) -> None:
     if kind == "smartnoise_aim":
         from snsynth.aim.aim import AIMSynthesizer
 
-        syn = AIMSynthesizer(epsilon=1.0, delta=1e-9, degree=3, max_model_size=80)
+        syn = AIMSynthesizer(epsilon=1.0, delta=1e-9, degree=3, max_model_size=80, rounds=spec.get("rounds"))
         syn.rho = rho
         syn.AIM(data, list(itertools.combinations(names, min(3, len(names)))))
         out = syn.synthesizer.synthetic_data(rows=n).df[names].to_numpy()
@@ -72,7 +72,7 @@ def peer_worker(kind: str, spec_path: str, out_path: str) -> None:
         # dpmm bundles the numpy Private-PGM (FactoredInference, warm-started between rounds) and the mbi AIM code;
         # one process (n_jobs=1) so that its CPU is this process's
         syn = AIM(epsilon=1.0, delta=1e-9, degree=min(3, len(names)), max_cells=10**15, n_jobs=1,
-                  prng=RandomState(spec["seed"]))
+                  prng=RandomState(spec["seed"]), rounds=spec.get("rounds"))
         syn.rho = rho
         syn.set_domain(dict(zip(names, shape)))
         syn.fit(pd.DataFrame(z["codes"], columns=names))
@@ -85,10 +85,11 @@ def peer_worker(kind: str, spec_path: str, out_path: str) -> None:
 PEERS = {"aim": ["dpmm_aim", "smartnoise_aim"], "mst": ["smartnoise_mst"]}
 
 
-def run_peer(python: str, kind: str, real, rho: float, seed: int, timeout: float) -> tuple[np.ndarray | None, str]:
+def run_peer(python: str, kind: str, real, rho: float, seed: int, timeout: float,
+             rounds: int | None = None) -> tuple[np.ndarray | None, str]:
     with tempfile.TemporaryDirectory() as tmp:
         spec = {"attributes": list(real.domain.attributes), "shape": [int(s) for s in real.domain.shape],
-                "rho": rho, "n": int(real.n), "seed": seed}
+                "rho": rho, "n": int(real.n), "seed": seed, "rounds": rounds}
         np.savez(Path(tmp) / "spec.npz", codes=np.asarray(real.codes, np.int64),
                  spec=np.frombuffer(json.dumps(spec).encode(), dtype=np.uint8))
         cmd = [python, __file__, "--worker", kind, str(Path(tmp) / "spec.npz"), str(Path(tmp) / "out.npz")]
@@ -116,6 +117,8 @@ def main() -> int:
     ap.add_argument("--dpmm-python", default=os.environ.get("DPMM_PYTHON", "/work/venv-peers-dpmm/bin/python"),
                     help="the interpreter with dpmm (it pins numpy<2, so not the smartnoise one)")
     ap.add_argument("--peer-timeout", type=float, default=900.0)
+    ap.add_argument("--aim-rounds", type=int, default=None,
+                    help="AIM's T for ours and the peers alike (default 16·d, the paper's)")
     ap.add_argument("--data-dir", default=os.environ.get("VERTISYNTH_DATA"))
     args = ap.parse_args()
 
@@ -153,7 +156,8 @@ def main() -> int:
 
                 line("independent", score(base.synthetic_codes), "-")
                 for method in args.methods.split(","):
-                    syn = build_component(reg, "synthesizer", method, {}, method).instance
+                    params = {"rounds": args.aim_rounds} if method == "aim" and args.aim_rounds else {}
+                    syn = build_component(reg, "synthesizer", method, params, method).instance
                     partition = VerticalPartition.from_lists([list(real.domain.attributes)]).validate(real.domain)
                     ledger = PrivacyLedger(budget)
                     ledger.plan(syn.plan(PlanContext(real.domain, partition, budget)))
@@ -169,7 +173,8 @@ def main() -> int:
                         py = pythons[peer.split("_")[0]]
                         if not Path(py).exists():
                             continue
-                        codes, peer_cpu = run_peer(py, peer, real, budget.rho(), seed, args.peer_timeout)
+                        codes, peer_cpu = run_peer(py, peer, real, budget.rho(), seed, args.peer_timeout,
+                                                   args.aim_rounds if method == "aim" else None)
                         if codes is None:
                             line(peer, float("nan"), peer_cpu, f"ours / peer CPU < {cpu / args.peer_timeout:.3f}"
                                  if peer_cpu.startswith(">") else "")

@@ -2,15 +2,13 @@
 import itertools
 import math
 
-import attrs
 import numpy as np
 import pytest
 
-from vertisynth.core.dataset import Dataset
+from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import BudgetError, ConfigError, DomainError
 from vertisynth.core.interfaces import PlanContext, VerticalData
-from vertisynth.core.dataset import VerticalPartition
 from vertisynth.core.privacy import Budget, Charge, PrivacyLedger, ZCDP
 from vertisynth.pgm import GraphicalModel, Measurement, build_junction_tree, estimate
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle, ZCDPFilter

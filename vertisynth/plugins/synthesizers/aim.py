@@ -26,7 +26,6 @@ from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.core.interfaces import PlanContext, Synthesizer, VerticalData
-from vertisynth.core.mechanisms import gaussian_sigma
 from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
 
 from vertisynth.pgm import estimate
