@@ -11,12 +11,13 @@ ported to the JAX API; no warm start between rounds) and `snsynth.mst` (the NIST
 the mbi AIM code on the numpy Private-PGM (FactoredInference, warm-started between rounds). The worker
 calls their algorithm functions on the very same coded table and the same ρ (their own ε→ρ conversion and
 data transformer are bypassed), then samples as many rows as the table has. A peer that is not installed, or
-that fails, is skipped with a line saying why; one that runs past --peer-timeout is reported as "> t s".
+that fails, is skipped with a line saying why; one that runs past --peer-cpu CPU seconds is stopped and reported
+as "> t" (then the ratio is a bound).
 mbi 2.0.0 itself ships no AIM mechanism (only the estimation engine): its AIM is the code these two package.
 
 Printed per dataset × ε × seed: 3-way TVD over `--marginals` random marginals (the project's `tvd` evaluator,
 the same marginals for every method) and CPU seconds of fit + sample (process CPU, all threads; for the peers
-their process's CPU after imports, JAX compilation included since every run pays it), then the ratios
+their whole process's CPU, imports and JAX compilation included since every run pays them), then the ratios
 ours / peer. Columns sampled independently (`independent`) anchor the quality scale.
 """
 from __future__ import annotations
@@ -85,8 +86,16 @@ def peer_worker(kind: str, spec_path: str, out_path: str) -> None:
 PEERS = {"aim": ["dpmm_aim", "smartnoise_aim"], "mst": ["smartnoise_mst"]}
 
 
-def run_peer(python: str, kind: str, real, rho: float, seed: int, timeout: float,
+def run_peer(python: str, kind: str, real, rho: float, seed: int, cpu_limit: float,
              rounds: int | None = None) -> tuple[np.ndarray | None, str]:
+    """Run one peer in its interpreter, capped at `cpu_limit` CPU seconds (RLIMIT_CPU, so a loaded machine does not
+    shorten its allowance); its CPU seconds are the child's rusage (imports and JAX start-up included)."""
+    import resource
+    import signal
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_CPU, (int(cpu_limit), int(cpu_limit) + 5))
+
     with tempfile.TemporaryDirectory() as tmp:
         spec = {"attributes": list(real.domain.attributes), "shape": [int(s) for s in real.domain.shape],
                 "rho": rho, "n": int(real.n), "seed": seed, "rounds": rounds}
@@ -94,14 +103,15 @@ def run_peer(python: str, kind: str, real, rho: float, seed: int, timeout: float
                  spec=np.frombuffer(json.dumps(spec).encode(), dtype=np.uint8))
         cmd = [python, __file__, "--worker", kind, str(Path(tmp) / "spec.npz"), str(Path(tmp) / "out.npz")]
         env = {**os.environ, "JAX_ENABLE_X64": "1"}
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-        except subprocess.TimeoutExpired:
-            return None, f"> {timeout:.0f} s"
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, preexec_fn=cap)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        if proc.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
+            return None, f"> {cpu:.0f}"
         if proc.returncode != 0:
             return None, "failed: " + (proc.stderr.strip().splitlines() or ["?"])[-1][:160]
-        z = np.load(Path(tmp) / "out.npz")
-        return z["codes"], f"{float(z['cpu']):.1f}"
+        return np.load(Path(tmp) / "out.npz")["codes"], f"{cpu:.1f}"
 
 
 def main() -> int:
@@ -116,7 +126,7 @@ def main() -> int:
                     help="the interpreter with smartnoise-synth")
     ap.add_argument("--dpmm-python", default=os.environ.get("DPMM_PYTHON", "/work/venv-peers-dpmm/bin/python"),
                     help="the interpreter with dpmm (it pins numpy<2, so not the smartnoise one)")
-    ap.add_argument("--peer-timeout", type=float, default=900.0)
+    ap.add_argument("--peer-cpu", type=float, default=600.0, help="CPU seconds each peer may use")
     ap.add_argument("--aim-rounds", type=int, default=None,
                     help="AIM's T for ours and the peers alike (default 16·d, the paper's)")
     ap.add_argument("--data-dir", default=os.environ.get("VERTISYNTH_DATA"))
@@ -173,11 +183,11 @@ def main() -> int:
                         py = pythons[peer.split("_")[0]]
                         if not Path(py).exists():
                             continue
-                        codes, peer_cpu = run_peer(py, peer, real, budget.rho(), seed, args.peer_timeout,
+                        codes, peer_cpu = run_peer(py, peer, real, budget.rho(), seed, args.peer_cpu,
                                                    args.aim_rounds if method == "aim" else None)
                         if codes is None:
-                            line(peer, float("nan"), peer_cpu, f"ours / peer CPU < {cpu / args.peer_timeout:.3f}"
-                                 if peer_cpu.startswith(">") else "")
+                            line(peer, float("nan"), peer_cpu, f"ours / peer CPU < {cpu / float(peer_cpu[2:]):.3f}"
+                                 if peer_cpu.startswith(">") else peer_cpu)
                             continue
                         theirs = score(Dataset(codes, real.domain))
                         line(peer, theirs, peer_cpu, f"{ours / theirs:.2f}, {cpu / max(float(peer_cpu), 1e-9):.3f}")
