@@ -1,7 +1,7 @@
 """Central `aim` and `mst` against the public implementations, in the same run: quality and CPU seconds.
 
     python benchmarks/central_aim_mst.py [--datasets zoo:small-domains,nltcs,adult] [--epsilons 1.0]
-        [--seeds 0] [--peers-python /work/venv-peers/bin/python] [--peer-timeout 900] [--marginals 300]
+        [--seeds 0] [--peers-python PY] [--dpmm-python PY] [--peer-cpu 600] [--aim-rounds T] [--peers ...]
 
 Peers (NOT project dependencies; install them into separate venvs, run here as subprocesses):
     python3 -m venv /work/venv-peers && /work/venv-peers/bin/pip install smartnoise-synth
