@@ -71,6 +71,11 @@ SKIP = {("encoder", "dpfm"): {"check_privacy_audit": "t = 2000 sketches per enco
                             for c in ("check_encoder_contract", "check_ledger_matches_plan", "check_no_global_rng")},
         ("synthesizer", "privmrf"): {"check_privacy_audit": "measurement interleaved with model fitting: a looped "
                                                             "audit takes minutes; test_privmrf_audit_slow runs it"},
+        ("synthesizer", "aim"): {"check_privacy_audit": "rounds interleaved with model fitting: a looped audit takes "
+                                                        "minutes; tests/plugins/synthesizers/test_aim_mst.py's "
+                                                        "test_aim_audit_slow runs it"},
+        ("synthesizer", "mst"): {"check_privacy_audit": "a model fit between measuring and selecting: "
+                                                        "test_mst_audit_slow (test_aim_mst.py) runs it"},
         ("synthesizer", "vertimrf"): {"check_privacy_audit": "its DP parts are privmrf and the encoders, audited "
                                                              "on their own; the whole pipeline is too slow to loop"},
         ("evaluator", "ml_utility"): {"check_evaluator_ordering": "model accuracies are noisy and its gaps point the "

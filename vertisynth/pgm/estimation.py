@@ -108,6 +108,9 @@ class EstimationResult:
     iterations: int
     seconds: float
     step: float = 0.0  # the last accepted step size η (a re-estimate can start from it)
+    # the fitted measurement-shaped log-potentials φ (one block per measurement, in order, each in the domain's
+    # attribute order): a re-estimate on these measurements plus new ones can start from them (`phi0`)
+    phi: np.ndarray | None = None
 
 
 def _total(measurements: Sequence[Measurement]) -> float:
@@ -126,21 +129,24 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], total: float |
              warm_start: GraphicalModel | None = None, max_cells: float = DEFAULT_MAX_CELLS, tol: float = 1e-7,
              extra_cliques: Sequence[Sequence[str]] = (),
              callback: Callable[[int, float], None] | None = None, growth: float = 1.05,
-             step: float | None = None) -> EstimationResult:
+             step: float | None = None, phi0: np.ndarray | None = None) -> EstimationResult:
     """Fit a GraphicalModel to noisy marginal measurements by mirror descent with Armijo line search.
     `step`: the initial step size η (default 1/total, doubled until the first backtrack); a re-estimate
-    warm-started from an earlier result can pass that result's `step`."""
+    warm-started from an earlier result can pass that result's `step`.
+    `phi0`: an earlier result's `phi` on the first measurements of this list (the rest start at zero): a warm
+    start that holds on any junction tree, since φ is measurement-shaped (AIM adds a measurement per round)."""
     # BLAS on one thread: the loop's BLAS calls (dot products over the measurement cells, matrix-vector sums
     # in the calibrator) are short and memory-bound, and once a vector passes OpenBLAS's threading threshold
     # (~10k cells) its worker threads spin between calls: 5x the CPU per step and no faster (docs/scale.md)
     with _blas().limit(limits=1, user_api="blas"):
         return _estimate(domain, measurements, total, iters, warm_start, max_cells, tol, extra_cliques, callback,
-                         growth, step)
+                         growth, step, phi0)
 
 
 def _estimate(domain: Domain, measurements: Sequence[Measurement], total: float | None, iters: int,
               warm_start: GraphicalModel | None, max_cells: float, tol: float, extra_cliques: Sequence[Sequence[str]],
-              callback: Callable[[int, float], None] | None, growth: float, step: float | None) -> EstimationResult:
+              callback: Callable[[int, float], None] | None, growth: float, step: float | None,
+              phi0: np.ndarray | None = None) -> EstimationResult:
     if not growth >= 1.0:
         raise ConfigError(f"step growth must be >= 1, got {growth}")
     if not measurements:
@@ -185,6 +191,12 @@ def _estimate(domain: Domain, measurements: Sequence[Measurement], total: float 
     # mirror descent in measurement space: the gradient on clique C is a sum of measurement-shaped
     # tables broadcast onto C, so the log-potentials stay θ_C = base_C + Σ_m φ_m and only φ is stored
     phi = np.zeros(cal.M)
+    if phi0 is not None:
+        phi0 = np.asarray(phi0, float).ravel()
+        if phi0.size > cal.M or not np.all(np.isfinite(phi0)):
+            raise ConfigError(f"phi0 has {phi0.size} values, more than the {cal.M} cells of the measurements (or "
+                              "non-finite ones): pass an earlier result's phi on a prefix of these measurements")
+        phi[:phi0.size] = phi0
 
     def loss_and_grad(ph: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         mu = cal.marginals(ph, total)
@@ -221,4 +233,4 @@ def _estimate(domain: Domain, measurements: Sequence[Measurement], total: float 
         if small >= 5:
             break
     model = model.with_potentials(cal.potentials(phi, base), total)
-    return EstimationResult(model, losses, it, time.perf_counter() - t0, eta)
+    return EstimationResult(model, losses, it, time.perf_counter() - t0, eta, phi)

@@ -28,6 +28,20 @@ def vertisynth_synthesizers():
             {"centralized", "horizontal"},
         ),
         SynthesizerSpec(
+            "aim",
+            "vertisynth.plugins.synthesizers.aim:AIMSynthesizer",
+            "vertisynth.plugins.synthesizers.aim:AIMConfig",
+            "AIM: adaptive, iterative select-measure-generate over a marginal workload (McKenna et al. 2022)",
+            {"centralized"},
+        ),
+        SynthesizerSpec(
+            "mst",
+            "vertisynth.plugins.synthesizers.mst:MSTSynthesizer",
+            "vertisynth.plugins.synthesizers.mst:MSTConfig",
+            "MST: 1-ways, a private maximum spanning tree of pairs, Private-PGM (McKenna et al. 2021)",
+            {"centralized"},
+        ),
+        SynthesizerSpec(
             "privmrf",
             "vertisynth.plugins.synthesizers.privmrf.synthesizer:PrivMRFSynthesizer",
             "vertisynth.plugins.synthesizers.privmrf.synthesizer:PrivMRFConfig",

@@ -1,0 +1,142 @@
+"""Measurement oracles: where a marginal-based synthesizer's questions meet the data.
+
+A synthesizer (AIM, MST) never reads the table itself: it asks an oracle
+  * `measure(attributes, pay, sigma)`: the counts of one marginal plus Gaussian noise of std `sigma`;
+  * `select(candidates, estimates, weights, offsets, epsilon, pay)`: an exponential-mechanism choice of the
+    candidate marginal whose counts are worst approximated by `estimates` (AIM's and MST's selection step),
+    score_i = w_i · (‖x_i − estimate_i‖₁ − offset_i), sensitivity max_i w_i (‖x_i − e‖₁ moves by at most 1 when one
+    record is added or removed; the estimates are earlier DP outputs and the offsets are public).
+Every answer is paid before the data is read, either with a planned `Charge` (spent on the ledger, matched
+exactly) or from a `ZCDPFilter`: one planned charge spent up front whose ρ is then drawn down by answers whose
+sizes the synthesizer chooses on the fly from earlier DP outputs (AIM's budget annealing). A zCDP filter is
+valid under fully adaptive composition (Feldman & Zrnic 2021, Rényi filters: zCDP is Rényi DP at every order),
+so the whole run is ρ-zCDP with ρ the sum of the planned charges.
+
+`CentralOracle` answers from one table (the joined parties' columns). A vertical oracle answers the same calls
+across parties; the synthesizers do not change.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from vertisynth.core.dataset import Dataset
+from vertisynth.core.errors import BudgetError, ConfigError
+from vertisynth.core.mechanisms import exponential_noise, gaussian_sigma
+from vertisynth.core.noise import discrete_gaussian
+from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
+
+from .estimation import Measurement, bin_query
+
+
+class ZCDPFilter:
+    """An adaptive zCDP budget: `charge` (planned, ZCDP) is spent on the ledger when the filter opens; then
+    `take(rho)` draws it down and refuses to go past it. `log` lists what each draw paid for."""
+
+    def __init__(self, charge: Charge, ledger: PrivacyLedger) -> None:
+        if not isinstance(charge, Charge) or not isinstance(charge.cost, ZCDP):
+            raise BudgetError(f"a zCDP filter opens on a planned ZCDP charge, got {charge!r}")
+        ledger.spend(charge)
+        self.charge = charge
+        self.total = float(charge.cost.rho)
+        self.used = 0.0
+        self.log: list[tuple[str, float]] = []
+
+    @property
+    def remaining(self) -> float:
+        return max(self.total - self.used, 0.0)
+
+    def take(self, rho: float, what: str) -> None:
+        if not rho > 0:
+            raise BudgetError(f"{what}: a filter draw must be positive, got ρ={rho}")
+        if self.used + rho > self.total * (1 + 1e-9):
+            raise BudgetError(f"{what}: ρ={rho:.4g} exceeds what is left of {self.charge.mechanism!r} "
+                              f"({self.remaining:.4g} of {self.total:.4g})")
+        self.used += rho
+        self.log.append((what, float(rho)))
+
+
+Pay = Charge | ZCDPFilter
+Bins = dict[str, np.ndarray] | None   # attribute -> bin of each value: the marginal is asked on coarsened values
+
+
+@runtime_checkable
+class MarginalOracle(Protocol):
+    """What a synthesizer may ask of the data (see the module docstring); central or vertical alike."""
+
+    ledger: PrivacyLedger
+
+    def measure(self, attributes: Sequence[str], pay: Pay, rng: np.random.Generator,
+                sigma: float | None = None, bins: Bins = None) -> Measurement: ...
+
+    def select(self, candidates: Sequence[tuple[str, ...]], estimates: Sequence[np.ndarray],
+               weights: Sequence[float], offsets: Sequence[float], epsilon: float, pay: Pay,
+               rng: np.random.Generator, bins: Sequence[Bins] | None = None) -> int: ...
+
+
+def _spend(pay: Pay, ledger: PrivacyLedger, rho: float, what: str) -> None:
+    """Pay ρ before any data is read: the planned charge itself (whose ρ must be this one), or a filter draw."""
+    if isinstance(pay, ZCDPFilter):
+        pay.take(rho, what)
+        return
+    if not isinstance(pay, Charge) or not isinstance(pay.cost, ZCDP):
+        raise BudgetError(f"{what}: pay with a planned ZCDP charge or a zCDP filter, got {pay!r}")
+    if not np.isclose(pay.cost.rho, rho, rtol=1e-12, atol=0.0):
+        raise BudgetError(f"{what}: the charge's ρ={pay.cost.rho:.6g} is not what this answer costs (ρ={rho:.6g})")
+    ledger.spend(pay)
+
+
+class CentralOracle:
+    """Answers from one table of codes (every attribute of the domain): the central oracle."""
+
+    def __init__(self, table: Dataset, ledger: PrivacyLedger) -> None:
+        self.table = table
+        self.domain = table.domain
+        self.ledger = ledger
+        self._counts: dict[tuple[str, ...], np.ndarray] = {}
+
+    def _exact(self, attributes: tuple[str, ...], bins: Bins = None) -> np.ndarray:
+        if attributes not in self._counts:
+            self._counts[attributes] = self.table.counts(attributes).values.astype(float)
+        return bin_query(self._counts[attributes], attributes, bins) if bins else self._counts[attributes]
+
+    def measure(self, attributes: Sequence[str], pay: Pay, rng: np.random.Generator,
+                sigma: float | None = None, bins: Bins = None) -> Measurement:
+        attributes = tuple(self.domain.check(attributes))
+        if sigma is None:
+            if not isinstance(pay, Charge):
+                raise ConfigError("measure: a filter payment needs the noise std sigma")
+            sigma = gaussian_sigma(pay.cost.rho)
+        if not sigma > 0:
+            raise ConfigError(f"measure {list(attributes)}: sigma must be positive, got {sigma}")
+        rho = 1.0 / (2.0 * sigma * sigma)
+        probe = Measurement(attributes, np.zeros(1), 1.0, bins)   # checks the bins before anything is spent
+        if bins and not set(bins) <= set(attributes):
+            raise ConfigError(f"measure {list(attributes)}: bins given for attributes not measured")
+        _spend(pay, self.ledger, rho, f"measure {list(attributes)}")
+        x = self._exact(attributes, probe.bins)
+        if self.ledger.noise == "secure":
+            noisy = discrete_gaussian(x, rho, 1.0)
+        else:
+            noisy = x + rng.normal(0.0, sigma, size=x.shape)
+        return Measurement(attributes, noisy, sigma, bins)
+
+    def select(self, candidates: Sequence[tuple[str, ...]], estimates: Sequence[np.ndarray],
+               weights: Sequence[float], offsets: Sequence[float], epsilon: float, pay: Pay,
+               rng: np.random.Generator, bins: Sequence[Bins] | None = None) -> int:
+        if not candidates or not (len(candidates) == len(estimates) == len(weights) == len(offsets)):
+            raise ConfigError("select: needs as many estimates, weights and offsets as candidates (at least one)")
+        if not epsilon > 0:
+            raise ConfigError(f"select: epsilon must be positive, got {epsilon}")
+        w = np.asarray(weights, float)
+        if not np.all(w > 0):
+            raise ConfigError("select: weights must be positive")
+        _spend(pay, self.ledger, epsilon * epsilon / 8.0, f"select among {len(candidates)} marginals")
+        bins = list(bins) if bins is not None else [None] * len(candidates)
+        exact = [self._exact(tuple(c), b) for c, b in zip(candidates, bins)]
+        errors = np.array([np.abs(x - np.asarray(e, float).reshape(x.shape)).sum() for x, e in zip(exact, estimates)])
+        scores = w * (errors - np.asarray(offsets, float))
+        logits = epsilon * (scores - scores.max()) / (2.0 * w.max())
+        return int(np.argmax(logits + exponential_noise(logits.shape, rng, self.ledger)))

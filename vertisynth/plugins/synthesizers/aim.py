@@ -1,0 +1,258 @@
+"""`aim`: AIM, an adaptive and iterative mechanism (McKenna, Mullins, Sheldon, Miklau, VLDB 2022), on the pgm engine.
+
+zCDP throughout, ρ from the plan. T = `rounds` (default 16·d), α = `alpha` (0.9):
+  * initialise: every 1-way marginal measured with σ₀ = √(T / (2αρ)) (planned charges, one per attribute);
+  * the rest of ρ is one planned charge opened as a zCDP filter (pgm/oracle.py); each round draws from it
+    ε²/8 for an exponential mechanism over the candidates (the workload's downward closure, kept when the model
+    with the candidate stays under `max_model_mb` · ρ_used/ρ, or the candidate fits a clique already) with score
+    w_r (‖M_r(D) − M_r(p̂)‖₁ − √(2/π) σ |Ω_r|), w_r = Σ_{s∈W} c_s |r ∩ s|, sensitivity max w_r, and 1/(2σ²) for
+    measuring the chosen marginal; when the model's marginal on it moved by at most √(2/π) σ |Ω_r|, σ halves and
+    ε doubles (annealing); when less than two rounds' cost is left, the last round spends all of it;
+  * the engine re-fits after each round (warm-started from the previous fit) and samples n̂ records.
+The workload is every `degree`-way marginal (default 3) with weight 1, or the marginals listed in `workload`.
+Every question goes through a MarginalOracle (central here), so a vertical oracle can answer the same rounds.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from typing import Any
+
+import attrs
+import numpy as np
+
+from vertisynth.core.dataset import Dataset
+from vertisynth.core.domain import Domain
+from vertisynth.core.errors import ConfigError, DataError
+from vertisynth.core.interfaces import PlanContext, Synthesizer, VerticalData
+from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
+
+from vertisynth.pgm import estimate
+from vertisynth.pgm.graph import min_fill_cliques
+from vertisynth.pgm.oracle import CentralOracle, MarginalOracle, ZCDPFilter
+
+STAGE = "synthesizer"
+CELL_BYTES = 8  # the model-size cap counts float64 cells, as the paper's megabytes do
+
+
+@attrs.frozen
+class AIMConfig:
+    degree: int = 3
+    workload: list[list[str]] | None = None
+    rounds: int | None = None        # T; default 16·d
+    alpha: float = 0.9               # the share of each round's ρ that measures (the rest selects)
+    max_model_mb: float = 80.0
+    iters: int = 1000                # mirror-descent steps per fit (early stop on a flat loss)
+    sampling: str = "round"          # round (mbi's default) | sample
+
+    def __attrs_post_init__(self) -> None:
+        if self.degree < 1:
+            raise ConfigError(f"aim: degree must be >= 1, got {self.degree}")
+        if self.rounds is not None and self.rounds < 1:
+            raise ConfigError(f"aim: rounds must be >= 1, got {self.rounds}")
+        if not 0 < self.alpha < 1:
+            raise ConfigError(f"aim: alpha must be in (0, 1), got {self.alpha}")
+        if not self.max_model_mb > 0:
+            raise ConfigError(f"aim: max_model_mb must be positive, got {self.max_model_mb}")
+        if self.iters < 1:
+            raise ConfigError(f"aim: iters must be >= 1, got {self.iters}")
+        if self.sampling not in ("sample", "round"):
+            raise ConfigError(f"aim: sampling must be 'sample' or 'round', got {self.sampling!r}")
+        if self.workload is not None and (not self.workload or any(not w for w in self.workload)):
+            raise ConfigError("aim: workload must list at least one non-empty marginal")
+
+
+def workload_of(domain: Domain, degree: int, workload: list[list[str]] | None) -> list[tuple[str, ...]]:
+    """The workload's marginals, each in the domain's attribute order (duplicates dropped)."""
+    if workload is None:
+        k = min(degree, len(domain))
+        return list(itertools.combinations(domain.attributes, k))
+    out: list[tuple[str, ...]] = []
+    for w in workload:
+        names = domain.check(w)   # unknown or repeated attributes: a DomainError naming them
+        t = tuple(a for a in domain.attributes if a in names)
+        if t not in out:
+            out.append(t)
+    return out
+
+
+def candidates_of(workload: list[tuple[str, ...]]) -> dict[tuple[str, ...], float]:
+    """The downward closure of the workload → w_r = Σ_{s∈W} |r ∩ s| (every c_s = 1)."""
+    closure = {sub for w in workload for k in range(1, len(w) + 1) for sub in itertools.combinations(w, k)}
+    return {r: float(sum(len(set(r) & set(s)) for s in workload)) for r in sorted(closure, key=lambda r: (len(r), r))}
+
+
+def model_cells(domain: Domain, cliques: list[tuple[str, ...]]) -> int:
+    """Cells of the model on `cliques` (the min-fill triangulation's maximal cliques, as the engine builds it)."""
+    return int(sum(domain.project(c).size() for c in min_fill_cliques(domain, cliques)))
+
+
+class ModelSize:
+    """`model_cells` for many hypothetical cliques added to one graph, on bitmasks: the same min-fill elimination
+    (fewest fill edges, then fewest cells, then domain order) as pgm.graph, without building a graph per call."""
+
+    def __init__(self, domain: Domain, cliques: list[tuple[str, ...]]) -> None:
+        self.index = {a: i for i, a in enumerate(domain.attributes)}
+        self.sizes = list(domain.shape)
+        self.adj = [0] * len(self.sizes)
+        for c in cliques:
+            self._link(self.adj, [self.index[a] for a in c])
+
+    @staticmethod
+    def _link(adj: list[int], idx: list[int]) -> None:
+        mask = sum(1 << i for i in idx)
+        for i in idx:
+            adj[i] |= mask & ~(1 << i)
+
+    def cells(self, extra: tuple[str, ...]) -> int:
+        adj = list(self.adj)
+        self._link(adj, [self.index[a] for a in extra])
+        sizes = self.sizes
+        alive = (1 << len(sizes)) - 1
+        found: list[int] = []
+        while alive:
+            best, best_key = -1, None
+            rest = alive
+            while rest:
+                v = (rest & -rest).bit_length() - 1
+                rest &= rest - 1
+                nb = adj[v] & alive
+                fill, cells, m = 0, sizes[v], nb
+                while m:
+                    u = (m & -m).bit_length() - 1
+                    m &= m - 1
+                    fill += bin(nb & ~adj[u] & ~(1 << u)).count("1")
+                    cells *= sizes[u]
+                key = (fill, cells, v)
+                if best_key is None or key < best_key:
+                    best, best_key = v, key
+            nb = adj[best] & alive
+            m = nb
+            while m:
+                u = (m & -m).bit_length() - 1
+                m &= m - 1
+                adj[u] |= nb & ~(1 << u)
+            found.append(nb | (1 << best))
+            alive &= ~(1 << best)
+        maximal = {c for c in found if not any(c != o and c & o == c for o in found)}
+        total = 0
+        for c in maximal:
+            cells, m = 1, c
+            while m:
+                u = (m & -m).bit_length() - 1
+                m &= m - 1
+                cells *= sizes[u]
+            total += cells
+        return total
+
+
+class AIMSynthesizer(Synthesizer):
+    _model: Any = None   # set by fit
+
+    def __init__(self, config: AIMConfig | None = None) -> None:
+        super().__init__(config or AIMConfig())
+        self._timings: dict[str, float] = {}
+
+    def plan(self, ctx: PlanContext) -> list[Charge]:
+        dom = ctx.domain
+        d = len(dom)
+        if d < 1:
+            raise ConfigError("aim needs at least one attribute")
+        self._domain = dom
+        self._workload = workload_of(dom, self.config.degree, self.config.workload)
+        self._rho = ctx.rho
+        self._T = self.config.rounds or 16 * d
+        self._sigma0 = math.sqrt(self._T / (2 * self.config.alpha * self._rho))
+        rho1 = 1.0 / (2 * self._sigma0 ** 2)
+        # kept: fit spends these very charges (the rounds draw the last one down as a zCDP filter)
+        self._charges = {"gaussian_1way": [Charge(STAGE, "gaussian_1way", ZCDP(rho1)) for _ in range(d)],
+                         "rounds": Charge(STAGE, "aim_rounds", ZCDP(self._rho - d * rho1),
+                                          note="adaptive rounds (exponential + Gaussian), drawn down as a zCDP filter")}
+        return [*self._charges["gaussian_1way"], self._charges["rounds"]]
+
+    def fit(self, data: VerticalData, ledger: PrivacyLedger, rng: np.random.Generator) -> None:
+        self.fit_oracle(CentralOracle(data.joined().project(self._domain.attributes), ledger), rng)
+
+    def fit_oracle(self, oracle: MarginalOracle, rng: np.random.Generator) -> None:
+        """AIM's rounds, every data access through `oracle` (which holds the ledger)."""
+        c = self.config
+        dom = self._domain
+        t0 = time.perf_counter()
+        cands = candidates_of(self._workload)
+        names = list(cands)
+        weight = np.array([cands[r] for r in names])
+        cells = np.array([dom.project(r).size() for r in names], dtype=float)
+        limit_cells = c.max_model_mb * 2**20 / CELL_BYTES
+        meas = [oracle.measure((a,), ch, rng) for a, ch in zip(dom.attributes, self._charges["gaussian_1way"])]
+        res = estimate(dom, meas, iters=c.iters, max_cells=limit_cells)
+        filt = ZCDPFilter(self._charges["rounds"], oracle.ledger)
+        rho_init = self._rho - filt.total
+        sigma = self._sigma0
+        eps = math.sqrt(8 * (1 - c.alpha) * self._rho / self._T)
+        sizes: dict[tuple[tuple[str, ...], tuple[str, ...]], int] = {}
+        t_select = t_fit = 0.0
+        rounds = anneals = 0
+        while True:
+            last = filt.remaining < 2 * (0.5 / sigma**2 + eps**2 / 8)
+            if last:  # spend what is left in one final round
+                sigma = math.sqrt(1 / (2 * c.alpha * filt.remaining))
+                eps = math.sqrt(8 * (1 - c.alpha) * filt.remaining)
+            used = rho_init + filt.used + eps**2 / 8 + 0.5 / sigma**2
+            ts = time.perf_counter()
+            model = res.model
+            cliques = [tuple(q) for q in model.tree.cliques]
+            ok = []
+            graph = None
+            for i, r in enumerate(names):
+                if model.tree.clique_for(r) is not None:
+                    ok.append(i)
+                    continue
+                key = (tuple(cliques), r)
+                if key not in sizes:
+                    graph = graph or ModelSize(dom, cliques)
+                    sizes[key] = graph.cells(r)
+                if sizes[key] <= limit_cells * used / self._rho:
+                    ok.append(i)
+            est = [model.marginal(names[i]).values for i in ok]
+            offsets = math.sqrt(2 / math.pi) * sigma * cells[ok]
+            pick = ok[oracle.select([names[i] for i in ok], est, weight[ok], offsets, eps, filt, rng)]
+            r = names[pick]
+            m = oracle.measure(r, filt, rng, sigma)
+            before = est[ok.index(pick)]
+            t_select += time.perf_counter() - ts
+            tf = time.perf_counter()
+            meas.append(m)
+            res = estimate(dom, meas, iters=c.iters, max_cells=float("inf"), phi0=res.phi, step=res.step)
+            t_fit += time.perf_counter() - tf
+            rounds += 1
+            if last:
+                break
+            after = res.model.marginal(r).values
+            if np.abs(after - before).sum() <= math.sqrt(2 / math.pi) * sigma * cells[pick]:
+                sigma /= 2
+                eps *= 2
+                anneals += 1
+        self._model = res.model
+        self._measurements = meas
+        self._n_hat = max(1, int(round(res.model.total)))
+        self._rounds_run, self._anneals = rounds, anneals
+        self._filter_log = list(filt.log)
+        self._timings = {"select": t_select, "estimate": t_fit, "total fit": time.perf_counter() - t0}
+
+    def sample(self, n: int | None, rng: np.random.Generator) -> Dataset:
+        if self._model is None:
+            raise DataError("aim: fit() before sample()")
+        t0 = time.perf_counter()
+        out = self._model.sample(self._n_hat if n is None else int(n), rng, self.config.sampling)
+        self._timings["sample"] = time.perf_counter() - t0
+        return out
+
+    def fitted_model(self) -> tuple[Any, str]:
+        """The fitted GraphicalModel and the sampling method (HasGraphicalModel): a DP release to sample from."""
+        if self._model is None:
+            raise DataError("aim: fit() before fitted_model()")
+        return self._model, self.config.sampling
+
+    def timings(self) -> dict[str, float]:
+        return dict(self._timings)

@@ -1,0 +1,141 @@
+"""`mst`: MST, the NIST 2018 winner (McKenna, Miklau, Sheldon, "Winning the NIST Contest", JPC 2021), on the pgm engine.
+
+zCDP, ρ from the plan, split in thirds:
+  * ρ/3 measures every 1-way marginal (Gaussian, ρ/(3d) each); values whose noisy count is below 3σ are merged
+    into one "rare" bin of their attribute (the paper's domain compression), when that merges at least two;
+  * ρ/3 selects a maximum spanning tree: the engine fits a model to the 1-way measurements, then d−1
+    exponential-mechanism rounds (ε = √(8ρ/(3(d−1))) each, sensitivity 1) pick among the pairs that join two
+    components the one with the largest ‖M_ab(D) − M_ab(p̂)‖₁ on the compressed domains;
+  * ρ/3 measures the chosen pairs on the compressed domains (Gaussian, ρ/(3(d−1)) each);
+then the engine fits the model to all measurements and samples n̂ records. Compressed measurements are the
+engine's binned measurements (the model keeps the full domain; within a rare bin it follows the 1-way
+measurement, where the paper samples rare values uniformly). Every question goes through a MarginalOracle.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from typing import Any
+
+import attrs
+import numpy as np
+
+from vertisynth.core.dataset import Dataset
+from vertisynth.core.errors import ConfigError, DataError
+from vertisynth.core.interfaces import PlanContext, Synthesizer, VerticalData
+from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
+
+from vertisynth.pgm import Measurement, estimate
+from vertisynth.pgm.estimation import bin_query
+from vertisynth.pgm.oracle import CentralOracle, MarginalOracle
+
+STAGE = "synthesizer"
+
+
+@attrs.frozen
+class MSTConfig:
+    compress: bool = True
+    iters: int = 1000
+    sampling: str = "round"   # round (mbi's default) | sample
+
+    def __attrs_post_init__(self) -> None:
+        if self.iters < 1:
+            raise ConfigError(f"mst: iters must be >= 1, got {self.iters}")
+        if self.sampling not in ("sample", "round"):
+            raise ConfigError(f"mst: sampling must be 'sample' or 'round', got {self.sampling!r}")
+
+
+def rare_bins(m: Measurement) -> np.ndarray | None:
+    """The paper's compression of one attribute from its noisy 1-way counts: values counted at 3σ or more keep
+    their own bin, the others share the last one; None when fewer than two values would be merged."""
+    sup = m.values >= 3 * m.std
+    if (~sup).sum() < 2:
+        return None
+    bins = np.full(m.values.size, int(sup.sum()), dtype=np.int64)
+    bins[sup] = np.arange(int(sup.sum()))
+    return bins
+
+
+class MSTSynthesizer(Synthesizer):
+    _model: Any = None   # set by fit
+
+    def __init__(self, config: MSTConfig | None = None) -> None:
+        super().__init__(config or MSTConfig())
+        self._timings: dict[str, float] = {}
+
+    def plan(self, ctx: PlanContext) -> list[Charge]:
+        d = len(ctx.domain)
+        if d < 2:
+            raise ConfigError(f"mst needs at least two attributes, the domain has {d}")
+        self._domain = ctx.domain
+        rho = ctx.rho
+        # kept: fit spends these very charges, in order
+        self._charges = {
+            "gaussian_1way": [Charge(STAGE, "gaussian_1way", ZCDP(rho / (3 * d))) for _ in range(d)],
+            "exponential_select": [Charge(STAGE, "exponential_select", ZCDP(rho / (3 * (d - 1))))
+                                   for _ in range(d - 1)],
+            "gaussian_2way": [Charge(STAGE, "gaussian_2way", ZCDP(rho / (3 * (d - 1)))) for _ in range(d - 1)],
+        }
+        return [c for group in self._charges.values() for c in group]
+
+    def fit(self, data: VerticalData, ledger: PrivacyLedger, rng: np.random.Generator) -> None:
+        self.fit_oracle(CentralOracle(data.joined().project(self._domain.attributes), ledger), rng)
+
+    def fit_oracle(self, oracle: MarginalOracle, rng: np.random.Generator) -> None:
+        c = self.config
+        dom = self._domain
+        t0 = time.perf_counter()
+        one = [oracle.measure((a,), ch, rng) for a, ch in zip(dom.attributes, self._charges["gaussian_1way"])]
+        bins = {m.attributes[0]: b for m in one if c.compress and (b := rare_bins(m)) is not None}
+        t1 = time.perf_counter()
+        pairs = self.select(oracle, one, bins, rng)
+        t2 = time.perf_counter()
+        two = [oracle.measure(p, ch, rng, bins={a: bins[a] for a in p if a in bins} or None)
+               for p, ch in zip(pairs, self._charges["gaussian_2way"])]
+        res = estimate(dom, one + two, iters=c.iters, max_cells=float("inf"))
+        self._model, self._estimation = res.model, res
+        self._pairs, self._bins = pairs, bins
+        self._n_hat = max(1, int(round(res.model.total)))
+        self._timings = {"measure": t1 - t0 + time.perf_counter() - t2 - res.seconds, "select": t2 - t1,
+                         "estimate": res.seconds}
+
+    def select(self, oracle: MarginalOracle, one: list[Measurement], bins: dict[str, np.ndarray],
+               rng: np.random.Generator) -> list[tuple[str, str]]:
+        """d−1 exponential-mechanism rounds over the pairs that join two components (Kruskal with noise)."""
+        dom = self._domain
+        model = estimate(dom, one, iters=self.config.iters).model
+        pairs = list(itertools.combinations(dom.attributes, 2))
+        est = [bin_query(model.marginal(p).values, p, {a: bins[a] for a in p if a in bins}) for p in pairs]
+        comp = {a: i for i, a in enumerate(dom.attributes)}
+        chosen: list[tuple[str, str]] = []
+        eps = math.sqrt(8 * self._charges["exponential_select"][0].cost.rho)
+        for charge in self._charges["exponential_select"]:
+            idx = [i for i, (a, b) in enumerate(pairs) if comp[a] != comp[b]]
+            k = idx[oracle.select([pairs[i] for i in idx], [est[i] for i in idx], np.ones(len(idx)),
+                                  np.zeros(len(idx)), eps, charge, rng,
+                                  bins=[{a: bins[a] for a in pairs[i] if a in bins} or None for i in idx])]
+            a, b = pairs[k]
+            chosen.append((a, b))
+            old, new = comp[b], comp[a]
+            for x in comp:
+                if comp[x] == old:
+                    comp[x] = new
+        return chosen
+
+    def sample(self, n: int | None, rng: np.random.Generator) -> Dataset:
+        if self._model is None:
+            raise DataError("mst: fit() before sample()")
+        t0 = time.perf_counter()
+        out = self._model.sample(self._n_hat if n is None else int(n), rng, self.config.sampling)
+        self._timings["sample"] = time.perf_counter() - t0
+        return out
+
+    def fitted_model(self) -> tuple[Any, str]:
+        """The fitted GraphicalModel and the sampling method (HasGraphicalModel): a DP release to sample from."""
+        if self._model is None:
+            raise DataError("mst: fit() before fitted_model()")
+        return self._model, self.config.sampling
+
+    def timings(self) -> dict[str, float]:
+        return dict(self._timings)
