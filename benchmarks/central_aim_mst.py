@@ -4,8 +4,8 @@
         [--seeds 0] [--peers-python PY] [--dpmm-python PY] [--peer-cpu 600] [--aim-rounds T] [--peers ...]
 
 Peers (NOT project dependencies; install them into separate venvs, run here as subprocesses):
-    python3 -m venv /work/venv-peers && /work/venv-peers/bin/pip install smartnoise-synth
-    python3 -m venv /work/venv-peers-dpmm && /work/venv-peers-dpmm/bin/pip install dpmm     (dpmm pins numpy<2)
+    python3 -m venv ../venv-peers && ../venv-peers/bin/pip install smartnoise-synth
+    python3 -m venv ../venv-peers-dpmm && ../venv-peers-dpmm/bin/pip install dpmm     (dpmm pins numpy<2)
 smartnoise-synth 1.0.8 brings mbi 1.1 (the JAX Private-PGM) and carries `snsynth.aim` (the mbi AIM mechanism
 ported to the JAX API; no warm start between rounds) and `snsynth.mst` (the NIST MST code); dpmm 0.1.9 carries
 the mbi AIM code on the numpy Private-PGM (FactoredInference, warm-started between rounds). The worker
@@ -125,9 +125,9 @@ def main() -> int:
     ap.add_argument("--delta", type=float, default=1e-9)
     ap.add_argument("--marginals", type=int, default=300)
     ap.add_argument("--methods", default="aim,mst")
-    ap.add_argument("--peers-python", default=os.environ.get("PEERS_PYTHON", "/work/venv-peers/bin/python"),
+    ap.add_argument("--peers-python", default=os.environ.get("PEERS_PYTHON", "../venv-peers/bin/python"),
                     help="the interpreter with smartnoise-synth")
-    ap.add_argument("--dpmm-python", default=os.environ.get("DPMM_PYTHON", "/work/venv-peers-dpmm/bin/python"),
+    ap.add_argument("--dpmm-python", default=os.environ.get("DPMM_PYTHON", "../venv-peers-dpmm/bin/python"),
                     help="the interpreter with dpmm (it pins numpy<2, so not the smartnoise one)")
     ap.add_argument("--peer-cpu", type=float, default=600.0, help="CPU seconds each peer may use")
     ap.add_argument("--peers", default="dpmm_aim,smartnoise_aim,smartnoise_mst", help="which peers to run")

@@ -1,4 +1,4 @@
-"""VertiMRF-FM on Adult (issue 33): today's code against this tree, speed and quality measured in one run.
+"""VertiMRF-FM on Adult: today's code against this tree, speed and quality measured in one run.
 
     PYTHONPATH=$PWD python benchmarks/vertimrf_fm_adult.py [--rounds 3] [--eps 1.6] [--seeds 0]
                                                           [--datasets adult,nltcs,zoo:small-domains]
@@ -6,7 +6,7 @@
                                                           [--base COMMIT | --old-tree DIR]
 
 Every (round, dataset, seed, path) is one fresh process running VertiMRF with its defaults (DPFM t = 32,000).
-Paths: "today" is the code before issue 33 (commit --base, exported with `git archive` into a temporary folder,
+Paths: "today" is the code before the sparse kernel (commit --base, exported with `git archive` into a temporary folder,
 or --old-tree DIR): the dense DPFM kernel (every raw maximum: group minima over all rows × repetitions) and the
 per-repetition inclusion-exclusion estimator; "sparse" / "dense" are this tree with the encoder's `kernel` set
 ("sparse", the default: only hash values >= the sketches' floor b, see dpfm.sketch_maxima; both with the pair
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-BASE = "5a1a74c"   # main before issue 33 (dense kernel, per-repetition estimator)
+BASE = "5a1a74c"   # main before the sparse kernel (dense kernel, per-repetition estimator)
 DATA = os.environ.get("VERTISYNTH_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 

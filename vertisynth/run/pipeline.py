@@ -258,8 +258,8 @@ def run_memory_estimate(plan: Plan, rows: int) -> dict[str, int]:
     table of `rows` rows, from the plan alone: meant as a bound, not a guess (tests/run/test_silent_cases.py
     measures the run's ru_maxrss under it). The real table as read (text objects, ~64 B a value) and coded
     (views, holdout: 32 B), the synthetic table held and written (TABLE_BYTES_PER_CELL, twice: codes and
-    frame), the synthesizer's own estimate (every party's peak and the server's, summed: one process), and
-    the interpreter with its libraries."""
+    frame), the synthesizer's own estimate (every party's peak and the server's, summed: one process), the
+    interpreter with its libraries, and the HTML report's figures."""
     d = len(plan.source.schema.columns)
     syn_rows = plan.config.sample_size or rows
     data = rows * d * (64 + 32)
@@ -268,8 +268,9 @@ def run_memory_estimate(plan: Plan, rows: int) -> dict[str, int]:
     peaks = syn.memory_estimate() if isinstance(syn, EstimatesMemory) else None
     model = (sum(peaks["parties"].values()) + peaks["server"]) if peaks else 0
     base = 300 * 2**20
-    return {"data": data, "table": table, "synthesizer": model, "base": base,
-            "total": data + table + model + base}
+    report = 96 * 2**20   # report.html's figures (matplotlib, Agg): ~52 MB measured for a dozen figures
+    return {"data": data, "table": table, "synthesizer": model, "base": base, "report": report,
+            "total": data + table + model + base + report}
 
 
 # a decoded synthetic cell held by an in-memory run: codes (8 B) and the DataFrame's value (object: ~8 B + the
