@@ -232,7 +232,8 @@ def init(path: Path, force: bool, from_csv: Path | None) -> None:
     from vertisynth.run.schema_review import review_config
 
     try:
-        text = review_config(from_csv)
+        with warnings_as_lines():
+            text = review_config(from_csv)
     except VertisynthError as exc:
         _fail(exc)
         return
@@ -310,8 +311,9 @@ def evaluate(real: Path, synthetic: Path, config_path: Path | None, uses: tuple[
                 raise ConfigError(f"config file {str(config_path)!r} is not valid TOML: {exc}") from None
             entries = list(raw.get("evaluators", [])) + entries
             schema = (raw.get("dataset") or {}).get("params", {}).get("schema")
-        metrics = evaluate_tables(real, synthetic, schema=schema, evaluators=entries or None, holdout=holdout,
-                                  seed=seed, output_dir=out)
+        with warnings_as_lines():
+            metrics = evaluate_tables(real, synthetic, schema=schema, evaluators=entries or None, holdout=holdout,
+                                      seed=seed, output_dir=out)
     except VertisynthError as exc:
         _fail(exc)
         return
