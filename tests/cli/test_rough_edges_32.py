@@ -31,3 +31,21 @@ def test_evaluate_prints_one_line_warnings(tmp_path):
     res = CliRunner().invoke(main, ["evaluate", str(real), str(synth)])
     assert res.exit_code == 0, res.output
     assert _one_line_warnings(res.output) and "tvd" in res.output, res.output
+
+
+def test_evaluate_with_a_config_ignores_and_names_columns_outside_its_schema(tmp_path):
+    real = tmp_path / "real.csv"
+    frame = pd.read_csv(_table(real))
+    frame.insert(0, "id", range(len(frame)))   # as `init --from` leaves an identifier out of the schema
+    frame.to_csv(real, index=False)
+    frame.drop(columns="id").sample(frac=1.0, random_state=1).to_csv(tmp_path / "synth.csv", index=False)
+    config = tmp_path / "job.toml"
+    config.write_text('[dataset]\nname = "csv"\n[dataset.params]\npath = "real.csv"\n'
+                      '[dataset.params.schema]\nage = { kind = "numeric", bounds = [0, 100], bins = 5 }\n'
+                      'sex = { kind = "categorical", categories = ["F", "M"] }\n'
+                      'income = { kind = "numeric", bounds = [40000, 60000], bins = 5 }\n')
+    res = CliRunner().invoke(main, ["evaluate", str(real), str(tmp_path / "synth.csv"), "-c", str(config)])
+    assert res.exit_code == 0, res.output
+    lines = [ln for ln in res.output.splitlines() if ln.startswith("warning:")]
+    assert len(lines) == 1 and "['id']" in lines[0] and "real" in lines[0], res.output
+    assert "tvd.tvd_1way = 0.0000" in res.output   # the same rows, shuffled: scored on the schema's columns

@@ -54,3 +54,7 @@ class InferredSchemaWarning(VertisynthWarning):
 
 class NoCrossPartyWarning(VertisynthWarning):
     """The synthesizer's model has no cross-party edge: the parties' columns come out independent."""
+
+
+class SchemaColumnsWarning(VertisynthWarning):
+    """A table holds columns its public schema does not: they are left out, as a run leaves them out."""

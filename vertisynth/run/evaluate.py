@@ -7,6 +7,7 @@ bounds here: scoring spends no budget and needs no noise.
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import pandas as pd
 from vertisynth.core.capabilities import wants_raw_values
 from vertisynth.core.dataset import VerticalPartition
 from vertisynth.core.encoding import TableSchema, csv_na_args
-from vertisynth.core.errors import BudgetError, ConfigError, DataError
+from vertisynth.core.errors import BudgetError, ConfigError, DataError, SchemaColumnsWarning
 from vertisynth.core.interfaces import Evaluator, PlanContext
 from vertisynth.core.privacy import Budget
 from vertisynth.core.registry import Registry, default_registry
@@ -63,6 +64,12 @@ def _frame(x: Any, what: str, schema: TableSchema | None = None) -> pd.DataFrame
     return x
 
 
+def _extra_columns(tables: Mapping[str, pd.DataFrame | None], schema: TableSchema) -> str:
+    """'the real table's ['id']; the holdout's ['id']': the columns each table holds beyond the schema."""
+    return "; ".join(f"the {what} table's {extra}" for what, t in tables.items() if t is not None
+                     for extra in [[c for c in t.columns if c not in schema.names]] if extra)
+
+
 def evaluate_tables(real: Any, synthetic: Any, *, schema: Mapping[str, Mapping[str, Any]] | TableSchema | None = None,
                     evaluators: Sequence[str | Mapping[str, Any]] | None = None, holdout: Any = None, seed: int = 0,
                     output_dir: str | Path | None = None,
@@ -73,6 +80,13 @@ def evaluate_tables(real: Any, synthetic: Any, *, schema: Mapping[str, Mapping[s
     hold = None if holdout is None else _frame(holdout, "holdout", public)
     real.columns = [str(c) for c in real.columns]
     synthetic.columns = [str(c) for c in synthetic.columns]
+    if public is not None:   # as a run does: columns the public schema does not hold are left out
+        beyond = _extra_columns({"real": real, "synthetic": synthetic, "holdout": hold}, public)
+        if beyond:
+            warnings.warn(f"column(s) not in the schema, not scored: {beyond}", SchemaColumnsWarning, stacklevel=2)
+        keep = [c for c in public.names if c in real.columns]
+        real, synthetic = real[keep], synthetic[[c for c in public.names if c in synthetic.columns]]
+        hold = None if hold is None else hold[[c for c in public.names if c in hold.columns]]
     missing, extra = [c for c in real.columns if c not in synthetic.columns], \
         [c for c in synthetic.columns if c not in real.columns]
     if missing or extra:
