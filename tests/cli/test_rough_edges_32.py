@@ -49,3 +49,27 @@ def test_evaluate_with_a_config_ignores_and_names_columns_outside_its_schema(tmp
     lines = [ln for ln in res.output.splitlines() if ln.startswith("warning:")]
     assert len(lines) == 1 and "['id']" in lines[0] and "real" in lines[0], res.output
     assert "tvd.tvd_1way = 0.0000" in res.output   # the same rows, shuffled: scored on the schema's columns
+
+
+def _nulls(x, where="config"):
+    if isinstance(x, dict):
+        return [p for k, v in x.items() for p in _nulls(v, f"{where}.{k}")]
+    if isinstance(x, list):
+        return [p for i, v in enumerate(x) for p in _nulls(v, f"{where}[{i}]")]
+    return [where] if x is None else []
+
+
+def test_report_config_has_no_null_fields(tmp_path):
+    import json
+
+    from vertisynth.run.config import parse_config
+    from vertisynth.run.pipeline import run
+
+    config = parse_config({"budget": {"epsilon": 1.0, "delta": 1e-5}, "synthesizer": {"use": "independent"},
+                           "dataset": {"name": "census", "params": {"n": 500}}})
+    assert config.sample_size is None and config.noise is None and config.output is None   # unset, resolved by the run
+    run(config, tmp_path)
+    report = json.loads((tmp_path / "report.json").read_text())
+    written = report["config"]
+    assert not _nulls(written), _nulls(written)
+    assert written["sample_size"] == report["synthetic_records"] and written["noise"] == "simulation"   # what the run resolved them to

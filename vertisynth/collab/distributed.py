@@ -616,7 +616,7 @@ def run_publisher(plan: CollabPlan, exchange: str | Path | Exchange, out: Path, 
                  f"{str(channel.exchange)!r}; "
                  f"{cc.preprocessing} DP quantile binning of {sorted(cc.numeric) or 'no columns'}"),
         "seed": cfg.seed,
-        "config": cfg.to_dict(),
+        "config": cfg.resolved(noise=transport.noise, **({} if frame is None else {"sample_size": len(frame)})),
         "dataset": {"name": plan.dataset_name, "attributes": _attributes(plan)},
         "collab": {"custodians": {n: "undisclosed" for n in plan.custodians}, "servers": cc.servers,
                    "preprocessing": cc.preprocessing, "debinning": cc.debinning, "numeric_bins": numeric,

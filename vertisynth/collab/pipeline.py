@@ -354,7 +354,7 @@ def collab_report(plan: CollabPlan, loaded, frames, real: Dataset, synthetic: Da
         "vertisynth_version": __version__,
         "mode": mode,
         "seed": plan.config.seed,
-        "config": plan.config.to_dict(),
+        "config": plan.config.resolved(sample_size=synthetic.n, noise=plan.ledger.noise),
         "dataset": {"name": plan.dataset_name, "description": loaded.description, "records": real.n,
                     "attributes": list(real.domain.attributes), "domain_sizes": list(real.domain.shape),
                     "schema_inferred_from_data": bool(loaded.schema.inferred)},

@@ -113,6 +113,22 @@ class RunConfig:
         d.update({k: CONVERTER.unstructure(v) for k, v in self.sections.items()})
         return d
 
+    def resolved(self, **known: Any) -> dict[str, Any]:
+        """The config as a report writes it: a field left unset takes the value the run resolved it to
+        (`known`, e.g. sample_size=rows drawn, noise="secure"), and one with none is left out, at any depth:
+        no null in a report's config. (`to_dict` keeps the nulls: fingerprints hash it.)"""
+        d = self.to_dict()
+        d.update({k: v for k, v in known.items() if d.get(k) is None})
+        return _without_nulls(d)
+
+
+def _without_nulls(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _without_nulls(v) for k, v in x.items() if v is not None}
+    if isinstance(x, list):
+        return [_without_nulls(v) for v in x]
+    return x
+
 
 def _rename_as() -> None:
     """TOML's `as` (a Python keyword) is the `alias` field."""

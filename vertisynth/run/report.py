@@ -27,7 +27,7 @@ def build_report(plan: Plan, loaded: Any, real: Dataset, synthetic: Dataset, met
         "vertisynth_version": __version__,
         "python": platform.python_version(),
         "seed": plan.config.seed,
-        "config": plan.config.to_dict(),
+        "config": plan.config.resolved(sample_size=synthetic.n, noise=plan.ledger.noise),
         "dataset": {
             "name": plan.dataset_name,
             "description": loaded.description,
