@@ -48,6 +48,12 @@ def test_parties_and_server_as_separate_processes_equal_the_simulation(tmp_path)
     # the server's inputs are signed envelopes only: no raw column of any party is among them
     assert all(p.suffix == ".env" for p in (tmp_path / "shared").iterdir())
     assert "not for production" in (tmp_path / "out" / "report.json").read_text()
+    # the run's summary and HTML report, by the run's writers: the spend, no metric (the server holds no real row)
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "## Privacy" in summary and "no metrics: the server holds no real rows" in summary
+    assert f"synthetic records: {len(deployed)}" in summary
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "Privacy ledger" in html and "no figure: no real rows here" in html and "summary.md" in res.stdout
 
 
 def test_server_refuses_missing_parties(tmp_path):

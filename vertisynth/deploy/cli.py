@@ -249,4 +249,5 @@ def server(config: Path, exchange: str, out: Path, key: Path | None, timeout: fl
         _fail(exc)
         return
     model = ", model.npz" if (out / "model.npz").is_file() else ""
-    click.echo(f"server: wrote {out}/synthetic.csv{model}, report.json, ledger.json" + (f" [{TEST_LABEL}]" if test else ""))
+    click.echo(f"server: wrote {out}/synthetic.csv{model}, report.json, ledger.json, summary.md, report.html"
+               + (f" [{TEST_LABEL}]" if test else ""))

@@ -20,7 +20,10 @@ from vertisynth.core.messages import Message
 from vertisynth.core.privacy import PrivacyLedger
 from vertisynth.run.config import RunConfig
 from vertisynth.run.model import MODEL_FILE, FittedModel
-from vertisynth.run.pipeline import model_privacy, release_note
+from vertisynth.core.outfiles import write_text
+from vertisynth.run.html import write_run_html
+from vertisynth.run.pipeline import RunResult, model_privacy, release_note
+from vertisynth.run.report import summary_markdown
 from vertisynth.run.stream_out import stream_output
 
 from .he_rounds import joint_encoder, serve_rounds
@@ -91,6 +94,7 @@ def run_server(config: RunConfig, exchange: str | Path, out: Path, data_dir: str
                key: Path | None = None, timeout: float = 600.0, publish_only: bool = False) -> Path:
     """`timeout`: seconds to wait for the parties' hellos and messages. `publish_only`: publish the run key the
     parties seal to, and return (runs whose steps are run one after another)."""
+    t_start = time.perf_counter()
     plan, synth = _vertical_plan(config, data_dir, aligned_csv=True)   # the server never sees rows anyway
     names = list(plan.partition.names)
     transport = transport_for(exchange)
@@ -143,12 +147,13 @@ def run_server(config: RunConfig, exchange: str | Path, out: Path, data_dir: str
     empty = pd.DataFrame({c.name: pd.Series(dtype=object) for c in plan.source.schema.columns})
     codec = plan.source.schema.fit(empty, None, streams["preprocessing"])
     # sampled, decoded and written in the run's blocks (`sample_block_rows`): the one-process run's table
-    stream_output(synth, config, codec, streams, out, count=False)
+    written = stream_output(synth, config, codec, streams, out, count=False)
     report = {"mode": "server: built from the parties' signed envelopes only", "run": run,
               **({"test_secret": TEST_LABEL} if test else {}), "messages": files,
-              "privacy": ledger.to_dict(), "synthesizer": plan.synthesizer.describe(),
-              "phase_seconds": synth.timings(), "seed": config.seed, "parties": plan.partition.to_dict(),
-              **({"model": synth.model_details()} if isinstance(synth, ReportsModel) else {})}
+              "privacy": ledger.to_dict(), "phase_seconds": synth.timings(), "seed": config.seed,
+              "parties": plan.partition.to_dict(), **_run_shape(plan, synth, written.n, t_start)}
+    if "model" in report["synthesizer"]:
+        report["model"] = report["synthesizer"]["model"]
     model = None
     if isinstance(synth, HasGraphicalModel):   # fit once, sample many: the model is part of the release
         gm, sampling = synth.fitted_model()
@@ -162,4 +167,22 @@ def run_server(config: RunConfig, exchange: str | Path, out: Path, data_dir: str
     (out / "report.json").write_text(json.dumps(report, indent=2, default=str))
     (out / "ledger.json").write_text(json.dumps({**report["privacy"], "run": run,
                                                  **({"test_secret": TEST_LABEL} if test else {})}, indent=2, default=str))
+    # summary.md and report.html by the run's writers; no real rows here, so no metric and no real-vs-synthetic figure
+    result = RunResult(None, None, None, {}, ledger, report, out, model, out / "synthetic.csv")
+    write_text(out / "summary.md", summary_markdown(result))
+    write_run_html(result, out)
     return out
+
+
+def _run_shape(plan, synth, rows: int, t_start: float) -> dict:
+    """The fields of a run's report that summary.md and report.html read, as the server knows them."""
+    return {"dataset": {"name": plan.dataset_name, "description": plan.source.description, "records": None,
+                        "attributes": list(plan.source.schema.names), "schema_inferred_from_data": False},
+            "alignment": {"use": plan.config.alignment.use, "info": {}},
+            "synthesizer": {**plan.synthesizer.describe(), "mode": "vertical: parties share only messages",
+                            "phase_seconds": synth.timings(),
+                            **({"model": synth.model_details()} if isinstance(synth, ReportsModel) else {})},
+            "synthetic_records": rows, "metrics": {},
+            "metrics_note": "no metrics: the server holds no real rows (score the table with `vertisynth evaluate` "
+                            "where the real rows are)",
+            "timings_seconds": {"server": time.perf_counter() - t_start}}

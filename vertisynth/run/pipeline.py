@@ -90,7 +90,7 @@ class Plan:
 class RunResult:
     _synthetic: pd.DataFrame | None   # None: a streamed run's table of several blocks, in `synthetic_path` only
     synthetic_codes: Any               # a Dataset; a streamed run's table of several blocks: its counts only
-    real_codes: Dataset
+    real_codes: Dataset | None   # None: the deploy server's result (it holds no real rows)
     metrics: dict[str, dict[str, float]]
     ledger: PrivacyLedger
     report: dict[str, Any]

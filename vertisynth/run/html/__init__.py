@@ -161,6 +161,8 @@ def run_context(result: RunResult, holdout: Dataset | None = None) -> dict[str, 
     owner = {a: q["name"] for q in r["parties"] for a in q["attributes"]}
     real, synthetic = result.real_codes, result.synthetic_codes
     try:
+        if real is None:   # the deploy server: it builds the table from the parties' messages, never their rows
+            raise DataError("no real rows here to compare the synthetic table with")
         marg_fig, marg_table = worst_marginals(real, synthetic)
         heat_fig, heat_note = association_heatmaps(real, synthetic)
     except DataError as exc:   # a streamed run of several blocks keeps no synthetic codes once evaluated
@@ -168,7 +170,8 @@ def run_context(result: RunResult, holdout: Dataset | None = None) -> dict[str, 
     cliques = model_cliques(result)
     graph = None
     if cliques is not None and owner:
-        uri, within, cross = figures.model_graph({a: owner.get(a, "?") for a in real.domain.attributes}, cliques)
+        names = real.domain.attributes if real is not None else r["dataset"]["attributes"]
+        uri, within, cross = figures.model_graph({a: owner.get(a, "?") for a in names}, cliques)
         graph = {"uri": uri, "within": within, "cross": cross, "cliques": len(cliques)}
     stages = p.get("per_stage_epsilon") or {}
     return {
