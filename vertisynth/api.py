@@ -85,12 +85,14 @@ def synthesize(
         modelled), "independent" (the no-correlation baseline), or a centralised comparison point ("privmrf",
         "dpsyn", "private_pgm"). `params` are its options (see its module docstring).
     parties: {party name: [columns]}, only with a single DataFrame.
-    schema: a public per-column schema, {column: {"kind": "categorical", "categories": [...]}} or
-        {"kind": "numeric", "bounds": [low, high], ...} (see `ColumnSchema`); a numeric column with bounds and no
-        `binning` gets DP-quantile bins (QUANTILE_SHARE of ε split among such columns; `"binning": "equal_width"`
-        keeps equal-width bins at no cost). Without it the schema is read off the data, which is NOT covered by
-        the DP guarantee: an `InferredSchemaWarning` says so, and a column that looks like an identifier (IDs,
-        e-mail addresses) is refused.
+    schema: a public per-column schema, the dict a config's `[dataset.params.schema]` table is (the same keys,
+        the same meaning; see `ColumnSchema` and docs/config.md), e.g. {"sex": {"kind": "categorical",
+        "categories": ["F", "M"]}, "age": {"kind": "numeric", "bounds": [0, 100], "integer": True},
+        "income": {"kind": "numeric", "bounds": [0, 1e6], "binning": "quantile", "quantile_epsilon": 0.05}}:
+        numeric bounds alone give equal-width bins; DP-quantile bins (for a skewed column) are asked for with
+        `binning` and `quantile_epsilon`, charged to the ledger. Without it the schema is read off the data,
+        which is NOT covered by the DP guarantee: an `InferredSchemaWarning` says so, and a column that looks
+        like an identifier (IDs, e-mail addresses) is refused.
     bounds: without `schema`, {column: (low, high)}: public ranges of numeric columns, which then get DP-quantile
         bins (QUANTILE_SHARE of ε split among them, in the ledger) instead of equal-width bins over the data's
         min-max.
@@ -244,15 +246,11 @@ def _align_by_index(data: Mapping[str, pd.DataFrame]) -> dict[str, pd.DataFrame]
 
 
 def _public_schema(schema: Mapping[str, Mapping[str, Any]], epsilon: float) -> TableSchema:
-    """The caller's schema; a numeric column with public bounds and no `binning` (or `edges`) gets DP-quantile bins,
-    QUANTILE_SHARE of ε split among such columns, rather than equal-width bins that a skewed column cannot use."""
+    """The caller's schema, read as a config's `[dataset.params.schema]` is (`TableSchema.from_config`): one
+    format, one meaning (numeric `bounds` alone: equal-width bins; DP quantiles only when asked for)."""
     if not isinstance(schema, Mapping):
         raise DataError(f"schema must be {{column: {{kind: ...}}}}, got a {type(schema).__name__}")
-    auto = [c for c, spec in schema.items() if isinstance(spec, Mapping) and spec.get("kind") == "numeric"
-            and spec.get("bounds") is not None and "binning" not in spec and spec.get("edges") is None]
-    spec = {c: ({**v, "binning": "quantile", "quantile_epsilon": QUANTILE_SHARE * epsilon / len(auto)} if c in auto
-                else v) for c, v in schema.items()}
-    return TableSchema.from_config(spec)
+    return TableSchema.from_config(schema)
 
 
 def _bounds_kw(bounds: Mapping[str, tuple[float, float]] | None, epsilon: float) -> dict[str, Any]:

@@ -182,19 +182,40 @@ def test_cli_csv_without_schema_refuses_ids_and_warns_in_one_line(tmp_path):
             assert res.output.count("warning: the schema") == 1
 
 
-def test_public_bounds_in_a_schema_default_to_dp_quantile_bins():
+SCHEMA_TOML = """
+[dataset.params.schema]
+sex = { kind = "categorical", categories = ["F", "M"] }
+income = { kind = "numeric", bounds = [0, 1e6], binning = "quantile", quantile_epsilon = 0.1 }
+hours = { kind = "numeric", bounds = [0, 100], bins = 5 }
+"""
+
+
+def test_one_schema_format_means_the_same_in_the_api_and_a_config(tmp_path):
+    import tomllib
+
+    from vertisynth.run.config import parse_config
+    from vertisynth.run.pipeline import run
+
     rng = np.random.default_rng(1)
     n = 3000
     a = pd.DataFrame({"sex": rng.choice(["F", "M"], n)})
-    b = pd.DataFrame({"income": np.round(np.exp(rng.normal(10, 0.9, n)), 2)})
-    schema = {"sex": {"kind": "categorical", "categories": ["F", "M"]},
-              "income": {"kind": "numeric", "bounds": [0, 1e6]}}
-    res = vertisynth.synthesize({"h": a, "i": b}, epsilon=1.0, schema=schema, **FAST)
-    assert res.report["privacy"]["per_stage_epsilon"]["preprocessing"] == pytest.approx(0.1, rel=1e-3)
-    assert abs(res.synthetic.income.median() / np.median(b.income) - 1) < 0.2
-    plain = vertisynth.synthesize({"h": a, "i": b}, epsilon=1.0, **FAST,
-                                  schema={**schema, "income": {**schema["income"], "binning": "equal_width"}})
-    assert "preprocessing" not in plain.report["privacy"]["per_stage_epsilon"]   # asked for: no quantile spend
+    b = pd.DataFrame({"income": np.round(np.exp(rng.normal(10, 0.9, n)), 2), "hours": rng.integers(10, 60, n)})
+    schema = tomllib.loads(SCHEMA_TOML)["dataset"]["params"]["schema"]   # the TOML table is the API's dict
+    api = vertisynth.synthesize({"h": a, "i": b}, epsilon=1.0, schema=schema, **FAST)
+    pd.concat([a, b], axis=1).to_csv(tmp_path / "t.csv", index=False)
+    cfg = parse_config({"budget": {"epsilon": 1.0, "delta": 1e-5}, "seed": 0,
+                        "dataset": {"name": "csv", "params": {"path": str(tmp_path / "t.csv"), "schema": schema,
+                                                              "parties": [["sex"], ["income", "hours"]]}},
+                        "synthesizer": {"use": FAST["synthesizer"]}})
+    from_config = run(cfg)
+    stages = api.report["privacy"]["per_stage_epsilon"]
+    assert stages == pytest.approx(from_config.report["privacy"]["per_stage_epsilon"])
+    assert stages["preprocessing"] == pytest.approx(0.1, rel=1e-3)   # the asked-for DP quantiles, nothing more
+    assert abs(api.synthetic.income.median() / np.median(b.income) - 1) < 0.2
+    # numeric bounds alone: equal-width bins in both, no quantile spend in either
+    del schema["income"]["binning"], schema["income"]["quantile_epsilon"]
+    plain = vertisynth.synthesize({"h": a, "i": b}, epsilon=1.0, schema=schema, **FAST)
+    assert "preprocessing" not in plain.report["privacy"]["per_stage_epsilon"]
 
 
 def test_cli_and_summary_say_when_the_model_has_no_cross_party_edge(tmp_path):
