@@ -117,3 +117,19 @@ def test_every_hookspec_has_a_builtin_implementation():
     for kind, (hook, _) in SPEC_KINDS.items():
         impls = getattr(reg.pm.hook, hook).get_hookimpls()
         assert impls, f"no plugin implements {hook}"
+
+
+def test_strict_imports_lazy_factories(isolated):
+    """A spec's "module:Name" factory is imported only when used; `plugins --strict` imports it, so what
+    `validate` would refuse is refused there first."""
+    src = GOOD.format(name="lazy").replace("vertisynth.plugins.evaluators.tvd:TVDEvaluator", "fake_lazy_impl:Missing")
+    install_fake_dist(isolated, "fake-lazy", {"fake_lazy": src, "fake_lazy_impl": "X = 1"}, {"lazy": "fake_lazy"})
+    reg = Registry.load()   # lazy: listed, not imported
+    assert "lazy" in reg.names("evaluator")
+    with pytest.raises(PluginError, match="evaluator 'lazy'.*fake_lazy_impl:Missing"):
+        Registry.load(strict=True)
+    from click.testing import CliRunner
+
+    from vertisynth.cli import main
+    res = CliRunner().invoke(main, ["plugins", "--strict"])
+    assert res.exit_code == 2 and "fake_lazy_impl:Missing" in res.output and "Traceback" not in res.output

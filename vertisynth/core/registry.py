@@ -116,6 +116,17 @@ class Registry:
                         self._fail(name, dist, f"hook {hook} returned {s!r}, expected {spec_cls.__name__} items")
                         return
                     found[kind].append((s, dist))
+        if self.strict:   # a lazy factory ("module:Name") is imported only when used: strict imports it now
+            for items in found.values():
+                for s, _ in items:
+                    try:
+                        s.load_factory()
+                        s.load_config_cls()
+                    except Exception as exc:   # PluginError, or whatever the plugin's module raises at import
+                        self.pm.unregister(obj)
+                        why = str(exc) if isinstance(exc, PluginError) else f"{type(exc).__name__}: {exc}"
+                        self._fail(name, dist, f"{s.kind} {s.name!r}: {why}")
+                        return
         for kind, items in found.items():
             for spec, provider in items:
                 self._specs[kind][spec.name].append((spec, provider))
