@@ -56,6 +56,8 @@ class ColumnSchema:
     kind: "categorical" (needs `categories`), "numeric" (needs `bounds` or `edges`) or "datetime" (needs
           public `bounds` as ISO dates or times, e.g. ["2020-01-01", "2025-01-01"]; equal-width bins in time;
           decoded to dates when both bounds are midnights, else to seconds).
+    bounds: [low, high], inclusive at both ends (the last bin is closed): a value equal to either encodes,
+            and no decoded value leaves them.
     binning: "equal_width" (edges from public bounds), "quantile" (DP quantiles, costs budget)
              or "edges" (public edges given).
     missing: "error" (missing values are refused) or "category" (an explicit extra code).
@@ -380,7 +382,8 @@ class TableSchema:
                     inner = dp_quantiles(vals, np.arange(1, c.bins) / c.bins, c.bounds, c.quantile_epsilon, rng,
                                          secure=ledger.noise == "secure")
                     edges = np.concatenate([[c.bounds[0]], inner, [c.bounds[1]]])
-                labels = tuple(_bin_label(a, b, c.integer) for a, b in zip(edges[:-1], edges[1:]))
+                labels = tuple(_bin_label(a, b, c.integer, last=i == len(edges) - 2)
+                               for i, (a, b) in enumerate(zip(edges[:-1], edges[1:])))
             if c.missing == "category":
                 labels = labels + (MISSING_LABEL,)
             out.append(ColumnCodec(c, labels, edges, dtype))
@@ -436,7 +439,8 @@ class TableSchema:
                     "attribute, declare it in a public schema")
             if numeric and vals.nunique() > max_categories:
                 lo, hi = float(vals.min()), float(vals.max())
-                cols.append(ColumnSchema(str(name), "numeric", bins=bins, bounds=(lo, hi + (1 if integer else 0)),
+                # bounds are inclusive at both ends (the last bin is closed): the data's own min and max, not max + 1
+                cols.append(ColumnSchema(str(name), "numeric", bins=bins, bounds=(lo, hi),
                                          integer=integer, missing=missing))
                 observed_range.append(str(name))
             else:
@@ -498,10 +502,11 @@ def _seconds_of(value: Any, where: str) -> float:
         raise ConfigError(f"{where}: datetime bound {value!r} is not a date or time ({exc})") from None
 
 
-def _bin_label(a: float, b: float, integer: bool) -> str:
+def _bin_label(a: float, b: float, integer: bool, last: bool = False) -> str:
+    """'[a, b)'; the last bin is closed, as the bounds are: '[a, b]'."""
     if integer:
-        return f"[{math.ceil(a)}, {math.ceil(b)})"
-    return f"[{a:.4g}, {b:.4g})"
+        return f"[{math.ceil(a)}, {math.floor(b)}]" if last else f"[{math.ceil(a)}, {math.ceil(b)})"
+    return f"[{a:.4g}, {b:.4g}" + ("]" if last else ")")
 
 
 def _identifier_reason(vals: pd.Series, numeric: bool, integer: bool, max_categories: int) -> str | None:
