@@ -30,3 +30,31 @@ def test_declared_bounds_are_inclusive_and_decoded_values_stay_inside():
     _, out = _decode_every_code(schema, frame)   # both ends encode (inclusive) ...
     assert out["age"].between(0, 91).all() and out["age"].max() == 91   # ... and decode inside them
     assert out["x"].between(0, 1).all()
+
+
+def _most_decimals(values):
+    return max(len(f"{v!r}".split(".")[1]) if "." in f"{v!r}" else 0 for v in values)
+
+
+def test_decoded_numbers_carry_the_inputs_decimals():
+    rng = np.random.default_rng(2)
+    frame = pd.DataFrame({"income": rng.normal(50_000, 1_000, 3000).round(2), "rate": rng.uniform(0, 1, 3000).round(3)})
+    schema = TableSchema.infer(frame, warn=False)
+    assert [c.decimals for c in schema.columns] == [2, 3]   # read off the data, as the inferred bounds are
+    _, out = _decode_every_code(schema, frame)
+    assert _most_decimals(out["income"]) == 2 and _most_decimals(out["rate"]) == 3   # kept, at most and used
+    lo, hi = schema.columns[0].bounds
+    assert out["income"].between(lo, hi).all()
+    declared = TableSchema.from_config({"p": {"kind": "numeric", "bounds": [0, 0.05], "bins": 4, "decimals": 2}})
+    _, out = _decode_every_code(declared, pd.DataFrame({"p": [0.0, 0.05]}))
+    assert set(out["p"]) <= {0.0, 0.01, 0.02, 0.03, 0.04, 0.05} and out["p"].max() == 0.05
+
+
+def test_decimals_is_checked():
+    import pytest
+
+    from vertisynth.core.errors import ConfigError
+    for bad in ({"kind": "numeric", "bounds": [0, 1], "decimals": -1},
+                {"kind": "categorical", "categories": ["a"], "decimals": 2}):
+        with pytest.raises(ConfigError, match="decimals"):
+            TableSchema.from_config({"c": bad})

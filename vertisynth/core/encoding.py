@@ -77,9 +77,16 @@ class ColumnSchema:
     # categorical: the category list is public on purpose (a codebook), even when about as long as the table
     # (`identifier_list_error` refuses such a list otherwise: it would copy real identifiers into the output)
     public: bool = False
+    # numeric, not integer: decoded values carry at most this many decimals (a point of the 10^-decimals grid
+    # in the bin: 2 for money); unset: as few digits as the bin's width needs (DECODE_STEPS)
+    decimals: int | None = None
 
     def __attrs_post_init__(self) -> None:
         where = f"column {self.name!r}"
+        if self.decimals is not None and (self.kind != "numeric" or isinstance(self.decimals, bool)
+                                          or not isinstance(self.decimals, int) or not 0 <= self.decimals <= 15):
+            raise ConfigError(f"{where}: decimals applies to a numeric column and is a whole number from 0 to 15, "
+                              f"got {self.decimals!r} on a {self.kind} column")
         if self.kind == "categorical":
             if not self.categories:
                 raise ConfigError(f"{where}: a categorical column needs a non-empty list of categories")
@@ -250,6 +257,8 @@ class ColumnCodec:
             ihi = np.where(b == nb - 1, np.floor(hi), np.ceil(hi) - 1)  # last bin is closed
             ihi = np.maximum(ihi, ilo)
             vals = np.floor(rng.uniform(ilo, ihi + 1)).clip(ilo, ihi)
+        elif s.decimals is not None:
+            vals = _uniform_on_decimals(lo, hi, s.decimals, e[0], e[-1], rng)
         else:
             vals = _uniform_on_grid(lo, hi, rng)
         if miss.any():
@@ -282,6 +291,22 @@ def _uniform_on_grid(lo: np.ndarray, hi: np.ndarray, rng: np.random.Generator) -
     if plain.any():
         vals[plain] = rng.uniform(lo[plain], hi[plain])
     return vals
+
+
+def _uniform_on_decimals(lo: np.ndarray, hi: np.ndarray, d: int, low: float, high: float,
+                         rng: np.random.Generator) -> np.ndarray:
+    """Uniform on the points with `d` decimals in [lo, hi) (the last bin: up to `high`); a bin narrower than
+    that grid gets its nearest grid point, kept inside the column's bounds [low, high]."""
+    scale = 10.0 ** d
+
+    def grid(x: Any) -> Any:   # x·10^d, its float error (49986.93 · 100 = 4998692.999…) rounded away
+        return np.round(np.asarray(x, float) * scale, 6)
+
+    first = np.ceil(grid(lo))
+    last = np.where(hi >= high, np.floor(grid(hi)) + 1, np.ceil(grid(hi)))   # exclusive
+    g = np.where(last > first, first + np.floor(rng.random(len(lo)) * np.maximum(last - first, 1)),
+                 np.round(rng.uniform(lo, hi) * scale))
+    return np.clip(g, np.ceil(grid(low)), np.floor(grid(high))) / scale
 
 
 @attrs.frozen(eq=False)
@@ -428,7 +453,8 @@ class TableSchema:
                     raise ConfigError(f"bounds of column {name!r} must be two numbers (low, high), "
                                       f"got {bounds[str(name)]!r}") from None
                 cols.append(ColumnSchema(str(name), "numeric", bins=bins, binning="quantile", bounds=(lo, hi),
-                                         integer=integer, missing=missing, quantile_epsilon=quantile_epsilon))
+                                         integer=integer, missing=missing, quantile_epsilon=quantile_epsilon,
+                                         decimals=None if integer else _decimals(vals.to_numpy(float))))
                 continue
             reason = _identifier_reason(vals, numeric, integer, max_categories)
             if reason and identifiers != "keep":
@@ -441,7 +467,8 @@ class TableSchema:
                 lo, hi = float(vals.min()), float(vals.max())
                 # bounds are inclusive at both ends (the last bin is closed): the data's own min and max, not max + 1
                 cols.append(ColumnSchema(str(name), "numeric", bins=bins, bounds=(lo, hi),
-                                         integer=integer, missing=missing))
+                                         integer=integer, missing=missing,
+                                         decimals=None if integer else _decimals(vals.to_numpy(float))))
                 observed_range.append(str(name))
             else:
                 cats = sorted(vals.unique().tolist(), key=lambda v: (str(type(v)), v))
@@ -500,6 +527,14 @@ def _seconds_of(value: Any, where: str) -> float:
         return float(_seconds(pd.DatetimeIndex([pd.Timestamp(value)]))[0])
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: datetime bound {value!r} is not a date or time ({exc})") from None
+
+
+def _decimals(vals: np.ndarray) -> int | None:
+    """The fewest decimals (up to 6) that write every value as read (2 for money), or None."""
+    for d in range(7):
+        if np.all(np.abs(np.round(vals, d) - vals) <= 1e-9 * np.maximum(1.0, np.abs(vals))):
+            return d
+    return None
 
 
 def _bin_label(a: float, b: float, integer: bool, last: bool = False) -> str:

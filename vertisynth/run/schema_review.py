@@ -48,6 +48,8 @@ def _column_line(c: ColumnSchema) -> str:
         fields.update(bounds=list(c.bounds), bins=c.bins)
         if c.integer:
             fields["integer"] = True
+        if c.decimals is not None:
+            fields["decimals"] = c.decimals
     if c.missing != "error":
         fields["missing"] = c.missing
     return f"{_key(c.name)} = {{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in fields.items()) + " }"
