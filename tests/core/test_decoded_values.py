@@ -58,3 +58,15 @@ def test_decimals_is_checked():
                 {"kind": "categorical", "categories": ["a"], "decimals": 2}):
         with pytest.raises(ConfigError, match="decimals"):
             TableSchema.from_config({"c": bad})
+
+
+def test_dates_outside_pandas_range_name_the_supported_range():
+    import pytest
+
+    from vertisynth.core.errors import ConfigError, DomainError
+    with pytest.raises(ConfigError, match=r"'1600-01-01' is outside the supported range.*1677-09-22 to 2262-04-11"):
+        TableSchema.from_config({"d": {"kind": "datetime", "bounds": ["1600-01-01", "2000-01-01"]}})
+    schema = TableSchema.from_config({"d": {"kind": "datetime", "bounds": ["1700-01-01", "2000-01-01"], "clip": True}})
+    codec = schema.fit(pd.DataFrame({"d": ["1800-01-01"]}), None, np.random.default_rng(0))
+    with pytest.raises(DomainError, match="outside the supported range.*1677-09-22 to 2262-04-11.*numeric"):
+        codec.encode(pd.DataFrame({"d": ["1650-01-01", "1800-01-01"]}))

@@ -205,6 +205,9 @@ class ColumnCodec:
             if s.kind == "datetime":
                 try:
                     vals = _seconds(pd.to_datetime(col[~miss]))
+                except pd.errors.OutOfBoundsDatetime as exc:
+                    raise DomainError(f"datetime column {s.name!r} has a date outside the supported range ({exc}): "
+                                      f"{DATE_RANGE_NOTE}") from None
                 except (TypeError, ValueError) as exc:
                     raise DomainError(f"datetime column {s.name!r} has values that are not dates: {exc}") from None
             else:
@@ -522,9 +525,17 @@ def _seconds(values: pd.Series | pd.DatetimeIndex) -> np.ndarray:
     return (stamps - pd.Timestamp(0)) / pd.Timedelta(seconds=1)
 
 
+# pandas' datetime64[ns]: the dates a datetime column can hold
+DATE_RANGE_NOTE = (f"datetime columns hold dates from {pd.Timestamp.min.ceil('D'):%Y-%m-%d} to "
+                   f"{pd.Timestamp.max:%Y-%m-%d} (pandas' datetime64[ns]); for others declare the column numeric "
+                   "(e.g. the year) or categorical")
+
+
 def _seconds_of(value: Any, where: str) -> float:
     try:
         return float(_seconds(pd.DatetimeIndex([pd.Timestamp(value)]))[0])
+    except pd.errors.OutOfBoundsDatetime:
+        raise ConfigError(f"{where}: datetime bound {value!r} is outside the supported range: {DATE_RANGE_NOTE}") from None
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: datetime bound {value!r} is not a date or time ({exc})") from None
 
