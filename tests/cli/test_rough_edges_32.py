@@ -72,4 +72,5 @@ def test_report_config_has_no_null_fields(tmp_path):
     report = json.loads((tmp_path / "report.json").read_text())
     written = report["config"]
     assert not _nulls(written), _nulls(written)
-    assert written["sample_size"] == report["synthetic_records"] and written["noise"] == "simulation"   # what the run resolved them to
+    # what the run resolved them to
+    assert written["sample_size"] == report["synthetic_records"] and written["noise"] == "simulation"

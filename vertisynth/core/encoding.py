@@ -535,7 +535,8 @@ def _seconds_of(value: Any, where: str) -> float:
     try:
         return float(_seconds(pd.DatetimeIndex([pd.Timestamp(value)]))[0])
     except pd.errors.OutOfBoundsDatetime:
-        raise ConfigError(f"{where}: datetime bound {value!r} is outside the supported range: {DATE_RANGE_NOTE}") from None
+        raise ConfigError(f"{where}: datetime bound {value!r} is outside the supported range: "
+                          f"{DATE_RANGE_NOTE}") from None
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: datetime bound {value!r} is not a date or time ({exc})") from None
 
