@@ -35,6 +35,11 @@ def test_run_without_arguments_writes_outputs(tmp_path):
     res = CliRunner().invoke(main, ["run", "--quiet", "--out", str(tmp_path / "out")])
     assert res.exit_code == 0, res.output
     assert "tvd.tvd_3way" in res.output
+    # every TVD beside its reference points, so that the number means something; one default of ways everywhere
+    import re
+    scores = re.findall(r"tvd\.tvd_(\d)way = [0-9.]+ \(independent columns [0-9.]+; real holdout vs training rows "
+                        r"[0-9.]+\)", res.output)
+    assert scores == ["2", "3", "4"], res.output
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["privacy"]["within_budget"]
 

@@ -48,7 +48,7 @@ def test_evaluate_with_a_config_ignores_and_names_columns_outside_its_schema(tmp
     assert res.exit_code == 0, res.output
     lines = [ln for ln in res.output.splitlines() if ln.startswith("warning:")]
     assert len(lines) == 1 and "['id']" in lines[0] and "real" in lines[0], res.output
-    assert "tvd.tvd_1way = 0.0000" in res.output   # the same rows, shuffled: scored on the schema's columns
+    assert "tvd.tvd_2way = 0.0000" in res.output   # the same rows, shuffled: scored on the schema's columns
 
 
 def _nulls(x, where="config"):

@@ -86,7 +86,7 @@ def _run(config: Path | None, out: Path | None, data_dir: str | None, seed: int 
     from vertisynth.core.privacy import NOISE_LABELS
     from vertisynth.run.config import default_config, load_config
     from vertisynth.run.pipeline import execute, make_plan
-    from vertisynth.run.report import cross_party_note
+    from vertisynth.run.report import cross_party_note, reference_text
 
     try:
         cfg = load_config(config) if config else default_config()
@@ -105,8 +105,8 @@ def _run(config: Path | None, out: Path | None, data_dir: str | None, seed: int 
         _fail(exc)
         return
     for ev, metrics in result.metrics.items():
-        for m, v in metrics.items():
-            click.echo(f"{ev}.{m} = {v:.4f}")
+        for m, v in metrics.items():   # with its reference points, so that "0.126" means something
+            click.echo(f"{ev}.{m} = {v:.4f}{reference_text(result.report, ev, m)}")
     click.echo(f"privacy: spent ε = {result.ledger.spent_epsilon():.4g} of {result.ledger.budget.epsilon:.4g}")
     note = cross_party_note(result.report)
     if note:

@@ -231,8 +231,7 @@ params = { encoder = "dpfm" }
 holdout = 0.2          # records kept from the synthesizer, for scoring on unseen data
 
 [[evaluators]]
-use = "tvd"
-params = { ways = [2, 3, 4], marginals = 100 }
+use = "tvd"             # the default: 300 random 2-, 3- and 4-way marginals
 
 [[evaluators]]
 use = "ml_utility"

@@ -28,7 +28,7 @@ from vertisynth.core.structuring import structure
 from .config import EvaluatorConfig
 from .pipeline import build_evaluators, column_kinds
 
-DEFAULT_EVALUATORS: tuple[dict[str, Any], ...] = ({"use": "tvd", "params": {"ways": [1, 2, 3]}},)
+DEFAULT_EVALUATORS: tuple[dict[str, Any], ...] = ({"use": "tvd"},)   # tvd's defaults, as a run's
 
 
 def evaluator_entries(evaluators: Sequence[str | Mapping[str, Any]] | None) -> list[EvaluatorConfig]:

@@ -135,8 +135,8 @@ def test_default_tvd_scores_the_sizes_a_small_table_has_and_explicit_ways_must_f
            "dataset": {"name": "csv", "params": {"path": str(tmp_path / "t.csv"), "schema": schema}},
            "parties": [{"attributes": ["x", "y"]}, {"attributes": ["z"]}], "synthesizer": {"use": "independent"}}
     res = run(parse_config(cfg))
-    assert set(res.metrics["tvd"]) == {"tvd_3way"}
+    assert set(res.metrics["tvd"]) == {"tvd_2way", "tvd_3way"}
     x = Dataset(np.zeros((3, 4), dtype=np.int64), DOMAIN)
-    assert set(TVDEvaluator().evaluate(x, x, np.random.default_rng(0))) == {"tvd_3way", "tvd_4way"}
+    assert set(TVDEvaluator().evaluate(x, x, np.random.default_rng(0))) == {"tvd_2way", "tvd_3way", "tvd_4way"}
     with pytest.raises(ConfigError, match=r"tvd: ways \[4\] exceed the number of attributes \(3\)"):
         make_plan(parse_config({**cfg, "evaluators": [{"use": "tvd", "params": {"ways": [2, 4]}}]}))

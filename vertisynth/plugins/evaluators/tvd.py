@@ -2,8 +2,9 @@
 
 TVD(P, Q) = ½ Σ |P(x) − Q(x)| over the cells of a marginal, averaged over `marginals` distinct
 attribute subsets of each size k in `ways` (all subsets when there are fewer). 0 is perfect, 1 worst.
-Without `ways` in the config: 3, 4 and 5 where the table has that many attributes (a 3-column job scores
-3-way marginals, not an error about sizes nobody asked for); ways given explicitly must all fit.
+Without `ways` in the config: 2, 3 and 4 where the table has that many attributes (a 3-column job scores
+2- and 3-way marginals, not an error about sizes nobody asked for); ways given explicitly must all fit. The one
+default of the run, the default job, `vertisynth evaluate` and the API.
 With `[evaluation] holdout`, the real side is the holdout (the report says which table was used).
 
 Reference points (`reference_points`), on the marginals just scored: `independent`, the TVD of the real
@@ -23,7 +24,7 @@ from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.core.interfaces import Evaluator, PlanContext
 
 
-DEFAULT_WAYS = (3, 4, 5)
+DEFAULT_WAYS = (2, 3, 4)   # the one default: config, the default job, `evaluate`, the API
 
 
 def ways_for(config_ways: list[int] | None, d: int) -> list[int]:
