@@ -318,8 +318,11 @@ def test_validates_memory_estimate_bounds_the_run(tmp_path):
     m = re.search(r"Estimated peak memory of `vertisynth run` \(one process.*?\): ([0-9.]+) (GB|MB)", res.output)
     assert m, res.output
     estimate = float(m.group(1)) * (2**30 if m.group(2) == "GB" else 2**20)
-    probe = ("import resource, sys\nfrom vertisynth.cli.main import main\ntry:\n    main()\nfinally:\n"
-             "    print('maxrss', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n")
+    # the child's own high-water RSS (VmHWM, per address space): ru_maxrss would also hold the RSS of the pytest
+    # process it was forked from (Linux keeps the old address space's peak across exec), i.e. measure pytest
+    probe = ("import re, sys\nfrom vertisynth.cli.main import main\ntry:\n    main()\nfinally:\n"
+             "    hwm = re.search(r'VmHWM:\\s+(\\d+) kB', open('/proc/self/status').read()).group(1)\n"
+             "    print('maxrss', hwm, file=sys.stderr)\n")
     import os
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in [str(__import__("pathlib").Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")] if p)}
