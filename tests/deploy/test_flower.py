@@ -133,7 +133,8 @@ def test_strangers_are_refused_and_a_party_lost_mid_run_stops_every_role(tmp_pat
         assert proc.wait(timeout=120) != 0 and "CERTIFICATE_VERIFY_FAILED" in dep.log("node_misled")
         # the run starts; once the hello round is done, the insurer's SuperNode goes away
         dep.start_run(tmp_path / "app", {"config": str(tmp_path / "job.toml"), "out": str(tmp_path / "out"),
-                                         "timeout": 20})
+                                         "timeout": 20,
+                                         "server-key": str(tmp_path / "private_server" / "server_signing.pem")})
         deadline = time.monotonic() + 300
         while not list((tmp_path / "work_insurer").glob("run-*/hello.rc")) and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -168,7 +169,9 @@ def _plain_run_equals_the_simulation(root, dep, split, out):
     assert set(net["parties"]) == set(split) and all(v["bytes_from_party"] > 0 for v in net["parties"].values())
     # what crossed the wire is kept for audit: only envelopes, each party's under its own name
     sent = sorted(p.name for p in (out / "exchange").iterdir())
-    assert sent and all(n.endswith(".env") and n.split("__")[1] in split for n in sent)
+    assert sent and all(n.endswith(".env") and n.split("__")[1] in split for n in sent if not n.startswith("server-key__"))
+    # the server's only message: its run key, which the parties seal their sketches, columns and ledgers to
+    assert [n for n in sent if n.split("__")[1] == "server"] == ["server-key__server__to__all__0.env"], sent
 
 
 @pytest.fixture(scope="module")
@@ -291,9 +294,11 @@ def test_the_serverapp_names_a_missing_server_key_before_any_step(tmp_path):
         def get_node_ids(self):
             raise AssertionError("asked for nodes")
 
-    (tmp_path / "he.toml").write_text(with_roster(tmp_path, RELAY_HE, ["registry", "employer", "server"]))
+    he_dir = tmp_path / "he"   # its own folder: with_roster makes a server key in each
+    he_dir.mkdir()
+    (he_dir / "he.toml").write_text(with_roster(he_dir, RELAY_HE, ["registry", "employer"]))
     cfg, _ = collab_setup(tmp_path)
-    for config, want in ((tmp_path / "he.toml", "encoder 'he': the server takes part in the rounds; set --run-config"),
+    for config, want in ((he_dir / "he.toml", "encoder 'he': the server takes part in the rounds; set --run-config"),
                          (cfg, "[collab]: the publisher runs beside the ServerApp")):
         out = tmp_path / f"out_{config.stem}"
         ctx = types.SimpleNamespace(run_id=1, run_config={"config": str(config), "out": str(out), "timeout": 5})
