@@ -22,12 +22,12 @@ from typing import Any
 import attrs
 import numpy as np
 
-from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
-from vertisynth.core.errors import ConfigError, DataError
+from vertisynth.core.errors import ConfigError
 from vertisynth.core.interfaces import PlanContext, Synthesizer, VerticalData
 from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
 
+from vertisynth.plugins.synthesizers.fitted import FittedGraphicalModel
 from vertisynth.pgm import estimate
 from vertisynth.pgm.graph import min_fill_cliques
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle, ZCDPFilter
@@ -147,7 +147,8 @@ class ModelSize:
         return total
 
 
-class AIMSynthesizer(Synthesizer):
+class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
+    _name = "aim"
     _model: Any = None   # set by fit
 
     def __init__(self, config: AIMConfig | None = None) -> None:
@@ -239,20 +240,3 @@ class AIMSynthesizer(Synthesizer):
         self._rounds_run, self._anneals = rounds, anneals
         self._filter_log = list(filt.log)
         self._timings = {"select": t_select, "estimate": t_fit, "total fit": time.perf_counter() - t0}
-
-    def sample(self, n: int | None, rng: np.random.Generator) -> Dataset:
-        if self._model is None:
-            raise DataError("aim: fit() before sample()")
-        t0 = time.perf_counter()
-        out = self._model.sample(self._n_hat if n is None else int(n), rng, self.config.sampling)
-        self._timings["sample"] = time.perf_counter() - t0
-        return out
-
-    def fitted_model(self) -> tuple[Any, str]:
-        """The fitted GraphicalModel and the sampling method (HasGraphicalModel): a DP release to sample from."""
-        if self._model is None:
-            raise DataError("aim: fit() before fitted_model()")
-        return self._model, self.config.sampling
-
-    def timings(self) -> dict[str, float]:
-        return dict(self._timings)

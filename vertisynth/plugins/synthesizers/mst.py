@@ -21,11 +21,11 @@ from typing import Any
 import attrs
 import numpy as np
 
-from vertisynth.core.dataset import Dataset
-from vertisynth.core.errors import ConfigError, DataError
+from vertisynth.core.errors import ConfigError
 from vertisynth.core.interfaces import PlanContext, Synthesizer, VerticalData
 from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
 
+from vertisynth.plugins.synthesizers.fitted import FittedGraphicalModel
 from vertisynth.pgm import Measurement, estimate
 from vertisynth.pgm.estimation import bin_query
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle
@@ -57,7 +57,8 @@ def rare_bins(m: Measurement) -> np.ndarray | None:
     return bins
 
 
-class MSTSynthesizer(Synthesizer):
+class MSTSynthesizer(FittedGraphicalModel, Synthesizer):
+    _name = "mst"
     _model: Any = None   # set by fit
 
     def __init__(self, config: MSTConfig | None = None) -> None:
@@ -122,20 +123,3 @@ class MSTSynthesizer(Synthesizer):
                 if comp[x] == old:
                     comp[x] = new
         return chosen
-
-    def sample(self, n: int | None, rng: np.random.Generator) -> Dataset:
-        if self._model is None:
-            raise DataError("mst: fit() before sample()")
-        t0 = time.perf_counter()
-        out = self._model.sample(self._n_hat if n is None else int(n), rng, self.config.sampling)
-        self._timings["sample"] = time.perf_counter() - t0
-        return out
-
-    def fitted_model(self) -> tuple[Any, str]:
-        """The fitted GraphicalModel and the sampling method (HasGraphicalModel): a DP release to sample from."""
-        if self._model is None:
-            raise DataError("mst: fit() before fitted_model()")
-        return self._model, self.config.sampling
-
-    def timings(self) -> dict[str, float]:
-        return dict(self._timings)

@@ -28,12 +28,13 @@ import attrs
 import numpy as np
 
 from vertisynth.core.dataset import Dataset
-from vertisynth.core.errors import ConfigError, DataError
+from vertisynth.core.errors import ConfigError
 from vertisynth.core.domain import Domain
 from vertisynth.core.interfaces import MarginalQuery, MeasuresMarginals, PlanContext, Synthesizer, VerticalData
 from vertisynth.core.mechanisms import exponential_noise, gaussian_mechanism, gaussian_sigma
 from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
 
+from vertisynth.plugins.synthesizers.fitted import FittedGraphicalModel
 from vertisynth.pgm import Measurement, estimate
 from vertisynth.pgm.graph import build_junction_tree
 
@@ -66,7 +67,8 @@ def exponential_mechanism(scores: np.ndarray, epsilon: float, sensitivity: float
     return int(np.argmax(logits + gumbel))
 
 
-class PrivatePGMSynthesizer(Synthesizer, MeasuresMarginals):
+class PrivatePGMSynthesizer(FittedGraphicalModel, Synthesizer, MeasuresMarginals):
+    _name = "private_pgm"
     _model: Any = None   # set by fit
 
     def __init__(self, config: PrivatePGMConfig | None = None) -> None:
@@ -184,20 +186,3 @@ class PrivatePGMSynthesizer(Synthesizer, MeasuresMarginals):
                 if comp[k] == old:
                     comp[k] = new
         return chosen
-
-    def sample(self, n: int | None, rng: np.random.Generator) -> Dataset:
-        if self._model is None:
-            raise DataError("private_pgm: fit() before sample()")
-        t0 = time.perf_counter()
-        out = self._model.sample(self._n_hat if n is None else int(n), rng, self.config.sampling)
-        self._timings["sample"] = time.perf_counter() - t0
-        return out
-
-    def fitted_model(self) -> tuple[Any, str]:
-        """The fitted GraphicalModel and the sampling method (HasGraphicalModel): a DP release to sample from."""
-        if self._model is None:
-            raise DataError("private_pgm: fit() before fitted_model()")
-        return self._model, self.config.sampling
-
-    def timings(self) -> dict[str, float]:
-        return dict(self._timings)
