@@ -256,7 +256,7 @@ def preflight(plan: Plan) -> None:
 def run_memory_estimate(plan: Plan, rows: int) -> dict[str, int]:
     """Peak bytes of `vertisynth run` of this plan in one process (every party and the server in turn) on a
     table of `rows` rows, from the plan alone: meant as a bound, not a guess (tests/run/test_silent_cases.py
-    measures the run's ru_maxrss under it). The real table as read (text objects, ~64 B a value) and coded
+    measures the run's own peak RSS, VmHWM, under it). The real table as read (text objects, ~64 B a value) and coded
     (views, holdout: 32 B), the synthetic table held and written (TABLE_BYTES_PER_CELL, twice: codes and
     frame), the synthesizer's own estimate (every party's peak and the server's, summed: one process), the
     interpreter with its libraries, and the HTML report's figures."""
