@@ -17,7 +17,6 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from typing import Any
 
 import attrs
 import numpy as np
@@ -149,7 +148,6 @@ class ModelSize:
 
 class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
     _name = "aim"
-    _model: Any = None   # set by fit
 
     def __init__(self, config: AIMConfig | None = None) -> None:
         super().__init__(config or AIMConfig())

@@ -16,7 +16,6 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from typing import Any
 
 import attrs
 import numpy as np
@@ -59,7 +58,6 @@ def rare_bins(m: Measurement) -> np.ndarray | None:
 
 class MSTSynthesizer(FittedGraphicalModel, Synthesizer):
     _name = "mst"
-    _model: Any = None   # set by fit
 
     def __init__(self, config: MSTConfig | None = None) -> None:
         super().__init__(config or MSTConfig())

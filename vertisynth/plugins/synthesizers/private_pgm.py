@@ -22,7 +22,6 @@ import itertools
 import math
 import time
 
-from typing import Any
 
 import attrs
 import numpy as np
@@ -69,7 +68,6 @@ def exponential_mechanism(scores: np.ndarray, epsilon: float, sensitivity: float
 
 class PrivatePGMSynthesizer(FittedGraphicalModel, Synthesizer, MeasuresMarginals):
     _name = "private_pgm"
-    _model: Any = None   # set by fit
 
     def __init__(self, config: PrivatePGMConfig | None = None) -> None:
         super().__init__(config or PrivatePGMConfig())
