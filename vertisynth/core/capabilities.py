@@ -140,6 +140,28 @@ class MeasuresJointly(Protocol):
 
 
 @runtime_checkable
+class CrossPartyMeasure(Protocol):
+    """How a vertical measurement oracle answers a marginal whose attributes span two parties (a "cross-party
+    measure": encrypted counts, or sketches). A query is (attributes of one party, attributes of another); every
+    answer is a table of noisy counts on left + right attributes (axes in that order) with its per-cell noise
+    variance as the estimator must weight it. The oracle has already spent the charge for `sigma` (ρ = 1/(2σ²) per
+    table against the role that sees the least noise) before it calls `answer`; `trust` names the roles that must not
+    collude for that to hold ("none": no trusted party; "server": the server colludes with no party), and the oracle
+    writes it into the ledger."""
+
+    trust: str
+
+    def released_variance(self, sigma: float) -> float:
+        """The per-cell variance of an answer paid at `sigma` as the server sees it (e.g. 2σ² for two-sided noise)."""
+
+    def answer(self, views: Mapping[str, Dataset], queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]],
+               sigma: float, noise: str, rngs: Mapping[str, np.random.Generator]
+               ) -> list[tuple[tuple[str, ...], np.ndarray, float]]:
+        """Run the protocol between the parties holding `views` for `queries` (noise "secure": OS CSPRNG; else the
+        parties' seeded `rngs`) and return (attributes, noisy counts, per-cell variance) per query, in order."""
+
+
+@runtime_checkable
 class CostEstimate(Protocol):
     """A component that can say before a run what it will cost each party (`vertisynth validate` prints it):
     {party: {"ciphertexts": ..., "bytes": ..., "cpu_s": ...}} for `n` rows."""
