@@ -10,7 +10,7 @@ from click.testing import CliRunner
 import vertisynth
 from vertisynth.cli import main
 from vertisynth.core.errors import ConfigError, DataError, MessageError
-from vertisynth.run.config import parse_config
+from vertisynth.run.config import config_fingerprint, load_config, parse_config
 from vertisynth.run.model import FittedModel
 from vertisynth.run.pipeline import RNG_STREAMS, run
 
@@ -109,6 +109,23 @@ def _recompute_digest(arrays):
     arrays["__header__"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
 
 
+def _relabel_run(arrays):
+    """Claim the file was released by another run: change its run id, then recompute the stored digest."""
+    from vertisynth.core.domain import Domain
+    from vertisynth.run.model import ModelRelease
+
+    header = json.loads(bytes(arrays["__header__"]).decode())
+    f = header["fields"]
+    f["run"]["value"] = "s" * 64
+    draft = ModelRelease(party=f["party"]["value"], domain=Domain.from_dict(f["domain"]["value"]),
+                         cliques=f["cliques"]["value"], total=f["total"]["value"], sampling=f["sampling"]["value"],
+                         synthesizer=f["synthesizer"]["value"], codec=f["codec"]["value"],
+                         privacy=f["privacy"]["value"], run=f["run"]["value"], config=f["config"]["value"],
+                         potentials={k: arrays[f"d/potentials/{i}"] for i, k in enumerate(f["potentials"]["keys"])})
+    f["digest"]["value"] = draft.content_digest()
+    arrays["__header__"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
+
+
 def test_a_signed_model_verifies_against_the_roster_and_a_recomputed_digest_does_not(fitted, tmp_path):
     from vertisynth.core.identity import Identity, Roster
 
@@ -136,7 +153,24 @@ def test_a_signed_model_verifies_against_the_roster_and_a_recomputed_digest_does
     # the CLI and the API verify against a config's [roster]
     cfg = tmp_path / "job.toml"
     cfg.write_text(f'budget = {{ epsilon = 1.0, delta = 1e-5 }}\n[roster.keys]\nserver = "{server.public_text()}"\n')
+    # with a config, the signature must also vouch for a run of that config: a file signed outside any run of it
+    # (or in a run of another config with the same roster) is refused
+    with pytest.raises(MessageError, match="released by a run of another config"):
+        vertisynth.load_model(path, cfg)
+    m = result.model
+    fp = config_fingerprint(load_config(cfg))
+    path = FittedModel(m.model, m.codec, m.sampling, m.synthesizer, m.privacy, run="r" * 64, config=fp).save(
+        tmp_path / "bound.npz", identity=server)
+    assert vertisynth.load_model(path, cfg).run == "r" * 64
     assert vertisynth.load_model(path, cfg).n_records == loaded.n_records
+    other_cfg = tmp_path / "other.toml"
+    other_cfg.write_text(cfg.read_text().replace("epsilon = 1.0", "epsilon = 8.0"))
+    with pytest.raises(MessageError, match="released by a run of another config"):
+        vertisynth.load_model(path, other_cfg)
+    # the run id is signed: relabelling the file as another run's breaks the signature even with its digest redone
+    _rewrite(path, tmp_path / "relabelled.npz", _relabel_run)
+    with pytest.raises(MessageError, match="does not verify"):
+        vertisynth.load_model(tmp_path / "relabelled.npz", cfg)
     res = CliRunner().invoke(main, ["sample", str(tmp_path / "forged.npz"), "-n", "5", "-o", str(tmp_path / "f.csv"),
                                     "--config", str(cfg)])
     assert res.exit_code == 2 and "does not verify" in res.output and "Traceback" not in res.output

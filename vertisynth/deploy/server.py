@@ -157,7 +157,8 @@ def run_server(config: RunConfig, exchange: str | Path, out: Path, data_dir: str
     model = None
     if isinstance(synth, HasGraphicalModel):   # fit once, sample many: the model is part of the release
         gm, sampling = synth.fitted_model()
-        model = FittedModel(gm, codec, sampling, plan.synthesizer.spec.name, model_privacy(ledger, plan.source.schema))
+        model = FittedModel(gm, codec, sampling, plan.synthesizer.spec.name, model_privacy(ledger, plan.source.schema),
+                            run=run, config=config_fingerprint(config))
     report["privacy"]["releases"] = release_note(plan.synthesizer.spec.name, model)
     if unnoised:
         report["privacy"]["unnoised_releases"] = unnoised

@@ -24,12 +24,12 @@ from typing import Any
 
 import attrs
 
-from vertisynth.core.envelope import ALL, Expect, Header, canonical, fingerprint, open_envelope, seal
+from vertisynth.core.envelope import ALL, Expect, Header, canonical, open_envelope, seal
 from vertisynth.core.errors import ConfigError, DataError, MessageError
 from vertisynth.core.identity import Identity, Roster, inside, roster_of as _roster_of
 from vertisynth.core.sealing import RunKey, Sealed, seal_to
 from vertisynth.plugins.encoders.keys import hkdf
-from vertisynth.run.config import RunConfig
+from vertisynth.run.config import RunConfig, config_fingerprint, public_config
 
 from .transport import ReportsWaiting, Transport, local_folder, receive, transport_for
 
@@ -49,13 +49,6 @@ RUN_KEY_ROUND = "server-key"
 def roster_of(config: RunConfig) -> Roster:
     return _roster_of(config.section("roster"))
 
-
-def public_config(config: RunConfig) -> dict[str, Any]:
-    return json.loads(json.dumps(config.to_dict(), default=str))
-
-
-def config_fingerprint(config: RunConfig) -> str:
-    return fingerprint(public_config(config))
 
 
 def flat(d: Any, prefix: str = "") -> dict[str, Any]:

@@ -12,6 +12,7 @@ Shape (see README):
 """
 from __future__ import annotations
 
+import json
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any, ClassVar
 
 import attrs
 
+from vertisynth.core.envelope import fingerprint
 from vertisynth.core.errors import ConfigError, VertisynthError, choices_text, suggest
 from vertisynth.core.privacy import NOISE_KINDS, Budget
 from vertisynth.core.registry import Registry, default_registry
@@ -241,3 +243,13 @@ params = { label = "income" }
 
 def default_config() -> RunConfig:
     return parse_config(tomllib.loads(DEFAULT_CONFIG_TOML), where="default config")
+
+
+def public_config(config: RunConfig) -> dict[str, Any]:
+    """The config as every role reads it (plain JSON values): what a run's fingerprint is taken over."""
+    return json.loads(json.dumps(config.to_dict(), default=str))
+
+
+def config_fingerprint(config: RunConfig) -> str:
+    """The run's config fingerprint: bound into every envelope and into a signed model file."""
+    return fingerprint(public_config(config))

@@ -36,7 +36,7 @@ from vertisynth.core.structuring import CONVERTER
 from vertisynth.pgm import GraphicalModel, build_junction_tree
 from vertisynth.pgm.model import SAMPLE_BLOCK_ROWS
 
-from .config import RunConfig, load_config
+from .config import RunConfig, config_fingerprint, load_config
 
 MODEL_FILE = "model.npz"
 
@@ -56,13 +56,16 @@ class ModelRelease(Message):
     privacy: dict[str, Any] = attrs.field(factory=dict)            # the run's spend, for whoever reads the file
     digest: str = ""
     signer: str = ""       # the releasing role's roster name; "" unsigned
+    run: str = ""          # the deployed run that released it (its run id); "" for a one-process run
+    config: str = ""       # that run's config fingerprint: a signature vouches for this run of this config only
     signature: str = ""    # hex Ed25519 signature of signed_bytes(signer, digest)
 
     def content_digest(self) -> str:
         h = hashlib.sha256()
         head = {"domain": self.domain.to_dict() if isinstance(self.domain, Domain) else None,
                 "cliques": self.cliques, "total": self.total, "sampling": self.sampling,
-                "synthesizer": self.synthesizer, "codec": self.codec, "privacy": self.privacy, "party": self.party}
+                "synthesizer": self.synthesizer, "codec": self.codec, "privacy": self.privacy, "party": self.party,
+                **({"run": self.run, "config": self.config} if self.run or self.config else {})}
         h.update(json.dumps(head, sort_keys=True, default=str).encode())
         for key in sorted(self.potentials):
             arr = np.ascontiguousarray(self.potentials[key], dtype=np.float64)
@@ -70,10 +73,14 @@ class ModelRelease(Message):
         return h.hexdigest()
 
     def signed_bytes(self) -> bytes:
-        return b"vertisynth model release v1\0" + self.signer.encode() + b"\0" + self.digest.encode()
+        # v2: the run id and config fingerprint are signed too, so a model signed in one run (another budget,
+        # another schema) cannot be passed off as the release of another run of the same roster
+        return b"\0".join([b"vertisynth model release v2", self.signer.encode(), self.digest.encode(),
+                           self.run.encode(), self.config.encode()])
 
-    def check_signature(self, roster: Roster, path: str | Path) -> None:
-        """Accept only a file signed by a role the roster pins, under that role's key (one line otherwise)."""
+    def check_signature(self, roster: Roster, path: str | Path, config_fp: str | None = None) -> None:
+        """Accept only a file signed by a role the roster pins, under that role's key, and (with `config_fp`)
+        released by a run of that config (one line otherwise)."""
         where = f"model file {str(path)!r}"
         if not self.signer or not self.signature:
             raise MessageError(f"{where} is not signed, but the roster given pins the releasing roles' keys "
@@ -86,6 +93,9 @@ class ModelRelease(Message):
         except ValueError:
             raise MessageError(f"{where}: its signature is not hex: refused") from None
         roster.verify(self.signer, sig, self.signed_bytes(), where)
+        if config_fp is not None and self.config != config_fp:
+            raise MessageError(f"{where} was released by a run of another config (fingerprint "
+                               f"{(self.config or 'none')[:12]}..., this config's {config_fp[:12]}...): refused")
 
     def validate(self) -> ModelRelease:
         super().validate()
@@ -133,12 +143,13 @@ class FittedModel:
     nothing. `save(path)` writes it; `FittedModel.load(path)` (or `vertisynth.load_model`) reads it back."""
 
     def __init__(self, model: GraphicalModel, codec: TableCodec, sampling: str = "sample", synthesizer: str = "",
-                 privacy: dict[str, Any] | None = None) -> None:
+                 privacy: dict[str, Any] | None = None, run: str = "", config: str = "") -> None:
         missing = [a for a in codec.domain.attributes if a not in model.domain.attributes]
         if missing:
             raise DataError(f"the model lacks the table's columns {missing}")
         self.model, self.codec, self.sampling, self.synthesizer = model, codec, sampling, synthesizer
         self.privacy = dict(privacy or {})
+        self.run, self.config = run, config   # the releasing deployed run (id, config fingerprint), "" if none
 
     @property
     def columns(self) -> list[str]:
@@ -186,7 +197,7 @@ class FittedModel:
         fields = dict(party="release", domain=m.domain, cliques=[list(c) for c in m.tree.cliques],
                       potentials={str(i): np.asarray(t, float) for i, t in enumerate(m.theta)}, total=float(m.total),
                       sampling=self.sampling, synthesizer=self.synthesizer, codec=_codec_to_json(self.codec),
-                      privacy=json.loads(json.dumps(self.privacy, default=str)))
+                      privacy=json.loads(json.dumps(self.privacy, default=str)), run=self.run, config=self.config)
         draft = ModelRelease(**fields)
         return ModelRelease(**fields, digest=draft.content_digest()).validate()
 
@@ -207,12 +218,13 @@ class FittedModel:
         """Read and check a model file; a malformed or altered one gets a one-line MessageError. With `roster`
         (a Roster, or a config, or its path, whose [roster] is used) the file must be signed by a role the
         roster pins, and the signature must verify."""
+        config_fp = None
         if roster is not None and not isinstance(roster, Roster):
             cfg = roster if isinstance(roster, RunConfig) else load_config(roster)
-            roster = roster_of(cfg.section("roster"))
+            roster, config_fp = roster_of(cfg.section("roster")), config_fingerprint(cfg)
         rel = ModelRelease.load(path)
         if roster is not None:
-            rel.check_signature(roster, path)
+            rel.check_signature(roster, path, config_fp)
         try:
             tree = build_junction_tree(rel.domain, rel.cliques, max_cells=float("inf"))
         except (DomainError, ConfigError, ValueError) as exc:
@@ -228,7 +240,7 @@ class FittedModel:
             raise MessageError(f"model file {str(path)!r}: its decoding's sizes {codec.domain.shape} do not match "
                                "the model's")
         model = GraphicalModel(tree, [rel.potentials[str(i)] for i in range(len(rel.cliques))], rel.total)
-        return cls(model, codec, rel.sampling, rel.synthesizer, rel.privacy)
+        return cls(model, codec, rel.sampling, rel.synthesizer, rel.privacy, rel.run, rel.config)
 
     def __repr__(self) -> str:
         eps = self.privacy.get("spent_epsilon")
