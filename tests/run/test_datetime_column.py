@@ -8,7 +8,7 @@ import vertisynth
 from vertisynth.cli import main
 from vertisynth.core.encoding import TableSchema
 from vertisynth.core.errors import ConfigError, DomainError
-from vertisynth.run.config import parse_config
+from vertisynth.run.config import load_config, parse_config
 from vertisynth.run.pipeline import run
 
 BOUNDS = ["2020-01-01", "2024-01-01"]
@@ -60,3 +60,20 @@ def test_init_from_marks_a_date_column_for_review(tmp_path):
     assert res.exit_code == 0, res.output
     text = (tmp_path / "v.toml").read_text()
     assert 'visit = { kind = "datetime", bounds = [' in text and "# REVIEW visit: dates" in text
+
+
+def test_init_from_says_why_dates_outside_the_datetime_range_stay_categorical(tmp_path):
+    """Dates before 1677 parse (pandas 3 reads them at µs), but a datetime column holds datetime64[ns] dates only:
+    init keeps the column categorical and its REVIEW note says why, instead of silently listing dates as labels
+    (or writing bounds the config then refuses). Two columns: the tvd evaluator asks for 2-way marginals only."""
+    day = pd.Timestamp("1990-01-01") + pd.to_timedelta(np.arange(60) * 7, unit="D")
+    old = [d.replace("1990", "1600", 1).replace("1991", "1601", 1) for d in day.strftime("%Y-%m-%d")]
+    pd.DataFrame({"born": old, "x": np.arange(60) % 3}).to_csv(tmp_path / "old.csv", index=False)
+    res = CliRunner().invoke(main, ["init", str(tmp_path / "old.toml"), "--from", str(tmp_path / "old.csv")])
+    assert res.exit_code == 0, res.output
+    text = (tmp_path / "old.toml").read_text()
+    note = next(line for line in text.splitlines() if line.startswith("# REVIEW born"))
+    assert "outside what a datetime column holds" in note and "1677-09-22" in note
+    assert 'born = { kind = "categorical"' in text
+    assert "ways = [2]" in text
+    load_config(tmp_path / "old.toml")   # a config that loads as written

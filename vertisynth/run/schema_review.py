@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from vertisynth.core.encoding import CSV_NULLS, ColumnSchema, TableSchema, _identifier_reason, csv_na_args
+from vertisynth.core.encoding import (CSV_NULLS, DATE_RANGE_NOTE, ColumnSchema, TableSchema, _identifier_reason,
+                                      csv_na_args)
 from vertisynth.core.errors import DataError
 
 MANY_CATEGORIES = 20     # more values than this: ask whether the list is public or should be coarsened
@@ -56,16 +57,33 @@ def _column_line(c: ColumnSchema) -> str:
 
 
 def _as_datetime(c: ColumnSchema, col: pd.Series) -> ColumnSchema:
-    """A text column whose every value parses as a date becomes kind = "datetime" (bounds: first and last day)."""
+    """A text column whose every value parses as a date becomes kind = "datetime" (bounds: first and last day);
+    one whose dates fall outside what a datetime column holds stays categorical, with a review note saying so."""
     if c.kind != "categorical" or pd.api.types.is_numeric_dtype(col) or len(c.categories) <= MANY_CATEGORIES:
         return c
-    try:
-        when = pd.to_datetime(col.dropna().astype(str), format="mixed")
-    except (TypeError, ValueError):
+    span = _date_span(col)
+    if span is None or not _in_datetime_range(span):
         return c
-    first, last = when.min().floor("D"), when.max().floor("D") + pd.Timedelta(days=1)
+    first, last = span[0].floor("D"), span[1].floor("D") + pd.Timedelta(days=1)
     return ColumnSchema(c.name, "datetime", bounds=(first.strftime("%Y-%m-%d"), last.strftime("%Y-%m-%d")),
                         missing=c.missing)
+
+
+def _date_span(col: pd.Series) -> tuple[pd.Timestamp, pd.Timestamp] | str | None:
+    """(first, last) when every value of a text column parses as a date; "out" when they are dates pandas cannot
+    hold at all; None when they are not dates."""
+    try:
+        when = pd.to_datetime(col.dropna().astype(str), format="mixed")
+    except pd.errors.OutOfBoundsDatetime:
+        return "out"
+    except (TypeError, ValueError):
+        return None
+    return when.min(), when.max()
+
+
+def _in_datetime_range(span: tuple[pd.Timestamp, pd.Timestamp] | str) -> bool:
+    """Whether a datetime column (pandas' datetime64[ns]: 1677-09-22 to 2262-04-11) holds these dates."""
+    return span != "out" and pd.Timestamp.min.ceil("D") <= span[0] and span[1] + pd.Timedelta(days=1) <= pd.Timestamp.max
 
 
 def identifier_note(col: pd.Series) -> str | None:
@@ -77,11 +95,8 @@ def identifier_note(col: pd.Series) -> str | None:
     integer = numeric and (pd.api.types.is_integer_dtype(vals) or bool(np.all(np.mod(vals, 1) == 0)))
     why = _identifier_reason(vals, numeric, integer, MANY_CATEGORIES)
     if why is not None and not numeric:   # dates that never repeat are a datetime column, binned
-        try:
-            pd.to_datetime(vals.astype(str), format="mixed")
+        if _date_span(vals) is not None:   # dates, even outside datetime64[ns] (the review note says so)
             return None
-        except (TypeError, ValueError):
-            pass
     return why
 
 
@@ -92,6 +107,10 @@ def _review_note(c: ColumnSchema, col: pd.Series) -> str | None:
     if c.kind == "numeric":
         return (f"bounds {list(c.bounds)} were read off the data's min and max (not DP): replace them by public "
                 "bounds (a legal or survey range); set clip = true to fold outliers in")
+    if (len(c.categories) > MANY_CATEGORIES and not pd.api.types.is_numeric_dtype(col)
+            and (span := _date_span(col)) is not None and not _in_datetime_range(span)):
+        return (f"{len(c.categories)} values that read as dates, some outside what a datetime column holds, so it "
+                f"stays categorical: {DATE_RANGE_NOTE}")
     if len(c.categories) > MANY_CATEGORIES:
         return (f"{len(c.categories)} categories read off the data (not DP): keep only a public list "
                 "(rare values can single a person out), or declare missing = \"category\" for the rest")
@@ -139,7 +158,7 @@ def review_config(csv_path: str | Path, frame: pd.DataFrame | None = None) -> st
     half = (len(names) + 1) // 2
     lines = [f"# A config for {path.name}, its schema read off the data by `vertisynth init --from`.",
              "# The schema below is NOT DP yet: every line marked REVIEW needs a public decision. Then:",
-             f"#   vertisynth validate THIS_FILE && vertisynth run THIS_FILE",
+             "#   vertisynth validate THIS_FILE && vertisynth run THIS_FILE",
              "seed = 0",
              "budget = { epsilon = 1.0, delta = 1e-5 }",
              "",
@@ -166,7 +185,7 @@ def review_config(csv_path: str | Path, frame: pd.DataFrame | None = None) -> st
               "[[parties]]", 'name = "party1"', f"attributes = {_toml_value(names[:half])}",
               "", "[[parties]]", 'name = "party2"', f"attributes = {_toml_value(names[half:])}",
               "", "[synthesizer]", 'use = "vertimrf"',
-              "", "[[evaluators]]", 'use = "tvd"', "params = { ways = [2, 3] }", ""]
+              "", "[[evaluators]]", 'use = "tvd"', f"params = {{ ways = {[w for w in (2, 3) if w <= len(names)] or [1]} }}", ""]
     if len(names) < 2:
         raise DataError(f"CSV {str(path)!r} has {len(names)} column(s); parties need at least two")
     return "\n".join(lines)
