@@ -213,7 +213,7 @@ def make_server_key(bits: int, randomness: str = "full", party: str = SERVER) ->
 
 def _check_key(what: str, modulus: str, key: ServerKey) -> None:
     if modulus.lower() != key.modulus.lower():
-        raise MessageError(f"he: {what} is encrypted under a key other than the server's published one; refusing")
+        raise MessageError(f"he: {what}: encrypted under a key other than the server's published one; refusing")
 
 
 def encrypt_noise(party: str, recipient: str, lay: Layout, queries: Sequence[Query], sigma: float, public_key,
@@ -248,13 +248,13 @@ def sum_for_server(party: str, key: ServerKey, onehot: protocol.EncryptedOneHot,
     will return the sums; then protocol.py's round 2 at share σ/√2 (the layout checked for offset 2T), E's share
     multiplied into every sum before S's own share and the re-randomisation."""
     queries = protocol.unique(queries)
-    _check_key(f"{onehot.party!r}'s rows", onehot.modulus, key)
-    _check_key(f"{e_noise.party!r}'s noise share", e_noise.modulus, key)
+    _check_key(f"the rows of {onehot.party!r}", onehot.modulus, key)
+    _check_key(f"the noise share of {e_noise.party!r}", e_noise.modulus, key)
     lay = onehot.layout()
     planned = [{"attrs": list(sb), "columns": cols, "groups": view.domain.project(sb).size()}
                for sb, _, cols in protocol.grouping_columns(lay, queries)] if _blocks_ok(lay, queries) else None
     if planned is not None and e_noise.groupings != planned:
-        raise MessageError(f"he: {e_noise.party!r}'s noise share is laid out for {e_noise.groupings}, the sums for "
+        raise MessageError(f"he: the noise share of {e_noise.party!r} is laid out for {e_noise.groupings}, the sums for "
                            f"{planned}; refusing to sum")
     pk = paillier.phe.PaillierPublicKey(int(key.modulus, 16))
     shares = {i: paillier.from_bytes(pk, e_noise.shares[f"g{i}"]) for i in range(len(e_noise.groupings))}
@@ -278,7 +278,7 @@ def decrypt(private_key, sums: ServerSums, queries: Sequence[Query], sigma: floa
     (the same check S made: `protocol.check_layout`); decrypt, unpack, remove 2T. The variance is σ²."""
     queries = protocol.unique(queries)
     if sums.modulus.lower() != format(private_key.public_key.n, "x"):
-        raise MessageError(f"he: {sums.party!r}'s sums are under a key other than this server's; refusing to decrypt")
+        raise MessageError(f"he: the sums of {sums.party!r} are under a key other than this server's; refusing to decrypt")
     if rows is not None and sums.rows != rows:
         raise MessageError(f"he: {sums.party!r} summed {sums.rows} rows, the run aligned {rows}")
     lay = sums.the_layout()
