@@ -58,8 +58,12 @@ def rngs(seed: int) -> dict[str, np.random.Generator]:
     return {p: np.random.default_rng([seed, i]) for i, p in enumerate(("alice", "bob"))}
 
 
-def measure(crypto: str, **kw) -> st.ServerTrust:
-    return st.ServerTrust(HEConfig(crypto=crypto, key_bits=TEST_BITS, randomness="full", workers=1, trust="server", **kw))
+def measure(crypto: str, fixed: int | None = None) -> st.ServerTrust:
+    """The measure; `fixed`: seeded test sources per party (the same seed, the same shares, real or simulated)."""
+    m = st.ServerTrust(HEConfig(crypto=crypto, key_bits=TEST_BITS, randomness="full", workers=1, trust="server"))
+    if fixed is not None:
+        m.test_sources = {p: GeneratorSource(np.random.default_rng([fixed, i])) for i, p in enumerate(("alice", "bob"))}
+    return m
 
 
 @pytest.fixture(scope="module")
@@ -68,9 +72,9 @@ def real_run():
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(paillier, "MIN_KEY_BITS", TEST_BITS)
         vs = views(300, 1)
-        real = measure("real")
+        real = measure("real", fixed=7)
         got = real.answer(vs, QUERIES, 2.0, "simulation", rngs(7))
-        sim = measure("simulated").answer(vs, QUERIES, 2.0, "simulation", rngs(7))
+        sim = measure("simulated", fixed=7).answer(vs, QUERIES, 2.0, "simulation", rngs(7))
     return vs, real, got, sim
 
 
@@ -121,6 +125,23 @@ def test_secure_noise_differs_between_runs_with_the_same_seeds():
     assert not np.array_equal(one, two)
     with pytest.raises(ConfigError, match="noise must be 'secure' or 'simulation'"):
         measure("simulated").answer(vs, QUERIES[:1], 3.0, "seeded", rngs(1))
+    with pytest.raises(ConfigError, match="fixed test noise sources are for simulation noise only"):
+        measure("simulated", fixed=1).answer(vs, QUERIES[:1], 3.0, "secure", rngs(1))
+
+
+def test_real_crypto_draws_from_the_os_csprng_whatever_the_noise_setting(monkeypatch):
+    """Seeded shares only for simulated crypto under simulation noise (the trust = none rule): a real-crypto answer
+    under simulation noise with the same seeds differs between runs, and never reads the parties' streams."""
+    vs = views(60, 9)
+
+    class Untouchable:
+        def integers(self, *a, **k):
+            raise AssertionError("a real-crypto answer read a seeded stream")
+
+    one, two = (measure("real").answer(vs, QUERIES[:1], 2.0, "simulation", {"alice": Untouchable(),
+                                                                             "bob": Untouchable()})[0][1]
+                for _ in range(2))
+    assert not np.array_equal(one, two)
 
 
 # -- what each role holds ---------------------------------------------------------------------------------

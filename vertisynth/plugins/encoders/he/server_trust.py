@@ -357,6 +357,7 @@ class ServerTrust:
         self.transcript: list = []
         self.encrypting: list[tuple[str, str]] = []   # (E, S) per run, in order
         self._server: tuple[ServerKey, Any] | None = None
+        self.test_sources: Mapping[str, Any] | None = None   # tests only: fixed noise sources per party
 
     def released_variance(self, sigma: float) -> float:
         return released_variance(sigma)
@@ -375,6 +376,7 @@ class ServerTrust:
         if noise not in ("secure", "simulation"):
             raise ConfigError(f"he: noise must be 'secure' or 'simulation', got {noise!r}")
         share_sigma(sigma)   # refuses a σ whose shares the analysis does not cover, before any work
+        c = self.config
         owner = {a: p for p, v in views.items() for a in v.domain.attributes}
         size = lambda b: int(np.prod([views[owner[a]].domain.size(a) for a in b]))  # noqa: E731
         by_pair: dict[tuple[str, str], list[Query]] = {}
@@ -388,14 +390,22 @@ class ServerTrust:
             key, qq = ((p, q), (tuple(left), tuple(right))) if p < q else ((q, p), (tuple(right), tuple(left)))
             by_pair.setdefault(key, []).append(qq)
         n = next(iter(views.values())).n
-        c = self.config
-        bases = ({p: int(rngs[p].integers(0, 2**63)) for p in sorted(views)} if noise == "simulation" else None)
+        if noise == "secure" and self.test_sources is not None:
+            raise ConfigError("he: fixed test noise sources are for simulation noise only; this answer runs secure noise")
+        # seeded shares only for simulated crypto under simulation noise (as the trust = none rounds): real crypto
+        # draws from OpenDP over the OS CSPRNG whatever the noise setting
+        bases = ({p: int(rngs[p].integers(0, 2**63)) for p in sorted(views)}
+                 if noise == "simulation" and c.crypto == "simulated" and self.test_sources is None else None)
         got: dict[str, np.ndarray] = {}
         for (p, q), qs in by_pair.items():
             enc, summ, part = self._orient(p, q, protocol.unique(qs), size, n, sigma)
             self.encrypting.append((enc, summ))
-            src_e, src_s = ((SystemSource(), SystemSource()) if bases is None else
-                            (seeded_source(bases[enc], (p, q), "enc"), seeded_source(bases[summ], (p, q), "sum")))
+            if self.test_sources is not None:
+                src_e, src_s = self.test_sources[enc], self.test_sources[summ]
+            elif bases is None:
+                src_e, src_s = SystemSource(), SystemSource()
+            else:
+                src_e, src_s = seeded_source(bases[enc], (p, q), "enc"), seeded_source(bases[summ], (p, q), "sum")
             if c.crypto == "simulated":
                 c0 = protocol.cpu_now()
                 msg = simulate(enc, summ, views[enc], views[summ], part, sigma, src_e, src_s, "answer")
