@@ -13,6 +13,7 @@ from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import ConfigError, MessageError
 from vertisynth.core.interfaces import PlanContext
+from vertisynth.core.messages import Message
 from vertisynth.core.privacy import ZCDP
 from vertisynth.plugins.encoders.he import paillier, protocol
 from vertisynth.plugins.encoders.he import server_trust as st
@@ -89,6 +90,9 @@ def test_real_crypto_equals_the_simulation_and_puts_every_axis_back(real_run):
         # every cell is the count plus two bounded shares
         assert np.abs(table_r - exact(vs, attrs_r)).max() <= 2 * support_bound(st.share_sigma(2.0))
     assert {e for e, _ in real.encrypting} <= {"alice", "bob"} and real.costs.cpu.get("server", 0) > 0
+    for _, _, m in real.transcript:   # every round is a message that survives the disk (the envelope's body)
+        back = Message.from_bytes(m.to_bytes())
+        assert type(back) is type(m) and back.to_bytes() == m.to_bytes()
 
 
 def test_zero_shares_give_the_exact_counts():
