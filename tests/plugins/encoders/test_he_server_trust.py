@@ -318,3 +318,19 @@ def test_server_trust_answer_audit(scale, secure, ok):
     report = audit(ServerView(sigma, scale, secure), pairs, claims=claimed_profile([ZCDP(st.rho_per_table(sigma))], 1e-5),
                    n_samples=20_000, seed=11, name="he trust = server")
     assert report.passed is ok
+
+
+def test_short_exponent_server_key_is_checked_against_its_modulus():
+    """With sf-heu the server publishes HEU's key; E encrypts with it (standard ciphertexts the server decrypts) only
+    after checking it is the published modulus: HEU's key of another key pair is refused in one line."""
+    pytest.importorskip("heu", reason="short-exponent randomness needs sf-heu")
+    key, sk = st.make_server_key(1024, "short")
+    pk = key.public_key()
+    assert isinstance(pk, paillier.ShortExponentKey) and pk.n == sk.public_key.n   # 1024 bits: tests only
+    assert [sk.raw_decrypt(c) for c in paillier.encrypt_many(pk, [0, 7, 123456], workers=1)] == [0, 7, 123456]
+    other, _ = st.make_server_key(1024, "short")
+    swapped = attrs.evolve(key, heu_key=other.heu_key)
+    with pytest.raises(MessageError, match="short-exponent key is not its published modulus"):
+        swapped.public_key()
+    with pytest.raises(MessageError, match="heu_key and montgomery come together"):
+        attrs.evolve(key, montgomery="").validate()
