@@ -50,6 +50,7 @@ class HEConfig:
     slot_bits: int | None = None
     round_timeout: float = 600.0   # seconds a party or the server waits for the others in a deployed round
     randomness: str = "auto"       # "short" (sf-heu's DJN short exponents), "full" (phe), "auto": short if installed
+    trust: str = "none"            # "none": two-sided noise, no trusted party; "server": server_trust.py
 
     def __attrs_post_init__(self) -> None:
         if self.crypto not in ("real", "simulated"):
@@ -62,6 +63,8 @@ class HEConfig:
             raise ConfigError("he: selection_pairs >= 1, cliques >= 1, max_cells >= 4, workers >= 0, chunk_rows >= 1")
         if self.randomness not in paillier.RANDOMNESS:
             raise ConfigError(f"he: randomness must be one of {list(paillier.RANDOMNESS)}, got {self.randomness!r}")
+        if self.trust not in ("none", "server"):
+            raise ConfigError(f"he: trust must be 'none' or 'server', got {self.trust!r}")
         if not self.round_timeout > 0:
             raise ConfigError(f"he: round_timeout must be positive seconds, got {self.round_timeout}")
 
@@ -99,6 +102,9 @@ class HEEncoder(Encoder):
     # -- plan -------------------------------------------------------------------------------
     def plan(self, ctx: PlanContext) -> list[Charge]:
         c = self.config
+        if c.trust != "none":   # this plan is VertiMRF's two-sided rounds; trust = "server" is the oracle's `answer`
+            raise ConfigError("he: trust = 'server' is measured through the vertical oracle; VertiMRF's he rounds "
+                              "run trust = 'none'")
         if c.crypto == "real":
             paillier.require()
         self.randomness = paillier.resolve(c.randomness)   # what the encrypting parties will use (the report says)

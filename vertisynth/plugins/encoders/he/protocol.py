@@ -221,17 +221,21 @@ def check_layout(lay: Layout, queries: Sequence[Query], n: int, offset: int, mod
 
 def sum_and_noise(party: str, msg: EncryptedOneHot, view: Dataset, queries: Sequence[Query], sigma: float,
                   source: UniformSource, workers: int = 0, size: Callable[[tuple[str, ...]], int] | None = None,
-                  slot_bits: int | None = None) -> EncryptedSums:
+                  slot_bits: int | None = None, offset: int | None = None,
+                  extra: Callable[[int, int], Sequence[int]] | None = None) -> EncryptedSums:
     """Round 2 at S: homomorphic sums per value of each grouping, S's noise (+T) added under encryption with fresh
     randomness (so no returned ciphertext is the plain sum), and a fresh uniform mask on every bit outside the
     declared slots (`Layout.mask`), so a dishonest E that writes outside them reads noise there. E's layout must be
-    the planned one (`check_layout`; `size`: E's attribute tuples' cells, `slot_bits`: the config's)."""
+    the planned one (`check_layout`; `size`: E's attribute tuples' cells, `slot_bits`: the config's).
+    `offset`: the layout's noise offset when more than S's T shares the slots (trust = "server": both parties' shares,
+    2T); `extra(grouping, value)`: further ciphertexts, one per returned column, multiplied into that sum before the
+    re-randomisation (trust = "server": E's encrypted noise share)."""
     queries = unique(queries)
     paillier.require()
     lay = msg.layout()
     pk = paillier.phe.PaillierPublicKey(int(msg.modulus, 16))
     t = support_bound(sigma)
-    check_layout(lay, queries, view.n, t, pk.n.bit_length(), size, slot_bits)
+    check_layout(lay, queries, view.n, t if offset is None else offset, pk.n.bit_length(), size, slot_bits)
     if msg.ciphertexts.shape[0] != view.n:
         raise MessageError(f"he: {msg.party!r} encrypted {msg.ciphertexts.shape[0]} rows, {party!r} holds {view.n}")
     block_index = {tuple(b): i for i, b in enumerate(lay.blocks)}
@@ -253,6 +257,8 @@ def sum_and_noise(party: str, msg: EncryptedOneHot, view: Dataset, queries: Sequ
         for v in range(groups):
             step(f"homomorphic sums by {'|'.join(sb)}", v, groups)
             acc = paillier.product_mod(sub[order[bounds[v]:bounds[v + 1]]], pk.nsquare)
+            if extra is not None:
+                acc = (acc * np.array([paillier.gmpy2.mpz(int(c)) for c in extra(gi, v)], dtype=object)) % pk.nsquare
             plain = lay.pack_values([(b, noise[(lay.blocks[b], sb)][:, v] + t) for b in mine])
             pending.append((gi, v, acc, [plain[c] + lay.mask(declared[c], pk.n) for c in cols]))
         out_groupings.append({"attrs": list(sb), "columns": cols, "groups": groups})
@@ -268,29 +274,33 @@ def sum_and_noise(party: str, msg: EncryptedOneHot, view: Dataset, queries: Sequ
     return EncryptedSums(party, msg.party, out_groupings, sums).validate()
 
 
-def decrypt_and_publish(party: str, private_key, onehot: EncryptedOneHot, sums: EncryptedSums,
-                        queries: Sequence[Query], sigma: float, source: UniformSource, stage: str) -> NoisyCounts:
-    """Round 3 at E: decrypt, unpack, remove the offset T, add E's noise, publish."""
-    queries = unique(queries)
-    lay = onehot.layout()
+def open_sums(private_key, lay: Layout, sums: EncryptedSums, queries: Sequence[Query], offset: int
+              ) -> dict[Query, np.ndarray]:
+    """Decrypt the returned sums and unpack each query's (E cells x S values) table, the noise offset removed."""
     pk = private_key.public_key
-    t = support_bound(sigma)
     block_index = {tuple(b): i for i, b in enumerate(lay.blocks)}
-    got: dict[tuple, np.ndarray] = {}
+    got: dict[Query, np.ndarray] = {}
     for gi, g in enumerate(sums.groupings):
         step("decrypt", gi, len(sums.groupings))
         sb = tuple(g["attrs"])
         cts = paillier.from_bytes(pk, sums.sums[f"g{gi}"])
         plains = [dict(zip(g["columns"], paillier.decrypt_many(private_key, row))) for row in cts]
         for q in queries:
-            if q[1] != sb:
-                continue
-            b = block_index[q[0]]
-            got[q] = np.stack([lay.unpack(p, b) for p in plains], axis=1) - t
-    tables = {}
+            if q[1] == sb:
+                got[q] = np.stack([lay.unpack(p, block_index[q[0]]) for p in plains], axis=1) - offset
     for q in queries:
         if q not in got:
             raise MessageError(f"he: {sums.party!r} returned no sums for query {q}")
+    return got
+
+
+def decrypt_and_publish(party: str, private_key, onehot: EncryptedOneHot, sums: EncryptedSums,
+                        queries: Sequence[Query], sigma: float, source: UniformSource, stage: str) -> NoisyCounts:
+    """Round 3 at E: decrypt, unpack, remove the offset T, add E's noise, publish."""
+    queries = unique(queries)
+    got = open_sums(private_key, onehot.layout(), sums, queries, support_bound(sigma))
+    tables = {}
+    for q in queries:
         shape = got[q].shape
         e_noise = discrete_gaussian(shape, sigma, source, bounded=False)   # E's, in the clear: not truncated
         tables[key_of(q[0] + q[1])] = (got[q] + e_noise).astype(np.float64)

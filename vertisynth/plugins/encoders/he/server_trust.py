@@ -1,0 +1,434 @@
+"""`trust = "server"`: cross-party marginals counted exactly under the server's Paillier key, the noise split between
+the two parties so that it sums to the central variance σ² (issue 31). docs/he.md, "Trust = server".
+
+A query is (SA, SB) as in protocol.py: SA from the encrypting party E, SB from the summing party S. Rounds, each a
+`Message`:
+
+  0. server → all   `ServerKey`: a Paillier public key the server makes for the run (phe or HEU: OS CSPRNG primes).
+  1. E → S          `EncryptedOneHot` (protocol.py's round 1) under the SERVER's key, and `EncryptedNoise`: E's noise
+                    share for every cell of every table, packed like the sums and encrypted under the same key. Only S
+                    may read these two (across machines they must be sealed to S: the server holds the key, and would
+                    read E's rows and E's share).
+  2. S → server     `ServerSums`: protocol.py's round 2 (homomorphic sums by S's values, S's share under encryption,
+                    fresh masks outside the declared slots, re-randomised) with E's encrypted share multiplied in.
+  3. at the server  decrypt, unpack, remove the offset 2T: count + E's share + S's share, variance σ².
+
+Why E's share goes to S encrypted and not to the server: the server must see only the sum of the two shares (it
+holds the key; a share it saw alone it would subtract, leaving σ²/2), and S, without the key, reads nothing of it.
+
+Noise: each party draws N_Z(0, σ²/2) (OpenDP over the OS CSPRNG under secure noise, a seeded table under simulation
+noise: `noise.py`), conditioned on |z| <= T = support_bound(σ/√2) since both are added inside packed slots (offset T
+each, so the layout is planned for offset 2T). The sum of two discrete Gaussians is not a discrete Gaussian: its
+privacy is Kairouz, Liu and Steinke, "The Distributed Discrete Gaussian Mechanism for Federated Learning with Secure
+Aggregation" (ICML 2021), Proposition 14: for m shares of parameter s >= 1/2 and a change Δ, the Rényi divergence of
+order α is at most α·‖Δ‖²/(2 m s²) + τ·d, τ = 10·Σ_{k=1}^{m−1} exp(−2π² s² k/(k+1)). Its d is the coordinates
+that change (the bound sums one-dimensional ones, and an unchanged coordinate adds 0); one person changes one cell of
+a count table, so each table is ρ = 1/(2σ²) + τ zCDP (`rho_per_table`), charged against the server.
+
+Trust: DP as charged holds while the server colludes with no party. With S it decrypts E's rows; with E it removes
+E's share (σ²/2 left). E and S each see only ciphertexts under a key they lack (E: nothing at all).
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import attrs
+import numpy as np
+
+from vertisynth.core.dataset import Dataset
+from vertisynth.core.errors import ConfigError, MessageError
+from vertisynth.core.messages import Message
+
+from . import paillier, protocol
+from .noise import GeneratorSource, SystemSource, UniformSource, discrete_gaussian, support_bound
+from .packing import Layout
+
+TRUST = "server"
+SERVER = "server"
+PARTIES = 2          # noise shares per cell: E's and S's
+MIN_SHARE_SIGMA = 0.5   # Kairouz et al.'s Proposition 14 holds for shares of parameter >= 1/2
+TRUST_NOTE = ("trust = server: the server holds the run's Paillier key and decrypts only noisy sums; the guarantee "
+              "holds while the server colludes with no party (with the summing party it would decrypt the encrypting "
+              "party's rows; with the encrypting party it would remove that party's share, leaving variance σ²/2)")
+
+Query = protocol.Query
+
+
+# -- the noise and its privacy --------------------------------------------------------------------------
+def share_sigma(sigma: float) -> float:
+    """Each party's share: N_Z(0, σ²/2), so the two sum to the central variance σ²."""
+    s = sigma / math.sqrt(PARTIES)
+    if not s >= MIN_SHARE_SIGMA:
+        raise ConfigError(f"he: trust = 'server' needs σ >= {MIN_SHARE_SIGMA * math.sqrt(PARTIES):.3g} per count "
+                          f"(shares of at least {MIN_SHARE_SIGMA}), got σ = {sigma:.4g}; spend less per table")
+    return s
+
+
+def tau(sigma: float) -> float:
+    """Kairouz, Liu, Steinke (ICML 2021), Proposition 14: the zCDP a sum of `PARTIES` discrete Gaussian shares
+    (of parameter σ/√2 each) costs beyond one discrete Gaussian of variance σ², per changed cell."""
+    s2 = share_sigma(sigma) ** 2
+    return 10.0 * sum(math.exp(-2 * math.pi**2 * s2 * k / (k + 1)) for k in range(1, PARTIES))
+
+
+def rho_per_table(sigma: float) -> float:
+    """The zCDP cost of one count table released with total noise σ² against the server (it sees the least noise):
+    1/(2σ²) for one count changed by one person, plus τ for the noise being a sum of shares."""
+    return 1.0 / (2.0 * sigma**2) + tau(sigma)
+
+
+def sigma_for_rho(rho: float) -> float:
+    """The least σ (to 1e-12 relative) whose `rho_per_table` is at most `rho`: bisection, as it decreases in σ."""
+    if not rho > 0:
+        raise ConfigError(f"he: a table's zCDP ρ must be positive, got {rho}")
+    lo = max(1.0 / math.sqrt(2.0 * rho), MIN_SHARE_SIGMA * math.sqrt(PARTIES))   # τ >= 0: never below this
+    if rho_per_table(lo) <= rho:
+        return lo
+    hi = 2.0 * lo
+    while rho_per_table(hi) > rho:
+        lo, hi = hi, 2.0 * hi
+    while hi - lo > 1e-12 * hi:
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if rho_per_table(mid) <= rho else (mid, hi)
+    return hi
+
+
+def released_variance(sigma: float) -> float:
+    """The per-cell variance the server estimates with: the central σ² (the two shares' sum)."""
+    return float(sigma) ** 2
+
+
+def offset(sigma: float) -> int:
+    """The layout's noise offset: both shares, each within ±T and shifted by +T."""
+    return PARTIES * support_bound(share_sigma(sigma))
+
+
+def charge_note(sigma: float, tables: int) -> str:
+    """What the ledger's charge for `tables` tables at σ says (ρ with τ, the trust assumption)."""
+    t = tau(sigma)
+    return (f"{tables} cross-party tables, distributed discrete Gaussian: two shares σ/√2 = {share_sigma(sigma):.4g} "
+            f"summing to σ = {sigma:.4g} (released variance σ² = {sigma**2:.4g}); ρ = {tables} x (1/(2σ²) + τ) = "
+            f"{tables * rho_per_table(sigma):.6g}, τ = {t:.3g} (Kairouz, Liu, Steinke, ICML 2021, Prop. 14); shares "
+            f"conditioned on |z| <= {support_bound(share_sigma(sigma))} (TV < 1e-31 per draw, within δ); {TRUST_NOTE}")
+
+
+def noise_share(shape: tuple[int, ...], sigma: float, source: Any) -> np.ndarray:
+    """One party's share for `shape` cells at total σ (bounded: it is added inside a packed slot)."""
+    return discrete_gaussian(shape, share_sigma(sigma), source, bounded=True)
+
+
+# -- messages -----------------------------------------------------------------------------------------------
+@attrs.frozen(eq=False)
+class ServerKey(Message):
+    """The server's public key for the run; `heu_key`/`montgomery` let E encrypt with HEU's short exponents."""
+
+    kind: ClassVar[str] = "he_server_key"
+    modulus: str = ""
+    heu_key: np.ndarray = attrs.field(factory=lambda: np.zeros(0, np.uint8))
+    montgomery: str = ""
+
+    def validate(self) -> ServerKey:
+        super().validate()
+        if int(self.modulus or "0", 16).bit_length() < paillier.MIN_KEY_BITS:
+            raise self._fail(f"Paillier modulus shorter than {paillier.MIN_KEY_BITS} bits")
+        if self.heu_key.dtype != np.uint8 or self.heu_key.ndim != 1 or bool(self.heu_key.size) != bool(self.montgomery):
+            raise self._fail("heu_key and montgomery come together (short exponents) or not at all")
+        return self
+
+    def public_key(self):
+        """The key E encrypts under: HEU's short exponents when the server published them and sf-heu is here,
+        after checking that HEU's key is this modulus; else phe's full-length randomness on the modulus alone."""
+        paillier.require()
+        n = int(self.modulus, 16)
+        if not self.heu_key.size or not paillier.short_available():
+            return paillier.phe.PaillierPublicKey(n)
+        text = str(paillier.heu.PublicKey.load_from(self.heu_key.tobytes()))
+        try:
+            heu_n = int(text.split("n=")[1].split("[")[0], 16)
+        except (IndexError, ValueError):
+            raise MessageError("he: the server's short-exponent key does not parse; publish it without") from None
+        if heu_n != n:
+            raise MessageError("he: the server's short-exponent key is not its published modulus; refusing to encrypt")
+        return paillier.ShortExponentKey(n, self.heu_key.tobytes(), int(self.montgomery, 16))
+
+
+@attrs.frozen(eq=False)
+class EncryptedNoise(Message):
+    """E's noise share (+T) for every returned plaintext: per grouping of S, (S's values, columns) ciphertexts."""
+
+    kind: ClassVar[str] = "he_encrypted_noise"
+    recipient: str = ""
+    modulus: str = ""
+    groupings: list = attrs.field(factory=list)   # [{"attrs": SB, "columns": [...], "groups": G}], protocol order
+    shares: dict = attrs.field(factory=dict)      # "g<i>" -> uint8 (G, len(columns), bytes)
+
+    def validate(self) -> EncryptedNoise:
+        super().validate()
+        for i, g in enumerate(self.groupings):
+            arr = self.shares.get(f"g{i}")
+            if arr is None or arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[:2] != (g["groups"], len(g["columns"])):
+                raise self._fail(f"noise shares of grouping {g['attrs']} are missing or misshapen")
+        return self
+
+
+@attrs.frozen(eq=False)
+class ServerSums(Message):
+    """S's round 2 for the server: the sums (protocol.EncryptedSums' fields), the key they are under, who
+    encrypted, the row count and E's layout as S checked it (the server checks it again)."""
+
+    kind: ClassVar[str] = "he_server_sums"
+    recipient: str = SERVER
+    modulus: str = ""
+    encrypting: str = ""
+    rows: int = 0
+    layout: dict = attrs.field(factory=dict)       # blocks, cells, width, per, groups
+    groupings: list = attrs.field(factory=list)
+    sums: dict = attrs.field(factory=dict)
+
+    def validate(self) -> ServerSums:
+        super().validate()
+        protocol.EncryptedSums(self.party, self.recipient, self.groupings, self.sums).validate()
+        if set(self.layout) != {"blocks", "cells", "width", "per", "groups"}:
+            raise self._fail("the layout needs blocks, cells, width, per and groups")
+        return self
+
+    def the_layout(self) -> Layout:
+        d = self.layout
+        return Layout(tuple(tuple(b) for b in d["blocks"]), tuple(d["cells"]), d["width"], d["per"], tuple(d["groups"]))
+
+
+# -- the rounds ---------------------------------------------------------------------------------------------
+def make_server_key(bits: int, randomness: str = "full", party: str = SERVER) -> tuple[ServerKey, Any]:
+    """Round 0 at the server: a fresh key pair (primes from the OS CSPRNG through phe or HEU) and its announcement."""
+    pk, sk = paillier.keypair(bits, randomness)
+    if isinstance(pk, paillier.ShortExponentKey):
+        msg = ServerKey(party, format(pk.n, "x"), np.frombuffer(pk.heu_key, np.uint8).copy(), format(pk.montgomery, "x"))
+    else:
+        msg = ServerKey(party, format(pk.n, "x"))
+    return msg.validate(), sk
+
+
+def _check_key(what: str, modulus: str, key: ServerKey) -> None:
+    if modulus.lower() != key.modulus.lower():
+        raise MessageError(f"he: {what}: encrypted under a key other than the server's published one; refusing")
+
+
+def encrypt_noise(party: str, recipient: str, lay: Layout, queries: Sequence[Query], sigma: float, public_key,
+                  source: UniformSource, size: Callable[[tuple[str, ...]], int], workers: int = 0) -> EncryptedNoise:
+    """Round 1 at E, its share: N_Z(0, σ²/2) per cell of every table, + T, packed where S's sums put that cell
+    (`protocol.grouping_columns`: a pure function of the layout and the queries), encrypted under the server's key.
+    `size`: the cells of S's attribute tuples (the public domain)."""
+    queries = protocol.unique(queries)
+    t = support_bound(share_sigma(sigma))
+    block_index = {tuple(b): i for i, b in enumerate(lay.blocks)}
+    noise = {q: noise_share((lay.cells[block_index[q[0]]], size(q[1])), sigma, source) for q in queries}
+    groupings, plains, shapes = [], [], []
+    for sb, mine, cols in protocol.grouping_columns(lay, queries):
+        groups = size(sb)
+        for v in range(groups):
+            packed = lay.pack_values([(b, noise[(lay.blocks[b], sb)][:, v] + t) for b in mine])
+            plains += [packed[c] for c in cols]
+        groupings.append({"attrs": list(sb), "columns": cols, "groups": groups})
+        shapes.append((groups, len(cols)))
+    cts = iter(paillier.encrypt_many(public_key, plains, workers, label="encrypt noise share"))
+    shares = {f"g{i}": paillier.to_bytes(public_key, np.array([[next(cts) for _ in range(c)] for _ in range(g)],
+                                                               dtype=object).reshape(g, c))
+              for i, (g, c) in enumerate(shapes)}
+    return EncryptedNoise(party, recipient, format(public_key.n, "x"), groupings, shares).validate()
+
+
+def sum_for_server(party: str, key: ServerKey, onehot: protocol.EncryptedOneHot, e_noise: EncryptedNoise,
+                   view: Dataset, queries: Sequence[Query], sigma: float, source: UniformSource,
+                   size: Callable[[tuple[str, ...]], int] | None = None, workers: int = 0,
+                   slot_bits: int | None = None) -> ServerSums:
+    """Round 2 at S: both of E's messages must be under the server's published key and E's share laid out as S
+    will return the sums; then protocol.py's round 2 at share σ/√2 (the layout checked for offset 2T), E's share
+    multiplied into every sum before S's own share and the re-randomisation."""
+    queries = protocol.unique(queries)
+    _check_key(f"the rows of {onehot.party!r}", onehot.modulus, key)
+    _check_key(f"the noise share of {e_noise.party!r}", e_noise.modulus, key)
+    lay = onehot.layout()
+    planned = [{"attrs": list(sb), "columns": cols, "groups": view.domain.project(sb).size()}
+               for sb, _, cols in protocol.grouping_columns(lay, queries)] if _blocks_ok(lay, queries) else None
+    if planned is not None and e_noise.groupings != planned:
+        raise MessageError(f"he: the noise share of {e_noise.party!r} is laid out for {e_noise.groupings}, the sums for "
+                           f"{planned}; refusing to sum")
+    pk = paillier.phe.PaillierPublicKey(int(key.modulus, 16))
+    shares = {i: paillier.from_bytes(pk, e_noise.shares[f"g{i}"]) for i in range(len(e_noise.groupings))}
+    m2 = protocol.sum_and_noise(party, onehot, view, queries, share_sigma(sigma), source, workers, size, slot_bits,
+                                offset=offset(sigma), extra=lambda gi, v: shares[gi][v])
+    layout = {"blocks": [list(b) for b in lay.blocks], "cells": list(lay.cells), "width": lay.width, "per": lay.per,
+              "groups": list(lay.groups)}
+    return ServerSums(party, SERVER, key.modulus, onehot.party, view.n, layout, m2.groupings, m2.sums).validate()
+
+
+def _blocks_ok(lay: Layout, queries: Sequence[Query]) -> bool:
+    # a layout with other blocks is refused by protocol.check_layout with its own message; let it speak
+    blocks, groups = protocol.block_groups(queries)
+    return list(lay.blocks) == blocks and list(lay.groups) == groups
+
+
+def decrypt(private_key, sums: ServerSums, queries: Sequence[Query], sigma: float, stage: str,
+            size: Callable[[tuple[str, ...]], int] | None = None, rows: int | None = None,
+            slot_bits: int | None = None, crypto: str = "real") -> protocol.NoisyCounts:
+    """Round 3 at the server: the sums must be under its key, for the row count it knows and in the planned layout
+    (the same check S made: `protocol.check_layout`); decrypt, unpack, remove 2T. The variance is σ²."""
+    queries = protocol.unique(queries)
+    if sums.modulus.lower() != format(private_key.public_key.n, "x"):
+        raise MessageError(f"he: the sums of {sums.party!r} are under a key other than this server's; refusing to decrypt")
+    if rows is not None and sums.rows != rows:
+        raise MessageError(f"he: {sums.party!r} summed {sums.rows} rows, the run aligned {rows}")
+    lay = sums.the_layout()
+    protocol.check_layout(lay, queries, sums.rows, offset(sigma), private_key.public_key.n.bit_length(), size,
+                          slot_bits)
+    got = protocol.open_sums(private_key, lay, protocol.EncryptedSums(sums.party, SERVER, sums.groupings, sums.sums),
+                             queries, offset(sigma))
+    tables = {protocol.key_of(q[0] + q[1]): got[q].astype(np.float64) for q in queries}
+    return protocol.NoisyCounts(SERVER, sums.party, stage, crypto, sums.encrypting, released_variance(sigma),
+                                tables).validate()
+
+
+def run_real(enc_party: str, sum_party: str, enc_view: Dataset, sum_view: Dataset, queries: Sequence[Query],
+             sigma: float, enc_source: UniformSource, sum_source: UniformSource, server: tuple[ServerKey, Any],
+             stage: str, costs: protocol.Costs | None = None, workers: int = 0, chunk: int = 2048,
+             slot_bits: int | None = None, transcript: list | None = None) -> protocol.NoisyCounts:
+    """The rounds in one process; `server` is (its announcement, its private key); `transcript` collects every
+    message as (sender, recipient, message): what each role received."""
+    key_msg, private_key = server
+    costs = costs if costs is not None else protocol.Costs()
+    log = transcript if transcript is not None else []
+    size = lambda b: int(np.prod([d.domain.size(a) for d in (enc_view, sum_view) for a in b  # noqa: E731
+                                  if a in d.domain.attributes]))   # the public domain
+    log += [(SERVER, enc_party, key_msg), (SERVER, sum_party, key_msg)]
+    c0 = protocol.cpu_now()
+    pk = key_msg.public_key()
+    m1 = protocol.encrypt_rows(enc_party, sum_party, enc_view, queries, pk, offset(sigma), workers, chunk, slot_bits)
+    mn = encrypt_noise(enc_party, sum_party, m1.layout(), queries, sigma, pk, enc_source, size, workers)
+    costs.add(enc_party, protocol.cpu_now() - c0, m1.ciphertexts.nbytes + sum(a.nbytes for a in mn.shares.values()),
+              int(np.prod(m1.ciphertexts.shape[:2])) + sum(int(np.prod(a.shape[:2])) for a in mn.shares.values()))
+    log += [(enc_party, sum_party, m1), (enc_party, sum_party, mn)]
+    c0 = protocol.cpu_now()
+    m2 = sum_for_server(sum_party, key_msg, m1, mn, sum_view, queries, sigma, sum_source, size, workers, slot_bits)
+    costs.add(sum_party, protocol.cpu_now() - c0, sum(a.nbytes for a in m2.sums.values()),
+              sum(int(np.prod(a.shape[:2])) for a in m2.sums.values()))
+    log.append((sum_party, SERVER, m2))
+    c0 = protocol.cpu_now()
+    out = decrypt(private_key, m2, queries, sigma, stage, size, enc_view.n, slot_bits)
+    costs.add(SERVER, protocol.cpu_now() - c0)
+    return out
+
+
+def simulate(enc_party: str, sum_party: str, enc_view: Dataset, sum_view: Dataset, queries: Sequence[Query],
+             sigma: float, enc_source: UniformSource, sum_source: UniformSource, stage: str) -> protocol.NoisyCounts:
+    """The same released tables in plaintext: exact counts + E's share + S's share, drawn from the same sources in
+    the same order as `run_real` (E's shares in query order, then S's in query order)."""
+    queries = protocol.unique(queries)
+    exact, shape = {}, {}
+    for q in queries:
+        ca, na = protocol.tuple_codes(enc_view, q[0])
+        cb, nb = protocol.tuple_codes(sum_view, q[1])
+        exact[q], shape[q] = np.bincount(ca * nb + cb, minlength=na * nb).reshape(na, nb), (na, nb)
+    z_e = {q: noise_share(shape[q], sigma, enc_source) for q in queries}
+    z_s = {q: noise_share(shape[q], sigma, sum_source) for q in queries}
+    tables = {protocol.key_of(q[0] + q[1]): (exact[q] + z_e[q] + z_s[q]).astype(np.float64) for q in queries}
+    return protocol.NoisyCounts(SERVER, sum_party, stage, "simulated", enc_party, released_variance(sigma),
+                                tables).validate()
+
+
+# -- the cross-party measure --------------------------------------------------------------------------------
+def seeded_source(base: int, pair: tuple[str, str], role: str) -> GeneratorSource:
+    """A party's seeded share (simulation noise) for one pair of parties and one role, from the base it drew."""
+    tag = hashlib.sha256(f"vertisynth/he-server-noise/v1|{pair[0]}|{pair[1]}|{role}".encode()).digest()[:8]
+    return GeneratorSource(np.random.default_rng(np.random.SeedSequence([base, int.from_bytes(tag, "big")])))
+
+
+class ServerTrust:
+    """`CrossPartyMeasure.answer` under trust = "server" for an `HEConfig`: one server key per instance (per run),
+    made on the first real answer; `costs` per role ("server" included); `transcript` every message of the runs."""
+
+    trust: str = TRUST
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+        self.costs = protocol.Costs()
+        self.transcript: list = []
+        self.encrypting: list[tuple[str, str]] = []   # (E, S) per run, in order
+        self._server: tuple[ServerKey, Any] | None = None
+        self.test_sources: Mapping[str, Any] | None = None   # tests only: fixed noise sources per party
+
+    def released_variance(self, sigma: float) -> float:
+        return released_variance(sigma)
+
+    def rho_per_table(self, sigma: float) -> float:
+        return rho_per_table(sigma)
+
+    def server_key(self) -> tuple[ServerKey, Any]:
+        if self._server is None:
+            self._server = make_server_key(self.config.key_bits, paillier.resolve(self.config.randomness))
+        return self._server
+
+    def answer(self, views: Mapping[str, Dataset], queries: Sequence[Query], sigma: float, noise: str,
+               rngs: Mapping[str, np.random.Generator]) -> list[tuple[tuple[str, ...], np.ndarray, float]]:
+        """(attributes, noisy counts on left + right attributes, σ²) per query, in order."""
+        if noise not in ("secure", "simulation"):
+            raise ConfigError(f"he: noise must be 'secure' or 'simulation', got {noise!r}")
+        share_sigma(sigma)   # refuses a σ whose shares the analysis does not cover, before any work
+        c = self.config
+        owner = {a: p for p, v in views.items() for a in v.domain.attributes}
+        size = lambda b: int(np.prod([views[owner[a]].domain.size(a) for a in b]))  # noqa: E731
+        by_pair: dict[tuple[str, str], list[Query]] = {}
+        for left, right in queries:
+            sides = [{owner.get(a) for a in left}, {owner.get(a) for a in right}]
+            if not left or not right or None in sides[0] | sides[1] or len(sides[0]) != 1 or len(sides[1]) != 1 \
+                    or sides[0] == sides[1]:
+                raise ConfigError(f"he: query {list(left)} x {list(right)} must take each side from one party, two "
+                                  "different parties")
+            (p,), (q,) = sides
+            key, qq = ((p, q), (tuple(left), tuple(right))) if p < q else ((q, p), (tuple(right), tuple(left)))
+            by_pair.setdefault(key, []).append(qq)
+        n = next(iter(views.values())).n
+        if noise == "secure" and self.test_sources is not None:
+            raise ConfigError("he: fixed test noise sources are for simulation noise only; this answer runs secure noise")
+        # seeded shares only for simulated crypto under simulation noise (as the trust = none rounds): real crypto
+        # draws from OpenDP over the OS CSPRNG whatever the noise setting
+        bases = ({p: int(rngs[p].integers(0, 2**63)) for p in sorted(views)}
+                 if noise == "simulation" and c.crypto == "simulated" and self.test_sources is None else None)
+        got: dict[str, np.ndarray] = {}
+        for (p, q), qs in by_pair.items():
+            enc, summ, part = self._orient(p, q, protocol.unique(qs), size, n, sigma)
+            self.encrypting.append((enc, summ))
+            if self.test_sources is not None:
+                src_e, src_s = self.test_sources[enc], self.test_sources[summ]
+            elif bases is None:
+                src_e, src_s = SystemSource(), SystemSource()
+            else:
+                src_e, src_s = seeded_source(bases[enc], (p, q), "enc"), seeded_source(bases[summ], (p, q), "sum")
+            if c.crypto == "simulated":
+                c0 = protocol.cpu_now()
+                msg = simulate(enc, summ, views[enc], views[summ], part, sigma, src_e, src_s, "answer")
+                self.costs.add(enc, protocol.cpu_now() - c0)
+            else:
+                msg = run_real(enc, summ, views[enc], views[summ], part, sigma, src_e, src_s, self.server_key(),
+                               "answer", self.costs, c.workers, c.chunk_rows, c.slot_bits, self.transcript)
+            got.update(msg.tables)
+        out = []
+        for left, right in queries:
+            left, right = tuple(left), tuple(right)
+            if protocol.key_of(left + right) in got:
+                table = got[protocol.key_of(left + right)].reshape([size((a,)) for a in left + right])
+            else:   # the other side encrypted: its axes come first
+                table = got[protocol.key_of(right + left)].reshape([size((a,)) for a in right + left])
+                table = np.moveaxis(table, list(range(len(right))), list(range(len(left), len(left) + len(right))))
+            out.append((left + right, table, released_variance(sigma)))
+        return out
+
+    def _orient(self, p: str, q: str, qs: list[Query], size, n: int, sigma: float) -> tuple[str, str, list[Query]]:
+        """The side whose layout needs fewer ciphertexts per row encrypts (fewer slots on a tie): public facts only."""
+        bits, sb, t = self.config.key_bits, self.config.slot_bits, offset(sigma)
+        flipped = [(b, a) for a, b in qs]
+        cost_p = (protocol.row_ciphertexts(qs, size, n, t, bits, sb), sum(map(size, {x[0] for x in qs})))
+        cost_q = (protocol.row_ciphertexts(flipped, size, n, t, bits, sb), sum(map(size, {x[0] for x in flipped})))
+        return (p, q, qs) if cost_p <= cost_q else (q, p, flipped)
