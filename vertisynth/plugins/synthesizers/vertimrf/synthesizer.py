@@ -33,6 +33,7 @@ from vertisynth.pgm import GraphicalModel, Measurement, estimate
 from vertisynth.pgm.estimation import bin_query
 from vertisynth.pgm.graph import build_junction_tree, min_fill_cliques
 from ..privmrf import LocalModel, PrivMRFConfig, PrivMRFSynthesizer
+from .joint import JointFit
 from .streaming import ChunkedCounts, Chunks, mapped, party_phase, view_chunks
 from .dimension import (ValueDistributions, bin_dataset, bin_map, binned_domain, hisrec, mass_bin_map,
                         measure_value_distributions,
@@ -146,7 +147,7 @@ def mass_maps(local: LocalModel, bins: int, attrs_: Sequence[str]) -> dict[str, 
     return {a: mass_bin_map(model.marginal([a]).values, bins) for a in attrs_}
 
 
-class VertiMRFSynthesizer(Synthesizer):
+class VertiMRFSynthesizer(JointFit, Synthesizer):
     _model: Any = None   # set by fit
 
     def __init__(self, config: VertiMRFConfig | None = None) -> None:
@@ -555,8 +556,7 @@ class VertiMRFSynthesizer(Synthesizer):
         if len(set(sizes.values())) > 1:
             raise DataError(f"vertimrf: parties are not row-aligned (row counts {sizes}); align them first (psi/psu)")
         if isinstance(self._encoder, MeasuresJointly):   # encoder "he": cross-party counts measured exactly
-            from .joint import fit_joint
-            return fit_joint(self, data, ledger, rng)
+            return self.fit_joint(data, ledger, rng)
         messages: list[Message] = []
         t0 = time.perf_counter()
         key_rng, rngs = self.party_rngs(rng)
