@@ -11,7 +11,7 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import numpy as np
@@ -86,11 +86,18 @@ def interaction_scale(dispersions: Sequence[float], floor: float = 0.02) -> floa
 
 @attrs.frozen
 class VertiMRFConfig:
+    """The budget split: the local models get `local_fraction` (with use_local), the value distributions
+    `value_fraction` (only for binned attributes and recovery other than "query"), the encoder all that is left."""
+
+    # keys that are gone, with what replaced them (a config that still names one is refused in one line)
+    removed_keys: ClassVar[dict[str, str]] = {
+        "encoder_fraction": "the encoder takes what local_fraction and value_fraction leave (value_fraction only "
+                            "with binned attributes and recovery 'hisrec' or 'uniform'); the report's budget_split "
+                            "shows the split a run used"}
     encoder: str = "dpfm"
     encoder_params: dict[str, Any] = attrs.field(factory=dict)
     local_params: dict[str, Any] = attrs.field(factory=dict)
     local_fraction: float = 0.4
-    encoder_fraction: float = 0.4
     value_fraction: float = 0.2
     bins: int | None = 8
     binning: str = "width"
@@ -112,9 +119,9 @@ class VertiMRFConfig:
     party_processes: int = 1   # the one-process run: parties stepping at once, a forked process each (same result)
 
     def __attrs_post_init__(self) -> None:
-        fr = [self.local_fraction, self.encoder_fraction, self.value_fraction]
-        if min(fr) < 0 or self.encoder_fraction <= 0 or abs(sum(fr) - 1) > 1e-9:
-            raise ConfigError(f"vertimrf: local/encoder/value fractions must be >= 0 (encoder > 0) and sum to 1, got {fr}")
+        if min(self.local_fraction, self.value_fraction) < 0 or self.local_fraction + self.value_fraction >= 1:
+            raise ConfigError(f"vertimrf: local_fraction ({self.local_fraction}) and value_fraction "
+                              f"({self.value_fraction}) must be >= 0 and leave the encoder a share (sum < 1)")
         if self.use_local and self.local_fraction <= 0:
             raise ConfigError("vertimrf: use_local needs local_fraction > 0")
         if not self.use_local and self.recovery == "query" and self.bins is not None:
@@ -211,7 +218,7 @@ class VertiMRFSynthesizer(JointFit, Synthesizer):
             raise ConfigError(
                 f"vertimrf: the encoder's budget is too small: every DP FM sketch would carry k_p = {k_p:,} phantom "
                 "elements, far more than any table's records, so every estimate would be noise. Raise epsilon or "
-                "encoder_fraction, lower the encoder's t, or use weighting/binning that needs fewer sketches")
+                "lower local_fraction, lower the encoder's t, or use weighting/binning that needs fewer sketches")
         return charges
 
     # -- party side ---------------------------------------------------------------------------
