@@ -107,8 +107,6 @@ def test_three_parties_as_processes_equal_the_simulation(tmp_path):
 
 def test_rows_under_a_foreign_key_are_refused(monkeypatch):
     """Rows signed by their sender but encrypted under another modulus than the key it announced: refused."""
-    import types
-
     import numpy as np
 
     from vertisynth.core.dataset import Dataset

@@ -196,10 +196,8 @@ class HEEncoder(Encoder):
                 msg = protocol.simulate(enc, summ, views[enc], views[summ], qs, sigma, src_e, src_s, stage)
                 costs.add(enc, protocol.cpu_now() - c0)
             else:
-                if enc not in self._keys:
-                    self._keys[enc] = paillier.keypair(c.key_bits, self.randomness)
                 msg = protocol.run_real(enc, summ, views[enc], views[summ], qs, sigma, src_e, src_s,
-                                        self._keys[enc], stage, costs, c.workers, c.chunk_rows, c.slot_bits)
+                                        self.keypair(enc), stage, costs, c.workers, c.chunk_rows, c.slot_bits)
             out.append(msg)
         return out
 
