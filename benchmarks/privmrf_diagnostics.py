@@ -34,7 +34,7 @@ from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.mechanisms import gaussian_sigma
 from vertisynth.core.privacy import Budget, PrivacyLedger
-from vertisynth.plugins.datasets.files import read_codes_csv, read_domain_json
+from vertisynth.core.loaded import read_codes_csv, read_domain_json
 from vertisynth.plugins.evaluators.tvd import distinct_subsets, marginal_tvd
 from vertisynth.pgm import GraphicalModel, Measurement, estimate
 from vertisynth.plugins.synthesizers.privmrf.synthesizer import PrivMRFConfig, PrivMRFSynthesizer, r_scores

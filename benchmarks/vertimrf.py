@@ -110,7 +110,7 @@ def ablations(dd: str, marg: int, header: str) -> None:
     print(header)
     for label, params in [("ours (default: variance, binned query)", {}), ("paper-faithful (equal weights, HisRec)", PAPER),
                           ("ours with HisRec (paper §6.1)", {"recovery": "hisrec"}),
-                          ("without LocMRF (HisRec)", {"use_local": False, "local_fraction": 0.0, "encoder_fraction": 0.8,
+                          ("without LocMRF (HisRec)", {"use_local": False, "local_fraction": 0.0,
                                                         "recovery": "hisrec"}),
                           ("uniform recovery", {"recovery": "uniform"}),
                           ("without consistency", {"consistency": False})]:

@@ -24,7 +24,7 @@ from vertimrf import one  # noqa: E402
 VARIANTS = {
     "default": {},                                   # the paper's split, t = 8000, 1500 estimation iterations, 8 bins
     "before": {"encoder_params": {"t": 2000}, "iters": 300, "bins": 4},   # defaults until 2026-11-23 (t, bins: the paper's)
-    "local0.5": {"local_fraction": 0.5, "encoder_fraction": 0.3, "value_fraction": 0.2},
+    "local0.5": {"local_fraction": 0.5, "value_fraction": 0.2},
 }
 
 

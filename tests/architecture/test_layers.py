@@ -83,12 +83,95 @@ def plugin_internals(root: Path) -> list[str]:
     return bad
 
 
+# Outside plugins/, the parts above them use a plugin only through core interfaces (capabilities.py) and the
+# registry: no import of a plugin's module. The entry points named here are the only exceptions.
+PLUGIN_USERS = ("deploy", "run", "collab", "study", "cli", "api")
+REGISTRY_ENTRY_POINTS: set[str] = {"vertisynth.plugins"}   # the package itself (its hook registration)
+
+
+def _imported_names(path: Path, root: Path) -> list[tuple[str, int]]:
+    """Every vertisynth module name `path` imports or loads, `from m import x` counted as m and m.x (x may be a
+    module), and a constant handed to importlib.import_module / __import__."""
+    tree = ast.parse(path.read_text(), str(path))
+    pkg = list(path.relative_to(root.parent).with_suffix("").parts)[:-1]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = pkg[: len(pkg) - node.level + 1] if node.level else []
+            name = ".".join(base + ([node.module] if node.module else []))
+            out += [(name, node.lineno)] + [(f"{name}.{a.name}", node.lineno) for a in node.names]
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) and \
+                isinstance(node.args[0].value, str) and \
+                (ast.unparse(node.func).endswith("import_module") or ast.unparse(node.func) == "__import__"):
+            out.append((node.args[0].value, node.lineno))
+    return out
+
+
+def plugin_use_outside(root: Path) -> list[str]:
+    """Imports of a plugin's modules from the parts that must use plugins through the registry only."""
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).parts[0].removesuffix(".py") not in PLUGIN_USERS:
+            continue
+        for mod, line in _imported_names(path, root):
+            if mod.startswith(("vertisynth.plugins.", "vertisynth.plugins:")) and mod not in REGISTRY_ENTRY_POINTS:
+                bad.append(f"{path.relative_to(root)} line {line} imports {mod}")
+    return sorted(set(bad))
+
+
+def _is_self(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name) and node.id in ("self", "cls")
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_writes(root: Path) -> list[str]:
+    """Assignments to another object's private attributes (`other._x = ...`, `other._x += ...`, `setattr(other,
+    "_x", ...)`): an object's private state is set by its own methods only."""
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+
+        def target(t: ast.expr, line: int) -> None:
+            if isinstance(t, (ast.Tuple, ast.List)):
+                for e in t.elts:
+                    target(e, line)
+            elif isinstance(t, ast.Starred):
+                target(t.value, line)
+            elif isinstance(t, ast.Attribute) and _private(t.attr) and not _is_self(t.value):
+                bad.append(f"{rel} line {line} writes {ast.unparse(t)}")
+
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Assign):
+                for t in node.targets:
+                    target(t, node.lineno)
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                target(node.target, node.lineno)
+            elif isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in ("setattr", "__setattr__") \
+                    and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) \
+                    and _private(str(node.args[1].value)) and not _is_self(node.args[0]):
+                bad.append(f"{rel} line {node.lineno} writes {ast.unparse(node.args[0])}.{node.args[1].value}")
+    return bad
+
+
 def test_no_upward_or_sideways_import():
     assert violations(PACKAGE) == []
 
 
 def test_plugins_use_only_each_others_public_packages():
     assert plugin_internals(PACKAGE) == []
+
+
+def test_plugins_used_through_the_registry_only():
+    assert plugin_use_outside(PACKAGE) == []
+
+
+def test_no_module_writes_another_objects_private_attributes():
+    assert private_writes(PACKAGE) == []
 
 
 def test_no_cycle_between_parts():
@@ -123,3 +206,25 @@ def test_the_contract_catches_upward_and_internal_imports(tmp_path):
     assert plugin_internals(root) == [
         "plugins/synthesizers/a/x.py line 1 imports vertisynth.plugins.synthesizers.b.impl",
         "plugins/synthesizers/a/x.py line 3 imports vertisynth.plugins.encoders.dpfm"]
+
+
+def test_the_contract_catches_plugin_internals_and_private_writes(tmp_path):
+    root = tmp_path / "vertisynth"
+    (root / "deploy").mkdir(parents=True)
+    (root / "run").mkdir()
+    (root / "plugins" / "encoders").mkdir(parents=True)
+    (root / "deploy" / "x.py").write_text(
+        "import vertisynth.plugins\nfrom vertisynth.plugins.encoders.he import protocol\n"
+        "from ..plugins import encoders\nimport importlib\nimportlib.import_module('vertisynth.plugins.encoders.he')\n")
+    (root / "run" / "y.py").write_text(
+        "class A:\n    def f(self, other):\n        self._ok = 1\n        other._bad = 2\n"
+        "        a, other._t = 1, 2\n        other.x._y += 1\n        setattr(other, '_z', 3)\n"
+        "        other.__doc__ = 'x'\n        other.public = 4\n")
+    (root / "plugins" / "encoders" / "z.py").write_text("from vertisynth.plugins.encoders.he import protocol\n")
+    assert plugin_use_outside(root) == [
+        "deploy/x.py line 2 imports vertisynth.plugins.encoders.he",
+        "deploy/x.py line 2 imports vertisynth.plugins.encoders.he.protocol",
+        "deploy/x.py line 3 imports vertisynth.plugins.encoders",
+        "deploy/x.py line 5 imports vertisynth.plugins.encoders.he"]
+    assert private_writes(root) == ["run/y.py line 4 writes other._bad", "run/y.py line 5 writes other._t",
+                                    "run/y.py line 6 writes other.x._y", "run/y.py line 7 writes other._z"]

@@ -34,7 +34,7 @@ from vertisynth.deploy.server import run_server
 from vertisynth.deploy.session import hello, roster_of
 from vertisynth.deploy.transport import FolderTransport
 from vertisynth.plugins.encoders.dpfm import sketch_maxima
-from vertisynth.plugins.encoders.keys import KeyParty
+from vertisynth.core.keys import KeyParty
 from vertisynth.run.config import load_config
 from vertisynth.run.pipeline import make_plan
 

@@ -68,6 +68,28 @@ def test_stream_refuses_what_needs_the_whole_table(tmp_path):
                           "synthesizer": {"use": "vertimrf"}}))
 
 
+def test_an_evaluator_that_reads_rows_is_refused_before_a_row_is_read(tmp_path):
+    """A streamed run holds only the real table's counts: an evaluator without the EvaluatesCounts capability is
+    refused by the plan's preflight (what `validate` runs), in one line, not after the fit by a probe."""
+    from vertisynth.run.pipeline import make_plan, preflight
+
+    path = tmp_path / "t.csv"
+    _table(path)
+    cfg = _config(path, True, evaluators=[{"use": "tvd"}, {"use": "membership_attack"}])
+    with pytest.raises(ConfigError, match="stream = true: evaluator 'membership_attack' reads the real rows") as err:
+        preflight(make_plan(cfg))
+    assert "\n" not in str(err.value)
+
+
+def test_counts_only_evaluators_score_a_streamed_run_as_the_in_memory_one(tmp_path):
+    path = tmp_path / "t.csv"
+    _table(path)
+    evals = [{"use": "workload_error", "params": {"ways": [2], "marginals": 4}}, {"use": "correlation"}]
+    whole = run(_config(path, False, evaluators=evals))
+    streamed = run(_config(path, True, evaluators=evals))
+    assert streamed.metrics == whole.metrics and set(streamed.metrics) == {"workload_error", "correlation"}
+
+
 def test_a_bad_value_mid_file_names_its_line(tmp_path):
     path = tmp_path / "t.csv"
     _table(path)

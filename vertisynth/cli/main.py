@@ -205,7 +205,7 @@ def plugins(strict: bool) -> None:
         click.echo(f"{p.distribution} {p.version}  [{p.name}] {p.module}")
         for kind, names in sorted(p.components.items()):
             for name in names:
-                spec = reg.get(kind, name) if len(reg._specs[kind][name]) == 1 else None
+                spec = reg.get(kind, name) if reg.providers(kind, name) == 1 else None
                 summary = f" - {spec.summary}" if spec is not None and spec.summary else ""
                 click.echo(f"    {kind:<12} {name}{summary}")
     for b in reg.broken:

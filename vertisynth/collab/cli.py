@@ -80,7 +80,7 @@ def share(local_only: bool, custodian: str, csv_path: str, domain_path: str, mar
 
     from vertisynth.core.dataset import Dataset
     from vertisynth.core.domain import Domain
-    from vertisynth.plugins.datasets.files import read_codes_csv, read_domain_json
+    from vertisynth.core.loaded import read_codes_csv, read_domain_json
 
     from .secure_aggregation import share_counts
 

@@ -20,7 +20,7 @@ from vertisynth import __version__
 from vertisynth.core.structuring import structure
 from vertisynth.run.config import RunConfig, noise_for
 from vertisynth.run.console import progress_bar
-from vertisynth.run.pipeline import RunResult, build_component, build_evaluators
+from vertisynth.run.pipeline import RunResult, build_component, build_evaluators, check_evaluator, dataset_loader
 from vertisynth.run.report import clear_previous_outputs, json_default, record_outputs
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.encoding import TableCodec
@@ -75,10 +75,7 @@ def make_collab_plan(config: RunConfig, registry: Registry, data_dir: str | None
         raise ConfigError(f"[collab] custodians hold different people, so there is nothing to align: drop "
                           f"[alignment] (got use = {config.alignment.use!r})")
     if source is None:
-        ds_spec = registry.get("dataset", config.dataset.name)
-        ds_cls = ds_spec.load_config_cls()
-        source = ds_spec.load_factory()(structure(config.dataset.params, ds_cls, "dataset.params") if ds_cls else None,
-                                        data_dir)
+        source = dataset_loader(config, registry, data_dir)()
     schema = source.schema
     quantile = [c.name for c in schema.columns if c.kind == "numeric" and c.binning == "quantile"]
     if quantile:
@@ -103,14 +100,8 @@ def make_collab_plan(config: RunConfig, registry: Registry, data_dir: str | None
     ledger = PrivacyLedger(budget, noise=noise_for(config, cross_machine=False))
     ctx = PlanContext(base.domain, VerticalPartition.single(base.domain), budget)
     evals = build_evaluators(registry, config.evaluators)
-    for e in evals:
-        if not isinstance(e.instance, Evaluator):
-            raise DataError(f"evaluator {e.spec.name!r} from {e.provider} is not an Evaluator")
-        if e.instance.plan(ctx):
-            raise BudgetError(f"evaluator {e.spec.name!r} declares privacy charges; evaluators may not spend budget")
-        if e.instance.requires_holdout and config.evaluation.holdout <= 0:
-            raise ConfigError(f"evaluator {e.spec.name!r} scores on records the synthesizer never saw: "
-                              "set [evaluation] holdout = 0.2 (for example)")
+    for e in evals:   # the run layer's checks, as every plan makes them
+        check_evaluator(e, e.instance.plan(ctx) if isinstance(e.instance, Evaluator) else [], config)
 
     names = list(cc.files) if cc.files else [f"custodian{j + 1}" for j in range(cc.custodians)]
     run = HorizontalRun(base, dict(cc.numeric), cc.bins, cc.preprocessing == "local", cc.debinning, cc.servers,

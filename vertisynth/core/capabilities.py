@@ -6,7 +6,7 @@ with these signatures; inheriting from the Protocol is optional but documents th
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -140,6 +140,98 @@ class MeasuresJointly(Protocol):
 
 
 @runtime_checkable
+class AlignsRows(Protocol):
+    """An aligner that aligns ID-keyed party files from their identifiers alone (`stream = true`): the parties'
+    row maps, not the tables (the same protocol run, randomness and info as `align`)."""
+
+    def align_rows(self, ids: Mapping[str, Sequence[Any]], ledger: PrivacyLedger, rng: np.random.Generator,
+                   domains: Mapping[str, Any] | None = None, marginals: Any = None) -> Any:
+        """{party: rows} maps (`rows`, `real_everywhere()`) and the report's info (`info`)."""
+
+
+@runtime_checkable
+class AlignsAcrossMachines(Protocol):
+    """An aligner whose protocol runs with each party on its own machine (`vertisynth party align`): the deploy
+    driver moves its round messages in signed envelopes and knows nothing of what they hold."""
+
+    def party_ids(self, party: str, raw: Sequence[Any]) -> tuple[list[str], np.ndarray]:
+        """This party's identifiers as the protocol takes them (normalised, deduplicated) and the row of each."""
+
+    def round_party(self, party: str, ring: Sequence[str], ids: Sequence[str], rng: np.random.Generator | None,
+                    workers: Any) -> Any:
+        """This party's protocol state: `rounds`, `expected(r)` ({sender: messages}), `step(r, inbox)` (the
+        messages to send: `to`, `kind`, `filename`, `to_bytes()`) and, after the last round, `result` (`protocol`,
+        `rows`, `n_common`, `sizes`). `rng` None: keys and shuffles from the OS CSPRNG."""
+
+    def read_round_message(self, body: bytes, where: str, sender: str, to: str, rnd: int) -> Message:
+        """A received round message, checked against its envelope (sender, recipient, round); else refused."""
+
+
+Query = tuple[tuple[str, ...], tuple[str, ...]]   # (attributes of one party, attributes of another)
+
+
+@runtime_checkable
+class StageRounds(Protocol):
+    """One party's side of one stage of a cross-party protocol, as a driver runs it across machines (deploy): in
+    each round, in order, the party first sends everything it has for it, then waits for what it expects after
+    it (messages of that round or of an earlier one); the driver moves the bytes in signed envelopes and knows
+    nothing of what they hold. After the last round the party publishes its answers to the server."""
+
+    def rounds(self) -> list[str]:
+        """The round names (envelope rounds), in order; none when this party takes no part in the stage."""
+
+    def outgoing(self, rnd: str) -> Iterable[tuple[list[str], str, bytes, str]]:
+        """What this party sends in `rnd`, (recipients, kind, body, tag) each, made one at a time."""
+
+    def expects(self, rnd: str) -> Mapping[str, list[str]]:
+        """What this party waits for once it has sent `rnd`'s messages: {round: senders, one message each}."""
+
+    def incoming(self, rnd: str, got: Mapping[str, Sequence[bytes]]) -> None:
+        """The bodies received in `rnd`, by sender (their envelopes already verified)."""
+
+    def published(self) -> Iterable[Message]:
+        """This party's answers to the server, once every round has run."""
+
+
+@runtime_checkable
+class JointRounds(MeasuresJointly, Protocol):
+    """An encoder whose cross-party protocol (MeasuresJointly) also runs with each party on its own machine: a
+    selection stage on the planned queries, then a stage on the queries the server chooses."""
+
+    def round_timeout(self) -> float:
+        """Seconds a role waits for the others in a round."""
+
+    def party_stage(self, me: str, view: Dataset, queries: Sequence[Query], stage: str, ledger: PrivacyLedger,
+                    rng: np.random.Generator, test: bool) -> StageRounds:
+        """Party `me`'s rounds of `stage` on its own columns (`test`: seeded noise under an explicit test secret,
+        as the one-process simulation draws it), spending the stage's planned charge where the plan says."""
+
+    def check_queries(self, queries: Sequence[Query]) -> None:
+        """A party's check of the queries the server chose (refused in one line: unknown attributes, more than
+        planned)."""
+
+    def check_published(self, msg: Message, asked: Mapping[str, Sequence[Query]], where: str) -> None:
+        """The server's check that a party's message answers only what was asked in its stage."""
+
+
+@runtime_checkable
+class FitsInRounds(Protocol):
+    """A party/server synthesizer whose fit runs an encoder's rounds between the party steps and the server's fit
+    (VertiMRF with encoder "he"): what `party synth` and `server` run across machines. The server chooses the
+    second stage's queries from the first stage's answers."""
+
+    def joint_rounds(self) -> JointRounds | None:
+        """The encoder whose rounds this configuration runs; None when it runs none (party steps, then server)."""
+
+    def round_view(self, view: Dataset) -> Dataset:
+        """A party's columns as the protocol reads them (e.g. binned), from its coded columns, every row."""
+
+    def serve_rounds(self, messages: Sequence[Message], measure: Callable[[list[Query]], list[Message]]) -> None:
+        """The server's fit from the parties' messages and the first stage; `measure(queries)` runs the second
+        stage on the queries it chose and returns the parties' answers."""
+
+
+@runtime_checkable
 class CrossPartyMeasure(Protocol):
     """How a vertical measurement oracle answers a marginal whose attributes span two parties (a "cross-party
     measure": encrypted counts, or sketches). A query is (attributes of one party, attributes of another); every
@@ -194,6 +286,25 @@ class ReportsReferencePoints(Protocol):
 
     def reference_points(self, train: Dataset, holdout: Dataset | None) -> dict[str, dict[str, float]]:
         """{metric: {"independent": value, "holdout_floor": value (only with a holdout)}}."""
+
+
+@runtime_checkable
+class EvaluatesCounts(Protocol):
+    """An evaluator that scores from marginal counts alone: it reads the real table only through `n`, `domain`
+    and `counts(attrs)`, so a streamed run, which never holds the real rows (`core.chunks.ChunkedCounts`), can
+    run it. A streamed run refuses, before it reads a row, every evaluator without this capability."""
+
+    def evaluate_counts(self, real: Any, synthetic: Any, rng: np.random.Generator) -> dict[str, float]:
+        """`evaluate` on counts-only tables (`core.chunks.ChunkedCounts` or `Dataset`): the same scores."""
+
+
+@runtime_checkable
+class MeasuresAssociation(Protocol):
+    """An evaluator that scores pairwise association and hands out the matrices it compares (the HTML report
+    draws them as heatmaps, real beside synthetic)."""
+
+    def association_matrices(self, data: Dataset) -> tuple[np.ndarray, np.ndarray]:
+        """(Cramér's V, normalised mutual information) between every two attributes of `data`, d × d each."""
 
 
 RAW_VALUES = "raw_values"   # an EvaluatorSpec capability: the evaluator scores raw tables (ScoresRawTables)

@@ -1,6 +1,8 @@
-"""What a dataset plugin hands to the pipeline."""
+"""What a dataset plugin hands to the pipeline, and the readers of integer-coded tables (a CSV of codes with a
+PrivMRF-style JSON domain) that the benchmark datasets and the collab custodians share."""
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,7 @@ import pandas as pd
 
 from .domain import Domain
 from .encoding import TableSchema
-from .errors import ConfigError
+from .errors import ConfigError, DataError
 from .factor import Factor
 
 
@@ -91,3 +93,35 @@ def keyed_party_tables(frame: pd.DataFrame, party_names: Sequence[str], overlap:
         frames[p] = frame.iloc[rows].reset_index(drop=True)
         out_ids[p] = ids[rows].tolist()
     return frames, out_ids
+
+
+def read_domain_json(path: Path) -> dict[str, int]:
+    """The PrivMRF JSON domain: {"0": {"type": "discrete", "domain": 16}, ...}."""
+    try:
+        raw = json.loads(path.read_text())
+        return {str(k): int(v["domain"]) for k, v in raw.items()}
+    except FileNotFoundError:
+        raise DataError(f"domain file {str(path)!r} does not exist") from None
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise DataError(f"domain file {str(path)!r} is malformed: {exc}") from None
+
+
+def read_codes_csv(path: Path, sizes: dict[str, int]) -> pd.DataFrame:
+    if not path.is_file():
+        raise DataError(f"data file {str(path)!r} does not exist")
+    frame = pd.read_csv(path, dtype=str)
+    frame.columns = [str(c) for c in frame.columns]
+    missing = [c for c in sizes if c not in frame.columns]
+    if missing:
+        raise DataError(f"{str(path)!r} lacks the domain's columns {missing}")
+    if frame[list(sizes)].isna().any().any():
+        raise DataError(f"{str(path)!r} has missing values")
+    try:
+        codes = frame[list(sizes)].astype(np.int64)
+    except ValueError as exc:
+        raise DataError(f"{str(path)!r} must hold integer codes: {exc}") from None
+    for c, k in sizes.items():
+        bad = codes[c][(codes[c] < 0) | (codes[c] >= k)]
+        if len(bad):
+            raise DataError(f"{str(path)!r}: column {c!r} has value {int(bad.iloc[0])} outside its domain 0..{k - 1}")
+    return codes

@@ -164,6 +164,10 @@ class Registry:
             raise self._duplicate_error(kind, name, entries)
         return entries[0][0]
 
+    def providers(self, kind: str, name: str) -> int:
+        """How many installed plugins offer `name` (more than one: `get` refuses it)."""
+        return len(self._specs[kind].get(name, ()))
+
     def provider(self, kind: str, name: str) -> str:
         self.get(kind, name)
         return self._specs[kind][name][0][1]

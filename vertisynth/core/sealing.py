@@ -40,6 +40,11 @@ class Sealed:
         return cls(data[:KEY_BYTES], data[KEY_BYTES:KEY_BYTES + NONCE_BYTES], data[KEY_BYTES + NONCE_BYTES:])
 
 
+def hkdf(secret: bytes, info: bytes, salt: bytes = b"") -> bytes:
+    """HKDF-SHA256 to 32 bytes: every key derivation of the project (sealing, the DPFM key agreement, test streams)."""
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=salt or None, info=info).derive(secret)
+
+
 def _key(shared: bytes, info: bytes, ephemeral: bytes, recipient: bytes) -> bytes:
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info + b"|" + ephemeral + recipient).derive(shared)
 

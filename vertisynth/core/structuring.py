@@ -64,7 +64,11 @@ CONVERTER = _strict_converter()
 def _format(exc: BaseException, _type: Any) -> str:
     if isinstance(exc, cattrs.ForbiddenExtraKeysError):
         renamed = getattr(exc.cl, "toml_keys", {})   # fields spelt otherwise in TOML (e.g. alias -> "as")
+        removed = getattr(exc.cl, "removed_keys", {})   # keys that are gone: what replaced them
         valid = [renamed.get(f.name, f.name) for f in attrs.fields(exc.cl)]
+        gone = [k for k in sorted(exc.extra_fields) if k in removed]
+        if gone:
+            return "; ".join(f"{k!r} was removed: {removed[k]}" for k in gone)
         parts = [f"unknown key {k!r}{suggest(k, valid)}" for k in sorted(exc.extra_fields)]
         return "; ".join(parts) + f"; valid keys: {choices_text(valid)}"
     if isinstance(exc, KeyError):

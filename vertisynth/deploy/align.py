@@ -29,18 +29,16 @@ import attrs
 import numpy as np
 import pandas as pd
 
+from vertisynth.core.capabilities import AlignsAcrossMachines
 from vertisynth.core.cluster import dask_session
-from vertisynth.core.dataset import Dataset
-from vertisynth.core.domain import Domain
 from vertisynth.core.encoding import TableSchema
-from vertisynth.core.errors import ConfigError, DataError, MessageError, VertisynthError
+from vertisynth.core.errors import ConfigError, DataError, VertisynthError
 from vertisynth.core.outfiles import write_csv
+from vertisynth.core.messages import Message
 from vertisynth.core.privacy import PrivacyLedger
-from vertisynth.core.structuring import structure
-from vertisynth.plugins.alignment.private_sets import PSIConfig, PSUConfig, prepare_ids
-from vertisynth.plugins.alignment.protocol import BlindedSet, make_parties
+from vertisynth.core.registry import default_registry
 from vertisynth.run.config import RunConfig, noise_for
-from vertisynth.run.pipeline import make_plan
+from vertisynth.run.pipeline import build_component, make_plan
 
 from .plans import streams as _streams
 from .session import TEST_LABEL, Session, session, test_noise_seed
@@ -51,17 +49,14 @@ def _round(r: int) -> str:
     return f"align-r{r:02d}"
 
 
-def _inbox(sess: Session, party: str, r: int, expected: dict[str, int]) -> list[BlindedSet]:
+def _inbox(sess: Session, aligner: AlignsAcrossMachines, party: str, r: int, expected: dict[str, int]
+           ) -> list[Message]:
     names = receive(sess.transport, f"{_round(r - 1)}__*__to__{party}__*", sum(expected.values()),
                     f"party {party!r}'s round-{r} message(s) {expected}", sess.timeout, sess.poll)
     out = []
     for name in names:
         header, body = sess.open(name, (_round(r - 1),))
-        msg = BlindedSet.from_bytes(body, name)
-        if msg.party != header.sender or msg.to != party or msg.round != r - 1:
-            raise MessageError(f"{name}: from {header.sender!r}: its content (from {msg.party!r} to {msg.to!r}, "
-                               f"round {msg.round}) does not match its envelope; refused")
-        out.append(msg)
+        out.append(aligner.read_round_message(body, name, header.sender, party, r - 1))
     return out
 
 
@@ -155,8 +150,10 @@ def run_party_align(config: RunConfig, party: str, csv: Path, id_column: str, ex
     protocol = config.alignment.use
     if protocol not in ("psi", "psu"):
         raise ConfigError(f"party align runs psi or psu; the config's alignment is {protocol!r}")
-    cls = PSIConfig if protocol == "psi" else PSUConfig
-    params = structure(config.alignment.params, cls, f"alignment.params of {protocol!r}")
+    aligner = build_component(default_registry(), "aligner", protocol, config.alignment.params, "alignment")
+    if not isinstance(aligner.instance, AlignsAcrossMachines):
+        raise ConfigError(f"party align: the installed {protocol!r} aligner does not run across machines")
+    params = aligner.config
     ring = [p.name for p in config.parties]
     if len(ring) < 2 or any(not n for n in ring):
         raise ConfigError("party align needs the parties listed by name in [[parties]] (their order is the ring)")
@@ -175,19 +172,16 @@ def run_party_align(config: RunConfig, party: str, csv: Path, id_column: str, ex
     # duplicates / normalisation exactly as in the one-process pipeline (views are row placeholders here)
 
     rand = _test_streams(protocol, ring, party, sess.state.secret(), params.keys)
-    rows = Dataset(np.arange(len(raw), dtype=np.int64)[:, None], Domain(["row"], [max(len(raw), 1)]))
-    ids, kept, _ = prepare_ids({party: rows}, {party: raw}, params)
+    own_ids, row_of = aligner.instance.party_ids(party, raw)
     with contextlib.ExitStack() as stack:   # the blinding mapped over a Dask cluster when one is configured
         workers = stack.enter_context(dask_session(params.dask_scheduler)) if params.dask_scheduler else params.workers
-        own_ids = {p: (ids[party] if p == party else []) for p in ring}
-        me = make_parties(protocol, own_ids, rand.protocol, workers)[party]
+        me = aligner.instance.round_party(party, ring, own_ids, rand.protocol, workers)
         for r in range(1, me.rounds + 1):
-            inbox = _inbox(sess, party, r, me.expected(r)) if r > 1 else []
+            inbox = _inbox(sess, aligner.instance, party, r, me.expected(r)) if r > 1 else []
             for msg in me.step(r, inbox):
                 sess.send(_round(r), [msg.to], msg.kind, msg.to_bytes(), tag=msg.filename[:-4].split("__", 4)[-1])
     res = me.result
     assert res is not None
-    row_of = kept[party].codes[:, 0]
     if protocol == "psi":
         table = pd.DataFrame({"row": row_of[res.rows], "id": [raw[i] for i in row_of[res.rows]],
                               "position": np.arange(len(res.rows))})

@@ -24,12 +24,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from vertisynth.core.chunks import view_chunks
 from vertisynth.core.encoding import TableSchema
 from vertisynth.core.envelope import ALL, canonical
 from vertisynth.core.errors import ConfigError, DataError, MessageError
+from vertisynth.core.keys import KeyParty
 from vertisynth.core.privacy import PrivacyLedger
-from vertisynth.plugins.encoders.keys import KeyParty
-from vertisynth.plugins.synthesizers.vertimrf.streaming import view_chunks
 from vertisynth.run.config import RunConfig, noise_for
 from vertisynth.run.stream import coded_chunks, fit_codec
 

@@ -27,8 +27,7 @@ import attrs
 from vertisynth.core.envelope import ALL, Expect, Header, canonical, open_envelope, seal
 from vertisynth.core.errors import ConfigError, DataError, MessageError
 from vertisynth.core.identity import Identity, Roster, inside, roster_of as _roster_of
-from vertisynth.core.sealing import RunKey, Sealed, seal_to
-from vertisynth.plugins.encoders.keys import hkdf
+from vertisynth.core.sealing import RunKey, Sealed, hkdf, seal_to
 from vertisynth.run.config import RunConfig, config_fingerprint, public_config
 
 from .transport import ReportsWaiting, Transport, local_folder, receive, transport_for

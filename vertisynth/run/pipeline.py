@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +18,8 @@ import attrs
 import numpy as np
 import pandas as pd
 
-from vertisynth.core.capabilities import (EstimatesMemory, HasGraphicalModel, PartyServerSplit, ReportsReferencePoints,
-                                          StepsInChunks, wants_raw_values)
+from vertisynth.core.capabilities import (AlignsRows, EstimatesMemory, EvaluatesCounts, HasGraphicalModel,
+                                          PartyServerSplit, ReportsReferencePoints, StepsInChunks, wants_raw_values)
 from vertisynth.core.chunks import ChunkedCounts
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.encoding import ID_LIST_MIN, TableCodec, TableSchema, identifier_list_error
@@ -27,7 +27,7 @@ from vertisynth.core.errors import BudgetError, ConfigError, DataError
 from vertisynth.core.interfaces import Aligner, Alignment, Evaluator, PlanContext, Synthesizer, VerticalData
 from vertisynth.core.loaded import DatasetSource, LoadedData
 from vertisynth.core.outfiles import FolderLock, check_not_foreign, replace_atomically
-from vertisynth.core.privacy import PrivacyLedger
+from vertisynth.core.privacy import Charge, PrivacyLedger
 from vertisynth.core.registry import Registry, default_registry
 from vertisynth.core.specs import ComponentSpec
 from vertisynth.core.structuring import CONVERTER, structure
@@ -143,6 +143,28 @@ def build_evaluators(registry: Registry, entries: list[Any], where: str = "evalu
     return comps
 
 
+def dataset_loader(config: RunConfig, registry: Registry, data_dir: str | None) -> Callable[[], DatasetSource]:
+    """The config's [dataset]: its plugin and params resolved now (errors first), the source made when called."""
+    spec = registry.get("dataset", config.dataset.name)
+    cls = spec.load_config_cls()
+    ds_config = structure(config.dataset.params, cls, "dataset.params") if cls else None
+    return lambda: spec.load_factory()(ds_config, data_dir)
+
+
+def check_evaluator(comp: Component, charges: list[Charge], config: RunConfig) -> None:
+    """What every plan refuses of an evaluator (with the charges its `plan` returned), before any data: one that
+    is not an Evaluator, declares raw values without scoring them, spends budget, or needs a holdout the config
+    does not keep."""
+    if not isinstance(comp.instance, Evaluator):
+        raise DataError(f"{comp.spec.kind} {comp.spec.name!r} from {comp.provider} is not a Evaluator")
+    wants_raw_values(comp.spec, comp.instance)   # a declaration without evaluate_raw: refused before data
+    if charges:
+        raise BudgetError(f"evaluator {comp.spec.name!r} declares privacy charges; evaluators may not spend budget")
+    if comp.instance.requires_holdout and config.evaluation.holdout <= 0:
+        raise ConfigError(f"evaluator {comp.spec.name!r} scores on records the synthesizer never saw: "
+                          "set [evaluation] holdout = 0.2 (for example)")
+
+
 def make_plan(config: RunConfig, registry: Registry | None = None, data_dir: str | None = None,
               source: DatasetSource | None = None, reproducible: bool = False) -> Plan:
     """Resolve plugins, structure params, split parties and plan the privacy spend (no data read).
@@ -157,10 +179,7 @@ def make_plan(config: RunConfig, registry: Registry | None = None, data_dir: str
         raise ConfigError(f"the config chooses the run modes {modes}; give one of their tables only")
     if modes:   # another run mode (e.g. [collab]: horizontal custodians) plans and runs itself
         return registry.get("run_mode", modes[0]).load_factory()(config, registry, data_dir, source)
-    if source is None:
-        ds_spec = registry.get("dataset", config.dataset.name)
-        ds_cls = ds_spec.load_config_cls()
-        ds_config = structure(config.dataset.params, ds_cls, "dataset.params") if ds_cls else None
+    load_source = dataset_loader(config, registry, data_dir) if source is None else lambda: source
     aligner = build_component(registry, "aligner", config.alignment.use, config.alignment.params, "alignment")
     synth = build_component(registry, "synthesizer", config.synthesizer.use, config.synthesizer.params, "synthesizer")
     evals = build_evaluators(registry, config.evaluators)
@@ -168,8 +187,7 @@ def make_plan(config: RunConfig, registry: Registry | None = None, data_dir: str
         if not isinstance(comp.instance, base):
             raise DataError(f"{comp.spec.kind} {comp.spec.name!r} from {comp.provider} is not a {base.__name__}")
 
-    if source is None:
-        source = ds_spec.load_factory()(ds_config, data_dir)
+    source = load_source()
     domain = source.schema.preview_domain()
     if config.parties:
         names = [p.name or f"party{i + 1}" for i, p in enumerate(config.parties)]
@@ -193,13 +211,8 @@ def make_plan(config: RunConfig, registry: Registry | None = None, data_dir: str
         except BudgetError as exc:
             raise BudgetError(f"{comp.spec.kind} {comp.spec.name!r} cannot plan its spend: {exc}. "
                               f"Planned before it:\n{ledger.table(ledger.planned)}") from None
-        if isinstance(comp.instance, Evaluator):
-            wants_raw_values(comp.spec, comp.instance)   # a declaration without evaluate_raw: refused before data
-        if isinstance(comp.instance, Evaluator) and charges:
-            raise BudgetError(f"evaluator {comp.spec.name!r} declares privacy charges; evaluators may not spend budget")
-        if isinstance(comp.instance, Evaluator) and comp.instance.requires_holdout and config.evaluation.holdout <= 0:
-            raise ConfigError(f"evaluator {comp.spec.name!r} scores on records the synthesizer never saw: "
-                              "set [evaluation] holdout = 0.2 (for example)")
+        if comp in evals:
+            check_evaluator(comp, charges, config)
         ledger.plan(charges)
     ledger.check_plan()
     return Plan(config, source, partition, aligner, synth, evals, ledger, config.dataset.name, registry)
@@ -508,11 +521,7 @@ def _execute_streamed(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.G
     metrics: dict[str, dict[str, float]] = {}
     with _timed(timings, "evaluate", bar), contextlib.closing(written):   # then the spilled codes go
         for comp in plan.evaluators:
-            try:
-                metrics[comp.label] = comp.instance.evaluate(real, synthetic, streams["evaluate"])
-            except AttributeError as exc:   # it reads rows, and a streamed run has only their counts
-                raise ConfigError(f"stream = true: evaluator {comp.label!r} reads the real rows ({exc}); a streamed "
-                                  "run scores from marginal counts only (tvd): drop it or run without stream") from None
+            metrics[comp.label] = comp.instance.evaluate_counts(real, synthetic, streams["evaluate"])
         references = reference_points(plan, metrics, real, None)
     return _finish(plan, codec, loaded, written.frame, synthetic, real, None, metrics, align_info, timings,
                    output_dir, written, references=references)
@@ -522,6 +531,8 @@ def _stream_refusal(plan: Plan) -> str | None:
     """Why `stream = true` cannot run this plan, or None (run and validate both ask: `preflight`)."""
     cfg, synth = plan.config, plan.synthesizer.instance
     path, keyed = plan.source.stream_path, plan.source.stream_parties
+    rows_read = [c.label for c in plan.evaluators if not isinstance(c.instance, EvaluatesCounts)]
+    counts_text = "e.g. tvd, workload_error, correlation"
     return ("the dataset is not one file with a public schema ([dataset] csv with `schema`, or party_csv with "
            "`schema`)" if path is None and keyed is None else
            f"synthesizer {plan.synthesizer.spec.name!r} has no chunked party step" if not (
@@ -530,9 +541,11 @@ def _stream_refusal(plan: Plan) -> str | None:
            f"{plan.synthesizer.spec.name!r} measures in rounds between the parties, not chunk by chunk (use "
            "encoder dpfm or grr to stream, or run without stream)" if not synth.streams_parties() else f"alignment {plan.aligner.spec.name!r} needs the identifiers (use positional: rows aligned)"
            if keyed is None and plan.aligner.spec.name != "positional" else
-           "ID-keyed party files need alignment psi or psu" if keyed is not None and not hasattr(
-               plan.aligner.instance, "align_rows") else
-           "a holdout needs the rows ([evaluation] holdout = 0)" if cfg.evaluation.holdout > 0 else None)
+           "ID-keyed party files need alignment psi or psu" if keyed is not None and not isinstance(
+               plan.aligner.instance, AlignsRows) else
+           "a holdout needs the rows ([evaluation] holdout = 0)" if cfg.evaluation.holdout > 0 else
+           f"evaluator {rows_read[0]!r} reads the real rows; a streamed run scores from marginal counts only "
+           f"({counts_text}): drop it or run without stream" if rows_read else None)
 
 
 def _streamed_file_input(plan: Plan, streams: dict[str, np.random.Generator], timings: dict[str, float], bar: Any,

@@ -21,7 +21,7 @@ from vertisynth.plugins.encoders.dpfm import DPFMConfig, DPFMEncoder, DPFMMessag
 from vertisynth.plugins.encoders.fm_sketch import (
     EMPTY, asymptotic_constant, cardinality, finalize, fm_parameters, group_max, phantom_max,
 )
-from vertisynth.plugins.encoders.keys import agree_keys
+from vertisynth.core.keys import agree_keys
 from vertisynth.plugins.encoders.prf import fm_geometric
 
 SMALL = DPFMConfig(t=300, calibration="paper", postprocess="clip")   # the paper's calibration and clipping

@@ -76,5 +76,5 @@ def test_query_recovery_without_local_models_is_refused():
     from vertisynth.plugins.synthesizers.vertimrf.synthesizer import VertiMRFConfig
 
     with pytest.raises(ConfigError, match="use_local = false set recovery = 'hisrec'"):
-        VertiMRFConfig(use_local=False, local_fraction=0.0, encoder_fraction=0.8, recovery="query")
-    VertiMRFConfig(use_local=False, local_fraction=0.0, encoder_fraction=0.8, recovery="hisrec")
+        VertiMRFConfig(use_local=False, local_fraction=0.0, recovery="query")
+    VertiMRFConfig(use_local=False, local_fraction=0.0, recovery="hisrec")

@@ -113,9 +113,21 @@ def test_consistency_enforcement_makes_one_way_tables_agree():
     assert np.allclose(pa, target / target.sum(), atol=0.02)
 
 
+def test_encoder_fraction_is_gone_and_says_what_replaced_it():
+    """The encoder always took what the other shares left; a config that still sets encoder_fraction (which
+    changed nothing) is refused in one line that says so, instead of being silently ignored."""
+    with pytest.raises(ConfigError) as err:
+        make_plan(_cfg(synthesizer={"use": "vertimrf", "params": {"local_fraction": 0.2, "encoder_fraction": 0.6}}))
+    assert "\n" not in str(err.value)
+    assert "'encoder_fraction' was removed: the encoder takes what local_fraction and value_fraction leave" in str(
+        err.value)
+    plan = make_plan(_cfg(synthesizer={"use": "vertimrf", "params": {"local_fraction": 0.2}}))
+    assert plan.synthesizer.instance.budget_split() == {"local": 0.2, "encoder": 0.8, "value_distributions": 0.0}
+
+
 def test_bad_input():
-    with pytest.raises(ConfigError, match="fractions"):
-        make_plan(_cfg(synthesizer={"use": "vertimrf", "params": {"local_fraction": 0.5}}))
+    with pytest.raises(ConfigError, match="leave the encoder a share"):
+        make_plan(_cfg(synthesizer={"use": "vertimrf", "params": {"local_fraction": 0.9}}))
     with pytest.raises(Exception, match="unknown encoder 'fm'"):
         make_plan(_cfg(synthesizer={"use": "vertimrf", "params": {"encoder": "fm"}}))
     with pytest.raises(ConfigError, match="unknown key 'tt'"):

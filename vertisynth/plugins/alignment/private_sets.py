@@ -6,20 +6,21 @@ the same messages a real deployment exchanges (`vertisynth party align` runs one
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import numpy as np
 
 from vertisynth.core.cluster import dask_session
 from vertisynth.core.dataset import Dataset
-from vertisynth.core.errors import ConfigError, DataError
+from vertisynth.core.domain import Domain
+from vertisynth.core.errors import ConfigError, DataError, MessageError
 from vertisynth.core.interfaces import Aligner, Alignment, PlanContext
 from vertisynth.core.privacy import Charge, PrivacyLedger
 
 from . import fill as fill_mod
 from .group import normalise_ids
-from .protocol import PartyResult, make_parties, simulate
+from .protocol import BlindedSet, PartyResult, make_parties, simulate
 
 
 @attrs.frozen
@@ -133,7 +134,36 @@ def _run(protocol: str, ids: dict[str, list[str]], config: Any, rng: np.random.G
         return simulate(make_parties(protocol, ids, keys, client))
 
 
-class PSIAligner(Aligner):
+class RoundsAcrossMachines:
+    """PSI/PSU with each party on its own machine (AlignsAcrossMachines): `vertisynth party align` moves the
+    rounds' BlindedSet messages in signed envelopes."""
+
+    protocol: ClassVar[str]
+
+    def party_ids(self, party: str, raw: Sequence[Any]) -> tuple[list[str], np.ndarray]:
+        """This party's identifiers normalised and deduplicated as `align` does them, and the row of each."""
+        rows = Dataset(np.arange(len(raw), dtype=np.int64)[:, None], Domain(["row"], [max(len(raw), 1)]))
+        ids, kept, _ = prepare_ids({party: rows}, {party: raw}, self.config or PSIConfig())
+        return ids[party], kept[party].codes[:, 0]
+
+    def round_party(self, party: str, ring: Sequence[str], ids: Sequence[str], rng: np.random.Generator | None,
+                    workers: Any) -> Any:
+        """This party's protocol state (the other parties' ids are not known here: empty), with the simulation's
+        randomness split (`make_parties` spawns one child per party in ring order)."""
+        own = {p: (list(ids) if p == party else []) for p in ring}
+        return make_parties(self.protocol, own, rng, workers)[party]
+
+    def read_round_message(self, body: bytes, where: str, sender: str, to: str, rnd: int) -> BlindedSet:
+        msg = BlindedSet.from_bytes(body, where)
+        if msg.party != sender or msg.to != to or msg.round != rnd:
+            raise MessageError(f"{where}: from {sender!r}: its content (from {msg.party!r} to {msg.to!r}, "
+                               f"round {msg.round}) does not match its envelope; refused")
+        return msg
+
+
+class PSIAligner(RoundsAcrossMachines, Aligner):
+    protocol = "psi"
+
     def align(self, views: Mapping[str, Dataset], ledger: PrivacyLedger, rng: np.random.Generator,
               ids: Mapping[str, Sequence[Any]] | None = None) -> Alignment:
         cfg = self.config or PSIConfig()
@@ -162,7 +192,9 @@ class PSIAligner(Aligner):
                             + ("; the first party also sees partial-intersection sizes" if len(norm) > 2 else "")}
 
 
-class PSUAligner(Aligner):
+class PSUAligner(RoundsAcrossMachines, Aligner):
+    protocol = "psu"
+
     def __init__(self, config: PSUConfig | None = None) -> None:
         super().__init__(config or PSUConfig())
         fill_mod.check_fill(self.config.fill, self.config.fill_columns)

@@ -17,7 +17,7 @@ import pandas as pd
 
 from vertisynth.core.encoding import CSV_NULLS, ColumnSchema, TableSchema, csv_na_args
 from vertisynth.core.errors import ConfigError, DataError
-from vertisynth.core.loaded import DatasetSource, LoadedData, PartyFiles
+from vertisynth.core.loaded import DatasetSource, LoadedData, PartyFiles, read_codes_csv, read_domain_json
 
 ENV_VAR = "VERTISYNTH_DATA"
 ADULT_COLUMNS = ("age", "workclass", "fnlwgt", "education", "education-num", "marital-status", "occupation",
@@ -36,38 +36,6 @@ def resolve_data_dir(explicit: str | None, cli: str | None) -> Path:
     if not path.is_dir():
         raise DataError(f"benchmark data folder {str(path)!r} does not exist (from {'config' if explicit else '--data-dir' if cli else ENV_VAR})")
     return path
-
-
-def read_domain_json(path: Path) -> dict[str, int]:
-    """The PrivMRF JSON domain: {"0": {"type": "discrete", "domain": 16}, ...}."""
-    try:
-        raw = json.loads(path.read_text())
-        return {str(k): int(v["domain"]) for k, v in raw.items()}
-    except FileNotFoundError:
-        raise DataError(f"domain file {str(path)!r} does not exist") from None
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise DataError(f"domain file {str(path)!r} is malformed: {exc}") from None
-
-
-def read_codes_csv(path: Path, sizes: dict[str, int]) -> pd.DataFrame:
-    if not path.is_file():
-        raise DataError(f"data file {str(path)!r} does not exist")
-    frame = pd.read_csv(path, dtype=str)
-    frame.columns = [str(c) for c in frame.columns]
-    missing = [c for c in sizes if c not in frame.columns]
-    if missing:
-        raise DataError(f"{str(path)!r} lacks the domain's columns {missing}")
-    if frame[list(sizes)].isna().any().any():
-        raise DataError(f"{str(path)!r} has missing values")
-    try:
-        codes = frame[list(sizes)].astype(np.int64)
-    except ValueError as exc:
-        raise DataError(f"{str(path)!r} must hold integer codes: {exc}") from None
-    for c, k in sizes.items():
-        bad = codes[c][(codes[c] < 0) | (codes[c] >= k)]
-        if len(bad):
-            raise DataError(f"{str(path)!r}: column {c!r} has value {int(bad.iloc[0])} outside its domain 0..{k - 1}")
-    return codes
 
 
 @attrs.frozen

@@ -1,6 +1,6 @@
 """`dpfm`: the sketch-based encoder of VertiMRF (Sec. 4.3: Sketch-based LocEnc, Alg. 3, and CarEst, Alg. 4).
 
-Party side. With the t hash keys ξ_h agreed among the parties (`keys.py`) and unknown to the server,
+Party side. With the t hash keys ξ_h agreed among the parties (`core/keys.py`) and unknown to the server,
 every party hashes every record id to a geometric value H_ξh(id) (`prf.py`: the same value at every
 party and for every attribute) and, for each attribute A_j and value v, sends the DP FM sketch of the
 id set {records with A_j = v} (`fm_sketch.py`). Vectorised in blocks of rows × repetitions bounded by
@@ -58,7 +58,7 @@ from vertisynth.core.privacy import Budget, Charge, PrivacyLedger, ZCDP, zcdp_to
 from .chunked import ChunkJob
 from .common import Estimate, agree, owners, project_to_simplex, query_domain
 from .fm_sketch import EMPTY, block_bytes, cardinality, finalize, fm_parameters, grouping
-from .keys import KeyParty, agree_keys
+from vertisynth.core.keys import KeyParty, agree_keys
 from .prf import FM_LAYOUT, LZ16, FMRecordStream, geometric_from_words32
 
 STAGE = "encoder"
@@ -196,7 +196,7 @@ class DPFMEncoder(Encoder):
         self.params: SketchParams | None = None
         self._attributes: dict[str, tuple[str, ...]] = {}
         self._keys: dict[str, KeyParty] | None = None
-        self.key_context = b""   # what the agreed keys are bound to (a run across machines; see keys.py)
+        self.key_context = b""   # what the agreed keys are bound to (a run across machines; see core/keys.py)
         self._charges: dict[str, Charge] = {}
         self._count_charge: Charge | None = None
 
@@ -233,7 +233,7 @@ class DPFMEncoder(Encoder):
 
     # -- keys ---------------------------------------------------------------------------------
     def agree_keys(self, rng: np.random.Generator | None) -> dict[str, KeyParty]:
-        """Run the key agreement among the planned parties (simulated here; see `keys.py`)."""
+        """Run the key agreement among the planned parties (simulated here; see `core/keys.py`)."""
         if not self._attributes:
             raise DataError("dpfm: plan() must run before the key agreement")
         self._keys = agree_keys(list(self._attributes), rng if self.config.reproducible_keys else None,

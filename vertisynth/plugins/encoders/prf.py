@@ -8,7 +8,7 @@ Both encoders draw their per-record randomness from PRF(key, row, id) instead of
     counter-based function of the global record id gives for free.
 
 Why the server cannot predict the values: AES is a pseudo-random permutation; without the 256-bit
-key (agreed by the parties through X25519 + HKDF, see `keys.py`, and never sent to the server)
+key (agreed by the parties through X25519 + HKDF, see `core/keys.py`, and never sent to the server)
 the outputs on distinct blocks are computationally indistinguishable from independent uniform
 128-bit strings. The repetition index sits inside the block (DPFM with γ = 1: repetitions 4k..4k+3 take the four
 32-bit words of block k, see `fm_geometric`), so (key, h) acts as t independent

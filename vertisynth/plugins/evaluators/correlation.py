@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 import attrs
 import numpy as np
@@ -60,6 +61,14 @@ class Correlation(Evaluator):
 
     def plan(self, ctx: PlanContext) -> list:
         return []
+
+    def evaluate_counts(self, real: Any, synthetic: Any, rng: np.random.Generator) -> dict[str, float]:
+        """EvaluatesCounts: only `counts`, `n` and `domain` are read."""
+        return self.evaluate(real, synthetic, rng)
+
+    def association_matrices(self, data: Dataset) -> tuple[np.ndarray, np.ndarray]:
+        """The Cramér's V and NMI matrices it scores (MeasuresAssociation: the HTML report's heatmaps)."""
+        return association_matrices(data)
 
     def evaluate(self, real: Dataset, synthetic: Dataset, rng: np.random.Generator) -> dict[str, float]:
         if real.domain.attributes != synthetic.domain.attributes or real.domain.shape != synthetic.domain.shape:

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import Any
 
 import attrs
 import numpy as np
 
+from vertisynth.core.chunks import ChunkedCounts
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.core.interfaces import Evaluator, PlanContext
@@ -82,6 +84,10 @@ class TVDEvaluator(Evaluator):
             raise ConfigError(f"tvd: ways {too_big} exceed the number of attributes ({d})")
         return []
 
+    def evaluate_counts(self, real: Any, synthetic: Any, rng: np.random.Generator) -> dict[str, float]:
+        """EvaluatesCounts: only `counts`, `n` and `domain` are read."""
+        return self.evaluate(real, synthetic, rng)
+
     def evaluate(self, real: Dataset, synthetic: Dataset, rng: np.random.Generator) -> dict[str, float]:
         if real.domain.attributes != synthetic.domain.attributes or real.domain.shape != synthetic.domain.shape:
             raise DataError("tvd: real and synthetic tables have different domains")
@@ -92,7 +98,7 @@ class TVDEvaluator(Evaluator):
                 raise ConfigError(f"tvd: way {k} exceeds the number of attributes ({len(names)})")
             sets = [tuple(names[i] for i in s) for s in distinct_subsets(len(names), k, self.config.marginals, rng)]
             for table in (real, synthetic):   # a counts-only table (core/chunks.py) reads its chunks once for all
-                if hasattr(table, "prefetch"):
+                if isinstance(table, ChunkedCounts):
                     table.prefetch(sets)
             vals = [marginal_tvd(real, synthetic, attrs_) for attrs_ in sets]
             out[f"tvd_{k}way"] = float(np.mean(vals))

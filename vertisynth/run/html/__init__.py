@@ -129,8 +129,14 @@ def worst_marginals(real: Dataset, synthetic: Dataset, k: int = WORST_MARGINALS)
 
 
 def association_heatmaps(real: Dataset, synthetic: Dataset) -> tuple[str | None, str]:
-    from vertisynth.plugins.evaluators.correlation import association_matrices
+    from vertisynth.core.capabilities import MeasuresAssociation
+    from vertisynth.core.registry import default_registry
+    from vertisynth.run.pipeline import build_component
 
+    # the `correlation` evaluator's matrices, found through the registry (the page shows what it scores)
+    scorer = build_component(default_registry(), "evaluator", "correlation", {}, "report").instance
+    if not isinstance(scorer, MeasuresAssociation):
+        return None, "the installed 'correlation' evaluator draws no association matrices"
     names = list(real.domain.attributes)
     note = ""
     if len(names) < 2:
@@ -139,8 +145,8 @@ def association_heatmaps(real: Dataset, synthetic: Dataset) -> tuple[str | None,
         note = f"the first {HEATMAP_MAX_ATTRIBUTES} of {len(names)} attributes"
         names = names[:HEATMAP_MAX_ATTRIBUTES]
         real, synthetic = real.project(names), synthetic.project(names)
-    v_real, _ = association_matrices(real)
-    v_syn, _ = association_matrices(synthetic)
+    v_real, _ = scorer.association_matrices(real)
+    v_syn, _ = scorer.association_matrices(synthetic)
     return figures.heatmaps(names, v_real, v_syn), note
 
 

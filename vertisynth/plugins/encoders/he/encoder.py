@@ -189,7 +189,7 @@ class HEEncoder(Encoder):
         if secure and self.test_sources is not None:
             raise ConfigError("he: fixed test noise sources are for simulation noise only; this ledger runs secure noise")
         # seeded noise (simulation noise and simulated crypto only): every party draws one base per stage from its
-        # own stream (deploy/he_rounds.py does the same); secure noise never reads a seeded stream, whatever `crypto`
+        # own stream (`party_stage` does the same); secure noise never reads a seeded stream, whatever `crypto`
         bases = ({p: stage_base(rngs[p]) for p in self._parties if p in rngs}
                  if c.crypto == "simulated" and self.test_sources is None and not secure else None)
         out: list[Message] = []
@@ -202,10 +202,8 @@ class HEEncoder(Encoder):
                 msg = protocol.simulate(enc, summ, views[enc], views[summ], qs, sigma, src_e, src_s, stage)
                 costs.add(enc, protocol.cpu_now() - c0)
             else:
-                if enc not in self._keys:
-                    self._keys[enc] = paillier.keypair(c.key_bits, self.randomness)
                 msg = protocol.run_real(enc, summ, views[enc], views[summ], qs, sigma, src_e, src_s,
-                                        self._keys[enc], stage, costs, c.workers, c.chunk_rows, c.slot_bits)
+                                        self.keypair(enc), stage, costs, c.workers, c.chunk_rows, c.slot_bits)
             out.append(msg)
         return out
 
@@ -239,6 +237,48 @@ class HEEncoder(Encoder):
 
     def estimate(self, messages: Sequence[Message], attrs_: Sequence[str]) -> Factor:
         return self.estimate_with_variance(messages, attrs_).counts
+
+    # -- across machines (JointRounds): one party's side of a stage, round by round (rounds.py) ----------------
+    def keypair(self, party: str) -> Any:
+        """`party`'s Paillier key pair, made once per run from the OS CSPRNG and kept in this process only."""
+        if party not in self._keys:
+            self._keys[party] = paillier.keypair(self.config.key_bits, self.randomness)
+        return self._keys[party]
+
+    def round_timeout(self) -> float:
+        return self.config.round_timeout
+
+    def party_stage(self, me: str, view: Dataset, queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]],
+                    stage: str, ledger: PrivacyLedger, rng: np.random.Generator, test: bool) -> Any:
+        """Party `me`'s rounds of `stage` on its binned `view`; the first party (the leader) records the stage's
+        one planned charge; with a test secret the party draws its seeded base as `measure` does."""
+        from .rounds import PartyStage, seeded_or_system
+        if not queries:
+            return PartyStage(self, me, view, stage, [], None)
+        if me == self._parties[0]:
+            ledger.plan([self.charge(stage)])
+            ledger.spend(self.charge(stage))
+        base = stage_base(rng) if test else None
+        runs = [r for r in self.pairs(queries, view.n, stage) if me in (r[1], r[2])]
+        return PartyStage(self, me, view, stage, runs, seeded_or_system(base, stage, ledger.noise == "secure"))
+
+    def check_queries(self, queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]]) -> None:
+        """A party's check of the clique tables the server asks for: known attributes, no more than planned."""
+        unknown = sorted({x for q in queries for x in q[0] + q[1]} - set(self._domain.attributes))
+        if unknown:
+            raise MessageError(f"he-queries from the server: unknown attributes {unknown}; refused")
+        if len(protocol.unique(queries)) > self.config.cliques:
+            raise MessageError(f"he-queries from the server: {len(queries)} tables, the plan has {self.config.cliques}; "
+                               "refused (more tables than planned would spend more than the ledger's charge)")
+
+    def check_published(self, msg: Message, asked: Mapping[str, Sequence[tuple[tuple[str, ...], tuple[str, ...]]]],
+                        where: str) -> None:
+        """The server's check of a party's published tables: only tables asked for in their stage."""
+        if isinstance(msg, protocol.NoisyCounts):
+            allowed = {protocol.key_of(q) for a, b in asked.get(msg.stage, ()) for q in (a + b, b + a)}
+            extra = set(msg.tables) - allowed
+            if extra:
+                raise MessageError(f"{where}: tables {sorted(extra)} were not asked for in stage {msg.stage!r}; refused")
 
     # -- who encrypts ------------------------------------------------------------------------------
     def _by_pair(self, queries) -> dict[tuple[str, str], list]:

@@ -11,7 +11,7 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import numpy as np
@@ -33,6 +33,7 @@ from vertisynth.pgm import GraphicalModel, Measurement, estimate
 from vertisynth.pgm.estimation import bin_query
 from vertisynth.pgm.graph import build_junction_tree, min_fill_cliques
 from ..privmrf import LocalModel, PrivMRFConfig, PrivMRFSynthesizer
+from .joint import JointFit
 from .streaming import ChunkedCounts, Chunks, mapped, party_phase, view_chunks
 from .dimension import (ValueDistributions, bin_dataset, bin_map, binned_domain, hisrec, mass_bin_map,
                         measure_value_distributions,
@@ -85,11 +86,18 @@ def interaction_scale(dispersions: Sequence[float], floor: float = 0.02) -> floa
 
 @attrs.frozen
 class VertiMRFConfig:
+    """The budget split: the local models get `local_fraction` (with use_local), the value distributions
+    `value_fraction` (only for binned attributes and recovery other than "query"), the encoder all that is left."""
+
+    # keys that are gone, with what replaced them (a config that still names one is refused in one line)
+    removed_keys: ClassVar[dict[str, str]] = {
+        "encoder_fraction": "the encoder takes what local_fraction and value_fraction leave (value_fraction only "
+                            "with binned attributes and recovery 'hisrec' or 'uniform'); the report's budget_split "
+                            "shows the split a run used"}
     encoder: str = "dpfm"
     encoder_params: dict[str, Any] = attrs.field(factory=dict)
     local_params: dict[str, Any] = attrs.field(factory=dict)
     local_fraction: float = 0.4
-    encoder_fraction: float = 0.4
     value_fraction: float = 0.2
     bins: int | None = 8
     binning: str = "width"
@@ -111,9 +119,9 @@ class VertiMRFConfig:
     party_processes: int = 1   # the one-process run: parties stepping at once, a forked process each (same result)
 
     def __attrs_post_init__(self) -> None:
-        fr = [self.local_fraction, self.encoder_fraction, self.value_fraction]
-        if min(fr) < 0 or self.encoder_fraction <= 0 or abs(sum(fr) - 1) > 1e-9:
-            raise ConfigError(f"vertimrf: local/encoder/value fractions must be >= 0 (encoder > 0) and sum to 1, got {fr}")
+        if min(self.local_fraction, self.value_fraction) < 0 or self.local_fraction + self.value_fraction >= 1:
+            raise ConfigError(f"vertimrf: local_fraction ({self.local_fraction}) and value_fraction "
+                              f"({self.value_fraction}) must be >= 0 and leave the encoder a share (sum < 1)")
         if self.use_local and self.local_fraction <= 0:
             raise ConfigError("vertimrf: use_local needs local_fraction > 0")
         if not self.use_local and self.recovery == "query" and self.bins is not None:
@@ -146,7 +154,7 @@ def mass_maps(local: LocalModel, bins: int, attrs_: Sequence[str]) -> dict[str, 
     return {a: mass_bin_map(model.marginal([a]).values, bins) for a in attrs_}
 
 
-class VertiMRFSynthesizer(Synthesizer):
+class VertiMRFSynthesizer(JointFit, Synthesizer):
     _model: Any = None   # set by fit
 
     def __init__(self, config: VertiMRFConfig | None = None) -> None:
@@ -210,7 +218,7 @@ class VertiMRFSynthesizer(Synthesizer):
             raise ConfigError(
                 f"vertimrf: the encoder's budget is too small: every DP FM sketch would carry k_p = {k_p:,} phantom "
                 "elements, far more than any table's records, so every estimate would be noise. Raise epsilon or "
-                "encoder_fraction, lower the encoder's t, or use weighting/binning that needs fewer sketches")
+                "lower local_fraction, lower the encoder's t, or use weighting/binning that needs fewer sketches")
         return charges
 
     # -- party side ---------------------------------------------------------------------------
@@ -555,8 +563,7 @@ class VertiMRFSynthesizer(Synthesizer):
         if len(set(sizes.values())) > 1:
             raise DataError(f"vertimrf: parties are not row-aligned (row counts {sizes}); align them first (psi/psu)")
         if isinstance(self._encoder, MeasuresJointly):   # encoder "he": cross-party counts measured exactly
-            from .joint import fit_joint
-            return fit_joint(self, data, ledger, rng)
+            return self.fit_joint(data, ledger, rng)
         messages: list[Message] = []
         t0 = time.perf_counter()
         key_rng, rngs = self.party_rngs(rng)

@@ -27,21 +27,17 @@ from typing import ClassVar
 import attrs
 import numpy as np
 from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from vertisynth.core.errors import DataError, MessageError
-from vertisynth.core.messages import Message
+from .errors import DataError, MessageError
+from .messages import Message
+from .sealing import hkdf
 
 INFO_PAIR = b"vertisynth/dpfm/pairwise-wrap-key/v1"
 INFO_GROUP = b"vertisynth/dpfm/group-key/v1"
 INFO_FM = b"vertisynth/dpfm/fm-prf-key/v1"
-
-
-def hkdf(secret: bytes, info: bytes, salt: bytes = b"") -> bytes:
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=salt or None, info=info).derive(secret)
 
 
 @attrs.define(eq=False)
@@ -96,6 +92,10 @@ class KeyParty:
         except InvalidTag:
             raise MessageError(f"key agreement: the group key wrapped by {leader!r} for {self.name!r} does not verify") from None
 
+    def draw_group(self, rng: np.random.Generator | None) -> None:
+        """A lone party has no one to agree with: it draws the group key itself (OS entropy unless simulated)."""
+        self._group = rng.bytes(32) if rng is not None else _os_random(32)
+
     @classmethod
     def from_group_key(cls, name: str, group: bytes) -> KeyParty:
         """A party that finished the protocol in an earlier process (`vertisynth party keys`)."""
@@ -137,8 +137,7 @@ def agree_keys(names: Sequence[str], rng: np.random.Generator | None = None, con
     parties = {n: KeyParty.create(n, rng, context) for n in names}
     published = {n: p.public_bytes() for n, p in parties.items()}  # what the server relays
     if len(names) == 1:
-        only = parties[names[0]]
-        only._group = rng.bytes(32) if rng is not None else _os_random(32)
+        parties[names[0]].draw_group(rng)
     elif len(names) == 2:
         a, b = names
         parties[a].derive_pair_group(b, published[b])

@@ -1,0 +1,158 @@
+"""One party's side of a stage of the `he` protocol across machines (the `StageRounds` the deploy driver runs).
+
+Per stage and per pair of parties, with the encrypting party E and the summing party S fixed by the plan
+(`HEEncoder.pairs`, computed alike by every role), three rounds:
+
+  he-key-<stage>    E -> its S parties  E's Paillier public key (made once per run from the OS CSPRNG, kept in E's
+                                        memory only); the envelope binds it to the run, the config and E's roster
+                                        key. S refuses rows under any other modulus (a foreign or swapped key).
+  he-rows-<stage>   E -> S              the encrypted one-hot rows (protocol.EncryptedOneHot)
+  he-sums-<stage>   S -> E              the noisy, re-randomised homomorphic sums (protocol.EncryptedSums)
+
+then E decrypts, adds its noise and publishes the tables (protocol.NoisyCounts) to the server. Every encryption
+of a stage goes out before any sum is waited for, and every sum before any decryption, so no ordering of three or
+more parties deadlocks.
+
+With an explicit test secret every party draws its noise from its seeded stream exactly as the one-process run with
+`crypto = "simulated"` does (`encoder.seeded_source`): the deployment's counts equal the simulation's, with real
+ciphertexts on the wire. Without it (or with secure noise), noise comes from the OS CSPRNG.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from vertisynth.core.dataset import Dataset
+from vertisynth.core.envelope import canonical
+from vertisynth.core.errors import MessageError
+from vertisynth.core.messages import Message
+from vertisynth.core.progress import step
+
+from . import protocol
+from .noise import SystemSource, support_bound
+
+Outgoing = tuple[list[str], str, bytes, str]   # (recipients, kind, body, tag)
+
+
+def modulus_fingerprint(modulus: str) -> str:
+    return hashlib.sha256(f"vertisynth/paillier-n/v1|{modulus}".encode()).hexdigest()
+
+
+def check_rows(me: str, m1: Message, sender: str, key: Mapping[str, Any]) -> None:
+    """S's checks on E's rows: E's own rows for S, under the modulus E announced (and signed) for this run."""
+    if not isinstance(m1, protocol.EncryptedOneHot) or m1.party != sender or m1.recipient != me:
+        raise MessageError(f"he-rows from {sender!r}: not {sender!r}'s encrypted rows for {me!r}; refused")
+    if key.get("fingerprint") != modulus_fingerprint(str(key.get("modulus"))):
+        raise MessageError(f"he-key from {sender!r}: its fingerprint does not match its modulus; refused")
+    if m1.modulus != key["modulus"]:
+        raise MessageError(f"he-rows from {sender!r}: encrypted under a Paillier key that is not the one "
+                           f"{sender!r} signed for this run (fingerprint {modulus_fingerprint(m1.modulus)[:12]}... "
+                           f"vs {key['fingerprint'][:12]}...); refused")
+
+
+def _progress(what: str) -> None:
+    step(what, 0, 1)
+
+
+@attrs.define
+class PartyStage:
+    """Party `me`'s part in one stage: the runs it takes part in (as E, as S) and what it holds between rounds."""
+
+    encoder: Any                    # the HEEncoder (plan made): pairs, sigma, keys, config
+    me: str
+    view: Dataset                   # this party's binned columns, every row
+    stage: str
+    runs: list                      # [(pair, E, S, queries E-side first)] with `me` as E or S
+    sources: Any                    # (pair, role) -> this party's noise source
+    keys_in: dict[str, dict] = attrs.field(factory=dict)
+    rows_in: dict[str, bytes] = attrs.field(factory=dict)
+    sums_in: dict[str, bytes] = attrs.field(factory=dict)
+    layouts: dict[str, protocol.EncryptedOneHot] = attrs.field(factory=dict)   # E's rows less the ciphertexts
+
+    @property
+    def as_e(self) -> list:
+        return [r for r in self.runs if r[1] == self.me]
+
+    @property
+    def as_s(self) -> list:
+        return [r for r in self.runs if r[2] == self.me]
+
+    def rounds(self) -> list[str]:
+        return [f"he-{r}-{self.stage}" for r in ("key", "rows", "sums")] if self.runs else []
+
+    def outgoing(self, rnd: str) -> Iterator[Outgoing]:
+        kind = rnd.split("-")[1]
+        cfg = self.encoder.config
+        if kind == "key" and self.as_e:
+            _progress(f"{self.me}: Paillier key ({cfg.key_bits} bits)")
+            public, _ = self.encoder.keypair(self.me)
+            modulus = format(public.n, "x")
+            yield ([r[2] for r in self.as_e], "paillier_public_key",
+                   canonical({"modulus": modulus, "fingerprint": modulus_fingerprint(modulus)}), "0")
+        elif kind == "rows":
+            public, _ = self.encoder.keypair(self.me) if self.as_e else (None, None)
+            t = support_bound(self.encoder.sigma[self.stage])
+            for _, _, summ, qs in self.as_e:
+                _progress(f"{self.me}: encrypting {self.view.n:,} rows for {summ} ({self.stage})")
+                m1 = protocol.encrypt_rows(self.me, summ, self.view, qs, public, t, cfg.workers, cfg.chunk_rows,
+                                           cfg.slot_bits)
+                self.layouts[summ] = attrs.evolve(m1, ciphertexts=np.zeros((0,) + m1.ciphertexts.shape[1:], np.uint8))
+                yield [summ], m1.kind, m1.to_bytes(), summ
+        elif kind == "sums":
+            sigma = self.encoder.sigma[self.stage]
+            for pair, enc_party, _, qs in self.as_s:
+                m1 = Message.from_bytes(self.rows_in[enc_party], f"{rnd.replace('sums', 'rows')} from {enc_party}")
+                check_rows(self.me, m1, enc_party, self.keys_in[enc_party])
+                _progress(f"{self.me}: summing {enc_party}'s ciphertexts ({self.stage})")
+                m2 = protocol.sum_and_noise(self.me, m1, self.view, qs, sigma, self.sources(pair, "sum"),
+                                            cfg.workers, self.encoder.cells, cfg.slot_bits)
+                yield [enc_party], m2.kind, m2.to_bytes(), enc_party
+
+    def expects(self, rnd: str) -> dict[str, list[str]]:
+        """As S, E's key and rows once its own rows are out (E sends both before it waits for anything: a party
+        encrypting for one peer never waits on another first); as E, the sums once its sums are out."""
+        kind = rnd.split("-")[1]
+        if kind == "rows":
+            return {f"he-key-{self.stage}": [r[1] for r in self.as_s], rnd: [r[1] for r in self.as_s]}
+        if kind == "sums":
+            return {rnd: [r[2] for r in self.as_e]}
+        return {}
+
+    def incoming(self, rnd: str, got: Mapping[str, Sequence[bytes]]) -> None:
+        kind = rnd.split("-")[1]
+        for who, bodies in got.items():
+            if len(bodies) != 1:
+                raise MessageError(f"{rnd} from {who!r}: {len(bodies)} messages, expected one; refused")
+            if kind == "key":
+                try:
+                    self.keys_in[who] = dict(json.loads(bodies[0]))
+                except (ValueError, TypeError) as exc:
+                    raise MessageError(f"{rnd} from {who!r}: malformed ({exc}); refused") from None
+            else:
+                (self.rows_in if kind == "rows" else self.sums_in)[who] = bodies[0]
+
+    def published(self) -> Iterator[Message]:
+        """As E: decrypt each S's sums, add E's noise: the tables for the server."""
+        sigma = self.encoder.sigma[self.stage]
+        for pair, _, summ, qs in self.as_e:
+            m2 = Message.from_bytes(self.sums_in[summ], f"he-sums-{self.stage} from {summ}")
+            if not isinstance(m2, protocol.EncryptedSums) or m2.party != summ or m2.recipient != self.me:
+                raise MessageError(f"he-sums-{self.stage} from {summ!r}: not {summ!r}'s sums for {self.me!r}; refused")
+            _progress(f"{self.me}: decrypting {summ}'s sums ({self.stage})")
+            yield protocol.decrypt_and_publish(self.me, self.encoder.keypair(self.me)[1], self.layouts[summ], m2, qs,
+                                               sigma, self.sources(pair, "enc"), self.stage)
+
+
+def seeded_or_system(base: int | None, stage: str, secure: bool):
+    """A party's noise source per (pair, role): its seeded stream under a test secret and simulation noise (as the
+    one-process run with crypto = "simulated" draws), else the OS CSPRNG (secure noise never reads a seeded stream)."""
+    from .encoder import seeded_source
+
+    def source(pair: tuple[str, str], role: str):
+        return seeded_source(base, stage, pair, role) if base is not None and not secure else SystemSource()
+    return source
