@@ -82,8 +82,6 @@ def test_mst_measures_the_pair_and_keeps_it(coded):
     assert model_tvd < 0.5 * indep_tvd
 
 
-@pytest.mark.xfail(strict=True, reason="PrivMRF's usefulness test drops the 328-cell pair (see the module docstring); "
-                                       "remove this mark when a fix lands")
 def test_privmrf_keeps_a_strong_pair_its_graph_links(coded):
     """Today: the clique is there, no measurement covers the pair, and the model is as far from the data on it as
     independence is (model TVD ≈ 0.068 against 0.062 for independence)."""
