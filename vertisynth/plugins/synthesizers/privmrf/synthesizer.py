@@ -18,14 +18,15 @@ from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.core.interfaces import PlanContext, Synthesizer, VerticalData
-from vertisynth.core.mechanisms import gaussian_mechanism, gaussian_sigma
+from vertisynth.core.mechanisms import gaussian_sigma
 from vertisynth.core.noise import party_randomness
 from vertisynth.core.messages import Message
 from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
 
-from vertisynth.pgm import GraphicalModel, Measurement, build_junction_tree, estimate
+from vertisynth.pgm import GraphicalModel, build_junction_tree, estimate
 from vertisynth.pgm.estimation import bin_query
 from vertisynth.pgm.graph import min_fill_cliques
+from vertisynth.pgm.oracle import CentralOracle, MarginalOracle
 from vertisynth.pgm.scores import INDIF_SENSITIVITY, indif
 
 STAGE = "synthesizer"
@@ -214,7 +215,7 @@ class PrivMRFSynthesizer(Synthesizer):
         cells = max(limit, 2.0 * r / (c.signal_ratio * self._noise_per_cell()))
         a, b = pair
         ua, ub = self._domain.size(a), self._domain.size(b)
-        small, large = min(ua, ub), max(ua, ub)
+        small = min(ua, ub)
         if 2 * small <= cells:
             k_small, k_large = small, int(cells // small)
         else:
@@ -328,23 +329,21 @@ class PrivMRFSynthesizer(Synthesizer):
         covered = {a for m in initial for a in m}
         return initial + [(a,) for a in dom.attributes if a not in covered]
 
-    def measure_count(self, table: Dataset, ledger: PrivacyLedger, rng: np.random.Generator) -> float:
-        noisy = gaussian_mechanism(np.array([float(table.n)]), self._charges["count"][0], rng, ledger)
-        return max(float(noisy[0]), 1.0)
-
     def fit_table(self, table: Dataset, ledger: PrivacyLedger, rng: np.random.Generator) -> None:
         """All four phases on one table (a party's own columns, or the joined table)."""
+        self.fit_oracle(CentralOracle(table, ledger), rng)
+
+    def fit_oracle(self, oracle: MarginalOracle, rng: np.random.Generator) -> None:
+        """All four phases, every data access through `oracle` (which holds the ledger): the record count is the
+        0-way marginal, the R-scores half the oracle's noisy InDif vector (the same Gaussian release: R's
+        sensitivity is half InDif's), the refinement queries its noisy L1 errors of the current model."""
+        ledger = oracle.ledger
         rng = party_randomness(rng, ledger.noise)   # secure noise: the selection's random picks from the OS too
         c = self.config
         dom = self._domain
         t0 = time.perf_counter()
-        n_hat = self.measure_count(table, ledger, rng)
-        if self._pairs:
-            m = len(self._pairs)
-            noisy_r = gaussian_mechanism(r_scores(table, self._pairs), self._charges["r_scores"][0], rng, ledger,
-                                         R_SENSITIVITY * math.sqrt(m))
-        else:
-            noisy_r = np.zeros(0)
+        n_hat = max(float(oracle.measure((), self._charges["count"][0], rng).values), 1.0)
+        noisy_r = oracle.indif(self._pairs, self._charges["r_scores"][0], rng) / 2 if self._pairs else np.zeros(0)
         edges, cliques = self._graph(noisy_r)
         t1 = time.perf_counter()
         score = dict(zip(self._pairs, noisy_r))
@@ -369,9 +368,7 @@ class PrivMRFSynthesizer(Synthesizer):
 
         def measure(s: tuple[str, ...], b: dict[str, np.ndarray] | None = None) -> None:
             b = bins.get(s) if b is None else b
-            noisy = gaussian_mechanism(bin_query(table.counts(s).values, s, b), self._charges["marginal"][len(meas)],
-                                       rng, ledger)
-            meas.append(Measurement(s, noisy, sigma, b or None))
+            meas.append(oracle.measure(s, self._charges["marginal"][len(meas)], rng, sigma, bins=b or None))
 
         for s in initial:
             measure(s)
@@ -387,12 +384,14 @@ class PrivMRFSynthesizer(Synthesizer):
                 w = np.array([weight[s] for s in remaining])
                 idx = rng.choice(len(remaining), c.max_queries, replace=False, p=w / w.sum())
                 remaining = [remaining[i] for i in np.sort(idx)]
-            errs = np.array([np.abs(bin_query(res.model.marginal(s).values - table.counts(s).values, s, bins.get(s))
-                                    ).sum() for s in remaining])
             refine = self._charges["refine"][r]
-            noisy_err = gaussian_mechanism(errs, refine, rng, ledger, math.sqrt(max(len(errs), 1))) \
-                if len(errs) else gaussian_mechanism(np.zeros(1), refine, rng, ledger)
-            if not remaining or per_round == 0:
+            if not remaining:   # nothing left to ask: the planned round is spent unused
+                ledger.spend(refine)
+                continue
+            noisy_err = oracle.l1_errors(remaining, [bin_query(res.model.marginal(s).values, s, bins.get(s))
+                                                     for s in remaining], refine, rng,
+                                         bins=[bins.get(s) for s in remaining])
+            if per_round == 0:
                 continue
             order = np.argsort(-noisy_err[: len(remaining)], kind="stable")
             pick = [remaining[i] for i in order[:per_round]]
