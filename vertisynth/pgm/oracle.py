@@ -6,6 +6,11 @@ A synthesizer (AIM, MST) never reads the table itself: it asks an oracle
     candidate marginal whose counts are worst approximated by `estimates` (AIM's and MST's selection step),
     score_i = w_i · (‖x_i − estimate_i‖₁ − offset_i), sensitivity max_i w_i (‖x_i − e‖₁ moves by at most 1 when one
     record is added or removed; the estimates are earlier DP outputs and the offsets are public).
+and two noisy score vectors, for selections that release scores rather than choose with them (PrivMRF, DPSyn):
+  * `indif(pairs, pay, sigma)`: InDif(a, b) = Σ|n_xy − n_x·n_y/n| of every pair as one Gaussian vector (L2
+    sensitivity INDIF_SENSITIVITY·√m under add/remove of one record; PrivMRF's R-score is InDif/2);
+  * `l1_errors(candidates, estimates, pay, sigma, bins)`: ‖x_c − estimate_c‖₁ of every candidate as one Gaussian
+    vector (L2 sensitivity √m; the estimates are earlier DP outputs).
 Every answer is paid before the data is read, either with a planned `Charge` (spent on the ledger, matched
 exactly) or from a `ZCDPFilter`: one planned charge spent up front whose ρ is then drawn down by answers whose
 sizes the synthesizer chooses on the fly from earlier DP outputs (AIM's budget annealing). A zCDP filter is
@@ -17,6 +22,7 @@ across parties; the synthesizers do not change.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
@@ -29,6 +35,7 @@ from vertisynth.core.noise import discrete_gaussian
 from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
 
 from .estimation import Measurement, bin_query
+from .scores import INDIF_SENSITIVITY, indif
 
 
 class ZCDPFilter:
@@ -75,6 +82,13 @@ class MarginalOracle(Protocol):
                weights: Sequence[float], offsets: Sequence[float], epsilon: float, pay: Pay,
                rng: np.random.Generator, bins: Sequence[Bins] | None = None) -> int: ...
 
+    def indif(self, pairs: Sequence[tuple[str, str]], pay: Pay, rng: np.random.Generator,
+              sigma: float | None = None) -> np.ndarray: ...
+
+    def l1_errors(self, candidates: Sequence[tuple[str, ...]], estimates: Sequence[np.ndarray], pay: Pay,
+                  rng: np.random.Generator, sigma: float | None = None,
+                  bins: Sequence[Bins] | None = None) -> np.ndarray: ...
+
 
 def _spend(pay: Pay, ledger: PrivacyLedger, rho: float, what: str) -> None:
     """Pay ρ before any data is read: the planned charge itself (whose ρ must be this one), or a filter draw."""
@@ -86,6 +100,17 @@ def _spend(pay: Pay, ledger: PrivacyLedger, rho: float, what: str) -> None:
     if not np.isclose(pay.cost.rho, rho, rtol=1e-12, atol=0.0):
         raise BudgetError(f"{what}: the charge's ρ={pay.cost.rho:.6g} is not what this answer costs (ρ={rho:.6g})")
     ledger.spend(pay)
+
+
+def _vector_sigma(pay: Pay, sigma: float | None, sensitivity: float, what: str) -> tuple[float, float]:
+    """(σ, ρ) of a Gaussian vector of L2 `sensitivity`: σ from the planned charge's ρ, or given (filter draws)."""
+    if sigma is None:
+        if not isinstance(pay, Charge) or not isinstance(pay.cost, ZCDP):
+            raise ConfigError(f"{what}: a filter payment needs the noise std sigma")
+        sigma = gaussian_sigma(pay.cost.rho, sensitivity)
+    if not sigma > 0:
+        raise ConfigError(f"{what}: sigma must be positive, got {sigma}")
+    return sigma, sensitivity * sensitivity / (2.0 * sigma * sigma)
 
 
 class CentralOracle:
@@ -140,3 +165,35 @@ class CentralOracle:
         scores = w * (errors - np.asarray(offsets, float))
         logits = epsilon * (scores - scores.max()) / (2.0 * w.max())
         return int(np.argmax(logits + exponential_noise(logits.shape, rng, self.ledger)))
+
+    def _noisy_vector(self, x: np.ndarray, pay: Pay, rng: np.random.Generator, sigma: float | None,
+                      sensitivity: float, what: str) -> np.ndarray:
+        sigma, rho = _vector_sigma(pay, sigma, sensitivity, what)
+        _spend(pay, self.ledger, rho, what)
+        if self.ledger.noise == "secure":
+            return discrete_gaussian(x, rho, sensitivity)
+        return x + rng.normal(0.0, sigma, size=x.shape)
+
+    def indif(self, pairs: Sequence[tuple[str, str]], pay: Pay, rng: np.random.Generator,
+              sigma: float | None = None) -> np.ndarray:
+        pairs = [tuple(self.domain.check(p)) for p in pairs]
+        if not pairs or any(len(p) != 2 for p in pairs):
+            raise ConfigError("indif: needs at least one pair of two distinct attributes")
+        what = f"indif of {len(pairs)} pairs"
+        _vector_sigma(pay, sigma, INDIF_SENSITIVITY * math.sqrt(len(pairs)), what)   # refuse before reading
+        x = np.array([indif(self.table, a, b) for a, b in pairs])
+        return self._noisy_vector(x, pay, rng, sigma, INDIF_SENSITIVITY * math.sqrt(len(pairs)), what)
+
+    def l1_errors(self, candidates: Sequence[tuple[str, ...]], estimates: Sequence[np.ndarray], pay: Pay,
+                  rng: np.random.Generator, sigma: float | None = None,
+                  bins: Sequence[Bins] | None = None) -> np.ndarray:
+        if not candidates or len(candidates) != len(estimates):
+            raise ConfigError("l1_errors: needs as many estimates as candidates (at least one)")
+        bins = list(bins) if bins is not None else [None] * len(candidates)
+        cands = [tuple(self.domain.check(c)) for c in candidates]
+        what = f"l1 errors of {len(cands)} marginals"
+        sens = math.sqrt(len(cands))
+        _vector_sigma(pay, sigma, sens, what)
+        exact = [self._exact(c, Measurement(c, np.zeros(1), 1.0, b).bins) for c, b in zip(cands, bins)]
+        x = np.array([np.abs(t - np.asarray(e, float).reshape(t.shape)).sum() for t, e in zip(exact, estimates)])
+        return self._noisy_vector(x, pay, rng, sigma, sens, what)

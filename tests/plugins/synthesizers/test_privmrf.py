@@ -179,7 +179,7 @@ def test_signal_filter_keeps_a_strong_pair_the_theta_filter_drops_and_still_drop
     cells = 20 * 20
     score = dict(zip([("x", "y"), ("u", "v")], r_scores(data, [("x", "y"), ("u", "v")])))
     cliques = [("x", "y"), ("u", "v")]
-    syn, _ = _planned(data, eps=0.5)
+    syn, _ = _planned(data, eps=0.5, coarsen=False)   # the full-resolution tests alone (coarsening: below)
     g = syn._noise_per_cell()
     # preconditions: both pairs fail the paper's θ = 6 test; x–y's dependence outweighs its noise, u–v's does not
     assert data.n / (6.0 * g) < cells
@@ -189,7 +189,7 @@ def test_signal_filter_keeps_a_strong_pair_the_theta_filter_drops_and_still_drop
     assert set(syn._candidates(cliques, data.n, score)) == {("x", "y")}
     assert set(syn._candidates(cliques, data.n)) == set()  # no scores: the paper's filter
     # a larger break-even factor is stricter; at a large budget both pairs are θ-useful under either filter
-    strict, _ = _planned(data, eps=0.5, signal_ratio=2 * score[("x", "y")] / (cells * g) * 1.01)
+    strict, _ = _planned(data, eps=0.5, coarsen=False, signal_ratio=2 * score[("x", "y")] / (cells * g) * 1.01)
     assert strict._candidates(cliques, data.n, score) == {}
     big, _ = _planned(data, eps=50.0, useful="theta")
     assert set(big._candidates(cliques, data.n, score)) == {("x", "y"), ("u", "v")}
@@ -199,7 +199,7 @@ def test_signal_filter_keeps_a_strong_pair_the_theta_filter_drops_and_still_drop
     assert margin > 0 and _planned(data, eps=0.5, signal_z=0.0)[0]._signal_margin() == 0
     near = {("x", "y"): cells * g / 2 + 0.5 * margin, ("u", "v"): 0.0}
     assert syn._candidates(cliques, data.n, near) == {}
-    assert set(_planned(data, eps=0.5, signal_z=0.0)[0]._candidates(cliques, data.n, near)) == {("x", "y")}
+    assert set(_planned(data, eps=0.5, signal_z=0.0, coarsen=False)[0]._candidates(cliques, data.n, near)) == {("x", "y")}
     with pytest.raises(ConfigError, match="useful"):
         PrivMRFConfig(useful="always")
     with pytest.raises(ConfigError, match="signal_z"):
@@ -223,3 +223,35 @@ def test_signal_filter_measures_the_strong_pair_at_a_small_budget_and_spends_exa
     assert ("x", "y") in measured["signal"] and ("x", "y") not in measured["theta"]
     assert ("u", "v") not in measured["signal"]
     assert measured["signal_tvd"] < 0.5 < measured["theta_tvd"]
+
+
+def test_a_pair_neither_test_keeps_is_offered_coarsened_for_refinement_only():
+    """x–y just under the signal test's break-even point: no longer dropped, it is offered with consecutive values
+    merged down to max(θ limit, the cells its R̂ pays for); never in the initial set, never extended."""
+    import math
+
+    data = _wide()
+    cells = 20 * 20
+    cliques = [("x", "y"), ("u", "v")]
+    syn, _ = _planned(data, eps=0.5)
+    g, margin = syn._noise_per_cell(), syn._signal_margin()
+    limit = data.n / (6.0 * g)
+    near = {("x", "y"): cells * g / 2 - margin, ("u", "v"): 0.5 * margin}
+    cands = syn._candidates(cliques, data.n, near)
+    assert set(cands) == {("x", "y")} and set(syn._cand_bins) == {("x", "y")}   # u–v: R̂ − z·σ_R ≤ 0, dropped
+    bins = syn._cand_bins[("x", "y")]
+    k = [int(bins[a].max()) + 1 if a in bins else 20 for a in ("x", "y")]
+    budget = max(limit, 2 * (near[("x", "y")] - margin) / g)
+    assert math.prod(k) <= budget < cells and min(k) >= 2
+    for a, b in bins.items():   # consecutive values, every bin used
+        assert np.all(np.diff(b) >= 0) and set(b.tolist()) == set(range(int(b.max()) + 1))
+    # the paper's filter and coarsen=False offer nothing
+    assert _planned(data, eps=0.5, useful="theta")[0]._candidates(cliques, data.n, near) == {}
+    assert _planned(data, eps=0.5, coarsen=False)[0]._candidates(cliques, data.n, near) == {}
+    # in a fit the coarsened measurement carries its bins and the budget is spent exactly
+    fit, ledger = _planned(data, eps=0.5, iters=30, refine_iters=10, signal_ratio=1e3)  # the full pair fails
+    fit.fit_table(data, ledger, np.random.default_rng(3))
+    assert not ledger.unspent() and ledger.spent_epsilon() == pytest.approx(0.5, rel=1e-6)
+    xy = [m for m in fit._measurements if m.attributes == ("x", "y")]
+    assert xy and all(m.bins for m in xy)
+    assert xy[0].values.shape == xy[0].shape_in(data.domain) and xy[0].values.size < cells

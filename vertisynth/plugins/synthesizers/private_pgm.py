@@ -10,7 +10,8 @@ Two ways to choose what to measure (zCDP throughout, ρ from the plan):
     measured with the Gaussian mechanism at an equal share of ρ.
 Then the engine fits a model to the noisy marginals (weights 1/σ) and samples n̂ records, n̂ being the
 inverse-variance weighted mean of the noisy totals (post-processing).
-Centralised: it needs pairs across parties, so it joins the parties' columns (a comparison baseline).
+Every data access goes through a MarginalOracle (`fit_oracle`): central (`fit` joins the parties' columns) or
+vertical.
 
 On NLTCS (16 binary attributes driven by one latent factor) MST scores 3-way TVD ≈ 0.13-0.14 at every ε: that is
 the limit of a tree, not a bug. The best tree with exact marginals (a Chow-Liu tree fitted by the engine to
@@ -26,16 +27,15 @@ import time
 import attrs
 import numpy as np
 
-from vertisynth.core.dataset import Dataset
 from vertisynth.core.errors import ConfigError
 from vertisynth.core.domain import Domain
 from vertisynth.core.interfaces import MarginalQuery, MeasuresMarginals, PlanContext, Synthesizer, VerticalData
-from vertisynth.core.mechanisms import exponential_noise, gaussian_mechanism, gaussian_sigma
 from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
 
 from vertisynth.plugins.synthesizers.fitted import FittedGraphicalModel
 from vertisynth.pgm import Measurement, estimate
 from vertisynth.pgm.graph import build_junction_tree
+from vertisynth.pgm.oracle import CentralOracle, MarginalOracle
 
 STAGE = "synthesizer"
 
@@ -55,15 +55,6 @@ class PrivatePGMConfig:
             raise ConfigError(f"private_pgm: sampling must be 'sample' or 'round', got {self.sampling!r}")
         if self.iters < 1:
             raise ConfigError("private_pgm: iters must be >= 1")
-
-
-def exponential_mechanism(scores: np.ndarray, epsilon: float, sensitivity: float, rng: np.random.Generator,
-                          ledger: PrivacyLedger | None = None) -> int:
-    """Index chosen with probability ∝ exp(ε·score / (2Δ)) (Gumbel-max trick; the Gumbel draws come from
-    the OS CSPRNG when `ledger` runs secure noise)."""
-    logits = epsilon * np.asarray(scores, float) / (2 * sensitivity)
-    gumbel = exponential_noise(logits.shape, rng, ledger) if ledger is not None else rng.gumbel(size=logits.shape)
-    return int(np.argmax(logits + gumbel))
 
 
 class PrivatePGMSynthesizer(FittedGraphicalModel, Synthesizer, MeasuresMarginals):
@@ -126,61 +117,59 @@ class PrivatePGMSynthesizer(FittedGraphicalModel, Synthesizer, MeasuresMarginals
         self._n_hat = max(1, int(round(res.model.total)))
         self._timings = {"estimate": res.seconds}
 
-    def _measure(self, table: Dataset, attrs_: tuple[str, ...], charge: Charge, ledger: PrivacyLedger,
-                 rng: np.random.Generator) -> Measurement:
-        noisy = gaussian_mechanism(table.counts(attrs_).values, charge, rng, ledger)
-        return Measurement(attrs_, noisy, gaussian_sigma(charge.cost.rho))
-
     def measure(self, data: VerticalData, ledger: PrivacyLedger, rng: np.random.Generator) -> list[Measurement]:
         """The DP part: noisy marginals (and, for MST, the privately selected pairs), spending the plan."""
+        return self.measure_oracle(CentralOracle(data.joined().project(self._domain.attributes), ledger), rng)
+
+    def measure_oracle(self, oracle: MarginalOracle, rng: np.random.Generator) -> list[Measurement]:
+        """`measure` with every data access through `oracle` (which holds the ledger)."""
         t0 = time.perf_counter()
-        table = data.joined().project(self._domain.attributes)
         attrs_ = self._domain.attributes
         if self.config.measurements == "workload":
-            meas = [self._measure(table, w, ch, ledger, rng)
-                    for w, ch in zip(self._workload, self._charges["gaussian_marginal"])]
+            meas = [oracle.measure(w, ch, rng) for w, ch in zip(self._workload, self._charges["gaussian_marginal"])]
             t1 = t2 = time.perf_counter()
         else:
-            meas = [self._measure(table, (a,), ch, ledger, rng) for a, ch in zip(attrs_, self._charges["gaussian_1way"])]
+            meas = [oracle.measure((a,), ch, rng) for a, ch in zip(attrs_, self._charges["gaussian_1way"])]
             t1 = time.perf_counter()
-            pairs = self._select_tree(table, meas, ledger, rng)
+            pairs = self._select_tree(oracle, meas, rng)
             t2 = time.perf_counter()
-            meas += [self._measure(table, p, ch, ledger, rng) for p, ch in zip(pairs, self._charges["gaussian_2way"])]
+            meas += [oracle.measure(p, ch, rng) for p, ch in zip(pairs, self._charges["gaussian_2way"])]
         self._timings = {"measure": time.perf_counter() - t2 + (t1 - t0), "select": t2 - t1}
         return meas
 
     def fit(self, data: VerticalData, ledger: PrivacyLedger, rng: np.random.Generator) -> None:
-        meas = self.measure(data, ledger, rng)
+        self.fit_oracle(CentralOracle(data.joined().project(self._domain.attributes), ledger), rng)
+
+    def fit_oracle(self, oracle: MarginalOracle, rng: np.random.Generator) -> None:
+        """Measure through `oracle` (central or vertical), then fit the model to the measurements."""
+        meas = self.measure_oracle(oracle, rng)
         res = estimate(self._domain, meas, iters=self.config.iters, max_cells=self.config.max_cells)
         self._model = res.model
         self._estimation = res
         self._n_hat = max(1, int(round(res.model.total)))
         self._timings["estimate"] = res.seconds
 
-    def _select_tree(self, table: Dataset, one_way: list[Measurement], ledger: PrivacyLedger,
+    def _select_tree(self, oracle: MarginalOracle, one_way: list[Measurement],
                      rng: np.random.Generator) -> list[tuple[str, str]]:
-        """MST selection: d−1 exponential-mechanism rounds over pairs that join two components."""
+        """MST selection: d−1 exponential-mechanism rounds over pairs that join two components, each scoring a pair
+        by the L1 distance between its counts and the independent model built from the noisy 1-way marginals."""
         attrs_ = self._domain.attributes
         probs = {m.attributes[0]: np.clip(m.values, 0, None) for m in one_way}
         total = float(np.mean([p.sum() for p in probs.values()])) or 1.0
         pairs = list(itertools.combinations(attrs_, 2))
-        scores = []
-        for a, b in pairs:  # L1 distance between the data and the independent model built from 1-way
-            pa, pb = probs[a] / max(probs[a].sum(), 1e-12), probs[b] / max(probs[b].sum(), 1e-12)
-            scores.append(float(np.abs(table.counts([a, b]).values - total * np.outer(pa, pb)).sum()))
-        scores = np.asarray(scores)
+        est = [total * np.outer(probs[a] / max(probs[a].sum(), 1e-12), probs[b] / max(probs[b].sum(), 1e-12))
+               for a, b in pairs]
         comp = {a: i for i, a in enumerate(attrs_)}
         eps = math.sqrt(8 * self._rho_sel)
         chosen = []
         for charge in self._charges["exponential_select"]:
-            ok = np.array([comp[a] != comp[b] for a, b in pairs])
-            ledger.spend(charge)
-            idx = np.flatnonzero(ok)
-            pick = idx[exponential_mechanism(scores[idx], eps, 1.0, rng, ledger)]
-            a, b = pairs[pick]
+            idx = [i for i, (a, b) in enumerate(pairs) if comp[a] != comp[b]]
+            k = idx[oracle.select([pairs[i] for i in idx], [est[i] for i in idx], np.ones(len(idx)),
+                                  np.zeros(len(idx)), eps, charge, rng)]
+            a, b = pairs[k]
             chosen.append((a, b))
             old, new = comp[b], comp[a]
-            for k in comp:
-                if comp[k] == old:
-                    comp[k] = new
+            for x in comp:
+                if comp[x] == old:
+                    comp[x] = new
         return chosen

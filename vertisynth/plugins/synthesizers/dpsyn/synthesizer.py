@@ -18,7 +18,8 @@ its neighbouring notion; we use the bound we can prove for add/remove). Pairs ar
 while the estimated total error (noise error of the selected + dependence missed by the rest) falls.
 
 Everything after measurement is post-processing: consistency (consistency.py), records (records.py).
-Capability: centralised — it needs every pair of attributes, so it joins the parties' columns.
+Every data access goes through a MarginalOracle (`fit_oracle`; `fit` joins the parties' columns for the central
+one), except Laplace noise or several records per person, which no oracle answers: `fit` measures those directly.
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ from vertisynth.core.interfaces import MarginalQuery, MeasuresMarginals, PlanCon
 from vertisynth.core.mechanisms import gaussian_mechanism, laplace_mechanism
 from vertisynth.core.privacy import Charge, PrivacyLedger, PureDP, ZCDP
 
+from vertisynth.pgm.oracle import CentralOracle, MarginalOracle, ZCDPFilter
 from vertisynth.pgm.scores import INDIF_SENSITIVITY, indif
 from .consistency import make_consistent
 from .records import synthesize_records
@@ -72,6 +74,20 @@ class DPSynConfig:
             raise ConfigError("dpsyn: alpha and decay must be in (0, 1], duplicate in [0, 1]")
         if self.rounds < 1 or self.consistency_rounds < 1:
             raise ConfigError("dpsyn: rounds and consistency_rounds must be >= 1")
+
+
+class _ScaledScores:
+    """The direct path's InDif scores (Laplace noise, or θ records per person: sensitivity 5θ per pair), with the
+    oracle's `indif` signature so `_select` has one body."""
+
+    def __init__(self, table: Dataset, ledger: PrivacyLedger, theta: int, noisy) -> None:
+        self.table, self.ledger, self.theta, self.noisy = table, ledger, theta, noisy
+
+    def indif(self, pairs, pay, rng):
+        m = len(pairs)
+        sens = INDIF_SENSITIVITY * self.theta
+        scores = np.array([indif(self.table, a, b) for a, b in pairs])
+        return self.noisy(scores, pay, sens * math.sqrt(m), sens * m, self.ledger, rng)[0]
 
 
 class DPSynSynthesizer(Synthesizer, MeasuresMarginals):
@@ -124,12 +140,12 @@ class DPSynSynthesizer(Synthesizer, MeasuresMarginals):
         out = laplace_mechanism(values, charge, rng, ledger, l1)
         return out, 2 * (l1 / charge.cost.epsilon) ** 2
 
-    def _select(self, data: Dataset, ledger: PrivacyLedger, rng: np.random.Generator) -> list[tuple[str, str]]:
+    def _select(self, oracle: MarginalOracle, rng: np.random.Generator) -> list[tuple[str, str]]:
+        """DenseMarg: the noisy InDif of every pair (one Gaussian vector, asked of the oracle), then a greedy
+        choice that lowers noise error + missed dependence (post-processing)."""
         theta = self.config.max_records_per_individual
         m = len(self._pairs)
-        scores = np.array([indif(data, a, b) for a, b in self._pairs])
-        sens = INDIF_SENSITIVITY * theta
-        noisy, _ = self._noisy(scores, self._select_charge, sens * math.sqrt(m), sens * m, ledger, rng)
+        noisy = oracle.indif(self._pairs, self._select_charge, rng)
         cells = np.array([self._domain.size(a) * self._domain.size(b) for a, b in self._pairs], float)
 
         def per_cell_error(k: int) -> float:  # expected |noise| per cell with k marginals measured
@@ -159,13 +175,24 @@ class DPSynSynthesizer(Synthesizer, MeasuresMarginals):
                 covered.update(self._pairs[best])
         return [p for p, c in zip(self._pairs, chosen) if c]
 
+    def _check_oracle(self) -> None:
+        """What a MarginalOracle can answer: Gaussian noise, one record per person (its sensitivity is 1)."""
+        if self._noise != "gaussian" or self.config.max_records_per_individual != 1:
+            raise ConfigError("dpsyn: an oracle answers Gaussian measurements of one record per person; this plan "
+                              f"has noise {self._noise!r} and max_records_per_individual "
+                              f"{self.config.max_records_per_individual} (give the budget delta > 0, noise = "
+                              "'gaussian', max_records_per_individual = 1)")
+
     def measure(self, data: VerticalData, ledger: PrivacyLedger, rng: np.random.Generator) -> np.ndarray:
         """The DP part: (selection and) the noisy vector of all chosen 2-way marginals, spending the plan."""
-        t0 = time.perf_counter()
         table = data.joined().project(self._domain.attributes)
-        pairs = self._select(table, ledger, rng) if self._greedy else self._pairs
-        t1 = time.perf_counter()
+        if self._noise == "gaussian" and self.config.max_records_per_individual == 1:
+            return self.measure_oracle(CentralOracle(table, ledger), rng)
+        # Laplace noise or several records per person: the one direct path (no oracle answers these)
+        t0 = time.perf_counter()
         theta = self.config.max_records_per_individual
+        pairs = self._select(_ScaledScores(table, ledger, theta, self._noisy), rng) if self._greedy else self._pairs
+        t1 = time.perf_counter()
         k = len(pairs)
         self._exact_shapes = [table.domain.project(list(p)) for p in pairs]
         flat = np.concatenate([table.counts(list(p)).values.ravel() for p in pairs])
@@ -175,8 +202,31 @@ class DPSynSynthesizer(Synthesizer, MeasuresMarginals):
         self._timings = {"select": t1 - t0, "measure": time.perf_counter() - t1}
         return noisy
 
+    def measure_oracle(self, oracle: MarginalOracle, rng: np.random.Generator) -> np.ndarray:
+        """`measure` with every data access through `oracle`: the k chosen pairs measured one by one at the σ of the
+        joint vector (σ = √(k/(2ρ)) per cell, the same ρ-zCDP release), drawn from the planned charge as a filter."""
+        self._check_oracle()
+        t0 = time.perf_counter()
+        pairs = self._select(oracle, rng) if self._greedy else self._pairs
+        t1 = time.perf_counter()
+        k = len(pairs)
+        rho = self._measure_charge.cost.rho
+        sigma = math.sqrt(k / (2 * rho))
+        filt = ZCDPFilter(self._measure_charge, oracle.ledger)
+        meas = [oracle.measure(p, filt, rng, sigma) for p in pairs]
+        self._exact_shapes = [self._domain.project(list(p)) for p in pairs]
+        self._var = sigma * sigma
+        self._selected = pairs
+        self.noisy_vector = np.concatenate([m.values.ravel() for m in meas])
+        self._timings = {"select": t1 - t0, "measure": time.perf_counter() - t1}
+        return self.noisy_vector
+
     def fit(self, data: VerticalData, ledger: PrivacyLedger, rng: np.random.Generator) -> None:
         self._post_process(self.measure(data, ledger, rng))
+
+    def fit_oracle(self, oracle: MarginalOracle, rng: np.random.Generator) -> None:
+        """DPSyn with every data access through `oracle` (central or vertical)."""
+        self._post_process(self.measure_oracle(oracle, rng))
 
     # -- measurements from elsewhere (horizontal custodians, secure aggregation) --------------------
     def marginal_queries(self, domain: Domain, rho: float) -> list[MarginalQuery]:

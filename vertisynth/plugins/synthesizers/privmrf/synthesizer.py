@@ -18,13 +18,15 @@ from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.core.interfaces import PlanContext, Synthesizer, VerticalData
-from vertisynth.core.mechanisms import gaussian_mechanism, gaussian_sigma
+from vertisynth.core.mechanisms import gaussian_sigma
 from vertisynth.core.noise import party_randomness
 from vertisynth.core.messages import Message
 from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
 
-from vertisynth.pgm import GraphicalModel, Measurement, build_junction_tree, estimate
+from vertisynth.pgm import GraphicalModel, build_junction_tree, estimate
+from vertisynth.pgm.estimation import bin_query
 from vertisynth.pgm.graph import min_fill_cliques
+from vertisynth.pgm.oracle import CentralOracle, MarginalOracle
 from vertisynth.pgm.scores import INDIF_SENSITIVITY, indif
 
 STAGE = "synthesizer"
@@ -59,6 +61,9 @@ class PrivMRFConfig:
     # pay off rarely passes on noise alone: 0 = the point estimate; √(2 ln m) (≈ 3 for m = 105 pairs) = the universal
     # threshold, no pure-noise pair passes w.h.p. but real ones are lost; see the module docstring
     signal_z: float = 1.0
+    # with useful = "signal": a pair of a clique that neither test keeps is offered coarsened (consecutive values
+    # merged, data-independent) down to the cells its noisy R-score pays for, instead of not at all
+    coarsen: bool = True
 
     def __attrs_post_init__(self) -> None:
         f = self.r_score_fraction + self.refine_fraction + self.count_fraction
@@ -195,6 +200,31 @@ class PrivMRFSynthesizer(Synthesizer):
         r = score.get(pair, score.get(pair[::-1], 0.0)) - self._signal_margin()
         return 2.0 * r >= self.config.signal_ratio * cells * self._noise_per_cell()
 
+    def _coarse_pair(self, pair: tuple[str, ...], limit: float,
+                     score: dict[tuple[str, str], float] | None) -> dict[str, np.ndarray] | None:
+        """Bins for a pair that neither usefulness test keeps (`coarsen`, with `useful = "signal"`): consecutive
+        values merged (the larger attribute first, then both) until the pair has at most max(θ limit, the cells
+        its noisy R-score pays for: 2·(R̂ − z·σ_R)/(signal_ratio·g)) cells; None when R̂ − z·σ_R ≤ 0 or fewer
+        than 2 × 2 cells fit. The bins depend on the domain, the plan and released R̂ only (post-processing)."""
+        c = self.config
+        if not c.coarsen or c.useful != "signal" or score is None:
+            return None
+        r = score.get(pair, score.get(pair[::-1], 0.0)) - self._signal_margin()
+        if r <= 0:
+            return None
+        cells = max(limit, 2.0 * r / (c.signal_ratio * self._noise_per_cell()))
+        a, b = pair
+        ua, ub = self._domain.size(a), self._domain.size(b)
+        small = min(ua, ub)
+        if 2 * small <= cells:
+            k_small, k_large = small, int(cells // small)
+        else:
+            k_small = k_large = int(math.isqrt(int(cells)))
+        if k_small < 2 or k_large < 2:
+            return None
+        ka, kb = (k_large, k_small) if ua >= ub else (k_small, k_large)
+        return {x: np.arange(u) * k // u for x, u, k in ((a, ua, ka), (b, ub, kb)) if k < u}
+
     def _signal_margin(self) -> float:
         """What the signal test takes off a noisy R-score first: signal_z·σ_R, σ_R the std of the Phase-1 noise
         on each R-score (public: it follows from the plan)."""
@@ -216,6 +246,7 @@ class PrivMRFSynthesizer(Synthesizer):
         dom = self._domain
         limit = n_hat / (self.config.theta * self._noise_per_cell())
         out: dict[tuple[str, ...], float] = {}
+        self._cand_bins: dict[tuple[str, ...], dict[str, np.ndarray]] = {}
         for q in cliques:
             sizes = {a: dom.size(a) for a in q}
             mine: list[tuple[str, ...]] = []
@@ -227,8 +258,13 @@ class PrivMRFSynthesizer(Synthesizer):
                     cells = math.prod(sizes[a] for a in s)
                     for a in q[q.index(s[-1]) + 1:]:
                         t = s + (a,)
-                        if t not in seen and self._useful_pair(t, cells * sizes[a], limit, score):
+                        if t in seen:
+                            continue
+                        if self._useful_pair(t, cells * sizes[a], limit, score):
                             nxt.append(t)
+                        elif k == 2 and (bins := self._coarse_pair(t, limit, score)) is not None:
+                            self._cand_bins[t] = bins   # offered, never extended: its supersets stay over the limit
+                            mine.append(t)
                 if not nxt:
                     break
                 mine += nxt
@@ -293,23 +329,21 @@ class PrivMRFSynthesizer(Synthesizer):
         covered = {a for m in initial for a in m}
         return initial + [(a,) for a in dom.attributes if a not in covered]
 
-    def measure_count(self, table: Dataset, ledger: PrivacyLedger, rng: np.random.Generator) -> float:
-        noisy = gaussian_mechanism(np.array([float(table.n)]), self._charges["count"][0], rng, ledger)
-        return max(float(noisy[0]), 1.0)
-
     def fit_table(self, table: Dataset, ledger: PrivacyLedger, rng: np.random.Generator) -> None:
         """All four phases on one table (a party's own columns, or the joined table)."""
+        self.fit_oracle(CentralOracle(table, ledger), rng)
+
+    def fit_oracle(self, oracle: MarginalOracle, rng: np.random.Generator) -> None:
+        """All four phases, every data access through `oracle` (which holds the ledger): the record count is the
+        0-way marginal, the R-scores half the oracle's noisy InDif vector (the same Gaussian release: R's
+        sensitivity is half InDif's), the refinement queries its noisy L1 errors of the current model."""
+        ledger = oracle.ledger
         rng = party_randomness(rng, ledger.noise)   # secure noise: the selection's random picks from the OS too
         c = self.config
         dom = self._domain
         t0 = time.perf_counter()
-        n_hat = self.measure_count(table, ledger, rng)
-        if self._pairs:
-            m = len(self._pairs)
-            noisy_r = gaussian_mechanism(r_scores(table, self._pairs), self._charges["r_scores"][0], rng, ledger,
-                                         R_SENSITIVITY * math.sqrt(m))
-        else:
-            noisy_r = np.zeros(0)
+        n_hat = max(float(oracle.measure((), self._charges["count"][0], rng).values), 1.0)
+        noisy_r = oracle.indif(self._pairs, self._charges["r_scores"][0], rng) / 2 if self._pairs else np.zeros(0)
         edges, cliques = self._graph(noisy_r)
         t1 = time.perf_counter()
         score = dict(zip(self._pairs, noisy_r))
@@ -323,17 +357,18 @@ class PrivMRFSynthesizer(Synthesizer):
             initial = self._bayes_initial(cliques, score, n_hat, rng)
         else:
             for a in dom.attributes:
-                mine = [s for s in cands if a in s]
+                mine = [s for s in cands if a in s and s not in self._cand_bins]   # coarsened: refinement only
                 best = max(mine, key=strength) if mine else (a,)
                 if not any(set(best) <= set(q) for q in initial):
                     initial = [q for q in initial if not set(q) < set(best)] + [best]
         initial = initial[: self._k_marg]
         sigma = gaussian_sigma(self._rho_marg)
         meas = []
+        bins = self._cand_bins
 
-        def measure(s: tuple[str, ...]) -> None:
-            noisy = gaussian_mechanism(table.counts(s).values, self._charges["marginal"][len(meas)], rng, ledger)
-            meas.append(Measurement(s, noisy, sigma))
+        def measure(s: tuple[str, ...], b: dict[str, np.ndarray] | None = None) -> None:
+            b = bins.get(s) if b is None else b
+            meas.append(oracle.measure(s, self._charges["marginal"][len(meas)], rng, sigma, bins=b or None))
 
         for s in initial:
             measure(s)
@@ -349,11 +384,14 @@ class PrivMRFSynthesizer(Synthesizer):
                 w = np.array([weight[s] for s in remaining])
                 idx = rng.choice(len(remaining), c.max_queries, replace=False, p=w / w.sum())
                 remaining = [remaining[i] for i in np.sort(idx)]
-            errs = np.array([np.abs(res.model.marginal(s).values - table.counts(s).values).sum() for s in remaining])
             refine = self._charges["refine"][r]
-            noisy_err = gaussian_mechanism(errs, refine, rng, ledger, math.sqrt(max(len(errs), 1))) \
-                if len(errs) else gaussian_mechanism(np.zeros(1), refine, rng, ledger)
-            if not remaining or per_round == 0:
+            if not remaining:   # nothing left to ask: the planned round is spent unused
+                ledger.spend(refine)
+                continue
+            noisy_err = oracle.l1_errors(remaining, [bin_query(res.model.marginal(s).values, s, bins.get(s))
+                                                     for s in remaining], refine, rng,
+                                         bins=[bins.get(s) for s in remaining])
+            if per_round == 0:
                 continue
             order = np.argsort(-noisy_err[: len(remaining)], kind="stable")
             pick = [remaining[i] for i in order[:per_round]]
@@ -368,10 +406,10 @@ class PrivMRFSynthesizer(Synthesizer):
         # marginal charges left (too few useful candidates): measure the chosen marginals again with fresh
         # noise, most recent first; the estimator weighs repeated measurements like one with σ/√k
         if len(meas) < self._k_marg:
-            again = [m.attributes for m in meas][::-1]
+            again = [(m.attributes, m.bins or {}) for m in meas][::-1]
             i = 0
             while len(meas) < self._k_marg:
-                measure(again[i % len(again)])
+                measure(*again[i % len(again)])
                 i += 1
             res = estimate(dom, meas, total=n_hat, iters=c.refine_iters, warm_start=res.model,
                            max_cells=c.max_model_cells)
