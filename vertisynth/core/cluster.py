@@ -12,7 +12,10 @@ from typing import Any
 
 from .errors import ConfigError, VertisynthWarning
 
-_CHECKED: weakref.WeakSet = weakref.WeakSet()   # clients whose workers' malloc setting was looked at
+_CHECKED: weakref.WeakSet = weakref.WeakSet()   # clients whose workers were set up (threads) and looked at (malloc)
+# every thread pool a numeric library may start: a worker runs `nthreads` tasks at once, each single-threaded
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
+                    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 
 def dask_client(scheduler: Any) -> Any:
@@ -31,8 +34,48 @@ def dask_client(scheduler: Any) -> Any:
             raise ConfigError(f"cannot reach the Dask scheduler {scheduler!r}: {exc}") from None
     if client not in _CHECKED:
         _CHECKED.add(client)
+        pin_worker_threads(client)
         warn_malloc_trim(client)
     return client
+
+
+def _pin_threads() -> dict[str, int]:   # runs on each worker
+    """One thread per numeric thread pool in this process (and in any process it starts): the pools are
+    sized to the machine's cores, and with one task per worker thread they only oversubscribe the cores."""
+    for var in THREAD_VARIABLES:
+        os.environ[var] = "1"
+    try:
+        from threadpoolctl import threadpool_info, threadpool_limits
+    except ImportError:   # the environment variables still reach libraries loaded later
+        return {}
+    threadpool_limits(1)
+    return {info["internal_api"]: info["num_threads"] for info in threadpool_info()}
+
+
+def pin_worker_threads(client: Any) -> None:
+    """Every worker of the client's cluster, now and later, runs its numeric libraries on one thread per task."""
+    try:
+        from .worker_plugin import PinThreads   # imports distributed: only here, where a cluster is in use
+        client.register_plugin(PinThreads(), name=PinThreads.name)
+    except Exception:   # an older distributed, or a worker that cannot answer: the workers there now at least
+        try:
+            client.run(_pin_threads)
+        except Exception:   # reported by the real work, with its own error
+            pass
+
+
+def _sees(piece: Any) -> bool:   # runs on each worker
+    return bool(piece.visible())
+
+
+def workers_see(client: Any, piece: Any) -> bool:
+    """Whether every worker sees the spilled file of `piece` (a `SpillSlice`): then the workers read their rows
+    themselves, else the rows are sent."""
+    try:
+        got = client.run(_sees, piece)
+    except Exception:
+        return False
+    return bool(got) and all(got.values())
 
 
 def _malloc_trim_setting() -> str | None:   # runs on each worker

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from vertisynth.core.chunks import spill_slices
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.encoding import CSV_NULLS, TableCodec, TableSchema
@@ -191,6 +192,15 @@ class CodeSpill:
             ids = np.array(self._ids[at:at + k]) if self._ids is not None else np.arange(at, at + k, dtype=np.int64)
             yield ids, Dataset(self._codes[at:at + k].astype(np.int64), self.domain)
 
+    def slices(self, rows: int) -> list | None:
+        """The finished spill as `SpillSlice`s of at most `rows` rows (a path and a row range each: a Dask worker
+        that sees the file reads them itself); None before `finish` or once closed."""
+        if self._codes is None or self._folder is None:
+            return None
+        folder = self._folder
+        return spill_slices(folder / "codes.bin", folder / "ids.bin" if self._ids is not None else None, self.dtype,
+                            self.domain, self.n, rows)
+
     def gather(self, rows: np.ndarray) -> np.ndarray:
         """The int64 codes of the spill's rows `rows`, in that order (the file's pages left to the page cache)."""
         rows = np.asarray(rows, dtype=np.int64)
@@ -248,6 +258,10 @@ class coded_chunks:
             for _ in self._read():
                 pass
         return self
+
+    def slices(self, rows: int) -> list | None:
+        """The spilled codes as slices of at most `rows` rows (None before a pass has completed)."""
+        return None if self._spilled is None else self._spilled.slices(rows)
 
     def gather(self, rows: np.ndarray) -> np.ndarray:
         """The codes (int64, len(rows) x columns) of the file's rows `rows`, in that order, from the spill:

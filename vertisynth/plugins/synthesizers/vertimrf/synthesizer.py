@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
+from functools import partial
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -220,8 +221,20 @@ class VertiMRFSynthesizer(Synthesizer):
         return self.party_step_chunks(party, view.domain, view_chunks(view, self.chunk_rows()), ledger, rng)
 
     def party_steps(self, steps: Callable[[str, PrivacyLedger], list[Message]], ledger: PrivacyLedger) -> list[Message]:
-        """Every party's step (`steps(party, ledger)`), at once in `party_processes` forked processes if set."""
-        return party_phase(steps, self._partition.names, ledger, self.config.party_processes)
+        """Every party's step (`steps(party, ledger)`), at once in `party_processes` forked processes if set, or,
+        on a Dask cluster, at once in threads sharing one client (their chunk tasks all queued on the cluster)."""
+        return self._party_phase(steps, ledger)
+
+    def _party_phase(self, steps: Callable[[str, PrivacyLedger], list[Message]], ledger: PrivacyLedger) -> list[Message]:
+        scheduler = getattr(getattr(self._encoder, "config", None), "dask_scheduler", None)
+        if scheduler is None or self.config.party_processes > 1:
+            return party_phase(steps, self._partition.names, ledger, self.config.party_processes)
+        with dask_session(scheduler) as client:   # party_step_chunks maps on it
+            self._client = client
+            try:
+                return party_phase(steps, self._partition.names, ledger, threads=True)
+            finally:
+                self._client = None
 
     def streams_parties(self) -> bool:
         """Party steps then the server step (StepsInChunks); the `he` encoder measures in rounds instead."""
@@ -262,7 +275,8 @@ class VertiMRFSynthesizer(Synthesizer):
         chunk, the encoder's chunk job maps the chunks (on a Dask cluster when `scheduler` is an address or a
         Client; default: the encoder's `dask_scheduler`). Equals the in-memory run bit for bit."""
         if scheduler is None:
-            scheduler = getattr(getattr(self._encoder, "config", None), "dask_scheduler", None)
+            scheduler = getattr(self, "_client", None) or getattr(getattr(self._encoder, "config", None),
+                                                                  "dask_scheduler", None)
         if scheduler is None:
             return self._party_chunks(party, domain, chunks, ledger, rng, None)
         with dask_session(scheduler) as client:   # the encoding map on it
@@ -283,10 +297,12 @@ class VertiMRFSynthesizer(Synthesizer):
         mine = [a for a in domain.attributes if a in self._binned]
         if mine and self._eps_value > 0:
             out.append(measure_value_distributions(party, table, c.bins, mine, self._value_charges, ledger, rng))
-        if mine and c.binning == "mass":   # edges from the local model just sent (DP), as the server will compute
-            self._maps = {**getattr(self, "_maps", {}), **mass_maps(out[0], c.bins, mine)}
         maps = getattr(self, "_maps", None)
-        low = mapped(chunks, lambda rows: bin_dataset(rows, c.bins, mine, maps)) if mine else chunks
+        if mine and c.binning == "mass":   # edges from the local model just sent (DP), as the server will compute
+            maps = {**(maps or {}), **mass_maps(out[0], c.bins, mine)}   # this party's, whatever others store
+            self._maps = {**getattr(self, "_maps", {}), **maps}
+        # a picklable map: a Dask worker that reads the spilled rows itself bins them too
+        low = mapped(chunks, partial(bin_dataset, bins=c.bins, attrs_=mine, maps=maps)) if mine else chunks
         low_domain = binned_domain(domain, c.bins, mine) if mine else domain
         if not isinstance(self._encoder, EncodesInChunks):   # a plugin encoder without a chunk job: one chunk
             parts = [rows.codes for _, rows in low()]
@@ -294,7 +310,7 @@ class VertiMRFSynthesizer(Synthesizer):
             out.append(self._encoder.encode(party, view, ledger, rng))
             return out
         job = self._encoder.chunk_job(party, low_domain, ledger, rng)
-        out.append(job.run_local(low()) if client is None else job.run_dask(low(), client))
+        out.append(job.run_local(low()) if client is None else job.run_cluster(low, client, self.chunk_rows()))
         return out
 
     # -- server side --------------------------------------------------------------------------
@@ -561,8 +577,7 @@ class VertiMRFSynthesizer(Synthesizer):
         t0 = time.perf_counter()
         key_rng, rngs = self.party_rngs(rng)
         self.agree_keys(key_rng)
-        messages = party_phase(lambda p, led: self.party_step(p, data.views[p], led, rngs[p]), self._partition.names,
-                               ledger, self.config.party_processes)
+        messages = self._party_phase(lambda p, led: self.party_step(p, data.views[p], led, rngs[p]), ledger)
         self._timings = {"parties (LocMRF, binning, LocEnc)": time.perf_counter() - t0}
         self.server_step(messages)
 
