@@ -87,7 +87,7 @@ def test_the_parties_at_once_on_a_cluster_equal_the_sequential_local_run(tmp_pat
     ran = [t["key"].split("-")[0] for t in tasks.data]
     # the workers read their rows from the parties' spills (paths and row ranges, no rows sent); 900 rows in
     # chunks of 64: 15 tasks a party
-    assert ran.count("_map_slice") == 30, ran
+    assert ran.count("map_slice") == 30, ran
 
 
 def test_the_parties_step_at_once_when_a_cluster_is_configured(tmp_path, cluster):
@@ -143,18 +143,24 @@ class _Spilled:
         return self.spill.slices(rows)
 
 
-def _job(domain):
+def job_encoder(domain, t=16):
+    """A planned DPFM encoder with agreed keys for party alice holding `domain` (bob holds one more column)."""
     from vertisynth.core.dataset import VerticalPartition
     from vertisynth.core.interfaces import PlanContext
     from vertisynth.plugins.encoders.dpfm import DPFMConfig, DPFMEncoder
-    enc = DPFMEncoder(DPFMConfig(t=16))
+    enc = DPFMEncoder(DPFMConfig(t=t))
     part = VerticalPartition.from_lists([list(domain.attributes), ["z"]], ["alice", "bob"])
     full = Domain([*domain.attributes, "z"], [*domain.shape, 2])
     ctx = PlanContext(full, part, Budget(4.0, 1e-5), n_public=10**6)
-    ledger = PrivacyLedger(ctx.budget)
-    ledger.plan(enc.plan(ctx))
+    enc.ledger = PrivacyLedger(ctx.budget)
+    enc.ledger.plan(enc.plan(ctx))
     enc.agree_keys(np.random.default_rng(1))
-    return enc.chunk_job("alice", domain, ledger, np.random.default_rng(2))
+    return enc
+
+
+def _job(domain):
+    enc = job_encoder(domain)
+    return enc.chunk_job("alice", domain, enc.ledger, np.random.default_rng(2))
 
 
 def _digest(message):
@@ -192,7 +198,7 @@ def test_the_party_process_holds_no_rows_while_the_workers_encode(cluster):
         with distributed.get_task_stream(client) as tasks:
             got = _job(dom).run_cluster(Elsewhere(spill), client, chunk_rows)
         assert _digest(got) == _digest(_job(dom).run_local(spill.replay()))
-        assert "_map_slice" not in {t["key"].split("-")[0] for t in tasks.data}
+        assert "map_slice" not in {t["key"].split("-")[0] for t in tasks.data}
         assert chunk_slices(spill.replay, 10) is None
         spill.close()
 
@@ -224,3 +230,27 @@ def test_workers_run_numeric_libraries_on_one_thread_those_joining_later_too():
         for k in THREAD_VARIABLES:
             os.environ.pop(k, None)
         os.environ.update(saved)
+
+
+def test_an_early_map_gives_the_jobs_result_and_a_different_map_is_mapped_anew(cluster):
+    """DPFM's map is known before its job (agreed keys): the cluster starts it while the party fits; the job
+    then takes the merged result without a task more. A job whose map differs stops it and maps anew."""
+    from vertisynth.core.cluster import EarlyMap
+    dom = Domain(["a", "b"], [3, 5])
+    spill = _spill(60_000, dom)
+    want = _digest(_job(dom).run_local(spill.replay()))
+    with distributed.Client(cluster) as client:
+        job = _job(dom)
+        early = EarlyMap(client, _Spilled(spill), dom, *job_encoder(dom).early_mapper("alice", dom), 100_000)
+        assert early.running
+        early._thread.join(timeout=120)
+        with distributed.get_task_stream(client) as tasks:
+            got = job.run_cluster(_Spilled(spill), client, 100_000, early=early)
+        assert _digest(got) == want and not tasks.data
+        other = job_encoder(dom, t=8)
+        early = EarlyMap(client, _Spilled(spill), dom, *other.early_mapper("alice", dom), 100_000)
+        with distributed.get_task_stream(client) as tasks:
+            got = _job(dom).run_cluster(_Spilled(spill), client, 100_000, early=early)
+        assert _digest(got) == want and not early.running
+        assert "map_slice" in {t["key"].split("-")[0] for t in tasks.data}
+    spill.close()

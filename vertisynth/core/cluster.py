@@ -1,16 +1,29 @@
 """A Dask cluster to map chunks over (`--scheduler tcp://...`, `dask_scheduler = ...`): the client, with clear
 errors, for every part that maps work (the encoders' chunk jobs, the party's counting passes, PSI/PSU blinding).
-dask.distributed is optional (the `dask` extra) and imported only when a scheduler is configured."""
+dask.distributed is optional (the `dask` extra) and imported only when a scheduler is configured. Also the
+workers' setup (one thread per numeric library) and the map of a party's spilled rows over them: each task a
+path and a row range (`SpillSlice`) that the worker reads itself, started early where the map is known
+(`EarlyMap`)."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
+import threading
 import warnings
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
-from .errors import ConfigError, VertisynthWarning
+import numpy as np
+
+from .chunks import Chunks, chunk_slices
+from .dataset import Dataset
+from .domain import Domain
+from .errors import ConfigError, DataError, VertisynthWarning
+
+MIN_TASK_ROWS = 10_000   # a task's fixed cost (its sketch arrays, the merge) stays far below its rows' cost
 
 _CHECKED: weakref.WeakSet = weakref.WeakSet()   # clients whose workers were set up (threads) and looked at (malloc)
 # every thread pool a numeric library may start: a worker runs `nthreads` tasks at once, each single-threaded
@@ -118,3 +131,92 @@ def is_client(obj: Any) -> bool:
     except ImportError:
         return False
     return isinstance(obj, Client)
+
+
+# -- mapping a party's spilled rows over the workers -------------------------------------------------------
+def _workers(client: Any) -> int:
+    return max(len(client.scheduler_info().get("workers", {})), 1)
+
+
+def window_for(client: Any) -> int:
+    return max(4 * _workers(client), 8)
+
+
+def task_slices(client: Any, chunks: Chunks, chunk_rows: int) -> list | None:
+    """The stream's spilled rows as task slices, about four per worker (at most chunk_rows rows, at least
+    MIN_TASK_ROWS), if the workers see the spill; else None."""
+    parts = chunk_slices(chunks, chunk_rows)
+    if not parts or not workers_see(client, parts[0]):
+        return None
+    rows = min(chunk_rows, max(-(-parts[-1].stop // (4 * _workers(client))), MIN_TASK_ROWS))
+    return chunk_slices(chunks, rows)
+
+
+def same_map(a: Any, b: Any) -> bool:
+    """Whether two chunk maps are the same function of the same arguments (`functools.partial`s compare so)."""
+    if isinstance(a, partial) and isinstance(b, partial):
+        return a.func is b.func and a.args == b.args and a.keywords == b.keywords
+    return a is b
+
+
+class EarlyMap:
+    """A party's chunk map started on the cluster before its job exists (`early_mapper`): its tasks run while
+    the party fits its local model; a thread here keeps at most a window of tasks queued and merges each result
+    as it completes (the merge is order-free), so memory holds one merged result. `ChunkJob.run_cluster(...,
+    early=)` (plugins/encoders/chunked.py) takes the merged result if the job's map is this one, else stops it and maps anew."""
+
+    def __init__(self, client: Any, chunks: Chunks, domain: Domain, mapper: Callable, combine: Callable,
+                 chunk_rows: int):
+        self.mapper, self.combine, self.domain = mapper, combine, domain
+        self.running, self._stop = False, threading.Event()
+        self._acc: Any = None
+        self._error: BaseException | None = None
+        parts = task_slices(client, chunks, chunk_rows)
+        if parts is None:
+            return
+        self.n, self.running = parts[-1].stop, True
+        self._thread = threading.Thread(target=self._run, args=(client, parts), daemon=True,
+                                        name="vertisynth-early-map")
+        self._thread.start()
+
+    def _run(self, client: Any, parts: list) -> None:
+        from distributed import as_completed
+        try:
+            todo = iter(parts)
+            queued = as_completed([client.submit(map_slice, piece, self.domain, self.mapper, pure=False)
+                                   for piece in itertools.islice(todo, window_for(client))])
+            for fut in queued:
+                if self._stop.is_set():
+                    fut.cancel()
+                    continue
+                part = fut.result()
+                fut.release()
+                self._acc = part if self._acc is None else self.combine(self._acc, part)
+                piece = next(todo, None)
+                if piece is not None:
+                    queued.add(client.submit(map_slice, piece, self.domain, self.mapper, pure=False))
+        except BaseException as exc:   # noqa: BLE001 - raised in the party's thread by `result`
+            self._error = exc
+
+    def result(self) -> tuple[Any, int]:
+        """(the merged map over every row, the rows), once every task has finished."""
+        self._thread.join()
+        self.running = False
+        if self._error is not None:
+            raise self._error
+        return self._acc, self.n
+
+    def stop(self) -> None:
+        """Stop queueing tasks and drop what is queued (the party step failed, or its job maps differently)."""
+        if self.running:
+            self._stop.set()
+            self._thread.join()
+            self.running = False
+
+
+def map_slice(piece: Any, domain: Domain, mapper: Callable[[Dataset, np.ndarray], Any]) -> Any:
+    """A Dask task: read a slice of the spilled rows and map it."""
+    ids, rows = piece.read()
+    if rows.domain != domain:
+        raise DataError(f"chunk domain {rows.domain} differs from the party's {domain}")
+    return mapper(rows, ids)

@@ -19,13 +19,11 @@ import attrs
 import numpy as np
 import pandas as pd
 
-from vertisynth.core.chunks import Chunks, chunk_slices
+from vertisynth.core.chunks import Chunks
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import ConfigError, DataError
-from vertisynth.core.cluster import dask_client, workers_see
-
-MIN_TASK_ROWS = 10_000   # a task's fixed cost (its sketch arrays, the merge) stays far below its rows' cost
+from vertisynth.core.cluster import EarlyMap, dask_client, map_slice, same_map, task_slices, window_for
 
 
 @attrs.frozen
@@ -49,23 +47,25 @@ class ChunkJob:
             raise DataError("no rows to encode (empty input)")
         return self.finish(acc, n)
 
-    def run_cluster(self, chunks: Chunks, scheduler: Any, chunk_rows: int, window: int | None = None) -> Any:
+    def run_cluster(self, chunks: Chunks, scheduler: Any, chunk_rows: int, window: int | None = None,
+                    early: EarlyMap | None = None) -> Any:
         """`run_local` over the stream with the map on a Dask cluster. Where the stream's rows are spilled to a
         file the workers see (`slices`: same host or a shared file system), each task gets a path and a row
         range and reads its rows itself, so this process ships no rows; the tasks are cut to about four per
         worker (at most `chunk_rows` rows, at least MIN_TASK_ROWS) so that all workers stay busy to the end.
         Otherwise the chunks are read here and sent (`run_dask`). Same result bit for bit: the map takes global
         ids, the merge is in row order."""
+        if early is not None and early.running and same_map(early.mapper, self.mapper):
+            return self.finish(*early.result())
+        if early is not None:
+            early.stop()
         client = dask_client(scheduler)
         try:
-            workers = max(len(client.scheduler_info().get("workers", {})), 1)
-            parts = chunk_slices(chunks, chunk_rows)
-            if not parts or not workers_see(client, parts[0]):
+            parts = task_slices(client, chunks, chunk_rows)
+            if parts is None:
                 return self.run_dask(chunks(), client, window)
             n = parts[-1].stop
-            rows = min(chunk_rows, max(-(-n // (4 * workers)), MIN_TASK_ROWS))
-            parts = chunk_slices(chunks, rows)
-            window = window or max(4 * workers, 8)   # tasks queued on the cluster; their results wait there
+            window = window or window_for(client)   # tasks queued on the cluster; their results wait there
             acc, pending = None, []
 
             def merge_first() -> None:
@@ -76,7 +76,7 @@ class ChunkJob:
                 fut.release()
 
             for piece in parts:
-                pending.append(client.submit(_map_slice, piece, self.domain, self.mapper, pure=False))
+                pending.append(client.submit(map_slice, piece, self.domain, self.mapper, pure=False))
                 if len(pending) >= window:
                     merge_first()
             while pending:
@@ -117,14 +117,6 @@ class ChunkJob:
         finally:
             if client is not scheduler:
                 client.close()
-
-
-def _map_slice(piece: Any, domain: Domain, mapper: Callable[[Dataset, np.ndarray], Any]) -> Any:
-    """A Dask task: read a slice of the spilled rows and map it."""
-    ids, rows = piece.read()
-    if rows.domain != domain:
-        raise DataError(f"chunk domain {rows.domain} differs from the party's {domain}")
-    return mapper(rows, ids)
 
 
 # -- CSV chunks -------------------------------------------------------------------------------------------

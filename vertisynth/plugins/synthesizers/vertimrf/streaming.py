@@ -24,6 +24,21 @@ from vertisynth.core.chunks import ChunkedCounts, Chunks, mapped, view_chunks   
 from vertisynth.core.errors import DataError, VertisynthError
 from vertisynth.core.messages import Message
 from vertisynth.core.privacy import Charge, PrivacyLedger
+from vertisynth.core.cluster import EarlyMap
+
+
+def start_early_map(encoder: Any, party: str, low: Chunks, low_domain: Any, client: Any,
+                    chunk_rows: int) -> EarlyMap | None:
+    """The party's encoding map started on the cluster now, if the encoder knows it before its job is made
+    (`early_mapper`: DPFM with agreed keys) and the workers see the spilled rows; else None. The job made
+    later (after the local fit, its charge spent then, as always) takes the merged result if its map is this
+    one: the same message bit for bit, with the fit's time hidden behind the workers'."""
+    get = getattr(encoder, "early_mapper", None)
+    got = get(party, low_domain) if get is not None else None
+    if got is None:
+        return None
+    early = EarlyMap(client, low, low_domain, *got, chunk_rows)
+    return early if early.running else None
 
 
 def party_phase(step: Callable[[str, PrivacyLedger], list[Message]], names: Sequence[str], ledger: PrivacyLedger,

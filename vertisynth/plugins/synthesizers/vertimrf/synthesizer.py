@@ -34,7 +34,7 @@ from vertisynth.pgm import GraphicalModel, Measurement, estimate
 from vertisynth.pgm.estimation import bin_query
 from vertisynth.pgm.graph import build_junction_tree, min_fill_cliques
 from ..privmrf import LocalModel, PrivMRFConfig, PrivMRFSynthesizer
-from .streaming import ChunkedCounts, Chunks, mapped, party_phase, view_chunks
+from .streaming import ChunkedCounts, Chunks, mapped, party_phase, start_early_map, view_chunks
 from .dimension import (ValueDistributions, bin_dataset, bin_map, binned_domain, hisrec, mass_bin_map,
                         measure_value_distributions,
                         planned_charges as value_charges, uniform_distributions)
@@ -289,29 +289,48 @@ class VertiMRFSynthesizer(Synthesizer):
         # counted here, not on the cluster: shipping a chunk to a worker costs this process more than the
         # bincounts it would save (docs/scale.md, "Counting passes stay in the party process")
         table = ChunkedCounts(chunks, domain)
-        if c.use_local:
-            local = self._local[party]
-            table.prefetch_pairs()   # R-scores and 1-way counts in one pass; later marginals a pass each
-            local.fit_table(table, ledger, rng)
-            out.append(local.export(party))
         mine = [a for a in domain.attributes if a in self._binned]
-        if mine and self._eps_value > 0:
-            out.append(measure_value_distributions(party, table, c.bins, mine, self._value_charges, ledger, rng))
-        maps = getattr(self, "_maps", None)
-        if mine and c.binning == "mass":   # edges from the local model just sent (DP), as the server will compute
-            maps = {**(maps or {}), **mass_maps(out[0], c.bins, mine)}   # this party's, whatever others store
-            self._maps = {**getattr(self, "_maps", {}), **maps}
-        # a picklable map: a Dask worker that reads the spilled rows itself bins them too
-        low = mapped(chunks, partial(bin_dataset, bins=c.bins, attrs_=mine, maps=maps)) if mine else chunks
-        low_domain = binned_domain(domain, c.bins, mine) if mine else domain
-        if not isinstance(self._encoder, EncodesInChunks):   # a plugin encoder without a chunk job: one chunk
-            parts = [rows.codes for _, rows in low()]
-            view = Dataset(np.concatenate(parts) if parts else np.zeros((0, len(low_domain)), np.int64), low_domain)
-            out.append(self._encoder.encode(party, view, ledger, rng))
+        early = None
+        try:
+            if c.use_local:
+                local = self._local[party]
+                table.prefetch_pairs()   # R-scores and 1-way counts in one pass; later marginals a pass each
+                if client is not None and not (mine and c.binning == "mass"):   # the rows are spilled now: the
+                    # cluster encodes them while the local model is fitted (the same map as the job's below)
+                    early = start_early_map(self._encoder, party, *self._low(chunks, domain, mine, self._maps_now()),
+                                            client, self.chunk_rows())
+                local.fit_table(table, ledger, rng)
+                out.append(local.export(party))
+            if mine and self._eps_value > 0:
+                out.append(measure_value_distributions(party, table, c.bins, mine, self._value_charges, ledger, rng))
+            maps = self._maps_now()
+            if mine and c.binning == "mass":   # edges from the local model just sent (DP), as the server will compute
+                maps = {**(maps or {}), **mass_maps(out[0], c.bins, mine)}   # this party's, whatever others store
+                self._maps = {**getattr(self, "_maps", {}), **maps}
+            low, low_domain = self._low(chunks, domain, mine, maps)
+            if not isinstance(self._encoder, EncodesInChunks):   # a plugin encoder without a chunk job: one chunk
+                parts = [rows.codes for _, rows in low()]
+                view = Dataset(np.concatenate(parts) if parts else np.zeros((0, len(low_domain)), np.int64), low_domain)
+                out.append(self._encoder.encode(party, view, ledger, rng))
+                return out
+            job = self._encoder.chunk_job(party, low_domain, ledger, rng)
+            out.append(job.run_local(low()) if client is None else
+                       job.run_cluster(low, client, self.chunk_rows(), early=early))
             return out
-        job = self._encoder.chunk_job(party, low_domain, ledger, rng)
-        out.append(job.run_local(low()) if client is None else job.run_cluster(low, client, self.chunk_rows()))
-        return out
+        finally:
+            if early is not None:
+                early.stop()
+
+    def _maps_now(self) -> dict[str, np.ndarray] | None:
+        return getattr(self, "_maps", None)
+
+    def _low(self, chunks: Chunks, domain: Domain, mine: list[str], maps: Any) -> tuple[Chunks, Domain]:
+        """The stream binned for the encoder (a picklable map: a worker reading the spilled rows bins them too)."""
+        if not mine:
+            return chunks, domain
+        c = self.config
+        return (mapped(chunks, partial(bin_dataset, bins=c.bins, attrs_=mine, maps=maps)),
+                binned_domain(domain, c.bins, mine))
 
     # -- server side --------------------------------------------------------------------------
     def _encoded(self, messages: Sequence[Message]) -> list[Message]:
