@@ -18,9 +18,11 @@ count in `--workers` (both parties' chunk work at once on a Dask cluster of that
   next passes count marginals for the local fit; the last is the encoding), and the serial fraction: the
   party process's CPU outside the encoding over the whole CPU;
 - wall time and speed-up of each worker count against the in-process run and against 1 worker;
-- the Amdahl projection at 14 against 2 workers from the measured serial CPU s and parallel CPU P:
-  T(W) = s + P / W, with s the parties' serial CPU summed (one party process, as here) and at most one party's
-  (each party its own process or machine); a projection from measured CPU seconds, not a 14-worker measurement;
+- the Amdahl projection at 14 against 2 workers from the measured CPU seconds, at n and at `--project-rows`
+  (passes and encoding scaled linearly, the fits kept): before (the parties in turn, each party's first
+  pass, counting passes and fits, then its encoding over the workers) and now (both parties at once, each
+  party's encoding starting after its first pass and running while it fits: T(W) = first passes +
+  max(P / W, counting passes + fits)); a projection, not a 14-worker measurement;
 - the messages' digest of each mode against the in-process one (the quality check: the same bits).
 
 Every pass's end is logged to stderr (party, pass, CPU and wall so far), so a run that does not finish still
@@ -68,6 +70,9 @@ class _Logged:
 
     def slices(self, rows: int):   # the workers read the spilled rows themselves
         return self.chunks.slices(rows)
+
+    def live_slices(self, rows: int):   # ... from the first pass on
+        return self.chunks.live_slices(rows)
 
     def _log(self, what: str) -> None:
         print(f"[{self.party} pass {self.passes} {what}] cpu {time.process_time() - self.t0[0]:.1f} s "
@@ -260,13 +265,12 @@ def one(n: int, chunk_rows: int, tmp: Path, dask_workers: int, t: int = 0, keep_
     return out
 
 
-def _report(n: int, runs: list[dict], parties: int) -> dict:
+def _report(n: int, runs: list[dict], parties: int, project: int) -> dict:
     """The scale-out summary of one n from its in-process run and its cluster runs (see the docstring)."""
     local = next(r for r in runs if not r["workers"])
     rows = n * parties
     per_row_local = local["encode_cpu_s"] / rows * 1e6
     serial = {p: v["serial_cpu_s"] for p, v in local["per_party"].items()}
-    s_sum, s_max = sum(serial.values()), max(serial.values())
     print(f"\nn = {n:,} per party ({parties} parties), in-process: CPU {local['cpu_s']:.2f} s, wall "
           f"{local['wall_s']:.2f} s, load {local['load_before'][0]:.1f} -> {local['load_after'][0]:.1f}")
     for p, v in local["per_party"].items():
@@ -288,17 +292,33 @@ def _report(n: int, runs: list[dict], parties: int) -> dict:
               f"per row (x{per_row / per_row_local:.3f} of in-process); same messages: "
               f"{'yes' if r['digest'] == local['digest'] else 'NO'}; load {r['load_before'][0]:.1f} -> "
               f"{r['load_after'][0]:.1f}")
-    par = local["encode_cpu_s"] * (ratio or 1.0)
-    summary = {"n": n, "per_row_us_in_process": per_row_local, "worker_ratio": ratio, "serial_cpu_s": serial,
-               "parallel_cpu_s": par}
-    print(f"  Amdahl projection (not a measurement): parallel P = {par:.1f} CPU s (the in-process encoding"
-          f"{f' x {ratio:.3f}, the measured worker ratio' if ratio else ''}), T(W) = s + P / W")
-    for label, s_ in (("one party process, serial summed", s_sum), ("a process per party, serial max", s_max)):
-        t2, t14 = s_ + par / 2, s_ + par / 14
-        eff = t2 / t14 / 7
-        summary[label] = {"s": s_, "T2": t2, "T14": t14, "speedup": t2 / t14, "efficiency": eff}
-        print(f"    {label}: s = {s_:.2f} s (serial fraction at 2 workers {s_ / t2:.3f}): T(2) {t2:.1f} s, T(14) "
-              f"{t14:.1f} s, speed-up x{t2 / t14:.2f}, parallel efficiency {eff:.0%} at 14 against 2 workers")
+    r = ratio or 1.0
+    summary = {"n": n, "per_row_us_in_process": per_row_local, "worker_ratio": ratio, "serial_cpu_s": serial}
+    for at in sorted({n, project}):
+        scale = at / n   # the passes and the encoding are linear in rows; the fits do not grow with them
+        first = {p: local["passes"][p]["first_pass_cpu_s"] * scale for p in serial}
+        counting = {p: local["passes"][p]["counting_cpu_s"] * scale for p in serial}
+        fits = {p: local["per_party"][p]["fit_and_rest_cpu_s"] for p in serial}
+        enc = {p: local["per_party"][p]["encode_cpu_s"] * scale * r for p in serial}
+        par = sum(enc.values())
+        print(f"  Amdahl projection at {at:,} rows per party ({'the measured n' if at == n else 'passes and encoding scaled'}"
+              f"{'' if at == n else ' linearly from n, fits kept'}), a projection from CPU seconds, not a cluster measurement: parallel "
+              f"P = {par:.1f} CPU s (in-process encoding x {r:.3f}, the measured worker ratio)")
+        models = {
+            # before: the parties one after the other, each party's whole serial work before its encoding
+            "before (parties in turn)": lambda w: sum(first[p] + counting[p] + fits[p] + enc[p] / w for p in serial),
+            # now: both parties at once; a party's encoding starts after its first pass and runs while it fits
+            "now (parties at once, encoding from the first pass on)": lambda w: sum(first.values()) + max(
+                par / w, sum(counting.values()) + sum(fits.values())),
+        }
+        for label, t in models.items():
+            t2, t14 = t(2), t(14)
+            eff = t2 / t14 / 7
+            summary[f"{at}: {label}"] = {"T2": t2, "T14": t14, "speedup": t2 / t14, "efficiency": eff}
+            print(f"    {label}: T(2) {t2:.1f} s, T(14) {t14:.1f} s, speed-up x{t2 / t14:.2f}, parallel efficiency "
+                  f"{eff:.0%} at 14 against 2 workers")
+        print(f"    serial CPU per party (first pass / counting passes / fits): " + ", ".join(
+            f"{p} {first[p]:.2f} / {counting[p]:.2f} / {fits[p]:.2f} s" for p in serial))
     return summary
 
 
@@ -316,6 +336,8 @@ def main() -> int:
     ap.add_argument("--separate", action="store_true",
                     help="start `dask scheduler` and `dask worker` processes (no nanny) instead of a LocalCluster, "
                          "so the party process's peak RSS is its own")
+    ap.add_argument("--project-rows", type=int, default=1_000_000,
+                    help="rows per party of the Amdahl projection (the issue's 1M rows per party)")
     ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--mode", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--setup", type=int, default=None, help=argparse.SUPPRESS)
@@ -356,7 +378,7 @@ def main() -> int:
                   + (f" (x{per_row / base:.2f} of the first n)" if not mode else "")
                   + f"  peak RSS {r['peak_rss_mb']:.0f} MB (before the party phase {r['rss_before_mb']:.0f} MB)"
                   f"  load {r['load_before'][0]:.1f} -> {r['load_after'][0]:.1f}  {json.dumps(r)}", flush=True)
-        _report(n, runs, len(runs[0]["passes"]))
+        _report(n, runs, len(runs[0]["passes"]), a.project_rows)
     return 0
 
 

@@ -15,6 +15,7 @@ import pytest
 from vertisynth.core.chunks import SpillSlice, chunk_slices
 from vertisynth.core.cluster import THREAD_VARIABLES, dask_client, workers_see
 from vertisynth.core.domain import Domain
+from vertisynth.core.errors import DataError
 from vertisynth.core.privacy import Budget, PrivacyLedger
 from vertisynth.run.config import parse_config
 from vertisynth.run.pipeline import make_plan, run
@@ -254,3 +255,40 @@ def test_an_early_map_gives_the_jobs_result_and_a_different_map_is_mapped_anew(c
         assert _digest(got) == want and not early.running
         assert "map_slice" in {t["key"].split("-")[0] for t in tasks.data}
     spill.close()
+
+
+def test_the_encoding_starts_while_the_first_pass_spills_the_rows(tmp_path, cluster):
+    """A map started before the file's first pass gets each slice as the pass spills it; its merged result is
+    the local one; a pass abandoned midway ends the map with a one-line error, not a hang."""
+    from vertisynth.core.cluster import EarlyMap
+    from vertisynth.core.encoding import TableSchema
+    from vertisynth.run.stream import coded_chunks
+    frame = pd.DataFrame({"a": np.random.default_rng(0).integers(0, 3, 50_000),
+                          "b": np.random.default_rng(1).integers(0, 5, 50_000)})
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    schema = TableSchema.from_config({"a": {"kind": "categorical", "categories": [0, 1, 2]},
+                                    "b": {"kind": "categorical", "categories": [0, 1, 2, 3, 4]}})
+    codec = schema.fit(frame, None, np.random.default_rng(0))
+    dom = codec.domain
+    with distributed.Client(cluster) as client:
+        chunks = coded_chunks(tmp_path / "t.csv", codec, 20_000)
+        enc = job_encoder(dom)
+        early = EarlyMap(client, chunks, dom, *enc.early_mapper("alice", dom), 20_000)
+        assert early.running
+        with distributed.get_task_stream(client) as tasks:
+            passed = sum(r.n for _, r in chunks())   # the first pass: the workers start on its chunks
+            got = _job(dom).run_cluster(chunks, client, 20_000, early=early)
+        assert passed == 50_000
+        assert _digest(got) == _digest(_job(dom).run_local(chunks()))
+        assert sum(k.split("-")[0] == "map_slice" for k in (t["key"] for t in tasks.data)) == 5   # 10k-row tasks
+        chunks.close()
+        chunks = coded_chunks(tmp_path / "t.csv", codec, 20_000)
+        early = EarlyMap(client, chunks, dom, *enc.early_mapper("alice", dom), 20_000)
+        first = chunks()
+        next(first)
+        first.close()   # abandoned after one chunk (its spill removed): the map ends, nothing is merged
+        try:
+            assert early.result() is None   # the workers found the file gone
+        except DataError as exc:
+            assert "abandoned" in str(exc)
+        assert not early._thread.is_alive()

@@ -53,7 +53,8 @@ def _count_chunk(rows: Dataset, plan: list) -> tuple[int, list[np.ndarray]]:
 class SpillSlice:
     """Rows [start, stop) of a spilled codes file (rows x columns of `dtype`, C order) and of its int64 ids file
     (None: the ids are the row numbers): what a Dask worker reads for itself instead of receiving the rows.
-    `size` and `host` let the worker check that it sees the same file (same host, or a shared file system)."""
+    `size`: the bytes the file holds at least once the slice is written (a file being written grows), so a
+    worker can check that it sees the file (same host, or a shared file system)."""
 
     codes: str
     ids: str | None
@@ -78,7 +79,7 @@ class SpillSlice:
     def visible(self) -> bool:
         """Whether this process sees the spilled file (a worker on the same host or a shared file system)."""
         try:
-            return os.path.getsize(self.codes) == self.size
+            return os.path.getsize(self.codes) >= self.size
         except OSError:
             return False
 
@@ -107,11 +108,20 @@ class MappedSlice:
         return self.inner.stop
 
 
-def spill_slices(codes: str, ids: str | None, dtype: Any, domain: Domain, n: int, rows: int) -> list[SpillSlice]:
-    """The spill's n rows cut into slices of at most `rows` rows."""
+def spill_slices(codes: str, ids: str | None, dtype: Any, domain: Domain, n: int, rows: int,
+                 first: int = 0) -> list[SpillSlice]:
+    """The spill's rows first..n-1 cut into slices of at most `rows` rows."""
     size = n * len(domain) * np.dtype(dtype).itemsize
     return [SpillSlice(str(codes), None if ids is None else str(ids), np.dtype(dtype).str, domain, s,
-                       min(s + rows, n), size) for s in range(0, n, max(int(rows), 1))]
+                       min(s + rows, n), size) for s in range(first, n, max(int(rows), 1))]
+
+
+def live_slices(chunks: Chunks, rows: int) -> Iterator | None:
+    """The stream's slices of at most `rows` rows as its next first pass spills them (an iterator that waits
+    for each; it ends with the pass, or raises `DataError` if the pass is abandoned), or its slices now if it
+    is spilled already; None if it cannot describe itself so."""
+    get = getattr(chunks, "live_slices", None)
+    return get(rows) if get is not None else None
 
 
 def chunk_slices(chunks: Chunks, rows: int) -> list | None:
@@ -133,6 +143,10 @@ class mapped:
     def slices(self, rows: int) -> list | None:
         inner = chunk_slices(self.chunks, rows)
         return None if inner is None else [MappedSlice(s, self.fn) for s in inner]
+
+    def live_slices(self, rows: int) -> Iterator | None:
+        inner = live_slices(self.chunks, rows)
+        return None if inner is None else (MappedSlice(s, self.fn) for s in inner)
 
 
 class ChunkedCounts:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .chunks import Chunks, chunk_slices
+from .chunks import Chunks, chunk_slices, live_slices
 from .dataset import Dataset
 from .domain import Domain
 from .errors import ConfigError, DataError, VertisynthWarning
@@ -160,29 +160,47 @@ def same_map(a: Any, b: Any) -> bool:
 
 
 class EarlyMap:
-    """A party's chunk map started on the cluster before its job exists (`early_mapper`): its tasks run while
-    the party fits its local model; a thread here keeps at most a window of tasks queued and merges each result
-    as it completes (the merge is order-free), so memory holds one merged result. `ChunkJob.run_cluster(...,
-    early=)` (plugins/encoders/chunked.py) takes the merged result if the job's map is this one, else stops it and maps anew."""
+    """A party's chunk map started on the cluster before its job exists (`early_mapper`): from its first pass
+    on (`live_slices`: each slice as soon as the pass has spilled it) or from its spilled rows, its tasks run
+    while the party reads, counts and fits; a thread here keeps at most a window of tasks queued and merges
+    each result as it completes (the merge is order-free), so memory holds one merged result.
+    `ChunkJob.run_cluster(..., early=)` (plugins/encoders/chunked.py) takes the merged result if the job's map
+    is this one, else stops it and maps anew; so does a map whose rows the workers do not see."""
 
     def __init__(self, client: Any, chunks: Chunks, domain: Domain, mapper: Callable, combine: Callable,
                  chunk_rows: int):
         self.mapper, self.combine, self.domain = mapper, combine, domain
         self.running, self._stop = False, threading.Event()
         self._acc: Any = None
+        self.n = 0
         self._error: BaseException | None = None
-        parts = task_slices(client, chunks, chunk_rows)
-        if parts is None:
-            return
-        self.n, self.running = parts[-1].stop, True
-        self._thread = threading.Thread(target=self._run, args=(client, parts), daemon=True,
+        self._unseen = False
+        workers = _workers(client)
+        pieces = live_slices(chunks, max(MIN_TASK_ROWS, chunk_rows // workers))
+        if pieces is None:
+            parts = task_slices(client, chunks, chunk_rows)
+            if parts is None:
+                return
+            pieces = iter(parts)
+        self.running = True
+        self._thread = threading.Thread(target=self._run, args=(client, pieces), daemon=True,
                                         name="vertisynth-early-map")
         self._thread.start()
 
-    def _run(self, client: Any, parts: list) -> None:
+    def _pieces(self, client: Any, pieces: Iterator) -> Iterator:
+        for i, piece in enumerate(pieces):
+            if self._stop.is_set():
+                return
+            if i == 0 and not workers_see(client, piece):
+                self._unseen = True
+                return
+            self.n += piece.stop - piece.start
+            yield piece
+
+    def _run(self, client: Any, pieces: Iterator) -> None:
         from distributed import as_completed
         try:
-            todo = iter(parts)
+            todo = self._pieces(client, pieces)
             queued = as_completed([client.submit(map_slice, piece, self.domain, self.mapper, pure=False)
                                    for piece in itertools.islice(todo, window_for(client))])
             for fut in queued:
@@ -198,19 +216,21 @@ class EarlyMap:
         except BaseException as exc:   # noqa: BLE001 - raised in the party's thread by `result`
             self._error = exc
 
-    def result(self) -> tuple[Any, int]:
-        """(the merged map over every row, the rows), once every task has finished."""
+    def result(self) -> tuple[Any, int] | None:
+        """(the merged map over every row, the rows) once every task has finished; None if the workers did not
+        see the rows or there were none (the caller maps anew)."""
         self._thread.join()
         self.running = False
         if self._error is not None:
             raise self._error
-        return self._acc, self.n
+        return None if self._unseen or self._acc is None else (self._acc, self.n)
 
-    def stop(self) -> None:
-        """Stop queueing tasks and drop what is queued (the party step failed, or its job maps differently)."""
+    def stop(self, wait: float = 60.0) -> None:
+        """Stop queueing tasks and drop what is queued (the party step failed, or its job maps differently).
+        A thread still waiting for a first pass that never comes is left (a daemon) after `wait` seconds."""
         if self.running:
             self._stop.set()
-            self._thread.join()
+            self._thread.join(wait)
             self.running = False
 
 

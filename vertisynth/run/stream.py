@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import itertools
 import os
+import queue
 import shutil
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -156,8 +157,11 @@ class CodeSpill:
     (a party's coded file, an aligned stream's first pass, the synthetic blocks).
     Disk: rows x columns x 1-2 bytes (+ 8 bytes a row with `ids`); memory: one chunk."""
 
-    def __init__(self, domain: Domain, prefix: str, ids: bool = False):
+    def __init__(self, domain: Domain, prefix: str, ids: bool = False, watchers: Sequence[Callable] = ()):
+        """`watchers`: called with (codes file, first row, rows) after each chunk is appended and flushed (a
+        Dask worker may read it from then on), and with (None, -1, 0) if the spill is closed unfinished."""
         self.domain, self.dtype = domain, code_dtype(domain)
+        self._watchers = list(watchers)
         folder = new_spill_folder(prefix)
         self._folder: Path | None = folder
         # removed on close, or when collected / at exit if never closed (not after SIGKILL: the sweep's job)
@@ -174,11 +178,19 @@ class CodeSpill:
             self._files[1].write(np.ascontiguousarray(ids, dtype=np.int64).tobytes())
         self.parts.append((self.n, len(codes)))
         self.n += len(codes)
+        if self._watchers:
+            for fh in self._files:
+                fh.flush()
+            for tell in self._watchers:
+                tell(self._folder / "codes.bin", self.n - len(codes), len(codes))
 
     def finish(self) -> CodeSpill:
-        """Close the files and map them: the spill is complete."""
+        """Close the files and map them: the spill is complete (its watchers are told: (codes file, n, 0))."""
         for fh in self._files:
             fh.close()
+        for tell in self._watchers:
+            tell(self._folder / "codes.bin", self.n, 0)
+        self._watchers = []
         if self.n:
             folder = self._folder
             self._codes = np.memmap(folder / "codes.bin", dtype=self.dtype, mode="r", shape=(self.n, len(self.domain)))
@@ -218,6 +230,10 @@ class CodeSpill:
 
     def close(self) -> None:
         """Remove the files, if this process made them."""
+        if self._codes is None and self._folder is not None:   # unfinished: whoever waits for rows stops
+            for tell in self._watchers:
+                tell(None, -1, 0)
+        self._watchers = []
         for fh in self._files:
             fh.close()
         self._codes = self._ids = None
@@ -238,6 +254,29 @@ class coded_chunks:
     def __init__(self, path: Path, codec: TableCodec, chunk_rows: int, spill: bool = True):
         self.path, self.codec, self.chunk_rows, self.spill = Path(path), codec, chunk_rows, spill
         self._spilled: CodeSpill | None = None   # once a pass has completed
+        self._watchers: list[Callable] = []      # told of each chunk the next first pass spills
+
+    def live_slices(self, rows: int) -> Iterator | None:
+        """The spilled codes as slices of at most `rows` rows, each as soon as the next first pass has written
+        it (an iterator that waits: a Dask worker can start on the rows while the pass goes on); the slices now
+        if a pass has completed."""
+        if not self.spill:
+            return None
+        if self._spilled is not None:
+            return iter(self._spilled.slices(rows))
+        news: queue.SimpleQueue = queue.SimpleQueue()
+        self._watchers.append(lambda path, first, k: news.put((path, first, k)))
+        domain, dtype = self.codec.domain, code_dtype(self.codec.domain)
+
+        def gen() -> Iterator:
+            while True:
+                path, first, k = news.get()
+                if path is None:
+                    raise DataError(f"{str(self.path)!r}: its first pass was abandoned before the rows were spilled")
+                if k == 0:
+                    return
+                yield from spill_slices(path, None, dtype, domain, first + k, rows, first)
+        return gen()
 
     def __call__(self) -> Iterator[tuple[np.ndarray, Dataset]]:
         if self._spilled is not None:
@@ -278,7 +317,8 @@ class coded_chunks:
     def _read(self) -> Iterator[tuple[np.ndarray, Dataset]]:
         columns = [c.schema.name for c in self.codec.columns]
         kind = "Parquet" if self.path.suffix.lower() in PARQUET else "CSV"
-        out = CodeSpill(self.codec.domain, "vertisynth-chunks-") if self.spill else None
+        watchers, self._watchers = self._watchers, []
+        out = CodeSpill(self.codec.domain, "vertisynth-chunks-", watchers=watchers) if self.spill else None
         done = False
         labels = frozenset(str(x) for c in self.codec.columns if c.schema.categories for x in c.schema.categories)
         try:

@@ -56,7 +56,9 @@ class ChunkJob:
         Otherwise the chunks are read here and sent (`run_dask`). Same result bit for bit: the map takes global
         ids, the merge is in row order."""
         if early is not None and early.running and same_map(early.mapper, self.mapper):
-            return self.finish(*early.result())
+            done = early.result()
+            if done is not None:
+                return self.finish(*done)
         if early is not None:
             early.stop()
         client = dask_client(scheduler)

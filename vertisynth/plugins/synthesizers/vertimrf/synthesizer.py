@@ -294,11 +294,11 @@ class VertiMRFSynthesizer(Synthesizer):
         try:
             if c.use_local:
                 local = self._local[party]
-                table.prefetch_pairs()   # R-scores and 1-way counts in one pass; later marginals a pass each
-                if client is not None and not (mine and c.binning == "mass"):   # the rows are spilled now: the
-                    # cluster encodes them while the local model is fitted (the same map as the job's below)
+                if client is not None and not (mine and c.binning == "mass"):   # the cluster encodes the rows as
+                    # the first pass below spills them, and while the local model is fitted (the job's map, below)
                     early = start_early_map(self._encoder, party, *self._low(chunks, domain, mine, self._maps_now()),
                                             client, self.chunk_rows())
+                table.prefetch_pairs()   # R-scores and 1-way counts in one pass; later marginals a pass each
                 local.fit_table(table, ledger, rng)
                 out.append(local.export(party))
             if mine and self._eps_value > 0:
