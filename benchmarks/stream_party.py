@@ -19,10 +19,12 @@ count in `--workers` (both parties' chunk work at once on a Dask cluster of that
   party process's CPU outside the encoding over the whole CPU;
 - wall time and speed-up of each worker count against the in-process run and against 1 worker;
 - the Amdahl projection at 14 against 2 workers from the measured CPU seconds, at n and at `--project-rows`
-  (passes and encoding scaled linearly, the fits kept): before (the parties in turn, each party's first
-  pass, counting passes and fits, then its encoding over the workers) and now (both parties at once, each
-  party's encoding starting after its first pass and running while it fits: T(W) = first passes +
-  max(P / W, counting passes + fits)); a projection, not a 14-worker measurement;
+  (passes and encoding scaled linearly, the fits kept), with the worker's per-row CPU ratio of the run with
+  the fewest workers (idle workers' CPU taken out): before (the parties in turn, each party's first pass,
+  counting passes and fits, then its encoding in chunk_rows tasks) and now (both parties at once, each
+  party's encoding from its first spilled chunk on: T(W) = max(P / W, the party process's own CPU) + the
+  first chunk's read + one task), the party process's own CPU summed over the parties (one process, as
+  here) or the slower party's (a process per party); a projection, not a 14-worker measurement;
 - the messages' digest of each mode against the in-process one (the quality check: the same bits).
 
 Every pass's end is logged to stderr (party, pass, CPU and wall so far), so a run that does not finish still
@@ -221,6 +223,11 @@ def one(n: int, chunk_rows: int, tmp: Path, dask_workers: int, t: int = 0, keep_
         dask_client(client)   # set up once (thread pools), before the clock starts
     clock = _EncodeClock()
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    idle = 0.0
+    if client is not None:   # what idle workers cost (heartbeats, the event loop): CPU s per worker-second
+        i0, w0 = _worker_cpu(client), time.perf_counter()
+        time.sleep(5)
+        idle = (_worker_cpu(client) - i0) / (time.perf_counter() - w0) / dask_workers
     wcpu0 = _worker_cpu(client) if client is not None else 0.0
     load0 = os.getloadavg()
     cpu, wall = time.process_time(), time.perf_counter()
@@ -259,13 +266,14 @@ def one(n: int, chunk_rows: int, tmp: Path, dask_workers: int, t: int = 0, keep_
         chunks.close()
     if client is not None:
         out["worker_cpu_s"] = _worker_cpu(client) - wcpu0
+        out["idle_worker_cpu_per_s"] = idle
         client.close()
         if separate:
             out["cluster"] = _stop_cluster()
     return out
 
 
-def _report(n: int, runs: list[dict], parties: int, project: int) -> dict:
+def _report(n: int, runs: list[dict], parties: int, project: int, chunk_rows: int) -> dict:
     """The scale-out summary of one n from its in-process run and its cluster runs (see the docstring)."""
     local = next(r for r in runs if not r["workers"])
     rows = n * parties
@@ -284,14 +292,18 @@ def _report(n: int, runs: list[dict], parties: int, project: int) -> dict:
     base1 = None
     for r in sorted((r for r in runs if r["workers"]), key=lambda r: r["workers"]):
         per_row = r["worker_cpu_s"] / rows * 1e6
-        ratio = per_row / per_row_local if r["workers"] <= 2 or ratio is None else ratio
+        idle = r["idle_worker_cpu_per_s"] * r["workers"] * r["wall_s"]
+        net = (r["worker_cpu_s"] - idle) / rows * 1e6
+        if r["workers"] == min(x["workers"] for x in runs if x["workers"]):
+            ratio = net / per_row_local   # the fewest workers: the least contention between them on this machine
         base1 = base1 or (r["wall_s"] if r["workers"] == 1 else None)
         print(f"  {r['workers']} worker(s), parties at once: wall {r['wall_s']:.2f} s (x{local['wall_s'] / r['wall_s']:.2f} "
               f"of in-process" + (f", x{base1 / r['wall_s']:.2f} of 1 worker" if base1 and r["workers"] > 1 else "")
               + f"); party process CPU {r['cpu_s']:.2f} s; workers CPU {r['worker_cpu_s']:.2f} s = {per_row:.2f} µs "
-              f"per row (x{per_row / per_row_local:.3f} of in-process); same messages: "
-              f"{'yes' if r['digest'] == local['digest'] else 'NO'}; load {r['load_before'][0]:.1f} -> "
-              f"{r['load_after'][0]:.1f}")
+              f"per row (x{per_row / per_row_local:.3f} of in-process), of which idle workers' "
+              f"{r['idle_worker_cpu_per_s']:.3f} CPU s a second x wall = {idle:.2f} s; without it {net:.2f} µs per row "
+              f"(x{net / per_row_local:.3f}); same messages: {'yes' if r['digest'] == local['digest'] else 'NO'}; "
+              f"load {r['load_before'][0]:.1f} -> {r['load_after'][0]:.1f}")
     r = ratio or 1.0
     summary = {"n": n, "per_row_us_in_process": per_row_local, "worker_ratio": ratio, "serial_cpu_s": serial}
     for at in sorted({n, project}):
@@ -304,12 +316,21 @@ def _report(n: int, runs: list[dict], parties: int, project: int) -> dict:
         print(f"  Amdahl projection at {at:,} rows per party ({'the measured n' if at == n else 'passes and encoding scaled'}"
               f"{'' if at == n else ' linearly from n, fits kept'}), a projection from CPU seconds, not a cluster measurement: parallel "
               f"P = {par:.1f} CPU s (in-process encoding x {r:.3f}, the measured worker ratio)")
+        chunks = -(-at // chunk_rows)
+        task = {p: enc[p] / at * max(10_000, chunk_rows // 14) for p in serial}   # one task's CPU at 14 workers
+        own = {p: first[p] + counting[p] + fits[p] for p in serial}
         models = {
-            # before: the parties one after the other, each party's whole serial work before its encoding
-            "before (parties in turn)": lambda w: sum(first[p] + counting[p] + fits[p] + enc[p] / w for p in serial),
-            # now: both parties at once; a party's encoding starts after its first pass and runs while it fits
-            "now (parties at once, encoding from the first pass on)": lambda w: sum(first.values()) + max(
-                par / w, sum(counting.values()) + sum(fits.values())),
+            # before: the parties in turn, each party's reading, counting and fitting before its encoding, whose
+            # tasks were chunk_rows each (a party's last round of chunks leaves workers idle)
+            "before (parties in turn)": lambda w: sum(own[p] + -(-chunks // w) * enc[p] / chunks for p in serial),
+            # now: both parties at once in one process (their serial work summed: one interpreter), the
+            # encoding from each party's first chunk on: the longer of the workers' share and the party
+            # process's own work, plus the first chunk's read and one task at the end
+            "now, one process for both parties": lambda w: max(par / w, sum(own.values())) + max(
+                first[p] / chunks for p in serial) + max(task.values()),
+            # each party its own process or machine (the deployment): the slower party's own work
+            "now, a process per party": lambda w: max(par / w, max(own.values())) + max(
+                first[p] / chunks for p in serial) + max(task.values()),
         }
         for label, t in models.items():
             t2, t14 = t(2), t(14)
@@ -378,7 +399,7 @@ def main() -> int:
                   + (f" (x{per_row / base:.2f} of the first n)" if not mode else "")
                   + f"  peak RSS {r['peak_rss_mb']:.0f} MB (before the party phase {r['rss_before_mb']:.0f} MB)"
                   f"  load {r['load_before'][0]:.1f} -> {r['load_after'][0]:.1f}  {json.dumps(r)}", flush=True)
-        _report(n, runs, len(runs[0]["passes"]), a.project_rows)
+        _report(n, runs, len(runs[0]["passes"]), a.project_rows, a.chunk_rows)
     return 0
 
 
