@@ -292,3 +292,21 @@ def test_the_encoding_starts_while_the_first_pass_spills_the_rows(tmp_path, clus
         except DataError as exc:
             assert "abandoned" in str(exc)
         assert not early._thread.is_alive()
+
+
+def test_id_keyed_parties_at_once_on_a_cluster_equal_the_local_run(tmp_path, cluster):
+    """PSU-aligned party files: each party's aligned stream is replayed from its own spill (with the aligned
+    positions as ids), which the workers read once its first pass is complete."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("aligned", __file__.replace("test_stream_cluster", "test_stream_aligned"))
+    aligned = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(aligned)
+    paths = aligned._files(tmp_path)
+    local = run(aligned._config(paths, True, "psu"))
+    cfg = aligned._config(paths, True, "psu").to_dict()
+    cfg["synthesizer"]["params"]["encoder_params"]["dask_scheduler"] = cluster.scheduler_address
+    with distributed.Client(cluster) as watch, distributed.get_task_stream(watch) as tasks:
+        remote = run(parse_config(cfg))
+    pd.testing.assert_frame_equal(remote.synthetic, local.synthetic)
+    assert remote.ledger.spent == local.ledger.spent and remote.metrics == local.metrics
+    assert "map_slice" in {t["key"].split("-")[0] for t in tasks.data}

@@ -294,11 +294,15 @@ class VertiMRFSynthesizer(Synthesizer):
         try:
             if c.use_local:
                 local = self._local[party]
-                if client is not None and not (mine and c.binning == "mass"):   # the cluster encodes the rows as
-                    # the first pass below spills them, and while the local model is fitted (the job's map, below)
-                    early = start_early_map(self._encoder, party, *self._low(chunks, domain, mine, self._maps_now()),
-                                            client, self.chunk_rows())
+                early_on = client is not None and not (mine and c.binning == "mass")
+
+                def start() -> Any:   # the cluster encodes the rows as the first pass below spills them (or
+                    # once it has: an ID-keyed stream), while the local model is fitted; the job's map, below
+                    return start_early_map(self._encoder, party, *self._low(chunks, domain, mine, self._maps_now()),
+                                           client, self.chunk_rows()) if early_on else None
+                early = start()
                 table.prefetch_pairs()   # R-scores and 1-way counts in one pass; later marginals a pass each
+                early = early or start()
                 local.fit_table(table, ledger, rng)
                 out.append(local.export(party))
             if mine and self._eps_value > 0:
