@@ -217,12 +217,15 @@ def test_party_synth_on_parquet_and_a_dask_scheduler_equals_the_simulation(tmp_p
     keys_all(tmp_path, THREE_PARTIES)
     publish_key(tmp_path)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp",
-                                  host="127.0.0.1", dashboard_address=None) as cluster:
+                                  host="127.0.0.1", dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as watch, distributed.get_task_stream(watch) as tasks:
         for p in THREE_PARTIES:
             table = f"{p}.parquet" if p == "hospital" else f"{p}.csv"
             extra = ["--scheduler", cluster.scheduler_address] if p != "bank" else []
             cli("party", "synth", "job.toml", "--party", p, "--csv", table, *extra, "--exchange", "shared",
                 "--out", f"private_{p}", cwd=tmp_path)
+    # the workers read the parties' spilled rows themselves (paths and row ranges): no chunk was sent
+    assert {t["key"].split("-")[0] for t in tasks.data} == {"map_slice"}, tasks.data
     cli("server", "job.toml", "--exchange", "shared", "--out", "out", *SERVER_KEY, cwd=tmp_path)
     deployed = pd.read_csv(tmp_path / "out" / "synthetic.csv")
     simulate(load_config(tmp_path / "job.toml"), SECRET).synthetic.to_csv(tmp_path / "sim.csv", index=False)
