@@ -13,7 +13,8 @@ count in `--workers` (both parties' chunk work at once on a Dask cluster of that
 `--separate` starts `dask scheduler` and `dask worker --no-nanny` processes, else a LocalCluster). Printed:
 
 - per-row CPU of the chunk work (read the spilled rows, bin, encode) in-process, and on the workers (the
-  workers' process CPU through `client.run`, before and after, over the rows they encoded), and their ratio;
+  workers' process CPU through `client.run`, before and after, over the rows they encoded; without what idle
+  workers cost, measured over 5 s before; and the tasks' own threads alone), and their ratios;
 - per party and pass, the party process's CPU (pass 1 reads and codes the file and counts the pairs; the
   next passes count marginals for the local fit; the last is the encoding), and the serial fraction: the
   party process's CPU outside the encoding over the whole CPU;
@@ -105,6 +106,12 @@ class _EncodeClock:
                 self.cpu += time.process_time() - c
                 self.wall += time.perf_counter() - w
         return run
+
+
+def _task_cpu(client) -> float:
+    """The workers' map_slice tasks' own thread CPU seconds so far (core/cluster.py: task_cpu)."""
+    from vertisynth.core.cluster import task_cpu
+    return float(sum(v["cpu_s"] for v in client.run(task_cpu).values()))
 
 
 def _worker_cpu(client) -> float:
@@ -229,6 +236,7 @@ def one(n: int, chunk_rows: int, tmp: Path, dask_workers: int, t: int = 0, keep_
         time.sleep(5)
         idle = (_worker_cpu(client) - i0) / (time.perf_counter() - w0) / dask_workers
     wcpu0 = _worker_cpu(client) if client is not None else 0.0
+    tasks0 = _task_cpu(client) if client is not None else 0.0
     load0 = os.getloadavg()
     cpu, wall = time.process_time(), time.perf_counter()
     streams, codecs = {}, {}
@@ -267,6 +275,7 @@ def one(n: int, chunk_rows: int, tmp: Path, dask_workers: int, t: int = 0, keep_
     if client is not None:
         out["worker_cpu_s"] = _worker_cpu(client) - wcpu0
         out["idle_worker_cpu_per_s"] = idle
+        out["task_cpu_s"] = _task_cpu(client) - tasks0
         client.close()
         if separate:
             out["cluster"] = _stop_cluster()
@@ -302,7 +311,9 @@ def _report(n: int, runs: list[dict], parties: int, project: int, chunk_rows: in
               + f"); party process CPU {r['cpu_s']:.2f} s; workers CPU {r['worker_cpu_s']:.2f} s = {per_row:.2f} µs "
               f"per row (x{per_row / per_row_local:.3f} of in-process), of which idle workers' "
               f"{r['idle_worker_cpu_per_s']:.3f} CPU s a second x wall = {idle:.2f} s; without it {net:.2f} µs per row "
-              f"(x{net / per_row_local:.3f}); same messages: {'yes' if r['digest'] == local['digest'] else 'NO'}; "
+              f"(x{net / per_row_local:.3f}); the tasks' own threads {r['task_cpu_s']:.2f} s = "
+              f"{r['task_cpu_s'] / rows * 1e6:.2f} µs per row (x{r['task_cpu_s'] / rows * 1e6 / per_row_local:.3f}); "
+              f"same messages: {'yes' if r['digest'] == local['digest'] else 'NO'}; "
               f"load {r['load_before'][0]:.1f} -> {r['load_after'][0]:.1f}")
     r = ratio or 1.0
     summary = {"n": n, "per_row_us_in_process": per_row_local, "worker_ratio": ratio, "serial_cpu_s": serial}

@@ -10,6 +10,7 @@ import contextlib
 import itertools
 import os
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
@@ -234,9 +235,22 @@ class EarlyMap:
             self.running = False
 
 
+_TASKS = {"cpu_s": 0.0, "rows": 0}   # this process's map_slice tasks: their own thread's CPU seconds and rows
+
+
 def map_slice(piece: Any, domain: Domain, mapper: Callable[[Dataset, np.ndarray], Any]) -> Any:
     """A Dask task: read a slice of the spilled rows and map it."""
+    start = time.thread_time()
     ids, rows = piece.read()
     if rows.domain != domain:
         raise DataError(f"chunk domain {rows.domain} differs from the party's {domain}")
-    return mapper(rows, ids)
+    out = mapper(rows, ids)
+    _TASKS["cpu_s"] += time.thread_time() - start
+    _TASKS["rows"] += rows.n
+    return out
+
+
+def task_cpu() -> dict[str, float]:
+    """What this worker's `map_slice` tasks cost in their own threads so far (apart from Dask's own work):
+    `client.run(task_cpu)` (benchmarks/stream_party.py)."""
+    return dict(_TASKS)
