@@ -186,7 +186,7 @@ def test_the_party_process_holds_no_rows_while_the_workers_encode(cluster):
             assert _digest(got) == local
             spill.close()
         one_chunk = chunk_rows * len(dom) * 8   # a chunk's int64 codes, what was sent before
-        assert max(peaks.values()) < one_chunk / 2, peaks
+        assert max(peaks.values()) < one_chunk, peaks   # sending, 4 chunks were in flight at once
         assert peaks[800_000] < 1.5 * peaks[200_000] + 200_000, peaks
         spill = _spill(50_000, dom)
         unseen = [SpillSlice(p.codes, p.ids, p.dtype, p.domain, p.start, p.stop, p.size + 1)
