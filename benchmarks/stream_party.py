@@ -63,10 +63,17 @@ class _Logged:
         self.spans: list[tuple[float, float, float, float]] = []   # (cpu start, cpu end, wall start, wall end)
 
     def __call__(self):
+        return self._pass(self.chunks())
+
+    def columns(self, axes, domain):   # a counting pass over the spill reads only its columns
+        got = self.chunks.columns(axes, domain)
+        return None if got is None else self._pass(got)
+
+    def _pass(self, chunks):
         self.passes += 1
         c, w = time.process_time(), time.perf_counter()
         i = -1
-        for i, got in enumerate(self.chunks()):
+        for i, got in enumerate(chunks):
             yield got
         self.spans.append((c, time.process_time(), w, time.perf_counter()))
         self._log(f"end, {i + 1} chunks")

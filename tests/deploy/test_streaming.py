@@ -103,6 +103,27 @@ def test_csv_and_parquet_chunks_equal_the_whole_table(tmp_path, chunk):
         assert np.array_equal(np.concatenate([r.codes for _, r in parts]), whole.codes), name
 
 
+def test_counting_passes_over_the_spill_read_only_their_columns(tmp_path):
+    """After the first pass, a marginal is counted from its columns of the spill, in their stored type (no
+    chunk of every column widened to int64): the same counts as the whole table."""
+    frame = _frame(300)
+    codec = SCHEMA.fit(frame, None, np.random.default_rng(0))
+    whole = codec.encode(frame)
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    chunks = coded_chunks(tmp_path / "t.csv", codec, 64)
+    table = ChunkedCounts(chunks, codec.domain)
+    table.prefetch_pairs()   # the first pass reads and spills the file
+    replays = []
+    spill = chunks._spilled
+    replay = spill.replay
+    spill.replay = lambda: replays.append(1) or replay()
+    for attrs in [("a",), ("a", "b", "c"), ("c", "a"), ("b", "c")]:
+        got, want = table.counts(attrs), whole.counts(attrs)
+        assert got.domain == want.domain and np.array_equal(got.values, want.values)
+    assert table.passes > 1 and not replays   # passes after the first, none replaying whole chunks
+    chunks.close()
+
+
 @pytest.mark.parametrize("bad, needle", [("w,1.5,0", "line 152"), ("x,1.5,0,9", "line 152")])
 def test_a_bad_value_mid_file_names_its_line(tmp_path, bad, needle):
     frame = _frame(300)

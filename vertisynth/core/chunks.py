@@ -38,15 +38,21 @@ def view_chunks(view: Dataset, chunk_rows: int) -> Chunks:
 
 def _count_chunk(rows: Dataset, plan: list) -> tuple[int, list[np.ndarray]]:
     """One chunk's row count and int64 counts of each marginal (axes, shape) in `plan` (a Dask task)."""
+    return _count_codes(rows.codes, plan)
+
+
+def _count_codes(codes: np.ndarray, plan: list) -> tuple[int, list[np.ndarray]]:
+    """`_count_chunk` on a chunk's code columns (any integer type; the plan's axes index these columns)."""
+    n = len(codes)
     out = []
     for axes, shape in plan:
         size = int(np.prod(shape, dtype=np.int64))
-        if not axes or not rows.n:
+        if not axes or not n:
             out.append(np.zeros(size, dtype=np.int64))
             continue
-        cols = rows.codes[:, axes]
+        cols = codes[:, axes]
         out.append(np.bincount(np.ravel_multi_index(tuple(cols.T), shape), minlength=size).astype(np.int64))
-    return rows.n, out
+    return n, out
 
 
 @attrs.frozen
@@ -194,6 +200,15 @@ class ChunkedCounts:
 
     def _counted(self, plan: list) -> Iterator[tuple[int, list[np.ndarray]]]:
         """Each chunk's (rows, counts per marginal of `plan`), here or on the Dask workers."""
+        need = sorted({a for axes, _ in plan for a in axes})
+        narrow = getattr(self._chunks, "columns", None) if self._client is None else None
+        parts = narrow(need, self.domain) if narrow is not None else None
+        if parts is not None:   # a spilled stream: only the columns the plan counts, in their stored type
+            at = {a: i for i, a in enumerate(need)}
+            local = [([at[a] for a in axes], shape) for axes, shape in plan]
+            for cols in parts:
+                yield _count_codes(cols, local)
+            return
         chunks = (rows for _, rows in self._chunks())
         if self._client is None:
             for rows in chunks:

@@ -204,6 +204,14 @@ class CodeSpill:
             ids = np.array(self._ids[at:at + k]) if self._ids is not None else np.arange(at, at + k, dtype=np.int64)
             yield ids, Dataset(self._codes[at:at + k].astype(np.int64), self.domain)
 
+    def columns(self, axes: Sequence[int]) -> Iterator[np.ndarray] | None:
+        """Per chunk as appended, the codes of the columns `axes` only, in the stored type (a counting pass
+        reads no more); None before `finish`."""
+        if self._codes is None:
+            return None
+        codes, axes = self._codes, list(axes)
+        return (np.asarray(codes[at:at + k, axes]) for at, k in self.parts)
+
     def slices(self, rows: int) -> list | None:
         """The finished spill as `SpillSlice`s of at most `rows` rows (a path and a row range each: a Dask worker
         that sees the file reads them itself); None before `finish` or once closed."""
@@ -297,6 +305,13 @@ class coded_chunks:
             for _ in self._read():
                 pass
         return self
+
+    def columns(self, axes: Sequence[int], domain: Domain) -> Iterator[np.ndarray] | None:
+        """Per chunk, the spilled codes of the columns `axes` (None before a pass has completed, or for another
+        domain): what a counting pass reads."""
+        if self._spilled is None or domain != self.codec.domain:
+            return None
+        return self._spilled.columns(axes)
 
     def slices(self, rows: int) -> list | None:
         """The spilled codes as slices of at most `rows` rows (None before a pass has completed)."""

@@ -81,6 +81,10 @@ class replayed:
         """The replay file as slices (aligned positions as ids) once a first pass has completed, else None."""
         return None if self._spill is None else self._spill.slices(rows)
 
+    def columns(self, axes: Sequence[int], domain: Domain) -> Iterator[np.ndarray] | None:
+        """Per chunk, the replayed codes of the columns `axes` (a counting pass), once a first pass is complete."""
+        return None if self._spill is None or domain != self.domain else self._spill.columns(axes)
+
     def close(self) -> None:
         """Remove the replay file if this process wrote it (a forked party process exits without finalizers)."""
         if self._spill is not None:
@@ -130,6 +134,9 @@ class aligned_chunks:
 
     def slices(self, rows: int) -> list | None:
         return self._replay.slices(rows)
+
+    def columns(self, axes: Sequence[int], domain: Domain) -> Iterator[np.ndarray] | None:
+        return self._replay.columns(axes, domain)
 
     def close(self) -> None:
         """The replay file if this process wrote it; never the file spill, which is the run's (a party's
