@@ -63,25 +63,25 @@ def _table(path, n=900, seed=2):
                   "d": np.array(list("pqrs"))[d]}).to_csv(path, index=False)
 
 
-def _config(path, scheduler=None, encoder="dpfm", chunk_rows=64):
+def _config(path, scheduler=None, encoder="dpfm", chunk_rows=64, binning="width"):
     enc = {"chunk_rows": chunk_rows, **({"t": 64} if encoder == "dpfm" else {}),
            **({"dask_scheduler": scheduler} if scheduler else {})}
     return parse_config({"seed": 4, "noise": "simulation", "budget": {"epsilon": 3.0, "delta": 1e-5}, "stream": True,
                          "dataset": {"name": "csv", "params": {"path": str(path), "schema": SCHEMA}},
                          "parties": [{"attributes": ["a", "b"]}, {"attributes": ["c", "d"]}],
                          "synthesizer": {"use": "vertimrf", "params": {
-                             "encoder": encoder, "bins": 4, "encoder_params": enc,
+                             "encoder": encoder, "bins": 4, "binning": binning, "encoder_params": enc,
                              "local_params": {"iters": 20, "refine_iters": 5}, "iters": 30, "rounds": 1}},
                          "evaluators": [{"use": "tvd", "params": {"ways": [2, 3], "marginals": 6}}]})
 
 
-@pytest.mark.parametrize("encoder", ["dpfm", "grr"])
-def test_the_parties_at_once_on_a_cluster_equal_the_sequential_local_run(tmp_path, cluster, encoder):
+@pytest.mark.parametrize("encoder, binning", [("dpfm", "width"), ("grr", "width"), ("dpfm", "mass")])
+def test_the_parties_at_once_on_a_cluster_equal_the_sequential_local_run(tmp_path, cluster, encoder, binning):
     path = tmp_path / "t.csv"
     _table(path)
-    local = run(_config(path, encoder=encoder))
+    local = run(_config(path, encoder=encoder, binning=binning))
     with distributed.Client(cluster) as watch, distributed.get_task_stream(watch) as tasks:
-        remote = run(_config(path, cluster.scheduler_address, encoder))
+        remote = run(_config(path, cluster.scheduler_address, encoder, binning=binning))
     pd.testing.assert_frame_equal(remote.synthetic, local.synthetic)
     assert remote.ledger.spent == local.ledger.spent and remote.ledger.spent
     assert remote.metrics == local.metrics
