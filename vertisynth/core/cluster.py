@@ -136,7 +136,9 @@ def is_client(obj: Any) -> bool:
 
 # -- mapping a party's spilled rows over the workers -------------------------------------------------------
 def _workers(client: Any) -> int:
-    return max(len(client.scheduler_info().get("workers", {})), 1)
+    """The cluster's worker threads (tasks it runs at once)."""
+    workers = client.scheduler_info().get("workers", {})
+    return max(sum(int(w.get("nthreads", 1) or 1) for w in workers.values()), 1)
 
 
 def window_for(client: Any) -> int:
