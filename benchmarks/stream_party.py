@@ -1,19 +1,35 @@
-"""The streamed party phase in rows: CPU seconds and peak RSS of one party's `party synth --csv` work
-(local PrivMRF from counts summed over chunks, value distributions, DPFM over chunks) at n rows, per-row
-cost against the first n (the anchor, 1.0 = linear), and optionally the same through a Dask LocalCluster.
+"""The streamed party phase in rows and across Dask workers: CPU seconds, peak RSS, and how it scales out.
 
     PYTHONPATH=$PWD python benchmarks/stream_party.py [--rows 45000,450000] [--chunk-rows 100000]
-                                                      [--dask WORKERS] [--t REPS] [--tmp DIR]
+                                                      [--workers 1,2] [--separate] [--t REPS] [--tmp DIR]
 
 Table: the built-in census generator drawing n rows (generated, with known truth; no benchmark data),
-its default two-party split, VertiMRF defaults (DPFM), epsilon 1. Each party's columns go to a CSV;
-the party reads it with `vertisynth.run.stream.coded_chunks`. Each n runs in a fresh subprocess, so the
-peak RSS (getrusage maxrss) is that n's party phase alone (the table is generated and written
-by a separate setup process); CPU is process CPU seconds (`time.process_time`), summed over
-the parties; with --dask, the workers' CPU is measured apart (each worker's process CPU before and after,
-through `client.run`) and printed beside it, with the wall seconds and the load average over the run.
-Every chunk's read is logged to stderr (party, chunk, CPU and wall so far), so a run that does not finish
-still shows its per-chunk cost. `--t` sets DPFM's repetitions (default: the encoder's default).
+its default two-party split, VertiMRF defaults (DPFM), epsilon 1. Each party's columns go to a CSV; the party
+reads it with `vertisynth.run.stream.coded_chunks`. Each n and each mode runs in a fresh subprocess (the table is
+generated and written by a separate setup process), so the peak RSS (getrusage maxrss) is that run's alone.
+
+Modes, per n: in-process (the parties one after the other, no cluster: the anchor), then one run per worker
+count in `--workers` (both parties' chunk work at once on a Dask cluster of that many one-thread workers:
+`--separate` starts `dask scheduler` and `dask worker --no-nanny` processes, else a LocalCluster). Printed:
+
+- per-row CPU of the chunk work (read the spilled rows, bin, encode) in-process, and on the workers (the
+  workers' process CPU through `client.run`, before and after, over the rows they encoded; without what idle
+  workers cost, measured over 5 s before; and the tasks' own threads alone), and their ratios;
+- per party and pass, the party process's CPU (pass 1 reads and codes the file and counts the pairs; the
+  next passes count marginals for the local fit; the last is the encoding), and the serial fraction: the
+  party process's CPU outside the encoding over the whole CPU;
+- wall time and speed-up of each worker count against the in-process run and against 1 worker;
+- the Amdahl projection at 14 against 2 workers from the measured CPU seconds, at n and at `--project-rows`
+  (passes and encoding scaled linearly, the fits kept), with the worker's per-row CPU ratio of the run with
+  the fewest workers (idle workers' CPU taken out): before (the parties in turn, each party's first pass,
+  counting passes and fits, then its encoding in chunk_rows tasks) and now (both parties at once, each
+  party's encoding from its first spilled chunk on: T(W) = max(P / W, the party process's own CPU) + the
+  first chunk's read + one task), the party process's own CPU summed over the parties (one process, as
+  here) or the slower party's (a process per party); a projection, not a 14-worker measurement;
+- the messages' digest of each mode against the in-process one (the quality check: the same bits).
+
+Every pass's end is logged to stderr (party, pass, CPU and wall so far), so a run that does not finish still
+shows its cost. `--t` sets DPFM's repetitions (default: the encoder's default).
 """
 from __future__ import annotations
 
@@ -40,19 +56,33 @@ def _plan(n: int, chunk_rows: int, t: int = 0):
 
 
 class _Logged:
-    """A chunk stream that logs every chunk it yields (stderr): how far a long run got, and at what cost."""
+    """A chunk stream that logs every pass's end (stderr) and keeps each pass's CPU and wall seconds."""
 
     def __init__(self, chunks, party: str, t0: tuple[float, float]):
         self.chunks, self.party, self.t0, self.passes = chunks, party, t0, 0
+        self.spans: list[tuple[float, float, float, float]] = []   # (cpu start, cpu end, wall start, wall end)
 
     def __call__(self):
+        return self._pass(self.chunks())
+
+    def columns(self, axes, domain):   # a counting pass over the spill reads only its columns
+        got = self.chunks.columns(axes, domain)
+        return None if got is None else self._pass(got)
+
+    def _pass(self, chunks):
         self.passes += 1
+        c, w = time.process_time(), time.perf_counter()
         i = -1
-        for i, got in enumerate(self.chunks()):
-            if i % 20 == 0 and i:
-                self._log(f"chunk {i}")
+        for i, got in enumerate(chunks):
             yield got
+        self.spans.append((c, time.process_time(), w, time.perf_counter()))
         self._log(f"end, {i + 1} chunks")
+
+    def slices(self, rows: int):   # the workers read the spilled rows themselves
+        return self.chunks.slices(rows)
+
+    def live_slices(self, rows: int):   # ... from the first pass on
+        return self.chunks.live_slices(rows)
 
     def _log(self, what: str) -> None:
         print(f"[{self.party} pass {self.passes} {what}] cpu {time.process_time() - self.t0[0]:.1f} s "
@@ -61,6 +91,34 @@ class _Logged:
 
     def close(self):
         self.chunks.close()
+
+
+class _EncodeClock:
+    """CPU and wall seconds of the encoders' chunk maps in this process (`ChunkJob.run_local` in-process,
+    `run_cluster` with a cluster: there its CPU is this process's share, submitting and merging)."""
+
+    def __init__(self):
+        from vertisynth.plugins.encoders.chunked import ChunkJob
+        self.cpu = self.wall = 0.0
+        for name in ("run_local", "run_cluster"):
+            inner = getattr(ChunkJob, name)
+            setattr(ChunkJob, name, self._timed(inner))
+
+    def _timed(self, inner):
+        def run(job, *args, **kwargs):
+            c, w = time.process_time(), time.perf_counter()
+            try:
+                return inner(job, *args, **kwargs)
+            finally:
+                self.cpu += time.process_time() - c
+                self.wall += time.perf_counter() - w
+        return run
+
+
+def _task_cpu(client) -> float:
+    """The workers' map_slice tasks' own thread CPU seconds so far (core/cluster.py: task_cpu)."""
+    from vertisynth.core.cluster import task_cpu
+    return float(sum(v["cpu_s"] for v in client.run(task_cpu).values()))
 
 
 def _worker_cpu(client) -> float:
@@ -142,10 +200,19 @@ def _stop_cluster() -> dict:
     return out
 
 
+def _digest(messages) -> str:
+    import hashlib
+    return hashlib.sha256(b"".join(m.to_bytes() for m in messages)).hexdigest()[:16]
+
+
 def one(n: int, chunk_rows: int, tmp: Path, dask_workers: int, t: int = 0, keep_trim: bool = False,
         separate: bool = False) -> dict:
+    """One mode at n rows: in-process (dask_workers 0, the parties one after the other) or both parties at
+    once on a cluster of `dask_workers` workers (`party_phase(..., threads=True)`, as `party_steps` runs them
+    when a scheduler is configured)."""
     import pickle
 
+    from vertisynth.plugins.synthesizers.vertimrf.streaming import party_phase
     from vertisynth.run.stream import coded_chunks
     plan = _plan(n, chunk_rows, t)
     syn = plan.synthesizer.instance
@@ -166,44 +233,152 @@ def one(n: int, chunk_rows: int, tmp: Path, dask_workers: int, t: int = 0, keep_
             client.wait_for_workers(dask_workers, timeout=120)
         else:
             client = Client(LocalCluster(n_workers=dask_workers, threads_per_worker=1, dashboard_address=None))
+        from vertisynth.core.cluster import dask_client
+        dask_client(client)   # set up once (thread pools), before the clock starts
+    clock = _EncodeClock()
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    idle = 0.0
+    if client is not None:   # what idle workers cost (heartbeats, the event loop): CPU s per worker-second
+        i0, w0 = _worker_cpu(client), time.perf_counter()
+        time.sleep(5)
+        idle = (_worker_cpu(client) - i0) / (time.perf_counter() - w0) / dask_workers
     wcpu0 = _worker_cpu(client) if client is not None else 0.0
+    tasks0 = _task_cpu(client) if client is not None else 0.0
     load0 = os.getloadavg()
     cpu, wall = time.process_time(), time.perf_counter()
-    per_party = {}
+    streams, codecs = {}, {}
     for p in plan.partition:
-        codec = pickle.loads((tmp / f"{p.name}_{n}.codec").read_bytes())
-        c0 = time.process_time()
-        chunks = _Logged(coded_chunks(tmp / f"{p.name}_{n}.csv", codec, chunk_rows), p.name, (cpu, wall))
-        syn.party_step_chunks(p.name, codec.domain, chunks, plan.ledger, rngs[p.name], scheduler=client)
-        chunks.close()
-        per_party[p.name] = time.process_time() - c0
-    out = {"n": n, "cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall,
+        codecs[p.name] = pickle.loads((tmp / f"{p.name}_{n}.codec").read_bytes())
+        streams[p.name] = _Logged(coded_chunks(tmp / f"{p.name}_{n}.csv", codecs[p.name], chunk_rows), p.name,
+                                  (cpu, wall))
+    per_party: dict[str, dict] = {}
+
+    def step(p: str, led):
+        c0, e0 = time.process_time(), clock.cpu
+        out = syn.party_step_chunks(p, codecs[p].domain, streams[p], led, rngs[p], scheduler=client)
+        if client is None:   # one thread: the process CPU is this party's
+            per_party[p] = {"cpu_s": time.process_time() - c0, "encode_cpu_s": clock.cpu - e0}
+        return out
+    messages = party_phase(step, plan.partition.names, plan.ledger, threads=client is not None)
+    out = {"n": n, "workers": dask_workers, "cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall,
+           "encode_cpu_s": clock.cpu, "encode_wall_s": clock.wall, "digest": _digest(messages),
            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "rss_before_mb": rss0,
-           "per_party_cpu_s": per_party, "load_before": load0, "load_after": os.getloadavg(),
+           "per_party": per_party, "load_before": load0, "load_after": os.getloadavg(),
            "chunks": sum(-(-n // chunk_rows) for _ in plan.partition)}
+    for p, chunks in streams.items():
+        spans = chunks.spans
+        counting = spans[:-1] if client is None else spans   # in-process the last pass is the encoding
+        out.setdefault("passes", {})[p] = {
+            "first_pass_cpu_s": counting[0][1] - counting[0][0] if counting else 0.0,
+            "counting_passes": max(len(counting) - 1, 0),
+            "counting_cpu_s": sum(e - b for b, e, _, _ in counting[1:]),
+            "first_pass_wall_s": counting[0][3] - counting[0][2] if counting else 0.0}
+        if client is None:
+            pp = per_party[p]
+            pp["serial_cpu_s"] = pp["cpu_s"] - pp["encode_cpu_s"]
+            pp["fit_and_rest_cpu_s"] = pp["serial_cpu_s"] - out["passes"][p]["first_pass_cpu_s"] \
+                - out["passes"][p]["counting_cpu_s"]
+        chunks.close()
     if client is not None:
         out["worker_cpu_s"] = _worker_cpu(client) - wcpu0
+        out["idle_worker_cpu_per_s"] = idle
+        out["task_cpu_s"] = _task_cpu(client) - tasks0
         client.close()
         if separate:
             out["cluster"] = _stop_cluster()
     return out
 
 
+def _report(n: int, runs: list[dict], parties: int, project: int, chunk_rows: int) -> dict:
+    """The scale-out summary of one n from its in-process run and its cluster runs (see the docstring)."""
+    local = next(r for r in runs if not r["workers"])
+    rows = n * parties
+    per_row_local = local["encode_cpu_s"] / rows * 1e6
+    serial = {p: v["serial_cpu_s"] for p, v in local["per_party"].items()}
+    print(f"\nn = {n:,} per party ({parties} parties), in-process: CPU {local['cpu_s']:.2f} s, wall "
+          f"{local['wall_s']:.2f} s, load {local['load_before'][0]:.1f} -> {local['load_after'][0]:.1f}")
+    for p, v in local["per_party"].items():
+        ps = local["passes"][p]
+        print(f"  {p:>10}: party CPU {v['cpu_s']:.2f} s = serial {v['serial_cpu_s']:.2f} s (pass 1, read + code + "
+              f"pairs {ps['first_pass_cpu_s']:.2f}; {ps['counting_passes']} counting passes "
+              f"{ps['counting_cpu_s']:.2f}; fits and the rest {v['fit_and_rest_cpu_s']:.2f}) + encoding "
+              f"{v['encode_cpu_s']:.2f} s; serial fraction {v['serial_cpu_s'] / v['cpu_s']:.3f}")
+    print(f"  chunk work in-process: {per_row_local:.2f} µs CPU per row")
+    ratio = None
+    base1 = None
+    for r in sorted((r for r in runs if r["workers"]), key=lambda r: r["workers"]):
+        per_row = r["worker_cpu_s"] / rows * 1e6
+        idle = r["idle_worker_cpu_per_s"] * r["workers"] * r["wall_s"]
+        net = (r["worker_cpu_s"] - idle) / rows * 1e6
+        if r["workers"] == min(x["workers"] for x in runs if x["workers"]):
+            ratio = net / per_row_local   # the fewest workers: the least contention between them on this machine
+        base1 = base1 or (r["wall_s"] if r["workers"] == 1 else None)
+        print(f"  {r['workers']} worker(s), parties at once: wall {r['wall_s']:.2f} s (x{local['wall_s'] / r['wall_s']:.2f} "
+              f"of in-process" + (f", x{base1 / r['wall_s']:.2f} of 1 worker" if base1 and r["workers"] > 1 else "")
+              + f"); party process CPU {r['cpu_s']:.2f} s; workers CPU {r['worker_cpu_s']:.2f} s = {per_row:.2f} µs "
+              f"per row (x{per_row / per_row_local:.3f} of in-process), of which idle workers' "
+              f"{r['idle_worker_cpu_per_s']:.3f} CPU s a second x wall = {idle:.2f} s; without it {net:.2f} µs per row "
+              f"(x{net / per_row_local:.3f}); the tasks' own threads {r['task_cpu_s']:.2f} s = "
+              f"{r['task_cpu_s'] / rows * 1e6:.2f} µs per row (x{r['task_cpu_s'] / rows * 1e6 / per_row_local:.3f}); "
+              f"same messages: {'yes' if r['digest'] == local['digest'] else 'NO'}; "
+              f"load {r['load_before'][0]:.1f} -> {r['load_after'][0]:.1f}")
+    r = ratio or 1.0
+    summary = {"n": n, "per_row_us_in_process": per_row_local, "worker_ratio": ratio, "serial_cpu_s": serial}
+    for at in sorted({n, project}):
+        scale = at / n   # the passes and the encoding are linear in rows; the fits do not grow with them
+        first = {p: local["passes"][p]["first_pass_cpu_s"] * scale for p in serial}
+        counting = {p: local["passes"][p]["counting_cpu_s"] * scale for p in serial}
+        fits = {p: local["per_party"][p]["fit_and_rest_cpu_s"] for p in serial}
+        enc = {p: local["per_party"][p]["encode_cpu_s"] * scale * r for p in serial}
+        par = sum(enc.values())
+        print(f"  Amdahl projection at {at:,} rows per party ({'the measured n' if at == n else 'passes and encoding scaled'}"
+              f"{'' if at == n else ' linearly from n, fits kept'}), a projection from CPU seconds, not a cluster measurement: parallel "
+              f"P = {par:.1f} CPU s (in-process encoding x {r:.3f}, the measured worker ratio)")
+        chunks = -(-at // chunk_rows)
+        task = {p: enc[p] / at * max(10_000, chunk_rows // 14) for p in serial}   # one task's CPU at 14 workers
+        own = {p: first[p] + counting[p] + fits[p] for p in serial}
+        models = {
+            # before: the parties in turn, each party's reading, counting and fitting before its encoding, whose
+            # tasks were chunk_rows each (a party's last round of chunks leaves workers idle)
+            "before (parties in turn)": lambda w: sum(own[p] + -(-chunks // w) * enc[p] / chunks for p in serial),
+            # now: both parties at once in one process (their serial work summed: one interpreter), the
+            # encoding from each party's first chunk on: the longer of the workers' share and the party
+            # process's own work, plus the first chunk's read and one task at the end
+            "now, one process for both parties": lambda w: max(par / w, sum(own.values())) + max(
+                first[p] / chunks for p in serial) + max(task.values()),
+            # each party its own process or machine (the deployment): the slower party's own work
+            "now, a process per party": lambda w: max(par / w, max(own.values())) + max(
+                first[p] / chunks for p in serial) + max(task.values()),
+        }
+        for label, t in models.items():
+            t2, t14 = t(2), t(14)
+            eff = t2 / t14 / 7
+            summary[f"{at}: {label}"] = {"T2": t2, "T14": t14, "speedup": t2 / t14, "efficiency": eff}
+            print(f"    {label}: T(2) {t2:.1f} s, T(14) {t14:.1f} s, speed-up x{t2 / t14:.2f}, parallel efficiency "
+                  f"{eff:.0%} at 14 against 2 workers")
+        print(f"    serial CPU per party (first pass / counting passes / fits): " + ", ".join(
+            f"{p} {first[p]:.2f} / {counting[p]:.2f} / {fits[p]:.2f} s" for p in serial))
+    return summary
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", default="45000,450000")
     ap.add_argument("--chunk-rows", type=int, default=100_000)
-    ap.add_argument("--dask", type=int, default=0, help="run the encoding on a LocalCluster of this many workers")
+    ap.add_argument("--workers", default="1,2", help="worker counts to run on, comma-separated; 0 or '' for none")
+    ap.add_argument("--dask", type=int, default=None, help="one worker count (the same as --workers N)")
     ap.add_argument("--t", type=int, default=0, help="DPFM repetitions (default: the encoder's default)")
     ap.add_argument("--tmp", default=None)
     ap.add_argument("--keep-trim", action="store_true",
                     help="keep Dask's default MALLOC_TRIM_THRESHOLD_ for the workers (2x slower encoding here)")
     ap.add_argument("--reuse", action="store_true", help="reuse the tables already written in --tmp")
     ap.add_argument("--separate", action="store_true",
-                    help="with --dask: start `dask scheduler` and `dask worker` processes (no nanny) instead of a "
-                         "LocalCluster, so the party process's peak RSS is its own")
+                    help="start `dask scheduler` and `dask worker` processes (no nanny) instead of a LocalCluster, "
+                         "so the party process's peak RSS is its own")
+    ap.add_argument("--project-rows", type=int, default=1_000_000,
+                    help="rows per party of the Amdahl projection (the issue's 1M rows per party)")
     ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--mode", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--setup", type=int, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     tmp = Path(a.tmp or tempfile.mkdtemp())
@@ -212,8 +387,9 @@ def main() -> int:
         setup(a.setup, a.chunk_rows, tmp)
         return 0
     if a.one is not None:
-        print(json.dumps(one(a.one, a.chunk_rows, tmp, a.dask, a.t, a.keep_trim, a.separate)))
+        print(json.dumps(one(a.one, a.chunk_rows, tmp, a.mode, a.t, a.keep_trim, a.separate)))
         return 0
+    workers = [a.dask] if a.dask is not None else [int(w) for w in a.workers.split(",") if w.strip() and int(w)]
     base = None
     for n in [int(x) for x in a.rows.split(",")]:
         if not (a.reuse and list(tmp.glob(f"*_{n}.codec"))):
@@ -223,19 +399,25 @@ def main() -> int:
             s1 = resource.getrusage(resource.RUSAGE_CHILDREN)
             print(f"n={n:>10,}  setup (generate, write CSVs) {s1.ru_utime + s1.ru_stime - s0.ru_utime - s0.ru_stime:.1f}"
                   f" CPU s", flush=True)
-        res = subprocess.run([sys.executable, __file__, "--one", str(n), "--chunk-rows", str(a.chunk_rows),
-                              "--dask", str(a.dask), "--t", str(a.t), "--tmp", str(tmp),
-                              *(["--keep-trim"] if a.keep_trim else []), *(["--separate"] if a.separate else [])],
-                             stdout=subprocess.PIPE, text=True, check=True)
-        r = json.loads(res.stdout.strip().splitlines()[-1])
-        total = r["cpu_s"] + r.get("worker_cpu_s", 0.0)
-        per_row = total / n * 1e9
-        base = base or per_row
-        print(f"n={n:>10,}  CPU {r['cpu_s']:8.2f} s (party process)"
-              + (f" + {r['worker_cpu_s']:.2f} s (workers, sum)" if "worker_cpu_s" in r else "")
-              + f"  wall {r['wall_s']:8.2f} s  {per_row:8.0f} ns/row (x{per_row / base:.2f} of the first n)"
-              f"  peak RSS {r['peak_rss_mb']:.0f} MB (before the party phase {r['rss_before_mb']:.0f} MB)"
-              f"  load {r['load_before'][0]:.1f} -> {r['load_after'][0]:.1f}  {json.dumps(r)}", flush=True)
+        runs = []
+        for mode in [0, *workers]:
+            res = subprocess.run([sys.executable, __file__, "--one", str(n), "--mode", str(mode), "--chunk-rows",
+                                  str(a.chunk_rows), "--t", str(a.t), "--tmp", str(tmp),
+                                  *(["--keep-trim"] if a.keep_trim else []), *(["--separate"] if a.separate else [])],
+                                 stdout=subprocess.PIPE, text=True, check=True)
+            r = json.loads(res.stdout.strip().splitlines()[-1])
+            runs.append(r)
+            total = r["cpu_s"] + r.get("worker_cpu_s", 0.0)
+            per_row = total / n * 1e9
+            if not mode:
+                base = base or per_row
+            print(f"n={n:>10,}  {'in-process' if not mode else f'{mode} worker(s)'}: CPU {r['cpu_s']:8.2f} s "
+                  "(party process)" + (f" + {r['worker_cpu_s']:.2f} s (workers, sum)" if "worker_cpu_s" in r else "")
+                  + f"  wall {r['wall_s']:8.2f} s  {per_row:8.0f} ns/row"
+                  + (f" (x{per_row / base:.2f} of the first n)" if not mode else "")
+                  + f"  peak RSS {r['peak_rss_mb']:.0f} MB (before the party phase {r['rss_before_mb']:.0f} MB)"
+                  f"  load {r['load_before'][0]:.1f} -> {r['load_after'][0]:.1f}  {json.dumps(r)}", flush=True)
+        _report(n, runs, len(runs[0]["passes"]), a.project_rows, a.chunk_rows)
     return 0
 
 

@@ -103,6 +103,27 @@ def test_csv_and_parquet_chunks_equal_the_whole_table(tmp_path, chunk):
         assert np.array_equal(np.concatenate([r.codes for _, r in parts]), whole.codes), name
 
 
+def test_counting_passes_over_the_spill_read_only_their_columns(tmp_path):
+    """After the first pass, a marginal is counted from its columns of the spill, in their stored type (no
+    chunk of every column widened to int64): the same counts as the whole table."""
+    frame = _frame(300)
+    codec = SCHEMA.fit(frame, None, np.random.default_rng(0))
+    whole = codec.encode(frame)
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    chunks = coded_chunks(tmp_path / "t.csv", codec, 64)
+    table = ChunkedCounts(chunks, codec.domain)
+    table.prefetch_pairs()   # the first pass reads and spills the file
+    replays = []
+    spill = chunks._spilled
+    replay = spill.replay
+    spill.replay = lambda: replays.append(1) or replay()
+    for attrs in [("a",), ("a", "b", "c"), ("c", "a"), ("b", "c")]:
+        got, want = table.counts(attrs), whole.counts(attrs)
+        assert got.domain == want.domain and np.array_equal(got.values, want.values)
+    assert table.passes > 1 and not replays   # passes after the first, none replaying whole chunks
+    chunks.close()
+
+
 @pytest.mark.parametrize("bad, needle", [("w,1.5,0", "line 152"), ("x,1.5,0,9", "line 152")])
 def test_a_bad_value_mid_file_names_its_line(tmp_path, bad, needle):
     frame = _frame(300)
@@ -217,12 +238,15 @@ def test_party_synth_on_parquet_and_a_dask_scheduler_equals_the_simulation(tmp_p
     keys_all(tmp_path, THREE_PARTIES)
     publish_key(tmp_path)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp",
-                                  host="127.0.0.1", dashboard_address=None) as cluster:
+                                  host="127.0.0.1", dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as watch, distributed.get_task_stream(watch) as tasks:
         for p in THREE_PARTIES:
             table = f"{p}.parquet" if p == "hospital" else f"{p}.csv"
             extra = ["--scheduler", cluster.scheduler_address] if p != "bank" else []
             cli("party", "synth", "job.toml", "--party", p, "--csv", table, *extra, "--exchange", "shared",
                 "--out", f"private_{p}", cwd=tmp_path)
+    # the workers read the parties' spilled rows themselves (paths and row ranges): no chunk was sent
+    assert {t["key"].split("-")[0] for t in tasks.data} == {"map_slice"}, tasks.data
     cli("server", "job.toml", "--exchange", "shared", "--out", "out", *SERVER_KEY, cwd=tmp_path)
     deployed = pd.read_csv(tmp_path / "out" / "synthetic.csv")
     simulate(load_config(tmp_path / "job.toml"), SECRET).synthetic.to_csv(tmp_path / "sim.csv", index=False)

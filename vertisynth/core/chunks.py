@@ -4,13 +4,18 @@ over such a stream: what a party's stages and a streamed run's evaluation read i
 Marginal counts are additive over chunks, so `ChunkedCounts` answers `counts` by a pass over the chunks
 (int64 sums: equal to `Dataset.counts`, bit for bit), cached; several marginals share one pass; with a
 `distributed.Client` the per-chunk counting runs on the cluster's workers.
+
+A stream whose rows sit in a spilled codes file also describes itself as `SpillSlice`s (`slices`): a few
+numbers and a path, which a Dask worker that sees the file reads itself, so the party's process ships no rows.
 """
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+import attrs
 import numpy as np
 
 from .dataset import Dataset
@@ -33,20 +38,121 @@ def view_chunks(view: Dataset, chunk_rows: int) -> Chunks:
 
 def _count_chunk(rows: Dataset, plan: list) -> tuple[int, list[np.ndarray]]:
     """One chunk's row count and int64 counts of each marginal (axes, shape) in `plan` (a Dask task)."""
+    return _count_codes(rows.codes, plan)
+
+
+def _count_codes(codes: np.ndarray, plan: list) -> tuple[int, list[np.ndarray]]:
+    """`_count_chunk` on a chunk's code columns (any integer type; the plan's axes index these columns)."""
+    n = len(codes)
     out = []
     for axes, shape in plan:
         size = int(np.prod(shape, dtype=np.int64))
-        if not axes or not rows.n:
+        if not axes or not n:
             out.append(np.zeros(size, dtype=np.int64))
             continue
-        cols = rows.codes[:, axes]
+        cols = codes[:, axes]
         out.append(np.bincount(np.ravel_multi_index(tuple(cols.T), shape), minlength=size).astype(np.int64))
-    return rows.n, out
+    return n, out
 
 
-def mapped(chunks: Chunks, fn: Callable[[Dataset], Dataset]) -> Chunks:
-    """The stream with `fn` applied to every chunk's rows (e.g. binning: a per-row map)."""
-    return lambda: ((ids, fn(rows)) for ids, rows in chunks())
+@attrs.frozen
+class SpillSlice:
+    """Rows [start, stop) of a spilled codes file (rows x columns of `dtype`, C order) and of its int64 ids file
+    (None: the ids are the row numbers): what a Dask worker reads for itself instead of receiving the rows.
+    `size`: the bytes the file holds at least once the slice is written (a file being written grows), so a
+    worker can check that it sees the file (same host, or a shared file system)."""
+
+    codes: str
+    ids: str | None
+    dtype: str
+    domain: Domain
+    start: int
+    stop: int
+    size: int
+
+    def read(self) -> tuple[np.ndarray, Dataset]:
+        """(global ids, int64 coded rows): one slice from the file (a seek and a read, no memory map kept)."""
+        width, dt = len(self.domain), np.dtype(self.dtype)
+        rows = self.stop - self.start
+        codes = np.fromfile(self.codes, dtype=dt, count=rows * width, offset=self.start * width * dt.itemsize)
+        if codes.size != rows * width:
+            raise DataError(f"spilled codes {self.codes!r}: rows {self.start}..{self.stop} are not there "
+                            "(the file changed or is another host's)")
+        ids = (np.fromfile(self.ids, dtype=np.int64, count=rows, offset=self.start * 8) if self.ids is not None
+               else np.arange(self.start, self.stop, dtype=np.int64))
+        return ids, Dataset(codes.reshape(rows, width).astype(np.int64), self.domain)
+
+    def visible(self) -> bool:
+        """Whether this process sees the spilled file (a worker on the same host or a shared file system)."""
+        try:
+            return os.path.getsize(self.codes) >= self.size
+        except OSError:
+            return False
+
+
+@attrs.frozen
+class MappedSlice:
+    """A slice read with a per-row map applied (binning): `fn` must be picklable (a module-level function or
+    a `functools.partial` of one)."""
+
+    inner: Any
+    fn: Callable[[Dataset], Dataset]
+
+    def read(self) -> tuple[np.ndarray, Dataset]:
+        ids, rows = self.inner.read()
+        return ids, self.fn(rows)
+
+    def visible(self) -> bool:
+        return self.inner.visible()
+
+    @property
+    def start(self) -> int:
+        return self.inner.start
+
+    @property
+    def stop(self) -> int:
+        return self.inner.stop
+
+
+def spill_slices(codes: str, ids: str | None, dtype: Any, domain: Domain, n: int, rows: int,
+                 first: int = 0) -> list[SpillSlice]:
+    """The spill's rows first..n-1 cut into slices of at most `rows` rows."""
+    size = n * len(domain) * np.dtype(dtype).itemsize
+    return [SpillSlice(str(codes), None if ids is None else str(ids), np.dtype(dtype).str, domain, s,
+                       min(s + rows, n), size) for s in range(first, n, max(int(rows), 1))]
+
+
+def live_slices(chunks: Chunks, rows: int) -> Iterator | None:
+    """The stream's slices of at most `rows` rows as its next first pass spills them (an iterator that waits
+    for each; it ends with the pass, or raises `DataError` if the pass is abandoned), or its slices now if it
+    is spilled already; None if it cannot describe itself so."""
+    get = getattr(chunks, "live_slices", None)
+    return get(rows) if get is not None else None
+
+
+def chunk_slices(chunks: Chunks, rows: int) -> list | None:
+    """The stream as picklable slices of at most `rows` rows, if it can describe itself so (its rows are
+    spilled and every map on it is picklable); else None (the rows must be sent)."""
+    get = getattr(chunks, "slices", None)
+    return get(rows) if get is not None else None
+
+
+class mapped:
+    """The stream with `fn` applied to every chunk's rows (e.g. binning: a per-row map); its slices carry `fn`."""
+
+    def __init__(self, chunks: Chunks, fn: Callable[[Dataset], Dataset]):
+        self.chunks, self.fn = chunks, fn
+
+    def __call__(self) -> Iterator[tuple[np.ndarray, Dataset]]:
+        return ((ids, self.fn(rows)) for ids, rows in self.chunks())
+
+    def slices(self, rows: int) -> list | None:
+        inner = chunk_slices(self.chunks, rows)
+        return None if inner is None else [MappedSlice(s, self.fn) for s in inner]
+
+    def live_slices(self, rows: int) -> Iterator | None:
+        inner = live_slices(self.chunks, rows)
+        return None if inner is None else (MappedSlice(s, self.fn) for s in inner)
 
 
 class ChunkedCounts:
@@ -94,6 +200,15 @@ class ChunkedCounts:
 
     def _counted(self, plan: list) -> Iterator[tuple[int, list[np.ndarray]]]:
         """Each chunk's (rows, counts per marginal of `plan`), here or on the Dask workers."""
+        need = sorted({a for axes, _ in plan for a in axes})
+        narrow = getattr(self._chunks, "columns", None) if self._client is None else None
+        parts = narrow(need, self.domain) if narrow is not None else None
+        if parts is not None:   # a spilled stream: only the columns the plan counts, in their stored type
+            at = {a: i for i, a in enumerate(need)}
+            local = [([at[a] for a in axes], shape) for axes, shape in plan]
+            for cols in parts:
+                yield _count_codes(cols, local)
+            return
         chunks = (rows for _, rows in self._chunks())
         if self._client is None:
             for rows in chunks:

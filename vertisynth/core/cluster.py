@@ -1,18 +1,35 @@
 """A Dask cluster to map chunks over (`--scheduler tcp://...`, `dask_scheduler = ...`): the client, with clear
 errors, for every part that maps work (the encoders' chunk jobs, the party's counting passes, PSI/PSU blinding).
-dask.distributed is optional (the `dask` extra) and imported only when a scheduler is configured."""
+dask.distributed is optional (the `dask` extra) and imported only when a scheduler is configured. Also the
+workers' setup (one thread per numeric library) and the map of a party's spilled rows over them: each task a
+path and a row range (`SpillSlice`) that the worker reads itself, started early where the map is known
+(`EarlyMap`)."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
+import threading
+import time
 import warnings
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
-from .errors import ConfigError, VertisynthWarning
+import numpy as np
 
-_CHECKED: weakref.WeakSet = weakref.WeakSet()   # clients whose workers' malloc setting was looked at
+from .chunks import Chunks, chunk_slices, live_slices
+from .dataset import Dataset
+from .domain import Domain
+from .errors import ConfigError, DataError, VertisynthWarning
+
+MIN_TASK_ROWS = 10_000   # a task's fixed cost (its sketch arrays, the merge) stays far below its rows' cost
+
+_CHECKED: weakref.WeakSet = weakref.WeakSet()   # clients whose workers were set up (threads) and looked at (malloc)
+# every thread pool a numeric library may start: a worker runs `nthreads` tasks at once, each single-threaded
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
+                    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 
 def dask_client(scheduler: Any) -> Any:
@@ -31,8 +48,48 @@ def dask_client(scheduler: Any) -> Any:
             raise ConfigError(f"cannot reach the Dask scheduler {scheduler!r}: {exc}") from None
     if client not in _CHECKED:
         _CHECKED.add(client)
+        pin_worker_threads(client)
         warn_malloc_trim(client)
     return client
+
+
+def _pin_threads() -> dict[str, int]:   # runs on each worker
+    """One thread per numeric thread pool in this process (and in any process it starts): the pools are
+    sized to the machine's cores, and with one task per worker thread they only oversubscribe the cores."""
+    for var in THREAD_VARIABLES:
+        os.environ[var] = "1"
+    try:
+        from threadpoolctl import threadpool_info, threadpool_limits
+    except ImportError:   # the environment variables still reach libraries loaded later
+        return {}
+    threadpool_limits(1)
+    return {info["internal_api"]: info["num_threads"] for info in threadpool_info()}
+
+
+def pin_worker_threads(client: Any) -> None:
+    """Every worker of the client's cluster, now and later, runs its numeric libraries on one thread per task."""
+    try:
+        from .worker_plugin import PinThreads   # imports distributed: only here, where a cluster is in use
+        client.register_plugin(PinThreads(), name=PinThreads.name)
+    except Exception:   # an older distributed, or a worker that cannot answer: the workers there now at least
+        try:
+            client.run(_pin_threads)
+        except Exception:   # reported by the real work, with its own error
+            pass
+
+
+def _sees(piece: Any) -> bool:   # runs on each worker
+    return bool(piece.visible())
+
+
+def workers_see(client: Any, piece: Any) -> bool:
+    """Whether every worker sees the spilled file of `piece` (a `SpillSlice`): then the workers read their rows
+    themselves, else the rows are sent."""
+    try:
+        got = client.run(_sees, piece)
+    except Exception:
+        return False
+    return bool(got) and all(got.values())
 
 
 def _malloc_trim_setting() -> str | None:   # runs on each worker
@@ -75,3 +132,127 @@ def is_client(obj: Any) -> bool:
     except ImportError:
         return False
     return isinstance(obj, Client)
+
+
+# -- mapping a party's spilled rows over the workers -------------------------------------------------------
+def _workers(client: Any) -> int:
+    """The cluster's worker threads (tasks it runs at once)."""
+    workers = client.scheduler_info().get("workers", {})
+    return max(sum(int(w.get("nthreads", 1) or 1) for w in workers.values()), 1)
+
+
+def window_for(client: Any) -> int:
+    return max(4 * _workers(client), 8)
+
+
+def task_slices(client: Any, chunks: Chunks, chunk_rows: int) -> list | None:
+    """The stream's spilled rows as task slices, about four per worker (at most chunk_rows rows, at least
+    MIN_TASK_ROWS), if the workers see the spill; else None."""
+    parts = chunk_slices(chunks, chunk_rows)
+    if not parts or not workers_see(client, parts[0]):
+        return None
+    rows = min(chunk_rows, max(-(-parts[-1].stop // (4 * _workers(client))), MIN_TASK_ROWS))
+    return chunk_slices(chunks, rows)
+
+
+def same_map(a: Any, b: Any) -> bool:
+    """Whether two chunk maps are the same function of the same arguments (`functools.partial`s compare so)."""
+    if isinstance(a, partial) and isinstance(b, partial):
+        return a.func is b.func and a.args == b.args and a.keywords == b.keywords
+    return a is b
+
+
+class EarlyMap:
+    """A party's chunk map started on the cluster before its job exists (`early_mapper`): from its first pass
+    on (`live_slices`: each slice as soon as the pass has spilled it) or from its spilled rows, its tasks run
+    while the party reads, counts and fits; a thread here keeps at most a window of tasks queued and merges
+    each result as it completes (the merge is order-free), so memory holds one merged result.
+    `ChunkJob.run_cluster(..., early=)` (plugins/encoders/chunked.py) takes the merged result if the job's map
+    is this one, else stops it and maps anew; so does a map whose rows the workers do not see."""
+
+    def __init__(self, client: Any, chunks: Chunks, domain: Domain, mapper: Callable, combine: Callable,
+                 chunk_rows: int):
+        self.mapper, self.combine, self.domain = mapper, combine, domain
+        self.running, self._stop = False, threading.Event()
+        self._acc: Any = None
+        self.n = 0
+        self._error: BaseException | None = None
+        self._unseen = False
+        workers = _workers(client)
+        pieces = live_slices(chunks, max(MIN_TASK_ROWS, chunk_rows // workers))
+        if pieces is None:
+            parts = task_slices(client, chunks, chunk_rows)
+            if parts is None:
+                return
+            pieces = iter(parts)
+        self.running = True
+        self._thread = threading.Thread(target=self._run, args=(client, pieces), daemon=True,
+                                        name="vertisynth-early-map")
+        self._thread.start()
+
+    def _pieces(self, client: Any, pieces: Iterator) -> Iterator:
+        for i, piece in enumerate(pieces):
+            if self._stop.is_set():
+                return
+            if i == 0 and not workers_see(client, piece):
+                self._unseen = True
+                return
+            self.n += piece.stop - piece.start
+            yield piece
+
+    def _run(self, client: Any, pieces: Iterator) -> None:
+        from distributed import as_completed
+        try:
+            todo = self._pieces(client, pieces)
+            queued = as_completed([client.submit(map_slice, piece, self.domain, self.mapper, pure=False)
+                                   for piece in itertools.islice(todo, window_for(client))])
+            for fut in queued:
+                if self._stop.is_set():
+                    fut.cancel()
+                    continue
+                part = fut.result()
+                fut.release()
+                self._acc = part if self._acc is None else self.combine(self._acc, part)
+                piece = next(todo, None)
+                if piece is not None:
+                    queued.add(client.submit(map_slice, piece, self.domain, self.mapper, pure=False))
+        except BaseException as exc:   # noqa: BLE001 - raised in the party's thread by `result`
+            self._error = exc
+
+    def result(self) -> tuple[Any, int] | None:
+        """(the merged map over every row, the rows) once every task has finished; None if the workers did not
+        see the rows or there were none (the caller maps anew)."""
+        self._thread.join()
+        self.running = False
+        if self._error is not None:
+            raise self._error
+        return None if self._unseen or self._acc is None else (self._acc, self.n)
+
+    def stop(self, wait: float = 60.0) -> None:
+        """Stop queueing tasks and drop what is queued (the party step failed, or its job maps differently).
+        A thread still waiting for a first pass that never comes is left (a daemon) after `wait` seconds."""
+        if self.running:
+            self._stop.set()
+            self._thread.join(wait)
+            self.running = False
+
+
+_TASKS = {"cpu_s": 0.0, "rows": 0}   # this process's map_slice tasks: their own thread's CPU seconds and rows
+
+
+def map_slice(piece: Any, domain: Domain, mapper: Callable[[Dataset, np.ndarray], Any]) -> Any:
+    """A Dask task: read a slice of the spilled rows and map it."""
+    start = time.thread_time()
+    ids, rows = piece.read()
+    if rows.domain != domain:
+        raise DataError(f"chunk domain {rows.domain} differs from the party's {domain}")
+    out = mapper(rows, ids)
+    _TASKS["cpu_s"] += time.thread_time() - start
+    _TASKS["rows"] += rows.n
+    return out
+
+
+def task_cpu() -> dict[str, float]:
+    """What this worker's `map_slice` tasks cost in their own threads so far (apart from Dask's own work):
+    `client.run(task_cpu)` (benchmarks/stream_party.py)."""
+    return dict(_TASKS)

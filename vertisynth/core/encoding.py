@@ -194,13 +194,15 @@ class ColumnCodec:
         if s.kind == "categorical":
             lookup = {str(c): i for i, c in enumerate(s.categories)}
             keys = col[~miss].astype(str)
-            mapped = keys.map(lookup)
-            if mapped.isna().any():
-                unknown = sorted(set(keys[mapped.isna()]))[:5]
+            # one hash lookup per value (Series.map cast its result back value by value: most of a party's
+            # first pass over its file, docs/scale.md)
+            at = pd.Index(list(lookup)).get_indexer(keys)
+            if (at < 0).any():
+                unknown = sorted(set(keys[at < 0]))[:5]
                 raise DomainError(
                     f"column {s.name!r} has value(s) {unknown} outside its declared categories {list(map(str, s.categories))[:20]}"
                 )
-            codes[~miss] = mapped.to_numpy(dtype=np.int64)
+            codes[~miss] = np.fromiter(lookup.values(), dtype=np.int64, count=len(lookup))[at]
         else:
             if s.kind == "datetime":
                 try:

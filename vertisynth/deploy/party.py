@@ -204,6 +204,9 @@ def run_party(config: RunConfig, party: str, exchange: str | Path, out: Path, da
             n += rows.n
             yield ids, rows
         rows_seen.append(n)
+    for name in ("slices", "live_slices"):   # a Dask worker reads the spilled rows itself (docs/scale.md, Dask)
+        if hasattr(chunks, name):
+            setattr(counted, name, getattr(chunks, name))
     _, rngs = synth.party_rngs(streams["fit"])
     # secure noise unless the config says otherwise; an explicit test secret reproduces the simulation's noise
     noise = noise_for(config, cross_machine=not state.test_secret)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import itertools
 import os
+import queue
 import shutil
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -17,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from vertisynth.core.chunks import spill_slices
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.encoding import CSV_NULLS, TableCodec, TableSchema
@@ -155,8 +157,11 @@ class CodeSpill:
     (a party's coded file, an aligned stream's first pass, the synthetic blocks).
     Disk: rows x columns x 1-2 bytes (+ 8 bytes a row with `ids`); memory: one chunk."""
 
-    def __init__(self, domain: Domain, prefix: str, ids: bool = False):
+    def __init__(self, domain: Domain, prefix: str, ids: bool = False, watchers: Sequence[Callable] = ()):
+        """`watchers`: called with (codes file, first row, rows) after each chunk is appended and flushed (a
+        Dask worker may read it from then on), and with (None, -1, 0) if the spill is closed unfinished."""
         self.domain, self.dtype = domain, code_dtype(domain)
+        self._watchers = list(watchers)
         folder = new_spill_folder(prefix)
         self._folder: Path | None = folder
         # removed on close, or when collected / at exit if never closed (not after SIGKILL: the sweep's job)
@@ -173,11 +178,19 @@ class CodeSpill:
             self._files[1].write(np.ascontiguousarray(ids, dtype=np.int64).tobytes())
         self.parts.append((self.n, len(codes)))
         self.n += len(codes)
+        if self._watchers:
+            for fh in self._files:
+                fh.flush()
+            for tell in self._watchers:
+                tell(self._folder / "codes.bin", self.n - len(codes), len(codes))
 
     def finish(self) -> CodeSpill:
-        """Close the files and map them: the spill is complete."""
+        """Close the files and map them: the spill is complete (its watchers are told: (codes file, n, 0))."""
         for fh in self._files:
             fh.close()
+        for tell in self._watchers:
+            tell(self._folder / "codes.bin", self.n, 0)
+        self._watchers = []
         if self.n:
             folder = self._folder
             self._codes = np.memmap(folder / "codes.bin", dtype=self.dtype, mode="r", shape=(self.n, len(self.domain)))
@@ -190,6 +203,23 @@ class CodeSpill:
         for at, k in self.parts:
             ids = np.array(self._ids[at:at + k]) if self._ids is not None else np.arange(at, at + k, dtype=np.int64)
             yield ids, Dataset(self._codes[at:at + k].astype(np.int64), self.domain)
+
+    def columns(self, axes: Sequence[int]) -> Iterator[np.ndarray] | None:
+        """Per chunk as appended, the codes of the columns `axes` only, in the stored type (a counting pass
+        reads no more); None before `finish`."""
+        if self._codes is None:
+            return None
+        codes, axes = self._codes, list(axes)
+        return (np.asarray(codes[at:at + k, axes]) for at, k in self.parts)
+
+    def slices(self, rows: int) -> list | None:
+        """The finished spill as `SpillSlice`s of at most `rows` rows (a path and a row range each: a Dask worker
+        that sees the file reads them itself); None before `finish` or once closed."""
+        if self._codes is None or self._folder is None:
+            return None
+        folder = self._folder
+        return spill_slices(folder / "codes.bin", folder / "ids.bin" if self._ids is not None else None, self.dtype,
+                            self.domain, self.n, rows)
 
     def gather(self, rows: np.ndarray) -> np.ndarray:
         """The int64 codes of the spill's rows `rows`, in that order (the file's pages left to the page cache)."""
@@ -208,6 +238,10 @@ class CodeSpill:
 
     def close(self) -> None:
         """Remove the files, if this process made them."""
+        if self._codes is None and self._folder is not None:   # unfinished: whoever waits for rows stops
+            for tell in self._watchers:
+                tell(None, -1, 0)
+        self._watchers = []
         for fh in self._files:
             fh.close()
         self._codes = self._ids = None
@@ -228,6 +262,29 @@ class coded_chunks:
     def __init__(self, path: Path, codec: TableCodec, chunk_rows: int, spill: bool = True):
         self.path, self.codec, self.chunk_rows, self.spill = Path(path), codec, chunk_rows, spill
         self._spilled: CodeSpill | None = None   # once a pass has completed
+        self._watchers: list[Callable] = []      # told of each chunk the next first pass spills
+
+    def live_slices(self, rows: int) -> Iterator | None:
+        """The spilled codes as slices of at most `rows` rows, each as soon as the next first pass has written
+        it (an iterator that waits: a Dask worker can start on the rows while the pass goes on); the slices now
+        if a pass has completed."""
+        if not self.spill:
+            return None
+        if self._spilled is not None:
+            return iter(self._spilled.slices(rows))
+        news: queue.SimpleQueue = queue.SimpleQueue()
+        self._watchers.append(lambda path, first, k: news.put((path, first, k)))
+        domain, dtype = self.codec.domain, code_dtype(self.codec.domain)
+
+        def gen() -> Iterator:
+            while True:
+                path, first, k = news.get()
+                if path is None:
+                    raise DataError(f"{str(self.path)!r}: its first pass was abandoned before the rows were spilled")
+                if k == 0:
+                    return
+                yield from spill_slices(path, None, dtype, domain, first + k, rows, first)
+        return gen()
 
     def __call__(self) -> Iterator[tuple[np.ndarray, Dataset]]:
         if self._spilled is not None:
@@ -249,6 +306,17 @@ class coded_chunks:
                 pass
         return self
 
+    def columns(self, axes: Sequence[int], domain: Domain) -> Iterator[np.ndarray] | None:
+        """Per chunk, the spilled codes of the columns `axes` (None before a pass has completed, or for another
+        domain): what a counting pass reads."""
+        if self._spilled is None or domain != self.codec.domain:
+            return None
+        return self._spilled.columns(axes)
+
+    def slices(self, rows: int) -> list | None:
+        """The spilled codes as slices of at most `rows` rows (None before a pass has completed)."""
+        return None if self._spilled is None else self._spilled.slices(rows)
+
     def gather(self, rows: np.ndarray) -> np.ndarray:
         """The codes (int64, len(rows) x columns) of the file's rows `rows`, in that order, from the spill:
         memory one chunk, the file's pages left to the page cache."""
@@ -264,7 +332,8 @@ class coded_chunks:
     def _read(self) -> Iterator[tuple[np.ndarray, Dataset]]:
         columns = [c.schema.name for c in self.codec.columns]
         kind = "Parquet" if self.path.suffix.lower() in PARQUET else "CSV"
-        out = CodeSpill(self.codec.domain, "vertisynth-chunks-") if self.spill else None
+        watchers, self._watchers = self._watchers, []
+        out = CodeSpill(self.codec.domain, "vertisynth-chunks-", watchers=watchers) if self.spill else None
         done = False
         labels = frozenset(str(x) for c in self.codec.columns if c.schema.categories for x in c.schema.categories)
         try:

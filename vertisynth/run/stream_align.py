@@ -77,6 +77,14 @@ class replayed:
             return self._spill.replay()
         return self.source() if self._writing else self._first()   # a pass inside a first pass: not recorded
 
+    def slices(self, rows: int) -> list | None:
+        """The replay file as slices (aligned positions as ids) once a first pass has completed, else None."""
+        return None if self._spill is None else self._spill.slices(rows)
+
+    def columns(self, axes: Sequence[int], domain: Domain) -> Iterator[np.ndarray] | None:
+        """Per chunk, the replayed codes of the columns `axes` (a counting pass), once a first pass is complete."""
+        return None if self._spill is None or domain != self.domain else self._spill.columns(axes)
+
     def close(self) -> None:
         """Remove the replay file if this process wrote it (a forked party process exits without finalizers)."""
         if self._spill is not None:
@@ -123,6 +131,12 @@ class aligned_chunks:
                 codes[held] = self.spill.gather(rows[held])
                 self.fill.fill(s, e, codes, self.spill.gather)
             yield np.arange(s, e, dtype=np.int64), Dataset(codes, self.domain)
+
+    def slices(self, rows: int) -> list | None:
+        return self._replay.slices(rows)
+
+    def columns(self, axes: Sequence[int], domain: Domain) -> Iterator[np.ndarray] | None:
+        return self._replay.columns(axes, domain)
 
     def close(self) -> None:
         """The replay file if this process wrote it; never the file spill, which is the run's (a party's

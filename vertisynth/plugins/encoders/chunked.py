@@ -19,10 +19,11 @@ import attrs
 import numpy as np
 import pandas as pd
 
+from vertisynth.core.chunks import Chunks
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import ConfigError, DataError
-from vertisynth.core.cluster import dask_client
+from vertisynth.core.cluster import EarlyMap, dask_client, map_slice, same_map, task_slices, window_for
 
 
 @attrs.frozen
@@ -45,6 +46,47 @@ class ChunkJob:
         if acc is None:
             raise DataError("no rows to encode (empty input)")
         return self.finish(acc, n)
+
+    def run_cluster(self, chunks: Chunks, scheduler: Any, chunk_rows: int, window: int | None = None,
+                    early: EarlyMap | None = None) -> Any:
+        """`run_local` over the stream with the map on a Dask cluster. Where the stream's rows are spilled to a
+        file the workers see (`slices`: same host or a shared file system), each task gets a path and a row
+        range and reads its rows itself, so this process ships no rows; the tasks are cut to about four per
+        worker (at most `chunk_rows` rows, at least MIN_TASK_ROWS) so that all workers stay busy to the end.
+        Otherwise the chunks are read here and sent (`run_dask`). Same result bit for bit: the map takes global
+        ids, the merge is in row order."""
+        if early is not None and early.running and same_map(early.mapper, self.mapper):
+            done = early.result()
+            if done is not None:
+                return self.finish(*done)
+        if early is not None:
+            early.stop()
+        client = dask_client(scheduler)
+        try:
+            parts = task_slices(client, chunks, chunk_rows)
+            if parts is None:
+                return self.run_dask(chunks(), client, window)
+            n = parts[-1].stop
+            window = window or window_for(client)   # tasks queued on the cluster; their results wait there
+            acc, pending = None, []
+
+            def merge_first() -> None:
+                nonlocal acc
+                fut = pending.pop(0)
+                part = fut.result()
+                acc = part if acc is None else self.combine(acc, part)
+                fut.release()
+
+            for piece in parts:
+                pending.append(client.submit(map_slice, piece, self.domain, self.mapper, pure=False))
+                if len(pending) >= window:
+                    merge_first()
+            while pending:
+                merge_first()
+            return self.finish(acc, n)
+        finally:
+            if client is not scheduler:
+                client.close()
 
     def run_dask(self, chunks: Iterable[tuple[np.ndarray, Dataset]], scheduler: Any, window: int | None = None) -> Any:
         """`run_local` with the map on a Dask cluster (an address such as "tcp://10.0.0.5:8786", or a

@@ -39,7 +39,7 @@ import itertools
 import math
 from functools import partial
 from collections.abc import Iterable, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import attrs
 import numpy as np
@@ -307,9 +307,21 @@ class DPFMEncoder(Encoder):
             raise DomainError(f"dpfm: party {party!r} must encode all its planned attributes {list(self._attributes[party])}")
         key = self.party_key(party, rng)
         self._spend_sketches(party, domain, ledger)
-        mapper = partial(sketch_maxima, key, t=self.params.t, gamma=self.params.gamma, rep_block=self.config.rep_block,
-                         block_mb=self.config.block_mb, floor=self._kernel_floor())
-        return ChunkJob(domain, mapper, _max_merge, lambda raw, n: self.finish(party, domain, raw, n, ledger, rng))
+        return ChunkJob(domain, self._mapper(key), _max_merge,
+                        lambda raw, n: self.finish(party, domain, raw, n, ledger, rng))
+
+    def _mapper(self, key: bytes) -> Any:
+        return partial(sketch_maxima, key, t=self.params.t, gamma=self.params.gamma, rep_block=self.config.rep_block,
+                       block_mb=self.config.block_mb, floor=self._kernel_floor())
+
+    def early_mapper(self, party: str, domain: Domain) -> tuple[Any, Any] | None:
+        """(`chunk_job`'s map, its merge) where they are known before the job is made: the keys are agreed,
+        so the map draws nothing from the party's stream. The merge (element-wise max) is order-free. A
+        cluster can then compute the raw maxima while the party fits its local model; nothing derived from
+        them leaves the party before `chunk_job` has spent the charge and `finish` has added the phantoms."""
+        if self._keys is None or party not in self._keys or set(domain.attributes) != set(self._attributes[party]):
+            return None
+        return self._mapper(self._keys[party].fm_key()), _max_merge
 
     def encode_chunks(self, party: str, domain: Domain, chunks: Iterable[tuple[np.ndarray, Dataset]],
                       ledger: PrivacyLedger, rng: np.random.Generator) -> DPFMMessage:

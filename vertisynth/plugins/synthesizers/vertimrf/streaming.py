@@ -14,6 +14,7 @@ from __future__ import annotations
 import multiprocessing
 import pickle
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,23 +24,49 @@ from vertisynth.core.chunks import ChunkedCounts, Chunks, mapped, view_chunks   
 from vertisynth.core.errors import DataError, VertisynthError
 from vertisynth.core.messages import Message
 from vertisynth.core.privacy import Charge, PrivacyLedger
+from vertisynth.core.cluster import EarlyMap
+
+
+def start_early_map(encoder: Any, party: str, low: Chunks, low_domain: Any, client: Any,
+                    chunk_rows: int) -> EarlyMap | None:
+    """The party's encoding map started on the cluster now, if the encoder knows it before its job is made
+    (`early_mapper`: DPFM with agreed keys) and the workers see the spilled rows; else None. The job made
+    later (after the local fit, its charge spent then, as always) takes the merged result if its map is this
+    one: the same message bit for bit, with the fit's time hidden behind the workers'."""
+    get = getattr(encoder, "early_mapper", None)
+    got = get(party, low_domain) if get is not None else None
+    if got is None:
+        return None
+    early = EarlyMap(client, low, low_domain, *got, chunk_rows)
+    return early if early.running else None
 
 
 def party_phase(step: Callable[[str, PrivacyLedger], list[Message]], names: Sequence[str], ledger: PrivacyLedger,
-                processes: int = 1) -> list[Message]:
+                processes: int = 1, threads: bool = False) -> list[Message]:
     """Every party's step (`step(party, ledger)`: its party step on its own data and stream), their messages
     concatenated in the order of `names`.
 
     With processes > 1 (and fork available) the parties run at once, each in a forked process: the parties
     are independent organisations, so nothing one computes reaches another; each child returns its messages
     and the charges its mechanisms passed, and the parent spends those in party order on its own ledger. The
-    messages equal a sequential run's bit for bit (each party reads only its own data and stream)."""
+    messages equal a sequential run's bit for bit (each party reads only its own data and stream).
+
+    With threads (a Dask cluster maps the parties' chunk jobs) every party steps at once in a thread of this
+    process, with a ledger of its own whose charges are then spent in party order, as with processes: each
+    party's counting and fitting runs while the others' chunk tasks keep the workers busy."""
     names = list(names)
+    if threads and len(names) > 1:
+        return _spent_in_order(_threaded(step, names, ledger), names, ledger)
     if processes <= 1 or len(names) < 2 or "fork" not in multiprocessing.get_all_start_methods():
         return [m for p in names for m in step(p, ledger)]
     results: dict[str, tuple[list[Message], list[Any]]] = {}
     for wave in range(0, len(names), processes):
         results.update(_forked(step, names[wave:wave + processes], ledger))
+    return _spent_in_order(results, names, ledger)
+
+
+def _spent_in_order(results: dict[str, tuple[list[Message], list[Any]]], names: Sequence[str],
+                    ledger: PrivacyLedger) -> list[Message]:
     out: list[Message] = []
     for p in names:
         messages, spent = results[p]
@@ -47,6 +74,27 @@ def party_phase(step: Callable[[str, PrivacyLedger], list[Message]], names: Sequ
             ledger.spend(charge)
         out += messages
     return out
+
+
+def _threaded(step: Callable[[str, PrivacyLedger], list[Message]], names: Sequence[str],
+              ledger: PrivacyLedger) -> dict[str, tuple[list[Message], list[Any]]]:
+    """One thread per party, each on a copy of the ledger that records what it passed. BLAS is held to one
+    thread meanwhile: the estimators pin it in turn, and concurrent pins would undo each other."""
+    from threadpoolctl import threadpool_limits
+
+    def run(p: str) -> tuple[list[Message], list[Any]]:
+        mine = _recording(ledger)
+        return step(p, mine), mine.passed
+
+    with threadpool_limits(1, user_api="blas"), \
+            ThreadPoolExecutor(len(names), thread_name_prefix="vertisynth-party") as pool:
+        running = {p: pool.submit(run, p) for p in names}
+        return {p: running[p].result() for p in names}   # the first party's error in party order
+
+
+def _recording(ledger: PrivacyLedger) -> _RecordingLedger:
+    return _RecordingLedger(ledger.budget, list(ledger.planned), list(ledger.spent), ledger.group_size,
+                            noise=ledger.noise)
 
 
 def _forked(step: Callable[[str, PrivacyLedger], list[Message]], names: Sequence[str],
@@ -103,8 +151,7 @@ class _RecordingLedger(PrivacyLedger):
 
 def _child(send: Any, step: Callable[[str, PrivacyLedger], list[Message]], party: str,
            ledger: PrivacyLedger) -> None:
-    mine = _RecordingLedger(ledger.budget, list(ledger.planned), list(ledger.spent), ledger.group_size,
-                            noise=ledger.noise)
+    mine = _recording(ledger)
     try:
         messages = step(party, mine)
         blob = pickle.dumps(("ok", (messages, mine.passed)), protocol=pickle.HIGHEST_PROTOCOL)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
+from functools import partial
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -34,7 +35,7 @@ from vertisynth.pgm.estimation import bin_query
 from vertisynth.pgm.graph import build_junction_tree, min_fill_cliques
 from ..privmrf import LocalModel, PrivMRFConfig, PrivMRFSynthesizer
 from .joint import JointFit
-from .streaming import ChunkedCounts, Chunks, mapped, party_phase, view_chunks
+from .streaming import ChunkedCounts, Chunks, mapped, party_phase, start_early_map, view_chunks
 from .dimension import (ValueDistributions, bin_dataset, bin_map, binned_domain, hisrec, mass_bin_map,
                         measure_value_distributions,
                         planned_charges as value_charges, uniform_distributions)
@@ -228,8 +229,20 @@ class VertiMRFSynthesizer(JointFit, Synthesizer):
         return self.party_step_chunks(party, view.domain, view_chunks(view, self.chunk_rows()), ledger, rng)
 
     def party_steps(self, steps: Callable[[str, PrivacyLedger], list[Message]], ledger: PrivacyLedger) -> list[Message]:
-        """Every party's step (`steps(party, ledger)`), at once in `party_processes` forked processes if set."""
-        return party_phase(steps, self._partition.names, ledger, self.config.party_processes)
+        """Every party's step (`steps(party, ledger)`), at once in `party_processes` forked processes if set, or,
+        on a Dask cluster, at once in threads sharing one client (their chunk tasks all queued on the cluster)."""
+        return self._party_phase(steps, ledger)
+
+    def _party_phase(self, steps: Callable[[str, PrivacyLedger], list[Message]], ledger: PrivacyLedger) -> list[Message]:
+        scheduler = getattr(getattr(self._encoder, "config", None), "dask_scheduler", None)
+        if scheduler is None or self.config.party_processes > 1:
+            return party_phase(steps, self._partition.names, ledger, self.config.party_processes)
+        with dask_session(scheduler) as client:   # party_step_chunks maps on it
+            self._client = client
+            try:
+                return party_phase(steps, self._partition.names, ledger, threads=True)
+            finally:
+                self._client = None
 
     def streams_parties(self) -> bool:
         """Party steps then the server step (StepsInChunks); the `he` encoder measures in rounds instead."""
@@ -270,7 +283,8 @@ class VertiMRFSynthesizer(JointFit, Synthesizer):
         chunk, the encoder's chunk job maps the chunks (on a Dask cluster when `scheduler` is an address or a
         Client; default: the encoder's `dask_scheduler`). Equals the in-memory run bit for bit."""
         if scheduler is None:
-            scheduler = getattr(getattr(self._encoder, "config", None), "dask_scheduler", None)
+            scheduler = getattr(self, "_client", None) or getattr(getattr(self._encoder, "config", None),
+                                                                  "dask_scheduler", None)
         if scheduler is None:
             return self._party_chunks(party, domain, chunks, ledger, rng, None)
         with dask_session(scheduler) as client:   # the encoding map on it
@@ -283,27 +297,52 @@ class VertiMRFSynthesizer(JointFit, Synthesizer):
         # counted here, not on the cluster: shipping a chunk to a worker costs this process more than the
         # bincounts it would save (docs/scale.md, "Counting passes stay in the party process")
         table = ChunkedCounts(chunks, domain)
-        if c.use_local:
-            local = self._local[party]
-            table.prefetch_pairs()   # R-scores and 1-way counts in one pass; later marginals a pass each
-            local.fit_table(table, ledger, rng)
-            out.append(local.export(party))
         mine = [a for a in domain.attributes if a in self._binned]
-        if mine and self._eps_value > 0:
-            out.append(measure_value_distributions(party, table, c.bins, mine, self._value_charges, ledger, rng))
-        if mine and c.binning == "mass":   # edges from the local model just sent (DP), as the server will compute
-            self._maps = {**getattr(self, "_maps", {}), **mass_maps(out[0], c.bins, mine)}
-        maps = getattr(self, "_maps", None)
-        low = mapped(chunks, lambda rows: bin_dataset(rows, c.bins, mine, maps)) if mine else chunks
-        low_domain = binned_domain(domain, c.bins, mine) if mine else domain
-        if not isinstance(self._encoder, EncodesInChunks):   # a plugin encoder without a chunk job: one chunk
-            parts = [rows.codes for _, rows in low()]
-            view = Dataset(np.concatenate(parts) if parts else np.zeros((0, len(low_domain)), np.int64), low_domain)
-            out.append(self._encoder.encode(party, view, ledger, rng))
+        early = None
+        try:
+            if c.use_local:
+                local = self._local[party]
+                early_on = client is not None and not (mine and c.binning == "mass")
+
+                def start() -> Any:   # the cluster encodes the rows as the first pass below spills them (or
+                    # once it has: an ID-keyed stream), while the local model is fitted; the job's map, below
+                    return start_early_map(self._encoder, party, *self._low(chunks, domain, mine, self._maps_now()),
+                                           client, self.chunk_rows()) if early_on else None
+                early = start()
+                table.prefetch_pairs()   # R-scores and 1-way counts in one pass; later marginals a pass each
+                early = early or start()
+                local.fit_table(table, ledger, rng)
+                out.append(local.export(party))
+            if mine and self._eps_value > 0:
+                out.append(measure_value_distributions(party, table, c.bins, mine, self._value_charges, ledger, rng))
+            maps = self._maps_now()
+            if mine and c.binning == "mass":   # edges from the local model just sent (DP), as the server will compute
+                maps = {**(maps or {}), **mass_maps(out[0], c.bins, mine)}   # this party's, whatever others store
+                self._maps = {**getattr(self, "_maps", {}), **maps}
+            low, low_domain = self._low(chunks, domain, mine, maps)
+            if not isinstance(self._encoder, EncodesInChunks):   # a plugin encoder without a chunk job: one chunk
+                parts = [rows.codes for _, rows in low()]
+                view = Dataset(np.concatenate(parts) if parts else np.zeros((0, len(low_domain)), np.int64), low_domain)
+                out.append(self._encoder.encode(party, view, ledger, rng))
+                return out
+            job = self._encoder.chunk_job(party, low_domain, ledger, rng)
+            out.append(job.run_local(low()) if client is None else
+                       job.run_cluster(low, client, self.chunk_rows(), early=early))
             return out
-        job = self._encoder.chunk_job(party, low_domain, ledger, rng)
-        out.append(job.run_local(low()) if client is None else job.run_dask(low(), client))
-        return out
+        finally:
+            if early is not None:
+                early.stop()
+
+    def _maps_now(self) -> dict[str, np.ndarray] | None:
+        return getattr(self, "_maps", None)
+
+    def _low(self, chunks: Chunks, domain: Domain, mine: list[str], maps: Any) -> tuple[Chunks, Domain]:
+        """The stream binned for the encoder (a picklable map: a worker reading the spilled rows bins them too)."""
+        if not mine:
+            return chunks, domain
+        c = self.config
+        return (mapped(chunks, partial(bin_dataset, bins=c.bins, attrs_=mine, maps=maps)),
+                binned_domain(domain, c.bins, mine))
 
     # -- server side --------------------------------------------------------------------------
     def _encoded(self, messages: Sequence[Message]) -> list[Message]:
@@ -568,8 +607,7 @@ class VertiMRFSynthesizer(JointFit, Synthesizer):
         t0 = time.perf_counter()
         key_rng, rngs = self.party_rngs(rng)
         self.agree_keys(key_rng)
-        messages = party_phase(lambda p, led: self.party_step(p, data.views[p], led, rngs[p]), self._partition.names,
-                               ledger, self.config.party_processes)
+        messages = self._party_phase(lambda p, led: self.party_step(p, data.views[p], led, rngs[p]), ledger)
         self._timings = {"parties (LocMRF, binning, LocEnc)": time.perf_counter() - t0}
         self.server_step(messages)
 

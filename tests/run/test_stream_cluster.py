@@ -1,0 +1,312 @@
+"""The streamed party phase on a real Dask cluster (worker processes): every party's chunk work queued at once,
+the workers reading the spilled rows themselves, one thread per numeric library on a worker; the same table,
+ledger and scores as the sequential local run (issue 33)."""
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import tracemalloc
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from vertisynth.core.chunks import SpillSlice, chunk_slices
+from vertisynth.core.cluster import THREAD_VARIABLES, dask_client, workers_see
+from vertisynth.core.domain import Domain
+from vertisynth.core.errors import DataError
+from vertisynth.core.privacy import Budget, PrivacyLedger
+from vertisynth.run.config import parse_config
+from vertisynth.run.pipeline import make_plan, run
+from vertisynth.run.stream import CodeSpill
+
+distributed = pytest.importorskip("distributed")
+dask = pytest.importorskip("dask")
+
+SCHEMA = {"a": {"kind": "categorical", "categories": ["x", "y", "z"]},
+          "b": {"kind": "numeric", "bounds": [0.0, 9.0], "bins": 9, "binning": "equal_width"},
+          "c": {"kind": "categorical", "categories": ["0", "1"]},
+          "d": {"kind": "categorical", "categories": ["p", "q", "r", "s"]}}
+
+
+def _bare_environ() -> dict:
+    """The nanny's pre-spawn settings without its malloc trim and thread counts: workers as `dask worker
+    --no-nanny` starts them (what docs/scale.md recommends), so whatever they hold is what vertisynth set."""
+    env = dict(dask.config.get("distributed.nanny.pre-spawn-environ"))
+    env.update({k: None for k in (*THREAD_VARIABLES, "MALLOC_TRIM_THRESHOLD_")})
+    return env
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Two worker processes (one thread each), started as `dask worker --no-nanny` would be."""
+    saved = {k: os.environ.pop(k) for k in (*THREAD_VARIABLES, "MALLOC_TRIM_THRESHOLD_") if k in os.environ}
+    try:
+        with dask.config.set({"distributed.nanny.pre-spawn-environ": _bare_environ()}), \
+                distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                         host="127.0.0.1") as cl:
+            yield cl
+    finally:
+        for k in (*THREAD_VARIABLES, "MALLOC_TRIM_THRESHOLD_"):   # a LocalCluster's nannies write theirs here
+            os.environ.pop(k, None)
+        os.environ.update(saved)
+
+
+def _table(path, n=900, seed=2):
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 3, n)
+    b = np.clip(3 * a + rng.normal(0, 1.5, n), 0, 9)
+    c = (rng.random(n) < 0.3 + 0.2 * a).astype(int)
+    d = np.where(rng.random(n) < 0.7, a + c, rng.integers(0, 4, n))
+    pd.DataFrame({"a": np.array(["x", "y", "z"])[a], "b": b.round(2), "c": c,
+                  "d": np.array(list("pqrs"))[d]}).to_csv(path, index=False)
+
+
+def _config(path, scheduler=None, encoder="dpfm", chunk_rows=64, binning="width"):
+    enc = {"chunk_rows": chunk_rows, **({"t": 64} if encoder == "dpfm" else {}),
+           **({"dask_scheduler": scheduler} if scheduler else {})}
+    return parse_config({"seed": 4, "noise": "simulation", "budget": {"epsilon": 3.0, "delta": 1e-5}, "stream": True,
+                         "dataset": {"name": "csv", "params": {"path": str(path), "schema": SCHEMA}},
+                         "parties": [{"attributes": ["a", "b"]}, {"attributes": ["c", "d"]}],
+                         "synthesizer": {"use": "vertimrf", "params": {
+                             "encoder": encoder, "bins": 4, "binning": binning, "encoder_params": enc,
+                             "local_params": {"iters": 20, "refine_iters": 5}, "iters": 30, "rounds": 1}},
+                         "evaluators": [{"use": "tvd", "params": {"ways": [2, 3], "marginals": 6}}]})
+
+
+@pytest.mark.parametrize("encoder, binning", [("dpfm", "width"), ("grr", "width"), ("dpfm", "mass")])
+def test_the_parties_at_once_on_a_cluster_equal_the_sequential_local_run(tmp_path, cluster, encoder, binning):
+    path = tmp_path / "t.csv"
+    _table(path)
+    local = run(_config(path, encoder=encoder, binning=binning))
+    with distributed.Client(cluster) as watch, distributed.get_task_stream(watch) as tasks:
+        remote = run(_config(path, cluster.scheduler_address, encoder, binning=binning))
+    pd.testing.assert_frame_equal(remote.synthetic, local.synthetic)
+    assert remote.ledger.spent == local.ledger.spent and remote.ledger.spent
+    assert remote.metrics == local.metrics
+    ran = [t["key"].split("-")[0] for t in tasks.data]
+    # the workers read their rows from the parties' spills (paths and row ranges, no rows sent); 900 rows in
+    # chunks of 64: 15 tasks a party
+    assert ran.count("map_slice") == 30, ran
+
+
+def test_the_parties_step_at_once_when_a_cluster_is_configured(tmp_path, cluster):
+    path = tmp_path / "t.csv"
+    _table(path)
+    plan = make_plan(_config(path, cluster.scheduler_address))
+    synth = plan.synthesizer.instance
+    both = threading.Barrier(2, timeout=30)   # one after the other, the first party would wait here in vain
+    seen = []
+
+    def step(p, led):
+        both.wait()
+        seen.append(p)
+        return []
+    assert synth.party_steps(step, plan.ledger) == []
+    assert sorted(seen) == sorted(plan.partition.names)
+
+
+def _spill(n, domain, ids=False):
+    rng = np.random.default_rng(n)
+    spill = CodeSpill(domain, "vertisynth-test-", ids=ids)
+    for s in range(0, n, 40_000):
+        k = min(40_000, n - s)
+        spill.append(rng.integers(0, domain.shape, size=(k, len(domain))),
+                     rng.permutation(k) + s if ids else None)
+    return spill.finish()
+
+
+def test_slices_read_back_the_spilled_chunks():
+    dom = Domain(["a", "b", "c"], [3, 300, 2])   # 300 values: two-byte codes
+    for ids in (False, True):
+        spill = _spill(100_003, dom, ids)
+        parts = spill.slices(7_777)
+        got = [piece.read() for piece in parts]
+        want = list(spill.replay())
+        assert np.array_equal(np.concatenate([i for i, _ in got]), np.concatenate([i for i, _ in want]))
+        assert np.array_equal(np.concatenate([r.codes for _, r in got]), np.concatenate([r.codes for _, r in want]))
+        assert all(piece.visible() for piece in parts) and max(p.stop - p.start for p in parts) == 7_777
+        spill.close()
+        assert spill.slices(10) is None and not parts[0].visible()
+
+
+class _Spilled:
+    """A chunk stream backed by a spill (what coded_chunks is after its first pass)."""
+
+    def __init__(self, spill):
+        self.spill = spill
+
+    def __call__(self):
+        return self.spill.replay()
+
+    def slices(self, rows):
+        return self.spill.slices(rows)
+
+
+def job_encoder(domain, t=16):
+    """A planned DPFM encoder with agreed keys for party alice holding `domain` (bob holds one more column)."""
+    from vertisynth.core.dataset import VerticalPartition
+    from vertisynth.core.interfaces import PlanContext
+    from vertisynth.plugins.encoders.dpfm import DPFMConfig, DPFMEncoder
+    enc = DPFMEncoder(DPFMConfig(t=t))
+    part = VerticalPartition.from_lists([list(domain.attributes), ["z"]], ["alice", "bob"])
+    full = Domain([*domain.attributes, "z"], [*domain.shape, 2])
+    ctx = PlanContext(full, part, Budget(4.0, 1e-5), n_public=10**6)
+    enc.ledger = PrivacyLedger(ctx.budget)
+    enc.ledger.plan(enc.plan(ctx))
+    enc.agree_keys(np.random.default_rng(1))
+    return enc
+
+
+def _job(domain):
+    enc = job_encoder(domain)
+    return enc.chunk_job("alice", domain, enc.ledger, np.random.default_rng(2))
+
+
+def _digest(message):
+    return hashlib.sha256(message.to_bytes()).hexdigest()
+
+
+def test_the_party_process_holds_no_rows_while_the_workers_encode(cluster):
+    """Memory of the party's process during the cluster map: flat in n, and below one chunk of rows (the
+    workers read theirs); the message equals the local run's; a worker that cannot see the file gets the rows."""
+    dom = Domain(["a", "b"], [3, 5])
+    chunk_rows = 100_000
+    with distributed.Client(cluster) as client:
+        peaks = {}
+        for n in (200_000, 800_000):
+            spill = _spill(n, dom)
+            local = _digest(_job(dom).run_local(spill.replay()))
+            job = _job(dom)
+            tracemalloc.start()
+            got = job.run_cluster(_Spilled(spill), client, chunk_rows)
+            peaks[n] = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+            assert _digest(got) == local
+            spill.close()
+        one_chunk = chunk_rows * len(dom) * 8   # a chunk's int64 codes, what was sent before
+        assert max(peaks.values()) < one_chunk, peaks   # sending, 4 chunks were in flight at once
+        assert peaks[800_000] < 1.5 * peaks[200_000] + 200_000, peaks
+        spill = _spill(50_000, dom)
+        unseen = [SpillSlice(p.codes, p.ids, p.dtype, p.domain, p.start, p.stop, p.size + 1)
+                  for p in spill.slices(chunk_rows)]
+        assert not workers_see(client, unseen[0]) and workers_see(client, spill.slices(chunk_rows)[0])
+
+        class Elsewhere(_Spilled):   # a stream whose file the workers do not see: its rows are sent
+            def slices(self, rows):
+                return unseen
+        with distributed.get_task_stream(client) as tasks:
+            got = _job(dom).run_cluster(Elsewhere(spill), client, chunk_rows)
+        assert _digest(got) == _digest(_job(dom).run_local(spill.replay()))
+        assert "map_slice" not in {t["key"].split("-")[0] for t in tasks.data}
+        assert chunk_slices(spill.replay, 10) is None
+        spill.close()
+
+
+def _threads_here():
+    from threadpoolctl import threadpool_info
+    return ({v: os.environ.get(v) for v in THREAD_VARIABLES},
+            {(i["internal_api"], i.get("filepath")): i["num_threads"] for i in threadpool_info()})
+
+
+def test_workers_run_numeric_libraries_on_one_thread_those_joining_later_too():
+    saved = {k: os.environ.pop(k) for k in (*THREAD_VARIABLES, "MALLOC_TRIM_THRESHOLD_") if k in os.environ}
+    try:
+        with dask.config.set({"distributed.nanny.pre-spawn-environ": _bare_environ()}), \
+                distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
+                                         host="127.0.0.1") as cl, distributed.Client(cl) as client:
+            env, pools = client.run(_threads_here).popitem()[1]
+            assert None in env.values() and max(pools.values()) > 1 or os.cpu_count() == 1, (env, pools)
+            dask_client(client)
+            cl.scale(2)
+            client.wait_for_workers(2, timeout=120)
+            after = client.run(_threads_here)
+            assert len(after) == 2
+            for env, pools in after.values():
+                assert set(env.values()) == {"1"}, env
+                assert pools and set(pools.values()) == {1}, pools
+    finally:
+        os.environ.pop("MALLOC_TRIM_THRESHOLD_", None)
+        for k in THREAD_VARIABLES:
+            os.environ.pop(k, None)
+        os.environ.update(saved)
+
+
+def test_an_early_map_gives_the_jobs_result_and_a_different_map_is_mapped_anew(cluster):
+    """DPFM's map is known before its job (agreed keys): the cluster starts it while the party fits; the job
+    then takes the merged result without a task more. A job whose map differs stops it and maps anew."""
+    from vertisynth.core.cluster import EarlyMap
+    dom = Domain(["a", "b"], [3, 5])
+    spill = _spill(60_000, dom)
+    want = _digest(_job(dom).run_local(spill.replay()))
+    with distributed.Client(cluster) as client:
+        job = _job(dom)
+        early = EarlyMap(client, _Spilled(spill), dom, *job_encoder(dom).early_mapper("alice", dom), 100_000)
+        assert early.running
+        early._thread.join(timeout=120)
+        with distributed.get_task_stream(client) as tasks:
+            got = job.run_cluster(_Spilled(spill), client, 100_000, early=early)
+        assert _digest(got) == want and not tasks.data
+        other = job_encoder(dom, t=8)
+        early = EarlyMap(client, _Spilled(spill), dom, *other.early_mapper("alice", dom), 100_000)
+        with distributed.get_task_stream(client) as tasks:
+            got = _job(dom).run_cluster(_Spilled(spill), client, 100_000, early=early)
+        assert _digest(got) == want and not early.running
+        assert "map_slice" in {t["key"].split("-")[0] for t in tasks.data}
+    spill.close()
+
+
+def test_the_encoding_starts_while_the_first_pass_spills_the_rows(tmp_path, cluster):
+    """A map started before the file's first pass gets each slice as the pass spills it; its merged result is
+    the local one; a pass abandoned midway ends the map with a one-line error, not a hang."""
+    from vertisynth.core.cluster import EarlyMap
+    from vertisynth.core.encoding import TableSchema
+    from vertisynth.run.stream import coded_chunks
+    frame = pd.DataFrame({"a": np.random.default_rng(0).integers(0, 3, 50_000),
+                          "b": np.random.default_rng(1).integers(0, 5, 50_000)})
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    schema = TableSchema.from_config({"a": {"kind": "categorical", "categories": [0, 1, 2]},
+                                    "b": {"kind": "categorical", "categories": [0, 1, 2, 3, 4]}})
+    codec = schema.fit(frame, None, np.random.default_rng(0))
+    dom = codec.domain
+    with distributed.Client(cluster) as client:
+        chunks = coded_chunks(tmp_path / "t.csv", codec, 20_000)
+        enc = job_encoder(dom)
+        early = EarlyMap(client, chunks, dom, *enc.early_mapper("alice", dom), 20_000)
+        assert early.running
+        with distributed.get_task_stream(client) as tasks:
+            passed = sum(r.n for _, r in chunks())   # the first pass: the workers start on its chunks
+            got = _job(dom).run_cluster(chunks, client, 20_000, early=early)
+        assert passed == 50_000
+        assert _digest(got) == _digest(_job(dom).run_local(chunks()))
+        assert sum(k.split("-")[0] == "map_slice" for k in (t["key"] for t in tasks.data)) == 5   # 10k-row tasks
+        chunks.close()
+        chunks = coded_chunks(tmp_path / "t.csv", codec, 20_000)
+        early = EarlyMap(client, chunks, dom, *enc.early_mapper("alice", dom), 20_000)
+        first = chunks()
+        next(first)
+        first.close()   # abandoned after one chunk (its spill removed): the map ends, nothing is merged
+        try:
+            assert early.result() is None   # the workers found the file gone
+        except DataError as exc:
+            assert "abandoned" in str(exc)
+        assert not early._thread.is_alive()
+
+
+def test_id_keyed_parties_at_once_on_a_cluster_equal_the_local_run(tmp_path, cluster):
+    """PSU-aligned party files: each party's aligned stream is replayed from its own spill (with the aligned
+    positions as ids), which the workers read once its first pass is complete."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("aligned", __file__.replace("test_stream_cluster", "test_stream_aligned"))
+    aligned = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(aligned)
+    paths = aligned._files(tmp_path)
+    local = run(aligned._config(paths, True, "psu"))
+    cfg = aligned._config(paths, True, "psu").to_dict()
+    cfg["synthesizer"]["params"]["encoder_params"]["dask_scheduler"] = cluster.scheduler_address
+    with distributed.Client(cluster) as watch, distributed.get_task_stream(watch) as tasks:
+        remote = run(parse_config(cfg))
+    pd.testing.assert_frame_equal(remote.synthetic, local.synthetic)
+    assert remote.ledger.spent == local.ledger.spent and remote.metrics == local.metrics
+    assert "map_slice" in {t["key"].split("-")[0] for t in tasks.data}
