@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from vertisynth.core.capabilities import AlignsRows
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.domain import Domain
 from vertisynth.core.encoding import TableCodec, TableSchema
@@ -169,7 +170,7 @@ def align_party_files(files: PartyFiles, aligner: Any, spills: Mapping[str, code
     """Run the aligner on the identifiers alone: each party's aligned chunk stream, the report's info, and the
     stream of the joined table (on `domain`) over the positions every party holds for real (what the
     evaluators score, as the in-memory run scores `real_everywhere()`'s rows)."""
-    if not hasattr(aligner, "align_rows"):
+    if not isinstance(aligner, AlignsRows):
         raise ConfigError(f"stream = true: alignment {name!r} cannot align ID-keyed party files in chunks "
                           "(use psi or psu)")
     ids = {p: read_ids(Path(files.paths[p]), files.id_column, chunk_rows) for p in spills}
