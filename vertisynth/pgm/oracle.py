@@ -97,6 +97,10 @@ class CentralOracle:
         self.ledger = ledger
         self._counts: dict[tuple[str, ...], np.ndarray] = {}
 
+    def exact(self, attributes: tuple[str, ...], bins: Bins = None) -> np.ndarray:
+        """The true counts (on `bins` where given): what the data's holder scores candidates by."""
+        return self._exact(tuple(attributes), bins)
+
     def _exact(self, attributes: tuple[str, ...], bins: Bins = None) -> np.ndarray:
         if attributes not in self._counts:
             self._counts[attributes] = self.table.counts(attributes).values.astype(float)
