@@ -157,3 +157,27 @@ def test_party_streams_are_reproducible_and_distinct():
     a = party_streams(np.random.default_rng(5), ["P", "Q"])
     b = party_streams(np.random.default_rng(5), ["P", "Q"])
     assert a["P"].random() == b["P"].random() and a["Q"].random() != a["P"].random()
+
+
+def test_coarse_bins_split_the_noisy_mass_and_a_coarse_answer_scores_a_finer_candidate():
+    from vertisynth.vertical import coarse_bins
+
+    b = coarse_bins(np.array([10.0, 10, 10, 10, 40, 5, 5, 10]), 3)
+    assert b.tolist() == sorted(b.tolist()) and set(b.tolist()) == {0, 1, 2}
+    assert coarse_bins(np.array([3.0, 4.0]), 4) is None
+    within = np.array([0, 0, 1, 2, 3])   # an earlier binning (5 values -> 4 bins)
+    assert coarse_bins(np.array([1.0, 1, 1, 1]), 2, within).tolist() == [0, 0, 0, 1, 1]
+    data = correlated(6000)
+    probe, rounds = Charge("s", "probe", ZCDP(1e4)), Charge("s", "rounds", ZCDP(10.0))
+    o, _ = _oracle(data, led := _ledger(probe, rounds))
+    coarse = {"b": coarse_bins(data.counts(("b",)).values, 2)}
+    o.measure(("a", "b"), probe, np.random.default_rng(0), bins=coarse)   # a, b on 3 x 2 cells
+    x = data.counts(("a", "b")).values
+    e = np.outer(x.sum(1), x.sum(0)) / data.n
+    filt = ZCDPFilter(rounds, led)
+    # the candidate on full domains is scored by the coarse answer: its estimate summed into the answer's bins
+    pick = o.select([("a", "b")], [e.ravel()], [1.0], [0.0], 1.0, filt, np.random.default_rng(0))
+    assert pick == 0
+    want = np.abs(bin_query(x, ("a", "b"), coarse) - bin_query(e, ("a", "b"), coarse)).sum()
+    got = o._noisy_score(("a", "b"), None, e.ravel())
+    assert got == pytest.approx(want, rel=1e-3) and got < np.abs(x - e).sum()

@@ -20,6 +20,7 @@ or more parties, a cross-party candidate with no noisy answer to score it by.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,7 +33,7 @@ from vertisynth.core.errors import ConfigError
 from vertisynth.core.mechanisms import exponential_noise, gaussian_sigma
 from vertisynth.core.noise import discrete_gaussian
 from vertisynth.core.privacy import Charge, PrivacyLedger
-from vertisynth.pgm.estimation import Measurement, bin_query
+from vertisynth.pgm.estimation import Measurement, bin_sum
 from vertisynth.pgm.oracle import Bins, CentralOracle, Pay, _spend
 
 
@@ -41,6 +42,20 @@ def party_streams(rng: np.random.Generator, parties: Sequence[str]) -> dict[str,
     reads them)."""
     seeds = np.random.SeedSequence(rng.integers(0, 2**63, size=4).tolist()).spawn(len(parties))
     return {p: np.random.default_rng(s) for p, s in zip(parties, seeds)}
+
+
+def coarse_bins(noisy: np.ndarray, k: int, within: np.ndarray | None = None) -> np.ndarray | None:
+    """At most `k` bins of consecutive values holding about equal shares of an attribute's noisy 1-way counts
+    (post-processing of a released measurement), composed with `within` (an earlier binning: values -> bins, the
+    counts being per bin); None when no coarsening is needed. A probe measured on these bins has few cells, so
+    its noise adds little to a candidate's score."""
+    noisy = np.maximum(np.asarray(noisy, float), 0.0)
+    if noisy.size <= k:
+        return None
+    cum = np.cumsum(noisy + 1e-9)
+    q = np.minimum((k * (cum - 0.5 * (noisy + 1e-9)) / cum[-1]).astype(np.int64), k - 1)
+    q = np.unique(q, return_inverse=True)[1].astype(np.int64)   # every bin used, 0..k'-1
+    return q if within is None else q[np.asarray(within)]
 
 
 def _coarsen(view: Dataset, attributes: tuple[str, ...], bins: Bins) -> Dataset:
@@ -56,6 +71,18 @@ def _coarsen(view: Dataset, attributes: tuple[str, ...], bins: Bins) -> Dataset:
             sizes[a] = view.domain.size(a)
         cols.append(col)
     return Dataset(np.stack(cols, axis=1) if cols else np.zeros((view.n, 0), np.int64), Domain.from_sizes(sizes))
+
+
+def _bin_map(size: int, fine: np.ndarray | None, coarse: np.ndarray | None) -> np.ndarray | None:
+    """For one attribute: the coarse bin of each fine bin (identity maps where None), or None when some fine bin
+    straddles two coarse ones."""
+    fine = np.arange(size) if fine is None else np.asarray(fine)
+    coarse = np.arange(size) if coarse is None else np.asarray(coarse)
+    out = np.full(int(fine.max()) + 1, -1)
+    out[fine] = coarse
+    if np.any(out < 0) or np.any(out[fine] != coarse):
+        return None
+    return out
 
 
 class VerticalOracle:
@@ -89,6 +116,7 @@ class VerticalOracle:
         self.domain: Domain = dom
         self._party = {p: CentralOracle(v, ledger) for p, v in self.views.items()}   # the central code, per party
         self.answered: list[Measurement] = []     # cross-party answers (public once released): select scores by them
+        self.party_cpu = {p: 0.0 for p in partition.names}   # CPU s of each party's own steps (not the protocol's)
 
     # -- routing ----------------------------------------------------------------------------------
     def parties_of(self, attributes: Sequence[str]) -> list[str]:
@@ -111,7 +139,11 @@ class VerticalOracle:
         attributes = tuple(self.domain.check(attributes))
         parties = self.parties_of(attributes)
         if len(parties) == 1:   # at its party, with the central oracle's code and the party's stream
-            return self._party[parties[0]].measure(attributes, pay, self.rngs[parties[0]], sigma, bins)
+            c0 = time.process_time()
+            try:
+                return self._party[parties[0]].measure(attributes, pay, self.rngs[parties[0]], sigma, bins)
+            finally:
+                self.party_cpu[parties[0]] += time.process_time() - c0
         return self.measure_cross(attributes, pay, sigma, bins)
 
     def measure_cross(self, attributes: Sequence[str], pay: Pay, sigma: float | None = None,
@@ -134,7 +166,12 @@ class VerticalOracle:
         p, q = parties
         left = tuple(a for a in attributes if self.owner[a] == p)
         right = tuple(a for a in attributes if self.owner[a] == q)
-        views = {p: _coarsen(self.views[p], left, bins), q: _coarsen(self.views[q], right, bins)}
+        c0 = time.process_time()
+        views = {p: _coarsen(self.views[p], left, bins)}
+        c1 = time.process_time()
+        views[q] = _coarsen(self.views[q], right, bins)
+        self.party_cpu[p] += c1 - c0
+        self.party_cpu[q] += time.process_time() - c1
         rho = 1.0 / (2.0 * sigma * sigma)
         _spend(pay, self.ledger, rho, f"measure {list(attributes)} across {p} and {q}")
         [(got, table, variance)] = self.cross_measure.answer(views, [(left, right)], sigma, self.ledger.noise,
@@ -161,21 +198,23 @@ class VerticalOracle:
         for m in self.answered:
             if not set(cand) <= set(m.attributes):
                 continue
-            mb = {a: np.asarray(b) for a, b in (m.bins or {}).items()}
-            cb = {a: np.asarray(b) for a, b in (bins or {}).items()}
-            if set(mb) & set(cand) != set(cb) or any(not np.array_equal(mb[a], cb[a]) for a in cb):
-                continue
+            maps = [_bin_map(self.domain.size(a), (bins or {}).get(a), (m.bins or {}).get(a)) for a in cand]
+            if any(x is None for x in maps):
+                continue   # the answer's bins are not a coarsening of the candidate's
             drop = tuple(i for i, a in enumerate(m.attributes) if a not in cand)
             kept = [a for a in m.attributes if a in cand]
             y = np.transpose(m.values.sum(axis=drop), [kept.index(a) for a in cand])
             summed = int(np.prod([m.values.shape[i] for i in drop]))
             std = m.std * math.sqrt(summed)
-            if best is None or std < best[1]:
-                best = (y, std)
+            if best is None or (std, y.size) < (best[1], best[0].size):
+                best = (y, std, maps)
         if best is None:
             return None
-        y, std = best
-        r = y - np.asarray(estimate, float).reshape(y.shape)
+        y, std, maps = best
+        e = np.asarray(estimate, float).reshape(tuple(len(mp) for mp in maps))
+        for axis, mp in enumerate(maps):   # the estimate on the answer's (coarser) bins
+            e = bin_sum(e, axis, mp)
+        r = y - e
         v = std * std
         if r.ndim == 2:
             r = r - r.mean(axis=0, keepdims=True) - r.mean(axis=1, keepdims=True) + r.mean()
@@ -234,10 +273,12 @@ class VerticalOracle:
     def _scores(self, party: str, idx: list[int], candidates: Sequence[tuple[str, ...]],
                 estimates: Sequence[np.ndarray], w: np.ndarray, off: np.ndarray, bins: list[Bins]) -> np.ndarray:
         """AIM's/MST's scores w (‖x − e‖₁ − offset) of one party's candidates, from its own columns."""
+        c0 = time.process_time()
         o = self._party[party]
         exact = [o.exact(tuple(candidates[i]), bins[i]) for i in idx]
         errors = np.array([np.abs(x - np.asarray(estimates[i], float).reshape(x.shape)).sum()
                            for x, i in zip(exact, idx)])
+        self.party_cpu[party] += time.process_time() - c0
         return w[idx] * (errors - off[idx])
 
     def _em(self, party: str, scores: np.ndarray, w: np.ndarray, epsilon: float) -> int:

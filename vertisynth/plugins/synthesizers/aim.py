@@ -34,9 +34,10 @@ from vertisynth.plugins.synthesizers.fitted import FittedGraphicalModel
 from vertisynth.pgm import estimate
 from vertisynth.pgm.graph import min_fill_cliques
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle, ZCDPFilter
-from vertisynth.vertical import VerticalConfig
+from vertisynth.vertical import VerticalConfig, coarse_bins
 
 STAGE = "synthesizer"
+PROBE = 0.15   # vertical: the share of the rounds' ρ that measures every cross-party pair once
 CELL_BYTES = 8  # the model-size cap counts float64 cells, as the paper's megabytes do
 
 
@@ -205,8 +206,11 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
         pending: dict[tuple[str, ...], object] = {}
         if probe:   # every cross-party pair once, from the filter: what selection scores them by; a probe joins
             # estimation when its pair is chosen (all of them at once would make the model's graph dense)
-            sigma_p = math.sqrt(len(probe) / (2 * c.vertical.probe * filt.total))
-            pending = {r: oracle.measure(r, filt, rng, sigma_p) for r in probe}
+            share = c.vertical.probe if c.vertical.probe is not None else PROBE
+            sigma_p = math.sqrt(len(probe) / (2 * share * filt.total))
+            coarse = {m.attributes[0]: b for m in meas if (b := coarse_bins(m.values, c.vertical.probe_bins)) is not None}
+            pending = {r: oracle.measure(r, filt, rng, sigma_p, bins={a: coarse[a] for a in r if a in coarse} or None)
+                       for r in probe}
         res = estimate(dom, meas, iters=c.iters, max_cells=limit_cells)
         rho_init = self._rho - filt.total
         sigma = self._sigma0
@@ -246,6 +250,8 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
             meas.append(m)
             if r in pending:
                 meas.append(pending.pop(r))
+            fits = [q for q in pending if res.model.tree.clique_for(q) is not None]
+            meas += [pending.pop(q) for q in fits]   # probes inside the model's cliques: information at no new clique
             res = estimate(dom, meas, iters=c.iters, max_cells=float("inf"), phi0=res.phi, step=res.step)
             t_fit += time.perf_counter() - tf
             rounds += 1

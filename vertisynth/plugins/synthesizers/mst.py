@@ -31,9 +31,10 @@ from vertisynth.plugins.synthesizers.fitted import FittedGraphicalModel
 from vertisynth.pgm import Measurement, estimate
 from vertisynth.pgm.estimation import bin_query
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle
-from vertisynth.vertical import VerticalConfig
+from vertisynth.vertical import VerticalConfig, coarse_bins
 
 STAGE = "synthesizer"
+PROBE = 0.6   # vertical: the share of the selection third that measures every cross-party pair once
 
 
 @attrs.frozen
@@ -82,7 +83,7 @@ class MSTSynthesizer(FittedGraphicalModel, Synthesizer):
                 raise ConfigError("mst: params.vertical runs across parties, and this run has one party; drop the "
                                   "vertical table or list two [[parties]] or more")
             self._cross = [p for p in itertools.combinations(ctx.domain.attributes, 2) if owner[p[0]] != owner[p[1]]]
-        probe = v.probe if v is not None else 0.0
+        probe = (PROBE if v.probe is None else v.probe) if v is not None else 0.0
         # kept: fit spends these very charges, in order
         self._charges = {
             "gaussian_1way": [Charge(STAGE, "gaussian_1way", ZCDP(rho / (3 * d))) for _ in range(d)],
@@ -107,7 +108,15 @@ class MSTSynthesizer(FittedGraphicalModel, Synthesizer):
         t0 = time.perf_counter()
         one = [oracle.measure((a,), ch, rng) for a, ch in zip(dom.attributes, self._charges["gaussian_1way"])]
         bins = {m.attributes[0]: b for m in one if c.compress and (b := rare_bins(m)) is not None}
-        probes = [oracle.measure(p, ch, rng, bins={a: bins[a] for a in p if a in bins} or None)
+        coarse = {}
+        if self._cross:   # probes on at most probe_bins bins per attribute (a coarsening of the compressed domain)
+            for m in one:
+                a = m.attributes[0]
+                b = coarse_bins(bin_query(m.values, (a,), {a: bins[a]} if a in bins else None),
+                                c.vertical.probe_bins, bins.get(a))
+                if b is not None or a in bins:
+                    coarse[a] = b if b is not None else bins[a]
+        probes = [oracle.measure(p, ch, rng, bins={a: coarse[a] for a in p if a in coarse} or None)
                   for p, ch in zip(self._cross, self._charges.get("cross_probe", []))]
         t1 = time.perf_counter()
         pairs = self.select(oracle, one, bins, rng)
