@@ -29,7 +29,7 @@ import numpy as np
 from vertisynth.core.capabilities import CrossPartyMeasure
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.domain import Domain
-from vertisynth.core.errors import ConfigError
+from vertisynth.core.errors import BudgetError, ConfigError
 from vertisynth.core.mechanisms import exponential_noise, gaussian_sigma
 from vertisynth.core.noise import discrete_gaussian
 from vertisynth.core.privacy import Charge, PrivacyLedger
@@ -83,6 +83,16 @@ def _bin_map(size: int, fine: np.ndarray | None, coarse: np.ndarray | None) -> n
     if np.any(out < 0) or np.any(out[fine] != coarse):
         return None
     return out
+
+
+def _union(a: Dataset, b: Dataset) -> Dataset:
+    """One party's columns of two queries side by side (a column in both must be coarsened alike)."""
+    extra = [x for x in b.domain.attributes if x not in a.domain.attributes]
+    for x in b.domain.attributes:
+        if x in a.domain.attributes and (a.domain.size(x) != b.domain.size(x) or
+                                         not np.array_equal(a.column(x), b.column(x))):
+            raise ConfigError(f"measure_many: attribute {x!r} is asked on two different binnings in one stage")
+    return a.hstack(b.project(extra)) if extra else a
 
 
 class VerticalOracle:
@@ -146,9 +156,41 @@ class VerticalOracle:
                 self.party_cpu[parties[0]] += time.process_time() - c0
         return self.measure_cross(attributes, pay, sigma, bins)
 
+    def measure_many(self, queries: Sequence[Sequence[str]], pays: Sequence[Pay], rng: np.random.Generator,
+                     sigma: float | None = None, bins: Sequence[Bins] | None = None) -> list[Measurement]:
+        """`measure` for each query, in order; the cross-party ones as one protocol stage (one run per pair of
+        parties and encrypting side, so a row is encrypted once for all of them). All checked before any spend."""
+        bins = list(bins) if bins is not None else [None] * len(queries)
+        if not len(queries) == len(pays) == len(bins):
+            raise ConfigError("measure_many: needs one payment and one bins entry per query")
+        routes = [self.parties_of(q) for q in queries]
+        cross = [i for i, r in enumerate(routes) if len(r) == 2]
+        prepared = [self._prepare_cross(queries[i], pays[i], sigma, bins[i]) for i in cross]
+        out: dict[int, Measurement] = {}
+        for i, r in enumerate(routes):
+            if len(r) == 1:
+                out[i] = self.measure(queries[i], pays[i], rng, sigma, bins[i])
+        by_sigma: dict[float, list[int]] = {}
+        for k, (_, _, s, _) in enumerate(prepared):
+            by_sigma.setdefault(s, []).append(k)
+        stages = {s: self._stage_views([prepared[k] for k in ks]) for s, ks in by_sigma.items()}   # checked first
+        for i, (attrs_, parties, s, _) in zip(cross, prepared):
+            _spend(pays[i], self.ledger, 1.0 / (2.0 * s * s), f"measure {list(attrs_)} across {' and '.join(parties)}")
+        for s, ks in by_sigma.items():
+            for k, m in zip(ks, self._answer([prepared[k] for k in ks], s, [bins[cross[k]] for k in ks], stages[s])):
+                out[cross[k]] = m
+        return [out[i] for i in range(len(queries))]
+
     def measure_cross(self, attributes: Sequence[str], pay: Pay, sigma: float | None = None,
                       bins: Bins = None) -> Measurement:
         """A marginal over exactly two parties, through the cross-party measure (refused otherwise, unspent)."""
+        attributes, parties, sigma, views = self._prepare_cross(attributes, pay, sigma, bins)
+        _spend(pay, self.ledger, 1.0 / (2.0 * sigma * sigma),
+               f"measure {list(attributes)} across {parties[0]} and {parties[1]}")
+        return self._answer([(attributes, parties, sigma, views)], sigma, [bins], views)[0]
+
+    def _prepare_cross(self, attributes: Sequence[str], pay: Pay, sigma: float | None, bins: Bins):
+        """Checks (nothing spent) and each party's coarsened columns: (attributes, parties, σ, views)."""
         attributes = tuple(self.domain.check(attributes))
         parties = self.parties_of(attributes)
         if len(parties) != 2:
@@ -163,6 +205,9 @@ class VerticalOracle:
         if bins and not set(bins) <= set(attributes):
             raise ConfigError(f"measure {list(attributes)}: bins given for attributes not measured")
         Measurement(attributes, np.zeros(1), 1.0, bins)   # checks the bins before anything is spent
+        if isinstance(pay, Charge) and not np.isclose(pay.cost.rho, 1.0 / (2.0 * sigma * sigma), rtol=1e-12, atol=0):
+            raise BudgetError(f"measure {list(attributes)}: the charge's ρ={pay.cost.rho:.6g} is not what this "
+                              f"answer costs (ρ={1.0 / (2.0 * sigma * sigma):.6g})")
         p, q = parties
         left = tuple(a for a in attributes if self.owner[a] == p)
         right = tuple(a for a in attributes if self.owner[a] == q)
@@ -172,21 +217,38 @@ class VerticalOracle:
         views[q] = _coarsen(self.views[q], right, bins)
         self.party_cpu[p] += c1 - c0
         self.party_cpu[q] += time.process_time() - c1
-        rho = 1.0 / (2.0 * sigma * sigma)
-        _spend(pay, self.ledger, rho, f"measure {list(attributes)} across {p} and {q}")
-        [(got, table, variance)] = self.cross_measure.answer(views, [(left, right)], sigma, self.ledger.noise,
-                                                       {p: self.rngs[p], q: self.rngs[q]})
-        got = tuple(got)
-        if sorted(got) != sorted(attributes) or not variance > 0:
-            raise ConfigError(f"{self.measure_name}: answered {list(got)} (variance {variance}) for {list(attributes)}")
-        table = np.transpose(np.asarray(table, float), [got.index(a) for a in attributes])
-        m = Measurement(attributes, table, math.sqrt(variance), bins)
-        self.answered.append(m)
-        self.ledger.cross_party.append({
-            "attributes": list(attributes), "parties": [p, q], "measure": self.measure_name,
-            "trust": self.cross_measure.trust, "rho": rho, "released_variance": float(variance),
-            **({"binned": sorted(bins)} if bins else {})})
-        return m
+        return attributes, parties, sigma, views
+
+    @staticmethod
+    def _stage_views(prepared: list) -> dict[str, Dataset]:
+        """A party taking part in several queries of a stage brings one table of their (coarsened) columns."""
+        views: dict[str, Dataset] = {}
+        for _, _, _, v in prepared:
+            for party, d in v.items():
+                views[party] = d if party not in views else _union(views[party], d)
+        return views
+
+    def _answer(self, prepared: list, sigma: float, bins: list[Bins], views: dict[str, Dataset]) -> list[Measurement]:
+        """One call of the cross-party measure for prepared (already paid) queries of one σ."""
+        queries = [(tuple(v[ps[0]].domain.attributes), tuple(v[ps[1]].domain.attributes))
+                   for _, ps, _, v in prepared]
+        answers = self.cross_measure.answer(views, queries, sigma, self.ledger.noise,
+                                            {p: self.rngs[p] for p in views})
+        out = []
+        for (attributes, (p, q), _, _), b, (got, table, variance) in zip(prepared, bins, answers):
+            got = tuple(got)
+            if sorted(got) != sorted(attributes) or not variance > 0:
+                raise ConfigError(f"{self.measure_name}: answered {list(got)} (variance {variance}) for "
+                                  f"{list(attributes)}")
+            table = np.transpose(np.asarray(table, float), [got.index(a) for a in attributes])
+            m = Measurement(attributes, table, math.sqrt(variance), b)
+            self.answered.append(m)
+            self.ledger.cross_party.append({
+                "attributes": list(attributes), "parties": [p, q], "measure": self.measure_name,
+                "trust": self.cross_measure.trust, "rho": 1.0 / (2.0 * sigma * sigma),
+                "released_variance": float(variance), **({"binned": sorted(b)} if b else {})})
+            out.append(m)
+        return out
 
     # -- select -----------------------------------------------------------------------------------
     def _noisy_score(self, cand: tuple[str, ...], bins: Bins, estimate: np.ndarray) -> float | None:

@@ -116,13 +116,13 @@ class MSTSynthesizer(FittedGraphicalModel, Synthesizer):
                                 c.vertical.probe_bins, bins.get(a))
                 if b is not None or a in bins:
                     coarse[a] = b if b is not None else bins[a]
-        probes = [oracle.measure(p, ch, rng, bins={a: coarse[a] for a in p if a in coarse} or None)
-                  for p, ch in zip(self._cross, self._charges.get("cross_probe", []))]
+        probes = oracle.measure_many(self._cross, self._charges.get("cross_probe", []), rng, None,
+                                     [{a: coarse[a] for a in p if a in coarse} or None for p in self._cross])
         t1 = time.perf_counter()
         pairs = self.select(oracle, one, bins, rng)
         t2 = time.perf_counter()
-        two = [oracle.measure(p, ch, rng, bins={a: bins[a] for a in p if a in bins} or None)
-               for p, ch in zip(pairs, self._charges["gaussian_2way"])]
+        two = oracle.measure_many(pairs, self._charges["gaussian_2way"], rng, None,
+                                  [{a: bins[a] for a in p if a in bins} or None for p in pairs])
         # a probe joins estimation where its pair was chosen (all of them would make the model's graph dense)
         res = estimate(dom, one + [m for m in probes if m.attributes in pairs] + two, iters=c.iters,
                        max_cells=float("inf"))
