@@ -100,3 +100,31 @@ def test_vertical_twin_audit_slow(name, cls, config_cls, params):
     check_privacy_audit(Subject("synthesizer", f"{name} (vertical)", cls, config_cls, params, domain=three,
                                 parties=(("a0",), ("a1", "a2")), measure=_vertical_release,
                                 audit_samples=2000, audit_pairs=1))
+
+
+@pytest.mark.parametrize("cls, config_cls, params", [
+    (AIMSynthesizer, AIMConfig, {"iters": 30, "rounds": 6, "vertical": HE}),
+    (MSTSynthesizer, MSTConfig, {"iters": 30, "vertical": HE}),
+])
+def test_a_vertical_twin_runs_on_secure_noise(cls, config_cls, params):
+    """Secure noise everywhere: OpenDP's discrete Gaussian at the parties and in the cross-party answers, the
+    CSPRNG's Gumbel for the exponential mechanism, OpenDP's Gaussian for the parties' noisy best scores."""
+    from vertisynth.core.dataset import Dataset, VerticalPartition
+    from vertisynth.core.domain import Domain
+    from vertisynth.core.interfaces import PlanContext, VerticalData
+    from vertisynth.core.privacy import Budget, PrivacyLedger
+    from vertisynth.core.structuring import structure
+
+    dom = Domain(("a", "b", "c", "d"), (3, 2, 4, 2))
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 3, 3000)
+    data = Dataset(np.column_stack([a, (a > 0) ^ (rng.random(3000) < 0.1), (a + rng.integers(0, 2, 3000)) % 4,
+                                    rng.integers(0, 2, 3000)]), dom)
+    part = VerticalPartition.from_lists([["a", "d"], ["b", "c"]]).validate(dom)
+    syn = cls(structure(params, config_cls, "params"))
+    budget = Budget(2.0, 1e-6)
+    ledger = PrivacyLedger(budget, noise="secure")
+    ledger.plan(syn.plan(PlanContext(dom, part, budget)))
+    _vertical_release(syn, VerticalData(part, part.views(data)), ledger, np.random.default_rng(1))
+    assert ledger.unspent() == [] and ledger.cross_party
+    assert syn.sample(500, np.random.default_rng(2)).n == 500
