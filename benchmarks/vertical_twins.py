@@ -43,7 +43,7 @@ def main() -> int:
     datasets = QUICK if args.quick else args.datasets
 
     from vertisynth.core.capabilities import CrossPartyMeasure
-    from vertisynth.core.dataset import Dataset, VerticalPartition
+    from vertisynth.core.dataset import Dataset
     from vertisynth.core.interfaces import PlanContext
     from vertisynth.core.privacy import Budget, PrivacyLedger
     from vertisynth.core.registry import default_registry

@@ -208,9 +208,10 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
             # estimation when its pair is chosen (all of them at once would make the model's graph dense)
             share = c.vertical.probe if c.vertical.probe is not None else PROBE
             sigma_p = math.sqrt(len(probe) / (2 * share * filt.total))
-            coarse = {m.attributes[0]: b for m in meas if (b := coarse_bins(m.values, c.vertical.probe_bins)) is not None}
-            pending = dict(zip(probe, oracle.measure_many(
-                probe, [filt] * len(probe), rng, sigma_p, [{a: coarse[a] for a in r if a in coarse} or None for r in probe])))
+            coarse = {m.attributes[0]: b for m in meas
+                      if (b := coarse_bins(m.values, c.vertical.probe_bins)) is not None}
+            on = [{a: coarse[a] for a in r if a in coarse} or None for r in probe]
+            pending = dict(zip(probe, oracle.measure_many(probe, [filt] * len(probe), rng, sigma_p, on)))
         res = estimate(dom, meas, iters=c.iters, max_cells=limit_cells)
         rho_init = self._rho - filt.total
         sigma = self._sigma0

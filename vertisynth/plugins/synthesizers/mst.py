@@ -12,7 +12,8 @@ engine's binned measurements (the model keeps the full domain; within a rare bin
 measurement, where the paper samples rare values uniformly). Every question goes through a MarginalOracle.
 With `vertical = { measure = "he", trust = "none" }` the oracle is a vertical one (vertisynth/vertical) and the
 selection third is split: `probe` of it measures every cross-party pair once on the compressed domains (what the
-selection scores cross-party pairs by; estimation uses those of the chosen pairs), the rest pays the d−1 rounds (docs/vertical.md).
+selection scores cross-party pairs by; estimation uses those of the chosen pairs), the rest pays the d−1 rounds
+(docs/vertical.md).
 """
 from __future__ import annotations
 

@@ -375,7 +375,7 @@ class HEEncoder(Encoder):
                 raise DomainError(f"he: no party's view holds attribute {a!r}")
         secure = noise == "secure"
         if secure and self.test_sources is not None:
-            raise ConfigError("he: fixed test noise sources are for simulation noise only; this ledger runs secure noise")
+            raise ConfigError("he: fixed test noise sources are for simulation noise only; this run has secure noise")
         if c.crypto == "real":
             paillier.require()
             self.randomness = getattr(self, "randomness", None) or paillier.resolve(c.randomness)
