@@ -15,11 +15,12 @@ ALLOWED: dict[str, set[str]] = {
     "core": set(),
     "pgm": {"core"},
     "testing": {"core"},                       # the kit a plugin author runs: the kernel only
-    "plugins": {"core", "pgm"},
-    "run": {"core", "pgm", "plugins"},
-    "deploy": {"core", "pgm", "plugins", "run"},
-    "collab": {"core", "pgm", "plugins", "run"},
-    "study": {"core", "pgm", "plugins", "run"},
+    "vertical": {"core", "pgm"},              # the measurement protocol: oracles across parties
+    "plugins": {"core", "pgm", "vertical"},
+    "run": {"core", "pgm", "vertical", "plugins"},
+    "deploy": {"core", "pgm", "vertical", "plugins", "run"},
+    "collab": {"core", "pgm", "vertical", "plugins", "run"},
+    "study": {"core", "pgm", "vertical", "plugins", "run"},
     "cli": {"core", "run"},                     # the parts add their commands through the registry
     "api": {"core", "run"},
     "__init__": {"core", "api"},              # the package root: hookimpl, and synthesize() from the api

@@ -254,6 +254,19 @@ class CrossPartyMeasure(Protocol):
 
 
 @runtime_checkable
+class FitsOnOracle(Protocol):
+    """A synthesizer whose every data access is a marginal-oracle call (`vertisynth.pgm.oracle.MarginalOracle`), so
+    it runs centrally or across parties unchanged: the pipeline builds the oracle (the central one on the joined
+    table, or a vertical one when `vertical_request` says so) and calls `fit_oracle` instead of `fit`."""
+
+    def fit_oracle(self, oracle: Any, rng: np.random.Generator) -> None: ...
+
+    def vertical_request(self) -> Any:
+        """The synthesizer's `vertical` table (`vertisynth.vertical.VerticalConfig`: measure, trust, its params), or
+        None for a central run."""
+
+
+@runtime_checkable
 class CostEstimate(Protocol):
     """A component that can say before a run what it will cost each party (`vertisynth validate` prints it):
     {party: {"ciphertexts": ..., "bytes": ..., "cpu_s": ...}} for `n` rows."""

@@ -325,6 +325,9 @@ class PrivacyLedger:
     # `sample` fill copies real records), every later charge costs what it costs for a group that size.
     group_size: int = 1
     noise: str = attrs.field(default="simulation", kw_only=True)
+    # marginals a vertical oracle measured across parties (attributes, parties, measure, trust, variance): the
+    # charges are the synthesizer's plan; this says which of its answers crossed parties and under which trust
+    cross_party: list[dict[str, Any]] = attrs.field(factory=list, kw_only=True)
 
     @noise.validator
     def _noise_ok(self, _attr: Any, value: str) -> None:
@@ -424,4 +427,7 @@ class PrivacyLedger:
             },
             "charges": [c.to_dict() for c in self.spent],
             "planned_but_unspent": [c.to_dict() for c in self.unspent()],
+            **({"cross_party": {"queries": len(self.cross_party),
+                                "through": sorted({f"{q['measure']} (trust = {q['trust']})" for q in self.cross_party}),
+                                "answers": self.cross_party}} if self.cross_party else {}),
         }

@@ -78,6 +78,10 @@ class MarginalOracle(Protocol):
     def measure(self, attributes: Sequence[str], pay: Pay, rng: np.random.Generator,
                 sigma: float | None = None, bins: Bins = None) -> Measurement: ...
 
+    def measure_many(self, queries: Sequence[Sequence[str]], pays: Sequence[Pay], rng: np.random.Generator,
+                     sigma: float | None = None, bins: Sequence[Bins] | None = None) -> list[Measurement]:
+        """`measure` for each query, in order (a vertical oracle runs the cross-party ones as one protocol stage)."""
+
     def select(self, candidates: Sequence[tuple[str, ...]], estimates: Sequence[np.ndarray],
                weights: Sequence[float], offsets: Sequence[float], epsilon: float, pay: Pay,
                rng: np.random.Generator, bins: Sequence[Bins] | None = None) -> int: ...
@@ -122,6 +126,10 @@ class CentralOracle:
         self.ledger = ledger
         self._counts: dict[tuple[str, ...], np.ndarray] = {}
 
+    def exact(self, attributes: tuple[str, ...], bins: Bins = None) -> np.ndarray:
+        """The true counts (on `bins` where given): what the data's holder scores candidates by."""
+        return self._exact(tuple(attributes), bins)
+
     def _exact(self, attributes: tuple[str, ...], bins: Bins = None) -> np.ndarray:
         if attributes not in self._counts:
             self._counts[attributes] = self.table.counts(attributes).values.astype(float)
@@ -147,6 +155,13 @@ class CentralOracle:
         else:
             noisy = x + rng.normal(0.0, sigma, size=x.shape)
         return Measurement(attributes, noisy, sigma, bins)
+
+    def measure_many(self, queries: Sequence[Sequence[str]], pays: Sequence[Pay], rng: np.random.Generator,
+                     sigma: float | None = None, bins: Sequence[Bins] | None = None) -> list[Measurement]:
+        bins = list(bins) if bins is not None else [None] * len(queries)
+        if not len(queries) == len(pays) == len(bins):
+            raise ConfigError("measure_many: needs one payment and one bins entry per query")
+        return [self.measure(q, p, rng, sigma, b) for q, p, b in zip(queries, pays, bins)]
 
     def select(self, candidates: Sequence[tuple[str, ...]], estimates: Sequence[np.ndarray],
                weights: Sequence[float], offsets: Sequence[float], epsilon: float, pay: Pay,

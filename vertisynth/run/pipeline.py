@@ -18,7 +18,8 @@ import attrs
 import numpy as np
 import pandas as pd
 
-from vertisynth.core.capabilities import (AlignsRows, EstimatesMemory, EvaluatesCounts, HasGraphicalModel,
+from vertisynth.core.capabilities import (AlignsRows, CrossPartyMeasure, EstimatesMemory, EvaluatesCounts, FitsOnOracle,
+                                          HasGraphicalModel,
                                           PartyServerSplit, ReportsReferencePoints, StepsInChunks, wants_raw_values)
 from vertisynth.core.chunks import ChunkedCounts
 from vertisynth.core.dataset import Dataset, VerticalPartition
@@ -32,6 +33,7 @@ from vertisynth.core.registry import Registry, default_registry
 from vertisynth.core.specs import ComponentSpec
 from vertisynth.core.structuring import CONVERTER, structure
 from vertisynth.pgm.model import HYPERGEOMETRIC_MAX
+from vertisynth.vertical import VerticalOracle, party_streams
 
 from .config import RunConfig, noise_for, uses_user_data
 from .console import progress_bar
@@ -80,6 +82,7 @@ class Plan:
     ledger: PrivacyLedger
     dataset_name: str
     registry: Registry
+    measure: Component | None = None   # the cross-party measure of a vertical oracle run (params.vertical)
 
     def who(self) -> str:
         """Who holds the data, for the CLI's first line."""
@@ -215,7 +218,35 @@ def make_plan(config: RunConfig, registry: Registry | None = None, data_dir: str
             check_evaluator(comp, charges, config)
         ledger.plan(charges)
     ledger.check_plan()
-    return Plan(config, source, partition, aligner, synth, evals, ledger, config.dataset.name, registry)
+    measure = cross_party_measure(registry, synth, partition)
+    if measure is not None and config.stream:
+        raise ConfigError("synthesizer.params.vertical: a vertical oracle run reads whole party tables; "
+                          "set stream = false")
+    return Plan(config, source, partition, aligner, synth, evals, ledger, config.dataset.name, registry, measure)
+
+
+def cross_party_measure(registry: Registry, synth: Component, partition: VerticalPartition) -> Component | None:
+    """The cross-party measure a synthesizer's `vertical` table names (from the registry's encoders), checked to
+    offer the trust asked for; None for a central run."""
+    if not isinstance(synth.instance, FitsOnOracle) or (req := synth.instance.vertical_request()) is None:
+        return None
+    where = "synthesizer.params.vertical"
+    if len(partition) < 2:
+        raise ConfigError(f"{where}: a vertical run needs two parties or more; this run has one")
+    if req.measure not in registry.names("encoder"):
+        raise ConfigError(f"{where}: unknown measure {req.measure!r}; encoders: {sorted(registry.names('encoder'))}")
+    cls = registry.get("encoder", req.measure).load_config_cls()
+    params = dict(req.params)
+    if cls is not None and "trust" in attrs.fields_dict(cls) and "trust" not in params:
+        params["trust"] = req.trust   # a measure with several trust modes picks its mode from the table
+    comp = build_component(registry, "encoder", req.measure, params, where)
+    if not isinstance(comp.instance, CrossPartyMeasure):
+        raise ConfigError(f"{where}: encoder {req.measure!r} cannot answer cross-party queries (it is not a "
+                          "CrossPartyMeasure); e.g. measure = \"he\"")
+    if comp.instance.trust != req.trust:
+        raise ConfigError(f"{where}: measure {req.measure!r} offers trust = {comp.instance.trust!r}, "
+                          f"not {req.trust!r}")
+    return comp
 
 
 @contextlib.contextmanager
@@ -386,7 +417,13 @@ def _execute(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.Generator]
             alignment = Alignment(views, align_info, {p: m[keep] for p, m in alignment.filled.items()})
     data = VerticalData(plan.partition, views)
     with _timed(timings, "fit", bar):
-        plan.synthesizer.instance.fit(data, plan.ledger, streams["fit"])
+        if plan.measure is not None:   # the synthesizer asks; the parties answer (vertisynth/vertical)
+            oracle = VerticalOracle(data.views, plan.partition, plan.measure.instance, plan.ledger,
+                                    party_streams(streams["fit"], plan.partition.names), plan.measure.spec.name,
+                                    plan.synthesizer.instance.vertical_request().group_share)
+            plan.synthesizer.instance.fit_oracle(oracle, streams["fit"])
+        else:
+            plan.synthesizer.instance.fit(data, plan.ledger, streams["fit"])
     block_rows = block_rows_of(cfg)   # sampled and decoded in the blocks a streamed run writes: the same table
     with _timed(timings, "sample", bar):
         synthetic = sample_table(plan.synthesizer.instance, cfg.sample_size, streams["sample"], block_rows,

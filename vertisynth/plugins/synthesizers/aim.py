@@ -10,7 +10,11 @@ zCDP throughout, ρ from the plan. T = `rounds` (default 16·d), α = `alpha` (0
     ε doubles (annealing); when less than two rounds' cost is left, the last round spends all of it;
   * the engine re-fits after each round (warm-started from the previous fit) and samples n̂ records.
 The workload is every `degree`-way marginal (default 3) with weight 1, or the marginals listed in `workload`.
-Every question goes through a MarginalOracle (central here), so a vertical oracle can answer the same rounds.
+Every question goes through a MarginalOracle. With `vertical = { measure = "he", trust = "none" }` the run's oracle
+is a vertical one (vertisynth/vertical): the same charges, and two deviations (docs/vertical.md): every cross-party
+pair of the candidates is measured once first (`probe` of the rounds' ρ; estimation uses a pair's once chosen), so the
+selection can score cross-party candidates on released answers; cross-party candidates of three or more attributes
+are left out (no released answer holds them).
 """
 from __future__ import annotations
 
@@ -30,8 +34,10 @@ from vertisynth.plugins.synthesizers.fitted import FittedGraphicalModel
 from vertisynth.pgm import estimate
 from vertisynth.pgm.graph import min_fill_cliques
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle, ZCDPFilter
+from vertisynth.vertical import VerticalConfig, coarse_bins
 
 STAGE = "synthesizer"
+PROBE = 0.15   # vertical: the share of the rounds' ρ that measures every cross-party pair once
 CELL_BYTES = 8  # the model-size cap counts float64 cells, as the paper's megabytes do
 
 
@@ -44,6 +50,7 @@ class AIMConfig:
     max_model_mb: float = 80.0
     iters: int = 1000                # mirror-descent steps per fit (early stop on a flat loss)
     sampling: str = "round"          # round (mbi's default) | sample
+    vertical: VerticalConfig | None = None   # run across parties (docs/vertical.md); None: central
 
     def __attrs_post_init__(self) -> None:
         if self.degree < 1:
@@ -159,6 +166,10 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
         if d < 1:
             raise ConfigError("aim needs at least one attribute")
         self._domain = dom
+        self._owner = {a: p.name for p in ctx.partition for a in p.attributes}
+        if self.config.vertical is not None and len(ctx.partition) < 2:
+            raise ConfigError("aim: params.vertical runs across parties, and this run has one party; drop the "
+                              "vertical table or list two [[parties]] or more")
         self._workload = workload_of(dom, self.config.degree, self.config.workload)
         self._rho = ctx.rho
         self._T = self.config.rounds or 16 * d
@@ -173,19 +184,35 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
     def fit(self, data: VerticalData, ledger: PrivacyLedger, rng: np.random.Generator) -> None:
         self.fit_oracle(CentralOracle(data.joined().project(self._domain.attributes), ledger), rng)
 
+    def vertical_request(self) -> VerticalConfig | None:
+        return self.config.vertical
+
     def fit_oracle(self, oracle: MarginalOracle, rng: np.random.Generator) -> None:
         """AIM's rounds, every data access through `oracle` (which holds the ledger)."""
         c = self.config
         dom = self._domain
         t0 = time.perf_counter()
         cands = candidates_of(self._workload)
+        parties = lambda r: len({self._owner[a] for a in r})  # noqa: E731
+        if c.vertical is not None:   # no released answer holds a cross-party triple: left out (docs/vertical.md)
+            cands = {r: w for r, w in cands.items() if parties(r) == 1 or len(r) == 2}
         names = list(cands)
         weight = np.array([cands[r] for r in names])
         cells = np.array([dom.project(r).size() for r in names], dtype=float)
         limit_cells = c.max_model_mb * 2**20 / CELL_BYTES
         meas = [oracle.measure((a,), ch, rng) for a, ch in zip(dom.attributes, self._charges["gaussian_1way"])]
-        res = estimate(dom, meas, iters=c.iters, max_cells=limit_cells)
         filt = ZCDPFilter(self._charges["rounds"], oracle.ledger)
+        probe = [r for r in names if len(r) == 2 and parties(r) == 2] if c.vertical is not None else []
+        pending: dict[tuple[str, ...], object] = {}
+        if probe:   # every cross-party pair once, from the filter: what selection scores them by; a probe joins
+            # estimation when its pair is chosen (all of them at once would make the model's graph dense)
+            share = c.vertical.probe if c.vertical.probe is not None else PROBE
+            sigma_p = math.sqrt(len(probe) / (2 * share * filt.total))
+            coarse = {m.attributes[0]: b for m in meas
+                      if (b := coarse_bins(m.values, c.vertical.probe_bins)) is not None}
+            on = [{a: coarse[a] for a in r if a in coarse} or None for r in probe]
+            pending = dict(zip(probe, oracle.measure_many(probe, [filt] * len(probe), rng, sigma_p, on)))
+        res = estimate(dom, meas, iters=c.iters, max_cells=limit_cells)
         rho_init = self._rho - filt.total
         sigma = self._sigma0
         eps = math.sqrt(8 * (1 - c.alpha) * self._rho / self._T)
@@ -222,6 +249,10 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
             t_select += time.perf_counter() - ts
             tf = time.perf_counter()
             meas.append(m)
+            if r in pending:
+                meas.append(pending.pop(r))
+            fits = [q for q in pending if res.model.tree.clique_for(q) is not None]
+            meas += [pending.pop(q) for q in fits]   # probes inside the model's cliques: information at no new clique
             res = estimate(dom, meas, iters=c.iters, max_cells=float("inf"), phi0=res.phi, step=res.step)
             t_fit += time.perf_counter() - tf
             rounds += 1

@@ -10,6 +10,10 @@ zCDP, ρ from the plan, split in thirds:
 then the engine fits the model to all measurements and samples n̂ records. Compressed measurements are the
 engine's binned measurements (the model keeps the full domain; within a rare bin it follows the 1-way
 measurement, where the paper samples rare values uniformly). Every question goes through a MarginalOracle.
+With `vertical = { measure = "he", trust = "none" }` the oracle is a vertical one (vertisynth/vertical) and the
+selection third is split: `probe` of it measures every cross-party pair once on the compressed domains (what the
+selection scores cross-party pairs by; estimation uses those of the chosen pairs), the rest pays the d−1 rounds
+(docs/vertical.md).
 """
 from __future__ import annotations
 
@@ -28,8 +32,10 @@ from vertisynth.plugins.synthesizers.fitted import FittedGraphicalModel
 from vertisynth.pgm import Measurement, estimate
 from vertisynth.pgm.estimation import bin_query
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle
+from vertisynth.vertical import VerticalConfig, coarse_bins
 
 STAGE = "synthesizer"
+PROBE = 0.6   # vertical: the share of the selection third that measures every cross-party pair once
 
 
 @attrs.frozen
@@ -37,6 +43,7 @@ class MSTConfig:
     compress: bool = True
     iters: int = 1000
     sampling: str = "round"   # round (mbi's default) | sample
+    vertical: VerticalConfig | None = None   # run across parties (docs/vertical.md); None: central
 
     def __attrs_post_init__(self) -> None:
         if self.iters < 1:
@@ -69,14 +76,29 @@ class MSTSynthesizer(FittedGraphicalModel, Synthesizer):
             raise ConfigError(f"mst needs at least two attributes, the domain has {d}")
         self._domain = ctx.domain
         rho = ctx.rho
+        v = self.config.vertical
+        owner = {a: p.name for p in ctx.partition for a in p.attributes}
+        self._cross = []
+        if v is not None:
+            if len(ctx.partition) < 2:
+                raise ConfigError("mst: params.vertical runs across parties, and this run has one party; drop the "
+                                  "vertical table or list two [[parties]] or more")
+            self._cross = [p for p in itertools.combinations(ctx.domain.attributes, 2) if owner[p[0]] != owner[p[1]]]
+        probe = (PROBE if v.probe is None else v.probe) if v is not None else 0.0
         # kept: fit spends these very charges, in order
         self._charges = {
             "gaussian_1way": [Charge(STAGE, "gaussian_1way", ZCDP(rho / (3 * d))) for _ in range(d)],
-            "exponential_select": [Charge(STAGE, "exponential_select", ZCDP(rho / (3 * (d - 1))))
+            **({"cross_probe": [Charge(STAGE, "gaussian_cross_probe", ZCDP(rho * probe / (3 * len(self._cross))),
+                                       note="every cross-party pair once, for the selection's scores")
+                                for _ in self._cross]} if self._cross else {}),
+            "exponential_select": [Charge(STAGE, "exponential_select", ZCDP(rho * (1 - probe) / (3 * (d - 1))))
                                    for _ in range(d - 1)],
             "gaussian_2way": [Charge(STAGE, "gaussian_2way", ZCDP(rho / (3 * (d - 1)))) for _ in range(d - 1)],
         }
         return [c for group in self._charges.values() for c in group]
+
+    def vertical_request(self) -> VerticalConfig | None:
+        return self.config.vertical
 
     def fit(self, data: VerticalData, ledger: PrivacyLedger, rng: np.random.Generator) -> None:
         self.fit_oracle(CentralOracle(data.joined().project(self._domain.attributes), ledger), rng)
@@ -87,12 +109,24 @@ class MSTSynthesizer(FittedGraphicalModel, Synthesizer):
         t0 = time.perf_counter()
         one = [oracle.measure((a,), ch, rng) for a, ch in zip(dom.attributes, self._charges["gaussian_1way"])]
         bins = {m.attributes[0]: b for m in one if c.compress and (b := rare_bins(m)) is not None}
+        coarse = {}
+        if self._cross:   # probes on at most probe_bins bins per attribute (a coarsening of the compressed domain)
+            for m in one:
+                a = m.attributes[0]
+                b = coarse_bins(bin_query(m.values, (a,), {a: bins[a]} if a in bins else None),
+                                c.vertical.probe_bins, bins.get(a))
+                if b is not None or a in bins:
+                    coarse[a] = b if b is not None else bins[a]
+        probes = oracle.measure_many(self._cross, self._charges.get("cross_probe", []), rng, None,
+                                     [{a: coarse[a] for a in p if a in coarse} or None for p in self._cross])
         t1 = time.perf_counter()
         pairs = self.select(oracle, one, bins, rng)
         t2 = time.perf_counter()
-        two = [oracle.measure(p, ch, rng, bins={a: bins[a] for a in p if a in bins} or None)
-               for p, ch in zip(pairs, self._charges["gaussian_2way"])]
-        res = estimate(dom, one + two, iters=c.iters, max_cells=float("inf"))
+        two = oracle.measure_many(pairs, self._charges["gaussian_2way"], rng, None,
+                                  [{a: bins[a] for a in p if a in bins} or None for p in pairs])
+        # a probe joins estimation where its pair was chosen (all of them would make the model's graph dense)
+        res = estimate(dom, one + [m for m in probes if m.attributes in pairs] + two, iters=c.iters,
+                       max_cells=float("inf"))
         self._model, self._estimation = res.model, res
         self._pairs, self._bins = pairs, bins
         self._n_hat = max(1, int(round(res.model.total)))

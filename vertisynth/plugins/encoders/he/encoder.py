@@ -387,6 +387,80 @@ class HEEncoder(Encoder):
                 v["note"] = "crypto = simulated: no ciphertexts are made; figures are what real crypto would send"
         return out
 
+    # -- as a cross-party measure (core CrossPartyMeasure: the vertical oracle's) -------------------------------
+    # Stands apart from the plan above: the oracle has spent the charge for σ before it calls `answer`, so nothing
+    # here plans or spends; the parties' views (already coarsened by the oracle where a query has bins) give the
+    # public domain and who holds what. E sees counts + S's noise (σ², what the charge covers), the server 2σ².
+    trust: ClassVar[str] = "none"   # no trusted role: each of the two parties adds N_Z(0, σ²)
+    ORACLE_STAGE: ClassVar[str] = "oracle"
+
+    def released_variance(self, sigma: float) -> float:
+        return 2.0 * sigma * sigma
+
+    def answer(self, views: Mapping[str, Dataset], queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]],
+               sigma: float, noise: str, rngs: Mapping[str, np.random.Generator]
+               ) -> list[tuple[tuple[str, ...], np.ndarray, float]]:
+        """One protocol run per pair of parties (and side that encrypts) over `queries`; per query (left + right
+        attributes, noisy counts with axes in that order, 2σ²)."""
+        c = self.config
+        if noise not in ("secure", "simulation"):
+            raise ConfigError(f"he: noise must be 'secure' or 'simulation', got {noise!r}")
+        if not sigma > 0:
+            raise ConfigError(f"he: noise σ must be positive, got {sigma}")
+        queries = [(tuple(a), tuple(b)) for a, b in queries]
+        if not queries or any(not a or not b for a, b in queries):
+            raise ConfigError("he: a cross-party query needs attributes on both sides")
+        if len({v.n for v in views.values()}) != 1:
+            raise ConfigError("he: the parties' views are not row-aligned")
+        owner, dom = {}, None
+        for p, v in views.items():
+            owner.update({a: p for a in v.domain.attributes})
+            dom = v.domain if dom is None else dom.merge(v.domain)
+        for a in {a for q in queries for side in q for a in side}:
+            if a not in owner:
+                raise DomainError(f"he: no party's view holds attribute {a!r}")
+        secure = noise == "secure"
+        if secure and self.test_sources is not None:
+            raise ConfigError("he: fixed test noise sources are for simulation noise only; this run has secure noise")
+        if c.crypto == "real":
+            paillier.require()
+            self.randomness = getattr(self, "randomness", None) or paillier.resolve(c.randomness)
+        self._domain, self._owner, self._parties = dom, owner, list(views)
+        n = next(iter(views.values())).n
+        t = support_bound(sigma)
+        runs = [(pair, enc, summ, part) for pair, qs in self._by_pair(protocol.unique(queries)).items()
+                for enc, summ, part in self._assign(pair[0], pair[1], qs, n, t)]
+        stage = self.ORACLE_STAGE
+        bases = ({p: stage_base(rngs[p]) for p in views if p in rngs}
+                 if c.crypto == "simulated" and self.test_sources is None and not secure else None)
+        costs = self.costs.setdefault(stage, protocol.Costs())
+        self.wire_bytes = getattr(self, "wire_bytes", {})   # what each party sends (real crypto's ciphertexts)
+        size = lambda b: dom.project(b).size()  # noqa: E731
+        ct_bytes = 2 * c.key_bits // 8
+        tables: dict[str, np.ndarray] = {}
+        for pair, enc, summ, qs in runs:
+            src_e, src_s = self._sources(stage, pair, enc, summ, bases)
+            k = protocol.stage_counts(qs, size, n, t, c.key_bits, c.slot_bits)
+            self.wire_bytes[enc] = self.wire_bytes.get(enc, 0) + n * k["per_row"] * ct_bytes
+            self.wire_bytes[summ] = self.wire_bytes.get(summ, 0) + k["returned"] * ct_bytes
+            if c.crypto == "simulated":
+                c0 = protocol.cpu_now()
+                msg = protocol.simulate(enc, summ, views[enc], views[summ], qs, sigma, src_e, src_s, stage)
+                costs.add(enc, protocol.cpu_now() - c0)
+            else:
+                if enc not in self._keys:
+                    self._keys[enc] = paillier.keypair(c.key_bits, self.randomness)
+                msg = protocol.run_real(enc, summ, views[enc], views[summ], qs, sigma, src_e, src_s,
+                                        self._keys[enc], stage, costs, c.workers, c.chunk_rows, c.slot_bits)
+            tables.update(msg.tables)
+        out = []
+        for left, right in queries:
+            want = left + right
+            got = want if protocol.key_of(want) in tables else right + left
+            arr = np.asarray(tables[protocol.key_of(got)], float).reshape(tuple(dom.size(a) for a in got))
+            out.append((want, np.transpose(arr, [got.index(a) for a in want]), self.released_variance(sigma)))
+        return out
+
 
 _OP_COSTS: dict[tuple[int, str], tuple[float, float, float]] = {}
 

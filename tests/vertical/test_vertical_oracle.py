@@ -1,0 +1,183 @@
+"""The vertical oracle: within-party answers are the central oracle's, cross-party answers go through the `he`
+measure after the charge, bad queries are refused in one line before anything is spent, selection stays on
+released answers for candidates that cross parties."""
+import math
+
+import numpy as np
+import pytest
+
+from vertisynth.core.capabilities import CrossPartyMeasure
+from vertisynth.core.dataset import VerticalPartition
+from vertisynth.core.errors import BudgetError, ConfigError, DomainError
+from vertisynth.core.privacy import Budget, Charge, PrivacyLedger, ZCDP
+from vertisynth.pgm.estimation import bin_query
+from vertisynth.pgm.oracle import CentralOracle, MarginalOracle, ZCDPFilter
+from vertisynth.plugins.encoders.he import paillier
+from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
+from vertisynth.plugins.encoders.he.noise import GeneratorSource
+from vertisynth.vertical import VerticalOracle, party_streams
+
+from tests.synthetic_tables import correlated
+
+PARTS = [["a", "c", "e"], ["b", "d"]]
+
+
+def _oracle(data, ledger, crypto="simulated", parts=PARTS, seed=0, **kw):
+    part = VerticalPartition.from_lists(parts, [f"P{i}" for i in range(len(parts))]).validate(data.domain)
+    rngs = {p: np.random.default_rng(seed + i) for i, p in enumerate(part.names)}
+    bits = 512 if crypto == "real" else 2048   # tiny keys for tests of real crypto only (monkeypatched floor)
+    return VerticalOracle(part.views(data), part, HEEncoder(HEConfig(crypto=crypto, key_bits=bits, workers=1)),
+                          ledger, rngs, "he", **kw), rngs
+
+
+def _ledger(*charges):
+    led = PrivacyLedger(Budget(1e6, 1e-9))
+    led.plan(charges)
+    return led
+
+
+def test_he_is_a_cross_party_measure_and_the_oracle_a_marginal_oracle():
+    enc = HEEncoder(HEConfig(crypto="simulated"))
+    assert isinstance(enc, CrossPartyMeasure) and enc.trust == "none"
+    assert enc.released_variance(3.0) == 18.0
+    o, _ = _oracle(correlated(200), _ledger())
+    assert isinstance(o, MarginalOracle)
+
+
+def test_a_within_party_answer_is_the_central_oracles_under_the_same_stream():
+    data = correlated(3000)
+    ch, ch2 = Charge("s", "m", ZCDP(0.01)), Charge("s", "m", ZCDP(0.01))
+    bins = {"a": np.array([0, 0, 1])}
+    for b in (None, bins):
+        o, _ = _oracle(data, led := _ledger(ch), seed=7)
+        got = o.measure(("c", "a"), ch, np.random.default_rng(123), bins=b)   # P0's stream is default_rng(7)
+        want = CentralOracle(data, _ledger(ch2)).measure(("c", "a"), ch2, np.random.default_rng(7), bins=b)
+        np.testing.assert_array_equal(got.values, want.values)
+        assert got.std == want.std and led.spent == [ch] and led.cross_party == []
+
+
+def test_a_cross_party_answer_is_exact_counts_plus_two_sided_noise_and_the_ledger_says_so():
+    data = correlated(4000)
+    chs = [Charge("s", "m", ZCDP(1e4)) for _ in range(3)]
+    o, _ = _oracle(data, led := _ledger(*chs))
+    sigma = math.sqrt(1 / (2 * 1e4))
+    for attrs, ch in zip([("b", "a"), ("d", "c", "a")], chs):
+        m = o.measure(attrs, ch, np.random.default_rng(0))
+        np.testing.assert_array_equal(m.values, data.counts(attrs).values)   # σ ≈ 0.007: rounds to the count
+        assert m.attributes == attrs and m.std == pytest.approx(math.sqrt(2) * sigma)
+    bins = {"b": np.array([0, 0, 1, 1, 2, 2, 3, 3])}
+    m = o.measure(("a", "b"), chs[2], np.random.default_rng(0), bins=bins)   # coarsened at the party first
+    np.testing.assert_array_equal(m.values, bin_query(data.counts(("a", "b")).values, ("a", "b"), bins))
+    assert led.spent == chs
+    assert [q["attributes"] for q in led.cross_party] == [["b", "a"], ["d", "c", "a"], ["a", "b"]]
+    assert {(q["measure"], q["trust"]) for q in led.cross_party} == {("he", "none")}
+    assert led.cross_party[0]["released_variance"] == pytest.approx(2 * sigma**2)
+    assert led.to_dict()["cross_party"]["through"] == ["he (trust = none)"]
+
+
+@pytest.mark.parametrize("ask, error, match", [
+    (lambda o, ch: o.measure(("a", "zz"), ch, None), DomainError, "unknown attribute 'zz'"),
+    (lambda o, ch: o.measure((), ch, None), ConfigError, "at least one attribute"),
+    (lambda o, ch: o.measure(("a", "b", "f"), ch, None), ConfigError, "spans 3 parties"),
+    (lambda o, ch: o.measure_cross(("a", "c"), ch), ConfigError, "held by one party"),
+    (lambda o, ch: o.measure(("a", "b"), ch, None, bins={"c": np.array([0, 0])}), ConfigError, "not measured"),
+    (lambda o, ch: o.measure(("a", "b"), ch, None, sigma=2.0), BudgetError, "not what this answer costs"),
+    (lambda o, ch: o.select([("a", "b")], [np.zeros(24)], [1.0], [0.0], 0.1, ch, None), ConfigError,
+     "no noisy answer holds it"),
+])
+def test_a_bad_query_is_refused_in_one_line_with_nothing_spent(ask, error, match):
+    data = correlated(500)
+    dom = data.domain
+    from vertisynth.core.dataset import Dataset
+    from vertisynth.core.domain import Domain
+    wide = Dataset(np.column_stack([data.codes, data.codes[:, 0]]), Domain(dom.attributes + ("f",), dom.shape + (3,)))
+    ch = Charge("s", "m", ZCDP(0.05))
+    o, _ = _oracle(wide, led := _ledger(ch), parts=[["a", "c", "e"], ["b", "d"], ["f"]])
+    with pytest.raises(error, match=match) as exc:
+        ask(o, ch)
+    assert "\n" not in str(exc.value)
+    assert led.spent == [] and led.cross_party == [] and o.answered == []
+
+
+def test_the_measure_refuses_a_one_party_table_and_an_empty_side():
+    data = correlated(300)
+    part = VerticalPartition.from_lists(PARTS).validate(data.domain)
+    enc = HEEncoder(HEConfig(crypto="simulated"))
+    rngs = {p: np.random.default_rng(0) for p in part.names}
+    for q, match in [((("a",), ("c",)), "two parties"), ((("a",), ()), "both sides")]:
+        with pytest.raises(ConfigError, match=match):
+            enc.answer(part.views(data), [q], 1.0, "simulation", rngs)
+
+
+def test_real_crypto_answers_what_the_simulation_answers(monkeypatch):
+    """The oracle's cross-party route through real Paillier (small test keys) equals the plaintext simulation
+    under the same fixed noise sources."""
+    monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
+    data = correlated(150, seed=3)
+    out = {}
+    for crypto in ("simulated", "real"):
+        ch = Charge("s", "m", ZCDP(0.5))
+        o, _ = _oracle(data, _ledger(ch), crypto=crypto)
+        o.cross_measure.test_sources = {p: GeneratorSource(np.random.default_rng(11 + i))
+                                        for i, p in enumerate(["P0", "P1"])}
+        out[crypto] = o.measure(("d", "a", "b"), ch, np.random.default_rng(0)).values
+    np.testing.assert_array_equal(out["real"], out["simulated"])
+    assert not np.array_equal(out["real"], data.counts(("d", "a", "b")).values)   # noise was added
+
+
+def test_select_pays_its_round_and_picks_the_worst_fitted_candidate_across_and_within_parties():
+    data = correlated(5000)
+    rng = np.random.default_rng(0)
+
+    def independent(c):   # what AIM/MST's model says before it measures a pair: the product of the 1-ways
+        x = data.counts(c).values
+        return np.outer(x.sum(1), x.sum(0)).ravel() / data.n
+
+    probe = Charge("s", "probe", ZCDP(50.0))
+    rounds = Charge("s", "rounds", ZCDP(10.0))
+    o, _ = _oracle(data, led := _ledger(probe, rounds))
+    o.measure(("a", "b"), probe, rng)            # a released cross-party answer
+    filt = ZCDPFilter(rounds, led)
+    # L1 from independence: (a, b) 5171 across parties; (a, c) 3521 in P0; (c, d) 2253, (e, b) 2072 across
+    cands = [("a", "c"), ("a", "b"), ("c", "d")]
+    est = [independent(c) for c in cands]
+    with pytest.raises(ConfigError, match="no noisy answer holds it"):   # (c, d) was never answered
+        o.select(cands, est, [1.0] * 3, [0.0] * 3, 2.0, filt, rng)
+    assert filt.used == 0
+    cands, est = cands[:2], est[:2]
+    pick = o.select(cands, est, [1.0] * 2, [0.0] * 2, 2.0, filt, rng)
+    assert filt.used == pytest.approx(0.5) and cands[pick] == ("a", "b")
+    # with a model that fits (a, b) exactly, the choice moves to the worst fitted one inside a party
+    est[1] = data.counts(("a", "b")).values.ravel()
+    pick = o.select(cands + [("c", "e")], est + [independent(("c", "e"))], [1.0] * 3, [0.0] * 3, 2.0, filt, rng)
+    assert cands[pick] == ("a", "c") and filt.used == pytest.approx(1.0)
+
+
+def test_party_streams_are_reproducible_and_distinct():
+    a = party_streams(np.random.default_rng(5), ["P", "Q"])
+    b = party_streams(np.random.default_rng(5), ["P", "Q"])
+    assert a["P"].random() == b["P"].random() and a["Q"].random() != a["P"].random()
+
+
+def test_coarse_bins_split_the_noisy_mass_and_a_coarse_answer_scores_a_finer_candidate():
+    from vertisynth.vertical import coarse_bins
+
+    b = coarse_bins(np.array([10.0, 10, 10, 10, 40, 5, 5, 10]), 3)
+    assert b.tolist() == sorted(b.tolist()) and set(b.tolist()) == {0, 1, 2}
+    assert coarse_bins(np.array([3.0, 4.0]), 4) is None
+    within = np.array([0, 0, 1, 2, 3])   # an earlier binning (5 values -> 4 bins)
+    assert coarse_bins(np.array([1.0, 1, 1, 1]), 2, within).tolist() == [0, 0, 0, 1, 1]
+    data = correlated(6000)
+    probe, rounds = Charge("s", "probe", ZCDP(1e4)), Charge("s", "rounds", ZCDP(10.0))
+    o, _ = _oracle(data, led := _ledger(probe, rounds))
+    coarse = {"b": coarse_bins(data.counts(("b",)).values, 2)}
+    o.measure(("a", "b"), probe, np.random.default_rng(0), bins=coarse)   # a, b on 3 x 2 cells
+    x = data.counts(("a", "b")).values
+    e = np.outer(x.sum(1), x.sum(0)) / data.n
+    filt = ZCDPFilter(rounds, led)
+    # the candidate on full domains is scored by the coarse answer: its estimate summed into the answer's bins
+    pick = o.select([("a", "b")], [e.ravel()], [1.0], [0.0], 1.0, filt, np.random.default_rng(0))
+    assert pick == 0
+    want = np.abs(bin_query(x, ("a", "b"), coarse) - bin_query(e, ("a", "b"), coarse)).sum()
+    got = o._noisy_score(("a", "b"), None, e.ravel())
+    assert got == pytest.approx(want, rel=1e-3) and got < np.abs(x - e).sum()

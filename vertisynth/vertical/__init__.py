@@ -1,0 +1,7 @@
+"""The measurement protocol across parties: the vertical oracle (`VerticalOracle`), answering the same calls as the
+central one (`vertisynth.pgm.oracle`) from each party's own columns and, for a marginal that spans two parties, a
+`CrossPartyMeasure` (core/capabilities.py). docs/vertical.md: who sees what, what each step costs."""
+from .config import VerticalConfig
+from .oracle import VerticalOracle, coarse_bins, party_streams
+
+__all__ = ["VerticalConfig", "VerticalOracle", "coarse_bins", "party_streams"]

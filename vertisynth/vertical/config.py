@@ -1,0 +1,31 @@
+"""The `vertical` table of a synthesizer that can run across parties: `params = { vertical = { measure = "he",
+trust = "none" } }`. Structured from TOML like every component's params (unknown keys refused)."""
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from vertisynth.core.errors import ConfigError
+
+
+@attrs.frozen
+class VerticalConfig:
+    measure: str = "he"                   # a registered encoder that is a CrossPartyMeasure
+    trust: str = "none"                   # the roles that must not collude ("none": no trusted role)
+    params: dict[str, Any] = attrs.field(factory=dict)   # the measure's own params (e.g. crypto = "simulated")
+    # share of the synthesizer's budget that measures every cross-party pair once, for the selection's scores (None:
+    # the synthesizer's default: aim 0.15 of its rounds' ρ, mst 0.6 of its selection third)
+    probe: float | None = None
+    probe_bins: int = 4     # each attribute of a probe coarsened to at most this many bins (equal noisy 1-way mass)
+    group_share: float = 0.5   # share of each selection round that releases every party's noisy best score
+
+    def __attrs_post_init__(self) -> None:
+        if not self.measure:
+            raise ConfigError("vertical: measure must name a registered cross-party measure, e.g. \"he\"")
+        if self.probe is not None and not 0 < self.probe < 1:
+            raise ConfigError(f"vertical: probe must be in (0, 1), got {self.probe}")
+        if self.probe_bins < 2:
+            raise ConfigError(f"vertical: probe_bins must be >= 2, got {self.probe_bins}")
+        if not 0 < self.group_share < 1:
+            raise ConfigError(f"vertical: group_share must be in (0, 1), got {self.group_share}")

@@ -1,0 +1,353 @@
+"""`VerticalOracle`: a `MarginalOracle` (pgm/oracle.py) whose data is split by columns between parties.
+
+* measure, within one party: answered at that party from its own columns with exactly the central oracle's code
+  (discrete Gaussian from the OS CSPRNG under secure noise; under simulation noise a seeded normal from that party's
+  stream), paid once: one person's record spans all parties, so the charge is the central one.
+* measure, across two parties: the charge ρ = 1/(2σ²) is spent first, then the `CrossPartyMeasure` runs its
+  protocol on the two parties' columns (coarsened on each side first when the query has bins) and the answer carries
+  the variance the measure reports (two-sided noise: 2σ²). Each such query is written into the ledger
+  (`ledger.cross_party`: attributes, parties, measure, trust, variance).
+* select: no role may read a cross-party marginal, so (docs/vertical.md has the argument)
+    - a candidate that crosses parties is scored on the noisy answers this oracle has already given (post-processing:
+      the synthesizer measures such candidates once, paid from its budget, and also estimates with them);
+    - the candidates of one party are scored at that party. The round's ρ = ε²/8 is split: `group_share` of it
+      releases each party's best exact score with Gaussian noise (one vector of sensitivity √Σ Δ_P²), the rest runs
+      the exponential mechanism at the party whose noisy best is highest, if it beats the best cross-party score.
+  Both parts are DP mechanisms; their ρ adds up to ε²/8, the round's planned cost.
+Refused in one line, before anything is spent: an attribute outside the domain, an empty query, a query over three
+or more parties, a cross-party candidate with no noisy answer to score it by.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from vertisynth.core.capabilities import CrossPartyMeasure
+from vertisynth.core.dataset import Dataset, VerticalPartition
+from vertisynth.core.domain import Domain
+from vertisynth.core.errors import BudgetError, ConfigError
+from vertisynth.core.mechanisms import exponential_noise, gaussian_sigma
+from vertisynth.core.noise import discrete_gaussian
+from vertisynth.core.privacy import Charge, PrivacyLedger
+from vertisynth.pgm.estimation import Measurement, bin_sum
+from vertisynth.pgm.oracle import Bins, CentralOracle, Pay, _spend
+
+
+def party_streams(rng: np.random.Generator, parties: Sequence[str]) -> dict[str, np.random.Generator]:
+    """One seeded stream per party, drawn from the run's fit stream (simulation noise only; secure noise never
+    reads them)."""
+    seeds = np.random.SeedSequence(rng.integers(0, 2**63, size=4).tolist()).spawn(len(parties))
+    return {p: np.random.default_rng(s) for p, s in zip(parties, seeds)}
+
+
+def coarse_bins(noisy: np.ndarray, k: int, within: np.ndarray | None = None) -> np.ndarray | None:
+    """At most `k` bins of consecutive values holding about equal shares of an attribute's noisy 1-way counts
+    (post-processing of a released measurement), composed with `within` (an earlier binning: values -> bins, the
+    counts being per bin); None when no coarsening is needed. A probe measured on these bins has few cells, so
+    its noise adds little to a candidate's score."""
+    noisy = np.maximum(np.asarray(noisy, float), 0.0)
+    if noisy.size <= k:
+        return None
+    cum = np.cumsum(noisy + 1e-9)
+    q = np.minimum((k * (cum - 0.5 * (noisy + 1e-9)) / cum[-1]).astype(np.int64), k - 1)
+    q = np.unique(q, return_inverse=True)[1].astype(np.int64)   # every bin used, 0..k'-1
+    return q if within is None else q[np.asarray(within)]
+
+
+def _coarsen(view: Dataset, attributes: tuple[str, ...], bins: Bins) -> Dataset:
+    """A party's columns `attributes`, each binned value replaced by its bin (done at the party, before the
+    protocol: the other roles only ever see bin codes)."""
+    cols, sizes = [], {}
+    for a in attributes:
+        col = np.asarray(view.column(a), np.int64)
+        if bins and a in bins:
+            b = np.asarray(bins[a], np.int64)
+            col, sizes[a] = b[col], int(b.max()) + 1
+        else:
+            sizes[a] = view.domain.size(a)
+        cols.append(col)
+    return Dataset(np.stack(cols, axis=1) if cols else np.zeros((view.n, 0), np.int64), Domain.from_sizes(sizes))
+
+
+def _bin_map(size: int, fine: np.ndarray | None, coarse: np.ndarray | None) -> np.ndarray | None:
+    """For one attribute: the coarse bin of each fine bin (identity maps where None), or None when some fine bin
+    straddles two coarse ones."""
+    fine = np.arange(size) if fine is None else np.asarray(fine)
+    coarse = np.arange(size) if coarse is None else np.asarray(coarse)
+    out = np.full(int(fine.max()) + 1, -1)
+    out[fine] = coarse
+    if np.any(out < 0) or np.any(out[fine] != coarse):
+        return None
+    return out
+
+
+def _union(a: Dataset, b: Dataset) -> Dataset:
+    """One party's columns of two queries side by side (a column in both must be coarsened alike)."""
+    extra = [x for x in b.domain.attributes if x not in a.domain.attributes]
+    for x in b.domain.attributes:
+        if x in a.domain.attributes and (a.domain.size(x) != b.domain.size(x) or
+                                         not np.array_equal(a.column(x), b.column(x))):
+            raise ConfigError(f"measure_many: attribute {x!r} is asked on two different binnings in one stage")
+    return a.hstack(b.project(extra)) if extra else a
+
+
+class VerticalOracle:
+    """Answers a synthesizer's `measure`/`select` from the parties' views (each party's own columns)."""
+
+    def __init__(self, views: Mapping[str, Dataset], partition: VerticalPartition, measure: CrossPartyMeasure,
+                 ledger: PrivacyLedger, rngs: Mapping[str, np.random.Generator], measure_name: str = "",
+                 group_share: float = 0.5) -> None:
+        if not isinstance(measure, CrossPartyMeasure):
+            raise ConfigError(f"vertical oracle: {type(measure).__name__} is not a cross-party measure "
+                              "(trust, released_variance, answer)")
+        if len(partition) < 2:
+            raise ConfigError("vertical oracle: needs at least two parties; one party's data is answered centrally")
+        missing = [p for p in partition.names if p not in views or p not in rngs]
+        if missing:
+            raise ConfigError(f"vertical oracle: no view or stream for parties {missing}")
+        if not 0 < group_share < 1:
+            raise ConfigError(f"vertical oracle: group_share must be in (0, 1), got {group_share}")
+        n = {views[p].n for p in partition.names}
+        if len(n) != 1:
+            raise ConfigError(f"vertical oracle: the parties' views are not row-aligned (row counts {sorted(n)})")
+        self.partition, self.cross_measure, self.ledger = partition, measure, ledger
+        self.views = {p: views[p].project(a.attributes) for p, a in zip(partition.names, partition)}
+        self.rngs = dict(rngs)
+        self.measure_name = measure_name or type(measure).__name__
+        self.group_share = group_share
+        self.owner = {a: p.name for p in partition for a in p.attributes}
+        dom = None
+        for p in partition.names:
+            dom = self.views[p].domain if dom is None else dom.merge(self.views[p].domain)
+        self.domain: Domain = dom
+        self._party = {p: CentralOracle(v, ledger) for p, v in self.views.items()}   # the central code, per party
+        self.answered: list[Measurement] = []     # cross-party answers (public once released): select scores by them
+        self.party_cpu = {p: 0.0 for p in partition.names}   # CPU s of each party's own steps (not the protocol's)
+
+    # -- routing ----------------------------------------------------------------------------------
+    def parties_of(self, attributes: Sequence[str]) -> list[str]:
+        """The parties holding `attributes`, in the order they first appear; refuses what no route answers."""
+        attributes = tuple(self.domain.check(attributes))
+        if not attributes:
+            raise ConfigError("vertical oracle: a query needs at least one attribute")
+        out = list(dict.fromkeys(self.owner[a] for a in attributes))
+        if len(out) > 2:
+            raise ConfigError(f"vertical oracle: {list(attributes)} spans {len(out)} parties ({', '.join(out)}); "
+                              "a cross-party measure answers marginals of two parties only")
+        return out
+
+    def crosses(self, attributes: Sequence[str]) -> bool:
+        return len(self.parties_of(attributes)) == 2
+
+    # -- measure ----------------------------------------------------------------------------------
+    def measure(self, attributes: Sequence[str], pay: Pay, rng: np.random.Generator,
+                sigma: float | None = None, bins: Bins = None) -> Measurement:
+        attributes = tuple(self.domain.check(attributes))
+        parties = self.parties_of(attributes)
+        if len(parties) == 1:   # at its party, with the central oracle's code and the party's stream
+            c0 = time.process_time()
+            try:
+                return self._party[parties[0]].measure(attributes, pay, self.rngs[parties[0]], sigma, bins)
+            finally:
+                self.party_cpu[parties[0]] += time.process_time() - c0
+        return self.measure_cross(attributes, pay, sigma, bins)
+
+    def measure_many(self, queries: Sequence[Sequence[str]], pays: Sequence[Pay], rng: np.random.Generator,
+                     sigma: float | None = None, bins: Sequence[Bins] | None = None) -> list[Measurement]:
+        """`measure` for each query, in order; the cross-party ones as one protocol stage (one run per pair of
+        parties and encrypting side, so a row is encrypted once for all of them). All checked before any spend."""
+        bins = list(bins) if bins is not None else [None] * len(queries)
+        if not len(queries) == len(pays) == len(bins):
+            raise ConfigError("measure_many: needs one payment and one bins entry per query")
+        routes = [self.parties_of(q) for q in queries]
+        cross = [i for i, r in enumerate(routes) if len(r) == 2]
+        prepared = [self._prepare_cross(queries[i], pays[i], sigma, bins[i]) for i in cross]
+        out: dict[int, Measurement] = {}
+        for i, r in enumerate(routes):
+            if len(r) == 1:
+                out[i] = self.measure(queries[i], pays[i], rng, sigma, bins[i])
+        by_sigma: dict[float, list[int]] = {}
+        for k, (_, _, s, _) in enumerate(prepared):
+            by_sigma.setdefault(s, []).append(k)
+        stages = {s: self._stage_views([prepared[k] for k in ks]) for s, ks in by_sigma.items()}   # checked first
+        for i, (attrs_, parties, s, _) in zip(cross, prepared):
+            _spend(pays[i], self.ledger, 1.0 / (2.0 * s * s), f"measure {list(attrs_)} across {' and '.join(parties)}")
+        for s, ks in by_sigma.items():
+            for k, m in zip(ks, self._answer([prepared[k] for k in ks], s, [bins[cross[k]] for k in ks], stages[s])):
+                out[cross[k]] = m
+        return [out[i] for i in range(len(queries))]
+
+    def measure_cross(self, attributes: Sequence[str], pay: Pay, sigma: float | None = None,
+                      bins: Bins = None) -> Measurement:
+        """A marginal over exactly two parties, through the cross-party measure (refused otherwise, unspent)."""
+        attributes, parties, sigma, views = self._prepare_cross(attributes, pay, sigma, bins)
+        _spend(pay, self.ledger, 1.0 / (2.0 * sigma * sigma),
+               f"measure {list(attributes)} across {parties[0]} and {parties[1]}")
+        return self._answer([(attributes, parties, sigma, views)], sigma, [bins], views)[0]
+
+    def _prepare_cross(self, attributes: Sequence[str], pay: Pay, sigma: float | None, bins: Bins):
+        """Checks (nothing spent) and each party's coarsened columns: (attributes, parties, σ, views)."""
+        attributes = tuple(self.domain.check(attributes))
+        parties = self.parties_of(attributes)
+        if len(parties) != 2:
+            raise ConfigError(f"vertical oracle: {list(attributes)} is held by one party ({parties[0]}); it is "
+                              "answered at that party, not through a cross-party measure")
+        if sigma is None:
+            if not isinstance(pay, Charge):
+                raise ConfigError("measure: a filter payment needs the noise std sigma")
+            sigma = gaussian_sigma(pay.cost.rho)
+        if not sigma > 0:
+            raise ConfigError(f"measure {list(attributes)}: sigma must be positive, got {sigma}")
+        if bins and not set(bins) <= set(attributes):
+            raise ConfigError(f"measure {list(attributes)}: bins given for attributes not measured")
+        Measurement(attributes, np.zeros(1), 1.0, bins)   # checks the bins before anything is spent
+        if isinstance(pay, Charge) and not np.isclose(pay.cost.rho, 1.0 / (2.0 * sigma * sigma), rtol=1e-12, atol=0):
+            raise BudgetError(f"measure {list(attributes)}: the charge's ρ={pay.cost.rho:.6g} is not what this "
+                              f"answer costs (ρ={1.0 / (2.0 * sigma * sigma):.6g})")
+        p, q = parties
+        left = tuple(a for a in attributes if self.owner[a] == p)
+        right = tuple(a for a in attributes if self.owner[a] == q)
+        c0 = time.process_time()
+        views = {p: _coarsen(self.views[p], left, bins)}
+        c1 = time.process_time()
+        views[q] = _coarsen(self.views[q], right, bins)
+        self.party_cpu[p] += c1 - c0
+        self.party_cpu[q] += time.process_time() - c1
+        return attributes, parties, sigma, views
+
+    @staticmethod
+    def _stage_views(prepared: list) -> dict[str, Dataset]:
+        """A party taking part in several queries of a stage brings one table of their (coarsened) columns."""
+        views: dict[str, Dataset] = {}
+        for _, _, _, v in prepared:
+            for party, d in v.items():
+                views[party] = d if party not in views else _union(views[party], d)
+        return views
+
+    def _answer(self, prepared: list, sigma: float, bins: list[Bins], views: dict[str, Dataset]) -> list[Measurement]:
+        """One call of the cross-party measure for prepared (already paid) queries of one σ."""
+        queries = [(tuple(v[ps[0]].domain.attributes), tuple(v[ps[1]].domain.attributes))
+                   for _, ps, _, v in prepared]
+        answers = self.cross_measure.answer(views, queries, sigma, self.ledger.noise,
+                                            {p: self.rngs[p] for p in views})
+        out = []
+        for (attributes, (p, q), _, _), b, (got, table, variance) in zip(prepared, bins, answers):
+            got = tuple(got)
+            if sorted(got) != sorted(attributes) or not variance > 0:
+                raise ConfigError(f"{self.measure_name}: answered {list(got)} (variance {variance}) for "
+                                  f"{list(attributes)}")
+            table = np.transpose(np.asarray(table, float), [got.index(a) for a in attributes])
+            m = Measurement(attributes, table, math.sqrt(variance), b)
+            self.answered.append(m)
+            self.ledger.cross_party.append({
+                "attributes": list(attributes), "parties": [p, q], "measure": self.measure_name,
+                "trust": self.cross_measure.trust, "rho": 1.0 / (2.0 * sigma * sigma),
+                "released_variance": float(variance), **({"binned": sorted(b)} if b else {})})
+            out.append(m)
+        return out
+
+    # -- select -----------------------------------------------------------------------------------
+    def _noisy_score(self, cand: tuple[str, ...], bins: Bins, estimate: np.ndarray) -> float | None:
+        """An estimate of ‖x − e‖₁ from the least noisy answer y that holds `cand` (on the same bins): per cell
+        √max((y − e)² − v, 0), v the noise variance (|x − e| where it dominates the noise, small where the noise
+        dominates; |y − e| would add ~0.8σ per cell). A two-way residual is first double-centred (the margins are
+        measured already; a pair's dependence lives in its interaction), which removes noise: v (1 − 1/r)(1 − 1/c)."""
+        best = None
+        for m in self.answered:
+            if not set(cand) <= set(m.attributes):
+                continue
+            maps = [_bin_map(self.domain.size(a), (bins or {}).get(a), (m.bins or {}).get(a)) for a in cand]
+            if any(x is None for x in maps):
+                continue   # the answer's bins are not a coarsening of the candidate's
+            drop = tuple(i for i, a in enumerate(m.attributes) if a not in cand)
+            kept = [a for a in m.attributes if a in cand]
+            y = np.transpose(m.values.sum(axis=drop), [kept.index(a) for a in cand])
+            summed = int(np.prod([m.values.shape[i] for i in drop]))
+            std = m.std * math.sqrt(summed)
+            if best is None or (std, y.size) < (best[1], best[0].size):
+                best = (y, std, maps)
+        if best is None:
+            return None
+        y, std, maps = best
+        e = np.asarray(estimate, float).reshape(tuple(len(mp) for mp in maps))
+        for axis, mp in enumerate(maps):   # the estimate on the answer's (coarser) bins
+            e = bin_sum(e, axis, mp)
+        r = y - e
+        v = std * std
+        if r.ndim == 2:
+            r = r - r.mean(axis=0, keepdims=True) - r.mean(axis=1, keepdims=True) + r.mean()
+            v *= (1 - 1 / r.shape[0]) * (1 - 1 / r.shape[1])
+        return float(np.sqrt(np.maximum(r * r - v, 0.0)).sum())
+
+    def select(self, candidates: Sequence[tuple[str, ...]], estimates: Sequence[np.ndarray],
+               weights: Sequence[float], offsets: Sequence[float], epsilon: float, pay: Pay,
+               rng: np.random.Generator, bins: Sequence[Bins] | None = None) -> int:
+        if not candidates or not (len(candidates) == len(estimates) == len(weights) == len(offsets)):
+            raise ConfigError("select: needs as many estimates, weights and offsets as candidates (at least one)")
+        if not epsilon > 0:
+            raise ConfigError(f"select: epsilon must be positive, got {epsilon}")
+        w = np.asarray(weights, float)
+        if not np.all(w > 0):
+            raise ConfigError("select: weights must be positive")
+        off = np.asarray(offsets, float)
+        bins = list(bins) if bins is not None else [None] * len(candidates)
+        routes = [self.parties_of(c) for c in candidates]
+        cross = {}   # candidate index -> score from released answers (public)
+        for i, (c, r) in enumerate(zip(candidates, routes)):
+            if len(r) == 2:
+                s = self._noisy_score(tuple(c), bins[i], estimates[i])
+                if s is None:
+                    raise ConfigError(f"select: candidate {list(c)} crosses parties and no noisy answer holds it; "
+                                      "measure it first (docs/vertical.md)")
+                cross[i] = w[i] * (s - off[i])
+        groups: dict[str, list[int]] = {}
+        for i, r in enumerate(routes):
+            if len(r) == 1:
+                groups.setdefault(r[0], []).append(i)
+        rho_round = epsilon * epsilon / 8.0
+        _spend(pay, self.ledger, rho_round, f"select among {len(candidates)} marginals")
+        if not groups:   # every candidate crosses parties: the choice is post-processing of released answers
+            return max(cross, key=lambda i: (cross[i], -i))
+        exact = {p: self._scores(p, idx, candidates, estimates, w, off, bins) for p, idx in groups.items()}
+        if len(groups) == 1 and not cross:   # one party holds every candidate: the central mechanism, there
+            (p, idx), = groups.items()
+            return idx[self._em(p, exact[p], w[idx], epsilon)]
+        rho_g = self.group_share * rho_round
+        eps_em = math.sqrt(8 * (rho_round - rho_g))
+        parties = list(groups)
+        best = np.array([exact[p].max() for p in parties])
+        sens = math.sqrt(sum(float(w[groups[p]].max()) ** 2 for p in parties))
+        if self.ledger.noise == "secure":
+            noisy = discrete_gaussian(best, rho_g, sens)
+        else:   # each party adds its share of the vector's noise from its own stream
+            s_g = sens / math.sqrt(2 * rho_g)
+            noisy = np.array([b + self.rngs[p].normal(0.0, s_g) for b, p in zip(best, parties)])
+        top = int(np.argmax(noisy))
+        if cross and max(cross.values()) > noisy[top]:
+            return max(cross, key=lambda i: (cross[i], -i))
+        p = parties[top]
+        return groups[p][self._em(p, exact[p], w[groups[p]], eps_em)]
+
+    def _scores(self, party: str, idx: list[int], candidates: Sequence[tuple[str, ...]],
+                estimates: Sequence[np.ndarray], w: np.ndarray, off: np.ndarray, bins: list[Bins]) -> np.ndarray:
+        """AIM's/MST's scores w (‖x − e‖₁ − offset) of one party's candidates, from its own columns."""
+        c0 = time.process_time()
+        o = self._party[party]
+        exact = [o.exact(tuple(candidates[i]), bins[i]) for i in idx]
+        errors = np.array([np.abs(x - np.asarray(estimates[i], float).reshape(x.shape)).sum()
+                           for x, i in zip(exact, idx)])
+        self.party_cpu[party] += time.process_time() - c0
+        return w[idx] * (errors - off[idx])
+
+    def _em(self, party: str, scores: np.ndarray, w: np.ndarray, epsilon: float) -> int:
+        """The exponential mechanism at `party` (Gumbel-max; sensitivity max w), noise from its stream."""
+        logits = epsilon * (scores - scores.max()) / (2.0 * w.max())
+        return int(np.argmax(logits + exponential_noise(logits.shape, self.rngs[party], self.ledger)))
+
+    def describe(self) -> dict[str, Any]:
+        return {"measure": self.measure_name, "trust": self.cross_measure.trust, "parties": list(self.partition.names),
+                "cross_party_answers": len(self.answered)}
