@@ -77,7 +77,7 @@ def test_a_cross_party_answer_is_exact_counts_plus_two_sided_noise_and_the_ledge
 
 @pytest.mark.parametrize("ask, error, match", [
     (lambda o, ch: o.measure(("a", "zz"), ch, None), DomainError, "unknown attribute 'zz'"),
-    (lambda o, ch: o.measure((), ch, None), ConfigError, "at least one attribute"),
+    (lambda o, ch: o.measure_cross((), ch), ConfigError, "at least one attribute"),
     (lambda o, ch: o.measure(("a", "b", "f"), ch, None), ConfigError, "spans 3 parties"),
     (lambda o, ch: o.measure_cross(("a", "c"), ch), ConfigError, "held by one party"),
     (lambda o, ch: o.measure(("a", "b"), ch, None, bins={"c": np.array([0, 0])}), ConfigError, "not measured"),
@@ -181,3 +181,28 @@ def test_coarse_bins_split_the_noisy_mass_and_a_coarse_answer_scores_a_finer_can
     want = np.abs(bin_query(x, ("a", "b"), coarse) - bin_query(e, ("a", "b"), coarse)).sum()
     got = o._noisy_score(("a", "b"), None, e.ravel())
     assert got == pytest.approx(want, rel=1e-3) and got < np.abs(x - e).sum()
+
+
+def test_the_record_count_and_the_score_vectors_are_answered_at_the_parties():
+    """What PrivMRF and DPSyn ask besides marginals: the 0-way count (any party: every party holds every row), the
+    InDif vector and the l1 errors, each entry computed and noised at the party that holds it (one charge, the
+    central σ per entry); a pair or candidate across parties is refused before anything is spent."""
+    data = correlated(3000)
+    count, vec, err = Charge("s", "n", ZCDP(1e6)), Charge("s", "i", ZCDP(1e8)), Charge("s", "l", ZCDP(1e8))
+    o, _ = _oracle(data, led := _ledger(count, vec, err))
+    assert o.measure((), count, None).values.sum() == pytest.approx(3000, abs=0.1)
+    from vertisynth.pgm.scores import indif
+    got = o.indif([("a", "c"), ("b", "d")], vec, None)
+    np.testing.assert_allclose(got, [indif(data, "a", "c"), indif(data, "b", "d")], atol=0.05)
+    est = [np.full(data.domain.project(c).shape, 10.0) for c in (("a", "e"), ("d",))]
+    want = [np.abs(data.counts(c).values - e).sum() for c, e in zip((("a", "e"), ("d",)), est)]
+    np.testing.assert_allclose(o.l1_errors([("a", "e"), ("d",)], est, err, None), want, atol=0.05)
+    assert led.spent == [count, vec, err]
+    before = list(led.spent)
+    extra = Charge("s", "x", ZCDP(1.0))
+    led.plan([extra])
+    with pytest.raises(ConfigError, match="cross parties") as e1:
+        o.indif([("a", "c"), ("a", "b")], extra, None)
+    with pytest.raises(ConfigError, match="cross parties") as e2:
+        o.l1_errors([("a", "b")], [np.zeros(data.domain.project(("a", "b")).shape)], extra, None)
+    assert led.spent == before and "\n" not in str(e1.value) + str(e2.value)

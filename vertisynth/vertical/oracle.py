@@ -34,7 +34,8 @@ from vertisynth.core.mechanisms import exponential_noise, gaussian_sigma
 from vertisynth.core.noise import discrete_gaussian
 from vertisynth.core.privacy import Charge, PrivacyLedger
 from vertisynth.pgm.estimation import Measurement, bin_sum
-from vertisynth.pgm.oracle import Bins, CentralOracle, Pay, _spend
+from vertisynth.pgm.oracle import Bins, CentralOracle, Pay, _spend, _vector_sigma
+from vertisynth.pgm.scores import INDIF_SENSITIVITY, indif
 
 
 def party_streams(rng: np.random.Generator, parties: Sequence[str]) -> dict[str, np.random.Generator]:
@@ -147,6 +148,9 @@ class VerticalOracle:
     def measure(self, attributes: Sequence[str], pay: Pay, rng: np.random.Generator,
                 sigma: float | None = None, bins: Bins = None) -> Measurement:
         attributes = tuple(self.domain.check(attributes))
+        if not attributes:   # the record count (a 0-way marginal): every party holds every row; the first answers
+            first = self.partition.names[0]
+            return self._party[first].measure((), pay, self.rngs[first], sigma, bins)
         parties = self.parties_of(attributes)
         if len(parties) == 1:   # at its party, with the central oracle's code and the party's stream
             c0 = time.process_time()
@@ -347,6 +351,67 @@ class VerticalOracle:
         """The exponential mechanism at `party` (Gumbel-max; sensitivity max w), noise from its stream."""
         logits = epsilon * (scores - scores.max()) / (2.0 * w.max())
         return int(np.argmax(logits + exponential_noise(logits.shape, self.rngs[party], self.ledger)))
+
+    # -- score vectors (PrivMRF's R-scores and refinement errors, DPSyn's selection) ---------------------
+    def indif(self, pairs: Sequence[tuple[str, str]], pay: Pay, rng: np.random.Generator,
+              sigma: float | None = None) -> np.ndarray:
+        """The noisy InDif vector of `pairs`, each pair's entry computed and noised at the party holding both
+        attributes (the same σ per entry as the central oracle's vector: one charge, L2 sensitivity 5·√m). A pair
+        across parties is refused before anything is spent: no role may read its exact counts (a vertical twin
+        scores such pairs from measured marginals, docs/vertical.md)."""
+        pairs = [tuple(self.domain.check(p)) for p in pairs]
+        if not pairs or any(len(p) != 2 for p in pairs):
+            raise ConfigError("indif: needs at least one pair of two distinct attributes")
+        routes = [self.parties_of(p) for p in pairs]
+        cross = [list(p) for p, r in zip(pairs, routes) if len(r) == 2]
+        if cross:
+            raise ConfigError(f"indif: {len(cross)} pair(s) cross parties (e.g. {cross[0]}): no role may read their "
+                              "exact counts; score them from measured cross-party marginals (docs/vertical.md)")
+        sens = INDIF_SENSITIVITY * math.sqrt(len(pairs))
+        return self._party_vector(pairs, [r[0] for r in routes],
+                                  lambda party, i: indif(self.views[party], *pairs[i]),
+                                  pay, sigma, sens, f"indif of {len(pairs)} pairs")
+
+    def l1_errors(self, candidates: Sequence[tuple[str, ...]], estimates: Sequence[np.ndarray], pay: Pay,
+                  rng: np.random.Generator, sigma: float | None = None,
+                  bins: Sequence[Bins] | None = None) -> np.ndarray:
+        """Noisy ‖x_c − e_c‖₁ for each candidate, computed and noised at the party holding it (one charge,
+        sensitivity √k, the central σ per entry). A candidate across parties is refused before anything is spent."""
+        if not candidates or len(candidates) != len(estimates):
+            raise ConfigError("l1_errors: needs as many estimates as candidates (at least one)")
+        bins = list(bins) if bins is not None else [None] * len(candidates)
+        cands = [tuple(self.domain.check(c)) for c in candidates]
+        routes = [self.parties_of(c) for c in cands]
+        cross = [list(c) for c, r in zip(cands, routes) if len(r) == 2]
+        if cross:
+            raise ConfigError(f"l1_errors: {len(cross)} candidate(s) cross parties (e.g. {cross[0]}): no role may "
+                              "read their exact counts; score them from measured cross-party marginals "
+                              "(docs/vertical.md)")
+
+        def error(party: str, i: int) -> float:
+            x = self._party[party].exact(cands[i], Measurement(cands[i], np.zeros(1), 1.0, bins[i]).bins)
+            return float(np.abs(x - np.asarray(estimates[i], float).reshape(x.shape)).sum())
+
+        return self._party_vector(cands, [r[0] for r in routes], error, pay, sigma, math.sqrt(len(cands)),
+                                  f"l1 errors of {len(cands)} marginals")
+
+    def _party_vector(self, items: Sequence[Any], holders: Sequence[str], compute, pay: Pay, sigma: float | None,
+                      sensitivity: float, what: str) -> np.ndarray:
+        """A Gaussian vector of L2 `sensitivity` whose entries each party computes and noises from its own
+        columns and stream: paid once, before any party reads a row; each entry gets the central σ."""
+        sigma, rho = _vector_sigma(pay, sigma, sensitivity, what)
+        _spend(pay, self.ledger, rho, what)
+        out = np.empty(len(items))
+        for party in dict.fromkeys(holders):
+            c0 = time.process_time()
+            idx = [i for i, h in enumerate(holders) if h == party]
+            x = np.array([compute(party, i) for i in idx], float)
+            if self.ledger.noise == "secure":
+                out[idx] = discrete_gaussian(x, rho, sensitivity)
+            else:
+                out[idx] = x + self.rngs[party].normal(0.0, sigma, size=x.shape)
+            self.party_cpu[party] += time.process_time() - c0
+        return out
 
     def describe(self) -> dict[str, Any]:
         return {"measure": self.measure_name, "trust": self.cross_measure.trust, "parties": list(self.partition.names),
