@@ -246,6 +246,13 @@ class CrossPartyMeasure(Protocol):
     def released_variance(self, sigma: float) -> float:
         """The per-cell variance of an answer paid at `sigma` as the server sees it (e.g. 2σ² for two-sided noise)."""
 
+    def rho_per_table(self, sigma: float) -> float:
+        """The zCDP ρ one table answered at `sigma` costs (1/(2σ²) for one Gaussian; more where the noise is a sum
+        of shares): what the oracle spends before it calls `answer`."""
+
+    def sigma_for_rho(self, rho: float) -> float:
+        """The σ whose table costs `rho` (the inverse of `rho_per_table`): how a planned charge becomes noise."""
+
     def answer(self, views: Mapping[str, Dataset], queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]],
                sigma: float, noise: str, rngs: Mapping[str, np.random.Generator]
                ) -> list[tuple[tuple[str, ...], np.ndarray, float]]:

@@ -30,7 +30,7 @@ from vertisynth.core.capabilities import CrossPartyMeasure
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import BudgetError, ConfigError
-from vertisynth.core.mechanisms import exponential_noise, gaussian_sigma
+from vertisynth.core.mechanisms import exponential_noise
 from vertisynth.core.noise import discrete_gaussian
 from vertisynth.core.privacy import Charge, PrivacyLedger
 from vertisynth.pgm.estimation import Measurement, bin_sum
@@ -179,7 +179,8 @@ class VerticalOracle:
             by_sigma.setdefault(s, []).append(k)
         stages = {s: self._stage_views([prepared[k] for k in ks]) for s, ks in by_sigma.items()}   # checked first
         for i, (attrs_, parties, s, _) in zip(cross, prepared):
-            _spend(pays[i], self.ledger, 1.0 / (2.0 * s * s), f"measure {list(attrs_)} across {' and '.join(parties)}")
+            _spend(pays[i], self.ledger, self._table_cost(pays[i], s),
+                   f"measure {list(attrs_)} across {' and '.join(parties)}")
         for s, ks in by_sigma.items():
             for k, m in zip(ks, self._answer([prepared[k] for k in ks], s, [bins[cross[k]] for k in ks], stages[s])):
                 out[cross[k]] = m
@@ -189,7 +190,7 @@ class VerticalOracle:
                       bins: Bins = None) -> Measurement:
         """A marginal over exactly two parties, through the cross-party measure (refused otherwise, unspent)."""
         attributes, parties, sigma, views = self._prepare_cross(attributes, pay, sigma, bins)
-        _spend(pay, self.ledger, 1.0 / (2.0 * sigma * sigma),
+        _spend(pay, self.ledger, self._table_cost(pay, sigma),
                f"measure {list(attributes)} across {parties[0]} and {parties[1]}")
         return self._answer([(attributes, parties, sigma, views)], sigma, [bins], views)[0]
 
@@ -203,15 +204,16 @@ class VerticalOracle:
         if sigma is None:
             if not isinstance(pay, Charge):
                 raise ConfigError("measure: a filter payment needs the noise std sigma")
-            sigma = gaussian_sigma(pay.cost.rho)
+            sigma = self.cross_measure.sigma_for_rho(pay.cost.rho)
         if not sigma > 0:
             raise ConfigError(f"measure {list(attributes)}: sigma must be positive, got {sigma}")
         if bins and not set(bins) <= set(attributes):
             raise ConfigError(f"measure {list(attributes)}: bins given for attributes not measured")
         Measurement(attributes, np.zeros(1), 1.0, bins)   # checks the bins before anything is spent
-        if isinstance(pay, Charge) and not np.isclose(pay.cost.rho, 1.0 / (2.0 * sigma * sigma), rtol=1e-12, atol=0):
+        cost = self.cross_measure.rho_per_table(sigma)   # checked here too: nothing is spent on a wrong charge
+        if isinstance(pay, Charge) and not np.isclose(pay.cost.rho, cost, rtol=1e-9, atol=0):
             raise BudgetError(f"measure {list(attributes)}: the charge's ρ={pay.cost.rho:.6g} is not what this "
-                              f"answer costs (ρ={1.0 / (2.0 * sigma * sigma):.6g})")
+                              f"answer costs (ρ={cost:.6g})")
         p, q = parties
         left = tuple(a for a in attributes if self.owner[a] == p)
         right = tuple(a for a in attributes if self.owner[a] == q)
@@ -222,6 +224,11 @@ class VerticalOracle:
         self.party_cpu[p] += c1 - c0
         self.party_cpu[q] += time.process_time() - c1
         return attributes, parties, sigma, views
+
+    def _table_cost(self, pay: Pay, sigma: float) -> float:
+        """What one cross-party table at σ costs: a planned charge's own ρ (σ was derived from it, and
+        `_prepare_cross` checked that they agree), else what the measure says (a filter draw)."""
+        return float(pay.cost.rho) if isinstance(pay, Charge) else self.cross_measure.rho_per_table(sigma)
 
     @staticmethod
     def _stage_views(prepared: list) -> dict[str, Dataset]:
@@ -249,7 +256,7 @@ class VerticalOracle:
             self.answered.append(m)
             self.ledger.cross_party.append({
                 "attributes": list(attributes), "parties": [p, q], "measure": self.measure_name,
-                "trust": self.cross_measure.trust, "rho": 1.0 / (2.0 * sigma * sigma),
+                "trust": self.cross_measure.trust, "rho": self.cross_measure.rho_per_table(sigma),
                 "released_variance": float(variance), **({"binned": sorted(b)} if b else {})})
             out.append(m)
         return out

@@ -128,3 +128,17 @@ def test_a_vertical_twin_runs_on_secure_noise(cls, config_cls, params):
     _vertical_release(syn, VerticalData(part, part.views(data)), ledger, np.random.default_rng(1))
     assert ledger.unspent() == [] and ledger.cross_party
     assert syn.sample(500, np.random.default_rng(2)).n == 500
+
+
+@pytest.mark.parametrize("syn", ["aim", "mst"])
+def test_a_trust_server_twin_runs_at_its_plan_and_says_whom_it_trusts(syn):
+    """trust = "server": the same twin, cross-party answers at the central variance σ², each table paid at
+    1/(2σ²) + τ (the distributed discrete Gaussian), the ledger naming the trust assumption."""
+    params = {"iters": 200, "vertical": {"measure": "he", "trust": "server", "params": {"crypto": "simulated"}}}
+    planned = Counter(make_plan(_cfg(syn, params)).ledger.planned)
+    res = run(_cfg(syn, params))
+    assert res.ledger.unspent() == [] and Counter(res.ledger.spent) == planned
+    cross = res.ledger.cross_party
+    assert cross and {q["trust"] for q in cross} == {"server"}
+    assert res.report["privacy"]["cross_party"]["through"] == ["he (trust = server)"]
+    assert res.metrics["tvd"]["tvd_3way"] < 0.2

@@ -30,7 +30,7 @@ from vertisynth.core.messages import Message
 from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
 
 from ..common import Estimate
-from . import paillier, protocol
+from . import paillier, protocol, server_trust
 from .noise import GeneratorSource, SystemSource, support_bound
 
 STAGE = "encoder"
@@ -391,17 +391,43 @@ class HEEncoder(Encoder):
     # Stands apart from the plan above: the oracle has spent the charge for σ before it calls `answer`, so nothing
     # here plans or spends; the parties' views (already coarsened by the oracle where a query has bins) give the
     # public domain and who holds what. E sees counts + S's noise (σ², what the charge covers), the server 2σ².
-    trust: ClassVar[str] = "none"   # no trusted role: each of the two parties adds N_Z(0, σ²)
     ORACLE_STAGE: ClassVar[str] = "oracle"
 
+    @property
+    def trust(self) -> str:
+        """ "none": each of the two parties adds N_Z(0, σ²); "server": the server holds the key and the parties'
+        shares sum to σ² (server_trust.py)."""
+        return self.config.trust
+
+    @property
+    def server_trust(self) -> server_trust.ServerTrust:
+        """The trust = "server" protocol of this run (one server key per encoder instance, made on first use)."""
+        if getattr(self, "_server_trust", None) is None:
+            self._server_trust = server_trust.ServerTrust(self.config)
+        return self._server_trust
+
     def released_variance(self, sigma: float) -> float:
+        if self.config.trust == "server":
+            return server_trust.released_variance(sigma)
         return 2.0 * sigma * sigma
+
+    def rho_per_table(self, sigma: float) -> float:
+        if self.config.trust == "server":
+            return server_trust.rho_per_table(sigma)
+        return 1.0 / (2.0 * sigma * sigma)
+
+    def sigma_for_rho(self, rho: float) -> float:
+        if self.config.trust == "server":
+            return server_trust.sigma_for_rho(rho)
+        return 1.0 / math.sqrt(2.0 * rho)
 
     def answer(self, views: Mapping[str, Dataset], queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]],
                sigma: float, noise: str, rngs: Mapping[str, np.random.Generator]
                ) -> list[tuple[tuple[str, ...], np.ndarray, float]]:
         """One protocol run per pair of parties (and side that encrypts) over `queries`; per query (left + right
-        attributes, noisy counts with axes in that order, 2σ²)."""
+        attributes, noisy counts with axes in that order, 2σ²; σ² under trust = "server")."""
+        if self.config.trust == "server":
+            return self.server_trust.answer(views, queries, sigma, noise, rngs)
         c = self.config
         if noise not in ("secure", "simulation"):
             raise ConfigError(f"he: noise must be 'secure' or 'simulation', got {noise!r}")
