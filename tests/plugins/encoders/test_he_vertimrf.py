@@ -135,9 +135,12 @@ def test_real_crypto_at_2048_bits_end_to_end():
     assert all(k[0].n.bit_length() >= 2048 for k in syn._encoder._keys.values())
 
 
-def test_tables_of_a_pair_are_split_between_the_sides_when_that_is_cheaper(monkeypatch):
-    """(a|b) and (c|d): one side alone needs two ciphertexts per row (blocks summed by different groupings cannot
-    share one); a table each needs one per side. Both directions run, and real crypto equals the simulation."""
+@pytest.mark.parametrize("slot_bits", [16, None])
+def test_tables_of_a_pair_are_split_between_the_sides_when_that_is_cheaper(monkeypatch, slot_bits):
+    """(a|b) and (c|d): with forced (unshared) slots one side alone needs two ciphertexts per row (blocks summed by
+    different groupings cannot share one unmasked); a table each needs one per side. With shared layouts (the
+    default: packing.py) one side packs both blocks in one ciphertext and encrypts both tables. Either way real
+    crypto equals the simulation."""
     from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
 
     monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
@@ -146,16 +149,20 @@ def test_tables_of_a_pair_are_split_between_the_sides_when_that_is_cheaper(monke
     queries = [(("a",), ("b",)), (("c",), ("d",))]
     out = {}
     for crypto in ("simulated", "real"):
-        enc = HEEncoder(HEConfig(crypto=crypto, key_bits=512, workers=1))
+        enc = HEEncoder(HEConfig(crypto=crypto, key_bits=512, workers=1, slot_bits=slot_bits))
         ledger = PrivacyLedger(Budget(1.0, 1e-5))
         ledger.plan(enc.plan(PlanContext(data.domain, part, Budget(1.0, 1e-5))))
         runs = enc.pairs(queries, data.n, "cliques")
-        assert sorted((e, len(qs)) for _, e, _, qs in runs) == [("party1", 1), ("party2", 1)]
+        split = sorted((e, len(qs)) for _, e, _, qs in runs)
+        assert split == ([("party1", 1), ("party2", 1)] if slot_bits else [("party1", 2)])
         rngs = {p: np.random.default_rng(i) for i, p in enumerate(part.names)}
         enc.test_sources = {p: GeneratorSource(np.random.default_rng(9 + i)) for i, p in enumerate(part.names)}
         msgs = enc.measure(part.views(data), queries, "cliques", ledger, rngs)
         out[crypto] = {k: v for m in msgs for k, v in m.tables.items()}
-    assert set(out["real"]) in ({"a|b", "d|c"}, {"b|a", "c|d"})   # each side encrypted one table
+    if slot_bits:
+        assert set(out["real"]) in ({"a|b", "d|c"}, {"b|a", "c|d"})   # each side encrypted one table
+    else:
+        assert set(out["real"]) == {"a|b", "c|d"}
     for k in out["real"]:
         np.testing.assert_array_equal(out["real"][k], out["simulated"][k])
 
