@@ -156,7 +156,8 @@ def cost(data_dir: str, rows_list, eps: float = 1.6) -> None:
         for party, cpu in tot.items():
             print(f"  total {party}: {1e3 * cpu / rows:.2f} ms CPU per row")
     # projection: the exact layouts at larger n (slots widen with log n) times the measured cost per encryption
-    t_enc, t_mul, t_dec = _op_costs(enc.config.key_bits, enc.randomness)
+    op = _op_costs(enc.config.key_bits, enc.randomness)
+    t_enc, t_mul, t_dec = op["enc"], op["mul"], op["dec"]
     size = lambda b: enc._domain.project(b).size()  # noqa: E731
     print(f"\nper operation here: encrypt {1e3 * t_enc:.2f} ms, homomorphic add {1e6 * t_mul:.1f} µs, "
           f"decrypt {1e3 * t_dec:.2f} ms (2048-bit, {enc.randomness} randomness)")

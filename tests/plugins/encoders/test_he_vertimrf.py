@@ -196,6 +196,30 @@ def test_cost_estimate_counts_the_ciphertexts_a_real_run_makes(monkeypatch):
     assert all(before[p]["ciphertexts"] > 0 for p in part.names)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [1, 2])
+def test_cost_estimate_cpu_is_within_25_percent_of_a_real_run(workers):
+    """`vertisynth validate --rows N` prints each party's CPU from per-operation costs timed on this machine
+    (`_op_costs`); a real 2048-bit run on the same queries (both stages, the encryption pool when workers = 2)
+    measures each party's CPU (`Costs`: this process and its pool). They must agree within 25% per party."""
+    from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
+
+    data = _data(n=1500, seed=6)
+    part = VerticalPartition.from_lists([["a", "c", "e"], ["b", "d", "f"]])
+    enc = HEEncoder(HEConfig(crypto="real", workers=workers, chunk_rows=256, cliques=3))
+    ledger = PrivacyLedger(Budget(1.0, 1e-5))
+    ledger.plan(enc.plan(PlanContext(data.domain, part, Budget(1.0, 1e-5))))
+    rngs = {p: np.random.default_rng(i) for i, p in enumerate(part.names)}
+    views = part.views(data)
+    cliques = [(("a", "c"), ("b",)), (("d",), ("e",)), (("a",), ("d", "f"))]
+    est = enc.cost_estimate(data.n, clique_queries=cliques)   # times the operations first, as validate does
+    enc.measure(views, enc.selection_queries(), "selection", ledger, rngs)
+    enc.measure(views, cliques, "cliques", ledger, rngs)
+    for p in part.names:
+        ran = sum(enc.costs[s].cpu.get(p, 0.0) for s in ("selection", "cliques"))
+        assert ran > 0 and abs(est[p]["cpu_s"] - ran) <= 0.25 * ran, (p, est[p]["cpu_s"], ran)
+
+
 def test_clique_tables_outside_the_tree_keep_it_under_max_clique_cells():
     """Independent parties: no cross pair beats its noise, so the clique stage falls back to the selection pairs,
     which lie outside the tree. Each one that would triangulate the tree into a clique over max_clique_cells is
