@@ -260,8 +260,8 @@ class HEEncoder(Encoder):
     def _assign(self, p: str, q: str, qs: list, n: int, offset: int) -> list[tuple[str, str, list]]:
         """Which side encrypts each table of a pair of parties: start from the cheaper side for all (`_orient`),
         then move single tables to the other side while that lowers (the larger side's ciphertexts per row, both
-        sides' total). Blocks summed by different groupings share a ciphertext only in a (wider) shared layout, so splitting the tables
-        between the two sides often halves the worse side's encryptions (Adult's clique stage: 6 -> 3 per row).
+        sides' total). Blocks summed by different groupings share a ciphertext only in a (wider-slot) shared
+        layout, so splitting the tables between the two sides often halves the worse side's encryptions.
         A pure function of public facts: every party computes the same runs. [(E, S, queries E-side first)]."""
         size = lambda b: self._domain.project(b).size()  # noqa: E731
         bits, sb = self.config.key_bits, self.config.slot_bits

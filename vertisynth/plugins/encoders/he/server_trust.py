@@ -430,6 +430,7 @@ class ServerTrust:
         """The side whose layout needs fewer ciphertexts per row encrypts (fewer slots on a tie): public facts only."""
         bits, sb, t = self.config.key_bits, self.config.slot_bits, offset(sigma)
         flipped = [(b, a) for a, b in qs]
-        cost_p = (protocol.row_ciphertexts(qs, size, n, t, bits, sb, False), sum(map(size, {x[0] for x in qs})))
-        cost_q = (protocol.row_ciphertexts(flipped, size, n, t, bits, sb, False), sum(map(size, {x[0] for x in flipped})))
+        rows = lambda q: protocol.row_ciphertexts(q, size, n, t, bits, sb, share=False)  # noqa: E731  (unshared)
+        cost_p = (rows(qs), sum(map(size, {x[0] for x in qs})))
+        cost_q = (rows(flipped), sum(map(size, {x[0] for x in flipped})))
         return (p, q, qs) if cost_p <= cost_q else (q, p, flipped)
