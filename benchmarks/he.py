@@ -18,6 +18,12 @@ centralised PrivMRF, and the cost of the real crypto.
    party <= 5 ms CPU per row at the Adult default, constant per row from 45k to 1M rows.
 3. Scale (`--only scale --scale-rows 45222,200000,1000000`, not part of the default run): the encrypting party's
    real-crypto stage measured, not projected, at Adult-shaped n (Adult resampled with replacement): `scale`.
+4. Speed (`--only speed --speed-rows 45222 [--speed-eps 1.6]`, issue 33; not part of the default run): the
+   whole VertiMRF-HE run on Adult (all rows, or a subsample) with real crypto, twice in one process: the anchor
+   with shared layouts off (every block group on ciphertexts of its own, as before) and the default. Per run: CPU
+   seconds of the whole run (this process and its encryption pool), each party's protocol CPU (`Costs`), the
+   ciphertexts each party encrypted per row, 3-way TVD, and the `vertisynth validate` estimate per party (on the
+   run's clique tables and on the stand-in) against the measured CPU. Target: <= 90 CPU s on all of Adult.
    Quality options: `--two-way` (2-way TVD beside the 3-way), `--methods HE` (skip FM), `--he-params JSON`.
 """
 from __future__ import annotations
@@ -156,7 +162,8 @@ def cost(data_dir: str, rows_list, eps: float = 1.6) -> None:
         for party, cpu in tot.items():
             print(f"  total {party}: {1e3 * cpu / rows:.2f} ms CPU per row")
     # projection: the exact layouts at larger n (slots widen with log n) times the measured cost per encryption
-    t_enc, t_mul, t_dec = _op_costs(enc.config.key_bits, enc.randomness)
+    op = _op_costs(enc.config.key_bits, enc.randomness)
+    t_enc, t_mul, t_dec = op["enc"], op["mul"], op["dec"]
     size = lambda b: enc._domain.project(b).size()  # noqa: E731
     print(f"\nper operation here: encrypt {1e3 * t_enc:.2f} ms, homomorphic add {1e6 * t_mul:.1f} µs, "
           f"decrypt {1e3 * t_dec:.2f} ms (2048-bit, {enc.randomness} randomness)")
@@ -280,12 +287,47 @@ def scale(data_dir: str, rows_list, sum_side: bool = True, cache: str | None = N
               + (f"; summing side {1e3 * sum_cpu / n:.3f} ms CPU/row" if sum_side else ""), flush=True)
 
 
+def speed(data_dir: str, rows: int, eps: float = 1.6, marginals: int = 300) -> None:
+    """Issue 33: VertiMRF-HE on Adult with real crypto, the anchor (no shared layouts) and the default, one process."""
+    from vertisynth.plugins.encoders.he import packing, protocol
+
+    synth, params = methods("real")["VertiMRF-HE"]
+    sample = {"sample": rows, "sample_seed": 1} if rows < 45_222 else {}
+    ds = {"name": "adult", "params": {"data_dir": data_dir, **sample}}
+    n = min(rows, 45_222)
+    default_bits = packing.MASK_BITS
+    out = {}
+    for label, mask_bits in (("anchor: unshared layouts", 10**6), ("default: shared layouts", default_bits)):
+        packing.MASK_BITS = mask_bits   # a shared slot wider than any modulus is never chosen: the old layouts
+        try:
+            c0 = protocol.cpu_now()
+            tvd, _, syn = run_one(ds, eps, synth, params, 0, marginals)
+            cpu = protocol.cpu_now() - c0
+            enc = syn._encoder
+            est_run = enc.cost_estimate(n, clique_queries=_split(enc, syn._chosen))
+            est_pre = enc.cost_estimate(n)
+        finally:
+            packing.MASK_BITS = default_bits
+        ran = {p: sum(c.cpu.get(p, 0.0) for c in enc.costs.values()) for p in enc.parties()}
+        made = {p: sum(c.ciphertexts.get(p, 0) for c in enc.costs.values()) for p in enc.parties()}
+        out[label] = (cpu, tvd)
+        print(f"\n{label}: Adult {n:,} rows, ε {eps}: {cpu:.1f} CPU s for the whole run, 3-way TVD {tvd:.4f}")
+        for p in enc.parties():
+            print(f"  {p}: protocol CPU {ran[p]:7.1f} s, ciphertexts made {made[p] / n:.2f} per row (sums returned "
+                  f"included); validate's estimate on the run's tables {est_run[p]['cpu_s']:7.1f} s "
+                  f"({est_run[p]['cpu_s'] / max(ran[p], 1e-9):.2f}x), before the run (stand-in tables) "
+                  f"{est_pre[p]['cpu_s']:7.1f} s ({est_pre[p]['cpu_s'] / max(ran[p], 1e-9):.2f}x)")
+    (c_a, t_a), (c_d, t_d) = out.values()
+    print(f"\nshared layouts: {c_d:.1f} CPU s against {c_a:.1f} ({c_d / c_a:.2f}x; target <= 90 CPU s on all of "
+          f"Adult), TVD {t_d:.4f} against {t_a:.4f}")
+
+
 def main() -> int:
     global ZOO, RANDOMNESS, METHODS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", default=os.environ.get("VERTISYNTH_DATA",
                                                          str(Path(__file__).resolve().parents[2] / "shared" / "data")))
-    ap.add_argument("--only", choices=["quality", "nltcs", "adult", "zoo", "cost", "scale"], default=None,
+    ap.add_argument("--only", choices=["quality", "nltcs", "adult", "zoo", "cost", "scale", "speed"], default=None,
                     help="quality = nltcs + adult + zoo")
     ap.add_argument("--runs", type=int, default=1, help="seeds per cell (CPU is scarce: default 1)")
     ap.add_argument("--marginals", type=int, default=300)
@@ -301,6 +343,8 @@ def main() -> int:
                     help="Adult-shaped n (resampled with replacement) for --only scale")
     ap.add_argument("--no-sum", action="store_true", help="--only scale: skip the summing side")
     ap.add_argument("--queries-cache", default=None, help="--only scale: JSON file caching the Adult run's queries")
+    ap.add_argument("--speed-rows", type=int, default=45_222, help="--only speed: Adult rows (45222: all)")
+    ap.add_argument("--speed-eps", type=float, default=1.6, help="--only speed: ε")
     ap.add_argument("--two-way", action="store_true", help="also the 2-way TVD (quality)")
     ap.add_argument("--methods", default=None, help="quality: comma list of HE, FM (PrivMRF always runs)")
     ap.add_argument("--he-params", default=None, help='JSON merged into the he encoder params, e.g. {"cliques": 24}')
@@ -316,8 +360,8 @@ def main() -> int:
         METHODS = {"HE": "VertiMRF-HE", "FM": "VertiMRF-FM"}
         METHODS = [METHODS[m] for m in args.methods.split(",")]
     dd = args.data_dir
-    want = lambda part: args.only == part or (args.only is None and part != "scale") or (  # noqa: E731
-        args.only == "quality" and part not in ("cost", "scale"))
+    want = lambda part: args.only == part or (args.only is None and part not in ("scale", "speed")) or (  # noqa: E731
+        args.only == "quality" and part not in ("cost", "scale", "speed"))
     if want("nltcs"):
         quality("NLTCS", {"name": "nltcs", "params": {"data_dir": dd}}, [0.4, 1.6], args.runs, args.marginals)
     if want("adult"):
@@ -344,6 +388,8 @@ def main() -> int:
             print(f"zoo HE/PrivMRF: median {np.median(zr):.2f}x (target <= 1.15x), worst {max(zr):.2f}x (target <= 1.4x)")
     if want("cost"):
         cost(dd, [int(r) for r in args.cost_rows.split(",")])
+    if want("speed"):
+        speed(dd, args.speed_rows, args.speed_eps, args.marginals)
     if want("scale"):
         scale(dd, [int(r) for r in args.scale_rows.split(",")], not args.no_sum, args.queries_cache)
     return 0

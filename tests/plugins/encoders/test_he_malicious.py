@@ -186,3 +186,48 @@ def test_secure_summing_noise_is_bounded_by_redrawing(monkeypatch):
     assert list(he_noise.discrete_gaussian((2,), 2.0, SystemSource(), bounded=False)) == [t + 1, t + 1]
     with pytest.raises(ConfigError, match="kept drawing beyond"):
         he_noise.discrete_gaussian((2,), 2.0, SystemSource())
+
+
+def test_shared_layout_masks_the_other_blocks_counts(keys):
+    """A shared layout (two blocks summed by different groupings in one ciphertext, packing.py) puts the plain counts
+    of the block S was not asked about in the same returned ciphertext. S's mask must hide them: every such slot
+    reads far above any count (uniform over [0, 2^w - 2^k]), while each declared slot, read mod 2^k, is its count
+    plus S's noise plus T. Without the shared mask (the old mask: uniform w-bit values on bits assumed zero) S
+    refuses such a column; sharing is chosen only where it saves ciphertexts."""
+    pk, sk = keys
+    rng = np.random.default_rng(3)
+    n = 300
+    a = Dataset.from_frame(pd.DataFrame({"a1": rng.integers(0, 3, n), "a2": rng.integers(0, 4, n)}),
+                           Domain(["a1", "a2"], [3, 4]))
+    b = Dataset.from_frame(pd.DataFrame({"b1": rng.integers(0, 5, n), "b2": rng.integers(0, 2, n)}),
+                           Domain(["b1", "b2"], [5, 2]))
+    q = [(("a1",), ("b1",)), (("a2",), ("b2",))]
+    t = support_bound(SIGMA)
+    m1 = protocol.encrypt_rows("A", "B", a, q, pk, t, workers=1)
+    lay = m1.layout()
+    assert lay.shared and lay.plaintexts == 1 and lay.count_bits < lay.width
+    # sharing off (the server-trust path): two ciphertexts per row, and S refuses the shared layout it did not plan
+    assert protocol.row_ciphertexts(q, lambda blk: a.domain.project(blk).size(), n, t, TEST_BITS, share=False) == 2
+    with pytest.raises(MessageError, match="planned"):
+        protocol.sum_and_noise("B", m1, b, q, SIGMA, ZeroSource(), workers=1, share=False)
+    m2 = protocol.sum_and_noise("B", m1, b, q, SIGMA, ZeroSource(), workers=1)
+    k, w = lay.count_bits, lay.width
+    for gi, (sb, other, blk) in enumerate([(("b1",), ("a2",), 0), (("b2",), ("a1",), 1)]):
+        plains = [sk.raw_decrypt(int(c)) for c in paillier.from_bytes(pk, m2.sums[f"g{gi}"])[:, 0]]
+        sbc, groups = protocol.tuple_codes(b, sb)
+        for v, p in enumerate(plains):
+            rows = sbc == v
+            other_b = 1 - blk
+            true_other = np.bincount(protocol.tuple_codes(a, other)[0][rows], minlength=lay.cells[other_b])
+            true_mine = np.bincount(protocol.tuple_codes(a, lay.blocks[blk])[0][rows], minlength=lay.cells[blk])
+            slot = lambda s: (p >> (w * s)) & ((1 << w) - 1)   # noqa: E731
+            undeclared = [slot(lay.starts[other_b] + j) for j in range(lay.cells[other_b])]
+            assert all(u >= 1 << k for u in undeclared)   # P(a uniform draw below 2^k) = 2^-(w-k) per slot
+            assert not np.array_equal(np.array(undeclared) % (1 << k), true_other)
+            np.testing.assert_array_equal(lay.unpack([p], blk), true_mine + t)   # ZeroSource: S's noise is 0
+            assert any(slot(lay.starts[blk] + j) >> k for j in range(lay.cells[blk]))   # guard bits masked
+    got = protocol.open_sums(sk, lay, m2, protocol.unique(q), t)
+    for (sa, sb), table in got.items():
+        ca, na = protocol.tuple_codes(a, sa)
+        cb, nb = protocol.tuple_codes(b, sb)
+        np.testing.assert_array_equal(table, np.bincount(ca * nb + cb, minlength=na * nb).reshape(na, nb))

@@ -135,9 +135,12 @@ def test_real_crypto_at_2048_bits_end_to_end():
     assert all(k[0].n.bit_length() >= 2048 for k in syn._encoder._keys.values())
 
 
-def test_tables_of_a_pair_are_split_between_the_sides_when_that_is_cheaper(monkeypatch):
-    """(a|b) and (c|d): one side alone needs two ciphertexts per row (blocks summed by different groupings cannot
-    share one); a table each needs one per side. Both directions run, and real crypto equals the simulation."""
+@pytest.mark.parametrize("slot_bits", [16, None])
+def test_tables_of_a_pair_are_split_between_the_sides_when_that_is_cheaper(monkeypatch, slot_bits):
+    """(a|b) and (c|d): with forced (unshared) slots one side alone needs two ciphertexts per row (blocks summed by
+    different groupings cannot share one unmasked); a table each needs one per side. With shared layouts (the
+    default: packing.py) one side packs both blocks in one ciphertext and encrypts both tables. Either way real
+    crypto equals the simulation."""
     from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
 
     monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
@@ -146,16 +149,20 @@ def test_tables_of_a_pair_are_split_between_the_sides_when_that_is_cheaper(monke
     queries = [(("a",), ("b",)), (("c",), ("d",))]
     out = {}
     for crypto in ("simulated", "real"):
-        enc = HEEncoder(HEConfig(crypto=crypto, key_bits=512, workers=1))
+        enc = HEEncoder(HEConfig(crypto=crypto, key_bits=512, workers=1, slot_bits=slot_bits))
         ledger = PrivacyLedger(Budget(1.0, 1e-5))
         ledger.plan(enc.plan(PlanContext(data.domain, part, Budget(1.0, 1e-5))))
         runs = enc.pairs(queries, data.n, "cliques")
-        assert sorted((e, len(qs)) for _, e, _, qs in runs) == [("party1", 1), ("party2", 1)]
+        split = sorted((e, len(qs)) for _, e, _, qs in runs)
+        assert split == ([("party1", 1), ("party2", 1)] if slot_bits else [("party1", 2)])
         rngs = {p: np.random.default_rng(i) for i, p in enumerate(part.names)}
         enc.test_sources = {p: GeneratorSource(np.random.default_rng(9 + i)) for i, p in enumerate(part.names)}
         msgs = enc.measure(part.views(data), queries, "cliques", ledger, rngs)
         out[crypto] = {k: v for m in msgs for k, v in m.tables.items()}
-    assert set(out["real"]) in ({"a|b", "d|c"}, {"b|a", "c|d"})   # each side encrypted one table
+    if slot_bits:
+        assert set(out["real"]) in ({"a|b", "d|c"}, {"b|a", "c|d"})   # each side encrypted one table
+    else:
+        assert set(out["real"]) == {"a|b", "c|d"}
     for k in out["real"]:
         np.testing.assert_array_equal(out["real"][k], out["simulated"][k])
 
@@ -187,6 +194,31 @@ def test_cost_estimate_counts_the_ciphertexts_a_real_run_makes(monkeypatch):
     # before a run: the clique stage on the stand-in, through the same split (both sides may encrypt)
     before = enc.cost_estimate(45_000)
     assert all(before[p]["ciphertexts"] > 0 for p in part.names)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [1, 2])
+def test_cost_estimate_cpu_is_within_25_percent_of_a_real_run(workers):
+    """`vertisynth validate --rows N` prints each party's CPU from per-operation costs timed on this machine
+    (`_op_costs`); a real 2048-bit run on the same queries (both stages, the encryption pool when workers = 2)
+    measures each party's CPU (`Costs`: this process and its pool). They must agree within 25% per party. 3,000
+    rows, so that the key pair (whose prime search takes a random 1-3 CPU s) is not most of the encrypting side's."""
+    from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
+
+    data = _data(n=3000, seed=6)
+    part = VerticalPartition.from_lists([["a", "c", "e"], ["b", "d", "f"]])
+    enc = HEEncoder(HEConfig(crypto="real", workers=workers, chunk_rows=256, cliques=3))
+    ledger = PrivacyLedger(Budget(1.0, 1e-5))
+    ledger.plan(enc.plan(PlanContext(data.domain, part, Budget(1.0, 1e-5))))
+    rngs = {p: np.random.default_rng(i) for i, p in enumerate(part.names)}
+    views = part.views(data)
+    cliques = [(("a", "c"), ("b",)), (("d",), ("e",)), (("a",), ("d", "f"))]
+    est = enc.cost_estimate(data.n, clique_queries=cliques)   # times the operations first, as validate does
+    enc.measure(views, enc.selection_queries(), "selection", ledger, rngs)
+    enc.measure(views, cliques, "cliques", ledger, rngs)
+    for p in part.names:
+        ran = sum(enc.costs[s].cpu.get(p, 0.0) for s in ("selection", "cliques"))
+        assert ran > 0 and abs(est[p]["cpu_s"] - ran) <= 0.25 * ran, (p, est[p]["cpu_s"], ran)
 
 
 def test_clique_tables_outside_the_tree_keep_it_under_max_clique_cells():

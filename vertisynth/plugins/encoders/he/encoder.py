@@ -14,6 +14,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
+import multiprocessing
+import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
@@ -202,6 +204,10 @@ class HEEncoder(Encoder):
                 msg = protocol.simulate(enc, summ, views[enc], views[summ], qs, sigma, src_e, src_s, stage)
                 costs.add(enc, protocol.cpu_now() - c0)
             else:
+                if enc not in self._keys:   # the key pair is E's cost too (`cost_estimate`)
+                    c0 = protocol.cpu_now()
+                    self.keypair(enc)
+                    costs.add(enc, protocol.cpu_now() - c0)
                 msg = protocol.run_real(enc, summ, views[enc], views[summ], qs, sigma, src_e, src_s,
                                         self.keypair(enc), stage, costs, c.workers, c.chunk_rows, c.slot_bits)
             out.append(msg)
@@ -296,8 +302,8 @@ class HEEncoder(Encoder):
     def _assign(self, p: str, q: str, qs: list, n: int, offset: int) -> list[tuple[str, str, list]]:
         """Which side encrypts each table of a pair of parties: start from the cheaper side for all (`_orient`),
         then move single tables to the other side while that lowers (the larger side's ciphertexts per row, both
-        sides' total). Blocks summed by different groupings cannot share a ciphertext, so splitting the tables
-        between the two sides often halves the worse side's encryptions (Adult's clique stage: 6 -> 3 per row).
+        sides' total). Blocks summed by different groupings share a ciphertext only in a (wider-slot) shared
+        layout, so splitting the tables between the two sides often halves the worse side's encryptions.
         A pure function of public facts: every party computes the same runs. [(E, S, queries E-side first)]."""
         size = lambda b: self._domain.project(b).size()  # noqa: E731
         bits, sb = self.config.key_bits, self.config.slot_bits
@@ -343,20 +349,28 @@ class HEEncoder(Encoder):
         ciphertexts), and the CPU they take at this key size's measured per-operation costs."""
         c = self.config
         ct_bytes = 2 * c.key_bits // 8
-        real = c.crypto == "real"
-        t_enc, t_mul, t_dec = _op_costs(c.key_bits, self.randomness) if real else (0.0, 0.0, 0.0)
-        t_noise = _noise_cost(c.key_bits, self.randomness) if real else 0.0   # S's: phe, full randomness
+        op = _op_costs(c.key_bits, self.randomness, self.sigma[stage]) if c.crypto == "real" else None
         size = lambda b: self._domain.project(b).size()  # noqa: E731
         offset = support_bound(self.sigma[stage])
+        workers = c.workers or (os.cpu_count() or 1)
         out: dict[str, dict[str, float]] = {p: {"ciphertexts": 0.0, "bytes": 0.0, "cpu_s": 0.0} for p in self._parties}
         for _, enc, summ, qs in self.pairs(queries, n, stage):
             k = protocol.stage_counts(qs, size, n, offset, c.key_bits, c.slot_bits)
-            out[enc]["ciphertexts"] += n * k["per_row"]
-            out[enc]["bytes"] += n * k["per_row"] * ct_bytes
-            out[enc]["cpu_s"] += n * k["per_row"] * t_enc + k["returned"] * t_dec
-            out[summ]["ciphertexts"] += k["returned"]
-            out[summ]["bytes"] += k["returned"] * ct_bytes
-            out[summ]["cpu_s"] += (k["adds"] + k["returned"]) * t_mul + k["returned"] * t_noise
+            rows, back = n * k["per_row"], k["returned"]
+            cells = sum(size(q[0]) * size(q[1]) for q in protocol.unique(qs))
+            out[enc]["ciphertexts"] += rows
+            out[enc]["bytes"] += rows * ct_bytes
+            out[summ]["ciphertexts"] += back
+            out[summ]["bytes"] += back * ct_bytes
+            if op is None:
+                continue
+            # what `Costs` counts (protocol.run_real): E's encryptions with their glue, its pool's per-process
+            # encryptor setup, decryptions, its noise; S's reading of the rows, sums, noise encryptions and draws
+            pool = min(workers, -(-rows // c.chunk_rows)) if workers > 1 and rows > c.chunk_rows else 0
+            out[enc]["cpu_s"] += rows * op["enc"] + pool * op["setup"] + back * (op["dec"] + op["load"]) \
+                + cells * op["draw"]
+            out[summ]["cpu_s"] += rows * op["load"] + k["adds"] * op["mul"] + back * (op["noise"] + op["mul"]) \
+                + cells * op["draw"]
         return out
 
     def clique_stand_in(self) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
@@ -378,10 +392,14 @@ class HEEncoder(Encoder):
         selection stage exactly as the run makes it (`stage_cost`: its table split and layouts); the clique stage
         on `clique_queries` (the server's choice, known after a run) or, before one, on `clique_stand_in`."""
         c = self.config
-        stages = [self.stage_cost(self._selection, n, "selection"),
-                  self.stage_cost(clique_queries if clique_queries is not None else self.clique_stand_in(), n,
-                                  "cliques")]
+        cliques = clique_queries if clique_queries is not None else self.clique_stand_in()
+        stages = [self.stage_cost(self._selection, n, "selection"), self.stage_cost(cliques, n, "cliques")]
         out = {p: {k: sum(s[p][k] for s in stages) for k in ("ciphertexts", "bytes", "cpu_s")} for p in self._parties}
+        if c.crypto == "real":   # one key pair per encrypting party and run
+            keyed = {e for st, qs in (("selection", self._selection), ("cliques", cliques))
+                     for _, e, _, _ in self.pairs(qs, n, st)}
+            for p in keyed:
+                out[p]["cpu_s"] += _op_costs(c.key_bits, self.randomness, self.sigma["cliques"])["key"]
         if c.crypto == "simulated":
             for v in out.values():
                 v["note"] = "crypto = simulated: no ciphertexts are made; figures are what real crypto would send"
@@ -488,38 +506,76 @@ class HEEncoder(Encoder):
         return out
 
 
-_OP_COSTS: dict[tuple[int, str], tuple[float, float, float]] = {}
+_OP_COSTS: dict[tuple, dict[str, float]] = {}
 
 
-def _op_costs(bits: int, randomness: str = "full") -> tuple[float, float, float]:
-    """CPU seconds of one encryption (with this randomness), one homomorphic addition (mod-N² product) and one
-    decryption at `bits`, measured once per process on this machine (about a second at 2048 bits)."""
-    if (bits, randomness) not in _OP_COSTS:
+def _op_costs(bits: int, randomness: str = "full", sigma: float | None = None) -> dict[str, float]:
+    """CPU seconds of each operation the protocol's parties pay, timed once per process on this machine through
+    the functions a run calls (about 2-3 s at 2048 bits): "key" a key pair; "enc" one row ciphertext through
+    `encrypt_many` in this process (HEU's fixed-base table already built, as in a pool worker after its first
+    chunk) plus its serialisation; "setup" one pool process's encryptor (HEU: the fixed-base table); "load" reading
+    one ciphertext (`from_bytes`); "mul" one homomorphic addition; "dec" one decryption; "noise" one of S's
+    full-randomness encryptions; "draw" one secure noise draw (OpenDP) at `sigma` (timed once per σ)."""
+    from .noise import SystemSource, discrete_gaussian
+
+    key = (bits, randomness)
+    if key not in _OP_COSTS:
         paillier.require()
+        cpu = time.process_time
+        c0 = cpu()
         pk, sk = paillier.keypair(bits, randomness)
-        c0 = time.process_time()
-        cts = paillier.encrypt_many(pk, [12345] * 16, workers=1)
-        t_enc = (time.process_time() - c0) / 16
+        t_key = cpu() - c0
+        # packed plaintexts stay below 2^(per·w) < N/2 (HEU encrypts a larger m as m - N, a slower path)
+        plains = [int.from_bytes(os.urandom(bits // 8 - 2), "big") for _ in range(160)]
+        paillier.encrypt_many(pk, plains[:4], workers=1)   # warm: any lazy setup is not a per-ciphertext cost
+
+        def batch(part):   # CPU per ciphertext of one batch: the median of five resists a burst of load
+            c0 = cpu()
+            out = paillier.to_bytes(pk, np.array(paillier.encrypt_many(pk, part, workers=1), dtype=object))
+            return (cpu() - c0) / len(part), out
+
+        runs = [batch(plains[i:i + 32]) for i in range(0, 160, 32)]
+        t_enc = float(np.median([r[0] for r in runs]))
+        raw = np.concatenate([r[1] for r in runs])
+        cts = [int(v) for v in paillier.from_bytes(pk, raw)]
+        t_setup = 0.0
+        # forked pool workers inherit the encryptor E built with its key (paillier._ENCRYPTORS); spawned ones build it
+        if isinstance(pk, paillier.ShortExponentKey) and multiprocessing.get_start_method() != "fork":
+            c0 = cpu()
+            paillier.heu.setup(paillier.heu.PublicKey.load_from(pk.heu_key)).encryptor()
+            t_setup = cpu() - c0
+        c0 = cpu()
+        for _ in range(10):
+            paillier.from_bytes(pk, raw)
+        t_load = (cpu() - c0) / (10 * len(cts))
         x = paillier.gmpy2.mpz(cts[0])
-        c0 = time.process_time()
-        for c in cts * 50:
-            x = (x * c) % pk.nsquare
-        t_mul = (time.process_time() - c0) / (50 * len(cts))
-        c0 = time.process_time()
-        for c in cts:
-            sk.raw_decrypt(c)
-        _OP_COSTS[bits, randomness] = (t_enc, t_mul, (time.process_time() - c0) / len(cts))
-        # the summing party's noise encryptions: phe with full-length randomness under this key (`sum_and_noise`)
-        c0 = time.process_time()
-        paillier.encrypt_many(paillier.phe.PaillierPublicKey(pk.n), [12345] * 4, workers=1)
-        _NOISE_COST[bits, randomness] = (time.process_time() - c0) / 4
-    return _OP_COSTS[bits, randomness]
+        mpz = [paillier.gmpy2.mpz(v) for v in cts]
+        c0 = cpu()
+        for v in mpz * 20:
+            x = (x * v) % pk.nsquare
+        t_mul = (cpu() - c0) / (20 * len(mpz))
+        c0 = cpu()
+        for v in cts[:16]:
+            sk.raw_decrypt(v)
+        t_dec = (cpu() - c0) / 16
+        full = paillier.phe.PaillierPublicKey(pk.n)   # S's noise encryptions: phe, full randomness (`sum_and_noise`)
+        noise = []
+        for i in range(0, 40, 10):
+            c0 = cpu()
+            paillier.encrypt_many(full, plains[i:i + 10], workers=1)
+            noise.append((cpu() - c0) / 10)
+        t_noise = float(np.median(noise))
+        _OP_COSTS[key] = {"key": t_key, "enc": t_enc, "setup": t_setup, "load": t_load, "mul": t_mul, "dec": t_dec,
+                          "noise": t_noise}
+    out = dict(_OP_COSTS[key])
+    if sigma is not None:
+        if sigma not in _DRAW_COSTS:
+            discrete_gaussian((8,), sigma, SystemSource())   # warm: OpenDP's first call sets itself up
+            c0 = time.process_time()
+            discrete_gaussian((400,), sigma, SystemSource())
+            _DRAW_COSTS[sigma] = (time.process_time() - c0) / 400
+        out["draw"] = _DRAW_COSTS[sigma]
+    return out
 
 
-_NOISE_COST: dict[tuple[int, str], float] = {}
-
-
-def _noise_cost(bits: int, randomness: str = "full") -> float:
-    """CPU seconds of one of the summing party's encryptions (full-length randomness) at `bits`."""
-    _op_costs(bits, randomness)
-    return _NOISE_COST[bits, randomness]
+_DRAW_COSTS: dict[float, float] = {}

@@ -6,6 +6,13 @@ no slot ever exceeds 2^width - 1 (no carry into the next). The encrypting party'
 per block (an attribute tuple) per row; the summing party adds at most n rows and then its noise plus the offset T
 (so the noise never makes a slot negative, which would borrow from the next): every slot stays within n + 2T.
 `slot_width` picks the width from exactly that bound; `Layout` refuses a width that could overflow.
+
+Shared layouts (`Layout.build(share=True)`, chosen only when they need fewer ciphertexts per row): every block in one
+group, so blocks summed by different groupings share ciphertexts. A slot then has `count_bits` = k low bits for the
+count (the width above) and guard bits above them, width max(k, MASK_BITS) + 1. A column S returns for a grouping
+also holds other blocks' plain counts; S's mask puts a fresh uniform value in [0, 2^width - 2^k] on every such slot
+(neighbouring counts then differ in total variation by at most 2^-MASK_BITS per slot) and a uniform multiple of 2^k
+on the guard bits of every declared slot, so E reads a declared slot only mod 2^k, as in an unshared layout.
 """
 from __future__ import annotations
 
@@ -17,6 +24,9 @@ import attrs
 import numpy as np
 
 from vertisynth.core.errors import ConfigError
+
+
+MASK_BITS = 40   # statistical hiding of a shared layout's undeclared slots: total variation <= 2^-40 per slot
 
 
 def slot_width(n: int, offset: int) -> int:
@@ -37,11 +47,14 @@ class Layout:
     width: int
     per: int
     groups: tuple[int, ...]
+    count_bits: int = 0          # shared layouts: the low bits of a slot that carry the count (0: all `width`)
     starts: tuple[int, ...] = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         if len(self.groups) != len(self.cells):
             raise ConfigError("he: layout needs one group per block")
+        if not 0 <= self.count_bits <= self.width:
+            raise ConfigError(f"he: layout count bits {self.count_bits} outside [0, {self.width}]")
         starts, s = [], 0
         for i, c in enumerate(self.cells):
             if i and self.groups[i] != self.groups[i - 1] and s % self.per:
@@ -52,8 +65,11 @@ class Layout:
 
     @classmethod
     def build(cls, blocks: Sequence[tuple[str, ...]], cells: Sequence[int], n: int, offset: int, modulus_bits: int,
-              groups: Sequence[int] | None = None, width: int | None = None) -> Layout:
+              groups: Sequence[int] | None = None, width: int | None = None, share: bool = False) -> Layout:
+        """The tight layout (blocks of different groups on fresh plaintexts); with `share` (and no forced
+        `width`), the shared one instead when it needs fewer plaintexts (module docstring)."""
         need = slot_width(n, offset)
+        forced = width is not None
         width = need if width is None else int(width)
         if width < need:
             raise ConfigError(f"he: a slot of {width} bits could overflow: counts of up to {n} rows plus noise offset "
@@ -62,7 +78,24 @@ class Layout:
         if per < 1:
             raise ConfigError(f"he: a {width}-bit slot does not fit a {modulus_bits}-bit Paillier plaintext")
         groups = tuple(int(g) for g in groups) if groups is not None else (0,) * len(cells)
-        return cls(tuple(tuple(b) for b in blocks), tuple(int(c) for c in cells), width, per, groups)
+        tight = cls(tuple(tuple(b) for b in blocks), tuple(int(c) for c in cells), width, per, groups)
+        if not share or forced or len(set(groups)) < 2:
+            return tight
+        wide = max(need, MASK_BITS) + 1
+        if (modulus_bits - 1) // wide < 1:
+            return tight
+        shared = cls(tight.blocks, tight.cells, wide, (modulus_bits - 1) // wide, (0,) * len(groups), need)
+        return shared if shared.plaintexts < tight.plaintexts else tight
+
+    @property
+    def shared(self) -> bool:
+        """Blocks of different groupings share plaintexts (S masks the undeclared ones: module docstring)."""
+        return 0 < self.count_bits < self.width
+
+    @property
+    def k(self) -> int:
+        """The bits of a slot that carry its count."""
+        return self.count_bits or self.width
 
     @property
     def slots(self) -> int:
@@ -95,11 +128,11 @@ class Layout:
         """Plaintexts carrying the given per-slot values: (block, int array of that block's cells); other slots 0.
         Every value must fit its slot."""
         out = [0] * self.plaintexts
-        top = 1 << self.width
+        top = 1 << self.k
         for b, vals in values:
             vals = np.asarray(vals, np.int64).ravel()
             if vals.size != self.cells[b] or vals.min(initial=0) < 0 or vals.max(initial=0) >= top:
-                raise ConfigError(f"he: values for block {self.blocks[b]} do not fit {self.width}-bit slots")
+                raise ConfigError(f"he: values for block {self.blocks[b]} do not fit {self.k}-bit slots")
             for k, v in enumerate(vals.tolist()):
                 s = self.starts[b] + k
                 out[s // self.per] += v << (self.width * (s % self.per))
@@ -121,14 +154,26 @@ class Layout:
         below the modulus, so the declared slots decrypt unchanged; whatever a dishonest encryptor put outside
         them reads as uniform noise (docs/he.md: what carries and the modulus still let through)."""
         region = self.per * self.width
-        low = int.from_bytes(os.urandom(-(-region // 8)), "big") & ((1 << region) - 1) & ~declared
+        if self.shared:
+            # undeclared slots hold plain counts < 2^k: a uniform value in [0, 2^w - 2^k] hides them (TV <= 2^-k'
+            # for k' = log2(2^w - 2^k + 1) >= MASK_BITS) and carries nowhere; a declared slot's guard bits get a
+            # uniform multiple of 2^k, so E reads it mod 2^k only
+            low, w, k = 0, self.width, self.k
+            for j in range(self.per):
+                if (declared >> (j * w)) & 1:
+                    r = secrets.randbelow(1 << (w - k)) << k
+                else:
+                    r = secrets.randbelow((1 << w) - (1 << k) + 1)
+                low |= r << (j * w)
+        else:
+            low = int.from_bytes(os.urandom(-(-region // 8)), "big") & ((1 << region) - 1) & ~declared
         room = modulus >> region        # honest sums are < 2^region: top·2^region + sum < room·2^region <= N
         top = secrets.randbelow(room)
         return low | (top << region)
 
     def unpack(self, plaintexts: Sequence[int], block: int) -> np.ndarray:
-        """Block `block`'s slot values from the plaintexts (a missing column reads as zero)."""
-        mask = (1 << self.width) - 1
+        """Block `block`'s slot values (their count bits) from the plaintexts (a missing column reads as zero)."""
+        mask = (1 << self.k) - 1
         out = np.empty(self.cells[block], dtype=np.int64)
         for k in range(self.cells[block]):
             s = self.starts[block] + k

@@ -100,8 +100,7 @@ def keypair(bits: int, randomness: str = "full"):
         inv = pow(pow(2, k, nsq), -1, nsq)
         if all(priv.raw_decrypt(c * inv % nsq) == m for c, m in zip(raw, probes)):
             key = ShortExponentKey(n, kit.public_key().serialize(), inv)
-            _ENCRYPTORS.clear()
-            _ENCRYPTORS[key.heu_key] = enc
+            _keep_encryptor(key.heu_key, enc)
             return key, phe.PaillierPrivateKey(key, p, q)
     raise ConfigError("he: sf-heu's ciphertexts did not decrypt under its own key; use randomness = 'full'")
 
@@ -137,10 +136,17 @@ _ENCRYPTORS: dict[bytes, object] = {}   # HEU encryptor per public key and proce
                                         # table of h_s) costs about half a second, an encryption 0.7 ms
 
 
+def _keep_encryptor(heu_key: bytes, enc) -> None:
+    # a few keys (one per encrypting party of a one-process run), so that parties taking turns, and the pool
+    # workers forked from this process, do not rebuild each other's tables
+    if len(_ENCRYPTORS) >= 4 and heu_key not in _ENCRYPTORS:
+        _ENCRYPTORS.pop(next(iter(_ENCRYPTORS)))
+    _ENCRYPTORS[heu_key] = enc
+
+
 def _short_encryptor(heu_key: bytes):
     if heu_key not in _ENCRYPTORS:
-        _ENCRYPTORS.clear()
-        _ENCRYPTORS[heu_key] = heu.setup(heu.PublicKey.load_from(heu_key)).encryptor()
+        _keep_encryptor(heu_key, heu.setup(heu.PublicKey.load_from(heu_key)).encryptor())
     return _ENCRYPTORS[heu_key]
 
 

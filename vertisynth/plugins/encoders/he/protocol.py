@@ -59,9 +59,11 @@ class EncryptedOneHot(Message):
     per: int = 0
     groups: list = attrs.field(factory=list)
     ciphertexts: np.ndarray = attrs.field(factory=lambda: np.zeros((0, 0, 0), np.uint8))
+    count_bits: int = 0                    # a shared layout's count bits per slot (packing.py); 0: unshared
 
     def layout(self) -> Layout:
-        return Layout(tuple(tuple(b) for b in self.blocks), tuple(self.cells), self.width, self.per, tuple(self.groups))
+        return Layout(tuple(tuple(b) for b in self.blocks), tuple(self.cells), self.width, self.per, tuple(self.groups),
+                      self.count_bits)
 
     def validate(self) -> EncryptedOneHot:
         super().validate()
@@ -151,10 +153,11 @@ def block_groups(queries: Sequence[Query]) -> tuple[list, list[int]]:
 
 
 def row_ciphertexts(queries: Sequence[Query], size: Callable[[tuple[str, ...]], int], n: int, offset: int,
-                    modulus_bits: int, slot_bits: int | None = None) -> int:
+                    modulus_bits: int, slot_bits: int | None = None, share: bool = True) -> int:
     """Ciphertexts per row the encrypting side of `queries` makes (its layout's plaintexts)."""
     blocks, groups = block_groups(unique(queries))
-    return Layout.build(blocks, [size(b) for b in blocks], n, offset, modulus_bits, groups, slot_bits).plaintexts
+    return Layout.build(blocks, [size(b) for b in blocks], n, offset, modulus_bits, groups, slot_bits,
+                        share).plaintexts
 
 
 def grouping_columns(lay: Layout, queries: Sequence[Query]) -> list[tuple[tuple[str, ...], list[int], list[int]]]:
@@ -170,41 +173,44 @@ def grouping_columns(lay: Layout, queries: Sequence[Query]) -> list[tuple[tuple[
 
 
 def stage_counts(queries: Sequence[Query], size: Callable[[tuple[str, ...]], int], n: int, offset: int,
-                 modulus_bits: int, slot_bits: int | None = None) -> dict[str, int]:
+                 modulus_bits: int, slot_bits: int | None = None, share: bool = True) -> dict[str, int]:
     """What one protocol run on `queries` (E's side first) makes, exactly, from E's layout: "per_row" ciphertexts
     per row E encrypts, "returned" ciphertexts S sends back (per grouping: its values x its columns), "adds"
     homomorphic additions at S (each grouping's columns over all n rows)."""
     blocks, groups = block_groups(unique(queries))
-    lay = Layout.build(blocks, [size(b) for b in blocks], n, offset, modulus_bits, groups, slot_bits)
+    lay = Layout.build(blocks, [size(b) for b in blocks], n, offset, modulus_bits, groups, slot_bits, share)
     cols = grouping_columns(lay, queries)
     return {"per_row": lay.plaintexts, "returned": sum(size(sb) * len(c) for sb, _, c in cols),
             "adds": sum(n * len(c) for *_, c in cols)}
 
 
 def encrypt_rows(party: str, recipient: str, view: Dataset, queries: Sequence[Query], public_key, offset: int,
-                 workers: int = 0, chunk: int = 2048, slot_bits: int | None = None) -> EncryptedOneHot:
+                 workers: int = 0, chunk: int = 2048, slot_bits: int | None = None, share: bool = True
+                 ) -> EncryptedOneHot:
     """Round 1 at E. Blocks summed by the same groupings pack tightly together; each such group starts on a fresh
-    ciphertext (`block_groups`)."""
+    ciphertext (`block_groups`), unless one shared layout needs fewer (`share`, packing.py)."""
     queries = unique(queries)
     blocks, groups = block_groups(queries)
     codes, cells = zip(*(tuple_codes(view, b) for b in blocks))
-    lay = Layout.build(blocks, cells, view.n, offset, public_key.n.bit_length(), groups, width=slot_bits)
+    lay = Layout.build(blocks, cells, view.n, offset, public_key.n.bit_length(), groups, slot_bits, share)
     plain = lay.pack_rows(codes)
     cts = np.array(paillier.encrypt_many(public_key, plain.ravel().tolist(), workers, chunk, label="encrypt rows"),
                    dtype=object)
     return EncryptedOneHot(party, recipient, format(public_key.n, "x"), [list(b) for b in blocks], list(cells),
                            lay.width, lay.per, list(lay.groups),
-                           paillier.to_bytes(public_key, cts.reshape(plain.shape))).validate()
+                           paillier.to_bytes(public_key, cts.reshape(plain.shape)), lay.count_bits).validate()
 
 
 def check_layout(lay: Layout, queries: Sequence[Query], n: int, offset: int, modulus_bits: int,
-                 size: Callable[[tuple[str, ...]], int] | None = None, slot_bits: int | None = None) -> None:
+                 size: Callable[[tuple[str, ...]], int] | None = None, slot_bits: int | None = None,
+                 share: bool = True) -> Layout:
     """S's check of E's declared layout against the one the public facts give (`encrypt_rows` builds the same):
     the blocks and groups of the queries, the cells of E's attributes (when `size` is known), the slot width
     (the least that cannot overflow, or `slot_bits`) and the slots per plaintext. A wider slot or more cells than
-    the plan would let a dishonest E carry more in the declared slots; a narrower one could overflow."""
+    the plan would let a dishonest E carry more in the declared slots; a narrower one could overflow. Returns the
+    planned layout (a shared one when `share` and it needs fewer plaintexts: then its count bits are checked too)."""
     blocks, groups = block_groups(unique(queries))
-    if list(lay.blocks) != blocks or list(lay.groups) != groups:
+    if list(lay.blocks) != blocks:
         raise MessageError(f"he: the encrypting party's blocks {[list(b) for b in lay.blocks]} are not those of the "
                            f"queries {[list(b) for b in blocks]}; refusing to sum")
     cells = [size(b) for b in blocks] if size is not None else list(lay.cells)
@@ -212,17 +218,21 @@ def check_layout(lay: Layout, queries: Sequence[Query], n: int, offset: int, mod
     if lay.width < need:
         raise ConfigError(f"he: the encrypting party's {lay.width}-bit slots could overflow with {n} rows and "
                           f"noise offset {offset}; refusing to sum")
-    want = Layout.build(blocks, cells, n, offset, modulus_bits, groups, slot_bits)
-    if (lay.cells, lay.width, lay.per) != (want.cells, want.width, want.per):
+    want = Layout.build(blocks, cells, n, offset, modulus_bits, groups, slot_bits, share)
+    if list(lay.groups) != list(want.groups):
+        raise MessageError(f"he: the encrypting party's blocks {[list(b) for b in lay.blocks]} are not those of the "
+                           f"queries {[list(b) for b in blocks]} in their planned groups; refusing to sum")
+    if (lay.cells, lay.width, lay.per, lay.count_bits) != (want.cells, want.width, want.per, want.count_bits):
         raise MessageError(f"he: the encrypting party's layout (cells {list(lay.cells)}, {lay.width}-bit slots, "
                            f"{lay.per} per plaintext) is not the planned one (cells {list(want.cells)}, "
                            f"{want.width}-bit slots, {want.per} per plaintext); refusing to sum")
+    return want
 
 
 def sum_and_noise(party: str, msg: EncryptedOneHot, view: Dataset, queries: Sequence[Query], sigma: float,
                   source: UniformSource, workers: int = 0, size: Callable[[tuple[str, ...]], int] | None = None,
                   slot_bits: int | None = None, offset: int | None = None,
-                  extra: Callable[[int, int], Sequence[int]] | None = None) -> EncryptedSums:
+                  extra: Callable[[int, int], Sequence[int]] | None = None, share: bool = True) -> EncryptedSums:
     """Round 2 at S: homomorphic sums per value of each grouping, S's noise (+T) added under encryption with fresh
     randomness (so no returned ciphertext is the plain sum), and a fresh uniform mask on every bit outside the
     declared slots (`Layout.mask`), so a dishonest E that writes outside them reads noise there. E's layout must be
@@ -232,10 +242,10 @@ def sum_and_noise(party: str, msg: EncryptedOneHot, view: Dataset, queries: Sequ
     re-randomisation (trust = "server": E's encrypted noise share)."""
     queries = unique(queries)
     paillier.require()
-    lay = msg.layout()
     pk = paillier.phe.PaillierPublicKey(int(msg.modulus, 16))
     t = support_bound(sigma)
-    check_layout(lay, queries, view.n, t if offset is None else offset, pk.n.bit_length(), size, slot_bits)
+    lay = check_layout(msg.layout(), queries, view.n, t if offset is None else offset, pk.n.bit_length(), size,
+                       slot_bits, share)
     if msg.ciphertexts.shape[0] != view.n:
         raise MessageError(f"he: {msg.party!r} encrypted {msg.ciphertexts.shape[0]} rows, {party!r} holds {view.n}")
     block_index = {tuple(b): i for i, b in enumerate(lay.blocks)}
@@ -246,7 +256,7 @@ def sum_and_noise(party: str, msg: EncryptedOneHot, view: Dataset, queries: Sequ
     out_groupings, sums, pending = [], {}, []
     for gi, (sb, mine, cols) in enumerate(grouping_columns(lay, queries)):
         touched = {b for b in range(len(lay.blocks)) if set(lay.columns(b)) & set(cols)}
-        if touched - set(mine):
+        if touched - set(mine) and not lay.shared:   # a shared layout masks them (Layout.mask)
             raise ConfigError(f"he: summing by {list(sb)} would release blocks {[lay.blocks[b] for b in touched - set(mine)]} "
                               "without noise (they share ciphertexts with the queried ones)")
         declared = {c: lay.declared_bits(mine, c) for c in cols}

@@ -259,7 +259,7 @@ def sum_for_server(party: str, key: ServerKey, onehot: protocol.EncryptedOneHot,
     pk = paillier.phe.PaillierPublicKey(int(key.modulus, 16))
     shares = {i: paillier.from_bytes(pk, e_noise.shares[f"g{i}"]) for i in range(len(e_noise.groupings))}
     m2 = protocol.sum_and_noise(party, onehot, view, queries, share_sigma(sigma), source, workers, size, slot_bits,
-                                offset=offset(sigma), extra=lambda gi, v: shares[gi][v])
+                                offset=offset(sigma), extra=lambda gi, v: shares[gi][v], share=False)
     layout = {"blocks": [list(b) for b in lay.blocks], "cells": list(lay.cells), "width": lay.width, "per": lay.per,
               "groups": list(lay.groups)}
     return ServerSums(party, SERVER, key.modulus, onehot.party, view.n, layout, m2.groupings, m2.sums).validate()
@@ -283,7 +283,7 @@ def decrypt(private_key, sums: ServerSums, queries: Sequence[Query], sigma: floa
         raise MessageError(f"he: {sums.party!r} summed {sums.rows} rows, the run aligned {rows}")
     lay = sums.the_layout()
     protocol.check_layout(lay, queries, sums.rows, offset(sigma), private_key.public_key.n.bit_length(), size,
-                          slot_bits)
+                          slot_bits, share=False)
     got = protocol.open_sums(private_key, lay, protocol.EncryptedSums(sums.party, SERVER, sums.groupings, sums.sums),
                              queries, offset(sigma))
     tables = {protocol.key_of(q[0] + q[1]): got[q].astype(np.float64) for q in queries}
@@ -305,7 +305,8 @@ def run_real(enc_party: str, sum_party: str, enc_view: Dataset, sum_view: Datase
     log += [(SERVER, enc_party, key_msg), (SERVER, sum_party, key_msg)]
     c0 = protocol.cpu_now()
     pk = key_msg.public_key()
-    m1 = protocol.encrypt_rows(enc_party, sum_party, enc_view, queries, pk, offset(sigma), workers, chunk, slot_bits)
+    m1 = protocol.encrypt_rows(enc_party, sum_party, enc_view, queries, pk, offset(sigma), workers, chunk, slot_bits,
+                               share=False)   # unshared: the server's ServerSums carries no count bits
     mn = encrypt_noise(enc_party, sum_party, m1.layout(), queries, sigma, pk, enc_source, size, workers)
     costs.add(enc_party, protocol.cpu_now() - c0, m1.ciphertexts.nbytes + sum(a.nbytes for a in mn.shares.values()),
               int(np.prod(m1.ciphertexts.shape[:2])) + sum(int(np.prod(a.shape[:2])) for a in mn.shares.values()))
@@ -429,6 +430,7 @@ class ServerTrust:
         """The side whose layout needs fewer ciphertexts per row encrypts (fewer slots on a tie): public facts only."""
         bits, sb, t = self.config.key_bits, self.config.slot_bits, offset(sigma)
         flipped = [(b, a) for a, b in qs]
-        cost_p = (protocol.row_ciphertexts(qs, size, n, t, bits, sb), sum(map(size, {x[0] for x in qs})))
-        cost_q = (protocol.row_ciphertexts(flipped, size, n, t, bits, sb), sum(map(size, {x[0] for x in flipped})))
+        rows = lambda q: protocol.row_ciphertexts(q, size, n, t, bits, sb, share=False)  # noqa: E731  (unshared)
+        cost_p = (rows(qs), sum(map(size, {x[0] for x in qs})))
+        cost_q = (rows(flipped), sum(map(size, {x[0] for x in flipped})))
         return (p, q, qs) if cost_p <= cost_q else (q, p, flipped)
