@@ -12,7 +12,8 @@ from vertisynth.run.pipeline import make_plan, run
 HE = {"measure": "he", "trust": "none", "params": {"crypto": "simulated"}}
 SERVER = {"measure": "he", "trust": "server", "params": {"crypto": "simulated"}}
 
-TWINS = [("private_pgm", {"iters": 200}), ("private_pgm", {"iters": 200, "measurements": "workload"})]
+TWINS = [("private_pgm", {"iters": 200}), ("private_pgm", {"iters": 200, "measurements": "workload"}),
+         ("dpsyn", {"rounds": 10}), ("dpsyn", {"rounds": 10, "selection": "greedy"})]
 
 
 def _cfg(syn, params, eps=1.0, parties=None, preset="small-domains", n=6000, seed=2):
@@ -49,6 +50,28 @@ def test_private_pgm_mst_twin_plans_a_probe_per_cross_party_pair_and_measures_ea
     assert {tuple(q["attributes"]) for q in at_probe} == set(plan.synthesizer.instance._cross)
     central = make_plan(_cfg("private_pgm", {"iters": 200}))
     assert not [c for c in central.ledger.planned if c.mechanism == "gaussian_cross_probe"]
+
+
+def test_dpsyn_greedy_twin_scores_cross_party_pairs_from_probes_and_within_pairs_by_indif():
+    params = {"rounds": 10, "selection": "greedy", "vertical": HE}
+    plan = make_plan(_cfg("dpsyn", params))
+    syn = plan.synthesizer.instance
+    probes = [c for c in plan.ledger.planned if c.mechanism == "gaussian_cross_probe"]
+    assert len(probes) == len(syn._cross) > 0 and len(syn._within) + len(syn._cross) == len(syn._pairs)
+    res = run(_cfg("dpsyn", params))
+    at_probe = [q for q in res.ledger.cross_party if abs(q["rho"] - probes[0].cost.rho) < 1e-12]
+    assert {tuple(q["attributes"]) for q in at_probe} == set(syn._cross)
+    # the planned selection ρ is unchanged: probes plus the within-party InDif vector
+    central = make_plan(_cfg("dpsyn", {"rounds": 10, "selection": "greedy"}))
+    sel = [c.cost.rho for c in central.ledger.planned if c.mechanism == "gaussian_indif_scores"]
+    twin = [c.cost.rho for c in plan.ledger.planned if c.mechanism in ("gaussian_indif_scores", "gaussian_cross_probe")]
+    assert sum(twin) == pytest.approx(sum(sel), rel=1e-12)
+
+
+def test_dpsyn_twin_refuses_laplace_noise_in_one_line():
+    with pytest.raises(ConfigError, match="Gaussian noise") as exc:
+        make_plan(_cfg("dpsyn", {"noise": "laplace", "vertical": HE}))
+    assert "\n" not in str(exc.value).strip()
 
 
 @pytest.mark.parametrize("vertical, parties, match", [
