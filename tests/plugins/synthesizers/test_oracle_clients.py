@@ -36,6 +36,10 @@ class Counting:
         self._count("measure")
         return self.inner.measure(*a, **k)
 
+    def measure_many(self, *a, **k):
+        self._count("measure_many")
+        return self.inner.measure_many(*a, **k)
+
     def select(self, *a, **k):
         self._count("select")
         return self.inner.select(*a, **k)

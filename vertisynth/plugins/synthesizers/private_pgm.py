@@ -11,7 +11,11 @@ Two ways to choose what to measure (zCDP throughout, ρ from the plan):
 Then the engine fits a model to the noisy marginals (weights 1/σ) and samples n̂ records, n̂ being the
 inverse-variance weighted mean of the noisy totals (post-processing).
 Every data access goes through a MarginalOracle (`fit_oracle`): central (`fit` joins the parties' columns) or
-vertical.
+vertical: with `vertical = { measure = "he", trust = "none" }` the pipeline answers on a VerticalOracle
+(vertisynth/vertical). In "mst" mode the selection third is then split as mst's twin does: `probe` of it (0.6)
+measures every cross-party pair once on coarse bins (what the selection scores cross-party pairs by; the probes of
+the chosen pairs join estimation), the rest pays the d−1 rounds (docs/vertical.md). "workload" needs no selection:
+its cross-party marginals are answered by the cross-party measure.
 
 On NLTCS (16 binary attributes driven by one latent factor) MST scores 3-way TVD ≈ 0.13-0.14 at every ε: that is
 the limit of a tree, not a bug. The best tree with exact marginals (a Chow-Liu tree fitted by the engine to
@@ -36,8 +40,10 @@ from vertisynth.plugins.synthesizers.fitted import FittedGraphicalModel
 from vertisynth.pgm import Measurement, estimate
 from vertisynth.pgm.graph import build_junction_tree
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle
+from vertisynth.vertical import VerticalConfig, coarse_bins
 
 STAGE = "synthesizer"
+PROBE = 0.6   # vertical, mst mode: the share of the selection third that measures every cross-party pair once
 
 
 @attrs.frozen
@@ -47,6 +53,7 @@ class PrivatePGMConfig:
     iters: int = 1000
     sampling: str = "sample"  # sample | round
     max_cells: float = 1e7
+    vertical: VerticalConfig | None = None   # run across parties (docs/vertical.md); None: central
 
     def __attrs_post_init__(self) -> None:
         if self.measurements not in ("mst", "workload"):
@@ -69,23 +76,44 @@ class PrivatePGMSynthesizer(FittedGraphicalModel, Synthesizer, MeasuresMarginals
         attrs_ = ctx.domain.attributes
         d = len(attrs_)
         rho = ctx.rho
+        v = self.config.vertical
+        owner = {a: p.name for p in ctx.partition for a in p.attributes}
+        self._cross: list[tuple[str, str]] = []
+        if v is not None and len(ctx.partition) < 2:
+            raise ConfigError("private_pgm: params.vertical runs across parties, and this run has one party; drop "
+                              "the vertical table or list two [[parties]] or more")
         if self.config.measurements == "mst":
             if d < 2:
                 raise ConfigError("private_pgm (mst) needs at least two attributes")
+            if v is not None:
+                self._cross = [p for p in itertools.combinations(attrs_, 2) if owner[p[0]] != owner[p[1]]]
+            probe = (PROBE if v.probe is None else v.probe) if self._cross else 0.0
             self._rho1 = rho / (3 * d)
-            self._rho_sel = rho / (3 * (d - 1))
+            self._rho_sel = rho * (1 - probe) / (3 * (d - 1))
             self._rho2 = rho / (3 * (d - 1))
             # kept: the mechanisms spend these very charges, in order
             self._charges = {"gaussian_1way": [Charge(STAGE, "gaussian_1way", ZCDP(self._rho1)) for _ in range(d)],
+                             **({"cross_probe": [Charge(STAGE, "gaussian_cross_probe",
+                                                        ZCDP(rho * probe / (3 * len(self._cross))),
+                                                        note="every cross-party pair once, for the selection's "
+                                                             "scores") for _ in self._cross]} if self._cross else {}),
                              "exponential_select": [Charge(STAGE, "exponential_select", ZCDP(self._rho_sel))
                                                     for _ in range(d - 1)],
                              "gaussian_2way": [Charge(STAGE, "gaussian_2way", ZCDP(self._rho2)) for _ in range(d - 1)]}
         else:
             self._workload = self._workload_of(ctx.domain)
+            wide = [w for w in self._workload if len({owner[a] for a in w}) > 2]
+            if v is not None and wide:   # refused now: a cross-party measure answers two parties' marginals
+                raise ConfigError(f"private_pgm: workload marginal {list(wide[0])} spans "
+                                  f"{len({owner[a] for a in wide[0]})} parties; a vertical run measures marginals "
+                                  "of at most two parties")
             self._rho_each = rho / len(self._workload)
             self._charges = {"gaussian_marginal": [Charge(STAGE, "gaussian_marginal", ZCDP(self._rho_each))
                                                    for _ in self._workload]}
         return [c for group in self._charges.values() for c in group]
+
+    def vertical_request(self) -> VerticalConfig | None:
+        return self.config.vertical
 
     # -- measurements from elsewhere (horizontal custodians, secure aggregation) --------------------
     def _workload_of(self, domain: Domain) -> list[tuple[str, ...]]:
@@ -130,10 +158,19 @@ class PrivatePGMSynthesizer(FittedGraphicalModel, Synthesizer, MeasuresMarginals
             t1 = t2 = time.perf_counter()
         else:
             meas = [oracle.measure((a,), ch, rng) for a, ch in zip(attrs_, self._charges["gaussian_1way"])]
+            probes = []
+            if self._cross:   # every cross-party pair once, on at most probe_bins bins per attribute (equal noisy
+                # 1-way mass: post-processing), so the selection can score them on released answers
+                k = self.config.vertical.probe_bins
+                coarse = {m.attributes[0]: b for m in meas if (b := coarse_bins(m.values, k)) is not None}
+                probes = oracle.measure_many(self._cross, self._charges["cross_probe"], rng, None,
+                                             [{a: coarse[a] for a in p if a in coarse} or None for p in self._cross])
             t1 = time.perf_counter()
             pairs = self._select_tree(oracle, meas, rng)
             t2 = time.perf_counter()
             meas += [oracle.measure(p, ch, rng) for p, ch in zip(pairs, self._charges["gaussian_2way"])]
+            # a probe joins estimation where its pair was chosen (all of them would make the model's graph dense)
+            meas += [m for m in probes if m.attributes in pairs]
         self._timings = {"measure": time.perf_counter() - t2 + (t1 - t0), "select": t2 - t1}
         return meas
 

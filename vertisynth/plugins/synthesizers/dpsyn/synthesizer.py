@@ -18,6 +18,12 @@ its neighbouring notion; we use the bound we can prove for add/remove). Pairs ar
 while the estimated total error (noise error of the selected + dependence missed by the rest) falls.
 
 Everything after measurement is post-processing: consistency (consistency.py), records (records.py).
+With `vertical = { measure = "he", trust = "none" }` the pipeline answers on a VerticalOracle (vertisynth/vertical):
+a cross-party pair is measured through the cross-party measure at the same ρ as any other pair (its answer's own
+variance goes into consistency). The greedy selection cannot read a cross-party pair's InDif, so `probe` of the
+selection budget (default: the cross-party pairs' share of all pairs) measures each cross-party pair once on
+coarse bins and scores it from that noisy table; the InDif vector covers the pairs within one party
+(docs/vertical.md).
 Every data access goes through a MarginalOracle (`fit_oracle`; `fit` joins the parties' columns for the central
 one), except Laplace noise or several records per person, which no oracle answers: `fit` measures those directly.
 """
@@ -42,6 +48,7 @@ from vertisynth.core.privacy import Charge, PrivacyLedger, PureDP, ZCDP
 
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle, ZCDPFilter
 from vertisynth.pgm.scores import INDIF_SENSITIVITY, indif
+from vertisynth.vertical import VerticalConfig, VerticalOracle
 from .consistency import make_consistent
 from .records import synthesize_records
 
@@ -60,6 +67,7 @@ class DPSynConfig:
     alpha: float = 0.5
     decay: float = 0.9
     duplicate: float = 0.5
+    vertical: VerticalConfig | None = None   # run across parties (docs/vertical.md); None: central
 
     def __attrs_post_init__(self) -> None:
         if self.max_records_per_individual < 1:
@@ -106,6 +114,17 @@ class DPSynSynthesizer(Synthesizer, MeasuresMarginals):
         self._domain = ctx.domain
         pairs = list(itertools.combinations(ctx.domain.attributes, 2))
         self._pairs = pairs
+        v = c.vertical
+        owner = {a: p.name for p in ctx.partition for a in p.attributes}
+        self._cross = []
+        if v is not None:
+            if len(ctx.partition) < 2:
+                raise ConfigError("dpsyn: params.vertical runs across parties, and this run has one party; drop the "
+                                  "vertical table or list two [[parties]] or more")
+            if c.noise == "laplace" or ctx.budget.delta <= 0 or c.max_records_per_individual != 1:
+                raise ConfigError("dpsyn: a vertical run measures with Gaussian noise, one record per person (give "
+                                  "the budget delta > 0, noise = 'gaussian' or 'auto', max_records_per_individual = 1)")
+            self._cross = [p for p in pairs if owner[p[0]] != owner[p[1]]]
         self._greedy = c.selection == "greedy" or (c.selection == "auto" and d > c.all_pairs_limit)
         gaussian_ok = ctx.budget.delta > 0
         theta = c.max_records_per_individual
@@ -113,7 +132,7 @@ class DPSynSynthesizer(Synthesizer, MeasuresMarginals):
             raise ConfigError("dpsyn: Gaussian noise needs budget delta > 0")
         if c.noise == "laplace" or not gaussian_ok:
             self._noise = "laplace"
-        elif c.noise == "gaussian" or self._greedy:
+        elif c.noise == "gaussian" or self._greedy or v is not None:
             self._noise = "gaussian"
         else:  # auto with all pairs: compare per-cell variances for k = all pairs
             k = len(pairs)
@@ -125,11 +144,45 @@ class DPSynSynthesizer(Synthesizer, MeasuresMarginals):
         self._select_budget, self._measure_budget = sel, total - sel
         cost = ZCDP if self._noise == "gaussian" else PureDP
         # kept: the mechanisms spend these very charges
-        self._select_charge = (Charge(STAGE, f"{self._noise}_indif_scores", cost(sel), None, f"{len(pairs)} pair scores")
-                               if self._greedy else None)
+        self._probe_charges: list[Charge] = []
+        self._within = pairs
+        if self._greedy and self._cross:   # cross-party pairs are scored from probes, the others by InDif
+            self._within = [p for p in pairs if p not in set(self._cross)]
+            share = 1.0 if not self._within else (len(self._cross) / len(pairs) if v.probe is None else v.probe)
+            self._probe_charges = [Charge(STAGE, "gaussian_cross_probe", ZCDP(sel * share / len(self._cross)),
+                                          note="every cross-party pair once, for the selection's scores")
+                                   for _ in self._cross]
+            sel *= 1 - share
+        self._select_charge = (Charge(STAGE, f"{self._noise}_indif_scores", cost(sel), None,
+                                      f"{len(self._within)} pair scores") if self._greedy and sel > 0 else None)
         self._measure_charge = Charge(STAGE, f"{self._noise}_2way_marginals", cost(self._measure_budget), None,
                                       "all chosen 2-way marginals as one vector")
-        return [c for c in (self._select_charge, self._measure_charge) if c is not None]
+        return [c for c in (self._select_charge, *self._probe_charges, self._measure_charge) if c is not None]
+
+    def vertical_request(self) -> VerticalConfig | None:
+        return self.config.vertical
+
+    def _pair_scores(self, oracle: MarginalOracle, rng: np.random.Generator) -> np.ndarray:
+        """Noisy InDif of every pair: one Gaussian vector over the pairs within one party and, on a vertical
+        oracle, each cross-party pair from its probe (a noisy table on at most probe_bins equal-width bins per
+        attribute: public bins, no data read to choose them): Σ √max(r² − v', 0) of the residual r = y − y_a y_b / ŷ
+        (v' its noise variance after centring), InDif's estimate where the dependence beats the noise."""
+        if not (self._cross and isinstance(oracle, VerticalOracle)):
+            return oracle.indif(self._pairs, self._select_charge, rng)
+        out = np.zeros(len(self._pairs))
+        index = {p: i for i, p in enumerate(self._pairs)}
+        if self._select_charge is not None:
+            out[[index[p] for p in self._within]] = oracle.indif(self._within, self._select_charge, rng)
+        k = self.config.vertical.probe_bins
+        bins = {a: np.arange(n) * k // n for a, n in zip(self._domain.attributes, self._domain.shape) if n > k}
+        probes = oracle.measure_many(self._cross, self._probe_charges, rng, None,
+                                     [{a: bins[a] for a in p if a in bins} or None for p in self._cross])
+        for p, m in zip(self._cross, probes):
+            y = m.values
+            r = y - np.outer(y.sum(1), y.sum(0)) / max(y.sum(), 1.0)
+            v = m.std ** 2 * (1 - 1 / y.shape[0]) * (1 - 1 / y.shape[1])
+            out[index[p]] = float(np.sqrt(np.maximum(r * r - v, 0.0)).sum())
+        return out
 
     # -- fit ----------------------------------------------------------------------------------
     def _noisy(self, values: np.ndarray, charge: Charge, l2: float, l1: float,
@@ -145,7 +198,7 @@ class DPSynSynthesizer(Synthesizer, MeasuresMarginals):
         choice that lowers noise error + missed dependence (post-processing)."""
         theta = self.config.max_records_per_individual
         m = len(self._pairs)
-        noisy = oracle.indif(self._pairs, self._select_charge, rng)
+        noisy = self._pair_scores(oracle, rng)
         cells = np.array([self._domain.size(a) * self._domain.size(b) for a, b in self._pairs], float)
 
         def per_cell_error(k: int) -> float:  # expected |noise| per cell with k marginals measured
@@ -197,6 +250,7 @@ class DPSynSynthesizer(Synthesizer, MeasuresMarginals):
         self._exact_shapes = [table.domain.project(list(p)) for p in pairs]
         flat = np.concatenate([table.counts(list(p)).values.ravel() for p in pairs])
         noisy, self._var = self._noisy(flat, self._measure_charge, theta * math.sqrt(k), theta * k, ledger, rng)
+        self._vars = None
         self._selected = pairs
         self.noisy_vector = noisy  # the DP measurement itself (kept for inspection and audits)
         self._timings = {"select": t1 - t0, "measure": time.perf_counter() - t1}
@@ -213,9 +267,13 @@ class DPSynSynthesizer(Synthesizer, MeasuresMarginals):
         rho = self._measure_charge.cost.rho
         sigma = math.sqrt(k / (2 * rho))
         filt = ZCDPFilter(self._measure_charge, oracle.ledger)
-        meas = [oracle.measure(p, filt, rng, sigma) for p in pairs]
+        vertical = isinstance(oracle, VerticalOracle)
+        # a cross-party pair costs the same ρ/k; its σ is what the cross-party measure gives for it
+        meas = [oracle.measure(p, filt, rng, oracle.cross_measure.sigma_for_rho(rho / k)
+                               if vertical and oracle.crosses(p) else sigma) for p in pairs]
         self._exact_shapes = [self._domain.project(list(p)) for p in pairs]
         self._var = sigma * sigma
+        self._vars = [m.std ** 2 for m in meas]   # a cross-party answer carries its own variance (2σ² under trust none)
         self._selected = pairs
         self.noisy_vector = np.concatenate([m.values.ravel() for m in meas])
         self._timings = {"select": t1 - t0, "measure": time.perf_counter() - t1}
@@ -245,6 +303,7 @@ class DPSynSynthesizer(Synthesizer, MeasuresMarginals):
     def fit_marginals(self, domain: Domain, queries, answers, variances, rng: np.random.Generator) -> None:
         (q,), (noisy,), (var,) = queries, answers, variances
         self._domain, self._noise, self._var = domain, "gaussian", float(var)
+        self._vars = None
         self._selected = [tuple(m) for m in q.marginals]
         self._exact_shapes = [domain.project(list(m)) for m in q.marginals]
         self.noisy_vector = np.asarray(noisy, float)
@@ -255,16 +314,16 @@ class DPSynSynthesizer(Synthesizer, MeasuresMarginals):
         t2 = time.perf_counter()
         facs, offset = [], 0
         totals, weights = [], []
-        for dom in self._exact_shapes:
+        var = list(getattr(self, "_vars", None) or [self._var] * len(self._exact_shapes))
+        for dom, v in zip(self._exact_shapes, var):
             size = dom.size()
             vals = noisy[offset:offset + size].reshape(dom.shape)
             offset += size
             facs.append(Factor(dom, vals))
             totals.append(vals.sum())
-            weights.append(1.0 / (self._var * size))
+            weights.append(1.0 / (v * size))
         self._n_hat = max(1, int(round(np.average(totals, weights=weights))))
-        self._marginals = make_consistent(facs, [self._var] * len(facs), float(self._n_hat),
-                                          self.config.consistency_rounds)
+        self._marginals = make_consistent(facs, var, float(self._n_hat), self.config.consistency_rounds)
         self._timings["consistency"] = time.perf_counter() - t2
 
     # -- sample -------------------------------------------------------------------------------
