@@ -17,6 +17,8 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
+from multiprocessing import popen_forkserver, process, spawn
 from pathlib import Path
 
 # Imported once by the forkserver (not by pytest): every command's heavy imports.
@@ -64,6 +66,36 @@ def _child(args: list[str], cwd: str, env: dict[str, str], out: str, err: str) -
         atexit._run_exitfuncs()   # a fresh interpreter runs these at exit; a multiprocessing child does not
 
 
+_launching = threading.Lock()
+
+
+class _Popen(popen_forkserver.Popen):
+    """multiprocessing's forkserver start, without re-running the parent's __main__ in the child (as pytest's
+    script, or a `python script.py` caller, would be): the command needs nothing from it."""
+
+    def _launch(self, process_obj):
+        def no_main(name, real=spawn.get_preparation_data):
+            data = real(name)
+            data.pop("init_main_from_path", None)
+            data.pop("init_main_from_name", None)
+            return data
+
+        with _launching:
+            spawn.get_preparation_data, real = no_main, spawn.get_preparation_data
+            try:
+                super()._launch(process_obj)
+            finally:
+                spawn.get_preparation_data = real
+
+
+class _Process(process.BaseProcess):
+    _start_method = "forkserver"
+
+    @staticmethod
+    def _Popen(process_obj):
+        return _Popen(process_obj)
+
+
 class Forked:
     """The part of subprocess.Popen the tests use (text mode, both streams captured)."""
 
@@ -71,7 +103,8 @@ class Forked:
         self.args = [str(a) for a in args]
         self._dir = tempfile.mkdtemp(prefix="forked-cli-")
         self._out, self._err = os.path.join(self._dir, "out"), os.path.join(self._dir, "err")
-        self._proc = _context().Process(target=_child, args=(
+        _context()
+        self._proc = _Process(target=_child, args=(
             self.args, str(Path(cwd or os.getcwd()).resolve()), dict(os.environ if env is None else env),
             self._out, self._err))
         self._proc.start()
