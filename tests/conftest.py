@@ -25,3 +25,12 @@ def data_dir():
     if not (path / "nltcs").is_dir():
         pytest.skip(f"benchmark data folder not found at {path}")
     return path
+
+
+@pytest.fixture
+def cold_start(monkeypatch):
+    """The roles as `python -m vertisynth.cli` subprocesses from a cold start (deploy_helpers), instead of
+    processes forked from a warm interpreter: the end-to-end flow kept for each deployment kind."""
+    import deploy_helpers
+
+    monkeypatch.setattr(deploy_helpers, "COLD", True)

@@ -1,21 +1,38 @@
-"""Shared helpers of the cross-machine tests: identities, a roster in the config, roles as real processes."""
+"""Shared helpers of the cross-machine tests: identities, a roster in the config, roles as real processes.
+
+Each role runs in an OS process of its own, forked from a warm interpreter (forked_cli.py); a test that uses the
+`cold_start` fixture starts every one as `python -m vertisynth.cli` instead (one such flow per deployment kind)."""
 import subprocess
 import sys
+
+import forked_cli
+
+COLD = False   # True (the cold_start fixture): real `python -m vertisynth.cli` subprocesses
 
 SECRET = "9f1c2b7a4e6d8c0b5a3f1e2d7c9b8a60"   # an explicit test secret (128 bits), not the config seed
 
 
-def cli(*args, cwd, ok=True, timeout=180):
-    res = subprocess.run([sys.executable, "-m", "vertisynth.cli", *args], capture_output=True, text=True, cwd=cwd,
-                         timeout=timeout)
+def popen(args, cwd=None, env=None):
+    """Start `vertisynth ARGS` in a process of its own (Popen-like: communicate, returncode, kill)."""
+    if COLD:
+        return subprocess.Popen([sys.executable, "-m", "vertisynth.cli", *args], cwd=cwd, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return forked_cli.Forked(args, cwd=cwd, env=env)
+
+
+def cli(*args, cwd=None, ok=True, timeout=180, env=None):
+    if COLD:
+        res = subprocess.run([sys.executable, "-m", "vertisynth.cli", *args], capture_output=True, text=True,
+                             cwd=cwd, timeout=timeout, env=env)
+    else:
+        res = forked_cli.run(args, cwd=cwd, env=env, timeout=timeout)
     if ok:
         assert res.returncode == 0, res.stderr
     return res
 
 
 def parallel(argvs, cwd, timeout=180):
-    procs = [subprocess.Popen([sys.executable, "-m", "vertisynth.cli", *a], cwd=cwd, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for a in argvs]
+    procs = [popen(a, cwd) for a in argvs]
     outs = []
     for p in procs:
         try:

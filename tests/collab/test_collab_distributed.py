@@ -1,12 +1,11 @@
 """The horizontal protocol as separate OS processes exchanging only files (vertisynth.collab.distributed):
 equal to the one-process simulation under the same seeds, servers see only shares, clear errors."""
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pandas as pd
 import pytest
+from deploy_helpers import cli, popen
 
 from vertisynth.core.transport import FolderTransport
 
@@ -18,7 +17,6 @@ from vertisynth.core.errors import ConfigError, DataError, MessageError
 from vertisynth.run.pipeline import make_plan, run
 from vertisynth.plugins.datasets.census import CensusConfig, load
 
-CLI = [sys.executable, "-m", "vertisynth.cli", "collab"]
 ROLES = ["A", "B", "server0", "server1", "publisher"]
 
 
@@ -100,16 +98,14 @@ SECRET = "5e0b9d3c71a2f4e8c6b1d0a9e7f35c24"  # the tuning's candidate draws in a
 
 def _spawn(cfg, csvs, ex, out, seed=3, extra_custodian=()):
     """Every role its own OS process; they meet only in the exchange folder."""
-    procs = [subprocess.Popen(CLI + ["server", str(cfg), "--index", str(s), "--exchange", str(ex), "--seed", str(seed),
-                                     "--timeout", "120", *_key(cfg, f"server{s}")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs = [popen(["collab", "server", str(cfg), "--index", str(s), "--exchange", str(ex), "--seed", str(seed),
+                    "--timeout", "120", *_key(cfg, f"server{s}")])
              for s in (0, 1)]
-    procs += [subprocess.Popen(CLI + ["custodian", str(cfg), "--name", n, "--csv", str(p), "--exchange", str(ex),
-                                      "--timeout", "120", "--seed", str(seed), *extra_custodian, *_key(cfg, n)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs += [popen(["collab", "custodian", str(cfg), "--name", n, "--csv", str(p), "--exchange", str(ex),
+                     "--timeout", "120", "--seed", str(seed), *extra_custodian, *_key(cfg, n)])
               for n, p in csvs.items()]
-    procs.append(subprocess.Popen(CLI + ["publish", str(cfg), "--exchange", str(ex), "--out", str(out),
-                                         "--timeout", "120", "--test-secret", SECRET, *_key(cfg, "publisher")],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    procs.append(popen(["collab", "publish", str(cfg), "--exchange", str(ex), "--out", str(out),
+                        "--timeout", "120", "--test-secret", SECRET, *_key(cfg, "publisher")]))
     outs = []
     for p in procs:
         o, e = p.communicate(timeout=300)
@@ -123,19 +119,21 @@ def _plan(cfg):
 
 
 @pytest.mark.parametrize("preprocessing", ["combined", "local"])
-def test_separate_processes_publish_exactly_the_simulation(tmp_path, preprocessing):
+def test_separate_processes_publish_exactly_the_simulation(tmp_path, preprocessing, request):
+    if preprocessing == "combined":   # collab's end-to-end flow from cold `python -m vertisynth.cli` starts
+        request.getfixturevalue("cold_start")
     cfg, csvs = _setup(tmp_path, preprocessing)
     sim = run(load_config(cfg), tmp_path / "sim")
     ex = tmp_path / "exchange"
     # every role its own OS process; they meet only in the exchange folder
-    procs = [subprocess.Popen(CLI + ["server", str(cfg), "--index", str(s), "--exchange", str(ex), "--seed", "3",
-                                     "--timeout", "120", *_key(cfg, f"server{s}")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs = [popen(["collab", "server", str(cfg), "--index", str(s), "--exchange", str(ex), "--seed", "3",
+                    "--timeout", "120", *_key(cfg, f"server{s}")])
              for s in (0, 1)]
-    procs += [subprocess.Popen(CLI + ["custodian", str(cfg), "--name", n, "--csv", str(p), "--exchange", str(ex),
-                                      "--timeout", "120", *_key(cfg, n)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs += [popen(["collab", "custodian", str(cfg), "--name", n, "--csv", str(p), "--exchange", str(ex),
+                     "--timeout", "120", *_key(cfg, n)])
               for n, p in csvs.items()]
-    procs.append(subprocess.Popen(CLI + ["publish", str(cfg), "--exchange", str(ex), "--out", str(tmp_path / "dist"),
-                                         "--timeout", "120", *_key(cfg, "publisher")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    procs.append(popen(["collab", "publish", str(cfg), "--exchange", str(ex), "--out", str(tmp_path / "dist"),
+                        "--timeout", "120", *_key(cfg, "publisher")]))
     for p in procs:
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
@@ -171,11 +169,10 @@ def test_roles_refuse_unknown_names_and_what_they_do_not_cover(tmp_path):
         run_custodian(_plan(cfg), "C", csvs["A"], tmp_path / "ex")
     with pytest.raises(DataError, match="unknown server 2; the config has collab.servers = 2"):
         run_server(_plan(cfg), 2, tmp_path / "ex")
-    out = subprocess.run(CLI + ["server", str(cfg), "--index", "5", "--exchange", str(tmp_path / "ex"),
-                                *_key(cfg, "server0")],
-                         capture_output=True, text=True)
+    out = cli("collab", "server", str(cfg), "--index", "5", "--exchange", str(tmp_path / "ex"),
+              *_key(cfg, "server0"), ok=False)
     assert out.returncode == 2 and "unknown server 5" in out.stderr
-    out = subprocess.run(CLI + ["nosuchrole", str(cfg)], capture_output=True, text=True)
+    out = cli("collab", "nosuchrole", str(cfg), ok=False)
     assert out.returncode != 0 and "No such command 'nosuchrole'" in out.stderr
     (tmp_path / "h.toml").write_text(cfg.read_text().replace("[collab]", "[evaluation]\nholdout = 0.2\n[collab]"))
     with pytest.raises(ConfigError, match="holdout = 0"):
@@ -283,9 +280,8 @@ def test_tuning_errors_missing_votes_and_thresholds_out_of_range(tmp_path):
     with pytest.raises(ConfigError, match="thresholds.A = 2.5 is outside the range \\[0.0, 2.0\\] of 'dp_workload.l1'"):
         run_custodian(plan, "A", csvs["A"], tmp_path / "ex", threshold=2.5)
     assert not (tmp_path / "ex").exists()   # refused before announcing anything
-    out = subprocess.run(CLI + ["custodian", str(cfg), "--name", "B", "--csv", str(csvs["B"]), "--exchange",
-                                str(tmp_path / "ex"), "--threshold", "-1", *_key(cfg, "B")], capture_output=True,
-                         text=True)
+    out = cli("collab", "custodian", str(cfg), "--name", "B", "--csv", str(csvs["B"]), "--exchange",
+              str(tmp_path / "ex"), "--threshold", "-1", *_key(cfg, "B"), ok=False)
     assert out.returncode == 2 and "thresholds.B = -1.0 is outside the range" in out.stderr
     (tmp_path / "plain").mkdir()
     plain, _ = _setup(tmp_path / "plain")

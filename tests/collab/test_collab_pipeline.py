@@ -1,11 +1,10 @@
 """The [collab] pipeline mode: horizontal custodians, secure aggregation into marginal synthesizers,
 DP binning (combined or local), tuning labels, publish once, and clear errors on bad input."""
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from deploy_helpers import cli as role
 
 from vertisynth.collab.horizontal import secure_measure, simulate_custodians
 from vertisynth.collab.secure_aggregation import NoisyShare
@@ -222,8 +221,7 @@ grid = { iters = [10, 20] }
 metric = "workload_error.l1_1way"
 thresholds = { custodian1 = 2.0, custodian2 = 2.0 }
 """)
-    out = subprocess.run([sys.executable, "-m", "vertisynth.cli", "run", str(cfg), "-o", str(tmp_path / "o"), "-q"],
-                         capture_output=True, text=True)
+    out = role("run", str(cfg), "-o", str(tmp_path / "o"), "-q", ok=False)
     assert out.returncode == 0, out.stderr
     assert "paper: tuning not accounted — not sound" in out.stdout
     assert "chosen {'iters': 10}" in out.stdout   # the first candidate every custodian votes for
@@ -237,13 +235,12 @@ def test_a_missing_server_message_is_a_clear_error(tmp_path):
     dom.write_text(json.dumps({"0": {"type": "discrete", "domain": 3}, "1": {"type": "discrete", "domain": 2}}))
     csv = tmp_path / "a.csv"
     csv.write_text("0,1\n0,1\n2,0\n1,1\n")
-    cli = [sys.executable, "-m", "vertisynth.cli", "collab"]
-    subprocess.run(cli + ["share", "--local-only", "--custodian", "A", "--csv", str(csv), "--domain", str(dom), "--marginal", "0,1",
-                          "--servers", "2", "--out", str(tmp_path / "in"), "--seed", "1"], check=True, capture_output=True)
-    subprocess.run(cli + ["aggregate", "--local-only", "--server", "0", "--rho", "1", "--inbox", str(tmp_path / "in"),
-                          "--out", str(tmp_path / "out"), "--seed", "2"], check=True, capture_output=True)
-    out = subprocess.run(cli + ["reconstruct", "--local-only", "--outbox", str(tmp_path / "out"), "--out", str(tmp_path / "r.npz")],
-                         capture_output=True, text=True)
+    role("collab", "share", "--local-only", "--custodian", "A", "--csv", str(csv), "--domain", str(dom), "--marginal",
+         "0,1", "--servers", "2", "--out", str(tmp_path / "in"), "--seed", "1")
+    role("collab", "aggregate", "--local-only", "--server", "0", "--rho", "1", "--inbox", str(tmp_path / "in"),
+         "--out", str(tmp_path / "out"), "--seed", "2")
+    out = role("collab", "reconstruct", "--local-only", "--outbox", str(tmp_path / "out"), "--out",
+               str(tmp_path / "r.npz"), ok=False)
     assert out.returncode == 2 and "need one noisy share from each of 2 servers, got servers [0]" in out.stderr
     assert NoisyShare.load(next((tmp_path / "out").glob("*.npz"))).server == 0
 

@@ -2,10 +2,9 @@
 through an sftp:// drop box served by a real OpenSSH server on 127.0.0.1 publishes exactly what the one-process
 simulation (and so the folder run, test_collab_distributed.py) publishes; a tampered or moved envelope in the
 store is refused."""
-import subprocess
-
 import pytest
-from test_collab_distributed import CLI, _channel, _key, _setup, _spawn
+from deploy_helpers import cli as run_cli
+from test_collab_distributed import _channel, _key, _setup, _spawn
 
 from vertisynth.collab.distributed import noisy_slot, wait_for_custodians
 from vertisynth.collab.secure_aggregation import NoisyShare
@@ -34,9 +33,8 @@ def _tampered_envelope_is_refused(tmp_path, cfg, url, store):
     raw = bytearray(victim.read_bytes())
     raw[-5] ^= 1
     victim.write_bytes(bytes(raw))
-    res = subprocess.run(CLI + ["publish", str(cfg), "--exchange", url, "--out", str(tmp_path / "again"),
-                                "--timeout", "20", *_key(cfg, "publisher")], capture_output=True, text=True,
-                         timeout=120)
+    res = run_cli("collab", "publish", str(cfg), "--exchange", url, "--out", str(tmp_path / "again"), "--timeout", "20",
+                  *_key(cfg, "publisher"), ok=False, timeout=120)
     assert res.returncode == 2 and "refused" in res.stderr and victim.name[:-len(".env")] in res.stderr, res.stderr
     assert not (tmp_path / "again" / "synthetic.csv").exists()
 
@@ -79,10 +77,10 @@ def test_collab_roles_through_an_sftp_drop_box(tmp_path, sftp_env):
 
 def test_a_bad_exchange_url_or_a_key_inside_a_file_url_is_one_clear_line(tmp_path):
     cfg, _ = _setup(tmp_path)
-    res = subprocess.run(CLI + ["server", str(cfg), "--index", "0", "--exchange", "nosuchscheme://box/run1",
-                                "--timeout", "5", *_key(cfg, "server0")], capture_output=True, text=True, timeout=120)
+    res = run_cli("collab", "server", str(cfg), "--index", "0", "--exchange", "nosuchscheme://box/run1", "--timeout", "5",
+                  *_key(cfg, "server0"), ok=False, timeout=120)
     assert res.returncode == 2 and "--exchange 'nosuchscheme://box/run1'" in res.stderr, res.stderr
     assert "Traceback" not in res.stderr
-    res = subprocess.run(CLI + ["publish", str(cfg), "--exchange", tmp_path.as_uri(), "--out", str(tmp_path / "o"),
-                                *_key(cfg, "publisher")], capture_output=True, text=True, timeout=120)
+    res = run_cli("collab", "publish", str(cfg), "--exchange", tmp_path.as_uri(), "--out", str(tmp_path / "o"),
+                  *_key(cfg, "publisher"), ok=False, timeout=120)
     assert res.returncode == 2 and "lies in the exchange folder" in res.stderr, res.stderr

@@ -89,10 +89,9 @@ def test_messages_round_trip_and_bad_inputs(tmp_path):
 def test_custodians_and_servers_as_separate_processes(tmp_path):
     """Two custodians and two servers run as separate processes and exchange only files."""
     import json
-    import subprocess
-    import sys
 
     import pandas as pd
+    from deploy_helpers import cli as role
 
     rng = np.random.default_rng(0)
     dom = {"0": {"type": "discrete", "domain": 3}, "1": {"type": "discrete", "domain": 2}}
@@ -103,10 +102,7 @@ def test_custodians_and_servers_as_separate_processes(tmp_path):
         frames[name].to_csv(tmp_path / f"{name}.csv", index=False)
 
     def cli(*args):
-        res = subprocess.run([sys.executable, "-m", "vertisynth.cli", "collab", *args],
-                             capture_output=True, text=True, cwd=tmp_path)
-        assert res.returncode == 0, res.stderr
-        return res
+        return role("collab", *args, cwd=tmp_path)
 
     for name in ("a", "b"):
         cli("share", "--local-only", "--custodian", name, "--csv", f"{name}.csv", "--domain", "d.json", "--marginal", "0,1",

@@ -1,10 +1,7 @@
 """VertiMRF across processes: parties and the server exchange only files; the result equals the simulation."""
-import subprocess
-import sys
-
 import pandas as pd
 import pytest
-from deploy_helpers import SECRET, SERVER_KEY, cli, hello_all, keys_all, publish_key, with_roster
+from deploy_helpers import SECRET, SERVER_KEY, cli, hello_all, keys_all, parallel, publish_key, with_roster
 
 from vertisynth.deploy.simulate import simulate
 from vertisynth.run.config import load_config
@@ -24,8 +21,8 @@ params = { ways = [2], marginals = 10 }
 """
 
 
-def test_parties_and_server_as_separate_processes_equal_the_simulation(tmp_path):
-    # with_roster pins the server too: it signs the run key and the model file it releases
+def test_parties_and_server_as_separate_processes_equal_the_simulation(tmp_path, cold_start):
+    # the folder exchange's end-to-end flow from cold `python -m vertisynth.cli` starts; with_roster pins the server too: it signs the run key and the model file it releases
     (tmp_path / "job.toml").write_text(with_roster(tmp_path, CONFIG, ["registry", "employer"]))
     hello_all(tmp_path, ["registry", "employer"], secret=SECRET)
     keys_all(tmp_path, ["registry", "employer"])
@@ -61,8 +58,8 @@ def test_server_refuses_missing_parties(tmp_path):
     hello_all(tmp_path, ["registry", "employer"])
     publish_key(tmp_path)
     cli("party", "job.toml", "--party", "registry", "--exchange", "shared", "--out", "private_registry", cwd=tmp_path)
-    res = subprocess.run([sys.executable, "-m", "vertisynth.cli", "server", "job.toml", "--exchange", "shared",
-                          "--out", "out", *SERVER_KEY, "--timeout", "2"], capture_output=True, text=True, cwd=tmp_path)
+    res = cli("server", "job.toml", "--exchange", "shared", "--out", "out", *SERVER_KEY, "--timeout", "2",
+              cwd=tmp_path, ok=False)
     assert res.returncode == 2 and "no messages from parties ['employer']" in res.stderr
 
 
@@ -211,12 +208,9 @@ def test_keyed_parties_align_then_synthesise_across_processes(tmp_path, fill):
     (tmp_path / "job.toml").write_text(with_roster(
         tmp_path, keyed + f'[alignment]\nuse = "psu"\nparams = {{ fill = "{fill}", workers = 1 }}\n', ["hospital", "insurer"]))
     hello_all(tmp_path, ["hospital", "insurer"])
-    procs = [subprocess.Popen([sys.executable, "-m", "vertisynth.cli", "party", "align", "job.toml", "--party", p,
-                               "--csv", f"{p}.csv", "--exchange", "shared", "--out", f"private_{p}", "--timeout", "60"],
-                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for p in ("hospital", "insurer")]
-    outs = [proc.communicate(timeout=180) for proc in procs]
-    assert all(proc.returncode == 0 for proc in procs), outs
+    res = parallel([["party", "align", "job.toml", "--party", p, "--csv", f"{p}.csv", "--exchange", "shared",
+                     "--out", f"private_{p}", "--timeout", "60"] for p in ("hospital", "insurer")], tmp_path)
+    assert all(r[0] == 0 for r in res), res
     tables = {p: pd.read_csv(tmp_path / f"private_{p}" / f"{p}_aligned.csv") for p in ("hospital", "insurer")}
     union = len(set(people_h) | set(people_i))
     assert list(tables["hospital"].columns) == ["a", "b"] and len(tables["hospital"]) == len(tables["insurer"]) == union
@@ -242,7 +236,6 @@ def test_keyed_parties_align_then_synthesise_across_processes(tmp_path, fill):
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert ("alignment" in report["privacy"]["per_stage_epsilon"]) == (fill == "marginal")
     # without an aligned table party synth refuses a keyed config
-    res = subprocess.run([sys.executable, "-m", "vertisynth.cli", "party", "synth", "job.toml", "--party",
-                          "hospital", "--exchange", "shared", "--out", "private_hospital"], capture_output=True,
-                         text=True, cwd=tmp_path)
+    res = cli("party", "synth", "job.toml", "--party", "hospital", "--exchange", "shared", "--out",
+              "private_hospital", cwd=tmp_path, ok=False)
     assert res.returncode == 2 and "run `vertisynth party align` first" in res.stderr

@@ -1,13 +1,11 @@
 """Encoder "he" across processes: parties and the server as separate OS processes exchanging signed envelopes, with
 real 2048-bit Paillier; under a test secret the result equals the one-process run with crypto = "simulated"."""
 import json
-import subprocess
-import sys
 import time
 
 import pandas as pd
 import pytest
-from deploy_helpers import SECRET, cli, hello_all, parallel, publish_key, with_roster
+from deploy_helpers import SECRET, cli, hello_all, parallel, popen, publish_key, with_roster
 
 from vertisynth.deploy.simulate import simulate
 from vertisynth.run.config import load_config
@@ -78,8 +76,7 @@ def test_tampered_ciphertexts_are_refused(tmp_path):
     from vertisynth.run.pipeline import make_plan
     encoder = make_plan(load_config(tmp_path / "job.toml")).synthesizer.instance._encoder
     enc = encoder.pairs(encoder.selection_queries(), 160, "selection")[0][1]   # who encrypts (public)
-    procs.append(subprocess.Popen([sys.executable, "-m", "vertisynth.cli", *argv[parties.index(enc)]], cwd=tmp_path,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    procs.append(popen(argv[parties.index(enc)], tmp_path))
     deadline = time.monotonic() + 120
     rows = []
     while not rows and time.monotonic() < deadline:

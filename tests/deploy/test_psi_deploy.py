@@ -1,13 +1,11 @@
 """PSI (and PSU) alignment across processes under an explicit test secret: `party align` on each party's own
 ID-keyed CSV, then VertiMRF through files; the published table equals the one-process simulation exactly."""
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
 import pytest
-from deploy_helpers import SECRET, SERVER_KEY, cli, hello_all, keys_all, publish_key, with_roster
+from deploy_helpers import SECRET, SERVER_KEY, cli, hello_all, keys_all, parallel, publish_key, with_roster
 
 from vertisynth.deploy.simulate import simulate
 from vertisynth.run.config import load_config
@@ -61,13 +59,10 @@ def _cli(tmp_path, *args):
 
 
 def _align_all(tmp_path):
-    procs = [subprocess.Popen([sys.executable, "-m", "vertisynth.cli", "party", "align", "job.toml", "--party", p,
-                               "--csv", f"{p}.csv", "--exchange", "shared", "--out", f"private_{p}", "--timeout", "60"],
-                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for p in PARTIES]
-    outs = [proc.communicate(timeout=180) for proc in procs]
-    assert all(proc.returncode == 0 for proc in procs), outs
-    assert all("not for production" in out for out, _ in outs), outs   # the keys came from the test secret
+    res = parallel([["party", "align", "job.toml", "--party", p, "--csv", f"{p}.csv", "--exchange", "shared",
+                     "--out", f"private_{p}", "--timeout", "60"] for p in PARTIES], tmp_path)
+    assert all(code == 0 for code, _, _ in res), res
+    assert all("not for production" in out for _, out, _ in res), res   # the keys came from the test secret
 
 
 def _deploy(tmp_path, protocol, secret=SECRET):

@@ -2,13 +2,11 @@
 beside the parties waits for them within its timeout (every encoder); a server that sends parties different
 clique tables (encoder "he") is named at once, not after the round timeout."""
 import json
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
-from deploy_helpers import SERVER_KEY, cli, hello_all, keys_all, parallel, with_roster
+from deploy_helpers import SERVER_KEY, cli, hello_all, keys_all, parallel, popen, with_roster
 
 from vertisynth.core.envelope import ALL, canonical, seal
 from vertisynth.core.errors import MessageError
@@ -74,9 +72,8 @@ def test_a_hello_from_a_skewed_clock_is_refused_naming_the_skew(tmp_path, offset
 def test_a_server_started_beside_the_parties_waits_for_them(tmp_path, encoder):
     (tmp_path / "job.toml").write_text(with_roster(tmp_path, SMALL.replace("ENCODER", encoder), PARTIES))
     _csvs(tmp_path)
-    server = subprocess.Popen([sys.executable, "-m", "vertisynth.cli", "server", "job.toml", "--exchange", "shared",
-                               "--out", "out", *SERVER_KEY, "--timeout", "150", "-q"], cwd=tmp_path,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    server = popen(["server", "job.toml", "--exchange", "shared", "--out", "out", *SERVER_KEY, "--timeout", "150",
+                    "-q"], tmp_path)
     try:
         time.sleep(5)   # the issue's server gave up at once ("no envelopes", then "no messages from parties")
         assert server.poll() is None, server.communicate()

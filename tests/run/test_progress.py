@@ -1,8 +1,8 @@
 """Progress where people wait: inner steps reach the bar, the first frame has a label, -q silences all."""
 import os
-import subprocess
-import sys
 from pathlib import Path
+
+from deploy_helpers import cli
 
 from vertisynth.core.progress import reporting, step
 from vertisynth.run.config import parse_config
@@ -41,8 +41,7 @@ def test_a_run_reports_mirror_descent_and_dpfm_repetitions():
 
 
 def _cli(args, cwd):
-    return subprocess.run([sys.executable, "-m", "vertisynth.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+    return cli(*args, cwd=cwd, ok=False, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
 
 
 def test_cli_bar_has_a_label_from_its_first_frame_and_quiet_silences_it(tmp_path):

@@ -385,16 +385,13 @@ params = {{ ways = [2] }}
 @pytest.mark.parametrize("protocol", ["psi", "psu"])
 def test_party_align_across_processes(tmp_path, protocol):
     """Two `vertisynth party align` processes exchange only message files and agree with set operations."""
-    import subprocess
-    import sys
-
     import pandas as pd
 
     a = [f"id{i}" for i in range(0, 60)]
     b = [f"id{i}" for i in range(40, 90)]
     pd.DataFrame({"id": a[::-1], "x": 1}).to_csv(tmp_path / "a.csv", index=False)
     pd.DataFrame({"id": b, "y": 2}).to_csv(tmp_path / "b.csv", index=False)
-    from deploy_helpers import hello_all, with_roster
+    from deploy_helpers import hello_all, parallel, with_roster
 
     (tmp_path / "job.toml").write_text(with_roster(tmp_path, f"""
 budget = {{ epsilon = 1.0, delta = 1e-5 }}
@@ -409,14 +406,10 @@ use = "{protocol}"
 params = {{ workers = 1 }}
 """, ["hospital", "insurer"], private=lambda n: f"out_{n}"))
     hello_all(tmp_path, ["hospital", "insurer"], exchange="exchange", private=lambda n: f"out_{n}")
-    procs = [subprocess.Popen([sys.executable, "-m", "vertisynth.cli", "party", "align", "job.toml",
-                               "--party", p, "--csv", f, "--exchange", "exchange", "--out", f"out_{p}",
-                               "--timeout", "60", "--no-table"], cwd=tmp_path, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE)
-             for p, f in [("hospital", "a.csv"), ("insurer", "b.csv")]]
-    for proc in procs:
-        _, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err.decode()
+    res = parallel([["party", "align", "job.toml", "--party", p, "--csv", f, "--exchange", "exchange", "--out",
+                     f"out_{p}", "--timeout", "60", "--no-table"] for p, f in [("hospital", "a.csv"), ("insurer", "b.csv")]],
+                   tmp_path, timeout=120)
+    assert all(code == 0 for code, _, _ in res), res
     ha = pd.read_csv(tmp_path / "out_hospital" / "hospital_alignment.csv")
     ib = pd.read_csv(tmp_path / "out_insurer" / "insurer_alignment.csv")
     if protocol == "psi":

@@ -1,0 +1,150 @@
+"""`vertisynth ...` as a separate OS process forked from a warm interpreter, for the cross-process tests.
+
+A fresh `python -m vertisynth.cli` spends 1-2 CPU s importing numpy, pandas and the engine before it does any
+work; a party/server flow starts ten or more of them. Here each command still runs in a process of its own
+(its own memory, its own exit status, running at the same time as the others and meeting them only through the
+exchange), forked from a forkserver that imported those modules once per test session: the same click command,
+the same code path, without the start-up. The flows that prove the installed entry point itself
+(`python -m vertisynth.cli` from a cold start) keep real subprocesses: tests/deploy/test_deploy.py (folder),
+test_remote_exchange.py (sftp/s3), test_psi_deploy.py (PSI/PSU), test_collab_distributed.py (collab),
+tests/cli/test_startup.py (import time).
+"""
+from __future__ import annotations
+
+import atexit
+import multiprocessing
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from multiprocessing import popen_forkserver, process, spawn
+from pathlib import Path
+
+# Imported once by the forkserver (not by pytest): every command's heavy imports.
+PRELOAD = ["numpy", "pandas", "vertisynth.cli.main", "vertisynth.run.pipeline", "vertisynth.deploy.cli",
+           "vertisynth.deploy.party", "vertisynth.deploy.server", "vertisynth.deploy.session",
+           "vertisynth.collab.cli"]
+PROG = "python -m vertisynth.cli"   # the name click prints in usage lines for `python -m vertisynth.cli`
+_ctx = None
+
+
+def _context():
+    global _ctx
+    if _ctx is None:
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload([__name__, *PRELOAD])
+        _ctx = ctx
+        atexit.register(_stop)
+    return _ctx
+
+
+def _stop() -> None:
+    """Stop and reap the forkserver at exit: no orphan, and its CPU time (the commands') counts to this process's
+    children, as a subprocess's would (`/usr/bin/time pytest` measures it)."""
+    from multiprocessing import forkserver
+
+    forkserver._forkserver._stop()
+
+
+def _child(args: list[str], cwd: str, env: dict[str, str], out: str, err: str) -> None:
+    """Runs in the forked process: the caller's directory and environment, stdout/stderr to files, then the
+    command as `python -m vertisynth.cli` runs it (SystemExit carries its status to the exit code)."""
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    for fd, path in ((1, out), (2, err)):
+        f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(f, fd)
+        os.close(f)
+    sys.argv = [PROG, *args]
+    try:
+        from vertisynth.cli.main import main
+
+        main(args, prog_name=PROG)
+    finally:
+        atexit._run_exitfuncs()   # a fresh interpreter runs these at exit; a multiprocessing child does not
+
+
+_launching = threading.Lock()
+
+
+class _Popen(popen_forkserver.Popen):
+    """multiprocessing's forkserver start, without re-running the parent's __main__ in the child (as pytest's
+    script, or a `python script.py` caller, would be): the command needs nothing from it."""
+
+    def _launch(self, process_obj):
+        def no_main(name, real=spawn.get_preparation_data):
+            data = real(name)
+            data.pop("init_main_from_path", None)
+            data.pop("init_main_from_name", None)
+            return data
+
+        with _launching:
+            spawn.get_preparation_data, real = no_main, spawn.get_preparation_data
+            try:
+                super()._launch(process_obj)
+            finally:
+                spawn.get_preparation_data = real
+
+
+class _Process(process.BaseProcess):
+    _start_method = "forkserver"
+
+    @staticmethod
+    def _Popen(process_obj):
+        return _Popen(process_obj)
+
+
+class Forked:
+    """The part of subprocess.Popen the tests use (text mode, both streams captured)."""
+
+    def __init__(self, args, cwd=None, env=None):
+        self.args = [str(a) for a in args]
+        self._dir = tempfile.mkdtemp(prefix="forked-cli-")
+        self._out, self._err = os.path.join(self._dir, "out"), os.path.join(self._dir, "err")
+        _context()
+        self._proc = _Process(target=_child, args=(
+            self.args, str(Path(cwd or os.getcwd()).resolve()), dict(os.environ if env is None else env),
+            self._out, self._err))
+        self._proc.start()
+        self.pid = self._proc.pid
+        self.returncode = None
+
+    def poll(self):
+        if self.returncode is None and self._proc.exitcode is not None:
+            self.returncode = self._proc.exitcode
+        return self.returncode
+
+    def wait(self, timeout=None):
+        self._proc.join(timeout)
+        if self.poll() is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def kill(self):
+        self._proc.kill()
+
+    terminate = kill
+
+    def communicate(self, timeout=None):
+        self.wait(timeout)
+        outs = [Path(p).read_text() if os.path.exists(p) else "" for p in (self._out, self._err)]
+        for p in (self._out, self._err):
+            if os.path.exists(p):
+                os.unlink(p)
+        if os.path.isdir(self._dir):
+            os.rmdir(self._dir)
+        return outs[0], outs[1]
+
+
+def run(args, cwd=None, env=None, timeout=180) -> subprocess.CompletedProcess:
+    """subprocess.run([sys.executable, "-m", "vertisynth.cli", *args], capture_output=True, text=True, ...)."""
+    proc = Forked(args, cwd, env)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
