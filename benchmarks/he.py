@@ -18,7 +18,7 @@ centralised PrivMRF, and the cost of the real crypto.
    party <= 5 ms CPU per row at the Adult default, constant per row from 45k to 1M rows.
 3. Scale (`--only scale --scale-rows 45222,200000,1000000`, not part of the default run): the encrypting party's
    real-crypto stage measured, not projected, at Adult-shaped n (Adult resampled with replacement): `scale`.
-4. Speed (`--only speed --speed-rows 45222 [--speed-eps 1.6]`, issue 33; not part of the default run): the
+4. Speed (`--only speed --speed-rows 45222 [--speed-eps 1.6]`; not part of the default run): the
    whole VertiMRF-HE run on Adult (all rows, or a subsample) with real crypto, twice in one process: the anchor
    with shared layouts off (every block group on ciphertexts of its own, as before) and the default. Per run: CPU
    seconds of the whole run (this process and its encryption pool), each party's protocol CPU (`Costs`), the
@@ -288,7 +288,7 @@ def scale(data_dir: str, rows_list, sum_side: bool = True, cache: str | None = N
 
 
 def speed(data_dir: str, rows: int, eps: float = 1.6, marginals: int = 300) -> None:
-    """Issue 33: VertiMRF-HE on Adult with real crypto, the anchor (no shared layouts) and the default, one process."""
+    """VertiMRF-HE on Adult with real crypto, the anchor (no shared layouts) and the default, one process."""
     from vertisynth.plugins.encoders.he import packing, protocol
 
     synth, params = methods("real")["VertiMRF-HE"]

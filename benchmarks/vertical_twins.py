@@ -13,7 +13,7 @@ party (its own steps plus its side of the protocol) and for the server (selectio
 the rest of the fit), and the bytes each party would send (the ciphertexts real crypto makes for those layouts;
 with crypto = "simulated" the answers are the same tables, computed in plaintext, so the quality columns hold
 for real crypto and the CPU columns do not include encryption; under trust = "server" simulated crypto counts no
-bytes: "-"). Then the median and worst ratio per synthesizer against the targets of issue 31 for that trust
+bytes: "-"). Then the median and worst ratio per synthesizer against the targets for that trust
 (none: ≤ 1.10× median, ≤ 1.20× worst; server: ≤ 1.03× median). `--quick`: two zoo presets and NLTCS.
 Only NLTCS, Adult (from $VERTISYNTH_DATA) and the generated zoo are used.
 """
@@ -28,7 +28,7 @@ import numpy as np
 
 ZOO = ["small-domains", "large-domains", "wide", "strong", "weak", "mixed", "small-split", "many-parties"]
 QUICK = "zoo:small-domains,zoo:mixed,nltcs"
-# issue 31's targets, twin / central: (median, worst or None)
+# the targets, twin / central: (median, worst or None)
 TARGETS = {"none": (1.10, 1.20), "server": (1.03, None)}
 
 
