@@ -106,6 +106,19 @@ def _spend(pay: Pay, ledger: PrivacyLedger, rho: float, what: str) -> None:
     ledger.spend(pay)
 
 
+def check_select(candidates: Sequence, estimates: Sequence, weights: Sequence[float], offsets: Sequence[float],
+                 epsilon: float) -> np.ndarray:
+    """A selection's arguments checked before anything is spent (every oracle's `select`); the weights as an array."""
+    if not candidates or not (len(candidates) == len(estimates) == len(weights) == len(offsets)):
+        raise ConfigError("select: needs as many estimates, weights and offsets as candidates (at least one)")
+    if not epsilon > 0:
+        raise ConfigError(f"select: epsilon must be positive, got {epsilon}")
+    w = np.asarray(weights, float)
+    if not np.all(w > 0):
+        raise ConfigError("select: weights must be positive")
+    return w
+
+
 def _vector_sigma(pay: Pay, sigma: float | None, sensitivity: float, what: str) -> tuple[float, float]:
     """(σ, ρ) of a Gaussian vector of L2 `sensitivity`: σ from the planned charge's ρ, or given (filter draws)."""
     if sigma is None:
@@ -166,13 +179,7 @@ class CentralOracle:
     def select(self, candidates: Sequence[tuple[str, ...]], estimates: Sequence[np.ndarray],
                weights: Sequence[float], offsets: Sequence[float], epsilon: float, pay: Pay,
                rng: np.random.Generator, bins: Sequence[Bins] | None = None) -> int:
-        if not candidates or not (len(candidates) == len(estimates) == len(weights) == len(offsets)):
-            raise ConfigError("select: needs as many estimates, weights and offsets as candidates (at least one)")
-        if not epsilon > 0:
-            raise ConfigError(f"select: epsilon must be positive, got {epsilon}")
-        w = np.asarray(weights, float)
-        if not np.all(w > 0):
-            raise ConfigError("select: weights must be positive")
+        w = check_select(candidates, estimates, weights, offsets, epsilon)
         _spend(pay, self.ledger, epsilon * epsilon / 8.0, f"select among {len(candidates)} marginals")
         bins = list(bins) if bins is not None else [None] * len(candidates)
         exact = [self._exact(tuple(c), b) for c, b in zip(candidates, bins)]

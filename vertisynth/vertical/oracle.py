@@ -34,7 +34,7 @@ from vertisynth.core.mechanisms import exponential_noise
 from vertisynth.core.noise import discrete_gaussian
 from vertisynth.core.privacy import Charge, PrivacyLedger
 from vertisynth.pgm.estimation import Measurement, bin_sum
-from vertisynth.pgm.oracle import Bins, CentralOracle, Pay, _spend, _vector_sigma
+from vertisynth.pgm.oracle import Bins, CentralOracle, Pay, _spend, _vector_sigma, check_select
 from vertisynth.pgm.scores import INDIF_SENSITIVITY, indif
 
 
@@ -297,13 +297,7 @@ class VerticalOracle:
     def select(self, candidates: Sequence[tuple[str, ...]], estimates: Sequence[np.ndarray],
                weights: Sequence[float], offsets: Sequence[float], epsilon: float, pay: Pay,
                rng: np.random.Generator, bins: Sequence[Bins] | None = None) -> int:
-        if not candidates or not (len(candidates) == len(estimates) == len(weights) == len(offsets)):
-            raise ConfigError("select: needs as many estimates, weights and offsets as candidates (at least one)")
-        if not epsilon > 0:
-            raise ConfigError(f"select: epsilon must be positive, got {epsilon}")
-        w = np.asarray(weights, float)
-        if not np.all(w > 0):
-            raise ConfigError("select: weights must be positive")
+        w = check_select(candidates, estimates, weights, offsets, epsilon)
         off = np.asarray(offsets, float)
         bins = list(bins) if bins is not None else [None] * len(candidates)
         routes = [self.parties_of(c) for c in candidates]

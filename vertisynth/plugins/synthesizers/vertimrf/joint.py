@@ -32,7 +32,7 @@ from vertisynth.pgm import Measurement, estimate
 from vertisynth.pgm.graph import min_fill_cliques
 
 from ..privmrf import LocalModel
-from .dimension import ValueDistributions, bin_dataset, uniform_distributions
+from .dimension import bin_dataset
 
 
 def _n_hat(encoder: Any, enc: Sequence[Message]) -> float:
@@ -83,12 +83,7 @@ class JointFit:
         c, encoder, dom = self.config, self._encoder, self._domain
         owner = {a: p.name for p in self._partition for a in p.attributes}
         locals_ = {m.party: m for m in messages if isinstance(m, LocalModel)}
-        dists: dict[str, np.ndarray] = {}
-        for m in messages:
-            if isinstance(m, ValueDistributions):
-                dists.update(m.distributions)
-        if c.recovery == "uniform" and self._binned:
-            dists = uniform_distributions(dom, c.bins, self._binned)
+        dists = self._value_distributions(messages)
         enc = self._encoded(messages)
         n_hat = _n_hat(encoder, enc)
         t0 = time.perf_counter()

@@ -345,6 +345,16 @@ class VertiMRFSynthesizer(JointFit, Synthesizer):
                 binned_domain(domain, c.bins, mine))
 
     # -- server side --------------------------------------------------------------------------
+    def _value_distributions(self, messages: Sequence[Message]) -> dict[str, np.ndarray]:
+        """The value distribution inside each bin of a binned attribute: the parties' released ones, or uniform."""
+        if self.config.recovery == "uniform" and self._binned:
+            return uniform_distributions(self._domain, self.config.bins, self._binned)
+        dists: dict[str, np.ndarray] = {}
+        for m in messages:
+            if isinstance(m, ValueDistributions):
+                dists.update(m.distributions)
+        return dists
+
     def _encoded(self, messages: Sequence[Message]) -> list[Message]:
         return [m for m in messages if not isinstance(m, (LocalModel, ValueDistributions))]
 
@@ -386,12 +396,7 @@ class VertiMRFSynthesizer(JointFit, Synthesizer):
         if c.binning == "mass":   # the parties' equal-mass bins, recomputed from their local models
             self._maps = {a: bm for lm in locals_.values()
                           for a, bm in mass_maps(lm, c.bins, [a for a in lm.domain.attributes if a in self._binned]).items()}
-        dists: dict[str, np.ndarray] = {}
-        for m in messages:
-            if isinstance(m, ValueDistributions):
-                dists.update(m.distributions)
-        if c.recovery == "uniform" and self._binned:
-            dists = uniform_distributions(dom, c.bins, self._binned)
+        dists = self._value_distributions(messages)
         enc = self._encoded(messages)
         n_hat = float(self._encoder.noisy_count(enc)[0]) if isinstance(self._encoder, ReleasesNoisyCount) else float(enc[0].n)
         n_hat = max(n_hat, 1.0)
