@@ -68,25 +68,32 @@ class ChunkJob:
                 return self.run_dask(chunks(), client, window)
             n = parts[-1].stop
             window = window or window_for(client)   # tasks queued on the cluster; their results wait there
-            acc, pending = None, []
-
-            def merge_first() -> None:
-                nonlocal acc
-                fut = pending.pop(0)
-                part = fut.result()
-                acc = part if acc is None else self.combine(acc, part)
-                fut.release()
-
-            for piece in parts:
-                pending.append(client.submit(map_slice, piece, self.domain, self.mapper, pure=False))
-                if len(pending) >= window:
-                    merge_first()
-            while pending:
-                merge_first()
+            acc = self._merge_in_order((client.submit(map_slice, piece, self.domain, self.mapper, pure=False)
+                                        for piece in parts), window)
             return self.finish(acc, n)
         finally:
             if client is not scheduler:
                 client.close()
+
+    def _merge_in_order(self, futures: Iterable[Any], window: int) -> Any:
+        """Partial results of `futures` (submitted lazily, at most `window` in flight) combined in their order;
+        None when there were none."""
+        acc, pending = None, []
+
+        def merge_first() -> None:
+            nonlocal acc
+            fut = pending.pop(0)
+            part = fut.result()
+            acc = part if acc is None else self.combine(acc, part)
+            fut.release()
+
+        for fut in futures:
+            pending.append(fut)
+            if len(pending) >= window:
+                merge_first()
+        while pending:
+            merge_first()
+        return acc
 
     def run_dask(self, chunks: Iterable[tuple[np.ndarray, Dataset]], scheduler: Any, window: int | None = None) -> Any:
         """`run_local` with the map on a Dask cluster (an address such as "tcp://10.0.0.5:8786", or a
@@ -95,24 +102,17 @@ class ChunkJob:
         client = dask_client(scheduler)
         try:
             window = window or max(2 * len(client.scheduler_info().get("workers", {})), 2)
-            acc, n, pending = None, 0, []
+            n = 0
 
-            def merge_first() -> None:
-                nonlocal acc
-                fut = pending.pop(0)
-                part = fut.result()
-                acc = part if acc is None else self.combine(acc, part)
-                fut.release()
+            def submitted() -> Iterator[Any]:
+                nonlocal n
+                for ids, rows in chunks:
+                    if rows.domain != self.domain:
+                        raise DataError(f"chunk domain {rows.domain} differs from the party's {self.domain}")
+                    yield client.submit(self.mapper, rows, ids, pure=False)
+                    n += rows.n
 
-            for ids, rows in chunks:
-                if rows.domain != self.domain:
-                    raise DataError(f"chunk domain {rows.domain} differs from the party's {self.domain}")
-                pending.append(client.submit(self.mapper, rows, ids, pure=False))
-                n += rows.n
-                if len(pending) >= window:
-                    merge_first()
-            while pending:
-                merge_first()
+            acc = self._merge_in_order(submitted(), window)
             if acc is None:
                 raise DataError("no rows to encode (empty input)")
             return self.finish(acc, n)
