@@ -2,7 +2,9 @@
 (certificates and keys made here), one SuperNode per party reading only its own table, the vertisynth Flower app
 submitted with `flwr run`. The published table equals the one-process simulation under the test secret."""
 import json
+import threading
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -148,6 +150,7 @@ def test_strangers_are_refused_and_a_party_lost_mid_run_stops_every_role(tmp_pat
             time.sleep(0.2)
     finally:
         dep.close()
+    assert (tmp_path / "out" / "error.txt").is_file(), dep.log("flwr_run")[-3000:] + dep.log("superlink")[-3000:]
     error = (tmp_path / "out" / "error.txt").read_text()
     assert "insurer" in error and ("did not answer within 20 s" in error or "no longer connected" in error), error
     assert took < 20 + 10 + 30, took        # the answer timeout, the bridge's wait (10 s), Flower's polling
@@ -306,3 +309,56 @@ def test_the_serverapp_names_a_missing_server_key_before_any_step(tmp_path):
             serverapp.main(Grid(), ctx)
         assert want in (out / "error.txt").read_text()
         assert sorted(p.name for p in out.iterdir()) == ["error.txt"]
+
+
+class _HalfUploadedGrid:
+    """A Grid whose SuperLink holds the hospital's reply but only part of the insurer's: the insurer's SuperNode was
+    killed while uploading it, and Flower's pull of such a reply retries for up to two hours (CI saw the run hang)."""
+
+    def __init__(self):
+        from vertisynth.deploy.flower.bridge import DONE, Reply
+        from vertisynth.deploy.flower.wire import reply_records
+        self.reply = reply_records(Reply("hospital", DONE, {}, ""))
+        self.to, self.stuck = {}, threading.Event()
+
+    def push_messages(self, messages):
+        ids = []
+        for m in messages:
+            ids.append(f"m{len(self.to)}")
+            self.to[ids[-1]] = m.metadata.dst_node_id
+        return ids
+
+    def pull_messages(self, ids):
+        if any(self.to[mid] == 2 for mid in ids):   # the insurer's reply: blocks as Flower's object pull does
+            self.stuck.wait(600)
+            return []
+        return [SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id=mid), has_error=lambda: False,
+                                content=self.reply) for mid in ids]
+
+
+def test_a_reply_cut_off_mid_upload_names_the_node_instead_of_hanging(monkeypatch):
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from vertisynth.deploy.flower.serverapp import FlowerAsk
+    for field in ("_run_id", "_node_id", "_task_id"):   # what Flower sets in a ServerApp process
+        monkeypatch.setattr(TaskIdentity, field, 1)
+    grid = _HalfUploadedGrid()
+    ask = FlowerAsk(grid, timeout=1.0, wait=0.5)
+    result = {}
+
+    def go():
+        try:
+            ask({1: ("hello", {}), 2: ("hello", {})})
+        except Exception as exc:   # noqa: BLE001 - checked below
+            result["error"] = f"{type(exc).__name__}: {exc}"
+
+    t0 = time.monotonic()
+    runner = threading.Thread(target=go, daemon=True)
+    runner.start()
+    runner.join(10)
+    grid.stuck.set()
+    assert not runner.is_alive(), "the ServerApp waited on a reply that never completes"
+    error = result.get("error", "")
+    assert time.monotonic() - t0 < 5 and error.startswith("MessageError") and "SuperNode 2" in error, error
+    assert "did not answer" in error, error
+    assert ask.names == {1: "hospital"}   # the hospital's reply was not held up by the insurer's

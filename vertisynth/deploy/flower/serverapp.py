@@ -8,6 +8,8 @@ their messages to (with encoder "he" it also signs its clique queries) and write
 from __future__ import annotations
 
 import json
+import queue
+import threading
 import time
 from pathlib import Path
 
@@ -32,11 +34,46 @@ def _message(node: int, records: dict) -> Message:
                    message_type="query")
 
 
+class BoundedPull:
+    """`grid.pull_messages` that never blocks the relay: each outstanding reply is pulled in a thread of its own.
+    Flower keeps retrying for a reply whose metadata reached the SuperLink but whose content did not (a node killed
+    while uploading it) for up to two hours; here that reply is simply not there yet when the step's deadline
+    passes, and the node is named as silent like any other (the other nodes' replies are not held up by it)."""
+
+    def __init__(self, grid: Grid) -> None:
+        self.grid = grid
+        self.inflight: set[str] = set()
+        self.done: queue.Queue = queue.Queue()
+
+    def _pull(self, mid: str) -> None:
+        try:
+            self.done.put((mid, list(self.grid.pull_messages({mid})), None))
+        except BaseException as exc:   # noqa: BLE001 - handed to the relay's thread, which raises it
+            self.done.put((mid, [], exc))
+
+    def __call__(self, ids: set[str]) -> list[Message]:
+        """The replies (to `ids`) that are complete now; starts a pull for every id not being pulled."""
+        for mid in ids - self.inflight:
+            self.inflight.add(mid)
+            threading.Thread(target=self._pull, args=(mid,), daemon=True).start()
+        out = []
+        while True:
+            try:
+                mid, msgs, exc = self.done.get_nowait()
+            except queue.Empty:
+                return out
+            self.inflight.discard(mid)
+            if exc is not None:
+                raise exc
+            out += msgs
+
+
 class FlowerAsk:
     """One round trip: a request to each node, every reply within `timeout` or a clear error naming who is silent."""
 
     def __init__(self, grid: Grid, timeout: float, wait: float) -> None:
         self.grid, self.timeout, self.wait = grid, timeout, wait
+        self.pull = BoundedPull(grid)
         self.names: dict[int, str] = {}
         self.bytes_out: dict[int, int] = {}
         self.bytes_in: dict[int, int] = {}
@@ -54,8 +91,10 @@ class FlowerAsk:
             self.bytes_out[node] = self.bytes_out.get(node, 0) + sum(map(len, envelopes.values()))
         replies, deadline = {}, time.monotonic() + self.timeout + self.wait
         while ids and time.monotonic() < deadline:
-            for msg in self.grid.pull_messages(set(ids)):
-                node = ids.pop(msg.metadata.reply_to_message_id)
+            for msg in self.pull(set(ids)):
+                node = ids.pop(msg.metadata.reply_to_message_id, None)
+                if node is None:   # a late reply to a round already given up on
+                    continue
                 if msg.has_error():
                     raise MessageError(f"SuperNode {node}: its ClientApp failed: {msg.error.reason}")
                 replies[node] = reply_from(msg.content)
@@ -76,7 +115,7 @@ class FlowerAsk:
             ids = set(self.grid.push_messages([_message(n, request_records("abort", {}, 0, reason)) for n in nodes]))
             deadline = time.monotonic() + min(self.timeout, 30.0)
             while ids and time.monotonic() < deadline:
-                ids -= {m.metadata.reply_to_message_id for m in self.grid.pull_messages(ids)}
+                ids -= {m.metadata.reply_to_message_id for m in self.pull(ids)}
                 time.sleep(POLL)
         except Exception:   # noqa: BLE001 - best effort: the run's own error is what the operator must see
             pass
