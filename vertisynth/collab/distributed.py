@@ -59,7 +59,7 @@ from vertisynth.core.messages import Message
 from vertisynth.core.privacy import NOISE_LABELS
 from vertisynth.core.transport import Transport as Exchange, transport_for
 from vertisynth.run.config import noise_for
-from vertisynth.run.report import json_default
+from vertisynth.run.report import write_records
 
 from .channel import PUBLISHER, Channel, collab_run_id, server_name, slot
 from .horizontal import check_custodians
@@ -631,9 +631,7 @@ def run_publisher(plan: CollabPlan, exchange: str | Path | Exchange, out: Path, 
                     **({"tuning_accounting": outcome.label} if outcome is not None else {})},
         "timings_seconds": timings,
     }
-    (out / "report.json").write_text(json.dumps(report, indent=2, default=json_default))
-    (out / "ledger.json").write_text(json.dumps(report["privacy"], indent=2, default=json_default))
-    (out / "summary.md").write_text(summary_markdown(report))
+    write_records(out, report, summary_markdown(report))
     return {"rounds": transport.rounds - hidden_rounds, "records": 0 if frame is None else len(frame),
             "out": str(out), "epsilon": plan.ledger.spent_epsilon(), "published": published,
             "tuning": None if outcome is None else {"label": outcome.label, "chosen": outcome.chosen,

@@ -7,7 +7,6 @@ here when the config has a [collab] table, so `vertisynth run|validate|study` wo
 """
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from vertisynth.core.structuring import structure
 from vertisynth.run.config import RunConfig, noise_for
 from vertisynth.run.console import progress_bar
 from vertisynth.run.pipeline import RunResult, build_component, build_evaluators, check_evaluator, dataset_loader
-from vertisynth.run.report import clear_previous_outputs, json_default, record_outputs
+from vertisynth.run.report import clear_previous_outputs, record_outputs, write_records
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.encoding import TableCodec
 from vertisynth.core.errors import BudgetError, ConfigError, DataError
@@ -401,8 +400,6 @@ def write_collab_outputs(result, out: Path, published: bool) -> Path:
     clear_previous_outputs(out)   # an earlier run's synthetic.csv must not pass for this unpublished run's
     if published:
         result.synthetic.to_csv(out / "synthetic.csv", index=False)
-    (out / "report.json").write_text(json.dumps(result.report, indent=2, default=json_default))
-    (out / "ledger.json").write_text(json.dumps(result.report["privacy"], indent=2, default=json_default))
-    (out / "summary.md").write_text(summary_markdown(result.report))
-    record_outputs(out, ["report.json", "ledger.json", "summary.md"] + (["synthetic.csv"] if published else []))
+    names = write_records(out, result.report, summary_markdown(result.report))
+    record_outputs(out, names + (["synthetic.csv"] if published else []))
     return out

@@ -20,10 +20,9 @@ from vertisynth.core.messages import Message
 from vertisynth.core.privacy import PrivacyLedger
 from vertisynth.run.config import RunConfig
 from vertisynth.run.model import MODEL_FILE, FittedModel
-from vertisynth.core.outfiles import write_text
 from vertisynth.run.html import write_run_html
 from vertisynth.run.pipeline import RunResult, model_privacy, release_note
-from vertisynth.run.report import summary_markdown
+from vertisynth.run.report import summary_markdown, write_records
 from vertisynth.run.stream_out import stream_output
 
 from .he_rounds import joint_encoder, serve_rounds
@@ -165,12 +164,9 @@ def run_server(config: RunConfig, exchange: str | Path, out: Path, data_dir: str
     out.mkdir(parents=True, exist_ok=True)
     if model is not None:
         model.save(out / MODEL_FILE, identity=sess.identity)   # signed when the roster pins the server
-    (out / "report.json").write_text(json.dumps(report, indent=2, default=str))
-    (out / "ledger.json").write_text(json.dumps({**report["privacy"], "run": run,
-                                                 **({"test_secret": TEST_LABEL} if test else {})}, indent=2, default=str))
-    # summary.md and report.html by the run's writers; no real rows here, so no metric and no real-vs-synthetic figure
+    # the run's writers; no real rows here, so no metric and no real-vs-synthetic figure
     result = RunResult(None, None, None, {}, ledger, report, out, model, out / "synthetic.csv")
-    write_text(out / "summary.md", summary_markdown(result))
+    write_records(out, report, summary_markdown(result), {"run": run, **({"test_secret": TEST_LABEL} if test else {})})
     write_run_html(result, out)
     return out
 

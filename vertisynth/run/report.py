@@ -86,6 +86,18 @@ def record_outputs(out: Path, names: list[str]) -> None:
     write_text(out / OUTPUTS_MANIFEST, json.dumps(sorted(set(names))))
 
 
+def write_records(out: Path, report: dict[str, Any], summary: str, ledger_extra: dict[str, Any] | None = None) -> list[str]:
+    """The records every release writes, whoever builds it (the one-process run, the deploy server, collab):
+    report.json, ledger.json (the report's privacy section, plus `ledger_extra`) and summary.md, each whole or not
+    at all (a per-process temporary name, renamed: core/outfiles.py). Returns the names written."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_text(out / "report.json", json.dumps(report, indent=2, default=json_default))
+    write_text(out / "ledger.json", json.dumps({**report["privacy"], **(ledger_extra or {})}, indent=2,
+                                               default=json_default))
+    write_text(out / "summary.md", summary)
+    return ["report.json", "ledger.json", "summary.md"]
+
+
 def write_outputs(result: RunResult, out: Path, holdout: Dataset | None = None) -> Path:
     """report.json, ledger.json, summary.md and report.html beside synthetic.csv; `holdout`: the real rows the
     synthesizer never saw, for the HTML report's reference points."""
@@ -95,10 +107,7 @@ def write_outputs(result: RunResult, out: Path, holdout: Dataset | None = None) 
     clear_previous_outputs(out)
     if result.synthetic_path != out / "synthetic.csv":   # a streamed run wrote it already, block by block
         result.synthetic_path = write_csv(out / "synthetic.csv", result.synthetic)
-    # each file whole or not at all (a per-process temporary name, renamed: core/outfiles.py)
-    write_text(out / "report.json", json.dumps(result.report, indent=2, default=json_default))
-    write_text(out / "ledger.json", json.dumps(result.report["privacy"], indent=2, default=json_default))
-    write_text(out / "summary.md", summary_markdown(result))
+    write_records(out, result.report, summary_markdown(result))
     write_run_html(result, out, holdout)
     return out
 
