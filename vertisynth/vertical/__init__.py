@@ -2,6 +2,7 @@
 central one (`vertisynth.pgm.oracle`) from each party's own columns and, for a marginal that spans two parties, a
 `CrossPartyMeasure` (core/capabilities.py). docs/vertical.md: who sees what, what each step costs."""
 from .config import VerticalConfig
-from .oracle import VerticalOracle, coarse_bins, party_streams
+from .oracle import PartyOracle, VerticalOracle, coarse_bins, party_streams
+from .stages import StageOracle
 
-__all__ = ["VerticalConfig", "VerticalOracle", "coarse_bins", "party_streams"]
+__all__ = ["PartyOracle", "StageOracle", "VerticalConfig", "VerticalOracle", "coarse_bins", "party_streams"]

@@ -45,6 +45,43 @@ def party_streams(rng: np.random.Generator, parties: Sequence[str]) -> dict[str,
     return {p: np.random.default_rng(s) for p, s in zip(parties, seeds)}
 
 
+class PartyOracle(CentralOracle):
+    """The within-party oracle: one party's questions about its own columns, answered from them with the central
+    oracle's code and charged at the central price (one person's record spans every party). `VerticalOracle`
+    answers a one-party query through it; a synthesizer whose per-party step runs at the party itself (VertiMRF's
+    local PrivMRF) asks it directly. `asked` lists every answered query: what it was (measure / indif /
+    l1_errors), on which attributes, and the ρ it was paid (the ledger's charges, query by query)."""
+
+    def __init__(self, table: Any, ledger: PrivacyLedger, party: str | None = None) -> None:
+        super().__init__(table, ledger)
+        self.party = party
+        self.asked: list[dict[str, Any]] = []
+
+    def _log(self, kind: str, what: Sequence[Any], pay: Pay) -> None:
+        rho = float(pay.cost.rho) if isinstance(pay, Charge) else float(pay.log[-1][1])
+        self.asked.append({"query": kind, "attributes": [list(w) if isinstance(w, tuple) else w for w in what],
+                           "rho": rho})
+
+    def measure(self, attributes: Sequence[str], pay: Pay, rng: np.random.Generator,
+                sigma: float | None = None, bins: Bins = None) -> Measurement:
+        m = super().measure(attributes, pay, rng, sigma, bins)
+        self._log("measure", list(m.attributes), pay)
+        return m
+
+    def indif(self, pairs: Sequence[tuple[str, str]], pay: Pay, rng: np.random.Generator,
+              sigma: float | None = None) -> np.ndarray:
+        out = super().indif(pairs, pay, rng, sigma)
+        self._log("indif", [tuple(p) for p in pairs], pay)
+        return out
+
+    def l1_errors(self, candidates: Sequence[tuple[str, ...]], estimates: Sequence[np.ndarray], pay: Pay,
+                  rng: np.random.Generator, sigma: float | None = None,
+                  bins: Sequence[Bins] | None = None) -> np.ndarray:
+        out = super().l1_errors(candidates, estimates, pay, rng, sigma, bins)
+        self._log("l1_errors", [tuple(c) for c in candidates], pay)
+        return out
+
+
 def coarse_bins(noisy: np.ndarray, k: int, within: np.ndarray | None = None) -> np.ndarray | None:
     """At most `k` bins of consecutive values holding about equal shares of an attribute's noisy 1-way counts
     (post-processing of a released measurement), composed with `within` (an earlier binning: values -> bins, the
@@ -125,7 +162,7 @@ class VerticalOracle:
         for p in partition.names:
             dom = self.views[p].domain if dom is None else dom.merge(self.views[p].domain)
         self.domain: Domain = dom
-        self._party = {p: CentralOracle(v, ledger) for p, v in self.views.items()}   # the central code, per party
+        self._party = {p: PartyOracle(v, ledger, p) for p, v in self.views.items()}   # the central code, per party
         self.answered: list[Measurement] = []     # cross-party answers (public once released): select scores by them
         self.party_cpu = {p: 0.0 for p in partition.names}   # CPU s of each party's own steps (not the protocol's)
 

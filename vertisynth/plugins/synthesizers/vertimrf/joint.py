@@ -30,6 +30,7 @@ from vertisynth.core.messages import Message
 from vertisynth.core.privacy import PrivacyLedger
 from vertisynth.pgm import Measurement, estimate
 from vertisynth.pgm.graph import min_fill_cliques
+from vertisynth.vertical import StageOracle
 
 from ..privmrf import LocalModel
 from .dimension import bin_dataset
@@ -69,9 +70,13 @@ class JointFit:
             view = data.views[p]
             messages += self.party_step(p, view, ledger, rngs[p])
             low[p] = self.round_view(view)
-        messages += encoder.measure(low, encoder.selection_queries(), "selection", ledger, rngs)
+        # the cross-party stages through the stage oracle: the selection tables are the plan's, the clique tables
+        # the server's choice (at most the plan's count); each stage spends its one planned charge
+        oracle = StageOracle(low, self._partition, encoder, ledger, rngs,
+                             fixed={"selection": encoder.selection_queries()})
+        messages += oracle.answers(encoder.selection_queries(), "selection")
         self._timings = {"parties (LocMRF, binning, HE selection)": time.perf_counter() - t0}
-        self._serve(messages, lambda queries: encoder.measure(low, queries, "cliques", ledger, rngs))
+        self._serve(messages, lambda queries: oracle.answers(queries, "cliques"))
 
     def serve_rounds(self, messages: Sequence[Message], measure: Callable[[list], list[Message]]) -> None:
         """The server's side across machines: `measure(queries)` runs the clique stage between the parties."""

@@ -33,6 +33,7 @@ from vertisynth.core.structuring import CONVERTER, structure
 from vertisynth.pgm import GraphicalModel, Measurement, estimate
 from vertisynth.pgm.estimation import bin_query
 from vertisynth.pgm.graph import build_junction_tree, min_fill_cliques
+from vertisynth.vertical import PartyOracle
 from ..privmrf import LocalModel, PrivMRFConfig, PrivMRFSynthesizer
 from .joint import JointFit
 from .streaming import ChunkedCounts, Chunks, mapped, party_phase, start_early_map, view_chunks
@@ -161,6 +162,7 @@ class VertiMRFSynthesizer(JointFit, Synthesizer):
     def __init__(self, config: VertiMRFConfig | None = None) -> None:
         super().__init__(config or VertiMRFConfig())
         self._timings: dict[str, float] = {}
+        self._local_queries: dict[str, list[dict[str, Any]]] = {}   # party -> its local fit's oracle queries
 
     # -- plan ---------------------------------------------------------------------------------
     def plan(self, ctx: PlanContext) -> list[Charge]:
@@ -311,7 +313,10 @@ class VertiMRFSynthesizer(JointFit, Synthesizer):
                 early = start()
                 table.prefetch_pairs()   # R-scores and 1-way counts in one pass; later marginals a pass each
                 early = early or start()
-                local.fit_table(table, ledger, rng)
+                # every read of the party's columns is a within-party oracle query, charged as planned
+                oracle = PartyOracle(table, ledger, party)
+                local.fit_oracle(oracle, rng)
+                self._local_queries[party] = oracle.asked
                 out.append(local.export(party))
             if mine and self._eps_value > 0:
                 out.append(measure_value_distributions(party, table, c.bins, mine, self._value_charges, ledger, rng))
@@ -654,6 +659,11 @@ class VertiMRFSynthesizer(JointFit, Synthesizer):
 
     def timings(self) -> dict[str, float]:
         return dict(self._timings)
+
+    def local_queries(self) -> dict[str, list[dict[str, Any]]]:
+        """What each party's local PrivMRF asked its within-party oracle (query, attributes, ρ paid), for the parties
+        whose step ran in this process (a forked or remote party keeps its own)."""
+        return {p: list(q) for p, q in self._local_queries.items()}
 
     def model_notes(self) -> list[str]:
         """What a user must know about the fitted model's cross-party structure (CLI output and summary)."""
