@@ -26,6 +26,7 @@ from vertisynth.core.encoding import TableCodec
 from vertisynth.core.errors import BudgetError, ConfigError, DataError
 from vertisynth.core.interfaces import Evaluator, MeasuresMarginals, PlanContext
 from vertisynth.core.loaded import DatasetSource
+from vertisynth.core.noise import named_streams
 from vertisynth.core.privacy import Charge, Composition, PrivacyLedger, ZCDP
 from vertisynth.core.registry import Registry
 
@@ -194,7 +195,7 @@ def read_custodian_csv(name: str, path: str | Path) -> pd.DataFrame:
 
 def streams(seed: int | None) -> dict[str, np.random.Generator]:
     """The run's named random streams (the same in the simulation and in the separate-process publisher)."""
-    return dict(zip(STREAMS, (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(len(STREAMS)))))
+    return named_streams(seed, STREAMS)
 
 
 def final_randomness(seed: int | None) -> Randomness:

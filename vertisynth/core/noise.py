@@ -191,3 +191,10 @@ class SystemRandom:
 def party_randomness(rng: np.random.Generator, noise: str) -> np.random.Generator | SystemRandom:
     """`rng` for the simulation, the OS CSPRNG for secure noise."""
     return SystemRandom() if noise == "secure" else rng
+
+
+def named_streams(seed: int | None, names: tuple[str, ...]) -> dict[str, np.random.Generator]:
+    """A run's named random streams: child i of SeedSequence(seed) for the i-th name. The one derivation for the
+    one-process run, the deploy roles and collab, so that a deployed run and its simulation draw alike (child i does
+    not depend on how many children are spawned). Simulation noise only: secure noise never reads them."""
+    return dict(zip(names, (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(len(names)))))

@@ -5,12 +5,13 @@ import numpy as np
 
 from vertisynth.core.capabilities import PartyServerSplit
 from vertisynth.core.errors import ConfigError
+from vertisynth.core.noise import named_streams
 from vertisynth.run.config import RunConfig
 from vertisynth.run.pipeline import RNG_STREAMS, make_plan
 
 
 def streams(seed: int) -> dict[str, np.random.Generator]:
-    return dict(zip(RNG_STREAMS, (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(len(RNG_STREAMS)))))
+    return named_streams(seed, RNG_STREAMS)
 
 
 def vertical_plan(config: RunConfig, data_dir: str | None, aligned_csv: bool = False):

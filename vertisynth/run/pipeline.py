@@ -27,6 +27,7 @@ from vertisynth.core.encoding import ID_LIST_MIN, TableCodec, TableSchema, ident
 from vertisynth.core.errors import BudgetError, ConfigError, DataError
 from vertisynth.core.interfaces import Aligner, Alignment, Evaluator, PlanContext, Synthesizer, VerticalData
 from vertisynth.core.loaded import DatasetSource, LoadedData
+from vertisynth.core.noise import named_streams
 from vertisynth.core.outfiles import FolderLock, check_not_foreign, replace_atomically
 from vertisynth.core.privacy import Charge, PrivacyLedger
 from vertisynth.core.registry import Registry, default_registry
@@ -371,9 +372,9 @@ def execute(plan: Plan, output_dir: str | Path | None = None, progress: bool = F
 
 def _execute_plan(plan: Plan, output_dir: str | Path | None, progress: bool, party_seed: int | None) -> RunResult:
     cfg = plan.config
-    streams = dict(zip(RNG_STREAMS, (np.random.default_rng(s) for s in np.random.SeedSequence(cfg.seed).spawn(len(RNG_STREAMS)))))
+    streams = named_streams(cfg.seed, RNG_STREAMS)
     if party_seed is not None:
-        own = dict(zip(RNG_STREAMS, (np.random.default_rng(s) for s in np.random.SeedSequence(party_seed).spawn(len(RNG_STREAMS)))))
+        own = named_streams(party_seed, RNG_STREAMS)
         streams.update(preprocessing=own["preprocessing"], alignment=own["alignment"], fit=own["fit"])
     timings: dict[str, float] = {}
     with progress_bar("load data", progress, total=7) as bar:
