@@ -1,0 +1,190 @@
+"""A vertical twin across machines: `aim` with `params.vertical` runs at the server against a vertical oracle whose
+parties are separate OS processes on a folder exchange (deploy/oracle_rounds.py), every query and answer in signed
+envelopes, cross-party tables through real Paillier between the parties; under a test secret the published table
+equals the one-process run (`simulate`, with crypto = "simulated"). A forged or tampered query, and a query outside
+the plan, are refused in one line before the party reads a row."""
+import json
+
+import pandas as pd
+import pytest
+from deploy_helpers import SECRET, SERVER_KEY, cli, hello_all, parallel, popen, publish_key, with_roster
+
+from vertisynth.deploy.simulate import simulate
+from vertisynth.run.config import load_config
+
+pytest.importorskip("phe", reason="the he measure's real crypto needs `pip install vertisynth[he]` (phe, gmpy2)")
+pytest.importorskip("gmpy2", reason="the he measure's real crypto needs `pip install vertisynth[he]` (phe, gmpy2)")
+
+CONFIG = """
+seed = 11
+budget = { epsilon = 2.0, delta = 1e-5 }
+[dataset]
+name = "zoo"
+params = { preset = "small-split", n = 160 }
+[synthesizer]
+use = "SYNTH"
+params = { PARAMS vertical = { measure = "he", trust = "none", params = { crypto = "CRYPTO", workers = 1, round_timeout = 60.0 } } }
+"""
+AIM = ("aim", "iters = 40, rounds = 10, degree = 2,")
+PARTIES = ["party1", "party2"]
+
+
+def _setup(tmp_path, synth=AIM):
+    text = CONFIG.replace("SYNTH", synth[0]).replace("PARAMS", synth[1])
+    text = with_roster(tmp_path, text.replace("CRYPTO", "real"), [*PARTIES, "server"])
+    (tmp_path / "job.toml").write_text(text)
+    (tmp_path / "sim.toml").write_text(text.replace('crypto = "real"', 'crypto = "simulated"'))
+    hello_all(tmp_path, PARTIES, secret=SECRET)
+
+
+def _party(p, *extra):
+    return ["party", "job.toml", "--party", p, "--exchange", "shared", "--out", f"private_{p}", "--timeout", "60",
+            "-q", *extra]
+
+
+def _server(*extra):
+    return ["server", "job.toml", "--exchange", "shared", "--out", "out", *SERVER_KEY, "--timeout", "60", "-q", *extra]
+
+
+@pytest.mark.parametrize("synth", [AIM], ids=["aim"])
+def test_a_vertical_twin_across_processes_equals_the_one_process_run(tmp_path, synth):
+    _setup(tmp_path, synth)
+    res = parallel([_party(p) for p in PARTIES] + [_server()], tmp_path, timeout=300)
+    assert all(r[0] == 0 for r in res), res
+    deployed = pd.read_csv(tmp_path / "out" / "synthetic.csv")
+    simulate(load_config(tmp_path / "sim.toml"), SECRET).synthetic.to_csv(tmp_path / "sim.csv", index=False)
+    pd.testing.assert_frame_equal(deployed, pd.read_csv(tmp_path / "sim.csv"))
+    names = sorted(p.name for p in (tmp_path / "shared").iterdir())
+    assert all(n.endswith(".env") for n in names)   # only signed envelopes crossed
+    for round_ in ("oracle-query-", "oracle-answer-", "he-rows-oracle-", "he-sums-oracle-", "ledger__"):
+        assert any(n.startswith(round_) for n in names), round_
+    ledger = json.loads((tmp_path / "out" / "ledger.json").read_text())
+    assert ledger["cross_party"] and "not for production" in json.dumps(ledger)
+    assert not ledger["planned_but_unspent"]
+
+
+def _as_server(tmp_path, exchange="shared"):
+    """The server's session of this run, driven by the test (it signs queries as `vertisynth server` does)."""
+    from vertisynth.deploy.session import (SERVER, RunState, Session, config_fingerprint, load_identity,
+                                           publish_run_key, read_hellos, roster_of)
+    from vertisynth.deploy.transport import transport_for
+    config = load_config(tmp_path / "job.toml")
+    transport = transport_for(tmp_path / exchange)
+    run = read_hellos(config, transport, PARTIES, "server")
+    identity = load_identity(config, SERVER, tmp_path / "private_server", None, tmp_path / exchange)
+    sess = Session(identity, roster_of(config), transport, RunState(SERVER, run, config_fingerprint(config),
+                                                                     tuple(PARTIES)), 30.0)
+    sess.run_key = publish_run_key(sess, tmp_path / "private_server" / "server_signing.pem")
+    return sess
+
+
+def _query(sess, k, op, header, arrays=None, to=("party1",)):
+    from vertisynth.deploy.oracle_rounds import QUERY, OracleQuery
+    q = OracleQuery("server", k, op, header, arrays or {})
+    sess.send(f"{QUERY}{k:06d}", list(to), q.kind, q.to_bytes())
+
+
+def _measure(attribute, charge, rho, sigma=1.0):
+    from vertisynth.vertical.link import Spend
+    return {"attributes": [attribute], "sigma": sigma, "bins": None, "what": f"measure [{attribute!r}]",
+            "spend": {"id": 0, **Spend(charge, rho, False, f"measure [{attribute!r}]").to_dict()}}
+
+
+def _one_line_refusal(res, *words):
+    err = res.stderr.strip()
+    assert res.returncode != 0 and all(w in err for w in words), err
+    assert len(err.splitlines()) == 1, err
+
+
+def test_a_query_outside_the_plan_a_tampered_and_a_foreign_query_are_refused_in_one_line(tmp_path):
+    from vertisynth.core.envelope import seal
+    from vertisynth.core.privacy import ZCDP, Charge
+    from vertisynth.deploy.oracle_rounds import OracleQuery
+    from vertisynth.deploy.session import load_identity
+    from vertisynth.run.pipeline import make_plan
+    _setup(tmp_path)
+    sess = _as_server(tmp_path)
+    config = load_config(tmp_path / "job.toml")
+    plan = make_plan(config)
+    a, b = plan.partition.parties[0].attributes[0], plan.partition.parties[1].attributes[0]
+    one_way = next(c for c in plan.ledger.planned if c.mechanism == "gaussian_1way")
+    # a charge the plan does not hold: the party refuses before it reads a row, and tells the server why
+    _query(sess, 0, "measure", _measure(a, Charge("synthesizer", "made_up", ZCDP(0.5)), 0.5))
+    _one_line_refusal(cli(*_party("party1"), cwd=tmp_path, ok=False), "made_up", "not a charge of this run's plan")
+    assert list((tmp_path / "shared").glob("oracle-refused-000000__party1__*"))
+    assert not list((tmp_path / "shared").glob("oracle-answer-*"))
+    # a planned charge, but less noise than it pays for
+    _query(sess, 1, "measure", _measure(b, one_way, one_way.cost.rho, sigma=0.01), to=("party2",))
+    _one_line_refusal(cli(*_party("party2"), cwd=tmp_path, ok=False), "its noise costs")
+    # tampered on the exchange, and a query another role signed under the server's name: refused unread
+    for case in ("tampered", "foreign"):
+        ex = f"{case}_shared"
+        hello_all(tmp_path, PARTIES, exchange=ex, secret=SECRET)
+        s2 = _as_server(tmp_path, ex)
+        _query(s2, 0, "measure", _measure(a, one_way, one_way.cost.rho))
+        [name] = list((tmp_path / ex).glob("oracle-query-000000__*"))
+        if case == "tampered":
+            data = bytearray(name.read_bytes())
+            data[-40] ^= 1
+            name.write_bytes(bytes(data))
+        else:   # party2 signs a query and files it under the server's name
+            forger = load_identity(config, "party2", tmp_path / "private_party2", None, None)
+            body = OracleQuery("server", 0, "measure", _measure(a, one_way, one_way.cost.rho), {}).to_bytes()
+            name.write_bytes(seal(forger, s2.state.run, s2.state.config, ["party1"], "oracle-query-000000",
+                                  "oracle_query", body))
+        res = cli("party", "job.toml", "--party", "party1", "--exchange", ex, "--out", "private_party1",
+                  "--timeout", "30", "-q", cwd=tmp_path, ok=False)
+        _one_line_refusal(res, "refused", "oracle-query-000000")
+        assert not list((tmp_path / ex).glob("oracle-answer-*")), case
+
+
+@pytest.mark.parametrize("query, match", [
+    ({"attributes": [["a", "c"]], "parties": [["P0", "P1"]]}, "held by 1 party"),            # one party's table
+    ({"attributes": [["a", "b"]], "parties": [["P0", "P0"]]}, "routed to"),                   # an empty side
+    ({"attributes": [["a", "zz"]], "parties": [["P0", "P1"]]}, "zz"),                         # outside the domain
+    ({"attributes": [["a", "b"], ["a", "d"]], "parties": [["P0", "P1"], ["P1", "P0"]]}, None),   # fine: checks pass
+])
+def test_a_party_refuses_a_misrouted_cross_party_query_before_it_pays(query, match):
+    """Checked by the party itself (the server may be wrong or hostile): a one-party table routed as cross-party, a
+    side with no attribute, an attribute outside the domain; nothing is spent."""
+    import types
+
+    import numpy as np
+
+    from vertisynth.core.dataset import VerticalPartition
+    from vertisynth.core.errors import VertisynthError
+    from vertisynth.core.privacy import ZCDP, Budget, Charge, PrivacyLedger
+    from vertisynth.deploy.oracle_rounds import OracleQuery, PartyServer
+    from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
+    from vertisynth.vertical.link import PartyBudget, PartySide, Spend
+    from tests.synthetic_tables import correlated
+
+    data = correlated(50)
+    part = VerticalPartition.from_lists([["a", "c", "e"], ["b", "d"]], ["P0", "P1"]).validate(data.domain)
+    ch = Charge("s", "m", ZCDP(0.5))
+    led = PrivacyLedger(Budget(1e6, 1e-9))
+    led.plan([ch, ch])
+    enc = HEEncoder(HEConfig(crypto="simulated"))
+    server = PartyServer(types.SimpleNamespace(me="P0"), PartySide("P0", part.views(data)["P0"],
+                                                                   np.random.default_rng(0), led),
+                         PartyBudget(led), enc, part, data.domain, True)
+    sigma = enc.sigma_for_rho(0.5)
+    items = [{"attributes": a, "parties": p, "bins": None,
+              "spend": {"id": i, **Spend(ch, 0.5, False, "x").to_dict()}}
+             for i, (a, p) in enumerate(zip(query["attributes"], query["parties"]))]
+    q = OracleQuery("server", 3, "cross", {"queries": items, "sigma": sigma, "what": "x"}, {})
+    if match is None:   # past every check, the party pays for each table, then starts the measure's rounds
+        class Started(Exception):
+            pass
+
+        def start(*args, **kw):
+            raise Started
+
+        server.measure = types.SimpleNamespace(rho_per_table=enc.rho_per_table, answer_stage=start)
+        with pytest.raises(Started):
+            server.handle(q)
+        assert led.spent == [ch, ch]
+        return
+    with pytest.raises(VertisynthError, match=match):
+        server.handle(q)
+    assert led.spent == []
