@@ -26,6 +26,8 @@ use = "SYNTH"
 params = { PARAMS vertical = { measure = "he", trust = "none", params = { crypto = "CRYPTO", workers = 1, round_timeout = 60.0 } } }
 """
 AIM = ("aim", "iters = 40, rounds = 10, degree = 2,")
+MST = ("mst", "iters = 40,")
+OTHERS = [("private_pgm", ""), ("dpsyn", "")]
 PARTIES = ["party1", "party2"]
 
 
@@ -46,7 +48,8 @@ def _server(*extra):
     return ["server", "job.toml", "--exchange", "shared", "--out", "out", *SERVER_KEY, "--timeout", "60", "-q", *extra]
 
 
-@pytest.mark.parametrize("synth", [AIM], ids=["aim"])
+@pytest.mark.parametrize("synth", [AIM, MST, *[pytest.param(o, marks=pytest.mark.slow) for o in OTHERS]],
+                         ids=["aim", "mst", *[o[0] for o in OTHERS]])
 def test_a_vertical_twin_across_processes_equals_the_one_process_run(tmp_path, synth):
     _setup(tmp_path, synth)
     res = parallel([_party(p) for p in PARTIES] + [_server()], tmp_path, timeout=300)
