@@ -64,6 +64,17 @@ def test_a_vertical_twin_across_processes_equals_the_one_process_run(tmp_path, s
     ledger = json.loads((tmp_path / "out" / "ledger.json").read_text())
     assert ledger["cross_party"] and "not for production" in json.dumps(ledger)
     assert not ledger["planned_but_unspent"]
+    # every answer is sealed to the server's run key: a party or a relay holding the exchange opens none
+    from vertisynth.core.errors import MessageError
+    from vertisynth.deploy.session import RunState, Session, roster_of
+    from vertisynth.deploy.transport import transport_for
+    config = load_config(tmp_path / "job.toml")
+    state = RunState.load(tmp_path / "private_party2", "party2")
+    reader = Session(None, roster_of(config), transport_for(tmp_path / "shared"), state)
+    answers = [n.removesuffix(".env") for n in names if n.startswith("oracle-answer-")]
+    for name in answers:
+        with pytest.raises(MessageError, match="only the server opens it"):
+            reader.open(name, (name.split("__")[0],), "server")
 
 
 def _as_server(tmp_path, exchange="shared"):

@@ -267,14 +267,14 @@ class PartyServer:
     partition: VerticalPartition
     domain: Domain
     test: bool
-    answered: int = 0
+    sent: list[str] = attrs.field(factory=list)   # the rounds of its answers
 
     @property
     def me(self) -> str:
         return self.sess.me
 
-    def serve(self) -> int:
-        """Answer every query addressed to this party until the server says done; returns how many."""
+    def serve(self) -> list[str]:
+        """Answer every query addressed to this party until the server says done; the rounds of its answers."""
         last = -1
         while True:
             k, name = self._next(last)
@@ -286,7 +286,7 @@ class PartyServer:
             if q.op == "done":
                 if q.header.get("error"):
                     raise MessageError(f"the server stopped the run: {q.header['error']}")
-                return self.answered
+                return list(self.sent)
             try:
                 header, arrays = self.handle(q)
             except (VertisynthError, KeyError, TypeError, ValueError) as exc:
@@ -297,7 +297,7 @@ class PartyServer:
                 raise MessageError(f"{name}: {why}; refused") from None
             ans = OracleAnswer(self.me, k, header, arrays).validate()
             self.sess.send(f"{ANSWER}{k:06d}", [SERVER], ans.kind, ans.to_bytes())
-            self.answered += 1
+            self.sent.append(f"{ANSWER}{k:06d}")
 
     def _next(self, last: int) -> tuple[int, str]:
         """The next query addressed to this party (or to every party), waited for up to the session's timeout."""
