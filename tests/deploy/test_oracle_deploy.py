@@ -202,3 +202,97 @@ def test_a_party_refuses_a_misrouted_cross_party_query_before_it_pays(query, mat
     with pytest.raises(VertisynthError, match=match):
         server.handle(q)
     assert led.spent == []
+
+
+def test_a_vertical_plan_across_machines_refuses_trust_server_in_one_line(tmp_path):
+    from vertisynth.core.errors import ConfigError
+    from vertisynth.deploy.plans import vertical_plan
+    text = CONFIG.replace("SYNTH", "aim").replace("PARAMS", AIM[1]).replace("CRYPTO", "real")
+    (tmp_path / "t.toml").write_text(text.replace('trust = "none"', 'trust = "server"'))
+    with pytest.raises(ConfigError, match="trust = 'server' runs in one process only"):
+        vertical_plan(load_config(tmp_path / "t.toml"), None)
+
+
+def test_every_oracle_call_over_the_exchange_answers_what_the_in_process_link_answers(tmp_path):
+    """The server's RemoteLink and two PartyServers (threads here, processes in the test above) over a folder
+    exchange, against the same oracle in one process with the same streams: a marginal of each party, the record
+    count, a selection over both parties' candidates (noisy best scores, then the winner's exponential mechanism),
+    InDif and l1 score vectors: equal bit for bit, and the parties' ledgers hold exactly what they were asked to pay."""
+    import threading
+
+    import numpy as np
+
+    from vertisynth.core.dataset import VerticalPartition
+    from vertisynth.core.identity import Identity, Roster
+    from vertisynth.core.privacy import ZCDP, Budget, Charge, PrivacyLedger
+    from vertisynth.core.sealing import RunKey
+    from vertisynth.core.transport import FolderTransport
+    from vertisynth.deploy.oracle_rounds import PartyServer, RemoteLink
+    from vertisynth.deploy.session import RunState, Session
+    from vertisynth.pgm.oracle import ZCDPFilter
+    from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
+    from vertisynth.vertical import VerticalOracle
+    from vertisynth.vertical.link import PartyBudget, PartySide
+    from tests.synthetic_tables import correlated
+
+    data = correlated(400)
+    part = VerticalPartition.from_lists([["a", "c", "e"], ["b", "d"]], ["P0", "P1"]).validate(data.domain)
+    views = part.views(data)
+    charges = [Charge("s", "m1", ZCDP(0.2)), Charge("s", "count", ZCDP(0.1)), Charge("s", "rounds", ZCDP(2.0)),
+               Charge("s", "indif", ZCDP(0.3)), Charge("s", "l1", ZCDP(0.3))]
+
+    def ledger():
+        led = PrivacyLedger(Budget(1e6, 1e-9))
+        led.plan(charges)
+        return led
+
+    def calls(oracle, led):
+        rng = np.random.default_rng(0)
+        out = [oracle.measure(("a", "c"), charges[0], rng).values, oracle.measure((), charges[1], rng).values]
+        filt = ZCDPFilter(charges[2], led)
+        cands = [("a", "c"), ("c", "e"), ("b", "d")]
+        est = [np.full(oracle.domain.project(c).shape, data.n / oracle.domain.project(c).size()) for c in cands]
+        for eps in (0.5, 1.0):
+            out.append(np.array([oracle.select(cands, est, [1.0, 2.0, 1.5], [0.0, 0.0, 0.0], eps, filt, rng)]))
+        out.append(oracle.measure(("b", "d"), filt, rng, sigma=2.0).values)
+        out.append(oracle.indif([("a", "c"), ("b", "d"), ("c", "e")], charges[3], rng))
+        out.append(oracle.l1_errors(cands, est, charges[4], rng))
+        return out
+
+    enc = HEEncoder(HEConfig(crypto="simulated"))
+    local = calls(VerticalOracle(views, part, enc, led := ledger(), {p: np.random.default_rng(7 + i) for i, p
+                                                                      in enumerate(part.names)}, "he"), led)
+    ids = {n: Identity.generate(n) for n in ["server", "P0", "P1"]}
+    roster = Roster.parse({n: i.public_text() for n, i in ids.items()})
+    transport, key = FolderTransport(tmp_path / "ex"), RunKey()
+    state = lambda n: RunState(n, "run", "cfg", ("P0", "P1"))  # noqa: E731
+    party_ledgers, errors = {}, []
+
+    def party(i, p):
+        led = party_ledgers[p] = ledger()
+        led.noise = "simulation"
+        sess = Session(ids[p], roster, transport, state(p), 30.0, 0.01, server_key=key.public)
+        server = PartyServer(sess, PartySide(p, views[p], np.random.default_rng(7 + i), led), PartyBudget(led), enc,
+                             part, data.domain, True)
+        try:
+            server.serve()
+        except Exception as exc:   # noqa: BLE001 - reported by the test thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=party, args=(i, p)) for i, p in enumerate(part.names)]
+    for t in threads:
+        t.start()
+    sess = Session(ids["server"], roster, transport, state("server"), 30.0, 0.01, run_key=key)
+    link = RemoteLink(sess, part, data.domain, enc, 30.0, 0.01)
+    try:
+        remote = calls(VerticalOracle.over(link, part, data.domain, enc, led2 := ledger(), "he"), led2)
+    finally:
+        link.done()
+        for t in threads:
+            t.join(30)
+    assert not errors, errors
+    for x, y in zip(local, remote):
+        np.testing.assert_array_equal(x, y)
+    assert led2.spent == led.spent
+    spent = {p: [c.mechanism for c in party_ledgers[p].spent] for p in part.names}
+    assert spent == {"P0": ["m1", "count", "rounds", "indif", "l1"], "P1": ["rounds", "indif", "l1"]}, spent

@@ -271,6 +271,9 @@ class AnswersInRounds(CrossPartyMeasure, Protocol):
     def round_timeout(self) -> float:
         """Seconds a role waits for the others in a round."""
 
+    def check_across_machines(self) -> None:
+        """Refuse, in one line and before any role starts, a configuration whose rounds do not run across machines."""
+
     def answer_stage(self, me: str, view: Dataset, domains: Mapping[str, Any], queries: Sequence[Query],
                      sigma: float, noise: str, rng: np.random.Generator, test: bool, stage: str) -> StageRounds:
         """Party `me`'s rounds of one `answer` on its columns `view` (`domains`: every party's public domain in the

@@ -424,10 +424,7 @@ def serve_oracle(plan: Any, synth: Any, sess: Session, domain: Domain, rng: np.r
                  timeout: float) -> VerticalOracle:
     """The server's fit: `fit_oracle` against the parties, over the exchange. Every party is told when it is over
     (or why it failed)."""
-    measure = plan.measure.instance
-    if not isinstance(measure, AnswersInRounds):
-        raise ConfigError(f"synthesizer.params.vertical: measure {plan.measure.spec.name!r} has no rounds across "
-                          "machines (AnswersInRounds); it runs in one process only")
+    measure = plan.measure.instance   # an AnswersInRounds, checked by plans.vertical_plan
     link = RemoteLink(sess, plan.partition, domain, measure, min(timeout, measure.round_timeout()))
     oracle = VerticalOracle.over(link, plan.partition, domain, measure, plan.ledger, plan.measure.spec.name,
                                  synth.vertical_request().group_share)

@@ -527,6 +527,12 @@ class HEEncoder(Encoder):
         self.randomness = getattr(self, "randomness", None) or paillier.resolve(self.config.randomness)
         return dom
 
+    def check_across_machines(self) -> None:
+        if self.config.trust != "none":
+            raise ConfigError("he: across machines the vertical oracle runs trust = 'none'; trust = 'server' runs in "
+                              "one process only (`vertisynth run`), for now")
+        paillier.require()   # every party runs real Paillier across machines
+
     def answer_stage(self, me: str, view: Dataset, domains: Mapping[str, Domain],
                      queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]], sigma: float, noise: str,
                      rng: np.random.Generator, test: bool, stage: str) -> Any:
@@ -534,9 +540,7 @@ class HEEncoder(Encoder):
         it with crypto = "simulated" under an explicit test secret (a base per answer from its stream, sources per
         pair and role of stage "oracle"), else from the OS CSPRNG. `stage` names the envelopes' rounds."""
         from .rounds import PartyStage, seeded_or_system
-        if self.config.trust != "none":
-            raise ConfigError("he: across machines the vertical oracle runs trust = 'none' (trust = 'server' runs in "
-                              "one process only, for now)")
+        self.check_across_machines()
         if not sigma > 0:
             raise ConfigError(f"he: noise σ must be positive, got {sigma}")
         queries = [(tuple(a), tuple(b)) for a, b in queries]
