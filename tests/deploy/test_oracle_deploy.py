@@ -296,3 +296,15 @@ def test_every_oracle_call_over_the_exchange_answers_what_the_in_process_link_an
     assert led2.spent == led.spent
     spent = {p: [c.mechanism for c in party_ledgers[p].spent] for p in part.names}
     assert spent == {"P0": ["m1", "count", "rounds", "indif", "l1"], "P1": ["rounds", "indif", "l1"]}, spent
+
+
+def test_a_silent_party_is_named_by_the_server_and_every_other_role_stops(tmp_path):
+    """party2 never starts: the server's wait for its answer is bounded and names it in one line; the server tells
+    party1 why the run stopped, and party1 stops at once with that line (not after its own timeout)."""
+    _setup(tmp_path)
+    server = popen(_server("--timeout", "15"), tmp_path)
+    res1 = cli(*_party("party1"), cwd=tmp_path, ok=False, timeout=120)
+    out, err = server.communicate(timeout=120)
+    assert server.returncode != 0 and "no answer from ['party2']" in err and "is 'party2' down?" in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert res1.returncode != 0 and "the server stopped the run" in res1.stderr and "party2" in res1.stderr, res1.stderr

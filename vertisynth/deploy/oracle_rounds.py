@@ -21,6 +21,7 @@ other party, a side each), paid by a charge of the plan not yet spent or a draw 
 """
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -32,6 +33,7 @@ import numpy as np
 from vertisynth.core.capabilities import AnswersInRounds
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.domain import Domain
+from vertisynth.core.encoding import TableSchema
 from vertisynth.core.envelope import ALL, canonical
 from vertisynth.core.errors import BudgetError, ConfigError, DomainError, MessageError, VertisynthError
 from vertisynth.core.messages import Message
@@ -231,7 +233,6 @@ class RemoteLink:
 
 
 def _reason(body: bytes) -> str:
-    import json
     try:
         return str(json.loads(body)["error"])
     except (ValueError, KeyError, TypeError):
@@ -324,8 +325,8 @@ class PartyServer:
     # -- checks before anything is read or spent ---------------------------------------------------------------
     def _mine(self, attributes: Sequence[str], what: str) -> tuple[str, ...]:
         attributes = tuple(self.domain.check(attributes))
-        if not all(self.side.view.domain.attributes.__contains__(a) for a in attributes):
-            others = sorted(a for a in attributes if a not in self.side.view.domain.attributes)
+        others = sorted(a for a in attributes if a not in self.side.view.domain.attributes)
+        if others:
             raise DomainError(f"{what}: attributes {others} are not {self.me!r}'s; refused")
         return attributes
 
@@ -458,7 +459,6 @@ def check_spends(ledger: Any, reports: Mapping[str, Mapping[str, Any]]) -> str:
 
 def party_view(plan: Any, party: str, frame: Any, rng: np.random.Generator) -> Dataset:
     """This party's coded columns (the public schema's codes: what the one-process run codes them to)."""
-    from vertisynth.core.encoding import TableSchema
     own = list(plan.partition.parties[plan.partition.names.index(party)].attributes)
     schema = TableSchema(tuple(c for c in plan.source.schema.columns if c.name in own))
     return schema.fit(frame, plan.ledger, rng).encode(frame).project(own)

@@ -16,6 +16,10 @@
   Both parts are DP mechanisms; their ρ adds up to ε²/8, the round's planned cost.
 Refused in one line, before anything is spent: an attribute outside the domain, an empty query, a query over three
 or more parties, a cross-party candidate with no noisy answer to score it by.
+
+This class is the server's side: it routes, checks and pays; what reads a party's columns or draws its noise is that
+party's `PartySide`, reached through a `PartyLink` (link.py): in this process by default, across machines with
+`VerticalOracle.over` (deploy/oracle_rounds.py).
 """
 from __future__ import annotations
 
@@ -32,7 +36,7 @@ from vertisynth.core.errors import BudgetError, ConfigError
 from vertisynth.core.mechanisms import gaussian_sigma
 from vertisynth.core.privacy import Charge, PrivacyLedger
 from vertisynth.pgm.estimation import Measurement, bin_sum
-from vertisynth.pgm.oracle import Bins, CentralOracle, Pay, _spend, _vector_sigma, check_select
+from vertisynth.pgm.oracle import Bins, Pay, _spend, _vector_sigma, check_select
 from vertisynth.pgm.scores import INDIF_SENSITIVITY
 
 from .link import InProcessLink, PartyLink, Spend, same_binning
