@@ -327,3 +327,44 @@ def test_without_a_test_secret_the_parties_draw_secure_noise_and_the_release_say
     assert "not for production" not in json.dumps(ledger) and ledger["cross_party"]
     assert ledger["noise"].startswith("secure"), ledger["noise"]
     assert len(pd.read_csv(tmp_path / "out" / "synthetic.csv")) > 0
+
+
+def test_a_party_releases_no_more_under_one_payment_than_it_covers():
+    """A selection round paid once: the party's noisy best score, then its exponential mechanism, together within
+    the round's ρ; a server asking for the mechanism at the round's whole ε after the best score is refused."""
+    import math
+    import types
+
+    import numpy as np
+
+    from vertisynth.core.dataset import VerticalPartition
+    from vertisynth.core.errors import BudgetError
+    from vertisynth.core.privacy import ZCDP, Budget, Charge, PrivacyLedger
+    from vertisynth.deploy.oracle_rounds import OracleQuery, PartyServer
+    from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
+    from vertisynth.vertical.link import PartyBudget, PartySide, Spend
+    from tests.synthetic_tables import correlated
+
+    data = correlated(100)
+    part = VerticalPartition.from_lists([["a", "c", "e"], ["b", "d"]], ["P0", "P1"]).validate(data.domain)
+    ch = Charge("s", "rounds", ZCDP(1.0))
+    led = PrivacyLedger(Budget(1e6, 1e-9))
+    led.plan([ch])
+    server = PartyServer(types.SimpleNamespace(me="P0"), PartySide("P0", part.views(data)["P0"],
+                                                                   np.random.default_rng(0), led),
+                         PartyBudget(led), HEEncoder(HEConfig(crypto="simulated")), part, data.domain, True)
+    eps = 1.0
+    rho_round, rho_g = eps * eps / 8, 0.5 * eps * eps / 8
+    spend = {"id": 0, **Spend(ch, rho_round, True, "select").to_dict()}
+    cands = [["a", "c"], ["c", "e"]]
+    est = {f"est{i}": np.full(data.domain.project(c).shape, 1.0) for i, c in enumerate(cands)}
+    best = OracleQuery("server", 0, "best", {"candidates": cands, "rho": rho_g, "sensitivity": 1.0,
+                                             "sigma": 1 / math.sqrt(2 * rho_g), "spend": spend, "what": "select",
+                                             "bins": [None, None]},
+                       {"weights": np.ones(2), "offsets": np.zeros(2), **est})
+    server.handle(best)
+    with pytest.raises(BudgetError, match="already released"):
+        server.handle(OracleQuery("server", 1, "em", {"epsilon": eps, "spend": spend, "what": "select"}, {}))
+    server.handle(OracleQuery("server", 2, "em", {"epsilon": math.sqrt(8 * (rho_round - rho_g)), "spend": spend,
+                                                  "what": "select"}, {}))   # the split the oracle makes: fine
+    assert led.spent == [ch]

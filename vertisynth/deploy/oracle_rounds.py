@@ -269,6 +269,7 @@ class PartyServer:
     domain: Domain
     test: bool
     sent: list[str] = attrs.field(factory=list)   # the rounds of its answers
+    used: dict[str, float] = attrs.field(factory=dict)   # payment id -> ρ this party released under it
 
     @property
     def me(self) -> str:
@@ -330,11 +331,19 @@ class PartyServer:
             raise DomainError(f"{what}: attributes {others} are not {self.me!r}'s; refused")
         return attributes
 
-    def _pay(self, spend: Mapping[str, Any], least_rho: float, what: str) -> Spend:
+    def _pay(self, spend: Mapping[str, Any], cost: float, what: str) -> Spend:
+        """Pay for a release of this party's that costs ρ = `cost`: the payment once (on its ledger), and every
+        release made under one payment (a selection's noisy best, then its exponential mechanism) within its ρ.
+        This party's releases read only its own columns, so this bounds what they reveal of them by the plan."""
         s = Spend.from_dict(spend)
-        if s.rho < least_rho * (1 - 1e-9):
-            raise BudgetError(f"{what}: paid ρ={s.rho:.6g}, but its noise costs ρ={least_rho:.6g}; refused")
-        self.budget.spend(s, f"pay{int(spend['id'])}")
+        pid = f"pay{int(spend['id'])}"
+        used = self.used.get(pid, 0.0) + cost
+        if used > s.rho * (1 + 1e-9):
+            raise BudgetError(f"{what}: its noise costs ρ={cost:.6g}" + (f" after ρ={used - cost:.6g} already released"
+                                                                        if used > cost else "")
+                              + f", more than the ρ={s.rho:.6g} paid for it; refused")
+        self.budget.spend(s, pid)
+        self.used[pid] = used
         return s
 
     def handle(self, q: OracleQuery) -> tuple[dict, dict]:
@@ -360,8 +369,10 @@ class PartyServer:
                 if sens < float(w.max()) * (1 - 1e-12) or not rho > 0 or not sigma > 0:
                     raise BudgetError(f"{what}: a best score of sensitivity {float(w.max()):.6g} asked at "
                                       f"sensitivity {sens:.6g}; refused")
-                least = max(rho, sens * sens / (2 * sigma * sigma))
-                self._pay(h["spend"], least, what)
+                # what its one noisy score costs: secure noise is calibrated to (ρ, sens), simulation noise is σ
+                wmax = float(w.max())
+                cost = rho * (wmax / sens) ** 2 if self.side.secure else wmax * wmax / (2 * sigma * sigma)
+                self._pay(h["spend"], cost, what)
                 return {}, {"value": np.array([self.side.best(cands, est, w, off, bins, rho, sens, sigma)])}
             eps = float(h["epsilon"])
             self._pay(h["spend"], eps * eps / 8.0, what)
