@@ -261,6 +261,31 @@ class CrossPartyMeasure(Protocol):
 
 
 @runtime_checkable
+class AnswersInRounds(CrossPartyMeasure, Protocol):
+    """A cross-party measure whose `answer` also runs with each party on its own machine (deploy's vertical oracle,
+    deploy/oracle_rounds.py): each of the two parties runs its `StageRounds` on its own (coarsened) columns, then
+    publishes what it found to the server, who reads the answers with `read_answers`. Under an explicit test secret
+    and simulation noise a party draws its noise as `answer` draws it in one process with seeded noise, so the
+    answers are the same."""
+
+    def round_timeout(self) -> float:
+        """Seconds a role waits for the others in a round."""
+
+    def check_across_machines(self) -> None:
+        """Refuse, in one line and before any role starts, a configuration whose rounds do not run across machines."""
+
+    def answer_stage(self, me: str, view: Dataset, domains: Mapping[str, Any], queries: Sequence[Query],
+                     sigma: float, noise: str, rng: np.random.Generator, test: bool, stage: str) -> StageRounds:
+        """Party `me`'s rounds of one `answer` on its columns `view` (`domains`: every party's public domain in the
+        stage, party -> Domain; `stage`: a name unique in the run, for the envelopes' rounds)."""
+
+    def read_answers(self, messages: Sequence[Message], queries: Sequence[Query], sigma: float,
+                     domains: Mapping[str, Any]) -> list[tuple[tuple[str, ...], np.ndarray, float]]:
+        """The server's reading of the parties' published messages of one stage: `answer`'s result, each message
+        checked to hold only tables asked for (refused in one line otherwise)."""
+
+
+@runtime_checkable
 class FitsOnOracle(Protocol):
     """A synthesizer whose every data access is a marginal-oracle call (`vertisynth.pgm.oracle.MarginalOracle`), so
     it runs centrally or across parties unchanged: the pipeline builds the oracle (the central one on the joined

@@ -169,7 +169,8 @@ def party_synth(config: Path, party: str, csv_path: Path | None, keys_path: Path
     except VertisynthError as exc:
         _fail(exc)
         return
-    click.echo(f"{party}: sent {len(names)} message(s) and a signed ledger to {exchange}"
+    what = "answer(s) to the server's queries" if any(n.startswith("oracle-answer-") for n in names) else "message(s)"
+    click.echo(f"{party}: sent {len(names)} {what} and a signed ledger to {exchange}"
                + (f" [{TEST_LABEL}]" if test else ""))
 
 

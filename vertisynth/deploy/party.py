@@ -32,9 +32,12 @@ from vertisynth.core.keys import KeyParty
 from vertisynth.core.privacy import PrivacyLedger
 from vertisynth.run.config import RunConfig, noise_for
 from vertisynth.run.stream import coded_chunks, fit_codec
+from vertisynth.vertical import party_streams
+from vertisynth.vertical.link import PartyBudget, PartySide
 
 from .he_rounds import joint_encoder, party_rounds
-from .plans import streams as _streams, vertical_plan as _vertical_plan
+from .oracle_rounds import PartyServer, party_view
+from .plans import oracle_run, streams as _streams, vertical_plan as _vertical_plan
 from .session import TEST_LABEL, RunState, Session, fetch_run_key, key_context, session, test_noise_seed
 
 SERVER = "server"
@@ -180,6 +183,10 @@ def run_party(config: RunConfig, party: str, exchange: str | Path, out: Path, da
         raise MessageError(f"party {party!r} already released its messages in run {state.run[:12]}...; a second "
                            "`party synth` in the same run is a second, unplanned release: refused")
     own = list(plan.partition.parties[plan.partition.names.index(party)].attributes)
+    if oracle_run(plan):   # a vertical twin: the server asks, this party answers (deploy/oracle_rounds.py)
+        if keys is not None or scheduler is not None:
+            raise ConfigError("party synth: a vertical twin's party answers queries; it takes no --keys or --scheduler")
+        return _run_oracle_party(config, plan, sess, party, own, csv, out, marker)
     key_party = None
     if synth.needs_keys():
         key_party = _read_group_key(keys or out / f"{party}_keys.json", party, state)
@@ -228,3 +235,28 @@ def run_party(config: RunConfig, party: str, exchange: str | Path, out: Path, da
     _private_json(marker, {"run": state.run, "messages": len(messages)})
     (out / f"{party}__ledger.json").write_text(json.dumps(spent, indent=2))
     return [f"synth__{party}__{i:03d}" for i in range(len(messages))]
+
+
+def _run_oracle_party(config: RunConfig, plan, sess: Session, party: str, own: list[str], csv: Path | None, out: Path,
+                      marker: Path) -> list[str]:
+    """One party of a vertical twin: answer the server's queries from its own columns and stream, paying each on
+    its own ledger (the plan's charges) first; then its signed, sealed ledger."""
+    state = sess.state
+    streams = _test_rngs(None, state)
+    view = party_view(plan, party, _own_frame(plan, own, csv), streams["preprocessing"])
+    rng = party_streams(streams["fit"], plan.partition.names)[party]   # the one-process run's stream of this party
+    noise = noise_for(config, cross_machine=not state.test_secret)
+    ledger = PrivacyLedger(plan.ledger.budget, list(plan.ledger.planned), group_size=plan.ledger.group_size,
+                           noise=noise)
+    sess.server_key = fetch_run_key(sess)   # every answer below is sealed to it
+    server = PartyServer(sess, PartySide(party, view, rng, ledger), PartyBudget(ledger), plan.measure.instance,
+                         plan.partition, plan.source.schema.preview_domain(), bool(state.test_secret))
+    answered = server.serve()
+    spent = [c.to_dict() for c in ledger.spent]
+    sess.send("ledger", [SERVER], "ledger", canonical({
+        "party": party, "spent": spent, "messages": 0, "answers": len(answered), "rows": None,
+        "test": bool(state.test_secret), "noise": noise}))
+    out.mkdir(parents=True, exist_ok=True)
+    _private_json(marker, {"run": state.run, "answers": len(answered)})
+    (out / f"{party}__ledger.json").write_text(json.dumps(spent, indent=2))
+    return answered

@@ -26,7 +26,8 @@ from vertisynth.run.report import summary_markdown, write_records
 from vertisynth.run.stream_out import stream_output
 
 from .he_rounds import joint_encoder, serve_rounds
-from .plans import streams as _streams, vertical_plan as _vertical_plan
+from .oracle_rounds import check_spends, serve_oracle
+from .plans import oracle_run, streams as _streams, vertical_plan as _vertical_plan
 from .session import (SERVER, TEST_LABEL, RunState, Session, config_fingerprint, identity_path, load_identity,
                       publish_run_key, read_hellos, roster_of)
 from .transport import ReportsWaiting, transport_for
@@ -107,6 +108,51 @@ def run_server(config: RunConfig, exchange: str | Path, out: Path, data_dir: str
     sess.run_key = publish_run_key(sess, key or identity_path(out, SERVER))
     if publish_only:
         return out
+    if oracle_run(plan):   # a vertical twin: the synthesizer runs here, the parties answer its queries
+        serve_oracle(plan, synth, sess, plan.source.schema.preview_domain(), _streams(config.seed)["fit"], timeout)
+        _wait_ledgers(transport, names, timeout)
+        reports = {}
+        for name in transport.names("ledger__*"):
+            header, body = sess.open(name, ("ledger",))
+            reports[header.sender] = json.loads(body)
+        ledger = plan.ledger   # what the oracle paid for each query, each party's report checked against it
+        ledger.noise = check_spends(ledger, reports)
+        files, unnoised = [], []
+        test = any(r.get("test") for r in reports.values())
+    else:
+        ledger, files, unnoised, test = _from_messages(plan, synth, sess, names, timeout)
+    streams = _streams(config.seed)
+    empty = pd.DataFrame({c.name: pd.Series(dtype=object) for c in plan.source.schema.columns})
+    codec = plan.source.schema.fit(empty, None, streams["preprocessing"])
+    # sampled, decoded and written in the run's blocks (`sample_block_rows`): the one-process run's table
+    written = stream_output(synth, config, codec, streams, out, count=False)
+    report = {"mode": "server: built from the parties' signed envelopes only", "run": run,
+              **({"test_secret": TEST_LABEL} if test else {}), "messages": files,
+              "privacy": ledger.to_dict(), "phase_seconds": synth.timings(), "seed": config.seed,
+              "parties": plan.partition.to_dict(), **_run_shape(plan, synth, written.n, t_start)}
+    if "model" in report["synthesizer"]:
+        report["model"] = report["synthesizer"]["model"]
+    model = None
+    if isinstance(synth, HasGraphicalModel):   # fit once, sample many: the model is part of the release
+        gm, sampling = synth.fitted_model()
+        model = FittedModel(gm, codec, sampling, plan.synthesizer.spec.name, model_privacy(ledger, plan.source.schema),
+                            run=run, config=config_fingerprint(config))
+    report["privacy"]["releases"] = release_note(plan.synthesizer.spec.name, model)
+    if unnoised:
+        report["privacy"]["unnoised_releases"] = unnoised
+    out.mkdir(parents=True, exist_ok=True)
+    if model is not None:
+        model.save(out / MODEL_FILE, identity=sess.identity)   # signed when the roster pins the server
+    # the run's writers; no real rows here, so no metric and no real-vs-synthetic figure
+    result = RunResult(None, None, None, {}, ledger, report, out, model, out / "synthetic.csv")
+    write_records(out, report, summary_markdown(result), {"run": run, **({"test_secret": TEST_LABEL} if test else {})})
+    write_run_html(result, out)
+    return out
+
+
+def _from_messages(plan, synth, sess: Session, names: list[str], timeout: float):
+    """The party/server split's fit (VertiMRF): the parties' messages (and the he rounds), their ledgers composed."""
+    transport = sess.transport
     joint = joint_encoder(synth) is not None
     if joint:   # encoder "he": the server takes part in the rounds (it signs its clique queries)
         used = serve_rounds(synth, sess, names)
@@ -142,33 +188,7 @@ def run_server(config: RunConfig, exchange: str | Path, out: Path, data_dir: str
         synth.server_step(messages)
     elif sorted(used) != sorted(files):
         raise MessageError(f"the exchange holds messages the rounds did not use ({sorted(set(files) - set(used))}); refused")
-    streams = _streams(config.seed)
-    empty = pd.DataFrame({c.name: pd.Series(dtype=object) for c in plan.source.schema.columns})
-    codec = plan.source.schema.fit(empty, None, streams["preprocessing"])
-    # sampled, decoded and written in the run's blocks (`sample_block_rows`): the one-process run's table
-    written = stream_output(synth, config, codec, streams, out, count=False)
-    report = {"mode": "server: built from the parties' signed envelopes only", "run": run,
-              **({"test_secret": TEST_LABEL} if test else {}), "messages": files,
-              "privacy": ledger.to_dict(), "phase_seconds": synth.timings(), "seed": config.seed,
-              "parties": plan.partition.to_dict(), **_run_shape(plan, synth, written.n, t_start)}
-    if "model" in report["synthesizer"]:
-        report["model"] = report["synthesizer"]["model"]
-    model = None
-    if isinstance(synth, HasGraphicalModel):   # fit once, sample many: the model is part of the release
-        gm, sampling = synth.fitted_model()
-        model = FittedModel(gm, codec, sampling, plan.synthesizer.spec.name, model_privacy(ledger, plan.source.schema),
-                            run=run, config=config_fingerprint(config))
-    report["privacy"]["releases"] = release_note(plan.synthesizer.spec.name, model)
-    if unnoised:
-        report["privacy"]["unnoised_releases"] = unnoised
-    out.mkdir(parents=True, exist_ok=True)
-    if model is not None:
-        model.save(out / MODEL_FILE, identity=sess.identity)   # signed when the roster pins the server
-    # the run's writers; no real rows here, so no metric and no real-vs-synthetic figure
-    result = RunResult(None, None, None, {}, ledger, report, out, model, out / "synthetic.csv")
-    write_records(out, report, summary_markdown(result), {"run": run, **({"test_secret": TEST_LABEL} if test else {})})
-    write_run_html(result, out)
-    return out
+    return ledger, files, unnoised, test
 
 
 def _run_shape(plan, synth, rows: int, t_start: float) -> dict:

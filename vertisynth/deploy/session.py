@@ -40,9 +40,16 @@ SERVER = "server"
 # distributions, the he encoder's published tables, the signed ledger with its row tag): sealed to the server's
 # run key, so neither another party nor a relay reads them (docs/threat-model.md)
 SEALED_ROUNDS = ("synth", "ledger")
+# and the rounds of every party's answer to one query of the vertical oracle (deploy/oracle_rounds.py)
+SEALED_PREFIXES = ("oracle-answer-",)
 SEALED = "sealed:"               # the kind of a sealed body: "sealed:<kind of the plaintext>"
 SEAL_INFO = b"vertisynth/deploy-seal/v1"
 RUN_KEY_ROUND = "server-key"
+
+
+def sealed_round(round_: str) -> bool:
+    """Whether a party seals its messages of `round_` to the server's run key."""
+    return round_ in SEALED_ROUNDS or round_.startswith(SEALED_PREFIXES)
 
 
 def roster_of(config: RunConfig) -> Roster:
@@ -168,7 +175,7 @@ class Session:
     def send(self, round_: str, to: list[str], kind: str, body: bytes, tag: str = "0") -> None:
         label = ALL if to == [ALL] else "+".join(to)
         name = f"{round_}__{self.me}__to__{'all' if label == ALL else label}__{tag}"
-        if round_ in SEALED_ROUNDS and to == [SERVER]:
+        if sealed_round(round_) and to == [SERVER]:
             # seal, then sign the sealed body: every reader checks sender, run and round before any decryption,
             # and the AAD binds the plaintext to this run, config, sender, round and slot, so nobody can move a
             # party's ciphertext into an envelope of their own (it would not open there)
@@ -192,7 +199,7 @@ class Session:
                                      seal_aad(header.run, header.config, header.sender, header.round, name),
                                      SEAL_INFO, f"{name} from {header.sender!r}")
             header = attrs.evolve(header, kind=header.kind[len(SEALED):])
-        elif self.run_key is not None and header.round in SEALED_ROUNDS:
+        elif self.run_key is not None and sealed_round(header.round):
             raise MessageError(f"{name}: from {header.sender!r}: sent in clear, where every party seals this round "
                                "to the server's run key; refused")
         return header, body

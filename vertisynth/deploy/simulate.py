@@ -24,8 +24,11 @@ def simulate(config: RunConfig, test_secret: str, data_dir: str | None = None,
     fp = config_fingerprint(config)
     run = run_id(fp, {p: test_nonce(secret, p) for p in plan.partition.names})
     synth = plan.synthesizer.instance
+    if plan.measure is not None:   # a vertical twin: its parties draw from the test secret's streams
+        return execute(plan, party_seed=test_noise_seed(secret))
     if not isinstance(synth, PartyServerSplit):
-        raise ConfigError(f"synthesizer {plan.synthesizer.spec.name!r} has no party/server split; use 'vertimrf'")
+        raise ConfigError(f"synthesizer {plan.synthesizer.spec.name!r} has no party/server split; use 'vertimrf' "
+                          "or a twin with params.vertical")
     synth.set_key_context(key_context(run, fp))
     if attrs.has(type(synth.config)) and "party_processes" in attrs.fields_dict(type(synth.config)):
         synth.config = attrs.evolve(synth.config, party_processes=party_processes or len(plan.partition))

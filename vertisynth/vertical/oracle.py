@@ -16,11 +16,14 @@
   Both parts are DP mechanisms; their ρ adds up to ε²/8, the round's planned cost.
 Refused in one line, before anything is spent: an attribute outside the domain, an empty query, a query over three
 or more parties, a cross-party candidate with no noisy answer to score it by.
+
+This class is the server's side: it routes, checks and pays; what reads a party's columns or draws its noise is that
+party's `PartySide`, reached through a `PartyLink` (link.py): in this process by default, across machines with
+`VerticalOracle.over` (deploy/oracle_rounds.py).
 """
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,12 +33,13 @@ from vertisynth.core.capabilities import CrossPartyMeasure
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import BudgetError, ConfigError
-from vertisynth.core.mechanisms import exponential_noise
-from vertisynth.core.noise import discrete_gaussian
+from vertisynth.core.mechanisms import gaussian_sigma
 from vertisynth.core.privacy import Charge, PrivacyLedger
 from vertisynth.pgm.estimation import Measurement, bin_sum
 from vertisynth.pgm.oracle import Bins, CentralOracle, Pay, _spend, _vector_sigma, check_select
-from vertisynth.pgm.scores import INDIF_SENSITIVITY, indif
+from vertisynth.pgm.scores import INDIF_SENSITIVITY
+
+from .link import InProcessLink, PartyLink, Spend, same_binning
 
 
 def party_streams(rng: np.random.Generator, parties: Sequence[str]) -> dict[str, np.random.Generator]:
@@ -47,9 +51,9 @@ def party_streams(rng: np.random.Generator, parties: Sequence[str]) -> dict[str,
 
 class PartyOracle(CentralOracle):
     """The within-party oracle: one party's questions about its own columns, answered from them with the central
-    oracle's code and charged at the central price (one person's record spans every party). `VerticalOracle`
-    answers a one-party query through it; a synthesizer whose per-party step runs at the party itself (VertiMRF's
-    local PrivMRF) asks it directly. `asked` lists every answered query: what it was (measure / indif /
+    oracle's code and charged at the central price (one person's record spans every party), for a synthesizer whose
+    per-party step runs at the party itself (VertiMRF's local PrivMRF). `VerticalOracle` answers a one-party query
+    through the party's `PartySide` (link.py), the same counting code. `asked` lists every answered query: what it was (measure / indif /
     l1_errors), on which attributes, and the ρ it was paid (the ledger's charges, query by query)."""
 
     def __init__(self, table: Any, ledger: PrivacyLedger, party: str | None = None) -> None:
@@ -96,21 +100,6 @@ def coarse_bins(noisy: np.ndarray, k: int, within: np.ndarray | None = None) -> 
     return q if within is None else q[np.asarray(within)]
 
 
-def _coarsen(view: Dataset, attributes: tuple[str, ...], bins: Bins) -> Dataset:
-    """A party's columns `attributes`, each binned value replaced by its bin (done at the party, before the
-    protocol: the other roles only ever see bin codes)."""
-    cols, sizes = [], {}
-    for a in attributes:
-        col = np.asarray(view.column(a), np.int64)
-        if bins and a in bins:
-            b = np.asarray(bins[a], np.int64)
-            col, sizes[a] = b[col], int(b.max()) + 1
-        else:
-            sizes[a] = view.domain.size(a)
-        cols.append(col)
-    return Dataset(np.stack(cols, axis=1) if cols else np.zeros((view.n, 0), np.int64), Domain.from_sizes(sizes))
-
-
 def _bin_map(size: int, fine: np.ndarray | None, coarse: np.ndarray | None) -> np.ndarray | None:
     """For one attribute: the coarse bin of each fine bin (identity maps where None), or None when some fine bin
     straddles two coarse ones."""
@@ -123,18 +112,10 @@ def _bin_map(size: int, fine: np.ndarray | None, coarse: np.ndarray | None) -> n
     return out
 
 
-def _union(a: Dataset, b: Dataset) -> Dataset:
-    """One party's columns of two queries side by side (a column in both must be coarsened alike)."""
-    extra = [x for x in b.domain.attributes if x not in a.domain.attributes]
-    for x in b.domain.attributes:
-        if x in a.domain.attributes and (a.domain.size(x) != b.domain.size(x) or
-                                         not np.array_equal(a.column(x), b.column(x))):
-            raise ConfigError(f"measure_many: attribute {x!r} is asked on two different binnings in one stage")
-    return a.hstack(b.project(extra)) if extra else a
-
-
 class VerticalOracle:
-    """Answers a synthesizer's `measure`/`select` from the parties' views (each party's own columns)."""
+    """Answers a synthesizer's `measure`/`select` from the parties' columns: routes, checks and pays for each query
+    here (the server's side), and asks the parties through a `PartyLink` (link.py): in this process by default,
+    or across machines (deploy/oracle_rounds.py, `VerticalOracle.over`)."""
 
     def __init__(self, views: Mapping[str, Dataset], partition: VerticalPartition, measure: CrossPartyMeasure,
                  ledger: PrivacyLedger, rngs: Mapping[str, np.random.Generator], measure_name: str = "",
@@ -147,24 +128,47 @@ class VerticalOracle:
         missing = [p for p in partition.names if p not in views or p not in rngs]
         if missing:
             raise ConfigError(f"vertical oracle: no view or stream for parties {missing}")
-        if not 0 < group_share < 1:
-            raise ConfigError(f"vertical oracle: group_share must be in (0, 1), got {group_share}")
         n = {views[p].n for p in partition.names}
         if len(n) != 1:
             raise ConfigError(f"vertical oracle: the parties' views are not row-aligned (row counts {sorted(n)})")
-        self.partition, self.cross_measure, self.ledger = partition, measure, ledger
-        self.views = {p: views[p].project(a.attributes) for p, a in zip(partition.names, partition)}
-        self.rngs = dict(rngs)
+        dom = None
+        for p, a in zip(partition.names, partition):
+            v = views[p].domain.project(a.attributes)
+            dom = v if dom is None else dom.merge(v)
+        self._setup(InProcessLink(views, partition, measure, ledger, rngs), partition, dom, measure, ledger,
+                    measure_name, group_share)
+
+    @classmethod
+    def over(cls, link: PartyLink, partition: VerticalPartition, domain: Domain, measure: CrossPartyMeasure,
+             ledger: PrivacyLedger, measure_name: str = "", group_share: float = 0.5) -> VerticalOracle:
+        """The server's side over parties reached by `link` (e.g. on other machines); `domain` the public one."""
+        if not isinstance(measure, CrossPartyMeasure):
+            raise ConfigError(f"vertical oracle: {type(measure).__name__} is not a cross-party measure "
+                              "(trust, released_variance, answer)")
+        if not isinstance(link, PartyLink):
+            raise ConfigError(f"vertical oracle: {type(link).__name__} is not a PartyLink")
+        if len(partition) < 2:
+            raise ConfigError("vertical oracle: needs at least two parties; one party's data is answered centrally")
+        self = cls.__new__(cls)
+        self._setup(link, partition, domain.project([a for p in partition for a in p.attributes]), measure, ledger,
+                    measure_name, group_share)
+        return self
+
+    def _setup(self, link: PartyLink, partition: VerticalPartition, domain: Domain, measure: CrossPartyMeasure,
+               ledger: PrivacyLedger, measure_name: str, group_share: float) -> None:
+        if not 0 < group_share < 1:
+            raise ConfigError(f"vertical oracle: group_share must be in (0, 1), got {group_share}")
+        self.link, self.partition, self.cross_measure, self.ledger = link, partition, measure, ledger
         self.measure_name = measure_name or type(measure).__name__
         self.group_share = group_share
         self.owner = {a: p.name for p in partition for a in p.attributes}
-        dom = None
-        for p in partition.names:
-            dom = self.views[p].domain if dom is None else dom.merge(self.views[p].domain)
-        self.domain: Domain = dom
-        self._party = {p: PartyOracle(v, ledger, p) for p, v in self.views.items()}   # the central code, per party
+        self.domain: Domain = domain
         self.answered: list[Measurement] = []     # cross-party answers (public once released): select scores by them
-        self.party_cpu = {p: 0.0 for p in partition.names}   # CPU s of each party's own steps (not the protocol's)
+
+    @property
+    def party_cpu(self) -> dict[str, float]:
+        """CPU s of each party's own steps (not the protocol's), where the link can say (in this process)."""
+        return dict(getattr(self.link, "party_cpu", {p: 0.0 for p in self.partition.names}))
 
     # -- routing ----------------------------------------------------------------------------------
     def parties_of(self, attributes: Sequence[str]) -> list[str]:
@@ -186,16 +190,30 @@ class VerticalOracle:
                 sigma: float | None = None, bins: Bins = None) -> Measurement:
         attributes = tuple(self.domain.check(attributes))
         if not attributes:   # the record count (a 0-way marginal): every party holds every row; the first answers
-            first = self.partition.names[0]
-            return self._party[first].measure((), pay, self.rngs[first], sigma, bins)
+            return self._measure_at(self.partition.names[0], attributes, pay, sigma, bins)
         parties = self.parties_of(attributes)
         if len(parties) == 1:   # at its party, with the central oracle's code and the party's stream
-            c0 = time.process_time()
-            try:
-                return self._party[parties[0]].measure(attributes, pay, self.rngs[parties[0]], sigma, bins)
-            finally:
-                self.party_cpu[parties[0]] += time.process_time() - c0
+            return self._measure_at(parties[0], attributes, pay, sigma, bins)
         return self.measure_cross(attributes, pay, sigma, bins)
+
+    def _measure_at(self, party: str, attributes: tuple[str, ...], pay: Pay, sigma: float | None,
+                    bins: Bins) -> Measurement:
+        """A marginal of one party's columns: checked and paid here (the central oracle's checks), then answered
+        by that party."""
+        if sigma is None:
+            if not isinstance(pay, Charge):
+                raise ConfigError("measure: a filter payment needs the noise std sigma")
+            sigma = gaussian_sigma(pay.cost.rho)
+        if not sigma > 0:
+            raise ConfigError(f"measure {list(attributes)}: sigma must be positive, got {sigma}")
+        rho = 1.0 / (2.0 * sigma * sigma)
+        Measurement(attributes, np.zeros(1), 1.0, bins)   # checks the bins before anything is spent
+        if bins and not set(bins) <= set(attributes):
+            raise ConfigError(f"measure {list(attributes)}: bins given for attributes not measured")
+        what = f"measure {list(attributes)}"
+        _spend(pay, self.ledger, rho, what)
+        values = self.link.measure(party, attributes, sigma, bins, Spend.of(pay, rho, what))
+        return Measurement(attributes, values, sigma, bins)
 
     def measure_many(self, queries: Sequence[Sequence[str]], pays: Sequence[Pay], rng: np.random.Generator,
                      sigma: float | None = None, bins: Sequence[Bins] | None = None) -> list[Measurement]:
@@ -207,32 +225,38 @@ class VerticalOracle:
         routes = [self.parties_of(q) for q in queries]
         cross = [i for i, r in enumerate(routes) if len(r) == 2]
         prepared = [self._prepare_cross(queries[i], pays[i], sigma, bins[i]) for i in cross]
+        by_sigma: dict[float, list[int]] = {}
+        for k, (_, _, s) in enumerate(prepared):
+            by_sigma.setdefault(s, []).append(k)
+        for ks in by_sigma.values():   # checked first: one party brings one table of its columns to a stage
+            self._check_stage([(prepared[k][0], bins[cross[k]]) for k in ks])
         out: dict[int, Measurement] = {}
         for i, r in enumerate(routes):
             if len(r) == 1:
                 out[i] = self.measure(queries[i], pays[i], rng, sigma, bins[i])
-        by_sigma: dict[float, list[int]] = {}
-        for k, (_, _, s, _) in enumerate(prepared):
-            by_sigma.setdefault(s, []).append(k)
-        stages = {s: self._stage_views([prepared[k] for k in ks]) for s, ks in by_sigma.items()}   # checked first
-        for i, (attrs_, parties, s, _) in zip(cross, prepared):
-            _spend(pays[i], self.ledger, self._table_cost(pays[i], s),
-                   f"measure {list(attrs_)} across {' and '.join(parties)}")
+        spends = {}
+        for k, (i, (attrs_, parties, s)) in enumerate(zip(cross, prepared)):
+            what = f"measure {list(attrs_)} across {' and '.join(parties)}"
+            rho = self._table_cost(pays[i], s)
+            _spend(pays[i], self.ledger, rho, what)
+            spends[k] = Spend.of(pays[i], rho, what)
         for s, ks in by_sigma.items():
-            for k, m in zip(ks, self._answer([prepared[k] for k in ks], s, [bins[cross[k]] for k in ks], stages[s])):
+            for k, m in zip(ks, self._answer([prepared[k] for k in ks], s, [bins[cross[k]] for k in ks],
+                                             [spends[k] for k in ks])):
                 out[cross[k]] = m
         return [out[i] for i in range(len(queries))]
 
     def measure_cross(self, attributes: Sequence[str], pay: Pay, sigma: float | None = None,
                       bins: Bins = None) -> Measurement:
         """A marginal over exactly two parties, through the cross-party measure (refused otherwise, unspent)."""
-        attributes, parties, sigma, views = self._prepare_cross(attributes, pay, sigma, bins)
-        _spend(pay, self.ledger, self._table_cost(pay, sigma),
-               f"measure {list(attributes)} across {parties[0]} and {parties[1]}")
-        return self._answer([(attributes, parties, sigma, views)], sigma, [bins], views)[0]
+        attributes, parties, sigma = self._prepare_cross(attributes, pay, sigma, bins)
+        what = f"measure {list(attributes)} across {parties[0]} and {parties[1]}"
+        rho = self._table_cost(pay, sigma)
+        _spend(pay, self.ledger, rho, what)
+        return self._answer([(attributes, parties, sigma)], sigma, [bins], [Spend.of(pay, rho, what)])[0]
 
     def _prepare_cross(self, attributes: Sequence[str], pay: Pay, sigma: float | None, bins: Bins):
-        """Checks (nothing spent) and each party's coarsened columns: (attributes, parties, σ, views)."""
+        """Checks (nothing spent): (attributes, parties, σ)."""
         attributes = tuple(self.domain.check(attributes))
         parties = self.parties_of(attributes)
         if len(parties) != 2:
@@ -251,44 +275,41 @@ class VerticalOracle:
         if isinstance(pay, Charge) and not np.isclose(pay.cost.rho, cost, rtol=1e-9, atol=0):
             raise BudgetError(f"measure {list(attributes)}: the charge's ρ={pay.cost.rho:.6g} is not what this "
                               f"answer costs (ρ={cost:.6g})")
-        p, q = parties
-        left = tuple(a for a in attributes if self.owner[a] == p)
-        right = tuple(a for a in attributes if self.owner[a] == q)
-        c0 = time.process_time()
-        views = {p: _coarsen(self.views[p], left, bins)}
-        c1 = time.process_time()
-        views[q] = _coarsen(self.views[q], right, bins)
-        self.party_cpu[p] += c1 - c0
-        self.party_cpu[q] += time.process_time() - c1
-        return attributes, parties, sigma, views
+        return attributes, tuple(parties), sigma
 
     def _table_cost(self, pay: Pay, sigma: float) -> float:
         """What one cross-party table at σ costs: a planned charge's own ρ (σ was derived from it, and
         `_prepare_cross` checked that they agree), else what the measure says (a filter draw)."""
         return float(pay.cost.rho) if isinstance(pay, Charge) else self.cross_measure.rho_per_table(sigma)
 
-    @staticmethod
-    def _stage_views(prepared: list) -> dict[str, Dataset]:
-        """A party taking part in several queries of a stage brings one table of their (coarsened) columns."""
-        views: dict[str, Dataset] = {}
-        for _, _, _, v in prepared:
-            for party, d in v.items():
-                views[party] = d if party not in views else _union(views[party], d)
-        return views
+    def _check_stage(self, asked: list[tuple[tuple[str, ...], Bins]]) -> None:
+        """A party taking part in several queries of a stage brings one table of their columns: an attribute asked
+        on two different binnings in one stage is refused (from the bins alone, before anything is spent)."""
+        seen: dict[str, Any] = {}
+        for attributes, b in asked:
+            for a in attributes:
+                mine = (b or {}).get(a)
+                if a in seen and not same_binning(self.domain.size(a), seen[a], mine):
+                    raise ConfigError(f"measure_many: attribute {a!r} is asked on two different binnings in one stage")
+                seen.setdefault(a, mine)
 
-    def _answer(self, prepared: list, sigma: float, bins: list[Bins], views: dict[str, Dataset]) -> list[Measurement]:
-        """One call of the cross-party measure for prepared (already paid) queries of one σ."""
-        queries = [(tuple(v[ps[0]].domain.attributes), tuple(v[ps[1]].domain.attributes))
-                   for _, ps, _, v in prepared]
-        answers = self.cross_measure.answer(views, queries, sigma, self.ledger.noise,
-                                            {p: self.rngs[p] for p in views})
+    def _answer(self, prepared: list, sigma: float, bins: list[Bins], spends: list[Spend]) -> list[Measurement]:
+        """One stage of the cross-party measure for prepared (already paid) queries of one σ."""
+        answers = self.link.cross([(attributes, parties, b) for (attributes, parties, _), b in zip(prepared, bins)],
+                                  sigma, spends)
+        if len(answers) != len(prepared):
+            raise ConfigError(f"{self.measure_name}: {len(answers)} answers to {len(prepared)} queries")
         out = []
-        for (attributes, (p, q), _, _), b, (got, table, variance) in zip(prepared, bins, answers):
+        for (attributes, (p, q), _), b, (got, table, variance) in zip(prepared, bins, answers):
             got = tuple(got)
             if sorted(got) != sorted(attributes) or not variance > 0:
                 raise ConfigError(f"{self.measure_name}: answered {list(got)} (variance {variance}) for "
                                   f"{list(attributes)}")
             table = np.transpose(np.asarray(table, float), [got.index(a) for a in attributes])
+            want = tuple(int(np.asarray(b[a]).max()) + 1 if b and a in b else self.domain.size(a) for a in attributes)
+            if table.shape != want:
+                raise ConfigError(f"{self.measure_name}: a table of shape {table.shape} for {list(attributes)}, "
+                                  f"expected {want}")
             m = Measurement(attributes, table, math.sqrt(variance), b)
             self.answered.append(m)
             self.ledger.cross_party.append({
@@ -351,44 +372,32 @@ class VerticalOracle:
             if len(r) == 1:
                 groups.setdefault(r[0], []).append(i)
         rho_round = epsilon * epsilon / 8.0
-        _spend(pay, self.ledger, rho_round, f"select among {len(candidates)} marginals")
+        what = f"select among {len(candidates)} marginals"
+        _spend(pay, self.ledger, rho_round, what)
         if not groups:   # every candidate crosses parties: the choice is post-processing of released answers
             return max(cross, key=lambda i: (cross[i], -i))
-        exact = {p: self._scores(p, idx, candidates, estimates, w, off, bins) for p, idx in groups.items()}
+        spend = Spend.of(pay, rho_round, what)
+
+        def args(idx: list[int]) -> tuple:   # one party's candidates and what scores them
+            return ([tuple(candidates[i]) for i in idx], [estimates[i] for i in idx], w[idx], off[idx],
+                    [bins[i] for i in idx])
         if len(groups) == 1 and not cross:   # one party holds every candidate: the central mechanism, there
             (p, idx), = groups.items()
-            return idx[self._em(p, exact[p], w[idx], epsilon)]
+            return idx[self.link.em(p, epsilon, spend, *args(idx))]
         rho_g = self.group_share * rho_round
         eps_em = math.sqrt(8 * (rho_round - rho_g))
         parties = list(groups)
-        best = np.array([exact[p].max() for p in parties])
         sens = math.sqrt(sum(float(w[groups[p]].max()) ** 2 for p in parties))
-        if self.ledger.noise == "secure":
-            noisy = discrete_gaussian(best, rho_g, sens)
-        else:   # each party adds its share of the vector's noise from its own stream
-            s_g = sens / math.sqrt(2 * rho_g)
-            noisy = np.array([b + self.rngs[p].normal(0.0, s_g) for b, p in zip(best, parties)])
+        s_g = sens / math.sqrt(2 * rho_g)
+        # each party releases its best score with its share of the vector's noise: under secure noise one
+        # mechanism per party of sensitivity Δ_P at ρ_g Δ_P²/Σ Δ², whose ρ add up to ρ_g (the same σ for all)
+        noisy = np.array([self.link.best(p, *args(groups[p]), rho_g * float(w[groups[p]].max()) ** 2 / sens ** 2,
+                                         float(w[groups[p]].max()), s_g, spend) for p in parties])
         top = int(np.argmax(noisy))
         if cross and max(cross.values()) > noisy[top]:
             return max(cross, key=lambda i: (cross[i], -i))
         p = parties[top]
-        return groups[p][self._em(p, exact[p], w[groups[p]], eps_em)]
-
-    def _scores(self, party: str, idx: list[int], candidates: Sequence[tuple[str, ...]],
-                estimates: Sequence[np.ndarray], w: np.ndarray, off: np.ndarray, bins: list[Bins]) -> np.ndarray:
-        """AIM's/MST's scores w (‖x − e‖₁ − offset) of one party's candidates, from its own columns."""
-        c0 = time.process_time()
-        o = self._party[party]
-        exact = [o.exact(tuple(candidates[i]), bins[i]) for i in idx]
-        errors = np.array([np.abs(x - np.asarray(estimates[i], float).reshape(x.shape)).sum()
-                           for x, i in zip(exact, idx)])
-        self.party_cpu[party] += time.process_time() - c0
-        return w[idx] * (errors - off[idx])
-
-    def _em(self, party: str, scores: np.ndarray, w: np.ndarray, epsilon: float) -> int:
-        """The exponential mechanism at `party` (Gumbel-max; sensitivity max w), noise from its stream."""
-        logits = epsilon * (scores - scores.max()) / (2.0 * w.max())
-        return int(np.argmax(logits + exponential_noise(logits.shape, self.rngs[party], self.ledger)))
+        return groups[p][self.link.em(p, eps_em, spend)]
 
     # -- score vectors (PrivMRF's R-scores and refinement errors, DPSyn's selection) ---------------------
     def indif(self, pairs: Sequence[tuple[str, str]], pay: Pay, rng: np.random.Generator,
@@ -406,9 +415,8 @@ class VerticalOracle:
             raise ConfigError(f"indif: {len(cross)} pair(s) cross parties (e.g. {cross[0]}): no role may read their "
                               "exact counts; score them from measured cross-party marginals (docs/vertical.md)")
         sens = INDIF_SENSITIVITY * math.sqrt(len(pairs))
-        return self._party_vector(pairs, [r[0] for r in routes],
-                                  lambda party, i: indif(self.views[party], *pairs[i]),
-                                  pay, sigma, sens, f"indif of {len(pairs)} pairs")
+        return self._party_vector("indif", pairs, None, None, [r[0] for r in routes], pay, sigma, sens,
+                                  f"indif of {len(pairs)} pairs")
 
     def l1_errors(self, candidates: Sequence[tuple[str, ...]], estimates: Sequence[np.ndarray], pay: Pay,
                   rng: np.random.Generator, sigma: float | None = None,
@@ -425,30 +433,26 @@ class VerticalOracle:
             raise ConfigError(f"l1_errors: {len(cross)} candidate(s) cross parties (e.g. {cross[0]}): no role may "
                               "read their exact counts; score them from measured cross-party marginals "
                               "(docs/vertical.md)")
+        for c, b in zip(cands, bins):
+            Measurement(c, np.zeros(1), 1.0, b)   # checks the bins before anything is spent
+        return self._party_vector("l1", cands, list(estimates), bins, [r[0] for r in routes], pay, sigma,
+                                  math.sqrt(len(cands)), f"l1 errors of {len(cands)} marginals")
 
-        def error(party: str, i: int) -> float:
-            x = self._party[party].exact(cands[i], Measurement(cands[i], np.zeros(1), 1.0, bins[i]).bins)
-            return float(np.abs(x - np.asarray(estimates[i], float).reshape(x.shape)).sum())
-
-        return self._party_vector(cands, [r[0] for r in routes], error, pay, sigma, math.sqrt(len(cands)),
-                                  f"l1 errors of {len(cands)} marginals")
-
-    def _party_vector(self, items: Sequence[Any], holders: Sequence[str], compute, pay: Pay, sigma: float | None,
-                      sensitivity: float, what: str) -> np.ndarray:
+    def _party_vector(self, kind: str, items: Sequence[tuple[str, ...]], estimates: list | None, bins: list | None,
+                      holders: Sequence[str], pay: Pay, sigma: float | None, sensitivity: float,
+                      what: str) -> np.ndarray:
         """A Gaussian vector of L2 `sensitivity` whose entries each party computes and noises from its own
         columns and stream: paid once, before any party reads a row; each entry gets the central σ."""
         sigma, rho = _vector_sigma(pay, sigma, sensitivity, what)
         _spend(pay, self.ledger, rho, what)
+        spend = Spend.of(pay, rho, what)
         out = np.empty(len(items))
         for party in dict.fromkeys(holders):
-            c0 = time.process_time()
             idx = [i for i, h in enumerate(holders) if h == party]
-            x = np.array([compute(party, i) for i in idx], float)
-            if self.ledger.noise == "secure":
-                out[idx] = discrete_gaussian(x, rho, sensitivity)
-            else:
-                out[idx] = x + self.rngs[party].normal(0.0, sigma, size=x.shape)
-            self.party_cpu[party] += time.process_time() - c0
+            out[idx] = self.link.vector(party, kind, [items[i] for i in idx],
+                                        None if estimates is None else [estimates[i] for i in idx],
+                                        None if bins is None else [bins[i] for i in idx], rho, sigma, sensitivity,
+                                        spend)
         return out
 
     def describe(self) -> dict[str, Any]:

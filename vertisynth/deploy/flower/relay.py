@@ -4,7 +4,8 @@ they are addressed to; the server role (deploy/server.py) runs beside the partie
 participant: it publishes the run key the parties seal to, then builds the table.
 
 The server role (with encoder "he" it also signs the clique queries the parties answer mid-run,
-deploy/he_rounds.py) is a `Local` participant of the synth step, its own worker (`vertisynth server`) on
+deploy/he_rounds.py; for a vertical twin, e.g. aim with params.vertical, it runs the synthesizer and signs every
+query the parties answer, deploy/oracle_rounds.py) is a `Local` participant of the synth step, its own worker (`vertisynth server`) on
 its own relay folder on the ServerApp's machine, relayed to and from like a party (envelopes `...__to__server__...`
 go to it, its `...__server__to__all__...` to the parties), and it writes the table itself. A [collab] run is one
 step, `collab`: custodians and compute servers on SuperNodes, the publisher the local participant, each collab slot
@@ -22,6 +23,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
+from vertisynth.core.capabilities import PartyServerSplit
 from vertisynth.core.errors import ConfigError, MessageError
 from vertisynth.run.config import RunConfig
 
@@ -59,7 +61,7 @@ def steps_for(config: RunConfig, data_dir: str | None = None) -> list[str]:
         return ["collab"]   # every collab role runs all its rounds in one worker
     _, synth = vertical_plan(config, data_dir, aligned_csv=True)
     return (["hello"] + (["align"] if config.alignment.use in ("psi", "psu") else [])
-            + (["keys"] if synth.needs_keys() else []) + ["synth"])
+            + (["keys"] if isinstance(synth, PartyServerSplit) and synth.needs_keys() else []) + ["synth"])
 
 
 def addressed_to(name: str, party: str) -> bool:

@@ -497,13 +497,82 @@ class HEEncoder(Encoder):
                 msg = protocol.run_real(enc, summ, views[enc], views[summ], qs, sigma, src_e, src_s,
                                         self._keys[enc], stage, costs, c.workers, c.chunk_rows, c.slot_bits)
             tables.update(msg.tables)
+        return self._tables_for(queries, tables, dom, sigma)
+
+    def _tables_for(self, queries, tables: Mapping[str, np.ndarray], dom: Domain, sigma: float
+                    ) -> list[tuple[tuple[str, ...], np.ndarray, float]]:
         out = []
         for left, right in queries:
-            want = left + right
-            got = want if protocol.key_of(want) in tables else right + left
-            arr = np.asarray(tables[protocol.key_of(got)], float).reshape(tuple(dom.size(a) for a in got))
-            out.append((want, np.transpose(arr, [got.index(a) for a in want]), self.released_variance(sigma)))
+            want = tuple(left) + tuple(right)
+            got = want if protocol.key_of(want) in tables else tuple(right) + tuple(left)
+            if protocol.key_of(got) not in tables:
+                raise MessageError(f"he: no party published the table {list(want)} asked for; refused")
+            arr = np.asarray(tables[protocol.key_of(got)], float)
+            shape = tuple(dom.size(a) for a in got)
+            if arr.size != int(np.prod(shape)):
+                raise MessageError(f"he: table {list(got)} has {arr.size} cells, expected {shape}; refused")
+            out.append((want, np.transpose(arr.reshape(shape), [got.index(a) for a in want]),
+                        self.released_variance(sigma)))
         return out
+
+    # -- `answer` across machines (AnswersInRounds: deploy's vertical oracle) -------------------------------------
+    def _oracle_context(self, domains: Mapping[str, Domain]) -> Domain:
+        """The public facts `answer` reads off the views (domain, owners, parties), from the stage's domains."""
+        dom, owner = None, {}
+        for p, d in domains.items():
+            owner.update({a: p for a in d.attributes})
+            dom = d if dom is None else dom.merge(d)
+        self._domain, self._owner, self._parties = dom, owner, list(domains)
+        paillier.require()   # across machines the parties always run real Paillier (crypto = "simulated" or not)
+        self.randomness = getattr(self, "randomness", None) or paillier.resolve(self.config.randomness)
+        return dom
+
+    def check_across_machines(self) -> None:
+        if self.config.trust != "none":
+            raise ConfigError("he: across machines the vertical oracle runs trust = 'none'; trust = 'server' runs in "
+                              "one process only (`vertisynth run`), for now")
+        paillier.require()   # every party runs real Paillier across machines
+
+    def answer_stage(self, me: str, view: Dataset, domains: Mapping[str, Domain],
+                     queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]], sigma: float, noise: str,
+                     rng: np.random.Generator, test: bool, stage: str) -> Any:
+        """Party `me`'s rounds of one `answer` (rounds.PartyStage, real Paillier): its noise drawn as `answer` draws
+        it with crypto = "simulated" under an explicit test secret (a base per answer from its stream, sources per
+        pair and role of stage "oracle"), else from the OS CSPRNG. `stage` names the envelopes' rounds."""
+        from .rounds import PartyStage, seeded_or_system
+        self.check_across_machines()
+        if not sigma > 0:
+            raise ConfigError(f"he: noise σ must be positive, got {sigma}")
+        queries = [(tuple(a), tuple(b)) for a, b in queries]
+        if not queries or any(not a or not b for a, b in queries):
+            raise ConfigError("he: a cross-party query needs attributes on both sides")
+        self._oracle_context(domains)
+        self.sigma = {**getattr(self, "sigma", {}), stage: sigma}
+        secure = noise == "secure"
+        base = stage_base(rng) if test and not secure else None
+        runs = [r for r in self.pairs(queries, view.n, stage) if me in (r[1], r[2])]
+        return PartyStage(self, me, view, stage, runs, seeded_or_system(base, self.ORACLE_STAGE, secure))
+
+    def read_answers(self, messages: Sequence[Message], queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]],
+                     sigma: float, domains: Mapping[str, Domain]) -> list[tuple[tuple[str, ...], np.ndarray, float]]:
+        """The tables the encrypting parties published for one stage, each message holding only tables asked for."""
+        dom = None
+        for d in domains.values():
+            dom = d if dom is None else dom.merge(d)
+        allowed = {protocol.key_of(q) for a, b in queries for q in (tuple(a) + tuple(b), tuple(b) + tuple(a))}
+        tables: dict[str, np.ndarray] = {}
+        for m in messages:
+            if not isinstance(m, protocol.NoisyCounts):
+                raise MessageError(f"he: a {m.kind!r} message from {m.party!r} where noisy tables were expected; "
+                                   "refused")
+            extra = set(m.tables) - allowed
+            if extra:
+                raise MessageError(f"he: tables {sorted(extra)} from {m.party!r} were not asked for; refused")
+            if not math.isclose(m.variance, self.released_variance(sigma), rel_tol=1e-9):
+                raise MessageError(f"he: tables from {m.party!r} say variance {m.variance}, this stage's is "
+                                   f"{self.released_variance(sigma)}; refused")
+            tables.update(m.tables)
+        return self._tables_for([(tuple(a), tuple(b)) for a, b in queries], tables, dom, sigma)
 
 
 _OP_COSTS: dict[tuple, dict[str, float]] = {}

@@ -1,0 +1,370 @@
+"""A vertical twin across machines: `aim` with `params.vertical` runs at the server against a vertical oracle whose
+parties are separate OS processes on a folder exchange (deploy/oracle_rounds.py), every query and answer in signed
+envelopes, cross-party tables through real Paillier between the parties; under a test secret the published table
+equals the one-process run (`simulate`, with crypto = "simulated"). A forged or tampered query, and a query outside
+the plan, are refused in one line before the party reads a row."""
+import json
+
+import pandas as pd
+import pytest
+from deploy_helpers import SECRET, SERVER_KEY, cli, hello_all, parallel, popen, publish_key, with_roster
+
+from vertisynth.deploy.simulate import simulate
+from vertisynth.run.config import load_config
+
+pytest.importorskip("phe", reason="the he measure's real crypto needs `pip install vertisynth[he]` (phe, gmpy2)")
+pytest.importorskip("gmpy2", reason="the he measure's real crypto needs `pip install vertisynth[he]` (phe, gmpy2)")
+
+CONFIG = """
+seed = 11
+budget = { epsilon = 2.0, delta = 1e-5 }
+[dataset]
+name = "zoo"
+params = { preset = "small-split", n = 160 }
+[synthesizer]
+use = "SYNTH"
+params = { PARAMS vertical = { measure = "he", trust = "none", params = { crypto = "CRYPTO", workers = 1, round_timeout = 60.0 } } }
+"""
+AIM = ("aim", "iters = 40, rounds = 10, degree = 2,")
+MST = ("mst", "iters = 40,")
+OTHERS = [("private_pgm", ""), ("dpsyn", "")]
+PARTIES = ["party1", "party2"]
+
+
+def _setup(tmp_path, synth=AIM):
+    text = CONFIG.replace("SYNTH", synth[0]).replace("PARAMS", synth[1])
+    text = with_roster(tmp_path, text.replace("CRYPTO", "real"), [*PARTIES, "server"])
+    (tmp_path / "job.toml").write_text(text)
+    (tmp_path / "sim.toml").write_text(text.replace('crypto = "real"', 'crypto = "simulated"'))
+    hello_all(tmp_path, PARTIES, secret=SECRET)
+
+
+def _party(p, *extra):
+    return ["party", "job.toml", "--party", p, "--exchange", "shared", "--out", f"private_{p}", "--timeout", "60",
+            "-q", *extra]
+
+
+def _server(*extra):
+    return ["server", "job.toml", "--exchange", "shared", "--out", "out", *SERVER_KEY, "--timeout", "60", "-q", *extra]
+
+
+@pytest.mark.parametrize("synth", [AIM, MST, *[pytest.param(o, marks=pytest.mark.slow) for o in OTHERS]],
+                         ids=["aim", "mst", *[o[0] for o in OTHERS]])
+def test_a_vertical_twin_across_processes_equals_the_one_process_run(tmp_path, synth):
+    _setup(tmp_path, synth)
+    res = parallel([_party(p) for p in PARTIES] + [_server()], tmp_path, timeout=300)
+    assert all(r[0] == 0 for r in res), res
+    deployed = pd.read_csv(tmp_path / "out" / "synthetic.csv")
+    simulate(load_config(tmp_path / "sim.toml"), SECRET).synthetic.to_csv(tmp_path / "sim.csv", index=False)
+    pd.testing.assert_frame_equal(deployed, pd.read_csv(tmp_path / "sim.csv"))
+    names = sorted(p.name for p in (tmp_path / "shared").iterdir())
+    assert all(n.endswith(".env") for n in names)   # only signed envelopes crossed
+    for round_ in ("oracle-query-", "oracle-answer-", "he-rows-oracle-", "he-sums-oracle-", "ledger__"):
+        assert any(n.startswith(round_) for n in names), round_
+    ledger = json.loads((tmp_path / "out" / "ledger.json").read_text())
+    assert ledger["cross_party"] and "not for production" in json.dumps(ledger)
+    assert not ledger["planned_but_unspent"]
+    # every answer is sealed to the server's run key: a party or a relay holding the exchange opens none
+    from vertisynth.core.errors import MessageError
+    from vertisynth.deploy.session import RunState, Session, roster_of
+    from vertisynth.deploy.transport import transport_for
+    config = load_config(tmp_path / "job.toml")
+    state = RunState.load(tmp_path / "private_party2", "party2")
+    reader = Session(None, roster_of(config), transport_for(tmp_path / "shared"), state)
+    answers = [n.removesuffix(".env") for n in names if n.startswith("oracle-answer-")]
+    for name in answers:
+        with pytest.raises(MessageError, match="only the server opens it"):
+            reader.open(name, (name.split("__")[0],), "server")
+
+
+def _as_server(tmp_path, exchange="shared"):
+    """The server's session of this run, driven by the test (it signs queries as `vertisynth server` does)."""
+    from vertisynth.deploy.session import (SERVER, RunState, Session, config_fingerprint, load_identity,
+                                           publish_run_key, read_hellos, roster_of)
+    from vertisynth.deploy.transport import transport_for
+    config = load_config(tmp_path / "job.toml")
+    transport = transport_for(tmp_path / exchange)
+    run = read_hellos(config, transport, PARTIES, "server")
+    identity = load_identity(config, SERVER, tmp_path / "private_server", None, tmp_path / exchange)
+    sess = Session(identity, roster_of(config), transport, RunState(SERVER, run, config_fingerprint(config),
+                                                                     tuple(PARTIES)), 30.0)
+    sess.run_key = publish_run_key(sess, tmp_path / "private_server" / "server_signing.pem")
+    return sess
+
+
+def _query(sess, k, op, header, arrays=None, to=("party1",)):
+    from vertisynth.deploy.oracle_rounds import QUERY, OracleQuery
+    q = OracleQuery("server", k, op, header, arrays or {})
+    sess.send(f"{QUERY}{k:06d}", list(to), q.kind, q.to_bytes())
+
+
+def _measure(attribute, charge, rho, sigma=1.0):
+    from vertisynth.vertical.link import Spend
+    return {"attributes": [attribute], "sigma": sigma, "bins": None, "what": f"measure [{attribute!r}]",
+            "spend": {"id": 0, **Spend(charge, rho, False, f"measure [{attribute!r}]").to_dict()}}
+
+
+def _one_line_refusal(res, *words):
+    err = res.stderr.strip()
+    assert res.returncode != 0 and all(w in err for w in words), err
+    assert len(err.splitlines()) == 1, err
+
+
+def test_a_query_outside_the_plan_a_tampered_and_a_foreign_query_are_refused_in_one_line(tmp_path):
+    from vertisynth.core.envelope import seal
+    from vertisynth.core.privacy import ZCDP, Charge
+    from vertisynth.deploy.oracle_rounds import OracleQuery
+    from vertisynth.deploy.session import load_identity
+    from vertisynth.run.pipeline import make_plan
+    _setup(tmp_path)
+    sess = _as_server(tmp_path)
+    config = load_config(tmp_path / "job.toml")
+    plan = make_plan(config)
+    a, b = plan.partition.parties[0].attributes[0], plan.partition.parties[1].attributes[0]
+    one_way = next(c for c in plan.ledger.planned if c.mechanism == "gaussian_1way")
+    # a charge the plan does not hold: the party refuses before it reads a row, and tells the server why
+    _query(sess, 0, "measure", _measure(a, Charge("synthesizer", "made_up", ZCDP(0.5)), 0.5))
+    _one_line_refusal(cli(*_party("party1"), cwd=tmp_path, ok=False), "made_up", "not a charge of this run's plan")
+    assert list((tmp_path / "shared").glob("oracle-refused-000000__party1__*"))
+    assert not list((tmp_path / "shared").glob("oracle-answer-*"))
+    # a planned charge, but less noise than it pays for
+    _query(sess, 1, "measure", _measure(b, one_way, one_way.cost.rho, sigma=0.01), to=("party2",))
+    _one_line_refusal(cli(*_party("party2"), cwd=tmp_path, ok=False), "its noise costs")
+    # tampered on the exchange, and a query another role signed under the server's name: refused unread
+    for case in ("tampered", "foreign"):
+        ex = f"{case}_shared"
+        hello_all(tmp_path, PARTIES, exchange=ex, secret=SECRET)
+        s2 = _as_server(tmp_path, ex)
+        _query(s2, 0, "measure", _measure(a, one_way, one_way.cost.rho))
+        [name] = list((tmp_path / ex).glob("oracle-query-000000__*"))
+        if case == "tampered":
+            data = bytearray(name.read_bytes())
+            data[-40] ^= 1
+            name.write_bytes(bytes(data))
+        else:   # party2 signs a query and files it under the server's name
+            forger = load_identity(config, "party2", tmp_path / "private_party2", None, None)
+            body = OracleQuery("server", 0, "measure", _measure(a, one_way, one_way.cost.rho), {}).to_bytes()
+            name.write_bytes(seal(forger, s2.state.run, s2.state.config, ["party1"], "oracle-query-000000",
+                                  "oracle_query", body))
+        res = cli("party", "job.toml", "--party", "party1", "--exchange", ex, "--out", "private_party1",
+                  "--timeout", "30", "-q", cwd=tmp_path, ok=False)
+        _one_line_refusal(res, "refused", "oracle-query-000000")
+        assert not list((tmp_path / ex).glob("oracle-answer-*")), case
+
+
+@pytest.mark.parametrize("query, match", [
+    ({"attributes": [["a", "c"]], "parties": [["P0", "P1"]]}, "held by 1 party"),            # one party's table
+    ({"attributes": [["a", "b"]], "parties": [["P0", "P0"]]}, "routed to"),                   # an empty side
+    ({"attributes": [["a", "zz"]], "parties": [["P0", "P1"]]}, "zz"),                         # outside the domain
+    ({"attributes": [["a", "b"], ["a", "d"]], "parties": [["P0", "P1"], ["P1", "P0"]]}, None),   # fine: checks pass
+])
+def test_a_party_refuses_a_misrouted_cross_party_query_before_it_pays(query, match):
+    """Checked by the party itself (the server may be wrong or hostile): a one-party table routed as cross-party, a
+    side with no attribute, an attribute outside the domain; nothing is spent."""
+    import types
+
+    import numpy as np
+
+    from vertisynth.core.dataset import VerticalPartition
+    from vertisynth.core.errors import VertisynthError
+    from vertisynth.core.privacy import ZCDP, Budget, Charge, PrivacyLedger
+    from vertisynth.deploy.oracle_rounds import OracleQuery, PartyServer
+    from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
+    from vertisynth.vertical.link import PartyBudget, PartySide, Spend
+    from tests.synthetic_tables import correlated
+
+    data = correlated(50)
+    part = VerticalPartition.from_lists([["a", "c", "e"], ["b", "d"]], ["P0", "P1"]).validate(data.domain)
+    ch = Charge("s", "m", ZCDP(0.5))
+    led = PrivacyLedger(Budget(1e6, 1e-9))
+    led.plan([ch, ch])
+    enc = HEEncoder(HEConfig(crypto="simulated"))
+    server = PartyServer(types.SimpleNamespace(me="P0"), PartySide("P0", part.views(data)["P0"],
+                                                                   np.random.default_rng(0), led),
+                         PartyBudget(led), enc, part, data.domain, True)
+    sigma = enc.sigma_for_rho(0.5)
+    items = [{"attributes": a, "parties": p, "bins": None,
+              "spend": {"id": i, **Spend(ch, 0.5, False, "x").to_dict()}}
+             for i, (a, p) in enumerate(zip(query["attributes"], query["parties"]))]
+    q = OracleQuery("server", 3, "cross", {"queries": items, "sigma": sigma, "what": "x"}, {})
+    if match is None:   # past every check, the party pays for each table, then starts the measure's rounds
+        class Started(Exception):
+            pass
+
+        def start(*args, **kw):
+            raise Started
+
+        server.measure = types.SimpleNamespace(rho_per_table=enc.rho_per_table, answer_stage=start)
+        with pytest.raises(Started):
+            server.handle(q)
+        assert led.spent == [ch, ch]
+        return
+    with pytest.raises(VertisynthError, match=match):
+        server.handle(q)
+    assert led.spent == []
+
+
+def test_a_vertical_plan_across_machines_refuses_trust_server_in_one_line(tmp_path):
+    from vertisynth.core.errors import ConfigError
+    from vertisynth.deploy.plans import vertical_plan
+    text = CONFIG.replace("SYNTH", "aim").replace("PARAMS", AIM[1]).replace("CRYPTO", "real")
+    (tmp_path / "t.toml").write_text(text.replace('trust = "none"', 'trust = "server"'))
+    with pytest.raises(ConfigError, match="trust = 'server' runs in one process only"):
+        vertical_plan(load_config(tmp_path / "t.toml"), None)
+
+
+@pytest.mark.parametrize("noise", ["simulation", "secure"])
+def test_every_oracle_call_over_the_exchange_answers_what_the_in_process_link_answers(tmp_path, noise):
+    """The server's RemoteLink and two PartyServers (threads here, processes in the test above) over a folder
+    exchange, against the same oracle in one process with the same streams: a marginal of each party, the record
+    count, a selection over both parties' candidates (noisy best scores, then the winner's exponential mechanism),
+    InDif and l1 score vectors: equal bit for bit under simulation noise (secure noise: the same shapes, OS noise),
+    and the parties' ledgers hold exactly what they were asked to pay."""
+    import threading
+
+    import numpy as np
+
+    from vertisynth.core.dataset import VerticalPartition
+    from vertisynth.core.identity import Identity, Roster
+    from vertisynth.core.privacy import ZCDP, Budget, Charge, PrivacyLedger
+    from vertisynth.core.sealing import RunKey
+    from vertisynth.core.transport import FolderTransport
+    from vertisynth.deploy.oracle_rounds import PartyServer, RemoteLink
+    from vertisynth.deploy.session import RunState, Session
+    from vertisynth.pgm.oracle import ZCDPFilter
+    from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
+    from vertisynth.vertical import VerticalOracle
+    from vertisynth.vertical.link import PartyBudget, PartySide
+    from tests.synthetic_tables import correlated
+
+    data = correlated(400)
+    part = VerticalPartition.from_lists([["a", "c", "e"], ["b", "d"]], ["P0", "P1"]).validate(data.domain)
+    views = part.views(data)
+    charges = [Charge("s", "m1", ZCDP(0.2)), Charge("s", "count", ZCDP(0.1)), Charge("s", "rounds", ZCDP(2.0)),
+               Charge("s", "indif", ZCDP(0.3)), Charge("s", "l1", ZCDP(0.3))]
+
+    def ledger():
+        led = PrivacyLedger(Budget(1e6, 1e-9), noise=noise)
+        led.plan(charges)
+        return led
+
+    def calls(oracle, led):
+        rng = np.random.default_rng(0)
+        out = [oracle.measure(("a", "c"), charges[0], rng).values, oracle.measure((), charges[1], rng).values]
+        filt = ZCDPFilter(charges[2], led)
+        cands = [("a", "c"), ("c", "e"), ("b", "d")]
+        est = [np.full(oracle.domain.project(c).shape, data.n / oracle.domain.project(c).size()) for c in cands]
+        for eps in (0.5, 1.0):
+            out.append(np.array([oracle.select(cands, est, [1.0, 2.0, 1.5], [0.0, 0.0, 0.0], eps, filt, rng)]))
+        out.append(oracle.measure(("b", "d"), filt, rng, sigma=2.0).values)
+        out.append(oracle.indif([("a", "c"), ("b", "d"), ("c", "e")], charges[3], rng))
+        out.append(oracle.l1_errors(cands, est, charges[4], rng))
+        return out
+
+    enc = HEEncoder(HEConfig(crypto="simulated"))
+    local = calls(VerticalOracle(views, part, enc, led := ledger(), {p: np.random.default_rng(7 + i) for i, p
+                                                                      in enumerate(part.names)}, "he"), led)
+    ids = {n: Identity.generate(n) for n in ["server", "P0", "P1"]}
+    roster = Roster.parse({n: i.public_text() for n, i in ids.items()})
+    transport, key = FolderTransport(tmp_path / "ex"), RunKey()
+    state = lambda n: RunState(n, "run", "cfg", ("P0", "P1"))  # noqa: E731
+    party_ledgers, errors = {}, []
+
+    def party(i, p):
+        led = party_ledgers[p] = ledger()
+        sess = Session(ids[p], roster, transport, state(p), 30.0, 0.01, server_key=key.public)
+        server = PartyServer(sess, PartySide(p, views[p], np.random.default_rng(7 + i), led), PartyBudget(led), enc,
+                             part, data.domain, True)
+        try:
+            server.serve()
+        except Exception as exc:   # noqa: BLE001 - reported by the test thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=party, args=(i, p)) for i, p in enumerate(part.names)]
+    for t in threads:
+        t.start()
+    sess = Session(ids["server"], roster, transport, state("server"), 30.0, 0.01, run_key=key)
+    link = RemoteLink(sess, part, data.domain, enc, 30.0, 0.01)
+    try:
+        remote = calls(VerticalOracle.over(link, part, data.domain, enc, led2 := ledger(), "he"), led2)
+    finally:
+        link.done()
+        for t in threads:
+            t.join(30)
+    assert not errors, errors
+    for x, y in zip(local, remote):
+        assert x.shape == y.shape
+        if noise == "simulation":
+            np.testing.assert_array_equal(x, y)
+    assert led2.spent == led.spent
+    spent = {p: [c.mechanism for c in party_ledgers[p].spent] for p in part.names}
+    assert spent == {"P0": ["m1", "count", "rounds", "indif", "l1"], "P1": ["rounds", "indif", "l1"]}, spent
+
+
+def test_a_silent_party_is_named_by_the_server_and_every_other_role_stops(tmp_path):
+    """party2 never starts: the server's wait for its answer is bounded and names it in one line; the server tells
+    party1 why the run stopped, and party1 stops at once with that line (not after its own timeout)."""
+    _setup(tmp_path)
+    server = popen(_server("--timeout", "15"), tmp_path)
+    res1 = cli(*_party("party1"), cwd=tmp_path, ok=False, timeout=120)
+    out, err = server.communicate(timeout=120)
+    assert server.returncode != 0 and "no answer from ['party2']" in err and "is 'party2' down?" in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert res1.returncode != 0 and "the server stopped the run" in res1.stderr and "party2" in res1.stderr, res1.stderr
+
+
+@pytest.mark.slow
+def test_without_a_test_secret_the_parties_draw_secure_noise_and_the_release_says_so(tmp_path):
+    """Production mode: no test secret, so every party draws its noise from the OS CSPRNG (secure noise) and the
+    released ledger says so; the run completes with the same messages."""
+    text = with_roster(tmp_path, CONFIG.replace("SYNTH", "aim").replace("PARAMS", AIM[1]).replace("CRYPTO", "real"),
+                       [*PARTIES, "server"])
+    (tmp_path / "job.toml").write_text(text)
+    hello_all(tmp_path, PARTIES)
+    res = parallel([_party(p) for p in PARTIES] + [_server()], tmp_path, timeout=300)
+    assert all(r[0] == 0 for r in res), res
+    ledger = json.loads((tmp_path / "out" / "ledger.json").read_text())
+    assert "not for production" not in json.dumps(ledger) and ledger["cross_party"]
+    assert ledger["noise"].startswith("secure"), ledger["noise"]
+    assert len(pd.read_csv(tmp_path / "out" / "synthetic.csv")) > 0
+
+
+def test_a_party_releases_no_more_under_one_payment_than_it_covers():
+    """A selection round paid once: the party's noisy best score, then its exponential mechanism, together within
+    the round's ρ; a server asking for the mechanism at the round's whole ε after the best score is refused."""
+    import math
+    import types
+
+    import numpy as np
+
+    from vertisynth.core.dataset import VerticalPartition
+    from vertisynth.core.errors import BudgetError
+    from vertisynth.core.privacy import ZCDP, Budget, Charge, PrivacyLedger
+    from vertisynth.deploy.oracle_rounds import OracleQuery, PartyServer
+    from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
+    from vertisynth.vertical.link import PartyBudget, PartySide, Spend
+    from tests.synthetic_tables import correlated
+
+    data = correlated(100)
+    part = VerticalPartition.from_lists([["a", "c", "e"], ["b", "d"]], ["P0", "P1"]).validate(data.domain)
+    ch = Charge("s", "rounds", ZCDP(1.0))
+    led = PrivacyLedger(Budget(1e6, 1e-9))
+    led.plan([ch])
+    server = PartyServer(types.SimpleNamespace(me="P0"), PartySide("P0", part.views(data)["P0"],
+                                                                   np.random.default_rng(0), led),
+                         PartyBudget(led), HEEncoder(HEConfig(crypto="simulated")), part, data.domain, True)
+    eps = 1.0
+    rho_round, rho_g = eps * eps / 8, 0.5 * eps * eps / 8
+    spend = {"id": 0, **Spend(ch, rho_round, True, "select").to_dict()}
+    cands = [["a", "c"], ["c", "e"]]
+    est = {f"est{i}": np.full(data.domain.project(c).shape, 1.0) for i, c in enumerate(cands)}
+    best = OracleQuery("server", 0, "best", {"candidates": cands, "rho": rho_g, "sensitivity": 1.0,
+                                             "sigma": 1 / math.sqrt(2 * rho_g), "spend": spend, "what": "select",
+                                             "bins": [None, None]},
+                       {"weights": np.ones(2), "offsets": np.zeros(2), **est})
+    server.handle(best)
+    with pytest.raises(BudgetError, match="already released"):
+        server.handle(OracleQuery("server", 1, "em", {"epsilon": eps, "spend": spend, "what": "select"}, {}))
+    server.handle(OracleQuery("server", 2, "em", {"epsilon": math.sqrt(8 * (rho_round - rho_g)), "spend": spend,
+                                                  "what": "select"}, {}))   # the split the oracle makes: fine
+    assert led.spent == [ch]
