@@ -170,9 +170,15 @@ class HEEncoder(Encoder):
         summing party, queries with the encrypting side first). Computed alike by every party from public
         information (the plan, the queries and the aligned row count n)."""
         t = support_bound(self.sigma[stage])
+        load: dict[str, int] = {}   # the clique stage's ties go to the party that encrypts less in the selection
+        if stage == "cliques":
+            ts, size = support_bound(self.sigma["selection"]), lambda b: self._domain.project(b).size()  # noqa: E731
+            for _, e, _, qs in self.pairs(self._selection, n, "selection"):
+                load[e] = load.get(e, 0) + protocol.row_ciphertexts(qs, size, n, ts, self.config.key_bits,
+                                                                    self.config.slot_bits)
         out = []
         for (p, q), qs in self._by_pair(protocol.unique(queries)).items():
-            for enc, summ, part in self._assign(p, q, qs, n, t):
+            for enc, summ, part in self._assign(p, q, qs, n, t, load):
                 out.append(((p, q), enc, summ, part))
         return out
 
@@ -301,17 +307,22 @@ class HEEncoder(Encoder):
             out.setdefault(key, []).append(qq)
         return out
 
-    def _assign(self, p: str, q: str, qs: list, n: int, offset: int) -> list[tuple[str, str, list]]:
+    def _assign(self, p: str, q: str, qs: list, n: int, offset: int, load: Mapping[str, int] | None = None
+                ) -> list[tuple[str, str, list]]:
         """Which side encrypts each table of a pair of parties: start from the cheaper side for all (`_orient`),
         then move single tables to the other side while that lowers (the larger side's ciphertexts per row, both
         sides' total). Blocks summed by different groupings share a ciphertext only in a (wider-slot) shared
         layout, so splitting the tables between the two sides often halves the worse side's encryptions.
         Up to EXACT_SPLIT tables (a clique stage) every split is tried, and one strictly cheaper than the descent's
-        (then also by the ciphertexts the summing sides return, each a full-randomness encryption and a
-        decryption) replaces it: the descent stops at local minima (Adult: 1 + 2 ciphertexts per row where 1 + 1
-        exists). A pure function of public facts: every party computes the same runs. [(E, S, queries E-side
-        first)]."""
-        memo_key = (p, q, tuple(qs), n, offset, tuple(self._domain.size(a) for x in qs for a in x[0] + x[1]))
+        replaces it (the descent stops at local minima: Adult, 2 + 1 ciphertexts per row where 1 + 1 exists);
+        among equally cheap splits, the one whose busier party, counting `load` (its ciphertexts per row in the
+        other stage), encrypts least, then the fewest sums returned (each a full-randomness encryption and a
+        decryption). The tie rule makes who encrypts follow from the plan, not from the tables the data picks,
+        so validate's estimate before a run names the right party. A pure function of public facts: every party
+        computes the same runs. [(E, S, queries E-side first)]."""
+        load = dict(load or {})
+        memo_key = (p, q, tuple(qs), n, offset, tuple(self._domain.size(a) for x in qs for a in x[0] + x[1]),
+                    load.get(p, 0), load.get(q, 0))
         memo = self.__dict__.setdefault("_split_memo", {})
         if memo_key in memo:
             return memo[memo_key]
@@ -353,10 +364,14 @@ class HEEncoder(Encoder):
             splits = [[bool(m >> i & 1) for i in range(len(qs))] for m in range(1 << len(qs))]
             least = min(cost(s) for s in splits)
             tied = [s for s in splits if cost(s) == least]
-            back = [returned(s) for s in tied]
-            top = int(np.argmin(back))
-            if least < best or back[top] < returned(side):
-                side = tied[top]
+
+            def key(s: list[bool]) -> tuple[int, int]:
+                busy = max(load.get(p, 0) + row_cts(True, tuple(s)), load.get(q, 0) + row_cts(False, tuple(s)))
+                return busy, returned(s)
+
+            top = min(tied, key=key)
+            if least < best or key(top) < key(side):
+                side = top
         runs = [(p, q, [x for x, s in zip(qs, side) if s]), (q, p, [(x[1], x[0]) for x, s in zip(qs, side) if not s])]
         memo[memo_key] = [r for r in runs if r[2]]
         return memo[memo_key]
@@ -405,17 +420,25 @@ class HEEncoder(Encoder):
 
     def clique_stand_in(self) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
         """Before a run the server has not chosen the clique tables (they follow from the data): the estimate
-        stands in the `cliques` selection pairs with the most cells, each summed by its own grouping where the
-        pairs allow (distinct groupings cannot share a ciphertext: the costlier case)."""
-        size = lambda q: self._domain.project(q[0] + q[1]).size()  # noqa: E731
-        ranked = sorted(self._selection, key=lambda q: (-size(q), q))
-        picked, seen = [], set()
-        for q in ranked:   # first one pair per grouping (either side's attribute), then the rest by cells
-            if len(picked) < self.config.cliques and not ({q[0], q[1]} & seen):
-                picked.append(q)
-                seen |= {q[0], q[1]}
-        picked += [q for q in ranked if q not in picked][: self.config.cliques - len(picked)]
-        return picked
+        stands in `cliques` tables of the shape the server's picks take (docs/he.md, measured on Adult, NLTCS and
+        the zoo): one attribute of a party against a pair of another's, spread round-robin over the ordered pairs
+        of parties. The model's hub attributes recur (about two tables per single attribute on Adult), so each
+        party's singles are its smallest `ceil(tables per ordered pair / 2)` attributes, the pairs the other
+        party's from the median of their cells up (a party of one attribute gives singles only). Only the public domain and
+        the plan are read."""
+        size = lambda b: self._domain.project(tuple(b)).size()  # noqa: E731
+        mine = {p: sorted((a for a in self._domain.attributes if self._owner[a] == p), key=lambda a: (size((a,)), a))
+                for p in self._parties}
+        ordered = [(p, q) for p in self._parties for q in self._parties if p != q]
+        per = -(-self.config.cliques // len(ordered))
+        lists = []
+        for p, q in ordered:
+            singles = mine[p][: -(-per // 2)]
+            pairs = sorted(itertools.combinations(mine[q], 2), key=lambda b: (size(b), b)) or [(a,) for a in mine[q]]
+            mid = len(pairs) // 4
+            lists.append([((singles[i % len(singles)],), tuple(pairs[(mid + i) % len(pairs)])) for i in range(per)])
+        picked = [q for i in range(per) for lst in lists for q in lst[i:i + 1]]   # round-robin over the pairs
+        return protocol.unique(picked)[: self.config.cliques]
 
     def cost_estimate(self, n: int, clique_queries=None) -> dict[str, dict[str, float]]:
         """Expected ciphertexts, bytes sent and CPU seconds per party for `n` rows (`vertisynth validate`): the
