@@ -424,8 +424,8 @@ class HEEncoder(Encoder):
         the zoo): one attribute of a party against a pair of another's, spread round-robin over the ordered pairs
         of parties. The model's hub attributes recur (about two tables per single attribute on Adult), so each
         party's singles are its smallest `ceil(tables per ordered pair / 2)` attributes, the pairs the other
-        party's from the median of their cells up (a party of one attribute gives singles only). Only the public domain and
-        the plan are read."""
+        party's from the lower quartile of their cells up (a party of one attribute gives singles only). Only the
+        public domain and the plan are read."""
         size = lambda b: self._domain.project(tuple(b)).size()  # noqa: E731
         mine = {p: sorted((a for a in self._domain.attributes if self._owner[a] == p), key=lambda a: (size((a,)), a))
                 for p in self._parties}
