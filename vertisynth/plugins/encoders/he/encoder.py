@@ -37,6 +37,7 @@ from . import paillier, protocol, server_trust
 from .noise import GeneratorSource, SystemSource, support_bound
 
 STAGE = "encoder"
+STAND_IN_Z = 3.0   # VertiMRF's default z: the server measures a triple whose mean count is over z·σ
 EXACT_SPLIT = 12   # tables of a pair of parties up to which `_assign` tries every split (2^12)
 MECHANISMS = {"selection": "he_selection", "cliques": "he_cliques"}
 
@@ -418,15 +419,19 @@ class HEEncoder(Encoder):
                 + cells * op["draw"]
         return out
 
-    def clique_stand_in(self) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+    def clique_stand_in(self, n: int | None = None) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
         """Before a run the server has not chosen the clique tables (they follow from the data): the estimate
         stands in `cliques` tables of the shape the server's picks take (docs/he.md, measured on Adult, NLTCS and
         the zoo): one attribute of a party against a pair of another's, spread round-robin over the ordered pairs
         of parties. The model's hub attributes recur (about two tables per single attribute on Adult), so each
         party's singles are its smallest `ceil(tables per ordered pair / 2)` attributes, the pairs the other
-        party's from the lower quartile of their cells up (a party of one attribute gives singles only). Only the
-        public domain and the plan are read."""
+        party's from the lower quartile of their cells up; a triple over the server's limit (`max_cells`, and a
+        mean count of z·σ at n rows with VertiMRF's z = 3) falls back to single attributes, as the server's
+        candidates do. Only the public domain, the plan and n are read."""
         size = lambda b: self._domain.project(tuple(b)).size()  # noqa: E731
+        limit = float(self.config.max_cells)
+        if n is not None:
+            limit = min(limit, n / (STAND_IN_Z * math.sqrt(self.variance("cliques"))))
         mine = {p: sorted((a for a in self._domain.attributes if self._owner[a] == p), key=lambda a: (size((a,)), a))
                 for p in self._parties}
         ordered = [(p, q) for p in self._parties for q in self._parties if p != q]
@@ -434,9 +439,15 @@ class HEEncoder(Encoder):
         lists = []
         for p, q in ordered:
             singles = mine[p][: -(-per // 2)]
-            pairs = sorted(itertools.combinations(mine[q], 2), key=lambda b: (size(b), b)) or [(a,) for a in mine[q]]
+            pairs = sorted(itertools.combinations(mine[q], 2), key=lambda b: (size(b), b))
             mid = len(pairs) // 4
-            lists.append([((singles[i % len(singles)],), tuple(pairs[(mid + i) % len(pairs)])) for i in range(per)])
+            pairs = pairs[mid:] + pairs[:mid]
+            out = []
+            for i in range(per):
+                a = singles[i % len(singles)]
+                fit = [b for b in pairs if size((a,)) * size(b) <= limit] or [(x,) for x in mine[q]]
+                out.append(((a,), tuple(fit[i % len(fit)])))
+            lists.append(out)
         picked = [q for i in range(per) for lst in lists for q in lst[i:i + 1]]   # round-robin over the pairs
         return protocol.unique(picked)[: self.config.cliques]
 
@@ -445,7 +456,7 @@ class HEEncoder(Encoder):
         selection stage exactly as the run makes it (`stage_cost`: its table split and layouts); the clique stage
         on `clique_queries` (the server's choice, known after a run) or, before one, on `clique_stand_in`."""
         c = self.config
-        cliques = clique_queries if clique_queries is not None else self.clique_stand_in()
+        cliques = clique_queries if clique_queries is not None else self.clique_stand_in(n)
         stages = [self.stage_cost(self._selection, n, "selection"), self.stage_cost(cliques, n, "cliques")]
         out = {p: {k: sum(s[p][k] for s in stages) for k in ("ciphertexts", "bytes", "cpu_s")} for p in self._parties}
         if c.crypto == "real":   # one key pair per encrypting party and run
