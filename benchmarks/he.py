@@ -25,6 +25,10 @@ centralised PrivMRF, and the cost of the real crypto.
    ciphertexts each party encrypted per row, 3-way TVD, and the `vertisynth validate` estimate per party (on the
    run's clique tables and on the stand-in) against the measured CPU. Target: <= 90 CPU s on all of Adult.
    Quality options: `--two-way` (2-way TVD beside the 3-way), `--methods HE` (skip FM), `--he-params JSON`.
+5. Estimate (`--only estimate --estimate-rows 8000 --estimate-data adult,nltcs,zoo:strong`; not part of the default
+   run): per dataset, `vertisynth validate`'s estimate before any row is read (`cost_estimate(n)`: the stand-in
+   clique tables, per-operation costs timed here) against a real-crypto run of the same plan on n rows (a random
+   subsample; zoo: n records), per party: protocol CPU (`Costs`) and the ratio. Target: within 25%.
 """
 from __future__ import annotations
 
@@ -322,12 +326,42 @@ def speed(data_dir: str, rows: int, eps: float = 1.6, marginals: int = 300) -> N
           f"Adult), TVD {t_d:.4f} against {t_a:.4f}")
 
 
+def estimate(data_dir: str, rows: int, datasets: list[str], eps: float = 1.6) -> None:
+    """validate's estimate before the run against the run, per party and dataset (real crypto, workers 2)."""
+    from vertisynth.plugins.encoders.he import protocol
+
+    synth, params = methods("real")["VertiMRF-HE"]
+    params = {**params, "encoder_params": {**params["encoder_params"], "workers": 2}}
+    for name in datasets:
+        if name.startswith("zoo:"):
+            ds = {"name": "zoo", "params": {"preset": name[4:], "n": rows}}
+        else:
+            ds = {"name": name, "params": {"data_dir": data_dir, "sample": rows, "sample_seed": 1}}
+        cfg = parse_config({"seed": 0, "budget": {"epsilon": eps, "delta": 1e-5}, "dataset": ds,
+                            "synthesizer": {"use": synth, "params": params},
+                            "evaluators": [{"use": "tvd", "params": {"ways": [3], "marginals": 50}}]})
+        plan = make_plan(cfg)
+        syn = plan.synthesizer.instance
+        before = syn.cost_estimate(rows)   # validate: the plan only, no row read (per-operation costs timed here)
+        c0 = protocol.cpu_now()
+        execute(plan)
+        cpu = protocol.cpu_now() - c0
+        enc = syn._encoder
+        ran = {p: sum(c.cpu.get(p, 0.0) for c in enc.costs.values()) for p in enc.parties()}
+        after = enc.cost_estimate(rows, clique_queries=_split(enc, syn._chosen))
+        print(f"{name:<18} n={rows:,} ε {eps}: run {cpu:.1f} CPU s in all; " + "; ".join(
+            f"{p} protocol {ran[p]:.1f} s, estimate before {before[p]['cpu_s']:.1f} s "
+            f"({before[p]['cpu_s'] / max(ran[p], 1e-9):.2f}x), on the run's tables {after[p]['cpu_s']:.1f} s "
+            f"({after[p]['cpu_s'] / max(ran[p], 1e-9):.2f}x)" for p in enc.parties()), flush=True)
+
+
 def main() -> int:
     global ZOO, RANDOMNESS, METHODS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", default=os.environ.get("VERTISYNTH_DATA",
                                                          str(Path(__file__).resolve().parents[2] / "shared" / "data")))
-    ap.add_argument("--only", choices=["quality", "nltcs", "adult", "zoo", "cost", "scale", "speed"], default=None,
+    ap.add_argument("--only", choices=["quality", "nltcs", "adult", "zoo", "cost", "scale", "speed", "estimate"],
+                    default=None,
                     help="quality = nltcs + adult + zoo")
     ap.add_argument("--runs", type=int, default=1, help="seeds per cell (CPU is scarce: default 1)")
     ap.add_argument("--marginals", type=int, default=300)
@@ -345,6 +379,9 @@ def main() -> int:
     ap.add_argument("--queries-cache", default=None, help="--only scale: JSON file caching the Adult run's queries")
     ap.add_argument("--speed-rows", type=int, default=45_222, help="--only speed: Adult rows (45222: all)")
     ap.add_argument("--speed-eps", type=float, default=1.6, help="--only speed: ε")
+    ap.add_argument("--estimate-rows", type=int, default=8000, help="--only estimate: rows per dataset")
+    ap.add_argument("--estimate-data", default="adult,nltcs,zoo:strong,zoo:small-domains",
+                    help="--only estimate: datasets (adult, nltcs, zoo:<preset>)")
     ap.add_argument("--two-way", action="store_true", help="also the 2-way TVD (quality)")
     ap.add_argument("--methods", default=None, help="quality: comma list of HE, FM (PrivMRF always runs)")
     ap.add_argument("--he-params", default=None, help='JSON merged into the he encoder params, e.g. {"cliques": 24}')
@@ -360,8 +397,8 @@ def main() -> int:
         METHODS = {"HE": "VertiMRF-HE", "FM": "VertiMRF-FM"}
         METHODS = [METHODS[m] for m in args.methods.split(",")]
     dd = args.data_dir
-    want = lambda part: args.only == part or (args.only is None and part not in ("scale", "speed")) or (  # noqa: E731
-        args.only == "quality" and part not in ("cost", "scale", "speed"))
+    want = lambda part: args.only == part or (args.only is None and part not in ("scale", "speed", "estimate")) or (  # noqa: E731
+        args.only == "quality" and part not in ("cost", "scale", "speed", "estimate"))
     if want("nltcs"):
         quality("NLTCS", {"name": "nltcs", "params": {"data_dir": dd}}, [0.4, 1.6], args.runs, args.marginals)
     if want("adult"):
@@ -390,6 +427,8 @@ def main() -> int:
         cost(dd, [int(r) for r in args.cost_rows.split(",")])
     if want("speed"):
         speed(dd, args.speed_rows, args.speed_eps, args.marginals)
+    if want("estimate"):
+        estimate(dd, args.estimate_rows, args.estimate_data.split(","))
     if want("scale"):
         scale(dd, [int(r) for r in args.scale_rows.split(",")], not args.no_sum, args.queries_cache)
     return 0

@@ -11,6 +11,7 @@ weaker viewer, sees counts + one σ, which is what the charge covers; the server
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import math
@@ -36,6 +37,8 @@ from . import paillier, protocol, server_trust
 from .noise import GeneratorSource, SystemSource, support_bound
 
 STAGE = "encoder"
+STAND_IN_Z = 3.0   # VertiMRF's default z: the server measures a triple whose mean count is over z·σ
+EXACT_SPLIT = 12   # tables of a pair of parties up to which `_assign` tries every split (2^12)
 MECHANISMS = {"selection": "he_selection", "cliques": "he_cliques"}
 
 
@@ -168,9 +171,15 @@ class HEEncoder(Encoder):
         summing party, queries with the encrypting side first). Computed alike by every party from public
         information (the plan, the queries and the aligned row count n)."""
         t = support_bound(self.sigma[stage])
+        load: dict[str, int] = {}   # the clique stage's ties go to the party that encrypts less in the selection
+        if stage == "cliques":
+            ts, size = support_bound(self.sigma["selection"]), lambda b: self._domain.project(b).size()  # noqa: E731
+            for _, e, _, qs in self.pairs(self._selection, n, "selection"):
+                load[e] = load.get(e, 0) + protocol.row_ciphertexts(qs, size, n, ts, self.config.key_bits,
+                                                                    self.config.slot_bits)
         out = []
         for (p, q), qs in self._by_pair(protocol.unique(queries)).items():
-            for enc, summ, part in self._assign(p, q, qs, n, t):
+            for enc, summ, part in self._assign(p, q, qs, n, t, load):
                 out.append(((p, q), enc, summ, part))
         return out
 
@@ -299,21 +308,38 @@ class HEEncoder(Encoder):
             out.setdefault(key, []).append(qq)
         return out
 
-    def _assign(self, p: str, q: str, qs: list, n: int, offset: int) -> list[tuple[str, str, list]]:
+    def _assign(self, p: str, q: str, qs: list, n: int, offset: int, load: Mapping[str, int] | None = None
+                ) -> list[tuple[str, str, list]]:
         """Which side encrypts each table of a pair of parties: start from the cheaper side for all (`_orient`),
         then move single tables to the other side while that lowers (the larger side's ciphertexts per row, both
         sides' total). Blocks summed by different groupings share a ciphertext only in a (wider-slot) shared
         layout, so splitting the tables between the two sides often halves the worse side's encryptions.
-        A pure function of public facts: every party computes the same runs. [(E, S, queries E-side first)]."""
-        size = lambda b: self._domain.project(b).size()  # noqa: E731
+        Up to EXACT_SPLIT tables (a clique stage) every split is tried, and one strictly cheaper than the descent's
+        replaces it (the descent stops at local minima: Adult, 2 + 1 ciphertexts per row where 1 + 1 exists);
+        among equally cheap splits, the one whose busier party, counting `load` (its ciphertexts per row in the
+        other stage), encrypts least, then the fewest sums returned (each a full-randomness encryption and a
+        decryption). The tie rule makes who encrypts follow from the plan, not from the tables the data picks,
+        so validate's estimate before a run names the right party. A pure function of public facts: every party
+        computes the same runs. [(E, S, queries E-side first)]."""
+        load = dict(load or {})
+        memo_key = (p, q, tuple(qs), n, offset, tuple(self._domain.size(a) for x in qs for a in x[0] + x[1]),
+                    load.get(p, 0), load.get(q, 0))
+        memo = self.__dict__.setdefault("_split_memo", {})
+        if memo_key in memo:
+            return memo[memo_key]
+        size = functools.cache(lambda b: self._domain.project(b).size())
         bits, sb = self.config.key_bits, self.config.slot_bits
         enc0, _, _ = self._orient(p, q, qs, n, offset)
+        rows: dict[tuple[bool, tuple[bool, ...]], int] = {}
+
+        def row_cts(mine: bool, side: tuple[bool, ...]) -> int:   # ciphertexts per row of p's (mine) or q's tables
+            if (mine, side) not in rows:
+                part = [x if mine else (x[1], x[0]) for x, s in zip(qs, side) if s == mine]
+                rows[(mine, side)] = protocol.row_ciphertexts(part, size, n, offset, bits, sb) if part else 0
+            return rows[(mine, side)]
 
         def cost(side: list[bool]) -> tuple[int, int]:
-            a = [x for x, s in zip(qs, side) if s]
-            b = [(x[1], x[0]) for x, s in zip(qs, side) if not s]
-            ca = protocol.row_ciphertexts(a, size, n, offset, bits, sb) if a else 0
-            cb = protocol.row_ciphertexts(b, size, n, offset, bits, sb) if b else 0
+            ca, cb = row_cts(True, tuple(side)), row_cts(False, tuple(side))
             return max(ca, cb), ca + cb
 
         def descend(side: list[bool]) -> tuple[tuple[int, int], list[bool]]:
@@ -325,11 +351,31 @@ class HEEncoder(Encoder):
                 best, side = c, side[:i] + [not side[i]] + side[i + 1:]
             return best, side
 
+        def returned(side: list[bool]) -> int:   # the summing sides' returned ciphertexts
+            out = 0
+            for mine in (True, False):
+                part = [x if mine else (x[1], x[0]) for x, s in zip(qs, side) if s == mine]
+                out += protocol.stage_counts(part, size, n, offset, bits, sb)["returned"] if part else 0
+            return out
+
         # from both one-sided starts (True: p encrypts that table); the cheaper side's start wins a tie
         starts = [[enc0 == p] * len(qs), [enc0 != p] * len(qs)]
-        _, side = min((descend(st) + (k,) for k, st in enumerate(starts)), key=lambda r: (r[0], r[2]))[:2]
+        best, side = min((descend(st) + (k,) for k, st in enumerate(starts)), key=lambda r: (r[0], r[2]))[:2]
+        if len(qs) <= EXACT_SPLIT:
+            splits = [[bool(m >> i & 1) for i in range(len(qs))] for m in range(1 << len(qs))]
+            least = min(cost(s) for s in splits)
+            tied = [s for s in splits if cost(s) == least]
+
+            def key(s: list[bool]) -> tuple[int, int]:
+                busy = max(load.get(p, 0) + row_cts(True, tuple(s)), load.get(q, 0) + row_cts(False, tuple(s)))
+                return busy, returned(s)
+
+            top = min(tied, key=key)
+            if least < best or key(top) < key(side):
+                side = top
         runs = [(p, q, [x for x, s in zip(qs, side) if s]), (q, p, [(x[1], x[0]) for x, s in zip(qs, side) if not s])]
-        return [r for r in runs if r[2]]
+        memo[memo_key] = [r for r in runs if r[2]]
+        return memo[memo_key]
 
     def _orient(self, p: str, q: str, qs: list, n: int, offset: int) -> tuple[str, str, list]:
         """(encrypting party, summing party, queries with the encrypting side first): the side whose layout needs
@@ -373,26 +419,44 @@ class HEEncoder(Encoder):
                 + cells * op["draw"]
         return out
 
-    def clique_stand_in(self) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+    def clique_stand_in(self, n: int | None = None) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
         """Before a run the server has not chosen the clique tables (they follow from the data): the estimate
-        stands in the `cliques` selection pairs with the most cells, each summed by its own grouping where the
-        pairs allow (distinct groupings cannot share a ciphertext: the costlier case)."""
-        size = lambda q: self._domain.project(q[0] + q[1]).size()  # noqa: E731
-        ranked = sorted(self._selection, key=lambda q: (-size(q), q))
-        picked, seen = [], set()
-        for q in ranked:   # first one pair per grouping (either side's attribute), then the rest by cells
-            if len(picked) < self.config.cliques and not ({q[0], q[1]} & seen):
-                picked.append(q)
-                seen |= {q[0], q[1]}
-        picked += [q for q in ranked if q not in picked][: self.config.cliques - len(picked)]
-        return picked
+        stands in `cliques` tables of the shape the server's picks take (docs/he.md, measured on Adult, NLTCS and
+        the zoo): one attribute of a party against a pair of another's, spread round-robin over the ordered pairs
+        of parties. The model's hub attributes recur (about two tables per single attribute on Adult), so each
+        party's singles are its smallest `ceil(tables per ordered pair / 2)` attributes, the pairs the other
+        party's from the lower quartile of their cells up; a triple over the server's limit (`max_cells`, and a
+        mean count of z·σ at n rows with VertiMRF's z = 3) falls back to single attributes, as the server's
+        candidates do. Only the public domain, the plan and n are read."""
+        size = lambda b: self._domain.project(tuple(b)).size()  # noqa: E731
+        limit = float(self.config.max_cells)
+        if n is not None:
+            limit = min(limit, n / (STAND_IN_Z * math.sqrt(self.variance("cliques"))))
+        mine = {p: sorted((a for a in self._domain.attributes if self._owner[a] == p), key=lambda a: (size((a,)), a))
+                for p in self._parties}
+        ordered = [(p, q) for p in self._parties for q in self._parties if p != q]
+        per = -(-self.config.cliques // len(ordered))
+        lists = []
+        for p, q in ordered:
+            singles = mine[p][: -(-per // 2)]
+            pairs = sorted(itertools.combinations(mine[q], 2), key=lambda b: (size(b), b))
+            mid = len(pairs) // 4
+            pairs = pairs[mid:] + pairs[:mid]
+            out = []
+            for i in range(per):
+                a = singles[i % len(singles)]
+                fit = [b for b in pairs if size((a,)) * size(b) <= limit] or [(x,) for x in mine[q]]
+                out.append(((a,), tuple(fit[i % len(fit)])))
+            lists.append(out)
+        picked = [q for i in range(per) for lst in lists for q in lst[i:i + 1]]   # round-robin over the pairs
+        return protocol.unique(picked)[: self.config.cliques]
 
     def cost_estimate(self, n: int, clique_queries=None) -> dict[str, dict[str, float]]:
         """Expected ciphertexts, bytes sent and CPU seconds per party for `n` rows (`vertisynth validate`): the
         selection stage exactly as the run makes it (`stage_cost`: its table split and layouts); the clique stage
         on `clique_queries` (the server's choice, known after a run) or, before one, on `clique_stand_in`."""
         c = self.config
-        cliques = clique_queries if clique_queries is not None else self.clique_stand_in()
+        cliques = clique_queries if clique_queries is not None else self.clique_stand_in(n)
         stages = [self.stage_cost(self._selection, n, "selection"), self.stage_cost(cliques, n, "cliques")]
         out = {p: {k: sum(s[p][k] for s in stages) for k in ("ciphertexts", "bytes", "cpu_s")} for p in self._parties}
         if c.crypto == "real":   # one key pair per encrypting party and run
