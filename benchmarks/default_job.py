@@ -115,12 +115,15 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="config seeds (medians over them)")
     ap.add_argument("--set", dest="sets", action="append", default=[],
                     help="candidate override KEY.PATH=TOML_VALUE (repeatable); none: today's settings twice")
+    ap.add_argument("--anchor-set", dest="anchor_sets", action="append", default=[],
+                    help="override for the anchor instead (e.g. an old setting the defaults have left: "
+                         "synthesizer.params.fit_atol=0.0 runs VertiMRF's fits to `iters` as before)")
     ap.add_argument("--dataset", default=None, help="census (the default job's), nltcs or adult")
     ap.add_argument("--data-dir", default=os.environ.get("VERTISYNTH_DATA"),
                     help="folder with the NLTCS/Adult data (or set VERTISYNTH_DATA)")
     args = ap.parse_args()
-    today = with_overrides(tomllib.loads(DEFAULT_CONFIG_TOML), [], args.dataset)
-    settings = {"today": today, "candidate": with_overrides(today, args.sets, None)}
+    base = with_overrides(tomllib.loads(DEFAULT_CONFIG_TOML), [], args.dataset)
+    settings = {"today": with_overrides(base, args.anchor_sets, None), "candidate": with_overrides(base, args.sets, None)}
     rows: dict[str, list[dict[str, float]]] = {k: [] for k in settings}
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.seeds:   # interleaved, so that a burst of load hits both alike
@@ -128,7 +131,8 @@ def main() -> None:
                 rows[name].append(run_once(cfg, seed, Path(tmp), args.data_dir))
     keys = [k for k in rows["today"][0] if all(k in r for rs in rows.values() for r in rs)]
     med = {name: {k: statistics.median(r[k] for r in rs) for k in keys} for name, rs in rows.items()}
-    print(f"default job on {args.dataset or 'census'}; seeds {args.seeds}; candidate: {args.sets or 'today again'}")
+    print(f"default job on {args.dataset or 'census'}; seeds {args.seeds}; anchor ('today'): "
+          f"{args.anchor_sets or 'the defaults'}; candidate: {args.sets or 'the defaults'}")
     print(f"  {'median':34s} {'today':>9s} {'candidate':>10s} {'ratio':>7s}")
     for k in keys:
         a, b = med["today"][k], med["candidate"][k]
