@@ -97,7 +97,8 @@ def run_once(cfg: dict[str, Any], seed: int, work: Path, data_dir: str | None, t
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     res = subprocess.run([sys.executable, "-m", "vertisynth", "run", str(path), "-q", "-o", str(out),
-                          "--seed", str(seed)], capture_output=True, text=True, env=env, timeout=3600)
+                          "--seed", str(seed)], capture_output=True, text=True, env=env, timeout=3600,
+                         cwd=work)   # not the repository: `python -m` puts the working folder first on sys.path
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if res.returncode != 0:
