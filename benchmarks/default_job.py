@@ -6,7 +6,9 @@ user + sys of that process, so a machine shared with other work still gives comp
 settings are the default config with dotted overrides (TOML values), e.g.
   PYTHONPATH=$PWD python benchmarks/default_job.py --seeds 0 1 2 \\
       --set synthesizer.params.encoder_params.t=16000 --set synthesizer.params.iters=1000
-and on another dataset (the same overrides, the same metrics; NLTCS/Adult need --data-dir or VERTISYNTH_DATA):
+against the code of another commit (e.g. main before a change: --base COMMIT, the anchor runs on its export), or
+with an old setting as the anchor (--anchor-set KEY=VALUE), and on another dataset (the same overrides, the same
+metrics; NLTCS/Adult need --data-dir or VERTISYNTH_DATA):
   PYTHONPATH=$PWD python benchmarks/default_job.py --dataset adult --set ...
 It prints per setting the medians over seeds of CPU s, wall s, the fit and evaluate phases (CPU time of the run
 is not split by phase: those two are wall seconds from report.json), TVD (2/3/4-way) and ML utility, and the
@@ -85,17 +87,18 @@ def with_overrides(cfg: dict[str, Any], sets: list[str], dataset: str | None) ->
     return cfg
 
 
-def run_once(cfg: dict[str, Any], seed: int, work: Path, data_dir: str | None) -> dict[str, float]:
+def run_once(cfg: dict[str, Any], seed: int, work: Path, data_dir: str | None, tree: Path = REPO) -> dict[str, float]:
     path = work / "job.toml"
     path.write_text(to_toml(cfg))
     out = work / "out"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": str(tree)}
     if data_dir:
         env["VERTISYNTH_DATA"] = data_dir
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     res = subprocess.run([sys.executable, "-m", "vertisynth", "run", str(path), "-q", "-o", str(out),
-                          "--seed", str(seed)], capture_output=True, text=True, env=env, timeout=3600)
+                          "--seed", str(seed)], capture_output=True, text=True, env=env, timeout=3600,
+                         cwd=work)   # not the repository: `python -m` puts the working folder first on sys.path
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if res.returncode != 0:
@@ -115,20 +118,34 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="config seeds (medians over them)")
     ap.add_argument("--set", dest="sets", action="append", default=[],
                     help="candidate override KEY.PATH=TOML_VALUE (repeatable); none: today's settings twice")
+    ap.add_argument("--anchor-set", dest="anchor_sets", action="append", default=[],
+                    help="override for the anchor instead (e.g. an old setting the defaults have left: "
+                         "synthesizer.params.fit_atol=0.0 runs VertiMRF's fits to `iters` as before)")
+    ap.add_argument("--base", default=None,
+                    help="run the anchor on this commit's code (exported with git archive; e.g. main before a change)")
     ap.add_argument("--dataset", default=None, help="census (the default job's), nltcs or adult")
     ap.add_argument("--data-dir", default=os.environ.get("VERTISYNTH_DATA"),
                     help="folder with the NLTCS/Adult data (or set VERTISYNTH_DATA)")
     args = ap.parse_args()
-    today = with_overrides(tomllib.loads(DEFAULT_CONFIG_TOML), [], args.dataset)
-    settings = {"today": today, "candidate": with_overrides(today, args.sets, None)}
+    base = with_overrides(tomllib.loads(DEFAULT_CONFIG_TOML), [], args.dataset)
+    settings = {"today": with_overrides(base, args.anchor_sets, None), "candidate": with_overrides(base, args.sets, None)}
     rows: dict[str, list[dict[str, float]]] = {k: [] for k in settings}
     with tempfile.TemporaryDirectory() as tmp:
+        trees = {"today": REPO, "candidate": REPO}
+        if args.base:
+            old = Path(tmp) / "base"
+            old.mkdir()
+            archive = subprocess.run(["git", "-C", str(REPO), "archive", args.base], capture_output=True, check=True)
+            subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
+            trees["today"] = old
         for seed in args.seeds:   # interleaved, so that a burst of load hits both alike
             for name, cfg in settings.items():
-                rows[name].append(run_once(cfg, seed, Path(tmp), args.data_dir))
+                rows[name].append(run_once(cfg, seed, Path(tmp), args.data_dir, trees[name]))
     keys = [k for k in rows["today"][0] if all(k in r for rs in rows.values() for r in rs)]
     med = {name: {k: statistics.median(r[k] for r in rs) for k in keys} for name, rs in rows.items()}
-    print(f"default job on {args.dataset or 'census'}; seeds {args.seeds}; candidate: {args.sets or 'today again'}")
+    print(f"default job on {args.dataset or 'census'}; seeds {args.seeds}; anchor ('today'): "
+          f"{args.anchor_sets or 'the defaults'}{' of commit ' + args.base if args.base else ''}; "
+          f"candidate: {args.sets or 'the defaults'}")
     print(f"  {'median':34s} {'today':>9s} {'candidate':>10s} {'ratio':>7s}")
     for k in keys:
         a, b = med["today"][k], med["candidate"][k]

@@ -36,7 +36,7 @@ def self_contained(html: str) -> None:
     assert not re.search(r"https?://", html), "the page names a URL"
     assert not re.search(r"<link\b|<script\b|@import|url\(", html, re.I)
     srcs = re.findall(r'src="([^"]*)"', html)
-    assert srcs and all(s.startswith("data:image/png;base64,") for s in srcs)
+    assert srcs and all(s.startswith(("data:image/png;base64,", "data:image/svg+xml;base64,")) for s in srcs)
 
 
 def test_run_writes_a_self_contained_report_html(run_dir):
@@ -88,3 +88,33 @@ def test_tvd_reference_points_are_the_independent_product_and_the_holdout_floor(
     floor = ev.reference_points(train, hold)["tvd_2way"]["holdout_floor"]
     pairs = [("a", "b"), ("a", "c"), ("b", "c")]
     assert floor == pytest.approx(np.mean([marginal_tvd(train, hold, s) for s in pairs]))
+
+
+def test_report_figures_are_svg_drawn_without_matplotlib(tmp_path):
+    """The run report's three figures are inline SVG documents with a size (so a browser gives the <img> a width),
+    and writing the report does not import matplotlib (its import and PNG rendering were about half the
+    default job's CPU seconds, docs/speed.md): checked in a fresh interpreter."""
+    import base64
+    import os
+    import subprocess
+    import sys
+    import xml.etree.ElementTree as ET
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    cfg = {**CONFIG, "dataset": {"name": "census", "params": {"n": 600}}, "evaluators": [{"use": "tvd", "params": {"ways": [2], "marginals": 5}}]}
+    code = ("import json, sys; from vertisynth.run.config import parse_config; from vertisynth.run.pipeline import run; "
+            f"run(parse_config(json.loads({json.dumps(json.dumps(cfg))})), sys.argv[1]); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib'))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip().splitlines()[-1] == "[]"
+    html = (tmp_path / "report.html").read_text()
+    self_contained(html)
+    srcs = dict(re.findall(r'<img id="([^"]+)"[^>]*src="data:image/svg\+xml;base64,([^"]*)"', html))
+    assert set(srcs) == {"fig-graph", "fig-marginals", "fig-heatmap"}
+    for name, b64 in srcs.items():
+        root = ET.fromstring(base64.b64decode(b64))
+        assert root.tag.endswith("svg") and float(root.get("width")) > 100 and float(root.get("height")) > 100, name
+        assert len(root) > 10, name   # bars, cells, nodes: more than a frame

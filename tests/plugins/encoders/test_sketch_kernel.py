@@ -112,49 +112,71 @@ def test_messages_carry_the_prf_layout(tmp_path):
         attrs.evolve(msg, prf="aes256-ecb/low64").validate()
 
 
-def _clz32(x):
+def _clz(x, bits):
     x = np.asarray(x, dtype=np.uint64)
-    return np.where(x == 0, 32, 31 - np.floor(np.log2(np.maximum(x, 1).astype(float))).astype(int))
+    return np.where(x == 0, bits, bits - 1 - np.floor(np.log2(np.maximum(x, 1).astype(float))).astype(int))
 
 
-def test_32_bit_words_extend_to_64_bits_when_zero():
-    """γ = 1 reads 32-bit words; a zero word (probability 2^-32) continues counting in the extension PRF,
-    so the value is min(clz64, 53) of a uniform 64-bit word: the same capped geometric law."""
-    from vertisynth.plugins.encoders.prf import TAG_FM_LOW, geometric_from_words32, prf_pairs
+@pytest.mark.parametrize("dtype", [np.uint16, np.uint32])
+def test_short_words_extend_to_64_bits_when_zero(dtype):
+    """γ = 1 reads 16-bit words (the layout's; 32-bit ones too); a zero word (probability 2^-16) continues counting
+    in the extension PRF, so the value is min(clz64, 53) of a uniform 64-bit word: the same capped geometric law."""
+    from vertisynth.plugins.encoders.prf import TAG_FM_LOW, geometric_from_prefix, prf_pairs
 
+    bits = 8 * np.dtype(dtype).itemsize
     rng = np.random.default_rng(0)
-    w = rng.integers(1, 2**32, 1000, dtype=np.uint64).astype(np.uint32)
+    w = rng.integers(1, 2**bits, 1000, dtype=np.uint64).astype(dtype)
     reps, ids = rng.integers(0, 5000, 1000), rng.integers(0, 10**6, 1000)
-    assert np.array_equal(geometric_from_words32(KEY, w, reps, ids), _clz32(w))
-    zero = np.zeros(50_000, np.uint32)
+    assert np.array_equal(geometric_from_prefix(KEY, w, reps, ids), _clz(w, bits))
+    zero = np.zeros(50_000, dtype)
     reps, ids = np.arange(50_000) % 7, np.arange(50_000)
-    got = geometric_from_words32(KEY, zero, reps, ids).astype(int)
-    low = prf_pairs(KEY, TAG_FM_LOW, reps, ids)[:, 0] >> np.uint64(32)
-    assert np.array_equal(got, 32 + np.minimum(_clz32(low), 21))
-    for k in range(1, 6):  # given a zero word, value − 32 is again geometric
+    got = geometric_from_prefix(KEY, zero, reps, ids).astype(int)
+    low = prf_pairs(KEY, TAG_FM_LOW, reps, ids)[:, 0] >> np.uint64(bits)
+    assert np.array_equal(got, bits + np.minimum(_clz(low, 64 - bits), 53 - bits))
+    for k in range(1, 6):  # given a zero word, value − bits is again geometric
         p = 2.0**-k
-        assert abs(((got - 32) >= k).mean() - p) < 5 * np.sqrt(p * (1 - p) / got.size)
-    assert geometric_from_words32(KEY, zero[:1], [0], [0]).dtype == np.int16
+        assert abs(((got - bits) >= k).mean() - p) < 5 * np.sqrt(p * (1 - p) / got.size)
+    assert geometric_from_prefix(KEY, zero[:1], [0], [0]).dtype == np.int16
+    with pytest.raises(ConfigError, match="uint16 or uint32"):
+        geometric_from_prefix(KEY, w.astype(np.int64), reps, ids)
 
 
 def test_an_all_zero_64_bit_word_gives_the_cap(monkeypatch):
     import vertisynth.plugins.encoders.prf as prf
 
     monkeypatch.setattr(prf, "prf_pairs", lambda key, tag, rows, ids: np.zeros((np.size(rows), 2), np.uint64))
-    assert prf.geometric_from_words32(KEY, np.zeros(3, np.uint32), [0, 1, 2], [5, 5, 5]).tolist() == [53] * 3
+    assert prf.geometric_from_prefix(KEY, np.zeros(3, np.uint16), [0, 1, 2], [5, 5, 5]).tolist() == [53] * 3
 
 
 def test_the_stream_extends_zero_words_with_their_own_repetition_and_id():
-    stream = dpfm.FMRecordStream(KEY, 1.0, 50, 12)
+    stream = dpfm.FMRecordStream(KEY, 1.0, 50, 16)
     ids = np.arange(1000, 1050)
     stream.set_ids(ids)
     _, words = stream.values(8, 12)
     zeroed = np.zeros_like(words)
     i, r = np.array([0, 3, 49, 7]), np.array([0, 5, 11, 2])
-    from vertisynth.plugins.encoders.prf import geometric_from_words32
-    want = geometric_from_words32(KEY, np.zeros(4, np.uint32), 8 + r, ids[i])
+    from vertisynth.plugins.encoders.prf import geometric_from_prefix
+    want = geometric_from_prefix(KEY, np.zeros(4, np.uint16), 8 + r, ids[i])
     assert np.array_equal(stream.exact(zeroed, i, r), want)
-    assert not np.array_equal(want, geometric_from_words32(KEY, np.zeros(4, np.uint32), r, ids[i]))
+    assert not np.array_equal(want, geometric_from_prefix(KEY, np.zeros(4, np.uint16), r, ids[i]))
+
+
+def test_the_layout_reads_eight_16_bit_words_per_aes_block():
+    """FM_LAYOUT "aes256-ecb/8x16": repetition h of record id is word h % 8 of AES-256(key, (TAG_FM, h // 8), id),
+    checked against the cipher itself (so the layout cannot drift from what messages claim)."""
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+    from vertisynth.plugins.encoders.prf import FM_LAYOUT, TAG_FM
+
+    assert FM_LAYOUT == "aes256-ecb/8x16"
+    ids = np.array([3, 70_000, 12], dtype=np.uint64)
+    block = np.empty((ids.size, 2), "<u8")
+    block[:, 0], block[:, 1] = np.uint64(2) | np.uint64(TAG_FM << 56), ids   # repetitions 16..23
+    enc = Cipher(algorithms.AES(KEY), modes.ECB()).encryptor()
+    words = np.frombuffer(enc.update(block.tobytes()), "<u2").reshape(ids.size, 8).T
+    nonzero = words != 0
+    assert nonzero.all()   # (these words: no extension needed)
+    assert np.array_equal(fm_geometric(KEY, np.arange(16, 24), ids, 1.0), _clz(words, 16))
 
 
 # -- the sparse kernel (issue 33): only hash values >= the floor b are looked for ----------------------

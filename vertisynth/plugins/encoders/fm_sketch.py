@@ -61,9 +61,9 @@ def group_max(values: np.ndarray, codes: np.ndarray, size: int, groups=None) -> 
     return out
 
 
-# bytes per repetition·row of a record-major block (dpfm.sketch_maxima), γ = 1: AES input and output 4 + 4
-# (one 16-byte block serves four repetitions), the top 16 bits and their gathered copy 2 + 2
-BLOCK_BYTES = 12
+# bytes per repetition·row of a record-major block (dpfm.sketch_maxima), γ = 1: AES input and output 2 + 2
+# (one 16-byte block serves eight repetitions), the 16-bit words and their gathered copy 2 + 2
+BLOCK_BYTES = 8
 
 
 def block_bytes(gamma: float) -> int:

@@ -10,8 +10,8 @@ Both encoders draw their per-record randomness from PRF(key, row, id) instead of
 Why the server cannot predict the values: AES is a pseudo-random permutation; without the 256-bit
 key (agreed by the parties through X25519 + HKDF, see `core/keys.py`, and never sent to the server)
 the outputs on distinct blocks are computationally indistinguishable from independent uniform
-128-bit strings. The repetition index sits inside the block (DPFM with γ = 1: repetitions 4k..4k+3 take the four
-32-bit words of block k, see `fm_geometric`), so (key, h) acts as t independent
+128-bit strings. The repetition index sits inside the block (DPFM with γ = 1: repetitions 8k..8k+7 take the eight
+16-bit words of block k, see `fm_geometric`), so (key, h) acts as t independent
 hash keys ξ_1..ξ_t. ECB mode is the right mode here: it *is* the PRF applied to each distinct
 block (no block repeats, so no pattern leaks); OpenSSL runs it with AES-NI at GB/s.
 """
@@ -25,7 +25,7 @@ from vertisynth.core.errors import ConfigError
 # Domain-separation tags in the top byte of the row word, so one key never serves two purposes.
 TAG_FM = 1
 TAG_GRR = 2
-TAG_FM_LOW = 3  # DPFM, γ = 1: the low half of a 64-bit word whose 32-bit top half is 0
+TAG_FM_LOW = 3  # DPFM, γ = 1: the low bits of a 64-bit word whose 16-bit top (its PRF word) is 0
 _TWO_M53 = 2.0**-53
 
 
@@ -110,35 +110,38 @@ def prf_pairs(key: bytes, tag: int, rows: np.ndarray, ids: np.ndarray) -> np.nda
     return np.frombuffer(enc.update(blocks.tobytes()), dtype="<u8").reshape(rows.size, 2).copy()
 
 
-def geometric_from_words32(key: bytes, words32: np.ndarray, reps: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """γ = 1 values from 32-bit words: min(clz64(W), 53) of the 64-bit word W whose top half is the word
-    and whose low half is the top 32 bits of the extension PRF(key, TAG_FM_LOW, h, id) — computed only
-    where the word is 0 (probability 2^-32); elsewhere the low half cannot change the leading-zero count.
-    W is uniform on 64 bits, so the law is exactly `geometric_from_words`'s (geometric, capped at 53).
-    `reps`, `ids`: the repetition and record id of every word (same shape as `words32`)."""
-    w = np.asarray(words32, dtype=np.uint32)
-    full = w.astype(np.uint64) << np.uint64(32)
+def geometric_from_prefix(key: bytes, words: np.ndarray, reps: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """γ = 1 values from short words (uint16 or uint32: the top bits of a 64-bit word W): min(clz64(W), 53), where
+    W's low bits are the top bits of the extension PRF(key, TAG_FM_LOW, h, id), computed only where the word is 0
+    (probability 2^-16 or 2^-32); elsewhere they cannot change the leading-zero count. W is uniform on 64
+    bits, so the law is exactly `geometric_from_words`'s (geometric, capped at 53).
+    `reps`, `ids`: the repetition and record id of every word (same shape as `words`)."""
+    w = np.asarray(words)
+    if w.dtype not in (np.uint16, np.uint32):
+        raise ConfigError(f"geometric_from_prefix takes uint16 or uint32 words, got {w.dtype}")
+    bits = np.uint64(8 * w.dtype.itemsize)
+    full = w.astype(np.uint64) << (np.uint64(64) - bits)
     zero = np.flatnonzero(w.ravel() == 0)
     if zero.size:
         low = prf_pairs(key, TAG_FM_LOW, np.asarray(reps).ravel()[zero], np.asarray(ids).ravel()[zero])[:, 0]
-        full.reshape(-1)[zero] = low >> np.uint64(32)
+        full.reshape(-1)[zero] = low >> bits
     return geometric_from_words(full, 1.0)
 
 
 def fm_geometric(key: bytes, reps: np.ndarray, ids: np.ndarray, gamma: float) -> np.ndarray:
     """The hashed geometric value H_{ξ_h}(id) for every repetition h in `reps` and record id: (len(reps), len(ids)) int16.
-    γ = 1 (layout FM_LAYOUT "aes256-ecb/4x32"): repetition h reads the 32-bit word h % 4 (little-endian) of
-    the PRF block (h // 4, id), extended to 64 bits by `geometric_from_words32` in the rare case it is 0;
-    t repetitions cost t/4 AES blocks per record. Other γ need a finer uniform: repetition h reads the
+    γ = 1 (layout FM_LAYOUT "aes256-ecb/8x16"): repetition h reads the 16-bit word h % 8 (little-endian) of
+    the PRF block (h // 8, id), extended to 64 bits by `geometric_from_prefix` in the rare case it is 0
+    (probability 2^-16); t repetitions cost t/8 AES blocks per record. Other γ need a finer uniform: repetition h reads the
     64-bit word h % 2 of the PRF block (h // 2, id)."""
     reps = np.asarray(reps, dtype=np.uint64)
     ids = np.asarray(ids, dtype=np.uint64)
     if gamma == 1.0:
-        words = prf_words(key, TAG_FM, reps // np.uint64(4), ids).view("<u4")  # (len(reps), len(ids), 4)
-        quarter = (reps % np.uint64(4)).astype(np.intp)
-        w32 = np.take_along_axis(words, quarter[:, None, None], axis=2)[..., 0]
-        return geometric_from_words32(key, w32, np.broadcast_to(reps[:, None], w32.shape),
-                                      np.broadcast_to(ids[None, :], w32.shape))
+        words = prf_words(key, TAG_FM, reps // np.uint64(FM_PER_BLOCK), ids).view("<u2")  # (len(reps), len(ids), 8)
+        eighth = (reps % np.uint64(FM_PER_BLOCK)).astype(np.intp)
+        w16 = np.take_along_axis(words, eighth[:, None, None], axis=2)[..., 0]
+        return geometric_from_prefix(key, w16, np.broadcast_to(reps[:, None], w16.shape),
+                                     np.broadcast_to(ids[None, :], w16.shape))
     words = prf_words(key, TAG_FM, reps // np.uint64(2), ids)  # (len(reps), len(ids), 2)
     half = (reps % np.uint64(2)).astype(np.intp)
     return geometric_from_words(np.take_along_axis(words, half[:, None, None], axis=2)[..., 0], gamma)
@@ -156,20 +159,22 @@ LZ16 = _leading_zeros16()
 
 # how FM hash values are drawn from the PRF; sketches drawn otherwise cannot be combined, so DPFM messages
 # carry it (before issue 21 "aes256-ecb/low64"; then "aes256-ecb/2x64", both 64-bit halves of each block;
-# now four 32-bit words per block for γ = 1, see `fm_geometric`)
-FM_LAYOUT = "aes256-ecb/4x32"
+# then "aes256-ecb/4x32", four 32-bit words per block; now, issue 33, eight 16-bit words per block for γ = 1,
+# half the AES work: a word only has to tell whether the value reaches the floor b <= 16, see `fm_geometric`)
+FM_LAYOUT = "aes256-ecb/8x16"
+FM_PER_BLOCK = 8   # γ = 1 repetitions per AES block
 
 
 class FMRecordStream:
     """H_ξh(id) record-major, (ids, reps), for a block of ids and a block of repetitions: the PRF of
-    `fm_geometric` laid out id by id (γ = 1: repetitions h0..h0+3 from the four 32-bit words of block
-    h0 // 4; other γ: h0, h0+1 from the two 64-bit words of block h0 // 2), so the ids' rows are
+    `fm_geometric` laid out id by id (γ = 1: repetitions h0..h0+7 from the eight 16-bit words of block
+    h0 // 8; other γ: h0, h0+1 from the two 64-bit words of block h0 // 2), so the ids' rows are
     contiguous for the group max.
 
-    For γ = 1 the value is min(clz64(W), 53) (`geometric_from_words32`), a decreasing function of the
-    32-bit word w (the top half of W): the stream returns w's top 16 bits (one strided copy), the caller
-    takes the group MIN of those and converts only the minima with the leading-zero table LZ16; a minimum
-    of 0 (probability 2^-16 per record) is refined with `exact` on the records whose top bits are all zero.
+    For γ = 1 the value is min(clz64(W), 53) (`geometric_from_prefix`), a decreasing function of the
+    16-bit word w (the top bits of W): the stream returns the words, the caller takes the group MIN of
+    those and converts only the minima with the leading-zero table LZ16; a minimum of 0 (probability 2^-16
+    per record) is refined with `exact` on the records whose word is zero.
     Other γ: the values themselves, `geometric_from_words` on the 64-bit words (group max).
     Returns views valid until the next call."""
 
@@ -179,7 +184,7 @@ class FMRecordStream:
         # one ECB context for every call: whole 16-byte blocks in, whole blocks out, nothing carried between calls
         self._enc = Cipher(algorithms.AES(self._key), modes.ECB()).encryptor()
         self._gamma = float(gamma)
-        self.per_block = 4 if self._gamma == 1.0 else 2  # repetitions per AES block
+        self.per_block = FM_PER_BLOCK if self._gamma == 1.0 else 2  # repetitions per AES block
         self._blocks = np.empty((max_ids, -(-reps // self.per_block), 2), dtype="<u8")
         self._out = np.empty(self._blocks.nbytes + 16, dtype=np.uint8)
         self._vals = np.empty((max_ids, reps), dtype=np.uint16 if gamma == 1.0 else np.int16)
@@ -208,16 +213,16 @@ class FMRecordStream:
         flat = self._blocks[:n] if nblk == self._blocks.shape[1] else np.ascontiguousarray(blocks)
         return self._enc.update_into(memoryview(flat).cast("B"), self._out), nblk
 
-    def words32(self, h0: int, nreps: int) -> np.ndarray:
-        """γ = 1: the raw 32-bit words, (n_ids, 4 × blocks) contiguous; column j is repetition h0 + j (the
+    def words16(self, h0: int, nreps: int) -> np.ndarray:
+        """γ = 1: the raw 16-bit words, (n_ids, 8 × blocks) contiguous; column j is repetition h0 + j (the
         columns from nreps on are padding of the last block). A view valid until the next call."""
         if self._gamma != 1.0:
-            raise ConfigError("FMRecordStream.words32 is for γ = 1 (four 32-bit words per AES block)")
+            raise ConfigError("FMRecordStream.words16 is for γ = 1 (eight 16-bit words per AES block)")
         written, nblk = self._encrypt(h0, nreps)
-        return self._out[:written].view("<u4").reshape(self._n, 4 * nblk)
+        return self._out[:written].view("<u2").reshape(self._n, FM_PER_BLOCK * nblk)
 
     def values(self, h0: int, nreps: int) -> tuple[np.ndarray, np.ndarray]:
-        """(top 16 bits (γ = 1) or values; words), both (n_ids, nreps), for repetitions h0..h0+nreps-1."""
+        """(16-bit words (γ = 1) or values; words), both (n_ids, nreps), for repetitions h0..h0+nreps-1."""
         written, nblk = self._encrypt(h0, nreps)
         n = self._n
         vals = self._vals.reshape(-1)[: n * nreps].reshape(n, nreps)  # contiguous
@@ -225,11 +230,11 @@ class FMRecordStream:
             words = self._out[:written].view("<u8").reshape(n, 2 * nblk)[:, :nreps]  # word j: repetition h0 + j
             vals[...] = geometric_from_words(words, self._gamma)
             return vals, words
-        words = self._out[:written].view("<u4").reshape(n, 4 * nblk)[:, :nreps]
-        np.copyto(vals, words.view("<u2").reshape(n, nreps, 2)[:, :, 1])  # top 16 bits (little-endian)
+        words = self._out[:written].view("<u2").reshape(n, FM_PER_BLOCK * nblk)[:, :nreps]
+        np.copyto(vals, words)   # contiguous (the last block's padding dropped)
         return vals, words
 
     def exact(self, words: np.ndarray, i: np.ndarray, r: np.ndarray) -> np.ndarray:
-        """The exact γ = 1 values of entries (i, r) of the last `values` call's words (where the top bits are 0)."""
+        """The exact γ = 1 values of entries (i, r) of the last `values` call's words (where the word is 0)."""
         r = np.asarray(r, dtype=np.uint64)
-        return geometric_from_words32(self._key, words[i, r.astype(np.intp)], self._h0 + r, self._ids[i]).astype(np.uint8)
+        return geometric_from_prefix(self._key, words[i, r.astype(np.intp)], self._h0 + r, self._ids[i]).astype(np.uint8)

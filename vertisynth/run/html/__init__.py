@@ -1,6 +1,6 @@
 """report.html: the run's (or study's) report as one self-contained page, written beside report.json.
 
-Everything is inline (CSS, PNG figures as data URIs; no script, no font, no network), so the file opens from disk
+Everything is inline (CSS, SVG figures as data URIs; no script, no font, no network), so the file opens from disk
 and can be mailed. The page is a jinja2 template (templates/) filled from the report dict plus a few figures
 drawn from the real and synthetic codes: the worst 1-way marginals, Cramér's V heatmaps, the model graph.
 """

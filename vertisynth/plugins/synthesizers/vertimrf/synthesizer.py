@@ -118,7 +118,16 @@ class VertiMRFConfig:
     sampling: str = "round"
     local_start: bool = True
     round_iters: int | None = 500
+    # the server fits (pgm.estimation): momentum with restarts, and a stop once the loss left to gain is estimated
+    # below fit_tolerance per measured cell (squared noise stds: the measured marginals are then within
+    # √(2 fit_tolerance) noise stds per cell, RMS, of the optimum's); 0: run to `iters`
+    fit_accelerate: bool = True
+    fit_tolerance: float = 3e-3
     party_processes: int = 1   # the one-process run: parties stepping at once, a forked process each (same result)
+
+    def fit_atol(self, meas: Sequence[Measurement]) -> float | None:
+        """`estimate`'s atol for a fit of these measurements (None: off)."""
+        return self.fit_tolerance * sum(m.values.size for m in meas) if self.fit_tolerance > 0 else None
 
     def __attrs_post_init__(self) -> None:
         if min(self.local_fraction, self.value_fraction) < 0 or self.local_fraction + self.value_fraction >= 1:
@@ -146,6 +155,8 @@ class VertiMRFConfig:
             raise ConfigError(f"vertimrf: party_processes must be >= 1, got {self.party_processes}")
         if self.round_iters is not None and self.round_iters < 1:
             raise ConfigError(f"vertimrf: round_iters must be >= 1 or omitted, got {self.round_iters}")
+        if not (isinstance(self.fit_tolerance, (int, float)) and 0 <= self.fit_tolerance < math.inf):
+            raise ConfigError(f"vertimrf: fit_tolerance must be a number >= 0 (0: run to iters), got {self.fit_tolerance!r}")
         if self.rounds < 0 or self.per_round < 1 or self.iters < 1 or self.max_clique_cells < 4:
             raise ConfigError("vertimrf: rounds >= 0, per_round >= 1, iters >= 1, max_clique_cells >= 4")
 
@@ -461,7 +472,7 @@ class VertiMRFSynthesizer(JointFit, Synthesizer):
         warm = c.local_start and locals_ and c.binning != "mass"
         start = self._local_start(dom, meas, cliques, locals_, n_hat) if warm else None
         res = estimate(dom, meas, total=n_hat, iters=c.iters, extra_cliques=cliques, max_cells=float("inf"),
-                       warm_start=start)
+                       warm_start=start, atol=c.fit_atol(meas), accelerate=c.fit_accelerate)
         t2 = time.perf_counter()
         # Phase 5: OptMRF with cross-party marginals inside the global cliques
         cands = sorted({p for q in cliques for p in itertools.combinations(q, 2) if owner[p[0]] != owner[p[1]]})
@@ -499,7 +510,7 @@ class VertiMRFSynthesizer(JointFit, Synthesizer):
             last = rnd == c.rounds - 1 or not [u for u in usable if u[0] not in chosen]
             iters = c.iters if last or c.round_iters is None else min(c.round_iters, c.iters)
             res = estimate(dom, meas, total=n_hat, iters=iters, warm_start=res.model, max_cells=float("inf"),
-                           step=res.step or None)
+                           step=res.step or None, atol=c.fit_atol(meas), accelerate=c.fit_accelerate)
         self._model = res.model
         self._n_hat = n_hat
         self._measurements = meas

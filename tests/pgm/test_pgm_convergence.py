@@ -1,0 +1,82 @@
+"""The convergence stop of mirror descent (`estimate(atol=...)`): it ends the fit once the loss left to gain is
+estimated below `atol` (in squared noise stds), well before a fixed budget, at the fit the budget reaches."""
+import numpy as np
+import pytest
+
+from vertisynth.core.domain import Domain
+from vertisynth.core.errors import ConfigError
+from vertisynth.pgm import GraphicalModel, Measurement, build_junction_tree, estimate
+
+CLIQUES = [("a", "b"), ("b", "c"), ("c", "d"), ("d", "e"), ("a", "e")]
+
+
+def _noisy(seed: int, std: float = 5.0):
+    dom = Domain(list("abcde"), [2, 3, 4, 2, 3])
+    tree = build_junction_tree(dom, CLIQUES)
+    rng = np.random.default_rng(seed)
+    truth = GraphicalModel(tree, [rng.normal(0, 1, dom.project(c).shape) for c in tree.cliques], 2000.0)
+    meas = [Measurement(c, truth.marginal(c).values + rng.normal(0, std, dom.project(c).shape), std) for c in CLIQUES]
+    return dom, truth, meas
+
+
+def _tvd(p: np.ndarray, q: np.ndarray) -> float:
+    return 0.5 * float(np.abs(p / p.sum() - q / q.sum()).sum())
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_convergence_stop_ends_early_at_the_fit_the_full_budget_reaches(seed):
+    dom, truth, meas = _noisy(seed)
+    full = estimate(dom, meas, total=2000.0, iters=3000, tol=0.0)   # to the end (line search bottoms out) or 3000
+    stop = estimate(dom, meas, total=2000.0, iters=3000, tol=0.0, atol=0.5)
+    assert stop.iterations < 0.8 * full.iterations
+    # what was left to gain is below atol, so the measured marginals are within √(2 atol) = 1 noise std of the
+    # full fit's, in quadrature over all measured cells
+    assert stop.losses[-1] - full.losses[-1] <= 0.5
+    dist = np.sqrt(sum((((stop.model.marginal(m.attributes).values - full.model.marginal(m.attributes).values)
+                         / m.std) ** 2).sum() for m in meas))
+    assert dist <= 1.0
+    # and the tables are as close to the truth: every 2- and 3-way marginal's TVD within 0.002 of the full fit's
+    for attrs_ in CLIQUES + [("a", "b", "c"), ("b", "d", "e"), ("a", "c", "e")]:
+        t = truth.marginal(attrs_).values
+        assert abs(_tvd(stop.model.marginal(attrs_).values, t) - _tvd(full.model.marginal(attrs_).values, t)) < 2e-3
+
+
+def test_convergence_stop_off_by_default_and_checked():
+    dom, _, meas = _noisy(0, std=20.0)
+    assert estimate(dom, meas, total=2000.0, iters=300, tol=0.0).iterations == 300
+    assert estimate(dom, meas, total=2000.0, iters=300, tol=0.0, atol=0.5).iterations < 100
+    for bad in ({"atol": -1.0}, {"atol": 0.5, "window": 0}):
+        with pytest.raises(ConfigError, match="atol"):
+            estimate(dom, meas, iters=10, **bad)
+
+
+def _ill_conditioned(seed: int):
+    """Measurements whose noise stds span two orders of magnitude: mirror descent's step is set by the precise
+    ones, so the loose ones converge slowly."""
+    cl = [("a", "b", "c"), ("c", "d"), ("d", "e", "f"), ("a", "f"), ("b", "e")]
+    dom = Domain(list("abcdef"), [4, 5, 3, 6, 4, 5])
+    tree = build_junction_tree(dom, cl)
+    rng = np.random.default_rng(seed)
+    truth = GraphicalModel(tree, [rng.normal(0, 1.5, dom.project(c).shape) for c in tree.cliques], 20000.0)
+    stds = [1.0, 30.0, 3.0, 100.0, 10.0]
+    return dom, [Measurement(c, truth.marginal(c).values + rng.normal(0, s, dom.project(c).shape), s)
+                 for c, s in zip(cl, stds)]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_acceleration_reaches_a_lower_loss_for_the_same_propagations(monkeypatch, seed):
+    import vertisynth.pgm.calibrator as calibrator
+
+    count = [0]
+    real = calibrator.Calibrator.marginals
+    monkeypatch.setattr(calibrator.Calibrator, "marginals", lambda self, *a: count.__setitem__(0, count[0] + 1) or real(self, *a))
+    dom, meas = _ill_conditioned(seed)
+    plain = estimate(dom, meas, total=20000.0, iters=400, tol=0.0)
+    props_plain, count[0] = count[0], 0
+    fast = estimate(dom, meas, total=20000.0, iters=200, tol=0.0, accelerate=True)   # two propagations a step
+    assert count[0] <= props_plain * 1.05
+    assert fast.losses[-1] < 0.5 * plain.losses[-1]
+    assert all(b <= a for a, b in zip(fast.losses, fast.losses[1:]))   # restarts keep every accepted step downhill
+    # with the stop: ends by itself, lower than 5000 plain steps
+    longer = estimate(dom, meas, total=20000.0, iters=5000, tol=0.0, accelerate=True, atol=1e-3 * 300)
+    assert longer.iterations < 5000 and longer.losses[-1] < estimate(dom, meas, total=20000.0, iters=5000, tol=0.0).losses[-1]
