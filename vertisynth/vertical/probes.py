@@ -76,3 +76,12 @@ def residual_l1(m: Measurement, estimate: np.ndarray) -> float:
         r = r - r.mean(axis=0, keepdims=True) - r.mean(axis=1, keepdims=True) + r.mean()
         v *= (1 - 1 / r.shape[0]) * (1 - 1 / r.shape[1])
     return _above_noise(r, v)
+
+
+def dependence_std(m: Measurement) -> float:
+    """The spread of `dependence(m)` on a pair with no dependence: each of the c cells adds √max(r² − v', 0) of a
+    centred normal r, whose std is 0.61·√v' (numerically), so about 0.61·√(v' c) in all (cells taken as
+    independent). Public: it follows from the probe's released shape and variance."""
+    r, c = m.values.shape
+    v = m.std ** 2 * (1 - 1 / r) * (1 - 1 / c)
+    return 0.61 * float(np.sqrt(v * r * c))
