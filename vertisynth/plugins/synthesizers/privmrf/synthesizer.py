@@ -36,7 +36,7 @@ from vertisynth.pgm.estimation import bin_query
 from vertisynth.pgm.graph import min_fill_cliques
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle
 from vertisynth.pgm.scores import INDIF_SENSITIVITY, indif
-from vertisynth.vertical import VerticalConfig
+from vertisynth.vertical import VerticalConfig, VerticalOracle
 from vertisynth.vertical.probes import dependence, dependence_std, measure_probes, residual_l1, width_bins
 
 STAGE = "synthesizer"
@@ -224,9 +224,11 @@ class PrivMRFSynthesizer(Synthesizer):
                 edges, cliques = trial, tri
         return edges, cliques
 
-    def _noise_per_cell(self) -> float:
-        """g = σ·√(2/π): the expected absolute Gaussian noise per cell of one marginal measurement."""
-        return gaussian_sigma(self._rho_marg) * math.sqrt(2 / math.pi)
+    def _noise_per_cell(self, s: tuple[str, ...] | None = None) -> float:
+        """g = σ·√(2/π): the expected absolute Gaussian noise per cell of one marginal measurement (of `s`: a
+        cross-party answer's std is the measure's, e.g. √2·σ under trust none)."""
+        g = gaussian_sigma(self._rho_marg) * math.sqrt(2 / math.pi)
+        return g * self._cross_noise if s is not None and self._crosses(s) else g
 
     def _useful_pair(self, pair: tuple[str, ...], cells: float, limit: float,
                      score: dict[tuple[str, str], float] | None) -> bool:
@@ -243,7 +245,7 @@ class PrivMRFSynthesizer(Synthesizer):
         if self.config.useful != "signal" or score is None or len(pair) != 2:
             return False
         r = score.get(pair, score.get(pair[::-1], 0.0)) - self._signal_margin(pair)
-        return 2.0 * r >= self.config.signal_ratio * cells * self._noise_per_cell()
+        return 2.0 * r >= self.config.signal_ratio * cells * self._noise_per_cell(pair)
 
     def _coarse_pair(self, pair: tuple[str, ...], limit: float,
                      score: dict[tuple[str, str], float] | None) -> dict[str, np.ndarray] | None:
@@ -257,7 +259,7 @@ class PrivMRFSynthesizer(Synthesizer):
         r = score.get(pair, score.get(pair[::-1], 0.0)) - self._signal_margin(pair)
         if r <= 0:
             return None
-        cells = max(limit, 2.0 * r / (c.signal_ratio * self._noise_per_cell()))
+        cells = max(limit, 2.0 * r / (c.signal_ratio * self._noise_per_cell(pair)))
         a, b = pair
         ua, ub = self._domain.size(a), self._domain.size(b)
         small = min(ua, ub)
@@ -350,6 +352,9 @@ class PrivMRFSynthesizer(Synthesizer):
         dom = self._domain
         limit = n_hat / (self.config.theta * self._noise_per_cell())
         out: dict[tuple[str, ...], float] = {}
+        # a cross-party candidate is held to the noise its answer will carry (e.g. √2·g under trust none)
+        def limit_of(t: tuple[str, ...]) -> float:
+            return n_hat / (self.config.theta * self._noise_per_cell(t)) if self._crosses(t) else limit
         self._cand_bins: dict[tuple[str, ...], dict[str, np.ndarray]] = {}
         for q in cliques:
             sizes = {a: dom.size(a) for a in q}
@@ -364,9 +369,9 @@ class PrivMRFSynthesizer(Synthesizer):
                         t = s + (a,)
                         if t in seen:
                             continue
-                        if self._useful_pair(t, cells * sizes[a], limit, score):
+                        if self._useful_pair(t, cells * sizes[a], limit_of(t), score):
                             nxt.append(t)
-                        elif k == 2 and (bins := self._coarse_pair(t, limit, score)) is not None:
+                        elif k == 2 and (bins := self._coarse_pair(t, limit_of(t), score)) is not None:
                             self._cand_bins[t] = bins   # offered, never extended: its supersets stay over the limit
                             mine.append(t)
                 if not nxt:
@@ -448,6 +453,11 @@ class PrivMRFSynthesizer(Synthesizer):
         t0 = time.perf_counter()
         n_hat = max(float(oracle.measure((), self._charges["count"][0], rng).values), 1.0)
         self._probed: dict[frozenset[str], tuple[Any, float]] = {}   # cross-party pair -> (its probe, R̂'s spread)
+        self._cross_noise = 1.0   # a cross-party answer's std over the central σ at the same charge
+        if self._cross and isinstance(oracle, VerticalOracle):   # the θ rule and the signal test see it
+            m = oracle.cross_measure
+            sd = math.sqrt(m.released_variance(m.sigma_for_rho(self._rho_marg)))
+            self._cross_noise = sd / gaussian_sigma(self._rho_marg)
         if self._cross:
             noisy_r = self._vertical_r_scores(oracle, rng)
         else:
@@ -532,7 +542,8 @@ class PrivMRFSynthesizer(Synthesizer):
         # the probes the model's cliques hold join the last estimation (released already: free information); not
         # earlier, as refinement scores cross-party sets by a probe's residual from the model, which a model fitted
         # to that probe would hide
-        reused = [m for m, _ in self._probed.values() if any(set(m.attributes) <= set(q) for q in res.model.tree.cliques)]
+        reused = [m for m, _ in self._probed.values()
+                  if any(set(m.attributes) <= set(q) for q in res.model.tree.cliques)]
         if reused:
             res = estimate(dom, meas + reused, total=n_hat, iters=c.refine_iters, warm_start=res.model,
                            max_cells=c.max_model_cells)
