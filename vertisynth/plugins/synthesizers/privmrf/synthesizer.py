@@ -27,7 +27,7 @@ from vertisynth.core.domain import Domain
 from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.core.interfaces import PlanContext, Synthesizer, VerticalData
 from vertisynth.core.mechanisms import gaussian_sigma
-from vertisynth.core.noise import party_randomness
+from vertisynth.core.noise import discrete_gaussian, party_randomness
 from vertisynth.core.messages import Message
 from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
 
@@ -321,8 +321,9 @@ class PrivMRFSynthesizer(Synthesizer):
                        bins: dict[tuple[str, ...], dict[str, np.ndarray]], charge: Charge | None,
                        rng: np.random.Generator) -> np.ndarray:
         """One refinement round's noisy ‖x_c − e_c‖₁: a cross-party set's from its pairs' probes (`_cross_error`:
-        post-processing), the others asked of the oracle as one Gaussian vector at their parties (the round's
-        charge; spent unused when every candidate crosses parties; none planned when no pair is within a party)."""
+        post-processing) plus Gaussian noise of the parties' σ, the others asked of the oracle as one Gaussian
+        vector at their parties (the round's charge; spent unused when every candidate crosses parties; none planned
+        when no pair is within a party)."""
         out = np.zeros(len(remaining))
         own = [i for i, s in enumerate(remaining) if not self._crosses(s)]
         pair: dict[frozenset[str], float] = {}
@@ -333,6 +334,13 @@ class PrivMRFSynthesizer(Synthesizer):
             mine = [remaining[i] for i in own]
             out[own] = oracle.l1_errors(mine, [bin_query(model.marginal(s).values, s, bins.get(s)) for s in mine],
                                         charge, rng, bins=[bins.get(s) for s in mine])
+            # a cross-party score gets the noise a party's entry carries (post-processing): the round keeps the
+            # noisiest-looking candidates, so near-exact scores would lose to noise-inflated ones
+            xs = np.setdiff1d(np.arange(len(remaining)), own)
+            if xs.size and oracle.ledger.noise == "secure":
+                out[xs] = discrete_gaussian(out[xs], charge.cost.rho, math.sqrt(len(own)))
+            elif xs.size:
+                out[xs] += rng.normal(0.0, gaussian_sigma(charge.cost.rho, math.sqrt(len(own))), size=xs.size)
         elif charge is not None:
             oracle.ledger.spend(charge)
         return out
