@@ -1,7 +1,7 @@
-"""Vertical twins of `aim` and `mst` against their central runs, in the same run: quality, CPU, bytes.
+"""Vertical twins of `aim`, `mst` and `privmrf` against their central runs, in the same run: quality, CPU, bytes.
 
     python benchmarks/vertical_twins.py [--quick] [--datasets zoo:small-domains,...,nltcs,adult]
-        [--methods aim,mst] [--epsilons 0.4,1.6] [--seeds 0,1] [--crypto simulated] [--marginals 300]
+        [--methods aim,mst,privmrf] [--epsilons 0.4,1.6] [--seeds 0,1] [--crypto simulated] [--marginals 300]
         [--trust none|server]
 
 For every synthesizer × dataset × ε × seed: the central run (CentralOracle on the joined table) and the vertical
@@ -30,6 +30,8 @@ ZOO = ["small-domains", "large-domains", "wide", "strong", "weak", "mixed", "sma
 QUICK = "zoo:small-domains,zoo:mixed,nltcs"
 # the targets, twin / central: (median, worst or None)
 TARGETS = {"none": (1.10, 1.20), "server": (1.03, None)}
+# mirror-descent steps per fit unless --iters says otherwise (privmrf: its own iters and refine_iters)
+ITERS = {"aim": 1000, "mst": 1000}
 
 
 def main() -> int:
@@ -44,7 +46,8 @@ def main() -> int:
     ap.add_argument("--crypto", default="simulated", choices=["simulated", "real"])
     ap.add_argument("--trust", default="none", choices=sorted(TARGETS),
                     help="the twin's cross-party trust: none (two-sided noise) or server (a non-colluding key holder)")
-    ap.add_argument("--iters", type=int, default=1000, help="mirror-descent steps per fit (both runs)")
+    ap.add_argument("--iters", type=int, default=None,
+                    help="mirror-descent steps per fit (both runs; default aim, mst 1000, privmrf its own)")
     ap.add_argument("--data-dir", default=os.environ.get("VERTISYNTH_DATA"))
     args = ap.parse_args()
     datasets = QUICK if args.quick else args.datasets
@@ -61,7 +64,7 @@ def main() -> int:
 
     reg = default_registry()
     ratios: dict[str, list[float]] = {}
-    print(f"{'dataset':<19} {'ε':>4} {'seed':>4} {'method':<4} {'central':>8} {'twin':>8} {'ratio':>6} "
+    print(f"{'dataset':<19} {'ε':>4} {'seed':>4} {'method':<7} {'central':>8} {'twin':>8} {'ratio':>6} "
           f"{'CPU s central':>13} {'CPU s per party':>24} {'server':>7} {'MB sent per party':>24}")
     for ds in datasets.split(","):
         name, _, preset = ds.partition(":")
@@ -84,7 +87,8 @@ def main() -> int:
                 for method in args.methods.split(","):
                     out = {}
                     for mode in ("central", "twin"):
-                        params = {"iters": args.iters}
+                        iters = args.iters if args.iters is not None else ITERS.get(method)
+                        params = {"iters": iters} if iters is not None else {}
                         if mode == "twin":
                             params["vertical"] = {"measure": "he", "trust": args.trust,
                                                   "params": {"crypto": args.crypto}}
@@ -124,7 +128,7 @@ def main() -> int:
                     ratios.setdefault(method, []).append(tt / tc)
                     pc = "/".join(f"{v:.1f}" for v in party.values())
                     mb = "/".join(f"{v:.0f}" for v in sent.values()) if sent is not None else "-"
-                    print(f"{ds:<19} {eps:>4g} {seed:>4} {method:<4} {tc:>8.4f} {tt:>8.4f} {tt / tc:>6.2f} "
+                    print(f"{ds:<19} {eps:>4g} {seed:>4} {method:<7} {tc:>8.4f} {tt:>8.4f} {tt / tc:>6.2f} "
                           f"{cc:>13.1f} {pc:>24} {ct - sum(party.values()):>7.1f} {mb:>24}", flush=True)
     sim = ("bytes: what real crypto would send" if args.trust == "none" else
            "bytes not counted under simulated crypto")

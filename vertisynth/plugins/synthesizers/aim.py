@@ -34,7 +34,8 @@ from vertisynth.plugins.synthesizers.fitted import FittedGraphicalModel
 from vertisynth.pgm import estimate
 from vertisynth.pgm.graph import min_fill_cliques
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle, ZCDPFilter
-from vertisynth.vertical import VerticalConfig, coarse_bins
+from vertisynth.vertical import VerticalConfig
+from vertisynth.vertical.probes import mass_bins, measure_probes
 
 STAGE = "synthesizer"
 PROBE = 0.15   # vertical: the share of the rounds' ρ that measures every cross-party pair once
@@ -208,10 +209,8 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
             # estimation when its pair is chosen (all of them at once would make the model's graph dense)
             share = c.vertical.probe if c.vertical.probe is not None else PROBE
             sigma_p = math.sqrt(len(probe) / (2 * share * filt.total))
-            coarse = {m.attributes[0]: b for m in meas
-                      if (b := coarse_bins(m.values, c.vertical.probe_bins)) is not None}
-            on = [{a: coarse[a] for a in r if a in coarse} or None for r in probe]
-            pending = dict(zip(probe, oracle.measure_many(probe, [filt] * len(probe), rng, sigma_p, on)))
+            pending = dict(zip(probe, measure_probes(oracle, probe, [filt] * len(probe), rng,
+                                                     mass_bins(meas, c.vertical.probe_bins), sigma_p)))
         res = estimate(dom, meas, iters=c.iters, max_cells=limit_cells)
         rho_init = self._rho - filt.total
         sigma = self._sigma0

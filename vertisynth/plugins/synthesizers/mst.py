@@ -32,7 +32,8 @@ from vertisynth.plugins.synthesizers.fitted import FittedGraphicalModel
 from vertisynth.pgm import Measurement, estimate
 from vertisynth.pgm.estimation import bin_query
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle
-from vertisynth.vertical import VerticalConfig, coarse_bins
+from vertisynth.vertical import VerticalConfig
+from vertisynth.vertical.probes import mass_bins, measure_probes
 
 STAGE = "synthesizer"
 PROBE = 0.6   # vertical: the share of the selection third that measures every cross-party pair once
@@ -109,16 +110,9 @@ class MSTSynthesizer(FittedGraphicalModel, Synthesizer):
         t0 = time.perf_counter()
         one = [oracle.measure((a,), ch, rng) for a, ch in zip(dom.attributes, self._charges["gaussian_1way"])]
         bins = {m.attributes[0]: b for m in one if c.compress and (b := rare_bins(m)) is not None}
-        coarse = {}
-        if self._cross:   # probes on at most probe_bins bins per attribute (a coarsening of the compressed domain)
-            for m in one:
-                a = m.attributes[0]
-                b = coarse_bins(bin_query(m.values, (a,), {a: bins[a]} if a in bins else None),
-                                c.vertical.probe_bins, bins.get(a))
-                if b is not None or a in bins:
-                    coarse[a] = b if b is not None else bins[a]
-        probes = oracle.measure_many(self._cross, self._charges.get("cross_probe", []), rng, None,
-                                     [{a: coarse[a] for a in p if a in coarse} or None for p in self._cross])
+        # probes on at most probe_bins bins per attribute (a coarsening of the compressed domain)
+        coarse = mass_bins(one, c.vertical.probe_bins, bins) if self._cross else {}
+        probes = measure_probes(oracle, self._cross, self._charges.get("cross_probe", []), rng, coarse)
         t1 = time.perf_counter()
         pairs = self.select(oracle, one, bins, rng)
         t2 = time.perf_counter()

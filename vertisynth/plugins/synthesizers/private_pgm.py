@@ -40,7 +40,8 @@ from vertisynth.plugins.synthesizers.fitted import FittedGraphicalModel
 from vertisynth.pgm import Measurement, estimate
 from vertisynth.pgm.graph import build_junction_tree
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle
-from vertisynth.vertical import VerticalConfig, coarse_bins
+from vertisynth.vertical import VerticalConfig
+from vertisynth.vertical.probes import mass_bins, measure_probes
 
 STAGE = "synthesizer"
 PROBE = 0.6   # vertical, mst mode: the share of the selection third that measures every cross-party pair once
@@ -161,10 +162,8 @@ class PrivatePGMSynthesizer(FittedGraphicalModel, Synthesizer, MeasuresMarginals
             probes = []
             if self._cross:   # every cross-party pair once, on at most probe_bins bins per attribute (equal noisy
                 # 1-way mass: post-processing), so the selection can score them on released answers
-                k = self.config.vertical.probe_bins
-                coarse = {m.attributes[0]: b for m in meas if (b := coarse_bins(m.values, k)) is not None}
-                probes = oracle.measure_many(self._cross, self._charges["cross_probe"], rng, None,
-                                             [{a: coarse[a] for a in p if a in coarse} or None for p in self._cross])
+                probes = measure_probes(oracle, self._cross, self._charges["cross_probe"], rng,
+                                        mass_bins(meas, self.config.vertical.probe_bins))
             t1 = time.perf_counter()
             pairs = self._select_tree(oracle, meas, rng)
             t2 = time.perf_counter()

@@ -49,6 +49,7 @@ from vertisynth.core.privacy import Charge, PrivacyLedger, PureDP, ZCDP
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle, ZCDPFilter
 from vertisynth.pgm.scores import INDIF_SENSITIVITY, indif
 from vertisynth.vertical import VerticalConfig, VerticalOracle
+from vertisynth.vertical.probes import dependence, measure_probes, width_bins
 from .consistency import make_consistent
 from .records import synthesize_records
 
@@ -173,15 +174,10 @@ class DPSynSynthesizer(Synthesizer, MeasuresMarginals):
         index = {p: i for i, p in enumerate(self._pairs)}
         if self._select_charge is not None:
             out[[index[p] for p in self._within]] = oracle.indif(self._within, self._select_charge, rng)
-        k = self.config.vertical.probe_bins
-        bins = {a: np.arange(n) * k // n for a, n in zip(self._domain.attributes, self._domain.shape) if n > k}
-        probes = oracle.measure_many(self._cross, self._probe_charges, rng, None,
-                                     [{a: bins[a] for a in p if a in bins} or None for p in self._cross])
+        probes = measure_probes(oracle, self._cross, self._probe_charges, rng,
+                                width_bins(self._domain, self.config.vertical.probe_bins))
         for p, m in zip(self._cross, probes):
-            y = m.values
-            r = y - np.outer(y.sum(1), y.sum(0)) / max(y.sum(), 1.0)
-            v = m.std ** 2 * (1 - 1 / y.shape[0]) * (1 - 1 / y.shape[1])
-            out[index[p]] = float(np.sqrt(np.maximum(r * r - v, 0.0)).sum())
+            out[index[p]] = dependence(m)
         return out
 
     # -- fit ----------------------------------------------------------------------------------

@@ -3,6 +3,14 @@
 Phases: attribute graph from noisy R-scores, candidate marginals, initial set, refinement rounds, sampling;
 `export()` gives VertiMRF's parties their LocalModel message. The budget split, the usefulness filter (our one
 deliberate deviation) and its measurements are in docs/synthesizers/privmrf.md.
+
+With `vertical = { measure = "he", trust = "none" }` every data access goes to a VerticalOracle (vertisynth/vertical)
+and two steps read no cross-party marginal (docs/vertical.md, "PrivMRF"): `probe` of the R-score budget and of
+each refinement round's measures every cross-party pair once on coarse bins (its R-score read off the released
+table), the rest pays the InDif vector of the pairs within one party and the parties' L1 vectors; refinement scores
+a cross-party candidate by the largest error of its cross-party pairs read off their probes (post-processing).
+Candidates over three parties or more are left out (a cross-party measure answers two); the probes join the last
+estimation.
 """
 from __future__ import annotations
 
@@ -19,7 +27,7 @@ from vertisynth.core.domain import Domain
 from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.core.interfaces import PlanContext, Synthesizer, VerticalData
 from vertisynth.core.mechanisms import gaussian_sigma
-from vertisynth.core.noise import party_randomness
+from vertisynth.core.noise import discrete_gaussian, party_randomness
 from vertisynth.core.messages import Message
 from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
 
@@ -28,6 +36,8 @@ from vertisynth.pgm.estimation import bin_query
 from vertisynth.pgm.graph import min_fill_cliques
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle
 from vertisynth.pgm.scores import INDIF_SENSITIVITY, indif
+from vertisynth.vertical import VerticalConfig, VerticalOracle
+from vertisynth.vertical.probes import dependence, dependence_std, measure_probes, residual_l1, width_bins
 
 STAGE = "synthesizer"
 R_SENSITIVITY = INDIF_SENSITIVITY / 2
@@ -64,6 +74,7 @@ class PrivMRFConfig:
     # with useful = "signal": a pair of a clique that neither test keeps is offered coarsened (consecutive values
     # merged, data-independent) down to the cells its noisy R-score pays for, instead of not at all
     coarsen: bool = True
+    vertical: VerticalConfig | None = None   # run across parties (docs/vertical.md); None: central
 
     def __attrs_post_init__(self) -> None:
         f = self.r_score_fraction + self.refine_fraction + self.count_fraction
@@ -81,6 +92,9 @@ class PrivMRFConfig:
             raise ConfigError("privmrf: signal_ratio must be > 0 and signal_z >= 0")
         if self.max_marginal_attrs < 2 or self.max_queries < 1:
             raise ConfigError("privmrf: max_marginal_attrs must be >= 2 and max_queries >= 1")
+        if self.vertical is not None and self.initial != "sum":
+            raise ConfigError("privmrf: params.vertical builds the initial set with initial = 'sum' (the 'bayes' "
+                              "set may join three parties in one marginal, which no cross-party measure answers)")
 
 
 @attrs.frozen(eq=False)
@@ -136,16 +150,30 @@ class PrivMRFSynthesizer(Synthesizer):
 
     # -- plan ---------------------------------------------------------------------------------
     def plan(self, ctx: PlanContext) -> list[Charge]:
-        return self.plan_for(ctx.domain, ctx.rho)
+        owner = None
+        if self.config.vertical is not None:
+            if len(ctx.partition) < 2:
+                raise ConfigError("privmrf: params.vertical runs across parties, and this run has one party; drop "
+                                  "the vertical table or list two [[parties]] or more")
+            owner = {a: p.name for p in ctx.partition for a in p.attributes}
+        return self.plan_for(ctx.domain, ctx.rho, owner=owner)
 
-    def plan_for(self, domain: Domain, rho: float, party: str | None = None) -> list[Charge]:
-        """Charges for a model on `domain` with zCDP budget `rho` (VertiMRF calls this per party)."""
+    def vertical_request(self) -> VerticalConfig | None:
+        return self.config.vertical
+
+    def plan_for(self, domain: Domain, rho: float, party: str | None = None,
+                 owner: dict[str, str] | None = None) -> list[Charge]:
+        """Charges for a model on `domain` with zCDP budget `rho` (VertiMRF calls this per party); `owner` (each
+        attribute's party) plans the vertical twin: cross-party pairs probed, the others scored by InDif."""
         c = self.config
         d = len(domain)
         if d < 1:
             raise ConfigError("privmrf needs at least one attribute")
         self._domain, self._party = domain, party
         self._pairs = list(itertools.combinations(domain.attributes, 2))
+        self._owner = owner
+        self._cross = [p for p in self._pairs if owner[p[0]] != owner[p[1]]] if owner else []
+        self._within = [p for p in self._pairs if p not in set(self._cross)]
         self._rounds = min(math.ceil(d / 2), 8) if self._pairs else 0
         self._k_marg = d + (math.ceil(0.8 * d) if self._pairs else 0)
         self._rho_count = rho * c.count_fraction
@@ -153,12 +181,29 @@ class PrivMRFSynthesizer(Synthesizer):
         self._rho_ref_round = rho * c.refine_fraction / self._rounds if self._rounds else 0.0
         used = self._rho_count + self._rho_r + self._rho_ref_round * self._rounds
         self._rho_marg = (rho - used) / self._k_marg
+        # vertical: `probe` of the R-score ρ and of each refinement round's ρ measures each cross-party pair once
+        # (default: their share of all pairs, which leaves each within-party R-score's σ at its central value):
+        # the probes score those pairs in both phases; the rest pays the within-party InDif and L1 vectors
+        v = c.vertical
+        share = 0.0
+        if self._cross:
+            share = 1.0 if not self._within else (len(self._cross) / len(self._pairs) if v.probe is None else v.probe)
+        self._rho_r_within = self._rho_r * (1 - share)
+        moved = self._rho_ref_round * share if self._cross else 0.0
+        self._rho_ref_round -= moved
+        probe_rho = (self._rho_r * share + moved * self._rounds) / len(self._cross) if self._cross else 0.0
+        probes = [Charge(STAGE, "gaussian_cross_probe", ZCDP(probe_rho), party,
+                         note="every cross-party pair once, for its R-score and refinement's score")
+                  for _ in self._cross]
         # kept: fit_table spends these very charges
         self._charges = {
             "count": [Charge(STAGE, "gaussian_count", ZCDP(self._rho_count), party)],
-            "r_scores": [Charge(STAGE, "gaussian_r_scores", ZCDP(self._rho_r), party)] if self._pairs else [],
+            "r_scores": ([Charge(STAGE, "gaussian_r_scores", ZCDP(self._rho_r_within), party)]
+                         if self._within and self._rho_r_within > 0 else []),
+            "cross_probe": probes,
+            # none when every pair crosses parties (no candidate is asked of a party: the probes score them all)
             "refine": [Charge(STAGE, "gaussian_refine_queries", ZCDP(self._rho_ref_round), party)
-                       for _ in range(self._rounds)],
+                       for _ in range(self._rounds)] if self._rho_ref_round > 0 else [],
             "marginal": [Charge(STAGE, "gaussian_marginal", ZCDP(self._rho_marg), party) for _ in range(self._k_marg)],
         }
         return [c for group in self._charges.values() for c in group]
@@ -179,9 +224,11 @@ class PrivMRFSynthesizer(Synthesizer):
                 edges, cliques = trial, tri
         return edges, cliques
 
-    def _noise_per_cell(self) -> float:
-        """g = σ·√(2/π): the expected absolute Gaussian noise per cell of one marginal measurement."""
-        return gaussian_sigma(self._rho_marg) * math.sqrt(2 / math.pi)
+    def _noise_per_cell(self, s: tuple[str, ...] | None = None) -> float:
+        """g = σ·√(2/π): the expected absolute Gaussian noise per cell of one marginal measurement (of `s`: a
+        cross-party answer's std is the measure's, e.g. √2·σ under trust none)."""
+        g = gaussian_sigma(self._rho_marg) * math.sqrt(2 / math.pi)
+        return g * self._cross_noise if s is not None and self._crosses(s) else g
 
     def _useful_pair(self, pair: tuple[str, ...], cells: float, limit: float,
                      score: dict[tuple[str, str], float] | None) -> bool:
@@ -197,8 +244,8 @@ class PrivMRFSynthesizer(Synthesizer):
             return True
         if self.config.useful != "signal" or score is None or len(pair) != 2:
             return False
-        r = score.get(pair, score.get(pair[::-1], 0.0)) - self._signal_margin()
-        return 2.0 * r >= self.config.signal_ratio * cells * self._noise_per_cell()
+        r = score.get(pair, score.get(pair[::-1], 0.0)) - self._signal_margin(pair)
+        return 2.0 * r >= self.config.signal_ratio * cells * self._noise_per_cell(pair)
 
     def _coarse_pair(self, pair: tuple[str, ...], limit: float,
                      score: dict[tuple[str, str], float] | None) -> dict[str, np.ndarray] | None:
@@ -209,10 +256,10 @@ class PrivMRFSynthesizer(Synthesizer):
         c = self.config
         if not c.coarsen or c.useful != "signal" or score is None:
             return None
-        r = score.get(pair, score.get(pair[::-1], 0.0)) - self._signal_margin()
+        r = score.get(pair, score.get(pair[::-1], 0.0)) - self._signal_margin(pair)
         if r <= 0:
             return None
-        cells = max(limit, 2.0 * r / (c.signal_ratio * self._noise_per_cell()))
+        cells = max(limit, 2.0 * r / (c.signal_ratio * self._noise_per_cell(pair)))
         a, b = pair
         ua, ub = self._domain.size(a), self._domain.size(b)
         small = min(ua, ub)
@@ -225,11 +272,78 @@ class PrivMRFSynthesizer(Synthesizer):
         ka, kb = (k_large, k_small) if ua >= ub else (k_small, k_large)
         return {x: np.arange(u) * k // u for x, u, k in ((a, ua, ka), (b, ub, kb)) if k < u}
 
-    def _signal_margin(self) -> float:
+    def _signal_margin(self, pair: tuple[str, ...] | None = None) -> float:
         """What the signal test takes off a noisy R-score first: signal_z·σ_R, σ_R the std of the Phase-1 noise
-        on each R-score (public: it follows from the plan)."""
+        on each R-score (public: it follows from the plan; for a probed cross-party pair, from its released
+        probe's shape and variance)."""
+        if self._cross:
+            if pair is not None and frozenset(pair) in self._probed:
+                return self.config.signal_z * self._probed[frozenset(pair)][1]
+            m = len(self._within)
+            return (self.config.signal_z * gaussian_sigma(self._rho_r_within, R_SENSITIVITY * math.sqrt(m))
+                    if m and self._rho_r_within > 0 else 0.0)
         m = len(self._pairs)
         return self.config.signal_z * gaussian_sigma(self._rho_r, R_SENSITIVITY * math.sqrt(m)) if m else 0.0
+
+    def _vertical_r_scores(self, oracle: MarginalOracle, rng: np.random.Generator) -> np.ndarray:
+        """Noisy R-scores when the plan has cross-party pairs: the within-party pairs' from the oracle's InDif
+        vector (at their parties), each cross-party pair's read off its probe (a noisy table on at most
+        probe_bins equal-width bins per attribute), R̂ = ½ dependence: post-processing of a released answer."""
+        out = np.zeros(len(self._pairs))
+        index = {p: i for i, p in enumerate(self._pairs)}
+        if self._charges["r_scores"]:
+            out[[index[p] for p in self._within]] = oracle.indif(self._within, self._charges["r_scores"][0], rng) / 2
+        probes = measure_probes(oracle, self._cross, self._charges["cross_probe"], rng,
+                                width_bins(self._domain, self.config.vertical.probe_bins))
+        for p, m in zip(self._cross, probes):
+            out[index[p]] = dependence(m) / 2
+            self._probed[frozenset(p)] = (m, dependence_std(m) / 2)
+        return out
+
+    def _crosses(self, s: tuple[str, ...]) -> bool:
+        return bool(self._cross) and len({self._owner[a] for a in s}) > 1
+
+    def _cross_error(self, s: tuple[str, ...], model: GraphicalModel, pair: dict[frozenset[str], float]) -> float:
+        """A lower bound on ‖x_s − e_s‖₁ of a cross-party set from released answers: the largest error of its
+        cross-party pairs read off their probes (a marginal's L1 error is at least its sub-marginals')."""
+        best = 0.0
+        for p in itertools.combinations(s, 2):
+            key = frozenset(p)
+            if key not in self._probed:
+                continue
+            if key not in pair:
+                m = self._probed[key][0]
+                pair[key] = residual_l1(m, model.marginal(m.attributes).values)
+            best = max(best, pair[key])
+        return best
+
+    def _refine_errors(self, oracle: MarginalOracle, remaining: list[tuple[str, ...]], model: GraphicalModel,
+                       bins: dict[tuple[str, ...], dict[str, np.ndarray]], charge: Charge | None,
+                       rng: np.random.Generator) -> np.ndarray:
+        """One refinement round's noisy ‖x_c − e_c‖₁: a cross-party set's from its pairs' probes (`_cross_error`:
+        post-processing) plus Gaussian noise of the parties' σ, the others asked of the oracle as one Gaussian
+        vector at their parties (the round's charge; spent unused when every candidate crosses parties; none planned
+        when no pair is within a party)."""
+        out = np.zeros(len(remaining))
+        own = [i for i, s in enumerate(remaining) if not self._crosses(s)]
+        pair: dict[frozenset[str], float] = {}
+        for i, s in enumerate(remaining):
+            if self._crosses(s):
+                out[i] = self._cross_error(s, model, pair)
+        if own and charge is not None:
+            mine = [remaining[i] for i in own]
+            out[own] = oracle.l1_errors(mine, [bin_query(model.marginal(s).values, s, bins.get(s)) for s in mine],
+                                        charge, rng, bins=[bins.get(s) for s in mine])
+            # a cross-party score gets the noise a party's entry carries (post-processing): the round keeps the
+            # noisiest-looking candidates, so near-exact scores would lose to noise-inflated ones
+            xs = np.setdiff1d(np.arange(len(remaining)), own)
+            if xs.size and oracle.ledger.noise == "secure":
+                out[xs] = discrete_gaussian(out[xs], charge.cost.rho, math.sqrt(len(own)))
+            elif xs.size:
+                out[xs] += rng.normal(0.0, gaussian_sigma(charge.cost.rho, math.sqrt(len(own))), size=xs.size)
+        elif charge is not None:
+            oracle.ledger.spend(charge)
+        return out
 
     def _candidates(self, cliques: list[tuple[str, ...]], n_hat: float,
                     score: dict[tuple[str, str], float] | None = None) -> dict[tuple[str, ...], float]:
@@ -246,6 +360,9 @@ class PrivMRFSynthesizer(Synthesizer):
         dom = self._domain
         limit = n_hat / (self.config.theta * self._noise_per_cell())
         out: dict[tuple[str, ...], float] = {}
+        # a cross-party candidate is held to the noise its answer will carry (e.g. √2·g under trust none)
+        def limit_of(t: tuple[str, ...]) -> float:
+            return n_hat / (self.config.theta * self._noise_per_cell(t)) if self._crosses(t) else limit
         self._cand_bins: dict[tuple[str, ...], dict[str, np.ndarray]] = {}
         for q in cliques:
             sizes = {a: dom.size(a) for a in q}
@@ -260,9 +377,9 @@ class PrivMRFSynthesizer(Synthesizer):
                         t = s + (a,)
                         if t in seen:
                             continue
-                        if self._useful_pair(t, cells * sizes[a], limit, score):
+                        if self._useful_pair(t, cells * sizes[a], limit_of(t), score):
                             nxt.append(t)
-                        elif k == 2 and (bins := self._coarse_pair(t, limit, score)) is not None:
+                        elif k == 2 and (bins := self._coarse_pair(t, limit_of(t), score)) is not None:
                             self._cand_bins[t] = bins   # offered, never extended: its supersets stay over the limit
                             mine.append(t)
                 if not nxt:
@@ -343,11 +460,22 @@ class PrivMRFSynthesizer(Synthesizer):
         dom = self._domain
         t0 = time.perf_counter()
         n_hat = max(float(oracle.measure((), self._charges["count"][0], rng).values), 1.0)
-        noisy_r = oracle.indif(self._pairs, self._charges["r_scores"][0], rng) / 2 if self._pairs else np.zeros(0)
+        self._probed: dict[frozenset[str], tuple[Any, float]] = {}   # cross-party pair -> (its probe, R̂'s spread)
+        self._cross_noise = 1.0   # a cross-party answer's std over the central σ at the same charge
+        if self._cross and isinstance(oracle, VerticalOracle):   # the θ rule and the signal test see it
+            m = oracle.cross_measure
+            sd = math.sqrt(m.released_variance(m.sigma_for_rho(self._rho_marg)))
+            self._cross_noise = sd / gaussian_sigma(self._rho_marg)
+        if self._cross:
+            noisy_r = self._vertical_r_scores(oracle, rng)
+        else:
+            noisy_r = oracle.indif(self._pairs, self._charges["r_scores"][0], rng) / 2 if self._pairs else np.zeros(0)
         edges, cliques = self._graph(noisy_r)
         t1 = time.perf_counter()
         score = dict(zip(self._pairs, noisy_r))
         cands = self._candidates(cliques, n_hat, score)
+        if self._cross:   # a cross-party measure answers marginals of two parties: sets over three left out
+            cands = {s: w for s, w in cands.items() if len({self._owner[a] for a in s}) <= 2}
 
         def strength(s: tuple[str, ...]) -> float:
             return float(sum(score[p] for p in itertools.combinations(s, 2)))
@@ -368,7 +496,9 @@ class PrivMRFSynthesizer(Synthesizer):
 
         def measure(s: tuple[str, ...], b: dict[str, np.ndarray] | None = None) -> None:
             b = bins.get(s) if b is None else b
-            meas.append(oracle.measure(s, self._charges["marginal"][len(meas)], rng, sigma, bins=b or None))
+            # a cross-party answer's σ is what the measure gives for the planned charge (trust server: + τ)
+            meas.append(oracle.measure(s, self._charges["marginal"][len(meas)], rng,
+                                       None if self._crosses(s) else sigma, bins=b or None))
 
         for s in initial:
             measure(s)
@@ -384,13 +514,17 @@ class PrivMRFSynthesizer(Synthesizer):
                 w = np.array([weight[s] for s in remaining])
                 idx = rng.choice(len(remaining), c.max_queries, replace=False, p=w / w.sum())
                 remaining = [remaining[i] for i in np.sort(idx)]
-            refine = self._charges["refine"][r]
+            refine = self._charges["refine"][r] if self._charges["refine"] else None
             if not remaining:   # nothing left to ask: the planned round is spent unused
-                ledger.spend(refine)
+                if refine is not None:
+                    ledger.spend(refine)
                 continue
-            noisy_err = oracle.l1_errors(remaining, [bin_query(res.model.marginal(s).values, s, bins.get(s))
-                                                     for s in remaining], refine, rng,
-                                         bins=[bins.get(s) for s in remaining])
+            if self._cross:
+                noisy_err = self._refine_errors(oracle, remaining, res.model, bins, refine, rng)
+            else:
+                noisy_err = oracle.l1_errors(remaining, [bin_query(res.model.marginal(s).values, s, bins.get(s))
+                                                         for s in remaining], refine, rng,
+                                             bins=[bins.get(s) for s in remaining])
             if per_round == 0:
                 continue
             order = np.argsort(-noisy_err[: len(remaining)], kind="stable")
@@ -412,6 +546,14 @@ class PrivMRFSynthesizer(Synthesizer):
                 measure(*again[i % len(again)])
                 i += 1
             res = estimate(dom, meas, total=n_hat, iters=c.refine_iters, warm_start=res.model,
+                           max_cells=c.max_model_cells)
+        # the probes the model's cliques hold join the last estimation (released already: free information); not
+        # earlier, as refinement scores cross-party sets by a probe's residual from the model, which a model fitted
+        # to that probe would hide
+        reused = [m for m, _ in self._probed.values()
+                  if any(set(m.attributes) <= set(q) for q in res.model.tree.cliques)]
+        if reused:
+            res = estimate(dom, meas + reused, total=n_hat, iters=c.refine_iters, warm_start=res.model,
                            max_cells=c.max_model_cells)
         self._model = res.model
         self._n_hat = n_hat

@@ -1,0 +1,87 @@
+"""Cross-party probes: what a vertical twin measures once so that its selection can score pairs no role may read.
+
+A synthesizer whose selection reads true marginals (MST's and AIM's scores, DPSyn's and PrivMRF's InDif/R-scores)
+cannot read a pair whose attributes sit at two parties. Its vertical twin measures every such pair once through the
+cross-party measure, on coarse bins, paid from its plan (`measure_probes`), and scores the pair from the released
+answer (`dependence`, `residual_l1`): post-processing, free. docs/vertical.md says which budget pays the probes of
+each twin. The bins are public: equal noisy 1-way mass (`mass_bins`, post-processing of released 1-ways) or equal
+width (`width_bins`, from the domain alone, for a synthesizer that measures no 1-ways first).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from vertisynth.core.domain import Domain
+from vertisynth.pgm.estimation import Measurement, bin_query
+from vertisynth.pgm.oracle import MarginalOracle, Pay
+
+from .oracle import coarse_bins
+
+Bins = Mapping[str, np.ndarray]
+
+
+def mass_bins(one: Sequence[Measurement], k: int, within: Bins | None = None) -> dict[str, np.ndarray]:
+    """Each attribute of the noisy 1-way answers `one` on at most `k` bins of about equal noisy mass (values ->
+    bin), composed with `within` (an earlier binning of some attributes, e.g. MST's compression; an attribute in
+    `within` keeps it when it needs no further coarsening). Attributes with at most k values and no earlier
+    binning are left out (measured as they are)."""
+    within = within or {}
+    out = {}
+    for m in one:
+        a = m.attributes[0]
+        b = coarse_bins(bin_query(m.values, (a,), {a: within[a]} if a in within else None), k, within.get(a))
+        if b is not None or a in within:
+            out[a] = b if b is not None else within[a]
+    return out
+
+
+def width_bins(domain: Domain, k: int) -> dict[str, np.ndarray]:
+    """Each attribute of more than `k` values on `k` bins of consecutive values of equal width (from the domain
+    alone: no data read to choose them)."""
+    return {a: np.arange(n) * k // n for a, n in zip(domain.attributes, domain.shape) if n > k}
+
+
+def measure_probes(oracle: MarginalOracle, pairs: Sequence[tuple[str, ...]], pays: Sequence[Pay],
+                   rng: np.random.Generator, bins: Bins, sigma: float | None = None) -> list[Measurement]:
+    """Every pair of `pairs` measured once, each attribute on its `bins` where it has some, as one protocol stage
+    (`measure_many`: all checked before any spend; on a vertical oracle each row is encrypted once for all of
+    them). `pays`: one planned charge per pair (sigma None: from the charge) or a filter (sigma given)."""
+    return oracle.measure_many(pairs, pays, rng, sigma, [{a: bins[a] for a in p if a in bins} or None for p in pairs])
+
+
+def _above_noise(r: np.ndarray, v: float) -> float:
+    """Σ √max(r² − v, 0): per cell |x − e| where the residual beats its noise variance v, about 0 where not."""
+    return float(np.sqrt(np.maximum(r * r - v, 0.0)).sum())
+
+
+def dependence(m: Measurement) -> float:
+    """InDif of a probed pair, estimated from its released table y alone: the residual from independence
+    r = y − y_a y_b / ŷ (its margins), Σ √max(r² − v', 0) with v' the noise variance left after centring. On coarse
+    bins it understates the pair's InDif on its full domain (merging cells cancels some dependence)."""
+    y = m.values
+    r = y - np.outer(y.sum(1), y.sum(0)) / max(y.sum(), 1.0)
+    return _above_noise(r, m.std ** 2 * (1 - 1 / y.shape[0]) * (1 - 1 / y.shape[1]))
+
+
+def residual_l1(m: Measurement, estimate: np.ndarray) -> float:
+    """‖x − e‖₁ of a probed pair on its probe's bins, from the released table y: the model's `estimate` of the pair
+    (its full table over m.attributes) summed into the probe's bins, the residual y − e double-centred (the pair's
+    margins are measured elsewhere; its dependence lives in the interaction), then Σ √max(r² − v', 0)."""
+    e = bin_query(np.asarray(estimate, float), m.attributes, m.bins)
+    r = m.values - e
+    v = m.std ** 2
+    if r.ndim == 2:
+        r = r - r.mean(axis=0, keepdims=True) - r.mean(axis=1, keepdims=True) + r.mean()
+        v *= (1 - 1 / r.shape[0]) * (1 - 1 / r.shape[1])
+    return _above_noise(r, v)
+
+
+def dependence_std(m: Measurement) -> float:
+    """The spread of `dependence(m)` on a pair with no dependence: each of the c cells adds √max(r² − v', 0) of a
+    centred normal r, whose std is 0.61·√v' (numerically), so about 0.61·√(v' c) in all (cells taken as
+    independent). Public: it follows from the probe's released shape and variance."""
+    r, c = m.values.shape
+    v = m.std ** 2 * (1 - 1 / r) * (1 - 1 / c)
+    return 0.61 * float(np.sqrt(v * r * c))
