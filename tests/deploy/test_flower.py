@@ -364,31 +364,33 @@ def test_a_reply_cut_off_mid_upload_names_the_node_instead_of_hanging(monkeypatc
     assert ask.names == {1: "hospital"}   # the hospital's reply was not held up by the insurer's
 
 
-AIM = """[synthesizer]
-use = "aim"
-params = { iters = 20, rounds = 6, degree = 2, vertical = { measure = "he", trust = "none", params = { crypto = "real", workers = 1, round_timeout = 120.0 } } }
+TWIN = """[synthesizer]
+use = "{use}"
+params = {{ {params}, vertical = {{ measure = "he", trust = "none", params = {{ crypto = "real", workers = 1, round_timeout = 120.0 }} }} }}
 [[evaluators]]
 use = "tvd"
-params = { ways = [2] }
+params = {{ ways = [2] }}
 """
+TWINS = {"aim": "iters = 20, rounds = 6, degree = 2", "privmrf": "iters = 20, refine_iters = 5"}
 
 
-def test_flower_vertical_twin_equals_the_simulation(two_parties):
-    """A vertical twin (aim with params.vertical, the he measure with real 2048-bit Paillier): the server role runs
-    the synthesizer beside the ServerApp and signs every query, relayed to the SuperNodes like a party's envelopes;
-    each party answers from its own table, cross-party tables through the he rounds between the parties. The table
-    equals the one-process crypto "simulated" run under the test secret."""
+@pytest.mark.parametrize("use", list(TWINS))
+def test_flower_vertical_twin_equals_the_simulation(two_parties, use):
+    """A vertical twin (aim, privmrf with params.vertical, the he measure with real 2048-bit Paillier): the server
+    role runs the synthesizer beside the ServerApp and signs every query, relayed to the SuperNodes like a party's
+    envelopes; each party answers from its own table, cross-party tables through the he rounds between the parties.
+    The table equals the one-process crypto "simulated" run under the test secret."""
     pytest.importorskip("phe")
     pytest.importorskip("gmpy2")
     root, dep, split, roster = two_parties
-    _job(root, split, roster, AIM)
+    _job(root, split, roster, TWIN.format(use=use, params=TWINS[use]))
     (root / "sim.toml").write_text((root / "job.toml").read_text().replace('crypto = "real"', 'crypto = "simulated"'))
-    out = root / "out_aim"
+    out = root / f"out_{use}"
     res = dep.run(root / "app", {"config": str(root / "job.toml"), "out": str(out), "timeout": 120,
                                  "server-key": str(root / "private_server" / "server_signing.pem")})
     assert (out / "synthetic.csv").is_file(), res.stdout[-4000:] + res.stderr[-2000:]
-    simulate(load_config(root / "sim.toml"), SECRET).synthetic.to_csv(root / "aim_sim.csv", index=False)
-    pd.testing.assert_frame_equal(pd.read_csv(out / "synthetic.csv"), pd.read_csv(root / "aim_sim.csv"))
+    simulate(load_config(root / "sim.toml"), SECRET).synthetic.to_csv(root / f"{use}_sim.csv", index=False)
+    pd.testing.assert_frame_equal(pd.read_csv(out / "synthetic.csv"), pd.read_csv(root / f"{use}_sim.csv"))
     sent = sorted(p.name for p in (out / "exchange").iterdir())
     assert all(n.endswith(".env") and n.split("__")[1] in [*split, "server"] for n in sent)
     for round_ in ("oracle-query-", "oracle-answer-", "he-rows-oracle-"):

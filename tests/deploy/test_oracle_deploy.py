@@ -27,6 +27,7 @@ params = { PARAMS vertical = { measure = "he", trust = "none", params = { crypto
 """
 AIM = ("aim", "iters = 40, rounds = 10, degree = 2,")
 MST = ("mst", "iters = 40,")
+PRIVMRF = ("privmrf", "iters = 20, refine_iters = 5,")
 OTHERS = [("private_pgm", ""), ("dpsyn", "")]
 PARTIES = ["party1", "party2"]
 
@@ -48,8 +49,8 @@ def _server(*extra):
     return ["server", "job.toml", "--exchange", "shared", "--out", "out", *SERVER_KEY, "--timeout", "60", "-q", *extra]
 
 
-@pytest.mark.parametrize("synth", [AIM, MST, *[pytest.param(o, marks=pytest.mark.slow) for o in OTHERS]],
-                         ids=["aim", "mst", *[o[0] for o in OTHERS]])
+@pytest.mark.parametrize("synth", [AIM, MST, PRIVMRF, *[pytest.param(o, marks=pytest.mark.slow) for o in OTHERS]],
+                         ids=["aim", "mst", "privmrf", *[o[0] for o in OTHERS]])
 def test_a_vertical_twin_across_processes_equals_the_one_process_run(tmp_path, synth):
     _setup(tmp_path, synth)
     res = parallel([_party(p) for p in PARTIES] + [_server()], tmp_path, timeout=300)

@@ -375,7 +375,10 @@ def _execute_plan(plan: Plan, output_dir: str | Path | None, progress: bool, par
     streams = named_streams(cfg.seed, RNG_STREAMS)
     if party_seed is not None:
         own = named_streams(party_seed, RNG_STREAMS)
-        streams.update(preprocessing=own["preprocessing"], alignment=own["alignment"], fit=own["fit"])
+        # the parties' draws follow the test secret; a vertical twin's own draws at the server (which holds no
+        # secret across machines) follow the seed, as the deployed server's do
+        streams.update(preprocessing=own["preprocessing"], alignment=own["alignment"], fit=own["fit"],
+                       server_fit=streams["fit"])
     timings: dict[str, float] = {}
     with progress_bar("load data", progress, total=7) as bar:
         return _execute(plan, cfg, streams, timings, bar, output_dir)
@@ -422,7 +425,7 @@ def _execute(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.Generator]
             oracle = VerticalOracle(data.views, plan.partition, plan.measure.instance, plan.ledger,
                                     party_streams(streams["fit"], plan.partition.names), plan.measure.spec.name,
                                     plan.synthesizer.instance.vertical_request().group_share)
-            plan.synthesizer.instance.fit_oracle(oracle, streams["fit"])
+            plan.synthesizer.instance.fit_oracle(oracle, streams.get("server_fit", streams["fit"]))
         else:
             plan.synthesizer.instance.fit(data, plan.ledger, streams["fit"])
     block_rows = block_rows_of(cfg)   # sampled and decoded in the blocks a streamed run writes: the same table
