@@ -130,6 +130,22 @@ def _vector_sigma(pay: Pay, sigma: float | None, sensitivity: float, what: str) 
     return sigma, sensitivity * sensitivity / (2.0 * sigma * sigma)
 
 
+def check_measure(attributes: tuple[str, ...], pay: Pay, sigma: float | None, bins: Bins) -> tuple[float, float, Bins]:
+    """What every oracle checks before a marginal is paid: the noise std (the charge's when not given; a filter
+    payment must give it) is positive, and bins are valid and only for measured attributes. Returns (σ, its ρ, the
+    checked bins)."""
+    if sigma is None:
+        if not isinstance(pay, Charge):
+            raise ConfigError("measure: a filter payment needs the noise std sigma")
+        sigma = gaussian_sigma(pay.cost.rho)
+    if not sigma > 0:
+        raise ConfigError(f"measure {list(attributes)}: sigma must be positive, got {sigma}")
+    probe = Measurement(attributes, np.zeros(1), 1.0, bins)   # checks the bins
+    if bins and not set(bins) <= set(attributes):
+        raise ConfigError(f"measure {list(attributes)}: bins given for attributes not measured")
+    return sigma, 1.0 / (2.0 * sigma * sigma), probe.bins
+
+
 class CentralOracle:
     """Answers from one table of codes (every attribute of the domain): the central oracle."""
 
@@ -151,18 +167,9 @@ class CentralOracle:
     def measure(self, attributes: Sequence[str], pay: Pay, rng: np.random.Generator,
                 sigma: float | None = None, bins: Bins = None) -> Measurement:
         attributes = tuple(self.domain.check(attributes))
-        if sigma is None:
-            if not isinstance(pay, Charge):
-                raise ConfigError("measure: a filter payment needs the noise std sigma")
-            sigma = gaussian_sigma(pay.cost.rho)
-        if not sigma > 0:
-            raise ConfigError(f"measure {list(attributes)}: sigma must be positive, got {sigma}")
-        rho = 1.0 / (2.0 * sigma * sigma)
-        probe = Measurement(attributes, np.zeros(1), 1.0, bins)   # checks the bins before anything is spent
-        if bins and not set(bins) <= set(attributes):
-            raise ConfigError(f"measure {list(attributes)}: bins given for attributes not measured")
+        sigma, rho, checked = check_measure(attributes, pay, sigma, bins)
         _spend(pay, self.ledger, rho, f"measure {list(attributes)}")
-        x = self._exact(attributes, probe.bins)
+        x = self._exact(attributes, checked)
         if self.ledger.noise == "secure":
             noisy = discrete_gaussian(x, rho, 1.0)
         else:

@@ -33,10 +33,9 @@ from vertisynth.core.capabilities import CrossPartyMeasure
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import BudgetError, ConfigError
-from vertisynth.core.mechanisms import gaussian_sigma
 from vertisynth.core.privacy import Charge, PrivacyLedger
 from vertisynth.pgm.estimation import Measurement, bin_sum
-from vertisynth.pgm.oracle import Bins, CentralOracle, Pay, _spend, _vector_sigma, check_select
+from vertisynth.pgm.oracle import Bins, CentralOracle, Pay, _spend, _vector_sigma, check_measure, check_select
 from vertisynth.pgm.scores import INDIF_SENSITIVITY
 
 from .link import InProcessLink, PartyLink, Spend, same_binning
@@ -47,6 +46,17 @@ def party_streams(rng: np.random.Generator, parties: Sequence[str]) -> dict[str,
     reads them)."""
     seeds = np.random.SeedSequence(rng.integers(0, 2**63, size=4).tolist()).spawn(len(parties))
     return {p: np.random.default_rng(s) for p, s in zip(parties, seeds)}
+
+
+def residual_above_noise(r: np.ndarray, v: float) -> float:
+    """An estimate of ‖x − e‖₁ from a released residual r = y − e with noise variance v per cell: Σ √max(r² − v', 0)
+    (|x − e| where it dominates the noise, about 0 where not; |y − e| would add ~0.8σ per cell). A two-way residual
+    is first double-centred (its margins are measured elsewhere; a pair's dependence lives in its interaction),
+    which leaves v' = v (1 − 1/r)(1 − 1/c)."""
+    if r.ndim == 2:
+        r = r - r.mean(axis=0, keepdims=True) - r.mean(axis=1, keepdims=True) + r.mean()
+        v *= (1 - 1 / r.shape[0]) * (1 - 1 / r.shape[1])
+    return float(np.sqrt(np.maximum(r * r - v, 0.0)).sum())
 
 
 class PartyOracle(CentralOracle):
@@ -200,16 +210,7 @@ class VerticalOracle:
                     bins: Bins) -> Measurement:
         """A marginal of one party's columns: checked and paid here (the central oracle's checks), then answered
         by that party."""
-        if sigma is None:
-            if not isinstance(pay, Charge):
-                raise ConfigError("measure: a filter payment needs the noise std sigma")
-            sigma = gaussian_sigma(pay.cost.rho)
-        if not sigma > 0:
-            raise ConfigError(f"measure {list(attributes)}: sigma must be positive, got {sigma}")
-        rho = 1.0 / (2.0 * sigma * sigma)
-        Measurement(attributes, np.zeros(1), 1.0, bins)   # checks the bins before anything is spent
-        if bins and not set(bins) <= set(attributes):
-            raise ConfigError(f"measure {list(attributes)}: bins given for attributes not measured")
+        sigma, rho, _ = check_measure(attributes, pay, sigma, bins)
         what = f"measure {list(attributes)}"
         _spend(pay, self.ledger, rho, what)
         values = self.link.measure(party, attributes, sigma, bins, Spend.of(pay, rho, what))
@@ -345,12 +346,7 @@ class VerticalOracle:
         e = np.asarray(estimate, float).reshape(tuple(len(mp) for mp in maps))
         for axis, mp in enumerate(maps):   # the estimate on the answer's (coarser) bins
             e = bin_sum(e, axis, mp)
-        r = y - e
-        v = std * std
-        if r.ndim == 2:
-            r = r - r.mean(axis=0, keepdims=True) - r.mean(axis=1, keepdims=True) + r.mean()
-            v *= (1 - 1 / r.shape[0]) * (1 - 1 / r.shape[1])
-        return float(np.sqrt(np.maximum(r * r - v, 0.0)).sum())
+        return residual_above_noise(y - e, std * std)
 
     def select(self, candidates: Sequence[tuple[str, ...]], estimates: Sequence[np.ndarray],
                weights: Sequence[float], offsets: Sequence[float], epsilon: float, pay: Pay,

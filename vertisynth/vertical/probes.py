@@ -17,7 +17,7 @@ from vertisynth.core.domain import Domain
 from vertisynth.pgm.estimation import Measurement, bin_query
 from vertisynth.pgm.oracle import MarginalOracle, Pay
 
-from .oracle import coarse_bins
+from .oracle import coarse_bins, residual_above_noise
 
 Bins = Mapping[str, np.ndarray]
 
@@ -70,12 +70,7 @@ def residual_l1(m: Measurement, estimate: np.ndarray) -> float:
     (its full table over m.attributes) summed into the probe's bins, the residual y − e double-centred (the pair's
     margins are measured elsewhere; its dependence lives in the interaction), then Σ √max(r² − v', 0)."""
     e = bin_query(np.asarray(estimate, float), m.attributes, m.bins)
-    r = m.values - e
-    v = m.std ** 2
-    if r.ndim == 2:
-        r = r - r.mean(axis=0, keepdims=True) - r.mean(axis=1, keepdims=True) + r.mean()
-        v *= (1 - 1 / r.shape[0]) * (1 - 1 / r.shape[1])
-    return _above_noise(r, v)
+    return residual_above_noise(m.values - e, m.std ** 2)
 
 
 def dependence_std(m: Measurement) -> float:
