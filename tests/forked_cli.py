@@ -24,7 +24,7 @@ from pathlib import Path
 # Imported once by the forkserver (not by pytest): every command's heavy imports.
 PRELOAD = ["numpy", "pandas", "vertisynth.cli.main", "vertisynth.run.pipeline", "vertisynth.deploy.cli",
            "vertisynth.deploy.party", "vertisynth.deploy.server", "vertisynth.deploy.session",
-           "vertisynth.collab.cli"]
+           "vertisynth.collab.cli", "forked_warm"]   # forked_warm: opendp, scipy, sklearn, Dask, every plugin
 PROG = "python -m vertisynth.cli"   # the name click prints in usage lines for `python -m vertisynth.cli`
 _ctx = None
 
@@ -34,6 +34,19 @@ def _context():
     if _ctx is None:
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload([__name__, *PRELOAD])
+        # Python 3.11's forkserver imports its preload before it takes the caller's sys.path, so without this
+        # folder on its PYTHONPATH `forked_warm` (and this module) were silently not preloaded
+        from multiprocessing import forkserver
+
+        old = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parent), *([old] if old else [])])
+        try:
+            forkserver.ensure_running()
+        finally:
+            if old is None:
+                del os.environ["PYTHONPATH"]
+            else:
+                os.environ["PYTHONPATH"] = old
         _ctx = ctx
         atexit.register(_stop)
     return _ctx
