@@ -4,8 +4,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-# The DP conformance kit's fixtures, --vertisynth-audit option and Hypothesis CI profile.
-pytest_plugins = ["vertisynth.testing.plugin"]
+# The DP conformance kit's fixtures, --vertisynth-audit option and Hypothesis CI profile; --cpu-durations=N.
+pytest_plugins = ["vertisynth.testing.plugin", "cpu_durations"]
 
 from sshd_helpers import sftp_env, sshd  # noqa: E402,F401  (a real OpenSSH server for the sftp:// tests)
 
