@@ -60,14 +60,15 @@ def _stop() -> None:
     forkserver._forkserver._stop()
 
 
-def _child(args: list[str], cwd: str, env: dict[str, str], out: str, err: str) -> None:
+def _child(args: list[str], cwd: str, env: dict[str, str], out: str, err: str, append: bool = False) -> None:
     """Runs in the forked process: the caller's directory and environment, stdout/stderr to files, then the
     command as `python -m vertisynth.cli` runs it (SystemExit carries its status to the exit code)."""
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
+    mode = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
     for fd, path in ((1, out), (2, err)):
-        f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        f = os.open(path, mode, 0o600)
         os.dup2(f, fd)
         os.close(f)
     sys.argv = [PROG, *args]
@@ -77,6 +78,40 @@ def _child(args: list[str], cwd: str, env: dict[str, str], out: str, err: str) -
         main(args, prog_name=PROG)
     finally:
         atexit._run_exitfuncs()   # a fresh interpreter runs these at exit; a multiprocessing child does not
+
+
+def _worker_child(args: list[str], cwd: str, env: dict[str, str], log: str, rc_file: str) -> None:
+    """A flower bridge's worker (vertisynth/deploy/flower/worker.py) forked: a session of its own (the bridge's
+    abort signals its group), output appended to the step's log, and the exit status written to RC_FILE
+    atomically when the command ends."""
+    os.setsid()
+    rc = 1
+    try:
+        _child(args, cwd, env, log, log, append=True)
+        rc = 0
+    except SystemExit as exc:
+        rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        raise
+    finally:
+        Path(rc_file).with_suffix(".part").write_text(str(rc))
+        os.replace(Path(rc_file).with_suffix(".part"), rc_file)
+
+
+def start_bridge_step(bridge, step: str) -> None:
+    """In place of `Bridge._start` (monkeypatched by the `forked_bridges` fixture): the same command, forked
+    from the warm forkserver rather than started as `python -m vertisynth.deploy.flower.worker` + a cold CLI."""
+    cmd = bridge.command(step)
+    head = [sys.executable, "-m", "vertisynth.cli"]
+    assert cmd[:3] == head, cmd
+    _context()
+    proc = _Process(target=_worker_child, args=(cmd[3:], os.getcwd(), dict(os.environ),
+                                                str(bridge._file(step, "log")), str(bridge._file(step, "rc"))))
+    proc.start()
+    _started.append(proc)
+    bridge._file(step, "pid").write_text(str(proc.pid))
+
+
+_started: list = []
 
 
 _launching = threading.Lock()
