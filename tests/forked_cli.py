@@ -147,14 +147,15 @@ class _Process(process.BaseProcess):
 class Forked:
     """The part of subprocess.Popen the tests use (text mode, both streams captured)."""
 
-    def __init__(self, args, cwd=None, env=None):
+    def __init__(self, args, cwd=None, env=None, stderr_to_stdout=False):
         self.args = [str(a) for a in args]
         self._dir = tempfile.mkdtemp(prefix="forked-cli-")
-        self._out, self._err = os.path.join(self._dir, "out"), os.path.join(self._dir, "err")
+        self._out = os.path.join(self._dir, "out")
+        self._err = self._out if stderr_to_stdout else os.path.join(self._dir, "err")   # stderr=subprocess.STDOUT
         _context()
         self._proc = _Process(target=_child, args=(
             self.args, str(Path(cwd or os.getcwd()).resolve()), dict(os.environ if env is None else env),
-            self._out, self._err))
+            self._out, self._err, stderr_to_stdout))
         self._proc.start()
         self.pid = self._proc.pid
         self.returncode = None
@@ -177,13 +178,14 @@ class Forked:
 
     def communicate(self, timeout=None):
         self.wait(timeout)
-        outs = [Path(p).read_text() if os.path.exists(p) else "" for p in (self._out, self._err)]
-        for p in (self._out, self._err):
+        paths = list(dict.fromkeys((self._out, self._err)))
+        outs = [Path(p).read_text() if os.path.exists(p) else "" for p in paths]
+        for p in paths:
             if os.path.exists(p):
                 os.unlink(p)
         if os.path.isdir(self._dir):
             os.rmdir(self._dir)
-        return outs[0], outs[1]
+        return outs[0], (outs[1] if len(outs) > 1 else None)
 
 
 def run(args, cwd=None, env=None, timeout=180) -> subprocess.CompletedProcess:
