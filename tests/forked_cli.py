@@ -60,9 +60,11 @@ def _stop() -> None:
     forkserver._forkserver._stop()
 
 
-def _child(args: list[str], cwd: str, env: dict[str, str], out: str, err: str, append: bool = False) -> None:
+def _child(args: list[str], cwd: str, env: dict[str, str], out: str, err: str, append: bool = False,
+           script: str | None = None) -> None:
     """Runs in the forked process: the caller's directory and environment, stdout/stderr to files, then the
-    command as `python -m vertisynth.cli` runs it (SystemExit carries its status to the exit code)."""
+    command as `python -m vertisynth.cli` runs it, or `python SCRIPT ARGS` (SystemExit carries its status to the
+    exit code)."""
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
@@ -71,8 +73,14 @@ def _child(args: list[str], cwd: str, env: dict[str, str], out: str, err: str, a
         f = os.open(path, mode, 0o600)
         os.dup2(f, fd)
         os.close(f)
-    sys.argv = [PROG, *args]
+    sys.argv = [script or PROG, *args]
     try:
+        if script is not None:
+            import runpy
+
+            sys.path.insert(0, os.path.dirname(os.path.abspath(script)))   # as `python SCRIPT` puts it first
+            runpy.run_path(script, run_name="__main__")
+            return
         from vertisynth.cli.main import main
 
         main(args, prog_name=PROG)
@@ -147,7 +155,7 @@ class _Process(process.BaseProcess):
 class Forked:
     """The part of subprocess.Popen the tests use (text mode, both streams captured)."""
 
-    def __init__(self, args, cwd=None, env=None, stderr_to_stdout=False):
+    def __init__(self, args, cwd=None, env=None, stderr_to_stdout=False, script=None):
         self.args = [str(a) for a in args]
         self._dir = tempfile.mkdtemp(prefix="forked-cli-")
         self._out = os.path.join(self._dir, "out")
@@ -155,7 +163,7 @@ class Forked:
         _context()
         self._proc = _Process(target=_child, args=(
             self.args, str(Path(cwd or os.getcwd()).resolve()), dict(os.environ if env is None else env),
-            self._out, self._err, stderr_to_stdout))
+            self._out, self._err, stderr_to_stdout, None if script is None else str(script)))
         self._proc.start()
         self.pid = self._proc.pid
         self.returncode = None
@@ -188,9 +196,10 @@ class Forked:
         return outs[0], (outs[1] if len(outs) > 1 else None)
 
 
-def run(args, cwd=None, env=None, timeout=180) -> subprocess.CompletedProcess:
-    """subprocess.run([sys.executable, "-m", "vertisynth.cli", *args], capture_output=True, text=True, ...)."""
-    proc = Forked(args, cwd, env)
+def run(args, cwd=None, env=None, timeout=180, script=None) -> subprocess.CompletedProcess:
+    """subprocess.run([sys.executable, "-m", "vertisynth.cli", *args], capture_output=True, text=True, ...), or with
+    `script`: subprocess.run([sys.executable, script, *args], ...)."""
+    proc = Forked(args, cwd, env, script=script)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
