@@ -1,13 +1,15 @@
 """`vertisynth ...` as a separate OS process forked from a warm interpreter, for the cross-process tests.
 
 A fresh `python -m vertisynth.cli` spends 1-2 CPU s importing numpy, pandas and the engine before it does any
-work; a party/server flow starts ten or more of them. Here each command still runs in a process of its own
-(its own memory, its own exit status, running at the same time as the others and meeting them only through the
-exchange), forked from a forkserver that imported those modules once per test session: the same click command,
-the same code path, without the start-up. The flows that prove the installed entry point itself
-(`python -m vertisynth.cli` from a cold start) keep real subprocesses: tests/deploy/test_deploy.py (folder),
-test_remote_exchange.py (sftp/s3), test_psi_deploy.py (PSI/PSU), test_collab_distributed.py (collab),
-tests/cli/test_startup.py (import time).
+work, and more on first use of opendp, scipy, Dask or a plugin; a party/server flow starts ten or more of them.
+Here each command still runs in a process of its own (its own memory, its own exit status, running at the same
+time as the others and meeting them only through the exchange), forked from a forkserver that imported those
+modules once per test session (PRELOAD, forked_warm.py): the same click command, the same code path, without
+the start-up. Also forked: a flower bridge's step (`start_bridge_step`, the `forked_bridges` fixture) and
+`python SCRIPT ...` (`run(..., script=)`). The flows that prove the installed entry point itself (cold starts)
+keep real subprocesses, one per deployment kind: tests/deploy/test_deploy.py (folder, the `cold_start`
+fixture), test_collab_distributed.py (collab, `cold_start`), test_flower_relay.py's VertiMRF flow (the relay
+bridges' real workers), and tests/cli/test_startup.py (import time).
 """
 from __future__ import annotations
 
