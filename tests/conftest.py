@@ -4,8 +4,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-# The DP conformance kit's fixtures, --vertisynth-audit option and Hypothesis CI profile.
-pytest_plugins = ["vertisynth.testing.plugin"]
+# The DP conformance kit's fixtures, --vertisynth-audit option and Hypothesis CI profile; --cpu-durations=N.
+pytest_plugins = ["vertisynth.testing.plugin", "cpu_durations"]
 
 from sshd_helpers import sftp_env, sshd  # noqa: E402,F401  (a real OpenSSH server for the sftp:// tests)
 
@@ -34,3 +34,15 @@ def cold_start(monkeypatch):
     import deploy_helpers
 
     monkeypatch.setattr(deploy_helpers, "COLD", True)
+
+
+@pytest.fixture
+def forked_bridges(monkeypatch):
+    """The flower bridges' steps forked from the warm forkserver (forked_cli.start_bridge_step) instead of a cold
+    `python -m vertisynth.deploy.flower.worker` + `python -m vertisynth.cli` each: every relay flow but the one
+    kept cold (tests/deploy/test_flower_relay.py::test_relay_and_bridges_publish_the_simulated_table)."""
+    import forked_cli
+
+    from vertisynth.deploy.flower.bridge import Bridge
+
+    monkeypatch.setattr(Bridge, "_start", forked_cli.start_bridge_step)

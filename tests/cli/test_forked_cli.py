@@ -46,3 +46,25 @@ def test_a_forked_command_past_its_timeout_is_killed(tmp_path):
     assert (tmp_path / "ex" / "hello__registry__to__all__0.env").is_file()   # it ran, and was waiting
     gave_up = forked_cli.run([*argv, "--exchange", "ex2", "--timeout", "1"], cwd=tmp_path)
     assert gave_up.returncode == 2 and "waited 1 s for every party's hello" in gave_up.stderr, gave_up.stderr
+
+
+def _imported(path, names):
+    import json
+    from pathlib import Path
+
+    Path(path).write_text(json.dumps({n: n in sys.modules for n in names}))
+
+
+def test_the_forkserver_preloads_what_the_commands_would_import(tmp_path):
+    """Each forked command starts with opendp, scipy and the plugins already imported (forked_warm.py): Python
+    3.11's forkserver imports its preload before it takes the caller's sys.path, and they were silently missing."""
+    import json
+
+    names = ["forked_warm", "opendp.prelude", "scipy.stats", "sklearn", "vertisynth.plugins.alignment.private_sets",
+             "vertisynth.plugins.synthesizers.vertimrf.synthesizer"]
+    forked_cli._context()
+    proc = forked_cli._Process(target=_imported, args=(str(tmp_path / "modules.json"), names))
+    proc.start()
+    proc.join(120)
+    assert proc.exitcode == 0
+    assert json.loads((tmp_path / "modules.json").read_text()) == {n: True for n in names}

@@ -48,6 +48,7 @@ def run_relay(relay, config, participants):
 
 
 def test_relay_and_bridges_publish_the_simulated_table(tmp_path):
+    # the relay's end-to-end flow with the bridges' real workers (cold `python -m` starts); the others fork them
     rng = np.random.default_rng(1)
     a = rng.integers(1, 4, 300)
     full = pd.DataFrame({"a": a, "b": np.where(rng.random(300) < 0.7, (a > 1) + 1, rng.integers(1, 3, 300))})
@@ -85,7 +86,7 @@ def test_relay_and_bridges_publish_the_simulated_table(tmp_path):
         build(config, envelopes, tmp_path / "out")   # relay.build (a server with its key in OUT) refuses a reused out
 
 
-def test_a_failed_step_names_the_party_and_its_error(tmp_path):
+def test_a_failed_step_names_the_party_and_its_error(tmp_path, forked_bridges):
     (tmp_path / "job.toml").write_text(with_roster(tmp_path, CONFIG.format(full=tmp_path / "none.csv"), PARTIES))
     bridge = Bridge(NodeSettings("hospital", tmp_path / "job.toml", tmp_path / "private_hospital",
                                  tmp_path / "work", csv=tmp_path / "missing.csv", timeout=5))
@@ -185,7 +186,7 @@ params = { encoder = "he", bins = 1000, iters = 20, local_params = { iters = 10,
 """
 
 
-def test_he_rounds_over_the_relay_with_the_server_as_a_local_participant(tmp_path):
+def test_he_rounds_over_the_relay_with_the_server_as_a_local_participant(tmp_path, forked_bridges):
     """Encoder "he": the server signs its clique queries mid-run; the relay drives it as its own worker beside the
     parties (bridge.ServerBridge) and the table it writes equals the simulation (crypto "simulated")."""
     pytest.importorskip("phe")
@@ -263,7 +264,7 @@ def collab_node(tmp_path, name, csvs, **extra):
             **({"csv": str(csvs[name])} if role == "custodian" else {}), **extra}
 
 
-def test_collab_rounds_over_the_relay_publish_the_simulation(tmp_path):
+def test_collab_rounds_over_the_relay_publish_the_simulation(tmp_path, forked_bridges):
     """Custodians and compute servers behind their bridges, the publisher as the relay's local participant: the
     release equals `vertisynth run` of the same config byte for byte; each server got only its own shares."""
     from vertisynth.deploy.flower.bridge import PublisherBridge

@@ -107,13 +107,9 @@ def test_a_second_run_into_a_locked_folder_refuses_naming_the_first(tmp_path):
 
 
 def _spawn(args, cwd):
-    import os
-    import subprocess
-    import sys
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in [str(__import__("pathlib").Path(__file__).parents[2]),
-                                                                   os.environ.get("PYTHONPATH", "")] if p)}
-    return subprocess.Popen([sys.executable, "-c", "from vertisynth.cli.main import main; main()", *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    """`vertisynth ARGS` in an OS process of its own (forked from the warm forkserver), stderr into stdout."""
+    import forked_cli
+    return forked_cli.Forked(args, cwd=cwd, stderr_to_stdout=True)
 
 
 def test_two_real_processes_into_one_folder(tmp_path):

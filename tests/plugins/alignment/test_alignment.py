@@ -214,7 +214,7 @@ def test_psu_puts_every_held_row_at_its_own_identifier(strategy):
 
 
 def test_marginal_fill_is_charged_and_sample_fill_costs_group_privacy():
-    views, ids, part = _party_data()
+    views, ids, part = _party_data(n_people=500)   # ledger checks: any size (the crypto is per identifier)
     out, ledger = _align(PSUConfig(fill="marginal", fill_budget=0.1), views, ids, part)
     rho_total = sum(c.cost.rho for c in ledger.spent)
     assert rho_total == pytest.approx(0.1 * Budget(1.0, 1e-5).rho(), rel=1e-9)
@@ -231,7 +231,7 @@ def test_marginal_fill_is_charged_and_sample_fill_costs_group_privacy():
 
 
 def test_column_overrides_and_bad_fill_config():
-    views, ids, part = _party_data()
+    views, ids, part = _party_data(n_people=500)
     out, _ = _align(PSUConfig(fill="sample", fill_columns={"a0": ColumnFill("constant", "1"),
                                                            "b0": ColumnFill("majority")}), views, ids, part)
     assert (out.views["A"].codes[out.filled["A"], 0] == 1).all()
@@ -259,7 +259,7 @@ def test_spectral_attack_orders_fill_strategies():
 
 # -- pipeline: ID-keyed party tables ---------------------------------------------------------------------
 def _run_config(tmp_path, alignment: str, extra: str = "", synth: str = "independent", overlap: float = 0.8,
-                n: int = 4000):
+                n: int = 1000):
     from vertisynth.run.config import load_config
     from vertisynth.run.pipeline import run
 
@@ -284,7 +284,7 @@ use = "tvd"
 def test_pipeline_psu_reports_sizes_fill_rates_and_ledger(tmp_path):
     res = _run_config(tmp_path, "psu")
     info = res.report["alignment"]["info"]
-    assert info["protocol"] == "psu" and info["union"] == 4000  # everybody is held by some party
+    assert info["protocol"] == "psu" and info["union"] == 1000  # everybody is held by some party
     assert set(info["fill_rates"]) == {"registry", "employer"} and 0 < info["fill_rates"]["registry"] < 0.2
     assert "alignment" in res.report["privacy"]["per_stage_epsilon"]
     assert res.report["privacy"]["within_budget"]
