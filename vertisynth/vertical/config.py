@@ -2,6 +2,7 @@
 trust = "none" } }`. Structured from TOML like every component's params (unknown keys refused)."""
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import attrs
@@ -29,3 +30,17 @@ class VerticalConfig:
             raise ConfigError(f"vertical: probe_bins must be >= 2, got {self.probe_bins}")
         if not 0 < self.group_share < 1:
             raise ConfigError(f"vertical: group_share must be in (0, 1), got {self.group_share}")
+
+
+def owners(synthesizer: str, vertical: VerticalConfig | None, partition: Any) -> dict[str, str]:
+    """Which party holds each attribute; a `vertical` table on a run of one party is refused in one line (every
+    twin's plan asks this first)."""
+    if vertical is not None and len(partition) < 2:
+        raise ConfigError(f"{synthesizer}: params.vertical runs across parties, and this run has one party; drop the "
+                          "vertical table or list two [[parties]] or more")
+    return {a: p.name for p in partition for a in p.attributes}
+
+
+def cross_pairs(attributes: Any, owner: dict[str, str]) -> list[tuple[str, str]]:
+    """The attribute pairs held by two different parties, in combinations order."""
+    return [p for p in itertools.combinations(attributes, 2) if owner[p[0]] != owner[p[1]]]

@@ -34,7 +34,7 @@ from vertisynth.plugins.synthesizers.fitted import FittedGraphicalModel
 from vertisynth.pgm import estimate
 from vertisynth.pgm.graph import min_fill_cliques
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle, ZCDPFilter
-from vertisynth.vertical import VerticalConfig
+from vertisynth.vertical import owners, VerticalConfig
 from vertisynth.vertical.probes import mass_bins, measure_probes
 
 STAGE = "synthesizer"
@@ -167,10 +167,7 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
         if d < 1:
             raise ConfigError("aim needs at least one attribute")
         self._domain = dom
-        self._owner = {a: p.name for p in ctx.partition for a in p.attributes}
-        if self.config.vertical is not None and len(ctx.partition) < 2:
-            raise ConfigError("aim: params.vertical runs across parties, and this run has one party; drop the "
-                              "vertical table or list two [[parties]] or more")
+        self._owner = owners("aim", self.config.vertical, ctx.partition)
         self._workload = workload_of(dom, self.config.degree, self.config.workload)
         self._rho = ctx.rho
         self._T = self.config.rounds or 16 * d

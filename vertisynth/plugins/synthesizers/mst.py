@@ -32,7 +32,7 @@ from vertisynth.plugins.synthesizers.fitted import FittedGraphicalModel
 from vertisynth.pgm import Measurement, estimate
 from vertisynth.pgm.estimation import bin_query
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle
-from vertisynth.vertical import VerticalConfig
+from vertisynth.vertical import cross_pairs, owners, VerticalConfig
 from vertisynth.vertical.probes import mass_bins, measure_probes
 
 STAGE = "synthesizer"
@@ -78,13 +78,8 @@ class MSTSynthesizer(FittedGraphicalModel, Synthesizer):
         self._domain = ctx.domain
         rho = ctx.rho
         v = self.config.vertical
-        owner = {a: p.name for p in ctx.partition for a in p.attributes}
-        self._cross = []
-        if v is not None:
-            if len(ctx.partition) < 2:
-                raise ConfigError("mst: params.vertical runs across parties, and this run has one party; drop the "
-                                  "vertical table or list two [[parties]] or more")
-            self._cross = [p for p in itertools.combinations(ctx.domain.attributes, 2) if owner[p[0]] != owner[p[1]]]
+        owner = owners("mst", v, ctx.partition)
+        self._cross = cross_pairs(ctx.domain.attributes, owner) if v is not None else []
         probe = (PROBE if v.probe is None else v.probe) if v is not None else 0.0
         # kept: fit spends these very charges, in order
         self._charges = {

@@ -40,7 +40,7 @@ from vertisynth.plugins.synthesizers.fitted import FittedGraphicalModel
 from vertisynth.pgm import Measurement, estimate
 from vertisynth.pgm.graph import build_junction_tree
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle
-from vertisynth.vertical import VerticalConfig
+from vertisynth.vertical import cross_pairs, owners, VerticalConfig
 from vertisynth.vertical.probes import mass_bins, measure_probes
 
 STAGE = "synthesizer"
@@ -78,16 +78,13 @@ class PrivatePGMSynthesizer(FittedGraphicalModel, Synthesizer, MeasuresMarginals
         d = len(attrs_)
         rho = ctx.rho
         v = self.config.vertical
-        owner = {a: p.name for p in ctx.partition for a in p.attributes}
+        owner = owners("private_pgm", v, ctx.partition)
         self._cross: list[tuple[str, str]] = []
-        if v is not None and len(ctx.partition) < 2:
-            raise ConfigError("private_pgm: params.vertical runs across parties, and this run has one party; drop "
-                              "the vertical table or list two [[parties]] or more")
         if self.config.measurements == "mst":
             if d < 2:
                 raise ConfigError("private_pgm (mst) needs at least two attributes")
             if v is not None:
-                self._cross = [p for p in itertools.combinations(attrs_, 2) if owner[p[0]] != owner[p[1]]]
+                self._cross = cross_pairs(attrs_, owner)
             probe = (PROBE if v.probe is None else v.probe) if self._cross else 0.0
             self._rho1 = rho / (3 * d)
             self._rho_sel = rho * (1 - probe) / (3 * (d - 1))

@@ -48,7 +48,7 @@ from vertisynth.core.privacy import Charge, PrivacyLedger, PureDP, ZCDP
 
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle, ZCDPFilter
 from vertisynth.pgm.scores import INDIF_SENSITIVITY, indif
-from vertisynth.vertical import VerticalConfig, VerticalOracle
+from vertisynth.vertical import cross_pairs, owners, VerticalConfig, VerticalOracle
 from vertisynth.vertical.probes import dependence, measure_probes, width_bins
 from .consistency import make_consistent
 from .records import synthesize_records
@@ -116,16 +116,13 @@ class DPSynSynthesizer(Synthesizer, MeasuresMarginals):
         pairs = list(itertools.combinations(ctx.domain.attributes, 2))
         self._pairs = pairs
         v = c.vertical
-        owner = {a: p.name for p in ctx.partition for a in p.attributes}
+        owner = owners("dpsyn", v, ctx.partition)
         self._cross = []
         if v is not None:
-            if len(ctx.partition) < 2:
-                raise ConfigError("dpsyn: params.vertical runs across parties, and this run has one party; drop the "
-                                  "vertical table or list two [[parties]] or more")
             if c.noise == "laplace" or ctx.budget.delta <= 0 or c.max_records_per_individual != 1:
                 raise ConfigError("dpsyn: a vertical run measures with Gaussian noise, one record per person (give "
                                   "the budget delta > 0, noise = 'gaussian' or 'auto', max_records_per_individual = 1)")
-            self._cross = [p for p in pairs if owner[p[0]] != owner[p[1]]]
+            self._cross = cross_pairs(ctx.domain.attributes, owner)
         self._greedy = c.selection == "greedy" or (c.selection == "auto" and d > c.all_pairs_limit)
         gaussian_ok = ctx.budget.delta > 0
         theta = c.max_records_per_individual

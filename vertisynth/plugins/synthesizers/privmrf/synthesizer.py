@@ -36,7 +36,7 @@ from vertisynth.pgm.estimation import bin_query
 from vertisynth.pgm.graph import min_fill_cliques
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle
 from vertisynth.pgm.scores import INDIF_SENSITIVITY, indif
-from vertisynth.vertical import VerticalConfig, VerticalOracle
+from vertisynth.vertical import owners, VerticalConfig, VerticalOracle
 from vertisynth.vertical.probes import dependence, dependence_std, measure_probes, residual_l1, width_bins
 
 STAGE = "synthesizer"
@@ -150,12 +150,8 @@ class PrivMRFSynthesizer(Synthesizer):
 
     # -- plan ---------------------------------------------------------------------------------
     def plan(self, ctx: PlanContext) -> list[Charge]:
-        owner = None
-        if self.config.vertical is not None:
-            if len(ctx.partition) < 2:
-                raise ConfigError("privmrf: params.vertical runs across parties, and this run has one party; drop "
-                                  "the vertical table or list two [[parties]] or more")
-            owner = {a: p.name for p in ctx.partition for a in p.attributes}
+        owner = owners("privmrf", self.config.vertical, ctx.partition)
+        owner = owner if self.config.vertical is not None else None
         return self.plan_for(ctx.domain, ctx.rho, owner=owner)
 
     def vertical_request(self) -> VerticalConfig | None:
