@@ -142,3 +142,10 @@ def test_a_trust_server_twin_runs_at_its_plan_and_says_whom_it_trusts(syn):
     assert cross and {q["trust"] for q in cross} == {"server"}
     assert res.report["privacy"]["cross_party"]["through"] == ["he (trust = server)"]
     assert res.metrics["tvd"]["tvd_3way"] < 0.2
+
+
+@pytest.mark.parametrize("syn", ["aim", "mst", "private_pgm", "dpsyn", "privmrf"])
+def test_a_vertical_table_on_a_run_of_one_party_is_refused_in_one_line(syn):
+    attributes = list(make_plan(_cfg(syn, {})).source.schema.names)
+    with pytest.raises(ConfigError, match=rf"^{syn}: params.vertical runs across parties, and this run has one party"):
+        make_plan(_cfg(syn, {"vertical": HE}, parties=[{"name": "all", "attributes": attributes}]))
