@@ -56,7 +56,7 @@ def test_a_table_closer_to_the_truth_scores_better(truth, seed):
 def test_workload_error_is_twice_tvd_on_the_same_marginals(x, y):
     wl = WorkloadError(WorkloadConfig(ways=[2])).evaluate(x, y, np.random.default_rng(0))
     assert wl["l1_2way"] == pytest.approx(2 * tvd(x, y, [2])["tvd_2way"])
-    assert 0 <= wl["l1_2way"] <= wl["l1_max"] <= 2
+    assert 0 <= wl["l1_2way"] <= wl["l1_max"] <= 2 + 1e-12   # disjoint tables: 2 up to the sum's rounding
 
 
 @settings(max_examples=30, deadline=None)
