@@ -322,13 +322,128 @@ def test_a_party_refuses_a_misrouted_cross_party_query_before_it_pays(query, mat
     assert led.spent == []
 
 
-def test_a_vertical_plan_across_machines_refuses_trust_server_in_one_line(tmp_path):
-    from vertisynth.core.errors import ConfigError
-    from vertisynth.deploy.plans import vertical_plan
-    text = CONFIG.replace("SYNTH", "aim").replace("PARAMS", AIM[1]).replace("CRYPTO", "real")
-    (tmp_path / "t.toml").write_text(text.replace('trust = "none"', 'trust = "server"'))
-    with pytest.raises(ConfigError, match="trust = 'server' runs in one process only"):
-        vertical_plan(load_config(tmp_path / "t.toml"), None)
+def test_trust_server_across_processes_equals_the_one_process_run(tmp_path):
+    """he with trust = "server" across machines: the server makes the run's Paillier key and sends its public half
+    with each cross-party query (signed, sealed to each party); E sends S its rows and its noise share under that
+    key, sealed to S's run key; S returns the sums with both shares to the server, who decrypts count + both shares
+    (variance σ²). Under the test secret the release equals the one-process run, and so does the ledger's list of
+    cross-party tables with its trust assumption."""
+    _setup(tmp_path)
+    for name in ("job.toml", "sim.toml"):
+        (tmp_path / name).write_text((tmp_path / name).read_text().replace('trust = "none"', 'trust = "server"'))
+    hello_all(tmp_path, PARTIES, exchange="server_trust", secret=SECRET)
+    res = parallel([[*_party(p)[:5], "server_trust", *_party(p)[6:]] for p in PARTIES]
+                   + [[*_server()[:3], "server_trust", *_server()[4:]]], tmp_path, timeout=300)
+    assert all(r[0] == 0 for r in res), res
+    sim = simulate(load_config(tmp_path / "sim.toml"), SECRET)
+    sim.synthetic.to_csv(tmp_path / "sim.csv", index=False)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "out" / "synthetic.csv"), pd.read_csv(tmp_path / "sim.csv"))
+    ledger = json.loads((tmp_path / "out" / "ledger.json").read_text())
+    assert ledger["cross_party"]["through"] == ["he (trust = server)"], ledger["cross_party"]
+    assert ledger["cross_party"] == sim.ledger.to_dict()["cross_party"]
+    names = {p.name.split("__")[0].rstrip("0123456789") for p in (tmp_path / "server_trust").iterdir()}
+    assert {"he-srows-oracle-", "he-snoise-oracle-"} <= names and "he-sums-oracle-" not in names, names
+
+
+def test_trust_server_the_curious_server_decrypts_counts_plus_both_shares_never_one(tmp_path):
+    """The server of a trust = "server" run across machines (parties in threads over a folder exchange, real
+    2048-bit Paillier, the test secret's seeded shares), holding everything it legitimately has: its Paillier private
+    key, its run key, every file of the exchange. What it decrypts is count + E's share + S's share (both shares
+    reproduced from the parties' seeded sources, each non-zero); E's rows and E's share travel sealed to S's run key
+    and do not open with the server's. Opened with S's key (the collusion the mode excludes), E's share would read
+    alone: that is what the seal keeps from the server."""
+    import threading
+
+    import numpy as np
+
+    from vertisynth.core.dataset import VerticalPartition
+    from vertisynth.core.errors import MessageError
+    from vertisynth.core.identity import Identity, Roster
+    from vertisynth.core.messages import Message
+    from vertisynth.core.privacy import ZCDP, Budget, Charge, PrivacyLedger
+    from vertisynth.core.sealing import RunKey
+    from vertisynth.core.transport import FolderTransport
+    from vertisynth.deploy.oracle_rounds import PartyServer, RemoteLink
+    from vertisynth.deploy.session import RunState, Session, publish_party_key
+    from vertisynth.plugins.encoders.he import protocol
+    from vertisynth.plugins.encoders.he import server_trust as st
+    from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
+    from vertisynth.vertical import VerticalOracle
+    from vertisynth.vertical.link import PartyBudget, PartySide
+    from tests.synthetic_tables import correlated
+
+    data = correlated(120)
+    part = VerticalPartition.from_lists([["a", "c", "e"], ["b", "d"]], ["P0", "P1"]).validate(data.domain)
+    views = part.views(data)
+    charge = Charge("s", "cross", ZCDP(0.2))
+    config = HEConfig(crypto="real", trust="server", workers=1)
+
+    def ledger():
+        led = PrivacyLedger(Budget(1e6, 1e-9), noise="simulation")
+        led.plan([charge])
+        return led
+
+    ids = {n: Identity.generate(n) for n in ["server", "P0", "P1"]}
+    roster = Roster.parse({n: i.public_text() for n, i in ids.items()})
+    transport, key = FolderTransport(tmp_path / "ex"), RunKey()
+    state = lambda n: RunState(n, "run", "cfg", ("P0", "P1"))  # noqa: E731
+    party_keys, errors = {}, []
+
+    def party(i, p):
+        led = ledger()
+        sess = Session(ids[p], roster, transport, state(p), 60.0, 0.01, server_key=key.public, sealed=True)
+        sess.run_key = party_keys[p] = publish_party_key(sess)
+        server = PartyServer(sess, PartySide(p, views[p], np.random.default_rng(7 + i), led), PartyBudget(led),
+                             HEEncoder(config), part, data.domain, True)   # each party its own measure instance
+        try:
+            server.serve()
+        except Exception as exc:   # noqa: BLE001 - reported by the test thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=party, args=(i, p)) for i, p in enumerate(part.names)]
+    for t in threads:
+        t.start()
+    enc = HEEncoder(config)   # the server's: it makes and holds the run's Paillier key
+    sess = Session(ids["server"], roster, transport, state("server"), 60.0, 0.01, run_key=key, sealed=True)
+    link = RemoteLink(sess, part, data.domain, enc, 60.0, 0.01)
+    try:
+        got = VerticalOracle.over(link, part, data.domain, enc, ledger(), "he").measure(
+            ("a", "b"), charge, np.random.default_rng(0)).values
+    finally:
+        link.done()
+        for t in threads:
+            t.join(60)
+    assert not errors, errors
+    # the shares, from the parties' seeded sources (the cross query is the first draw of each party's stream)
+    sigma = enc.sigma_for_rho(charge.cost.rho)
+    size = lambda b: data.domain.project(b).size()  # noqa: E731
+    e, s_, oriented = st.orient(config, "P0", "P1", [(("a",), ("b",))], size, data.n, sigma)
+    base = {p: int(np.random.default_rng(7 + i).integers(0, 2**63)) for i, p in enumerate(part.names)}
+    shape = (size(oriented[0][0]), size(oriented[0][1]))
+    z_e = st.noise_share(shape, sigma, st.seeded_source(base[e], ("P0", "P1"), "enc"))
+    z_s = st.noise_share(shape, sigma, st.seeded_source(base[s_], ("P0", "P1"), "sum"))
+    exact = np.zeros((3, 8))
+    np.add.at(exact, (data.column("a"), data.column("b")), 1)
+    residual = got - exact if e == "P0" else (got - exact).T
+    np.testing.assert_array_equal(residual, z_e + z_s)   # count + both shares: variance σ², never σ²/2
+    assert np.any(z_e != 0) and np.any(z_s != 0) and not np.array_equal(residual, z_e)
+    # E's rows and E's share: sealed to S; the server's run key opens neither
+    sealed = [n.removesuffix(".env") for n in sorted(p.name for p in (tmp_path / "ex").iterdir())
+              if n.startswith(("he-srows-", "he-snoise-"))]
+    assert len(sealed) == 2, sealed
+    for name in sealed:
+        with pytest.raises(MessageError, match="does not open with this run key"):
+            sess.open(name, (name.split("__")[0],), s_)
+    # with S's run key (the collusion trust = "server" excludes), E's share alone would read
+    s_sess = Session(None, roster, transport, state(s_), 5.0, run_key=party_keys[s_], sealed=True)
+    noise_name = next(n for n in sealed if n.startswith("he-snoise-"))
+    rows_name = next(n for n in sealed if n.startswith("he-srows-"))
+    share = Message.from_bytes(s_sess.open(noise_name, (noise_name.split("__")[0],))[1], noise_name)
+    rows = Message.from_bytes(s_sess.open(rows_name, (rows_name.split("__")[0],))[1], rows_name)
+    alone = protocol.open_sums(enc.server_trust.server_key()[1], rows.layout(),
+                               protocol.EncryptedSums(e, "server", share.groupings, share.shares), oriented,
+                               st.support_bound(st.share_sigma(sigma)))
+    np.testing.assert_array_equal(alone[oriented[0]], z_e)
 
 
 @pytest.mark.parametrize("noise", ["simulation", "secure"])

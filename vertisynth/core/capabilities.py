@@ -274,10 +274,16 @@ class AnswersInRounds(CrossPartyMeasure, Protocol):
     def check_across_machines(self) -> None:
         """Refuse, in one line and before any role starts, a configuration whose rounds do not run across machines."""
 
+    def stage_offer(self) -> bytes:
+        """What the server sends both parties with each stage's query (signed by the server, sealed to each party):
+        public material their rounds need, e.g. the he measure's trust = "server" Paillier public key; b"" for none."""
+
     def answer_stage(self, me: str, view: Dataset, domains: Mapping[str, Any], queries: Sequence[Query],
-                     sigma: float, noise: str, rng: np.random.Generator, test: bool, stage: str) -> StageRounds:
+                     sigma: float, noise: str, rng: np.random.Generator, test: bool, stage: str,
+                     offer: bytes = b"") -> StageRounds:
         """Party `me`'s rounds of one `answer` on its columns `view` (`domains`: every party's public domain in the
-        stage, party -> Domain; `stage`: a name unique in the run, for the envelopes' rounds)."""
+        stage, party -> Domain; `stage`: a name unique in the run, for the envelopes' rounds; `offer`: the server's
+        `stage_offer` as the party received it)."""
 
     def read_answers(self, messages: Sequence[Message], queries: Sequence[Query], sigma: float,
                      domains: Mapping[str, Any]) -> list[tuple[tuple[str, ...], np.ndarray, float]]:

@@ -198,6 +198,9 @@ class RemoteLink:
                   "spend": self._pid(s)} for i, ((a, ps, b), s) in enumerate(zip(queries, spends))]
         parties = list(dict.fromkeys(p for _, ps, _ in queries for p in ps))
         what = f"{len(queries)} cross-party table(s)"
+        offer = self.measure_impl.stage_offer()
+        if offer:   # e.g. the he measure's trust = "server" key: in the server's signed query, sealed to each party
+            arrays["offer"] = np.frombuffer(offer, np.uint8)
         answers = self.ask(parties, "cross", {"queries": asked, "sigma": sigma, "what": what}, arrays)
         messages = [Message.from_bytes(bytes(np.asarray(v, np.uint8)), f"the answer of {p!r}")
                     for p, a in answers.items() for _, v in sorted(a.arrays.items())]
@@ -441,8 +444,9 @@ class PartyServer:
             mine += [x for x in attributes if owner[x] == self.me and x not in mine]
             bins_of.update({x: b for x, b in (bins or {}).items() if owner[x] == self.me})
         view = self.side.coarsened(mine, bins_of)
+        offer = bytes(np.asarray(a["offer"], np.uint8)) if "offer" in a else b""
         stage = self.measure.answer_stage(self.me, view, domains, plain, sigma, self.side.noise.noise,
-                                          self.side.rng, self.test, f"oracle-{k:06d}")
+                                          self.side.rng, self.test, f"oracle-{k:06d}", offer=offer)
         published: list[Message] = []
         run_stage(attrs.evolve(self.sess, timeout=self.measure.round_timeout()), stage, published.append)
         return _pack(published)
