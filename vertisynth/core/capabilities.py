@@ -138,6 +138,11 @@ class MeasuresJointly(Protocol):
                 stage: str, ledger: PrivacyLedger, rngs: Mapping[str, np.random.Generator]) -> list[Message]:
         """Run the protocol between the parties holding `views` for `queries`, spending `stage`'s planned charge."""
 
+    def cross_party_entries(self, messages: Sequence[Message], stage: str) -> list[dict[str, Any]]:
+        """The ledger's record (`PrivacyLedger.cross_party`) of the cross-party tables that `messages` of `stage`
+        hold (attributes, parties, measure, trust, stage, released variance), sorted by attributes: what the
+        server received, written alike by the one-process run and the deploy server."""
+
 
 @runtime_checkable
 class AlignsRows(Protocol):

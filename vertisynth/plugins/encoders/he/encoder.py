@@ -222,6 +222,12 @@ class HEEncoder(Encoder):
             out.append(msg)
         return out
 
+    def cross_party_entries(self, messages: Sequence[Message], stage: str) -> list[dict[str, Any]]:
+        out = [{"attributes": k.split("|"), "parties": sorted((m.party, m.peer)),
+                "measure": "he", "trust": self.config.trust, "stage": stage, "released_variance": float(m.variance)}
+               for m in messages if isinstance(m, protocol.NoisyCounts) for k in m.tables]
+        return sorted(out, key=lambda e: e["attributes"])
+
     # -- server side ----------------------------------------------------------------------------
     def _measured(self, messages: Sequence[Message]) -> list[tuple[tuple[str, ...], np.ndarray, float]]:
         out = []
