@@ -44,9 +44,15 @@ def _run_all(tmp_path, parties, timeout=240):
 
 def _equals_simulation(tmp_path):
     deployed = pd.read_csv(tmp_path / "out" / "synthetic.csv")
-    simulated = simulate(load_config(tmp_path / "sim.toml"), SECRET).synthetic
+    sim = simulate(load_config(tmp_path / "sim.toml"), SECRET)
+    simulated = sim.synthetic
     simulated.to_csv(tmp_path / "sim.csv", index=False)
     pd.testing.assert_frame_equal(deployed, pd.read_csv(tmp_path / "sim.csv"))
+    # the ledger lists the cross-party tables the server received, as the one-process run lists its own
+    ledger = json.loads((tmp_path / "out" / "ledger.json").read_text())
+    assert ledger["cross_party"] == sim.ledger.to_dict()["cross_party"], ledger.get("cross_party")
+    stages = {e["stage"] for e in ledger["cross_party"]["answers"]}
+    assert ledger["cross_party"]["through"] == ["he (trust = none)"] and stages == {"selection", "cliques"}, stages
 
 
 def test_two_parties_and_server_as_processes_equal_the_simulation(tmp_path):

@@ -78,8 +78,99 @@ def test_a_vertical_twin_across_processes_equals_the_one_process_run(tmp_path, s
             reader.open(name, (name.split("__")[0],), "server")
 
 
+RELAY_CONFIG = """
+seed = 3
+budget = { epsilon = 2.0, delta = 1e-5 }
+[dataset]
+name = "csv"
+[dataset.params]
+path = "PATH"
+[dataset.params.schema]
+hospital_length_of_stay_days = { kind = "categorical", categories = ["1", "2", "3", "4"] }
+hospital_discharge_ward_code = { kind = "categorical", categories = ["1", "2", "3"] }
+insurer_claimed_amount_band = { kind = "categorical", categories = ["1", "2", "3", "4"] }
+[[parties]]
+name = "party1"
+attributes = ["hospital_length_of_stay_days", "hospital_discharge_ward_code"]
+[[parties]]
+name = "party2"
+attributes = ["insurer_claimed_amount_band"]
+[synthesizer]
+use = "mst"
+params = { iters = 40, vertical = { measure = "he", trust = "none", params = { crypto = "CRYPTO", workers = 1, round_timeout = 60.0 } } }
+"""
+
+
+def _relay_reads(data: bytes, depth: int = 0) -> bytes:
+    """Every byte a relay can read out of `data`: the bytes themselves and, where they are a message (a compressed
+    npz), every member's name and content, recursively (an answer nests the measure's messages)."""
+    import io
+    import zipfile
+
+    import numpy as np
+    try:
+        z = zipfile.ZipFile(io.BytesIO(data))
+    except zipfile.BadZipFile:
+        return data
+    out = [data]
+    for member in z.namelist():
+        raw = z.read(member)
+        out += [member.encode(), raw]
+        try:
+            arr = np.load(io.BytesIO(raw), allow_pickle=False)
+        except ValueError:
+            continue
+        if arr.dtype == np.uint8 and depth < 4:
+            out.append(_relay_reads(arr.tobytes(), depth + 1))
+    return b"".join(out)
+
+
+def test_a_curious_relay_reads_no_query_of_a_vertical_twin(tmp_path):
+    """Every query, every round between the parties and every answer is sealed to its one recipient's run key: the
+    relay (a folder, sftp or s3 host, a Flower SuperLink), holding every byte of the exchange after the run and
+    unpacking every body it can (messages are compressed npz), finds no attribute name in any of them; only the
+    hellos (the public config, which every party holds) carry the names. Long names, so a chance match in
+    ciphertext is out of the question (2^-200 per position). Before the seal the queries, the he rows' layouts and
+    the sums' groupings named them. The run still equals the one-process simulation."""
+    import numpy as np
+
+    from vertisynth.core.envelope import open_envelope
+    from vertisynth.deploy.session import CLEAR_ROUNDS, SEALED, roster_of
+    rng = np.random.default_rng(4)
+    los = rng.integers(1, 5, 200)
+    pd.DataFrame({"hospital_length_of_stay_days": los, "hospital_discharge_ward_code": rng.integers(1, 4, 200),
+                  "insurer_claimed_amount_band": np.clip(los + rng.integers(-1, 2, 200), 1, 4)}
+                 ).to_csv(tmp_path / "full.csv", index=False)
+    text = with_roster(tmp_path, RELAY_CONFIG.replace("PATH", str(tmp_path / "full.csv")).replace("CRYPTO", "real"),
+                       [*PARTIES, "server"])
+    (tmp_path / "job.toml").write_text(text)
+    (tmp_path / "sim.toml").write_text(text.replace('crypto = "real"', 'crypto = "simulated"'))
+    hello_all(tmp_path, PARTIES, secret=SECRET)
+    res = parallel([_party(p) for p in PARTIES] + [_server()], tmp_path, timeout=300)
+    assert all(r[0] == 0 for r in res), res
+    simulate(load_config(tmp_path / "sim.toml"), SECRET).synthetic.to_csv(tmp_path / "sim.csv", index=False)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "out" / "synthetic.csv"), pd.read_csv(tmp_path / "sim.csv"))
+    names = [b"hospital_length_of_stay_days", b"hospital_discharge_ward_code", b"insurer_claimed_amount_band"]
+    roster = roster_of(load_config(tmp_path / "job.toml"))
+    files = sorted((tmp_path / "shared").iterdir())
+    rounds = set()
+    for path in files:
+        header, body = open_envelope(path.read_bytes(), roster, None, path.name)
+        data = path.read_bytes() + _relay_reads(body)
+        if header.round == "hello":   # the public config: every party holds the schema anyway
+            assert all(n in data for n in names)
+            continue
+        rounds.add(header.round.rstrip("0123456789"))
+        assert not [n for n in names if n in data], path.name
+        assert header.round in CLEAR_ROUNDS or header.kind.startswith(SEALED), (path.name, header.kind)
+        assert len(header.to) == 1 or header.round in CLEAR_ROUNDS, path.name
+    # the relay held queries, the parties' rounds and answers: all of them sealed
+    assert {"oracle-query-", "oracle-answer-", "he-rows-oracle-", "he-sums-oracle-", "party-key"} <= rounds, rounds
+
+
 def _as_server(tmp_path, exchange="shared"):
-    """The server's session of this run, driven by the test (it signs queries as `vertisynth server` does)."""
+    """The server's session of this run, driven by the test (it signs and seals queries as `vertisynth server`
+    does)."""
     from vertisynth.deploy.session import (SERVER, RunState, Session, config_fingerprint, load_identity,
                                            publish_run_key, read_hellos, roster_of)
     from vertisynth.deploy.transport import transport_for
@@ -88,7 +179,7 @@ def _as_server(tmp_path, exchange="shared"):
     run = read_hellos(config, transport, PARTIES, "server")
     identity = load_identity(config, SERVER, tmp_path / "private_server", None, tmp_path / exchange)
     sess = Session(identity, roster_of(config), transport, RunState(SERVER, run, config_fingerprint(config),
-                                                                     tuple(PARTIES)), 30.0)
+                                                                     tuple(PARTIES)), 30.0, sealed=True)
     sess.run_key = publish_run_key(sess, tmp_path / "private_server" / "server_signing.pem")
     return sess
 
@@ -97,6 +188,21 @@ def _query(sess, k, op, header, arrays=None, to=("party1",)):
     from vertisynth.deploy.oracle_rounds import QUERY, OracleQuery
     q = OracleQuery("server", k, op, header, arrays or {})
     sess.send(f"{QUERY}{k:06d}", list(to), q.kind, q.to_bytes())
+
+
+def _answering(tmp_path, party, send, exchange="shared"):
+    """`party synth` started first (it publishes the run key the server seals its queries to), then `send()` files
+    the query; the party's result."""
+    import subprocess
+    proc = popen(["party", "job.toml", "--party", party, "--exchange", exchange, "--out", f"private_{party}",
+                  "--timeout", "30", "-q"], tmp_path)
+    try:
+        send()
+        out, err = proc.communicate(timeout=120)
+    except BaseException:
+        proc.kill()
+        raise
+    return subprocess.CompletedProcess([], proc.returncode, out, err)
 
 
 def _measure(attribute, charge, rho, sigma=1.0):
@@ -112,10 +218,11 @@ def _one_line_refusal(res, *words):
 
 
 def test_a_query_outside_the_plan_a_tampered_and_a_foreign_query_are_refused_in_one_line(tmp_path):
-    from vertisynth.core.envelope import seal
+    from vertisynth.core.envelope import open_envelope, seal
     from vertisynth.core.privacy import ZCDP, Charge
     from vertisynth.deploy.oracle_rounds import OracleQuery
-    from vertisynth.deploy.session import load_identity
+    from vertisynth.deploy.session import SEAL_INFO, SEALED, load_identity, seal_aad
+    from vertisynth.core.sealing import seal_to
     from vertisynth.run.pipeline import make_plan
     _setup(tmp_path)
     sess = _as_server(tmp_path)
@@ -124,32 +231,67 @@ def test_a_query_outside_the_plan_a_tampered_and_a_foreign_query_are_refused_in_
     a, b = plan.partition.parties[0].attributes[0], plan.partition.parties[1].attributes[0]
     one_way = next(c for c in plan.ledger.planned if c.mechanism == "gaussian_1way")
     # a charge the plan does not hold: the party refuses before it reads a row, and tells the server why
-    _query(sess, 0, "measure", _measure(a, Charge("synthesizer", "made_up", ZCDP(0.5)), 0.5))
-    _one_line_refusal(cli(*_party("party1"), cwd=tmp_path, ok=False), "made_up", "not a charge of this run's plan")
+    res = _answering(tmp_path, "party1", lambda: _query(sess, 0, "measure",
+                                                         _measure(a, Charge("synthesizer", "made_up", ZCDP(0.5)), 0.5)))
+    _one_line_refusal(res, "made_up", "not a charge of this run's plan")
     assert list((tmp_path / "shared").glob("oracle-refused-000000__party1__*"))
     assert not list((tmp_path / "shared").glob("oracle-answer-*"))
     # a planned charge, but less noise than it pays for
-    _query(sess, 1, "measure", _measure(b, one_way, one_way.cost.rho, sigma=0.01), to=("party2",))
-    _one_line_refusal(cli(*_party("party2"), cwd=tmp_path, ok=False), "its noise costs")
-    # tampered on the exchange, and a query another role signed under the server's name: refused unread
-    for case in ("tampered", "foreign"):
-        ex = f"{case}_shared"
+    res = _answering(tmp_path, "party2", lambda: _query(sess, 1, "measure",
+                                                         _measure(b, one_way, one_way.cost.rho, sigma=0.01),
+                                                         to=("party2",)))
+    _one_line_refusal(res, "its noise costs")
+    # tampered on the exchange, signed by another role under the server's name, re-signed by a stranger, sealed to
+    # another party, or sent in clear: refused unread
+    body = OracleQuery("server", 0, "measure", _measure(a, one_way, one_way.cost.rho), {}).to_bytes()
+
+    def genuine(s2):   # the server's sealed, signed query as it would file it (kept, not filed)
+        import attrs
+        kept = {}
+        capture = type("Capture", (), {"send": lambda self, n, d: kept.update({n: d}), "names": s2.transport.names,
+                                        "read": s2.transport.read})()
+        _query(attrs.evolve(s2, transport=capture), 0, "measure", _measure(a, one_way, one_way.cost.rho))
+        return kept[name]
+    name = "oracle-query-000000__server__to__party1__0"
+    for case in ("tampered", "foreign", "re-signed", "to another party", "in clear"):
+        ex = f"{case.replace(' ', '_')}_shared"
         hello_all(tmp_path, PARTIES, exchange=ex, secret=SECRET)
         s2 = _as_server(tmp_path, ex)
-        _query(s2, 0, "measure", _measure(a, one_way, one_way.cost.rho))
-        [name] = list((tmp_path / ex).glob("oracle-query-000000__*"))
-        if case == "tampered":
-            data = bytearray(name.read_bytes())
-            data[-40] ^= 1
-            name.write_bytes(bytes(data))
-        else:   # party2 signs a query and files it under the server's name
-            forger = load_identity(config, "party2", tmp_path / "private_party2", None, None)
-            body = OracleQuery("server", 0, "measure", _measure(a, one_way, one_way.cost.rho), {}).to_bytes()
-            name.write_bytes(seal(forger, s2.state.run, s2.state.config, ["party1"], "oracle-query-000000",
-                                  "oracle_query", body))
-        res = cli("party", "job.toml", "--party", "party1", "--exchange", ex, "--out", "private_party1",
-                  "--timeout", "30", "-q", cwd=tmp_path, ok=False)
-        _one_line_refusal(res, "refused", "oracle-query-000000")
+        forger = load_identity(config, "party2", tmp_path / "private_party2", None, None)
+
+        def send():
+            if case == "tampered":   # the server's genuine envelope, one bit flipped on the way
+                data = bytearray(genuine(s2))
+                data[-40] ^= 1
+                s2.transport.send(name, bytes(data))
+            elif case in ("foreign", "re-signed"):   # party2 signs a query it sealed itself, or the server's
+                if case == "re-signed":
+                    _, raw = open_envelope(genuine(s2), s2.roster, None, name)
+                else:
+                    raw = seal_to(s2.key_of("party1"), body, seal_aad(s2.state.run, s2.state.config, "server",
+                                                                      "oracle-query-000000", name), SEAL_INFO).to_bytes()
+                s2.transport.send(name, seal(forger, s2.state.run, s2.state.config, ["party1"],
+                                             "oracle-query-000000", SEALED + "oracle_query", raw))
+            elif case == "to another party":   # the server's envelope to party1 holds a body sealed to party2
+                raw = seal_to(s2.key_of("party2", 30.0), body, seal_aad(s2.state.run, s2.state.config, "server",
+                                                                       "oracle-query-000000", name), SEAL_INFO)
+                s2.transport.send(name, seal(s2.identity, s2.state.run, s2.state.config, ["party1"],
+                                             "oracle-query-000000", SEALED + "oracle_query", raw.to_bytes()))
+            else:   # the server's query, signed but not sealed
+                s2.sealed = False
+                _query(s2, 0, "measure", _measure(a, one_way, one_way.cost.rho))
+
+        if case == "to another party":   # party2's run key is in the exchange (its process waits for queries)
+            other = popen(["party", "job.toml", "--party", "party2", "--exchange", ex, "--out", "private_party2",
+                           "--timeout", "20", "-q"], tmp_path)
+        res = _answering(tmp_path, "party1", send, exchange=ex)
+        if case == "to another party":
+            other.kill()
+            other.communicate()
+        why = {"tampered": "edited", "foreign": "under another sender's name",
+               "re-signed": "under another sender's name", "to another party": "does not open with this run key",
+               "in clear": "sent in clear"}[case]
+        _one_line_refusal(res, "refused", "oracle-query-000000", why)
         assert not list((tmp_path / ex).glob("oracle-answer-*")), case
 
 
@@ -205,13 +347,128 @@ def test_a_party_refuses_a_misrouted_cross_party_query_before_it_pays(query, mat
     assert led.spent == []
 
 
-def test_a_vertical_plan_across_machines_refuses_trust_server_in_one_line(tmp_path):
-    from vertisynth.core.errors import ConfigError
-    from vertisynth.deploy.plans import vertical_plan
-    text = CONFIG.replace("SYNTH", "aim").replace("PARAMS", AIM[1]).replace("CRYPTO", "real")
-    (tmp_path / "t.toml").write_text(text.replace('trust = "none"', 'trust = "server"'))
-    with pytest.raises(ConfigError, match="trust = 'server' runs in one process only"):
-        vertical_plan(load_config(tmp_path / "t.toml"), None)
+def test_trust_server_across_processes_equals_the_one_process_run(tmp_path):
+    """he with trust = "server" across machines: the server makes the run's Paillier key and sends its public half
+    with each cross-party query (signed, sealed to each party); E sends S its rows and its noise share under that
+    key, sealed to S's run key; S returns the sums with both shares to the server, who decrypts count + both shares
+    (variance σ²). Under the test secret the release equals the one-process run, and so does the ledger's list of
+    cross-party tables with its trust assumption."""
+    _setup(tmp_path)
+    for name in ("job.toml", "sim.toml"):
+        (tmp_path / name).write_text((tmp_path / name).read_text().replace('trust = "none"', 'trust = "server"'))
+    hello_all(tmp_path, PARTIES, exchange="server_trust", secret=SECRET)
+    res = parallel([[*_party(p)[:5], "server_trust", *_party(p)[6:]] for p in PARTIES]
+                   + [[*_server()[:3], "server_trust", *_server()[4:]]], tmp_path, timeout=300)
+    assert all(r[0] == 0 for r in res), res
+    sim = simulate(load_config(tmp_path / "sim.toml"), SECRET)
+    sim.synthetic.to_csv(tmp_path / "sim.csv", index=False)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "out" / "synthetic.csv"), pd.read_csv(tmp_path / "sim.csv"))
+    ledger = json.loads((tmp_path / "out" / "ledger.json").read_text())
+    assert ledger["cross_party"]["through"] == ["he (trust = server)"], ledger["cross_party"]
+    assert ledger["cross_party"] == sim.ledger.to_dict()["cross_party"]
+    names = {p.name.split("__")[0].rstrip("0123456789") for p in (tmp_path / "server_trust").iterdir()}
+    assert {"he-srows-oracle-", "he-snoise-oracle-"} <= names and "he-sums-oracle-" not in names, names
+
+
+def test_trust_server_the_curious_server_decrypts_counts_plus_both_shares_never_one(tmp_path):
+    """The server of a trust = "server" run across machines (parties in threads over a folder exchange, real
+    2048-bit Paillier, the test secret's seeded shares), holding everything it legitimately has: its Paillier private
+    key, its run key, every file of the exchange. What it decrypts is count + E's share + S's share (both shares
+    reproduced from the parties' seeded sources, each non-zero); E's rows and E's share travel sealed to S's run key
+    and do not open with the server's. Opened with S's key (the collusion the mode excludes), E's share would read
+    alone: that is what the seal keeps from the server."""
+    import threading
+
+    import numpy as np
+
+    from vertisynth.core.dataset import VerticalPartition
+    from vertisynth.core.errors import MessageError
+    from vertisynth.core.identity import Identity, Roster
+    from vertisynth.core.messages import Message
+    from vertisynth.core.privacy import ZCDP, Budget, Charge, PrivacyLedger
+    from vertisynth.core.sealing import RunKey
+    from vertisynth.core.transport import FolderTransport
+    from vertisynth.deploy.oracle_rounds import PartyServer, RemoteLink
+    from vertisynth.deploy.session import RunState, Session, publish_party_key
+    from vertisynth.plugins.encoders.he import protocol
+    from vertisynth.plugins.encoders.he import server_trust as st
+    from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
+    from vertisynth.vertical import VerticalOracle
+    from vertisynth.vertical.link import PartyBudget, PartySide
+    from tests.synthetic_tables import correlated
+
+    data = correlated(120)
+    part = VerticalPartition.from_lists([["a", "c", "e"], ["b", "d"]], ["P0", "P1"]).validate(data.domain)
+    views = part.views(data)
+    charge = Charge("s", "cross", ZCDP(0.2))
+    config = HEConfig(crypto="real", trust="server", workers=1)
+
+    def ledger():
+        led = PrivacyLedger(Budget(1e6, 1e-9), noise="simulation")
+        led.plan([charge])
+        return led
+
+    ids = {n: Identity.generate(n) for n in ["server", "P0", "P1"]}
+    roster = Roster.parse({n: i.public_text() for n, i in ids.items()})
+    transport, key = FolderTransport(tmp_path / "ex"), RunKey()
+    state = lambda n: RunState(n, "run", "cfg", ("P0", "P1"))  # noqa: E731
+    party_keys, errors = {}, []
+
+    def party(i, p):
+        led = ledger()
+        sess = Session(ids[p], roster, transport, state(p), 60.0, 0.01, server_key=key.public, sealed=True)
+        sess.run_key = party_keys[p] = publish_party_key(sess)
+        server = PartyServer(sess, PartySide(p, views[p], np.random.default_rng(7 + i), led), PartyBudget(led),
+                             HEEncoder(config), part, data.domain, True)   # each party its own measure instance
+        try:
+            server.serve()
+        except Exception as exc:   # noqa: BLE001 - reported by the test thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=party, args=(i, p)) for i, p in enumerate(part.names)]
+    for t in threads:
+        t.start()
+    enc = HEEncoder(config)   # the server's: it makes and holds the run's Paillier key
+    sess = Session(ids["server"], roster, transport, state("server"), 60.0, 0.01, run_key=key, sealed=True)
+    link = RemoteLink(sess, part, data.domain, enc, 60.0, 0.01)
+    try:
+        got = VerticalOracle.over(link, part, data.domain, enc, ledger(), "he").measure(
+            ("a", "b"), charge, np.random.default_rng(0)).values
+    finally:
+        link.done()
+        for t in threads:
+            t.join(60)
+    assert not errors, errors
+    # the shares, from the parties' seeded sources (the cross query is the first draw of each party's stream)
+    sigma = enc.sigma_for_rho(charge.cost.rho)
+    size = lambda b: data.domain.project(b).size()  # noqa: E731
+    e, s_, oriented = st.orient(config, "P0", "P1", [(("a",), ("b",))], size, data.n, sigma)
+    base = {p: int(np.random.default_rng(7 + i).integers(0, 2**63)) for i, p in enumerate(part.names)}
+    shape = (size(oriented[0][0]), size(oriented[0][1]))
+    z_e = st.noise_share(shape, sigma, st.seeded_source(base[e], ("P0", "P1"), "enc"))
+    z_s = st.noise_share(shape, sigma, st.seeded_source(base[s_], ("P0", "P1"), "sum"))
+    exact = np.zeros((3, 8))
+    np.add.at(exact, (data.column("a"), data.column("b")), 1)
+    residual = got - exact if e == "P0" else (got - exact).T
+    np.testing.assert_array_equal(residual, z_e + z_s)   # count + both shares: variance σ², never σ²/2
+    assert np.any(z_e != 0) and np.any(z_s != 0) and not np.array_equal(residual, z_e)
+    # E's rows and E's share: sealed to S; the server's run key opens neither
+    sealed = [n.removesuffix(".env") for n in sorted(p.name for p in (tmp_path / "ex").iterdir())
+              if n.startswith(("he-srows-", "he-snoise-"))]
+    assert len(sealed) == 2, sealed
+    for name in sealed:
+        with pytest.raises(MessageError, match="does not open with this run key"):
+            sess.open(name, (name.split("__")[0],), s_)
+    # with S's run key (the collusion trust = "server" excludes), E's share alone would read
+    s_sess = Session(None, roster, transport, state(s_), 5.0, run_key=party_keys[s_], sealed=True)
+    noise_name = next(n for n in sealed if n.startswith("he-snoise-"))
+    rows_name = next(n for n in sealed if n.startswith("he-srows-"))
+    share = Message.from_bytes(s_sess.open(noise_name, (noise_name.split("__")[0],))[1], noise_name)
+    rows = Message.from_bytes(s_sess.open(rows_name, (rows_name.split("__")[0],))[1], rows_name)
+    alone = protocol.open_sums(enc.server_trust.server_key()[1], rows.layout(),
+                               protocol.EncryptedSums(e, "server", share.groupings, share.shares), oriented,
+                               st.support_bound(st.share_sigma(sigma)))
+    np.testing.assert_array_equal(alone[oriented[0]], z_e)
 
 
 @pytest.mark.parametrize("noise", ["simulation", "secure"])
@@ -231,7 +488,7 @@ def test_every_oracle_call_over_the_exchange_answers_what_the_in_process_link_an
     from vertisynth.core.sealing import RunKey
     from vertisynth.core.transport import FolderTransport
     from vertisynth.deploy.oracle_rounds import PartyServer, RemoteLink
-    from vertisynth.deploy.session import RunState, Session
+    from vertisynth.deploy.session import RunState, Session, publish_party_key
     from vertisynth.pgm.oracle import ZCDPFilter
     from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
     from vertisynth.vertical import VerticalOracle
@@ -273,7 +530,8 @@ def test_every_oracle_call_over_the_exchange_answers_what_the_in_process_link_an
 
     def party(i, p):
         led = party_ledgers[p] = ledger()
-        sess = Session(ids[p], roster, transport, state(p), 30.0, 0.01, server_key=key.public)
+        sess = Session(ids[p], roster, transport, state(p), 30.0, 0.01, server_key=key.public, sealed=True)
+        sess.run_key = publish_party_key(sess)   # every query to it and every round with the other party sealed to it
         server = PartyServer(sess, PartySide(p, views[p], np.random.default_rng(7 + i), led), PartyBudget(led), enc,
                              part, data.domain, True)
         try:
@@ -284,7 +542,7 @@ def test_every_oracle_call_over_the_exchange_answers_what_the_in_process_link_an
     threads = [threading.Thread(target=party, args=(i, p)) for i, p in enumerate(part.names)]
     for t in threads:
         t.start()
-    sess = Session(ids["server"], roster, transport, state("server"), 30.0, 0.01, run_key=key)
+    sess = Session(ids["server"], roster, transport, state("server"), 30.0, 0.01, run_key=key, sealed=True)
     link = RemoteLink(sess, part, data.domain, enc, 30.0, 0.01)
     try:
         remote = calls(VerticalOracle.over(link, part, data.domain, enc, led2 := ledger(), "he"), led2)

@@ -138,6 +138,11 @@ class MeasuresJointly(Protocol):
                 stage: str, ledger: PrivacyLedger, rngs: Mapping[str, np.random.Generator]) -> list[Message]:
         """Run the protocol between the parties holding `views` for `queries`, spending `stage`'s planned charge."""
 
+    def cross_party_entries(self, messages: Sequence[Message], stage: str) -> list[dict[str, Any]]:
+        """The ledger's record (`PrivacyLedger.cross_party`) of the cross-party tables that `messages` of `stage`
+        hold (attributes, parties, measure, trust, stage, released variance), sorted by attributes: what the
+        server received, written alike by the one-process run and the deploy server."""
+
 
 @runtime_checkable
 class AlignsRows(Protocol):
@@ -274,10 +279,16 @@ class AnswersInRounds(CrossPartyMeasure, Protocol):
     def check_across_machines(self) -> None:
         """Refuse, in one line and before any role starts, a configuration whose rounds do not run across machines."""
 
+    def stage_offer(self) -> bytes:
+        """What the server sends both parties with each stage's query (signed by the server, sealed to each party):
+        public material their rounds need, e.g. the he measure's trust = "server" Paillier public key; b"" for none."""
+
     def answer_stage(self, me: str, view: Dataset, domains: Mapping[str, Any], queries: Sequence[Query],
-                     sigma: float, noise: str, rng: np.random.Generator, test: bool, stage: str) -> StageRounds:
+                     sigma: float, noise: str, rng: np.random.Generator, test: bool, stage: str,
+                     offer: bytes = b"") -> StageRounds:
         """Party `me`'s rounds of one `answer` on its columns `view` (`domains`: every party's public domain in the
-        stage, party -> Domain; `stage`: a name unique in the run, for the envelopes' rounds)."""
+        stage, party -> Domain; `stage`: a name unique in the run, for the envelopes' rounds; `offer`: the server's
+        `stage_offer` as the party received it)."""
 
     def read_answers(self, messages: Sequence[Message], queries: Sequence[Query], sigma: float,
                      domains: Mapping[str, Any]) -> list[tuple[tuple[str, ...], np.ndarray, float]]:

@@ -151,16 +151,19 @@ def _read_counts(sess: Session, seen: set[str], enc: JointRounds, asked: dict[st
     return msgs, names
 
 
-def serve_rounds(synth: Any, sess: Session, parties: list[str]) -> list[str]:
+def serve_rounds(synth: Any, sess: Session, parties: list[str], cross_party: list | None = None) -> list[str]:
     """The server's part: wait for every party's selection stage, fit, send the clique queries (signed), wait for
-    every party's ledger, finish the model. Returns the names of the messages it used."""
+    every party's ledger, finish the model. Returns the names of the messages it used; `cross_party` gets the
+    ledger's record of every cross-party table it received (as the one-process run's `StageOracle` writes it)."""
     enc = joint_encoder(synth)
     sess = attrs.evolve(sess, timeout=enc.round_timeout())
     asked = {"selection": enc.selection_queries()}
+    received = cross_party if cross_party is not None else []
     progress("server: waiting for the parties' selection stage")
     sess.receive("he-done-selection", parties, to=SERVER)
     seen: set[str] = set()
     messages, used = _read_counts(sess, seen, enc, asked)
+    received += enc.cross_party_entries(messages, "selection")
 
     def measure(queries: list[Query]) -> list[Message]:
         asked["cliques"] = list(queries)
@@ -170,6 +173,7 @@ def serve_rounds(synth: Any, sess: Session, parties: list[str]) -> list[str]:
         sess.receive("ledger", parties, to=SERVER)
         got, names = _read_counts(sess, seen, enc, asked)
         used.extend(names)
+        received.extend(enc.cross_party_entries(got, "cliques"))
         return got
 
     synth.serve_rounds(messages, measure)

@@ -4,13 +4,17 @@
 The driver knows no synthesizer and no encoder: the server runs `fit_oracle` on `VerticalOracle.over(RemoteLink)`;
 each party answers with its `PartySide` (vertisynth/vertical/link.py) from its own columns and stream, and a
 cross-party query runs the measure's rounds (`AnswersInRounds`) between the two parties. Per query k, in the run's
-signed envelopes (core/envelope.py) over its transport:
+signed envelopes (core/envelope.py) over its transport, each sealed to its one recipient's run key (a sealed
+`Session`: only the hellos and the run keys travel in clear):
 
+  party-key          party -> every role             its X25519 run key for this run, signed (session.py)
   oracle-query-k     server -> the parties it asks   what to answer (op, attributes, σ, bins, estimates) and what the
-                                                     server paid for it (`Spend`: the plan's charge or a filter draw)
-  <the measure's rounds>  party -> party             e.g. he-key/he-rows/he-sums-oracle-k (cross-party queries only)
+                                                     server paid for it (`Spend`: the plan's charge or a filter draw),
+                                                     one envelope per party, sealed to that party's run key
+  <the measure's rounds>  party -> party             e.g. he-key/he-rows/he-sums-oracle-k (cross-party queries only),
+                                                     each sealed to its recipient's run key
   oracle-answer-k    party -> server                 its answer, sealed to the server's run key (session.py)
-  oracle-refused-k   party -> server                 one line: why this party refused the query (nothing read)
+  oracle-refused-k   party -> server                 one line: why this party refused the query (nothing read), sealed
   oracle-query-k     server -> every party, op done  the fit is over (or failed: its one line)
   ledger             party -> server                 what it spent (sealed)
 
@@ -122,8 +126,20 @@ class RemoteLink:
         k = self.number
         self.number += 1
         q = OracleQuery(SERVER, k, op, header, arrays or {}).validate()
-        self.sess.send(f"{QUERY}{k:06d}", to, q.kind, q.to_bytes())
-        if to == [ALL]:
+        if self.sess.sealed:   # each party's run key first: a party that never started is named as silent
+            for p in (self.partition.names if to == [ALL] else to):
+                try:
+                    self.sess.key_of(p, 0.0 if to == [ALL] else self.timeout)
+                except MessageError:
+                    if to != [ALL]:
+                        raise MessageError(f"no answer from [{p!r}] to query {k} ({header.get('what', op)}) within "
+                                           f"{self.timeout:.0f} s in {self.sess.transport}: it published no run key; "
+                                           f"is {p!r} down?") from None
+            if to == [ALL]:   # done: every party that can be reached (one that never started published no key)
+                to = [p for p in self.partition.names if p in self.sess.keys]
+        if to:
+            self.sess.send(f"{QUERY}{k:06d}", to, q.kind, q.to_bytes())
+        if to == [ALL] or op == "done":
             return {}
         step(f"server: query {k} ({header.get('what', op)}) at {' and '.join(to)}", 0, 1)
         return self._await(k, to, header.get("what", op))
@@ -182,6 +198,9 @@ class RemoteLink:
                   "spend": self._pid(s)} for i, ((a, ps, b), s) in enumerate(zip(queries, spends))]
         parties = list(dict.fromkeys(p for _, ps, _ in queries for p in ps))
         what = f"{len(queries)} cross-party table(s)"
+        offer = self.measure_impl.stage_offer()
+        if offer:   # e.g. the he measure's trust = "server" key: in the server's signed query, sealed to each party
+            arrays["offer"] = np.frombuffer(offer, np.uint8)
         answers = self.ask(parties, "cross", {"queries": asked, "sigma": sigma, "what": what}, arrays)
         messages = [Message.from_bytes(bytes(np.asarray(v, np.uint8)), f"the answer of {p!r}")
                     for p, a in answers.items() for _, v in sorted(a.arrays.items())]
@@ -425,8 +444,9 @@ class PartyServer:
             mine += [x for x in attributes if owner[x] == self.me and x not in mine]
             bins_of.update({x: b for x, b in (bins or {}).items() if owner[x] == self.me})
         view = self.side.coarsened(mine, bins_of)
+        offer = bytes(np.asarray(a["offer"], np.uint8)) if "offer" in a else b""
         stage = self.measure.answer_stage(self.me, view, domains, plain, sigma, self.side.noise.noise,
-                                          self.side.rng, self.test, f"oracle-{k:06d}")
+                                          self.side.rng, self.test, f"oracle-{k:06d}", offer=offer)
         published: list[Message] = []
         run_stage(attrs.evolve(self.sess, timeout=self.measure.round_timeout()), stage, published.append)
         return _pack(published)
@@ -437,6 +457,7 @@ def serve_oracle(plan: Any, synth: Any, sess: Session, domain: Domain, rng: np.r
     """The server's fit: `fit_oracle` against the parties, over the exchange. Every party is told when it is over
     (or why it failed)."""
     measure = plan.measure.instance   # an AnswersInRounds, checked by plans.vertical_plan
+    sess.sealed = True   # every query sealed to its party's run key (session.py): a relay reads no marginal asked
     link = RemoteLink(sess, plan.partition, domain, measure, min(timeout, measure.round_timeout()))
     oracle = VerticalOracle.over(link, plan.partition, domain, measure, plan.ledger, plan.measure.spec.name,
                                  synth.vertical_request().group_share)

@@ -38,7 +38,8 @@ from vertisynth.vertical.link import PartyBudget, PartySide
 from .he_rounds import joint_encoder, party_rounds
 from .oracle_rounds import PartyServer, party_view
 from .plans import oracle_run, streams as _streams, vertical_plan as _vertical_plan
-from .session import TEST_LABEL, RunState, Session, fetch_run_key, key_context, session, test_noise_seed
+from .session import (TEST_LABEL, RunState, Session, fetch_run_key, key_context, publish_party_key, session,
+                      test_noise_seed)
 
 SERVER = "server"
 
@@ -249,6 +250,8 @@ def _run_oracle_party(config: RunConfig, plan, sess: Session, party: str, own: l
     ledger = PrivacyLedger(plan.ledger.budget, list(plan.ledger.planned), group_size=plan.ledger.group_size,
                            noise=noise)
     sess.server_key = fetch_run_key(sess)   # every answer below is sealed to it
+    # and this party's own run key: the server's queries and the other parties' rounds are sealed to it
+    sess.run_key, sess.sealed = publish_party_key(sess), True
     server = PartyServer(sess, PartySide(party, view, rng, ledger), PartyBudget(ledger), plan.measure.instance,
                          plan.partition, plan.source.schema.preview_domain(), bool(state.test_secret))
     answered = server.serve()

@@ -154,8 +154,9 @@ def _from_messages(plan, synth, sess: Session, names: list[str], timeout: float)
     """The party/server split's fit (VertiMRF): the parties' messages (and the he rounds), their ledgers composed."""
     transport = sess.transport
     joint = joint_encoder(synth) is not None
+    cross_party: list[dict] = []
     if joint:   # encoder "he": the server takes part in the rounds (it signs its clique queries)
-        used = serve_rounds(synth, sess, names)
+        used = serve_rounds(synth, sess, names, cross_party)
     _wait_ledgers(transport, names, timeout)
     reports = {}
     for name in transport.names("ledger__*"):
@@ -179,6 +180,7 @@ def _from_messages(plan, synth, sess: Session, names: list[str], timeout: float)
                            + ", ".join(f"{p}: {t if t.startswith('rows=') else 'MAC ' + t[:8]}" for p, t in tags.items())
                            + "); align them first (`vertisynth party align`); refused")
     ledger = _compose_ledger(plan, reports)
+    ledger.cross_party.extend(cross_party)   # the cross-party tables the server received, as the one-process run lists them
     counts_n = {t for t in tags.values() if t.startswith("rows=")}
     # GRR columns and the he encoder's rounds show the server n itself (no group key to MAC it): said so
     unnoised = [{"release": "row count n", "value": int(counts_n.pop()[5:]), "epsilon": 0.0, "noised": False,

@@ -12,6 +12,13 @@ The server makes an X25519 run key per run and publishes it in an envelope it si
 `publish_run_key`); every party verifies it under the roster (`fetch_run_key`) and seals each data-derived message
 to the server (rounds `SEALED_ROUNDS`) with it: seal, then sign (`Session.send`). Only the server opens them
 (`Session.open`); another party or a relay reads ciphertext (docs/threat-model.md).
+
+A session that is `sealed` (the vertical oracle's runs, deploy/oracle_rounds.py) seals every message to its one
+recipient's run key: the server's queries to each party, the parties' rounds with each other, their answers. Each
+party publishes an X25519 run key of its own in an envelope it signs (round `party-key`, `publish_party_key`), as
+the server does; a message to several roles goes as one envelope per recipient. Only the hello round and the key
+rounds travel in clear (the public config and public keys): a relay learns who talks to whom, when and how much,
+not which marginals are asked.
 """
 from __future__ import annotations
 
@@ -45,6 +52,8 @@ SEALED_PREFIXES = ("oracle-answer-",)
 SEALED = "sealed:"               # the kind of a sealed body: "sealed:<kind of the plaintext>"
 SEAL_INFO = b"vertisynth/deploy-seal/v1"
 RUN_KEY_ROUND = "server-key"
+PARTY_KEY_ROUND = "party-key"
+CLEAR_ROUNDS = ("hello", RUN_KEY_ROUND, PARTY_KEY_ROUND)   # in a sealed session, the only rounds in clear
 
 
 def sealed_round(round_: str) -> bool:
@@ -166,13 +175,36 @@ class Session:
     timeout: float = 600.0
     poll: float = 0.05
     server_key: bytes | None = None   # a party: the server's run key (X25519), verified in its signed envelope
-    run_key: RunKey | None = None     # the server: its run key pair, opens what the parties sealed to it
+    run_key: RunKey | None = None     # its own run key pair (the server's; a party's in a sealed session)
+    sealed: bool = False              # every message but CLEAR_ROUNDS sealed to its recipient's run key
+    keys: dict[str, bytes] = attrs.field(factory=dict)   # recipients' run keys, verified in their signed envelopes
 
     @property
     def me(self) -> str:
         return self.state.party
 
+    def key_of(self, who: str, timeout: float | None = None) -> bytes:
+        """`who`'s run key (X25519): verified in its signed envelope of this run, waited for up to `timeout`
+        (default: the session's), then kept."""
+        if who == SERVER and self.server_key is not None:
+            return self.server_key
+        if who not in self.keys:
+            self.keys[who] = fetch_key(self, who, self.timeout if timeout is None else timeout)
+        return self.keys[who]
+
     def send(self, round_: str, to: list[str], kind: str, body: bytes, tag: str = "0") -> None:
+        if self.sealed and round_ not in CLEAR_ROUNDS:
+            targets = ([p for p in (*self.state.parties, SERVER) if p != self.me] if to == [ALL] else list(to))
+            if len(targets) != 1:   # one envelope per recipient, each sealed to its key
+                for who in targets:
+                    self.send(round_, [who], kind, body, tag)
+                return
+            name = f"{round_}__{self.me}__to__{targets[0]}__{tag}"
+            body = seal_to(self.key_of(targets[0]), body,
+                           seal_aad(self.state.run, self.state.config, self.me, round_, name), SEAL_INFO).to_bytes()
+            self.transport.send(name, seal(self.identity, self.state.run, self.state.config, targets, round_,
+                                           SEALED + kind, body))
+            return
         label = ALL if to == [ALL] else "+".join(to)
         name = f"{round_}__{self.me}__to__{'all' if label == ALL else label}__{tag}"
         if sealed_round(round_) and to == [SERVER]:
@@ -194,7 +226,9 @@ class Session:
             raise MessageError(f"{name}: from {header.sender!r} under another sender's name; refused")
         if header.kind.startswith(SEALED):
             if self.run_key is None:
-                raise MessageError(f"{name}: sealed to the server's run key; only the server opens it")
+                who = "+".join(header.to)
+                raise MessageError(f"{name}: sealed to the run key of {who}; only "
+                                   f"{'the server' if who == SERVER else repr(who)} opens it")
             body = self.run_key.open(Sealed.from_bytes(body, name),
                                      seal_aad(header.run, header.config, header.sender, header.round, name),
                                      SEAL_INFO, f"{name} from {header.sender!r}")
@@ -202,6 +236,9 @@ class Session:
         elif self.run_key is not None and sealed_round(header.round):
             raise MessageError(f"{name}: from {header.sender!r}: sent in clear, where every party seals this round "
                                "to the server's run key; refused")
+        elif self.sealed and header.round not in CLEAR_ROUNDS:
+            raise MessageError(f"{name}: from {header.sender!r}: sent in clear, where every message of this run is "
+                               "sealed to its recipient's run key; refused")
         return header, body
 
     def receive(self, round_: str, senders: list[str], to: str | None = None, per_sender: int = 1
@@ -385,6 +422,43 @@ def fetch_run_key(sess: Session) -> bytes:
         raise MessageError(f"the server's run key envelope is malformed ({exc}); refused") from None
     if len(raw) != 32:
         raise MessageError(f"the server's run key has {len(raw)} bytes, not 32 (X25519); refused")
+    return raw
+
+
+def publish_party_key(sess: Session) -> RunKey:
+    """A party of a sealed session: its X25519 key pair for this run (OS CSPRNG, held in memory only: the run is one
+    process), published once in an envelope it signs (round `party-key`, to every role)."""
+    if sess.transport.names(f"{PARTY_KEY_ROUND}__{sess.me}__*"):
+        raise MessageError(f"{sess.me!r} already published its run key in this run (a second `party synth`, or "
+                           "another process under its name); refused")
+    key = RunKey()
+    sess.send(PARTY_KEY_ROUND, [ALL], "run_key", canonical({"x25519": key.public.hex()}))
+    return key
+
+
+def fetch_key(sess: Session, who: str, timeout: float) -> bytes:
+    """`who`'s run key (the server's or a party's), from its envelope signed by `who`'s roster key and bound to this
+    run and config, waited for up to `timeout` s."""
+    round_ = RUN_KEY_ROUND if who == SERVER else PARTY_KEY_ROUND
+    deadline = time.monotonic() + timeout
+    while not (names := sess.transport.names(f"{round_}__{who}__to__*")):
+        if time.monotonic() > deadline:
+            raise MessageError(f"{sess.me}: no run key from {who!r} in {sess.transport} within {timeout:.0f} s: is "
+                               f"{who!r} down?")
+        if isinstance(sess.transport, ReportsWaiting):
+            sess.transport.waiting(f"{who}'s run key")
+        time.sleep(max(sess.poll, getattr(sess.transport, "min_poll", 0.0)))
+    if len(names) != 1:
+        raise MessageError(f"{len(names)} run keys from {who!r} in this run ({', '.join(names)}); refused")
+    header, body = sess.open(names[0], (round_,), sess.me)
+    if header.sender != who:
+        raise MessageError(f"{names[0]}: a run key of {header.sender!r} filed under {who!r}; refused")
+    try:
+        raw = bytes.fromhex(json.loads(body)["x25519"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise MessageError(f"the run key envelope of {who!r} is malformed ({exc}); refused") from None
+    if len(raw) != 32:
+        raise MessageError(f"the run key of {who!r} has {len(raw)} bytes, not 32 (X25519); refused")
     return raw
 
 

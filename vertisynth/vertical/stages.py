@@ -82,6 +82,9 @@ class StageOracle:
         queries = self.check(queries, stage)
         got = self.measure.measure(self.views, queries, stage, self.ledger, self.rngs)
         self.ran.append(stage)
+        # the ledger lists each cross-party table the server receives (the deploy server writes the same list
+        # from what it read off the exchange: deploy/he_rounds.py)
+        self.ledger.cross_party.extend(self.measure.cross_party_entries(got, stage))
         return got
 
     def describe(self) -> dict[str, Any]:

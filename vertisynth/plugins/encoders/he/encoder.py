@@ -222,6 +222,12 @@ class HEEncoder(Encoder):
             out.append(msg)
         return out
 
+    def cross_party_entries(self, messages: Sequence[Message], stage: str) -> list[dict[str, Any]]:
+        out = [{"attributes": k.split("|"), "parties": sorted((m.party, m.peer)),
+                "measure": "he", "trust": self.config.trust, "stage": stage, "released_variance": float(m.variance)}
+               for m in messages if isinstance(m, protocol.NoisyCounts) for k in m.tables]
+        return sorted(out, key=lambda e: e["attributes"])
+
     # -- server side ----------------------------------------------------------------------------
     def _measured(self, messages: Sequence[Message]) -> list[tuple[tuple[str, ...], np.ndarray, float]]:
         out = []
@@ -592,17 +598,20 @@ class HEEncoder(Encoder):
         return dom
 
     def check_across_machines(self) -> None:
-        if self.config.trust != "none":
-            raise ConfigError("he: across machines the vertical oracle runs trust = 'none'; trust = 'server' runs in "
-                              "one process only (`vertisynth run`), for now")
-        paillier.require()   # every party runs real Paillier across machines
+        paillier.require()   # every party (and under trust = "server" the server) runs real Paillier across machines
+
+    def stage_offer(self) -> bytes:
+        """What the server sends each party with a stage's query: under trust = "server" its Paillier public key
+        (made once per run, OS CSPRNG; the query is signed by the server and sealed to the party); else nothing."""
+        return self.server_trust.server_key()[0].to_bytes() if self.config.trust == "server" else b""
 
     def answer_stage(self, me: str, view: Dataset, domains: Mapping[str, Domain],
                      queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]], sigma: float, noise: str,
-                     rng: np.random.Generator, test: bool, stage: str) -> Any:
+                     rng: np.random.Generator, test: bool, stage: str, offer: bytes = b"") -> Any:
         """Party `me`'s rounds of one `answer` (rounds.PartyStage, real Paillier): its noise drawn as `answer` draws
         it with crypto = "simulated" under an explicit test secret (a base per answer from its stream, sources per
-        pair and role of stage "oracle"), else from the OS CSPRNG. `stage` names the envelopes' rounds."""
+        pair and role of stage "oracle"), else from the OS CSPRNG. `stage` names the envelopes' rounds. Under
+        trust = "server", server_trust.ServerTrustStage under the server's key in `offer`."""
         from .rounds import PartyStage, seeded_or_system
         self.check_across_machines()
         if not sigma > 0:
@@ -610,6 +619,11 @@ class HEEncoder(Encoder):
         queries = [(tuple(a), tuple(b)) for a, b in queries]
         if not queries or any(not a or not b for a, b in queries):
             raise ConfigError("he: a cross-party query needs attributes on both sides")
+        if self.config.trust == "server":
+            return server_trust.party_stage(self.config, me, view, domains, queries, sigma, noise, rng, test, stage,
+                                            offer)
+        if offer:
+            raise MessageError("he: trust = 'none' takes no key from the server; a query that offers one is refused")
         self._oracle_context(domains)
         self.sigma = {**getattr(self, "sigma", {}), stage: sigma}
         secure = noise == "secure"
@@ -619,7 +633,11 @@ class HEEncoder(Encoder):
 
     def read_answers(self, messages: Sequence[Message], queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]],
                      sigma: float, domains: Mapping[str, Domain]) -> list[tuple[tuple[str, ...], np.ndarray, float]]:
-        """The tables the encrypting parties published for one stage, each message holding only tables asked for."""
+        """The tables the encrypting parties published for one stage, each message holding only tables asked for
+        (trust = "server": the summing parties' sums, decrypted with the server's key)."""
+        if self.config.trust == "server":
+            return server_trust.read_server_sums(self.config, self.server_trust.server_key()[1], messages, queries,
+                                                 sigma, domains)
         dom = None
         for d in domains.values():
             dom = d if dom is None else dom.merge(d)

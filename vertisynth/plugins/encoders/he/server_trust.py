@@ -380,16 +380,7 @@ class ServerTrust:
         c = self.config
         owner = {a: p for p, v in views.items() for a in v.domain.attributes}
         size = lambda b: int(np.prod([views[owner[a]].domain.size(a) for a in b]))  # noqa: E731
-        by_pair: dict[tuple[str, str], list[Query]] = {}
-        for left, right in queries:
-            sides = [{owner.get(a) for a in left}, {owner.get(a) for a in right}]
-            if not left or not right or None in sides[0] | sides[1] or len(sides[0]) != 1 or len(sides[1]) != 1 \
-                    or sides[0] == sides[1]:
-                raise ConfigError(f"he: query {list(left)} x {list(right)} must take each side from one party, two "
-                                  "different parties")
-            (p,), (q,) = sides
-            key, qq = ((p, q), (tuple(left), tuple(right))) if p < q else ((q, p), (tuple(right), tuple(left)))
-            by_pair.setdefault(key, []).append(qq)
+        by_pair = by_pairs(queries, owner)
         n = next(iter(views.values())).n
         if noise == "secure" and self.test_sources is not None:
             raise ConfigError("he: fixed test noise sources are for simulation noise only; this answer runs secure noise")
@@ -415,22 +406,179 @@ class ServerTrust:
                 msg = run_real(enc, summ, views[enc], views[summ], part, sigma, src_e, src_s, self.server_key(),
                                "answer", self.costs, c.workers, c.chunk_rows, c.slot_bits, self.transcript)
             got.update(msg.tables)
-        out = []
-        for left, right in queries:
-            left, right = tuple(left), tuple(right)
-            if protocol.key_of(left + right) in got:
-                table = got[protocol.key_of(left + right)].reshape([size((a,)) for a in left + right])
-            else:   # the other side encrypted: its axes come first
-                table = got[protocol.key_of(right + left)].reshape([size((a,)) for a in right + left])
-                table = np.moveaxis(table, list(range(len(right))), list(range(len(left), len(left) + len(right))))
-            out.append((left + right, table, released_variance(sigma)))
-        return out
+        return assemble(queries, got, size, sigma)
 
     def _orient(self, p: str, q: str, qs: list[Query], size, n: int, sigma: float) -> tuple[str, str, list[Query]]:
-        """The side whose layout needs fewer ciphertexts per row encrypts (fewer slots on a tie): public facts only."""
-        bits, sb, t = self.config.key_bits, self.config.slot_bits, offset(sigma)
-        flipped = [(b, a) for a, b in qs]
-        rows = lambda q: protocol.row_ciphertexts(q, size, n, t, bits, sb, share=False)  # noqa: E731  (unshared)
-        cost_p = (rows(qs), sum(map(size, {x[0] for x in qs})))
-        cost_q = (rows(flipped), sum(map(size, {x[0] for x in flipped})))
-        return (p, q, qs) if cost_p <= cost_q else (q, p, flipped)
+        return orient(self.config, p, q, qs, size, n, sigma)
+
+
+def by_pairs(queries: Sequence[Query], owner: Mapping[str, str]) -> dict[tuple[str, str], list[Query]]:
+    """The queries by pair of parties (sorted), each with the first party's side first; each side from one party."""
+    out: dict[tuple[str, str], list[Query]] = {}
+    for left, right in queries:
+        sides = [{owner.get(a) for a in left}, {owner.get(a) for a in right}]
+        if not left or not right or None in sides[0] | sides[1] or len(sides[0]) != 1 or len(sides[1]) != 1 \
+                or sides[0] == sides[1]:
+            raise ConfigError(f"he: query {list(left)} x {list(right)} must take each side from one party, two "
+                              "different parties")
+        (p,), (q,) = sides
+        key, qq = ((p, q), (tuple(left), tuple(right))) if p < q else ((q, p), (tuple(right), tuple(left)))
+        out.setdefault(key, []).append(qq)
+    return out
+
+
+def orient(config: Any, p: str, q: str, qs: list[Query], size, n: int, sigma: float) -> tuple[str, str, list[Query]]:
+    """The side whose layout needs fewer ciphertexts per row encrypts (fewer slots on a tie): public facts only, so
+    every role (each party, the server) computes the same E and S."""
+    bits, sb, t = config.key_bits, config.slot_bits, offset(sigma)
+    flipped = [(b, a) for a, b in qs]
+    rows = lambda q: protocol.row_ciphertexts(q, size, n, t, bits, sb, share=False)  # noqa: E731  (unshared)
+    cost_p = (rows(qs), sum(map(size, {x[0] for x in qs})))
+    cost_q = (rows(flipped), sum(map(size, {x[0] for x in flipped})))
+    return (p, q, qs) if cost_p <= cost_q else (q, p, flipped)
+
+
+def assemble(queries: Sequence[Query], got: Mapping[str, np.ndarray], size, sigma: float
+             ) -> list[tuple[tuple[str, ...], np.ndarray, float]]:
+    """(left + right attributes, table with axes in that order, σ²) per query, from the decrypted tables by key."""
+    out = []
+    for left, right in queries:
+        left, right = tuple(left), tuple(right)
+        if protocol.key_of(left + right) in got:
+            table = got[protocol.key_of(left + right)].reshape([size((a,)) for a in left + right])
+        elif protocol.key_of(right + left) in got:   # the other side encrypted: its axes come first
+            table = got[protocol.key_of(right + left)].reshape([size((a,)) for a in right + left])
+            table = np.moveaxis(table, list(range(len(right))), list(range(len(left), len(left) + len(right))))
+        else:
+            raise MessageError(f"he: no sums for the table {list(left + right)} asked for; refused")
+        out.append((left + right, table, released_variance(sigma)))
+    return out
+
+
+# -- across machines: each party's rounds, the server's reading (deploy's vertical oracle) -----------------------
+def server_key_of(offer: bytes) -> ServerKey:
+    """The server's public key as the party got it: inside the server's signed (and sealed) query of the stage."""
+    key = Message.from_bytes(offer, "the server's Paillier key in its query") if offer else None
+    if not isinstance(key, ServerKey) or key.party != SERVER:
+        raise MessageError("he: trust = 'server' needs the server's Paillier public key with the stage's query; "
+                           "none came (or not the server's); refused")
+    return key
+
+
+@attrs.define
+class ServerTrustStage:
+    """Party `me`'s part in one answer under trust = "server" (the deploy driver's `StageRounds`). Per pair of parties,
+    E and S fixed by `orient` (public facts only):
+
+      he-srows-<stage>   E -> S   E's rows, one-hot under the SERVER's Paillier key (`EncryptedOneHot`)
+      he-snoise-<stage>  E -> S   E's noise share, packed and encrypted under the same key (`EncryptedNoise`)
+
+    both sealed to S's run key by the driver (the server holds the Paillier key: unsealed, it would read E's rows and
+    E's share). Then S publishes `ServerSums` (its answer, sealed to the server's run key); E publishes nothing."""
+
+    config: Any
+    me: str
+    view: Dataset
+    stage: str
+    key: ServerKey
+    sigma: float
+    size: Callable[[tuple[str, ...]], int]
+    runs: list                      # [(pair, E, S, queries E-side first)] with `me` as E or S
+    sources: Callable[[tuple[str, str], str], UniformSource]
+    rows_in: dict[str, bytes] = attrs.field(factory=dict)
+    noise_in: dict[str, bytes] = attrs.field(factory=dict)
+    layouts: dict[str, Layout] = attrs.field(factory=dict)   # E: its rows' layout per S, for its noise share
+
+    def rounds(self) -> list[str]:
+        return [f"he-srows-{self.stage}", f"he-snoise-{self.stage}"] if self.runs else []
+
+    def _as(self, role: int) -> list:
+        return [r for r in self.runs if r[role] == self.me]
+
+    def outgoing(self, rnd: str):
+        pk = self.key.public_key()
+        for pair, _, summ, qs in self._as(1):
+            if rnd.startswith("he-srows-"):
+                m = protocol.encrypt_rows(self.me, summ, self.view, qs, pk, offset(self.sigma), self.config.workers,
+                                          self.config.chunk_rows, self.config.slot_bits, share=False)
+                self.layouts[summ] = m.layout()
+            else:
+                m = encrypt_noise(self.me, summ, self.layouts[summ], qs, self.sigma, pk, self.sources(pair, "enc"), self.size,
+                                  self.config.workers)
+            yield [summ], m.kind, m.to_bytes(), summ
+
+    def expects(self, rnd: str) -> dict[str, list[str]]:
+        if rnd.startswith("he-snoise-"):   # as S, once every E has sent both
+            senders = [r[1] for r in self._as(2)]
+            return {f"he-srows-{self.stage}": senders, rnd: senders}
+        return {}
+
+    def incoming(self, rnd: str, got: Mapping[str, Sequence[bytes]]) -> None:
+        for who, bodies in got.items():
+            if len(bodies) != 1:
+                raise MessageError(f"{rnd} from {who!r}: {len(bodies)} messages, expected one; refused")
+            (self.rows_in if rnd.startswith("he-srows-") else self.noise_in)[who] = bodies[0]
+
+    def published(self):
+        for pair, enc, _, qs in self._as(2):
+            m1 = Message.from_bytes(self.rows_in[enc], f"he-srows-{self.stage} from {enc}")
+            mn = Message.from_bytes(self.noise_in[enc], f"he-snoise-{self.stage} from {enc}")
+            if not isinstance(m1, protocol.EncryptedOneHot) or m1.party != enc or m1.recipient != self.me:
+                raise MessageError(f"he-srows-{self.stage} from {enc!r}: not {enc!r}'s rows for {self.me!r}; refused")
+            if not isinstance(mn, EncryptedNoise) or mn.party != enc or mn.recipient != self.me:
+                raise MessageError(f"he-snoise-{self.stage} from {enc!r}: not {enc!r}'s noise share for {self.me!r}; "
+                                   "refused")
+            yield sum_for_server(self.me, self.key, m1, mn, self.view, qs, self.sigma, self.sources(pair, "sum"),
+                                 self.size, self.config.workers, self.config.slot_bits)
+
+
+def party_stage(config: Any, me: str, view: Dataset, domains: Mapping[str, Any], queries: Sequence[Query],
+                sigma: float, noise: str, rng: np.random.Generator, test: bool, stage: str,
+                offer: bytes) -> ServerTrustStage:
+    """Party `me`'s rounds of one answer under trust = "server": its share drawn as `ServerTrust.answer` draws it with
+    crypto = "simulated" under an explicit test secret and simulation noise (one base per answer from its stream,
+    sources per pair and role), else from the OS CSPRNG."""
+    share_sigma(sigma)
+    key = server_key_of(offer)
+    owner = {a: p for p, d in domains.items() for a in d.attributes}
+    size = lambda b: int(np.prod([domains[owner[a]].size(a) for a in b]))  # noqa: E731  (the public domain)
+    runs = []
+    for pair, qs in by_pairs(queries, owner).items():
+        if me in pair:
+            enc, summ, part = orient(config, pair[0], pair[1], protocol.unique(qs), size, view.n, sigma)
+            runs.append((pair, enc, summ, part))
+    base = int(rng.integers(0, 2**63)) if test and noise == "simulation" else None
+
+    def sources(pair: tuple[str, str], role: str) -> UniformSource:
+        return seeded_source(base, pair, role) if base is not None else SystemSource()
+    return ServerTrustStage(config, me, view, stage, key, sigma, size, runs, sources)
+
+
+def read_server_sums(config: Any, private_key: Any, messages: Sequence[Message], queries: Sequence[Query],
+                     sigma: float, domains: Mapping[str, Any]) -> list[tuple[tuple[str, ...], np.ndarray, float]]:
+    """The server's reading of one answer: exactly one `ServerSums` per pair of parties, from that pair's S, of E's
+    rows, in the planned layout (`decrypt` checks it); decrypted: count + both shares, variance σ²."""
+    owner = {a: p for p, d in domains.items() for a in d.attributes}
+    size = lambda b: int(np.prod([domains[owner[a]].size(a) for a in b]))  # noqa: E731
+    pairs = by_pairs(queries, owner)
+    sums: dict[tuple[str, str], ServerSums] = {}
+    for m in messages:
+        if not isinstance(m, ServerSums):
+            raise MessageError(f"he: a {m.kind!r} message from {m.party!r} where the summing party's sums were "
+                               "expected; refused")
+        pair = tuple(sorted((m.party, m.encrypting)))
+        if pair not in pairs or pair in sums:
+            raise MessageError(f"he: sums of {m.party!r} over {m.encrypting!r}'s rows were not asked for (or came "
+                               "twice); refused")
+        sums[pair] = m
+    got: dict[str, np.ndarray] = {}
+    for pair, qs in pairs.items():
+        if pair not in sums:
+            raise MessageError(f"he: no sums from the pair {list(pair)}; refused")
+        m = sums[pair]
+        enc, summ, part = orient(config, pair[0], pair[1], protocol.unique(qs), size, m.rows, sigma)
+        if (m.encrypting, m.party) != (enc, summ):
+            raise MessageError(f"he: {m.party!r} summed {m.encrypting!r}'s rows, the plan has {summ!r} sum "
+                               f"{enc!r}'s; refused")
+        got.update(decrypt(private_key, m, part, sigma, "answer", size, None, config.slot_bits).tables)
+    return assemble(queries, got, size, sigma)
