@@ -60,7 +60,7 @@ def sklearn_ml_utility(train, holdout, synthetic, label, max_train, rng):
 
 
 def numpy_predictions(train, holdout, synthetic, label, max_train, rng):
-    from vertisynth.plugins.evaluators.models import LogisticModel, TreeModel, one_hot
+    from vertisynth.plugins.evaluators.models import LogisticModel, TreeModel
 
     j = train.domain.axes([label])[0]
     sizes = [s for i, s in enumerate(train.domain.shape) if i != j]
@@ -72,7 +72,7 @@ def numpy_predictions(train, holdout, synthetic, label, max_train, rng):
             if len(np.unique(y)) < 2:
                 preds[f"{name}_{side}"] = np.full(yt.shape, y[0] if y.size else 0)
             elif name == "lr":
-                preds[f"{name}_{side}"] = LogisticModel().fit(one_hot(x, sizes), y).predict(one_hot(xt, sizes))
+                preds[f"{name}_{side}"] = LogisticModel().fit(x, sizes, y).predict(xt)
             else:
                 preds[f"{name}_{side}"] = TreeModel(10).fit(x, sizes, y, train.domain.shape[j]).predict(xt)
     return preds

@@ -70,7 +70,7 @@ class MLUtility(Evaluator):
 
     def evaluate_holdout(self, train: Dataset, holdout: Dataset, synthetic: Dataset,
                          rng: np.random.Generator) -> dict[str, float]:
-        from vertisynth.plugins.evaluators.models import LogisticModel, TreeModel, accuracy, macro_f1, one_hot
+        from vertisynth.plugins.evaluators.models import LogisticModel, TreeModel, accuracy, macro_f1
 
         _same_domains("ml_utility", train, holdout, synthetic)
         label = getattr(self, "_label", None) or train.domain.attributes[-1]
@@ -78,7 +78,6 @@ class MLUtility(Evaluator):
         sizes = [s for i, s in enumerate(train.domain.shape) if i != j]
         k = train.domain.shape[j]
         xt, yt = _xy(holdout, label, None, rng)
-        xt_hot = one_hot(xt, sizes)
         out: dict[str, float] = {}
         for name in ["lr", "dt"]:
             for side, data in [("synthetic", synthetic), ("real", train)]:
@@ -86,7 +85,7 @@ class MLUtility(Evaluator):
                 if len(np.unique(y)) < 2:  # one class only: the model predicts it everywhere
                     pred = np.full(yt.shape, y[0] if y.size else 0)
                 elif name == "lr":
-                    pred = LogisticModel().fit(one_hot(x, sizes), y).predict(xt_hot)
+                    pred = LogisticModel().fit(x, sizes, y).predict(xt)
                 else:
                     pred = TreeModel(max_depth=10).fit(x, sizes, y, k).predict(xt)
                 out[f"{name}_accuracy_{side}"] = accuracy(yt, pred)
