@@ -161,7 +161,10 @@ class LogisticModel:
                 grad = np.vstack([XT @ r + lam * W[:d], r.sum(axis=0)])
                 return loss + 0.5 * lam * (W[:d] * W[:d]).sum(), grad.ravel()
 
-            self.coef_ = _lbfgs(fun, np.zeros((d + 1) * k), 1e-7, self.max_iter).reshape(d + 1, k)
+            # scikit-learn's own tolerance and budget here (gradient of the mean loss, max-abs 1e-4, 300 steps): a
+            # softmax over tens of classes costs ~30 ms an evaluation, and 1e-7 took 5x the steps for the same
+            # predictions (zoo `mixed`: 39 classes, 142 evaluations, 4.9 CPU s, as scikit-learn's 127 iterations)
+            self.coef_ = _lbfgs(fun, np.zeros((d + 1) * k), 1e-4, 300).reshape(d + 1, k)
         return self
 
     def predict(self, codes: np.ndarray) -> np.ndarray:
