@@ -16,6 +16,8 @@ sample (process and children, getrusage) per round and their median, µs per row
 (LocEnc, the chunk jobs), the server step's CPU, the `tvd` evaluator's 3-way TVD (`--marginals` random 3-way
 marginals, mean over seeds) and the ratio of the medians against the anchor. The sparse and dense kernels publish
 the same sketches bit for bit, and the estimators agree up to rounding, so the TVDs should agree on every seed.
+"plain" / "accel" are this tree with the server fits' momentum off / on (`fit_accelerate`), e.g.
+`--paths plain,accel --eps 0.4 --seeds 0,1 --datasets adult,nltcs`.
 Datasets: adult, nltcs (from $VERTISYNTH_DATA), zoo:<preset> (built-in generator, its default size).
 """
 from __future__ import annotations
@@ -38,6 +40,10 @@ BASE = "5a1a74c"   # main before the sparse kernel (dense kernel, per-repetition
 DATA = os.environ.get("VERTISYNTH_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
+# paths that vary the server fits instead of the kernel: mirror descent without / with momentum (issue 33)
+PATH_PARAMS = {"plain": {"fit_accelerate": False}, "accel": {"fit_accelerate": True}}
+
+
 def total_cpu() -> float:
     s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
@@ -56,7 +62,8 @@ def one(dataset: str, eps: float, seed: int, kernel: str, marginals: int) -> dic
         ds = {"name": dataset, "params": {"data_dir": DATA}}
     cfg = parse_config({"seed": seed, "budget": {"epsilon": eps, "delta": 1e-5}, "dataset": ds,
                         "synthesizer": {"use": "vertimrf",
-                                        "params": {} if kernel == "today" else {"encoder_params": {"kernel": kernel}}},
+                                        "params": PATH_PARAMS.get(kernel, {} if kernel == "today"
+                                                                  else {"encoder_params": {"kernel": kernel}})},
                         "evaluators": [{"use": "tvd", "params": {"ways": [3], "marginals": marginals}}]})
     plan = make_plan(cfg)
     syn = plan.synthesizer.instance

@@ -80,3 +80,23 @@ def test_acceleration_reaches_a_lower_loss_for_the_same_propagations(monkeypatch
     # with the stop: ends by itself, lower than 5000 plain steps
     longer = estimate(dom, meas, total=20000.0, iters=5000, tol=0.0, accelerate=True, atol=1e-3 * 300)
     assert longer.iterations < 5000 and longer.losses[-1] < estimate(dom, meas, total=20000.0, iters=5000, tol=0.0).losses[-1]
+
+
+@pytest.mark.parametrize("accelerate", [False, True])
+def test_a_warm_start_with_a_collapsed_step_is_not_taken_for_convergence(accelerate):
+    """VertiMRF's OptMRF warm-starts from InitMRF's model and step; InitMRF starts at its optimum, where the line
+    search only halves η: with momentum the inherited η was ~1e-9, five tiny steps made no relative progress and
+    the small-progress stop ended OptMRF at its start (a strong cross-party pair came out independent). Now a fit
+    whose loss is already below atol stops before any step (η untouched), and the ramp's small steps are not taken
+    for convergence."""
+    dom, truth, meas = _noisy(0)
+    local = [Measurement(m.attributes, truth.marginal(m.attributes).values, m.std) for m in meas[:2]]
+    start = estimate(dom, local, total=2000.0, iters=2000, tol=0.0, extra_cliques=CLIQUES)   # "the local models"
+    first = estimate(dom, local, total=2000.0, iters=300, tol=1e-7, warm_start=start.model, atol=0.5,
+                     accelerate=accelerate)   # InitMRF: its start is its optimum
+    assert first.iterations == 0 and first.step == pytest.approx(1 / 2000.0)
+    for step in (first.step, 1e-12):   # the inherited step; and one as collapsed as the stalled fit's (old: 5 steps)
+        fit = estimate(dom, meas, total=2000.0, iters=300, tol=1e-7, warm_start=start.model, step=step,
+                       atol=0.5, accelerate=accelerate)
+        full = estimate(dom, meas, total=2000.0, iters=3000, tol=0.0)
+        assert fit.losses[-1] - full.losses[-1] <= 1.0, (step, fit.iterations, fit.losses[0], fit.losses[-1])

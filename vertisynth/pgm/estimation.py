@@ -19,8 +19,13 @@ and mirror descent's O(1/k) rate, L_k − L* ≈ C/k, gives L_k − L* ≈ k (L_
 accepted steps (an overestimate where convergence is linear, or O(1/k²) as with `accelerate`).
 `accelerate` (off by default): Nesterov momentum on the log-potentials with adaptive restart (O'Donoghue &
 Candès 2015): each step starts from φ_k + k/(k+3) (φ_k − φ_{k−1}), the line search runs there, and a step that
-would raise the loss is dropped and the momentum reset. Two propagations a step instead of one, but on
-ill-conditioned fits (VertiMRF on Adult) the same loss in about a quarter of the propagations (docs/speed.md).
+would raise the loss is dropped and the momentum reset, at the step size φ had (the backtracks were the
+extrapolated point's). Two propagations a step instead of one, but on ill-conditioned fits (VertiMRF on Adult) the
+same loss in about a quarter of the propagations (docs/speed.md).
+Warm starts (`atol` given): a fit whose loss is already <= atol stops before its first step (L* >= 0), so a start at
+its optimum neither steps nor hands on a line search's collapsed η; and while η is still doubling (before the first
+backtrack) small relative progress is not counted towards the small-progress stop, which once ended a warm-started
+fit at its start.
 The total mass is n̂: given, or the inverse-variance weighted mean of the measurements' totals.
 
 A measurement may be of a coarsened marginal: `bins` maps some of its attributes' values to bins, and
@@ -226,6 +231,10 @@ def _estimate(domain: Domain, measurements: Sequence[Measurement], total: float 
     it = 0
     prev, momentum = phi, 0   # accelerate: the previous iterate and the steps since the last restart
     for it in range(1, iters + 1):
+        if atol is not None and loss <= atol:   # L* >= 0, so L − L* <= L <= atol: converged (e.g. a warm start
+            it -= 1                             # at its optimum, whose line search would only shrink η)
+            break
+        eta_before, ramp_before = eta, ramp
         if momentum:
             start = phi + (momentum / (momentum + 3)) * (phi - prev)
             s_loss, s_grad, s_mu = loss_and_grad(start)
@@ -241,8 +250,9 @@ def _estimate(domain: Domain, measurements: Sequence[Measurement], total: float 
             eta /= 2
             ramp = False
         if new_loss > loss:
-            if momentum:   # the momentum overshot: drop the step, restart from φ without it
-                momentum = 0
+            if momentum:   # the momentum overshot: drop the step, restart from φ without it, at the step size
+                momentum = 0   # φ had (the backtracks were the extrapolated point's, not φ's)
+                eta, ramp = eta_before, ramp_before
                 continue
             break  # the line search bottomed out: keep the current model
         rel = (loss - new_loss) / max(loss, 1e-300)
@@ -254,7 +264,9 @@ def _estimate(domain: Domain, measurements: Sequence[Measurement], total: float 
             callback(it, loss)
         progress.step("mirror descent", it, iters)
         eta *= 2.0 if ramp else growth
-        small = small + 1 if rel < tol else 0
+        # with the atol stop on, small relative progress during the ramp says the step is still too small, not
+        # that the fit has converged (a warm start's inherited step once ended OptMRF at its start)
+        small = small + 1 if rel < tol and not (ramp and atol is not None) else 0
         if small >= 5:
             break
         k = len(losses) - 1   # accepted steps

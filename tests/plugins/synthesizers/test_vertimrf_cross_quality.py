@@ -6,6 +6,7 @@ fit fails the test while seed noise does not."""
 import itertools
 
 import numpy as np
+import pytest
 
 from vertisynth.plugins.datasets.zoo import correlation_of
 from vertisynth.run.config import parse_config
@@ -71,14 +72,18 @@ name = "insurer"
 attributes = ["c", "d"]
 [synthesizer]
 use = "vertimrf"
-params = {{ encoder_params = {{ t = 2000 }}, local_params = {{ iters = 30, refine_iters = 10 }}, iters = 40, rounds = 1 }}
+params = {{ encoder_params = {{ t = 2000 }}, local_params = {{ iters = 30, refine_iters = 10 }}, iters = 40, rounds = 1, fit_accelerate = {accelerate} }}
 """
 
 
-def test_a_strong_cross_party_pair_survives_the_noise_draws_that_stalled_the_accelerated_fit(tmp_path):
+@pytest.mark.parametrize("accelerate", ["false", "true"])
+def test_a_strong_cross_party_pair_survives_the_noise_draws_that_stalled_the_accelerated_fit(tmp_path, accelerate):
     """tests/deploy/test_deploy.py's keyed run (a == c for 85% of people, ε 8): under two test secrets OptMRF with
-    momentum stalled at the local models' warm start (its step size collapsed) and published a, c independent
-    (agreement 1/3), a normal-looking wrong table."""
+    momentum stalled at the local models' warm start and published a, c independent (agreement 1/3), a
+    normal-looking wrong table. InitMRF starts at its optimum, where its line search only halved η (to ~3e-9 with
+    momentum); OptMRF inherited that η, and five tiny ramp steps tripped the small-progress stop. Now InitMRF stops
+    before stepping (its loss is below atol) and ramp steps are not taken for convergence: agreement ≈ 0.8 with
+    momentum, ≈ 0.55 without (40 steps)."""
     import hashlib
 
     import pandas as pd
@@ -92,8 +97,8 @@ def test_a_strong_cross_party_pair_survives_the_noise_draws_that_stalled_the_acc
     labels = np.array(["x", "y", "z"])
     pd.DataFrame({"a": labels[a], "b": labels[rng.integers(0, 2, n)], "c": labels[c],
                   "d": labels[rng.integers(0, 2, n)]}).to_csv(tmp_path / "full.csv", index=False)
-    (tmp_path / "job.toml").write_text(KEYED.format(path=tmp_path / "full.csv"))
+    (tmp_path / "job.toml").write_text(KEYED.format(path=tmp_path / "full.csv", accelerate=accelerate))
     config = load_config(tmp_path / "job.toml")
     for draw in (2, 3):   # the two of 16 draws that lost the pair
         syn = simulate(config, hashlib.sha256(str(draw).encode()).hexdigest()[:32]).synthetic
-        assert (syn.a == syn.c).mean() > 0.45, draw
+        assert (syn.a == syn.c).mean() > (0.7 if accelerate == "true" else 0.45), draw

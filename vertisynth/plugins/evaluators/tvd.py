@@ -62,8 +62,9 @@ def distinct_subsets(d: int, k: int, count: int, rng: np.random.Generator) -> li
     return sorted(seen)
 
 
-def marginal_tvd(real: Dataset, synthetic: Dataset, attrs_: tuple[str, ...]) -> float:
-    p = real.counts(attrs_).values.ravel()
+def marginal_tvd(real: Dataset, synthetic: Dataset, attrs_: tuple[str, ...], p: np.ndarray | None = None) -> float:
+    """TVD of one marginal; `p`: the real table's counts on it, if already made."""
+    p = real.counts(attrs_).values.ravel() if p is None else p
     q = synthetic.counts(attrs_).values.ravel()
     if p.sum() == 0 or q.sum() == 0:
         raise DataError("tvd: a table is empty")
@@ -76,6 +77,10 @@ class TVDEvaluator(Evaluator):
     def __init__(self, config: TVDConfig | None = None) -> None:
         super().__init__(config or TVDConfig())
         self._last_sets: dict[int, list[tuple[str, ...]]] = {}
+        # the real table of the last evaluation and its counts per scored marginal: reference_points scores the
+        # same marginals of the same table twice more (independent columns, holdout floor)
+        self._last_real: Any = None
+        self._real_counts: dict[tuple[str, ...], np.ndarray] = {}
 
     def plan(self, ctx: PlanContext) -> list:
         d = len(ctx.domain)
@@ -93,6 +98,7 @@ class TVDEvaluator(Evaluator):
             raise DataError("tvd: real and synthetic tables have different domains")
         out = {}
         names = real.domain.attributes
+        self._last_real, self._real_counts = None, {}
         for k in ways_for(self.config.ways, len(names)):
             if k > len(names):
                 raise ConfigError(f"tvd: way {k} exceeds the number of attributes ({len(names)})")
@@ -100,7 +106,13 @@ class TVDEvaluator(Evaluator):
             for table in (real, synthetic):   # a counts-only table (core/chunks.py) reads its chunks once for all
                 if isinstance(table, ChunkedCounts):
                     table.prefetch(sets)
-            vals = [marginal_tvd(real, synthetic, attrs_) for attrs_ in sets]
+            if isinstance(real, Dataset):
+                real_counts = {s: real.counts(s).values.ravel() for s in sets}
+                self._last_real = real
+                self._real_counts.update(real_counts)
+            else:
+                real_counts = {}
+            vals = [marginal_tvd(real, synthetic, attrs_, real_counts.get(attrs_)) for attrs_ in sets]
             out[f"tvd_{k}way"] = float(np.mean(vals))
             self._last_sets[k] = sets
         return out
@@ -110,12 +122,14 @@ class TVDEvaluator(Evaluator):
         scored = holdout if holdout is not None else train   # the table the synthetic one was compared with
         one_way = {a: _normalised(train.counts((a,)).values.ravel()) for a in train.domain.attributes}
         out: dict[str, dict[str, float]] = {}
+        known = self._real_counts if scored is self._last_real else {}
         for k, sets in self._last_sets.items():
-            indep = [_tvd(_normalised(scored.counts(s).values.ravel()), _outer([one_way[a] for a in s]))
-                     for s in sets]
+            counts = {s: known[s] if s in known else scored.counts(s).values.ravel() for s in sets}
+            indep = [_tvd(_normalised(counts[s]), _outer([one_way[a] for a in s])) for s in sets]
             out[f"tvd_{k}way"] = {"independent": float(np.mean(indep))}
-            if holdout is not None:
-                out[f"tvd_{k}way"]["holdout_floor"] = float(np.mean([marginal_tvd(train, holdout, s) for s in sets]))
+            if holdout is not None:   # TVD is symmetric: the holdout's counts (known) on the real side
+                out[f"tvd_{k}way"]["holdout_floor"] = float(np.mean([marginal_tvd(holdout, train, s, counts[s])
+                                                                     for s in sets]))
         return out
 
 
