@@ -133,7 +133,7 @@ def _total(measurements: Sequence[Measurement]) -> float:
 
 
 @lru_cache(maxsize=1)
-def _blas() -> ThreadpoolController:
+def blas_threads() -> ThreadpoolController:
     """The BLAS libraries numpy and scipy loaded (scanned once, after both are imported)."""
     return ThreadpoolController()
 
@@ -156,7 +156,7 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], total: float |
     # BLAS on one thread: the loop's BLAS calls (dot products over the measurement cells, matrix-vector sums
     # in the calibrator) are short and memory-bound, and once a vector passes OpenBLAS's threading threshold
     # (~10k cells) its worker threads spin between calls: 5x the CPU per step and no faster (docs/scale.md)
-    with _blas().limit(limits=1, user_api="blas"):
+    with blas_threads().limit(limits=1, user_api="blas"):
         return _estimate(domain, measurements, total, iters, warm_start, max_cells, tol, extra_cliques, callback,
                          growth, step, phi0, atol, window, accelerate)
 

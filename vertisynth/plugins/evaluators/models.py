@@ -80,12 +80,12 @@ class LogisticModel:
         self.C, self.gtol, self.max_iter = C, gtol, max_iter
 
     def fit(self, codes: np.ndarray, sizes: list[int] | tuple[int, ...], y: np.ndarray) -> "LogisticModel":
-        from vertisynth.pgm.estimation import _blas
+        from vertisynth.pgm.estimation import blas_threads
 
         self.sizes = list(sizes)
         # BLAS on one thread: the solves are (d+1)² for d one-hot columns, too small to share, and OpenBLAS's
         # spinning threads made a 132² solve take 0.9 CPU s on a loaded machine
-        with _blas().limit(limits=1, user_api="blas"):
+        with blas_threads().limit(limits=1, user_api="blas"):
             return self._fit(codes, y)
 
     def _fit(self, codes: np.ndarray, y: np.ndarray) -> "LogisticModel":
