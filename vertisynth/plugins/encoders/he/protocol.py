@@ -59,11 +59,12 @@ class EncryptedOneHot(Message):
     per: int = 0
     groups: list = attrs.field(factory=list)
     ciphertexts: np.ndarray = attrs.field(factory=lambda: np.zeros((0, 0, 0), np.uint8))
-    count_bits: int = 0                    # a shared layout's count bits per slot (packing.py); 0: unshared
+    count_bits: int = 0                    # a wide shared layout's count bits per slot (packing.py); 0: not wide
+    guard: int = 0                         # a guarded shared layout's gap slots (packing.py); 0: not guarded
 
     def layout(self) -> Layout:
         return Layout(tuple(tuple(b) for b in self.blocks), tuple(self.cells), self.width, self.per, tuple(self.groups),
-                      self.count_bits)
+                      self.count_bits, self.guard)
 
     def validate(self) -> EncryptedOneHot:
         super().validate()
@@ -198,7 +199,7 @@ def encrypt_rows(party: str, recipient: str, view: Dataset, queries: Sequence[Qu
                    dtype=object)
     return EncryptedOneHot(party, recipient, format(public_key.n, "x"), [list(b) for b in blocks], list(cells),
                            lay.width, lay.per, list(lay.groups),
-                           paillier.to_bytes(public_key, cts.reshape(plain.shape)), lay.count_bits).validate()
+                           paillier.to_bytes(public_key, cts.reshape(plain.shape)), lay.count_bits, lay.guard).validate()
 
 
 def check_layout(lay: Layout, queries: Sequence[Query], n: int, offset: int, modulus_bits: int,
@@ -222,7 +223,8 @@ def check_layout(lay: Layout, queries: Sequence[Query], n: int, offset: int, mod
     if list(lay.groups) != list(want.groups):
         raise MessageError(f"he: the encrypting party's blocks {[list(b) for b in lay.blocks]} are not those of the "
                            f"queries {[list(b) for b in blocks]} in their planned groups; refusing to sum")
-    if (lay.cells, lay.width, lay.per, lay.count_bits) != (want.cells, want.width, want.per, want.count_bits):
+    if (lay.cells, lay.width, lay.per, lay.count_bits, lay.guard) != (want.cells, want.width, want.per, want.count_bits,
+                                                                      want.guard):
         raise MessageError(f"he: the encrypting party's layout (cells {list(lay.cells)}, {lay.width}-bit slots, "
                            f"{lay.per} per plaintext) is not the planned one (cells {list(want.cells)}, "
                            f"{want.width}-bit slots, {want.per} per plaintext); refusing to sum")
@@ -270,7 +272,7 @@ def sum_and_noise(party: str, msg: EncryptedOneHot, view: Dataset, queries: Sequ
             if extra is not None:
                 acc = (acc * np.array([paillier.gmpy2.mpz(int(c)) for c in extra(gi, v)], dtype=object)) % pk.nsquare
             plain = lay.pack_values([(b, noise[(lay.blocks[b], sb)][:, v] + t) for b in mine])
-            pending.append((gi, v, acc, [plain[c] + lay.mask(declared[c], pk.n) for c in cols]))
+            pending.append((gi, v, acc, [plain[c] + lay.mask(declared[c], pk.n, c) for c in cols]))
         out_groupings.append({"attrs": list(sb), "columns": cols, "groups": groups})
     # the noise encryptions: the bulk of S's exponentiations, mapped over local processes
     flat = [p for *_, plains in pending for p in plains]
