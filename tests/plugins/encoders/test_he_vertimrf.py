@@ -337,3 +337,58 @@ def test_cost_estimate_before_a_run_stands_in_tables_of_the_runs_shape(monkeypat
                                                          tuple(a for a in t if a in names[8:])) for t in chosen])
         for p in part.names:
             assert abs(before[p]["cpu_s"] - run[p]["cpu_s"]) <= 0.25 * run[p]["cpu_s"], (p, before, run)
+
+
+def test_clique_stage_sums_the_selection_rows_again(monkeypatch):
+    """The selection stage's encrypting party lays out its rows with every attribute in its own group (a guarded
+    layout, the same one ciphertext per row); a clique-stage run whose E-side blocks are all among them sums those
+    same rows by its own groupings (masking the other attributes' counts) and encrypts nothing new. Real crypto
+    (512-bit keys) equals the simulation under the same noise; the estimate counts what the run made; a summing
+    party refuses a table whose E-side block is not in the kept rows."""
+    from vertisynth.core.errors import MessageError
+    from vertisynth.plugins.encoders.he import protocol
+    from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
+
+    monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
+    data = _data(n=1000, seed=5)
+    part = VerticalPartition.from_lists([["a", "c", "e"], ["b", "d", "f"]])
+    views = part.views(data)
+    cliques = [(("a",), ("b",)), (("c",), ("d", "f")), (("e", "c"), ("f",))]
+    out, encs = {}, {}
+    for crypto in ("real", "simulated"):
+        enc = HEEncoder(HEConfig(crypto=crypto, key_bits=512, workers=1, cliques=3))
+        budget = Budget(1.0, 1e-5)
+        ledger = PrivacyLedger(budget)
+        ledger.plan(enc.plan(PlanContext(data.domain, part, budget)))
+        enc.test_sources = {p: GeneratorSource(np.random.default_rng(i)) for i, p in enumerate(part.names)}
+        rngs = {p: np.random.default_rng(i) for i, p in enumerate(part.names)}
+        msgs = enc.measure(views, enc.selection_queries(), "selection", ledger, rngs)
+        msgs += enc.measure(views, cliques, "cliques", ledger, rngs)
+        out[crypto] = {k: v for m in msgs for k, v in m.tables.items()}
+        encs[crypto] = enc
+    enc = encs["real"]
+    (key, (sel_qs, lay)), = enc.reuse_plan(data.n).items()
+    assert key == ("party2", "party1") and lay.groups == (0, 1, 2) and lay.plaintexts == 1
+    runs = enc.pairs(cliques, data.n, "cliques")
+    reused = [(e, s, qs) for _, e, s, qs in runs if enc.reused(e, s, qs, data.n, "cliques")]
+    assert [(e, s) for e, s, _ in reused] == [("party2", "party1")] and (("b",), ("a",)) in reused[0][2]
+    # party2 encrypted its rows once (selection); in the clique stage it only returned party1's sums, and party1
+    # encrypted its own rows (one ciphertext each) and returned the sums of party2's kept rows
+    fresh = [q for _, e, _, q in runs if e == "party1"][0]
+    assert enc.costs["cliques"].ciphertexts == {
+        "party1": data.n + enc.run_counts("party2", "party1", reused[0][2], data.n, "cliques")["returned"],
+        "party2": enc.run_counts("party1", "party2", fresh, data.n, "cliques")["returned"]}
+    assert enc.run_counts("party2", "party1", reused[0][2], data.n, "cliques")["per_row"] == 0
+    for stage, queries in (("selection", enc.selection_queries()), ("cliques", cliques)):
+        est = enc.stage_cost(queries, data.n, stage)
+        assert {p: int(v["ciphertexts"]) for p, v in est.items() if v["ciphertexts"]} == enc.costs[stage].ciphertexts
+    assert out["real"].keys() == out["simulated"].keys()
+    for k in out["real"]:
+        np.testing.assert_array_equal(out["real"][k], out["simulated"][k])
+    # S refuses to sum kept rows for a block they do not hold
+    m1 = enc._rows_kept[("party2", "party1")]
+    with pytest.raises(MessageError, match="not in the encrypting party's rows"):
+        protocol.sum_and_noise("party1", m1, views["party1"], [(("b", "d"), ("a",))], enc.sigma["cliques"],
+                               GeneratorSource(np.random.default_rng(0)), workers=1, size=enc.cells,
+                               offset=protocol.support_bound(enc.sigma["selection"]), plan_queries=sel_qs,
+                               separate=True)
