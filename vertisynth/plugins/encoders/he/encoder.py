@@ -200,7 +200,12 @@ class HEEncoder(Encoder):
         t_sel, t_cl = support_bound(self.sigma["selection"]), support_bound(self.sigma["cliques"])
         if c.reuse and (c.slot_bits is not None or packing.slot_width(n, t_sel) == packing.slot_width(n, t_cl)):
             size = lambda b: self._domain.project(b).size()  # noqa: E731
-            for _, e, s, qs in self.pairs(self._selection, n, "selection"):
+            runs = self.pairs(self._selection, n, "selection")
+            fan = self.fanout(runs, n, "selection")
+            for _, e, s, qs in runs:
+                if e in fan:   # E's one encryption for all its summing parties
+                    out[(e, s)] = fan[e]
+                    continue
                 blocks, groups = protocol.block_groups(protocol.unique(qs), separate=True)
                 lay = packing.Layout.build(blocks, [size(b) for b in blocks], n, t_sel, c.key_bits, groups,
                                            c.slot_bits, True)
@@ -216,15 +221,45 @@ class HEEncoder(Encoder):
         plan = self.reuse_plan(n).get((enc, summ))
         return plan if plan is not None and {tuple(q[0]) for q in queries} <= set(plan[1].blocks) else None
 
+    def fanout(self, runs, n: int, stage: str) -> dict[str, tuple[list, Any]]:
+        """E -> (the union of its queries in `stage`, one layout with every block in its own group) where E
+        encrypts fresh rows for two or more summing parties and that one layout takes no more ciphertexts per row
+        than its runs' own layouts together: E encrypts each row once and sends the same ciphertexts to every S,
+        each of which sums them by its own groupings (a shared layout masks the blocks it was not asked about).
+        A pure function of the stage's runs (public), like `pairs`."""
+        if stage not in MECHANISMS:
+            return {}
+        c = self.config
+        size = lambda b: self._domain.project(b).size()  # noqa: E731
+        t = support_bound(self.sigma[stage])
+        fresh: dict[str, list] = {}
+        for _, e, s, qs in runs:
+            if self.reused(e, s, qs, n, stage) is None:
+                fresh.setdefault(e, []).append(qs)
+        out = {}
+        for e, parts in fresh.items():
+            if len(parts) < 2:
+                continue
+            union = protocol.unique([q for qs in parts for q in qs])
+            blocks, groups = protocol.block_groups(union, separate=True)
+            lay = packing.Layout.build(blocks, [size(b) for b in blocks], n, t, c.key_bits, groups, c.slot_bits, True)
+            if lay.plaintexts <= sum(protocol.row_ciphertexts(qs, size, n, t, c.key_bits, c.slot_bits) for qs in parts):
+                out[e] = (union, lay)
+        return out
+
     def separate(self, enc: str, summ: str, n: int, stage: str) -> bool:
         """Whether E lays out its `stage` rows for S with every block in its own group (kept for the clique stage)."""
         return stage == "selection" and (enc, summ) in self.reuse_plan(n)
 
-    def run_counts(self, enc: str, summ: str, queries, n: int, stage: str) -> dict[str, int]:
-        """`protocol.stage_counts` of one run as it is made: on the kept selection rows where it reuses them."""
+    def run_counts(self, enc: str, summ: str, queries, n: int, stage: str, fan: Mapping | None = None
+                   ) -> dict[str, int]:
+        """`protocol.stage_counts` of one run as it is made: on the kept selection rows where it reuses them, on
+        E's one layout for all its summing parties (`fanout`: its rows counted there, once) where it fans out."""
         c = self.config
         size = lambda b: self._domain.project(b).size()  # noqa: E731
         plan = self.reused(enc, summ, queries, n, stage)
+        if plan is None and fan and enc in fan:
+            plan = fan[enc]
         return protocol.stage_counts(queries, size, n, support_bound(self.sigma[stage]), c.key_bits, c.slot_bits,
                                      separate=self.separate(enc, summ, n, stage),
                                      reuse=plan[1] if plan is not None else None)
@@ -250,6 +285,8 @@ class HEEncoder(Encoder):
         bases = ({p: stage_base(rngs[p]) for p in self._parties if p in rngs}
                  if c.crypto == "simulated" and self.test_sources is None and not secure else None)
         out: list[Message] = []
+        fan = self.fanout(runs, n, stage) if c.crypto == "real" else {}
+        fanned: dict[str, protocol.EncryptedOneHot] = {}
         for pair, enc, summ, qs in runs:
             self.encrypting.setdefault(f"{pair[0]}|{pair[1]} ({stage})", []).append(enc)
             costs = self.costs.setdefault(stage, protocol.Costs())
@@ -266,11 +303,22 @@ class HEEncoder(Encoder):
                 kept = self.__dict__.setdefault("_rows_kept", {})   # S's copy of E's selection rows, for reuse
                 plan = self.reused(enc, summ, qs, n, stage)
                 separate = self.separate(enc, summ, n, stage)
+                reuse = None if plan is None else (kept[(enc, summ)], plan[0], support_bound(self.sigma["selection"]))
+                if plan is None and enc in fan:   # E encrypts once for all its summing parties (`fanout`)
+                    if enc not in fanned:
+                        c0 = protocol.cpu_now()
+                        fanned[enc] = protocol.encrypt_rows(enc, summ, views[enc], fan[enc][0], self.keypair(enc)[0],
+                                                            support_bound(sigma), c.workers, c.chunk_rows,
+                                                            c.slot_bits, separate=True)
+                        costs.add(enc, protocol.cpu_now() - c0, 0, int(np.prod(fanned[enc].ciphertexts.shape[:2])))
+                    costs.add(enc, 0.0, fanned[enc].ciphertexts.nbytes)
+                    reuse = (attrs.evolve(fanned[enc], recipient=summ), fan[enc][0], support_bound(sigma))
+                    if separate:   # the selection rows, kept for the clique stage
+                        kept[(enc, summ)] = reuse[0]
                 msg = protocol.run_real(enc, summ, views[enc], views[summ], qs, sigma, src_e, src_s,
                                         self.keypair(enc), stage, costs, c.workers, c.chunk_rows, c.slot_bits,
                                         separate=separate,
-                                        reuse=None if plan is None else (kept[(enc, summ)], plan[0],
-                                                                         support_bound(self.sigma["selection"])),
+                                        reuse=reuse,
                                         keep=(lambda m1, k=(enc, summ): kept.__setitem__(k, m1)) if separate else None)
             out.append(msg)
         return out
@@ -327,8 +375,10 @@ class HEEncoder(Encoder):
             ledger.plan([self.charge(stage)])
             ledger.spend(self.charge(stage))
         base = stage_base(rng) if test else None
-        runs = [r for r in self.pairs(queries, view.n, stage) if me in (r[1], r[2])]
-        return PartyStage(self, me, view, stage, runs, seeded_or_system(base, stage, ledger.noise == "secure"))
+        every = self.pairs(queries, view.n, stage)
+        runs = [r for r in every if me in (r[1], r[2])]
+        return PartyStage(self, me, view, stage, runs, seeded_or_system(base, stage, ledger.noise == "secure"),
+                          fan=self.fanout(every, view.n, stage))
 
     def check_queries(self, queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]]) -> None:
         """A party's check of the clique tables the server asks for: known attributes, no more than planned."""
@@ -462,12 +512,18 @@ class HEEncoder(Encoder):
         offset = support_bound(self.sigma[stage])
         workers = c.workers or (os.cpu_count() or 1)
         out: dict[str, dict[str, float]] = {p: {"ciphertexts": 0.0, "bytes": 0.0, "cpu_s": 0.0} for p in self._parties}
-        for _, enc, summ, qs in self.pairs(queries, n, stage):
-            k = self.run_counts(enc, summ, qs, n, stage)
+        runs = self.pairs(queries, n, stage)
+        fan, fanned = self.fanout(runs, n, stage), set()
+        for _, enc, summ, qs in runs:
+            k = self.run_counts(enc, summ, qs, n, stage, fan)
             rows, back = n * k["per_row"], k["returned"]
+            if enc in fan and self.reused(enc, summ, qs, n, stage) is None:   # E's one encryption, sent to each S
+                rows = 0 if enc in fanned else n * fan[enc][1].plaintexts
+                fanned.add(enc)
+                out[enc]["bytes"] += n * fan[enc][1].plaintexts * ct_bytes
             cells = sum(size(q[0]) * size(q[1]) for q in protocol.unique(qs))
             out[enc]["ciphertexts"] += rows
-            out[enc]["bytes"] += rows * ct_bytes
+            out[enc]["bytes"] += rows * ct_bytes if enc not in fan else 0
             out[summ]["ciphertexts"] += back
             out[summ]["bytes"] += back * ct_bytes
             if op is None:
