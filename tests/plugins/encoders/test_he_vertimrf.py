@@ -434,3 +434,61 @@ def test_three_parties_encrypt_each_row_once_per_stage_and_the_estimate_counts_i
     assert out["real"].keys() == out["simulated"].keys()
     for k in out["real"]:
         np.testing.assert_array_equal(out["real"][k], out["simulated"][k])
+
+
+# the clique tables simulated VertiMRF-HE runs chose (ε 1.6, seed 0, benchmarks/he.py's config): Adult at 4,000 rows
+# (sample_seed 1), the zoo's mixed (3 parties) and many-parties (5 parties) presets at their 20,000 records
+SMALL_AND_MANY = {
+    "adult-4000": [("marital-status", "sex", "income"), ("workclass", "race", "sex"), ("relationship", "sex", "income"),
+                   ("workclass", "income"), ("relationship", "sex"), ("relationship", "income"), ("workclass", "sex"),
+                   ("marital-status", "sex"), ("marital-status", "income"), ("workclass", "sex", "income"),
+                   ("workclass", "race"), ("workclass", "race", "income")],
+    "mixed": [("x01", "x02", "x03"), ("x01", "x10", "x14"), ("x00", "x09", "x10"), ("x01", "x08", "x10"),
+              ("x02", "x04", "x09"), ("x04", "x10", "x13"), ("x02", "x03", "x13"), ("x00", "x03", "x14"),
+              ("x07", "x10", "x12"), ("x00", "x02", "x08"), ("x01", "x09"), ("x00", "x06", "x07")],
+    "many-parties": [("x01", "x07", "x09"), ("x03", "x04"), ("x04", "x07"), ("x04", "x05"), ("x02", "x06"),
+                     ("x04", "x08", "x09"), ("x00", "x05"), ("x01", "x05"), ("x01", "x03"), ("x00", "x03"),
+                     ("x00", "x07"), ("x02", "x05")]}
+
+
+@pytest.mark.parametrize("case", list(SMALL_AND_MANY))
+def test_cost_estimate_before_a_run_at_small_n_and_three_or_more_parties(monkeypatch, case):
+    """validate's estimate before any row is read (the clique stage on the stand-in) against the same estimate on
+    the tables a run chose (which counts exactly what a run makes: the tests above), per-operation CPU fixed:
+    Adult at 4,000 rows, where the stand-in's small triples went all to party2 (old: party1 0.36x, party2 1.48x),
+    and the zoo's 3- and 5-party presets, where the stand-in spread its tables over every ordered pair of parties
+    (old: 0.30x-2.33x). Now every party's ciphertexts per row match and its CPU is within 25%: the clique stage
+    sums the selection rows again, and a party encrypts each row once per stage whatever its peers."""
+    from vertisynth.plugins.encoders.he import encoder as he_encoder
+    from vertisynth.plugins.synthesizers.vertimrf.synthesizer import VertiMRFConfig, VertiMRFSynthesizer
+
+    typical = {"key": 1.5, "enc": 7e-4, "setup": 0.0, "load": 3e-6, "mul": 5.5e-6, "dec": 2.6e-3, "noise": 9e-3,
+               "draw": 3e-5}
+    monkeypatch.setattr(he_encoder, "_op_costs", lambda bits, randomness="full", sigma=None: dict(typical))
+    if case == "adult-4000":
+        names = list(ADULT)
+        dom, part, n = Domain(names, list(ADULT.values())), VerticalPartition.from_lists([names[:8], names[8:]]), 4000
+        enc = he_encoder.HEEncoder(he_encoder.HEConfig(crypto="real"))
+        enc.plan(PlanContext(dom, part, Budget(1.6, 1e-5)))
+    else:
+        from vertisynth.run.config import parse_config
+        from vertisynth.run.pipeline import make_plan
+        cfg = parse_config({"seed": 0, "budget": {"epsilon": 1.6, "delta": 1e-5},
+                            "dataset": {"name": "zoo", "params": {"preset": case}},
+                            "synthesizer": {"use": "vertimrf", "params": {"encoder": "he", "bins": 10000}},
+                            "evaluators": []})
+        enc, n = make_plan(cfg).synthesizer.instance._encoder, 20_000
+        assert isinstance(enc, he_encoder.HEEncoder) and len(enc.parties()) >= 3
+    queries = []
+    for t in SMALL_AND_MANY[case]:
+        sides: dict[str, list[str]] = {}
+        for a in t:
+            sides.setdefault(enc._owner[a], []).append(a)
+        (_, sa), (_, sb) = sorted(sides.items())
+        queries.append((tuple(sa), tuple(sb)))
+    before = enc.cost_estimate(n)
+    run = enc.cost_estimate(n, clique_queries=queries)
+    made = lambda qs: {p: v["ciphertexts"] // n for p, v in enc.stage_cost(qs, n, "cliques").items()}  # noqa: E731
+    assert made(enc.clique_stand_in(n)) == made(queries)
+    for p in enc.parties():
+        assert abs(before[p]["cpu_s"] - run[p]["cpu_s"]) <= 0.25 * run[p]["cpu_s"], (p, before[p], run[p])
