@@ -509,7 +509,6 @@ class HEEncoder(Encoder):
         ct_bytes = 2 * c.key_bits // 8
         op = _op_costs(c.key_bits, self.randomness, self.sigma[stage]) if c.crypto == "real" else None
         size = lambda b: self._domain.project(b).size()  # noqa: E731
-        offset = support_bound(self.sigma[stage])
         workers = c.workers or (os.cpu_count() or 1)
         out: dict[str, dict[str, float]] = {p: {"ciphertexts": 0.0, "bytes": 0.0, "cpu_s": 0.0} for p in self._parties}
         runs = self.pairs(queries, n, stage)
