@@ -492,3 +492,63 @@ def test_cost_estimate_before_a_run_at_small_n_and_three_or_more_parties(monkeyp
     assert made(enc.clique_stand_in(n)) == made(queries)
     for p in enc.parties():
         assert abs(before[p]["cpu_s"] - run[p]["cpu_s"]) <= 0.25 * run[p]["cpu_s"], (p, before[p], run[p])
+
+
+def test_rounds_in_process_fan_out_and_reuse_equal_the_simulation(monkeypatch):
+    """Each party's side of the rounds (`party_stage`, as the deploy driver runs them), moved between three party
+    encoders in this process with real 512-bit Paillier: party2 encrypts once for two peers in the selection stage,
+    the clique stage sums its kept rows again (no he-rows message for those runs) and party3 encrypts once for two
+    peers. The published tables equal the one-process simulation under the same seeded noise."""
+    from vertisynth.plugins.encoders.he import protocol
+    from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
+
+    monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
+    n = 1000
+    data = _data(n=n, seed=5)
+    part = VerticalPartition.from_lists([["a", "d"], ["b", "e"], ["c", "f"]])
+    views = part.views(data)
+    budget = Budget(1.0, 1e-5)
+    cliques = [(("a", "d"), ("c",)), (("b", "e"), ("f",)), (("a",), ("b",))]
+
+    def encoder(crypto):
+        enc = HEEncoder(HEConfig(crypto=crypto, key_bits=512, workers=1, cliques=3))
+        enc.plan(PlanContext(data.domain, part, budget))
+        return enc
+
+    sim = encoder("simulated")
+    ledger = PrivacyLedger(budget)
+    ledger.plan(sim.plan(PlanContext(data.domain, part, budget)))
+    rngs = {p: np.random.default_rng(10 + i) for i, p in enumerate(part.names)}
+    want = {k: v for stage, qs in (("selection", sim.selection_queries()), ("cliques", cliques))
+            for m in sim.measure(views, qs, stage, ledger, rngs) for k, v in m.tables.items()}
+    encs = {p: encoder("real") for p in part.names}
+    rngs = {p: np.random.default_rng(10 + i) for i, p in enumerate(part.names)}
+    got, kinds = {}, []
+    for stage, qs in (("selection", sim.selection_queries()), ("cliques", cliques)):
+        stages = {p: encs[p].party_stage(p, views[p], qs, stage, PrivacyLedger(budget), rngs[p], True)
+                  for p in part.names}
+        rounds = sorted({r for st in stages.values() for r in st.rounds()}, key=lambda r: ("key", "rows", "sums").index(
+            r.split("-")[1]))
+        for rnd in rounds:
+            box: dict[str, dict[str, list[bytes]]] = {}
+            for p, st in stages.items():
+                for to, kind, body, _ in (st.outgoing(rnd) if rnd in st.rounds() else ()):
+                    kinds.append((rnd, p, tuple(to), body))
+                    for r in to:
+                        box.setdefault(r, {}).setdefault(p, []).append(body)
+            for p, st in stages.items():
+                if rnd in st.rounds():
+                    waits = st.expects(rnd)
+                    st.incoming(rnd, box.get(p, {}) if rnd.startswith("he-key") else
+                                {who: b for who, b in box.get(p, {}).items() if who in waits.get(rnd, [])})
+        for st in stages.values():
+            for m in st.published():
+                got.update(m.tables)
+    assert not [k for k in kinds if k[:2] == ("he-rows-cliques", "party2")]   # it sums its selection rows again
+    for rnd, party in (("he-rows-selection", "party2"), ("he-rows-cliques", "party3")):   # once for two peers
+        sent = [protocol.EncryptedOneHot.from_bytes(b) for r, p, _, b in kinds if (r, p) == (rnd, party)]
+        assert sorted(m.recipient for m in sent) == sorted(set(part.names) - {party})
+        np.testing.assert_array_equal(sent[0].ciphertexts, sent[1].ciphertexts)
+    assert got.keys() == want.keys()
+    for k in got:
+        np.testing.assert_array_equal(got[k], want[k])
