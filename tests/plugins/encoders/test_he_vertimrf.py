@@ -460,7 +460,6 @@ def test_cost_estimate_before_a_run_at_small_n_and_three_or_more_parties(monkeyp
     (old: 0.30x-2.33x). Now every party's ciphertexts per row match and its CPU is within 25%: the clique stage
     sums the selection rows again, and a party encrypts each row once per stage whatever its peers."""
     from vertisynth.plugins.encoders.he import encoder as he_encoder
-    from vertisynth.plugins.synthesizers.vertimrf.synthesizer import VertiMRFConfig, VertiMRFSynthesizer
 
     typical = {"key": 1.5, "enc": 7e-4, "setup": 0.0, "load": 3e-6, "mul": 5.5e-6, "dec": 2.6e-3, "noise": 9e-3,
                "draw": 3e-5}
