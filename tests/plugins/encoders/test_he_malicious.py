@@ -310,3 +310,20 @@ def test_guarded_layouts_cut_adult_ciphertexts_per_row():
         assert protocol.row_ciphertexts(q, size, 45_222, t, 2048) == 2
     finally:
         packing.GUARDED = old
+
+
+def test_guarded_mask_covers_the_bits_above_the_slots_when_the_last_slot_is_declared(keys):
+    """A guarded layout whose declared block fills the plaintext's last slot has no undeclared run at the top; the
+    bits above the slots (honestly zero) must still come back masked, or a dishonest E that writes one bit there per
+    chosen row reads S's grouping of those rows exactly (as without any mask)."""
+    pk, _ = keys
+    w = 9
+    guard = -(-41 // w)
+    per = (pk.n.bit_length() - 1) // w - guard
+    lay = Layout((("x",), ("y",)), (20, per - 20 - guard), w, per, (0, 1), 0, guard)
+    assert lay.starts[1] + lay.cells[1] == per   # the declared block ends at the last slot
+    declared = lay.declared_bits([1], 0)
+    masks = [lay.mask(declared, pk.n, 0) for _ in range(4)]
+    assert all(m & declared == 0 for m in masks)                      # declared slots decrypt unchanged
+    assert all(m >> (per * w) for m in masks)                          # P(fail) ~ 2^-40 each
+    assert all(m < pk.n for m in masks)

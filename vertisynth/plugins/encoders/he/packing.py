@@ -213,6 +213,8 @@ class Layout:
             if u and room.bit_length() - 1 - u <= MASK_BITS:
                 raise ConfigError("he: a guarded layout's run of other blocks' counts has no gap above it")  # (`starts`)
             out |= secrets.randbelow(room - (1 << u) + 1) << (lo * w)
+        if is_declared[-1]:   # no run at the top: the bits above the slots still get a mask (honest: all zero)
+            out |= secrets.randbelow(modulus >> (self.per * w)) << (self.per * w)
         return out
 
     def unpack(self, plaintexts: Sequence[int], block: int) -> np.ndarray:
