@@ -113,6 +113,19 @@ def _oriented_runs(enc, queries, n: int, stage: str):
     return [(e, s, qs) for _, e, s, qs in enc.pairs(queries, n, stage)]
 
 
+def _per_row(enc, queries, n: int, stage: str) -> dict[str, int]:
+    """Ciphertexts per row each party encrypts in `stage`, as the encoder makes them: a run on the selection rows it
+    sums again makes none (`reused`), a party encrypting for several peers encrypts once (`fanout`)."""
+    runs = enc.pairs(queries, n, stage)
+    fan, out = enc.fanout(runs, n, stage), {}
+    for _, e, s_, qs in runs:
+        if enc.reused(e, s_, qs, n, stage) is not None:
+            continue
+        k = fan[e][1].plaintexts if e in fan else enc.run_counts(e, s_, qs, n, stage)["per_row"]
+        out[e] = k if e in fan else out.get(e, 0) + k
+    return out
+
+
 def _split(enc, tuples):
     out = []
     for s in tuples:
@@ -129,7 +142,7 @@ def cost(data_dir: str, rows_list, eps: float = 1.6) -> None:
     from vertisynth.core.dataset import VerticalPartition
     from vertisynth.plugins.encoders.he import paillier, protocol
     from vertisynth.plugins.encoders.he.encoder import _op_costs
-    from vertisynth.plugins.encoders.he.noise import SystemSource, support_bound
+    from vertisynth.plugins.encoders.he.noise import SystemSource
 
     synth, params = methods("simulated")["VertiMRF-HE"]
     ds = {"name": "adult", "params": {"data_dir": data_dir}}
@@ -168,15 +181,13 @@ def cost(data_dir: str, rows_list, eps: float = 1.6) -> None:
     # projection: the exact layouts at larger n (slots widen with log n) times the measured cost per encryption
     op = _op_costs(enc.config.key_bits, enc.randomness)
     t_enc, t_mul, t_dec = op["enc"], op["mul"], op["dec"]
-    size = lambda b: enc._domain.project(b).size()  # noqa: E731
     print(f"\nper operation here: encrypt {1e3 * t_enc:.2f} ms, homomorphic add {1e6 * t_mul:.1f} µs, "
           f"decrypt {1e3 * t_dec:.2f} ms (2048-bit, {enc.randomness} randomness)")
     for n in (45_222, 1_000_000, 10_000_000):
         per_party: dict[str, int] = {}
         for stage, queries in stages.items():
-            for e, _, qs in _oriented_runs(enc, queries, n, stage):
-                per_party[e] = per_party.get(e, 0) + protocol.row_ciphertexts(
-                    qs, size, n, support_bound(enc.sigma[stage]), enc.config.key_bits)
+            for e, k in _per_row(enc, queries, n, stage).items():
+                per_party[e] = per_party.get(e, 0) + k
         for party, k in sorted(per_party.items()):
             cpu_row = k * t_enc
             by = k * 2 * enc.config.key_bits // 8
@@ -241,11 +252,12 @@ def scale(data_dir: str, rows_list, sum_side: bool = True, cache: str | None = N
         idx = np.random.default_rng(n).integers(0, table.n, n)
         views = part.views(table.take(idx))
         per_party: dict[str, list] = {}
-        size = lambda b: enc._domain.project(b).size()  # noqa: E731
         for stage, queries in stages.items():
             t = support_bound(enc.sigma[stage])
             for _, e, s_, qs in enc.pairs(queries, n, stage):
-                k = protocol.row_ciphertexts(qs, size, n, t, c.key_bits, c.slot_bits)
+                if enc.reused(e, s_, qs, n, stage) is not None:   # sums the selection rows again: no encryption
+                    continue
+                k = enc.run_counts(e, s_, qs, n, stage)["per_row"]
                 per_party.setdefault(e, []).append((stage, s_, qs, k))
         party = max(per_party, key=lambda p: sum(r[3] for r in per_party[p]))
         k_tot = sum(r[3] for r in per_party[party])
@@ -268,7 +280,8 @@ def scale(data_dir: str, rows_list, sum_side: bool = True, cache: str | None = N
             t = support_bound(enc.sigma[stage])
             c0 = cpu_live()
             with reporting(report):
-                m1 = protocol.encrypt_rows(party, s_, views[party], qs, keys[0], t, c.workers, c.chunk_rows, c.slot_bits)
+                m1 = protocol.encrypt_rows(party, s_, views[party], qs, keys[0], t, c.workers, c.chunk_rows, c.slot_bits,
+                                           separate=enc.separate(party, s_, n, stage))
             d = cpu_live() - c0
             enc_cpu += d
             cts += int(np.prod(m1.ciphertexts.shape[:2]))
@@ -277,7 +290,7 @@ def scale(data_dir: str, rows_list, sum_side: bool = True, cache: str | None = N
             if sum_side:
                 c0 = cpu_live()
                 m2 = protocol.sum_and_noise(s_, m1, views[s_], qs, enc.sigma[stage], SystemSource(), c.workers,
-                                            enc.cells, c.slot_bits)
+                                            enc.cells, c.slot_bits, separate=enc.separate(party, s_, n, stage))
                 d = cpu_live() - c0
                 sum_cpu += d
                 print(f"  {stage:<10} {s_} sums + noise: {d:8.1f} CPU s = {1e3 * d / n:.3f} ms/row "

@@ -252,7 +252,7 @@ def test_flower_he_rounds_equal_the_simulation(two_parties):
     pd.testing.assert_frame_equal(pd.read_csv(out / "synthetic.csv"), pd.read_csv(root / "he_sim.csv"))
     sent = sorted(p.name for p in (out / "exchange").iterdir())
     assert all(n.endswith(".env") and n.split("__")[1] in [*split, "server"] for n in sent)
-    for round_ in ("he-key-selection", "he-rows-selection", "he-sums-selection", "he-queries", "he-rows-cliques"):
+    for round_ in ("he-key-selection", "he-rows-selection", "he-sums-selection", "he-queries", "he-sums-cliques"):
         assert any(n.startswith(round_ + "__") for n in sent), round_
     ledger = json.loads((out / "ledger.json").read_text())
     assert [c["mechanism"] for c in ledger["charges"]].count("he_cliques") == 1

@@ -63,7 +63,7 @@ def test_two_parties_and_server_as_processes_equal_the_simulation(tmp_path):
     _equals_simulation(tmp_path)
     names = sorted(p.name for p in (tmp_path / "shared").iterdir())
     assert all(n.endswith(".env") for n in names)   # only signed envelopes crossed
-    for round_ in ("he-key-selection", "he-rows-selection", "he-sums-selection", "he-queries", "he-rows-cliques"):
+    for round_ in ("he-key-selection", "he-rows-selection", "he-sums-selection", "he-queries", "he-sums-cliques"):
         assert any(n.startswith(round_ + "__") for n in names), round_
     ledger = json.loads((tmp_path / "out" / "ledger.json").read_text())
     mechanisms = [c["mechanism"] for c in ledger["charges"]]

@@ -188,12 +188,15 @@ def test_secure_summing_noise_is_bounded_by_redrawing(monkeypatch):
         he_noise.discrete_gaussian((2,), 2.0, SystemSource())
 
 
-def test_shared_layout_masks_the_other_blocks_counts(keys):
-    """A shared layout (two blocks summed by different groupings in one ciphertext, packing.py) puts the plain counts
-    of the block S was not asked about in the same returned ciphertext. S's mask must hide them: every such slot
-    reads far above any count (uniform over [0, 2^w - 2^k]), while each declared slot, read mod 2^k, is its count
-    plus S's noise plus T. Without the shared mask (the old mask: uniform w-bit values on bits assumed zero) S
-    refuses such a column; sharing is chosen only where it saves ciphertexts."""
+def test_shared_layout_masks_the_other_blocks_counts(keys, monkeypatch):
+    """A wide shared layout (two blocks summed by different groupings in one ciphertext, packing.py) puts the plain
+    counts of the block S was not asked about in the same returned ciphertext. S's mask must hide them: every such
+    slot reads far above any count (uniform over [0, 2^w - 2^k]), while each declared slot, read mod 2^k, is its
+    count plus S's noise plus T. Without the shared mask (the old mask: uniform w-bit values on bits assumed zero) S
+    refuses such a column; sharing is chosen only where it saves ciphertexts. (Guarded layouts, which need fewer
+    ciphertexts here, are switched off: the next test covers them.)"""
+    from vertisynth.plugins.encoders.he import packing
+    monkeypatch.setattr(packing, "GUARDED", False)
     pk, sk = keys
     rng = np.random.default_rng(3)
     n = 300
@@ -231,3 +234,96 @@ def test_shared_layout_masks_the_other_blocks_counts(keys):
         ca, na = protocol.tuple_codes(a, sa)
         cb, nb = protocol.tuple_codes(b, sb)
         np.testing.assert_array_equal(table, np.bincount(ca * nb + cb, minlength=na * nb).reshape(na, nb))
+
+
+def test_guarded_layout_masks_the_other_blocks_counts_and_saves_ciphertexts(keys):
+    """A guarded shared layout (packing.py): two blocks summed by different groupings share one ciphertext of k-bit
+    slots, with a gap of empty slots (>= MASK_BITS + 1 bits) between them and at the plaintext's top. In the column
+    S returns for one grouping, the other block's plain counts form a run of undeclared slots that S masks as one
+    integer: the run reads far above any honest value, E's declared slots read exactly count + S's noise + T, and
+    nothing carries. Unguarded, the same blocks need two ciphertexts per row (one per group) or wide slots."""
+    from vertisynth.plugins.encoders.he import packing
+    pk, sk = keys
+    rng = np.random.default_rng(4)
+    n = 300
+    a = Dataset.from_frame(pd.DataFrame({"a1": rng.integers(0, 10, n), "a2": rng.integers(0, 12, n)}),
+                           Domain(["a1", "a2"], [10, 12]))
+    b = Dataset.from_frame(pd.DataFrame({"b1": rng.integers(0, 5, n), "b2": rng.integers(0, 2, n)}),
+                           Domain(["b1", "b2"], [5, 2]))
+    q = [(("a1",), ("b1",)), (("a2",), ("b2",))]
+    t = support_bound(SIGMA)
+    size = lambda blk: a.domain.project(blk).size()  # noqa: E731
+    m1 = protocol.encrypt_rows("A", "B", a, q, pk, t, workers=1)
+    lay = m1.layout()
+    assert lay.guard > 0 and lay.count_bits == 0 and lay.plaintexts == 1 and lay.width == packing.slot_width(n, t)
+    assert lay.starts[1] - lay.cells[0] == lay.guard and lay.guard * lay.width >= packing.MASK_BITS + 1
+    # 22 cells: two ciphertexts per row with one group per ciphertext, and with wide slots (12 per 511-bit plaintext)
+    assert protocol.row_ciphertexts(q, size, n, t, TEST_BITS, share=False) == 2
+    old = packing.GUARDED
+    try:
+        packing.GUARDED = False
+        assert protocol.row_ciphertexts(q, size, n, t, TEST_BITS) == 2
+    finally:
+        packing.GUARDED = old
+    with pytest.raises(MessageError, match="planned"):   # S checks the guard as part of the planned layout
+        protocol.sum_and_noise("B", attrs.evolve(m1, guard=lay.guard - 1), b, q, SIGMA, ZeroSource(), workers=1)
+    m2 = protocol.sum_and_noise("B", m1, b, q, SIGMA, ZeroSource(), workers=1)
+    w = lay.width
+    for gi, (sb, blk) in enumerate([(("b1",), 0), (("b2",), 1)]):
+        other = 1 - blk
+        plains = [sk.raw_decrypt(int(c)) for c in paillier.from_bytes(pk, m2.sums[f"g{gi}"])[:, 0]]
+        sbc, _ = protocol.tuple_codes(b, sb)
+        for v, p in enumerate(plains):
+            rows = sbc == v
+            true_other = np.bincount(protocol.tuple_codes(a, lay.blocks[other])[0][rows], minlength=lay.cells[other])
+            true_mine = np.bincount(protocol.tuple_codes(a, lay.blocks[blk])[0][rows], minlength=lay.cells[blk])
+            np.testing.assert_array_equal(lay.unpack([p], blk), true_mine + t)   # ZeroSource: S's noise is 0
+            lo = lay.starts[other] * w
+            if blk == 1:   # the other block below: its run ends in the gap under the declared block
+                run = (p >> lo) & ((1 << (lay.starts[blk] * w - lo)) - 1)
+            else:          # the other block above: its run goes up to the modulus
+                run = p >> lo
+            honest = sum(int(c) << (w * j) for j, c in enumerate(true_other))
+            assert run != honest and run >> (lay.cells[other] * w) > 0   # P(fail) <= 2^-(MASK_BITS + 1)
+    got = protocol.open_sums(sk, lay, m2, protocol.unique(q), t)
+    for (sa, sb), table in got.items():
+        ca, na = protocol.tuple_codes(a, sa)
+        cb, nb = protocol.tuple_codes(b, sb)
+        np.testing.assert_array_equal(table, np.bincount(ca * nb + cb, minlength=na * nb).reshape(na, nb))
+
+
+def test_guarded_layouts_cut_adult_ciphertexts_per_row():
+    """Adult at all 45,222 rows (2048-bit keys, clique-stage σ): party2's three largest attributes, each summed by
+    its own grouping, fill 72 16-bit slots: one guarded ciphertext per row, against three unshared (a group per
+    ciphertext) and two wide (49 41-bit slots per plaintext)."""
+    from vertisynth.plugins.encoders.he import packing
+    dom = Domain(["capital-loss", "hours-per-week", "native-country", "age", "education", "occupation"],
+                 [15, 16, 41, 16, 16, 14])
+    size = lambda blk: dom.project(blk).size()  # noqa: E731
+    q = [(("native-country",), ("age",)), (("hours-per-week",), ("education",)), (("capital-loss",), ("occupation",))]
+    t = support_bound(13.2)
+    assert protocol.row_ciphertexts(q, size, 45_222, t, 2048) == 1
+    assert protocol.row_ciphertexts(q, size, 45_222, t, 2048, share=False) == 3
+    old = packing.GUARDED
+    try:
+        packing.GUARDED = False
+        assert protocol.row_ciphertexts(q, size, 45_222, t, 2048) == 2
+    finally:
+        packing.GUARDED = old
+
+
+def test_guarded_mask_covers_the_bits_above_the_slots_when_the_last_slot_is_declared(keys):
+    """A guarded layout whose declared block fills the plaintext's last slot has no undeclared run at the top; the
+    bits above the slots (honestly zero) must still come back masked, or a dishonest E that writes one bit there per
+    chosen row reads S's grouping of those rows exactly (as without any mask)."""
+    pk, _ = keys
+    w = 9
+    guard = -(-41 // w)
+    per = (pk.n.bit_length() - 1) // w - guard
+    lay = Layout((("x",), ("y",)), (20, per - 20 - guard), w, per, (0, 1), 0, guard)
+    assert lay.starts[1] + lay.cells[1] == per   # the declared block ends at the last slot
+    declared = lay.declared_bits([1], 0)
+    masks = [lay.mask(declared, pk.n, 0) for _ in range(4)]
+    assert all(m & declared == 0 for m in masks)                      # declared slots decrypt unchanged
+    assert all(m >> (per * w) for m in masks)                          # P(fail) ~ 2^-40 each
+    assert all(m < pk.n for m in masks)

@@ -33,7 +33,7 @@ from vertisynth.core.messages import Message
 from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
 
 from ..common import Estimate
-from . import paillier, protocol, server_trust
+from . import packing, paillier, protocol, server_trust
 from .noise import GeneratorSource, SystemSource, support_bound
 
 STAGE = "encoder"
@@ -56,6 +56,7 @@ class HEConfig:
     round_timeout: float = 600.0   # seconds a party or the server waits for the others in a deployed round
     randomness: str = "auto"       # "short" (sf-heu's DJN short exponents), "full" (phe), "auto": short if installed
     trust: str = "none"            # "none": two-sided noise, no trusted party; "server": server_trust.py
+    reuse: bool = True             # the clique stage sums the selection stage's rows where it can (`reuse_plan`)
 
     def __attrs_post_init__(self) -> None:
         if self.crypto not in ("real", "simulated"):
@@ -177,11 +178,91 @@ class HEEncoder(Encoder):
             for _, e, _, qs in self.pairs(self._selection, n, "selection"):
                 load[e] = load.get(e, 0) + protocol.row_ciphertexts(qs, size, n, ts, self.config.key_bits,
                                                                     self.config.slot_bits)
+        reuse = self.reuse_plan(n) if stage == "cliques" else None
         out = []
         for (p, q), qs in self._by_pair(protocol.unique(queries)).items():
-            for enc, summ, part in self._assign(p, q, qs, n, t, load):
+            for enc, summ, part in self._assign(p, q, qs, n, t, load, reuse):
                 out.append(((p, q), enc, summ, part))
         return out
+
+    def reuse_plan(self, n: int) -> dict[tuple[str, str], tuple[list, Any]]:
+        """(E, S) -> (the selection run's queries, its layout) for the selection runs whose rows the clique stage
+        may sum again: laid out with every block in its own group (`protocol.block_groups(separate=True)`; a
+        shared layout masks the blocks a clique grouping does not ask for), chosen only where that takes no more
+        ciphertexts per row than the usual layout and its slots have the clique stage's width (E reads a declared
+        slot with the same bits in both stages). A clique-stage run whose E-side blocks are all among them makes
+        no new encryption. A pure function of public facts (the plan and n), like `pairs`."""
+        memo = self.__dict__.setdefault("_reuse_memo", {})
+        if n in memo:
+            return memo[n]
+        out: dict[tuple[str, str], tuple[list, Any]] = {}
+        c = self.config
+        t_sel, t_cl = support_bound(self.sigma["selection"]), support_bound(self.sigma["cliques"])
+        if c.reuse and (c.slot_bits is not None or packing.slot_width(n, t_sel) == packing.slot_width(n, t_cl)):
+            size = lambda b: self._domain.project(b).size()  # noqa: E731
+            runs = self.pairs(self._selection, n, "selection")
+            fan = self.fanout(runs, n, "selection")
+            for _, e, s, qs in runs:
+                if e in fan:   # E's one encryption for all its summing parties
+                    out[(e, s)] = fan[e]
+                    continue
+                blocks, groups = protocol.block_groups(protocol.unique(qs), separate=True)
+                lay = packing.Layout.build(blocks, [size(b) for b in blocks], n, t_sel, c.key_bits, groups,
+                                           c.slot_bits, True)
+                if lay.plaintexts <= protocol.row_ciphertexts(qs, size, n, t_sel, c.key_bits, c.slot_bits):
+                    out[(e, s)] = (protocol.unique(qs), lay)
+        memo[n] = out
+        return out
+
+    def reused(self, enc: str, summ: str, queries, n: int, stage: str) -> tuple[list, Any] | None:
+        """The selection run (queries, layout) whose rows a `stage` run E -> S sums instead of new ones, or None."""
+        if stage != "cliques":
+            return None
+        plan = self.reuse_plan(n).get((enc, summ))
+        return plan if plan is not None and {tuple(q[0]) for q in queries} <= set(plan[1].blocks) else None
+
+    def fanout(self, runs, n: int, stage: str) -> dict[str, tuple[list, Any]]:
+        """E -> (the union of its queries in `stage`, one layout with every block in its own group) where E
+        encrypts fresh rows for two or more summing parties and that one layout takes no more ciphertexts per row
+        than its runs' own layouts together: E encrypts each row once and sends the same ciphertexts to every S,
+        each of which sums them by its own groupings (a shared layout masks the blocks it was not asked about).
+        A pure function of the stage's runs (public), like `pairs`."""
+        if stage not in MECHANISMS:
+            return {}
+        c = self.config
+        size = lambda b: self._domain.project(b).size()  # noqa: E731
+        t = support_bound(self.sigma[stage])
+        fresh: dict[str, list] = {}
+        for _, e, s, qs in runs:
+            if self.reused(e, s, qs, n, stage) is None:
+                fresh.setdefault(e, []).append(qs)
+        out = {}
+        for e, parts in fresh.items():
+            if len(parts) < 2:
+                continue
+            union = protocol.unique([q for qs in parts for q in qs])
+            blocks, groups = protocol.block_groups(union, separate=True)
+            lay = packing.Layout.build(blocks, [size(b) for b in blocks], n, t, c.key_bits, groups, c.slot_bits, True)
+            if lay.plaintexts <= sum(protocol.row_ciphertexts(qs, size, n, t, c.key_bits, c.slot_bits) for qs in parts):
+                out[e] = (union, lay)
+        return out
+
+    def separate(self, enc: str, summ: str, n: int, stage: str) -> bool:
+        """Whether E lays out its `stage` rows for S with every block in its own group (kept for the clique stage)."""
+        return stage == "selection" and (enc, summ) in self.reuse_plan(n)
+
+    def run_counts(self, enc: str, summ: str, queries, n: int, stage: str, fan: Mapping | None = None
+                   ) -> dict[str, int]:
+        """`protocol.stage_counts` of one run as it is made: on the kept selection rows where it reuses them, on
+        E's one layout for all its summing parties (`fanout`: its rows counted there, once) where it fans out."""
+        c = self.config
+        size = lambda b: self._domain.project(b).size()  # noqa: E731
+        plan = self.reused(enc, summ, queries, n, stage)
+        if plan is None and fan and enc in fan:
+            plan = fan[enc]
+        return protocol.stage_counts(queries, size, n, support_bound(self.sigma[stage]), c.key_bits, c.slot_bits,
+                                     separate=self.separate(enc, summ, n, stage),
+                                     reuse=plan[1] if plan is not None else None)
 
     def measure(self, views: Mapping[str, Dataset], queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]],
                 stage: str, ledger: PrivacyLedger, rngs: Mapping[str, np.random.Generator]) -> list[Message]:
@@ -204,6 +285,8 @@ class HEEncoder(Encoder):
         bases = ({p: stage_base(rngs[p]) for p in self._parties if p in rngs}
                  if c.crypto == "simulated" and self.test_sources is None and not secure else None)
         out: list[Message] = []
+        fan = self.fanout(runs, n, stage) if c.crypto == "real" else {}
+        fanned: dict[str, protocol.EncryptedOneHot] = {}
         for pair, enc, summ, qs in runs:
             self.encrypting.setdefault(f"{pair[0]}|{pair[1]} ({stage})", []).append(enc)
             costs = self.costs.setdefault(stage, protocol.Costs())
@@ -217,8 +300,26 @@ class HEEncoder(Encoder):
                     c0 = protocol.cpu_now()
                     self.keypair(enc)
                     costs.add(enc, protocol.cpu_now() - c0)
+                kept = self.__dict__.setdefault("_rows_kept", {})   # S's copy of E's selection rows, for reuse
+                plan = self.reused(enc, summ, qs, n, stage)
+                separate = self.separate(enc, summ, n, stage)
+                reuse = None if plan is None else (kept[(enc, summ)], plan[0], support_bound(self.sigma["selection"]))
+                if plan is None and enc in fan:   # E encrypts once for all its summing parties (`fanout`)
+                    if enc not in fanned:
+                        c0 = protocol.cpu_now()
+                        fanned[enc] = protocol.encrypt_rows(enc, summ, views[enc], fan[enc][0], self.keypair(enc)[0],
+                                                            support_bound(sigma), c.workers, c.chunk_rows,
+                                                            c.slot_bits, separate=True)
+                        costs.add(enc, protocol.cpu_now() - c0, 0, int(np.prod(fanned[enc].ciphertexts.shape[:2])))
+                    costs.add(enc, 0.0, fanned[enc].ciphertexts.nbytes)
+                    reuse = (attrs.evolve(fanned[enc], recipient=summ), fan[enc][0], support_bound(sigma))
+                    if separate:   # the selection rows, kept for the clique stage
+                        kept[(enc, summ)] = reuse[0]
                 msg = protocol.run_real(enc, summ, views[enc], views[summ], qs, sigma, src_e, src_s,
-                                        self.keypair(enc), stage, costs, c.workers, c.chunk_rows, c.slot_bits)
+                                        self.keypair(enc), stage, costs, c.workers, c.chunk_rows, c.slot_bits,
+                                        separate=separate,
+                                        reuse=reuse,
+                                        keep=(lambda m1, k=(enc, summ): kept.__setitem__(k, m1)) if separate else None)
             out.append(msg)
         return out
 
@@ -280,8 +381,10 @@ class HEEncoder(Encoder):
             ledger.plan([self.charge(stage)])
             ledger.spend(self.charge(stage))
         base = stage_base(rng) if test else None
-        runs = [r for r in self.pairs(queries, view.n, stage) if me in (r[1], r[2])]
-        return PartyStage(self, me, view, stage, runs, seeded_or_system(base, stage, ledger.noise == "secure"))
+        every = self.pairs(queries, view.n, stage)
+        runs = [r for r in every if me in (r[1], r[2])]
+        return PartyStage(self, me, view, stage, runs, seeded_or_system(base, stage, ledger.noise == "secure"),
+                          fan=self.fanout(every, view.n, stage))
 
     def check_queries(self, queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]]) -> None:
         """A party's check of the clique tables the server asks for: known attributes, no more than planned."""
@@ -314,8 +417,8 @@ class HEEncoder(Encoder):
             out.setdefault(key, []).append(qq)
         return out
 
-    def _assign(self, p: str, q: str, qs: list, n: int, offset: int, load: Mapping[str, int] | None = None
-                ) -> list[tuple[str, str, list]]:
+    def _assign(self, p: str, q: str, qs: list, n: int, offset: int, load: Mapping[str, int] | None = None,
+                reuse: Mapping[tuple[str, str], tuple[list, Any]] | None = None) -> list[tuple[str, str, list]]:
         """Which side encrypts each table of a pair of parties: start from the cheaper side for all (`_orient`),
         then move single tables to the other side while that lowers (the larger side's ciphertexts per row, both
         sides' total). Blocks summed by different groupings share a ciphertext only in a (wider-slot) shared
@@ -326,10 +429,13 @@ class HEEncoder(Encoder):
         other stage), encrypts least, then the fewest sums returned (each a full-randomness encryption and a
         decryption). The tie rule makes who encrypts follow from the plan, not from the tables the data picks,
         so validate's estimate before a run names the right party. A pure function of public facts: every party
-        computes the same runs. [(E, S, queries E-side first)]."""
+        computes the same runs. `reuse` (the clique stage: `reuse_plan`): a side whose tables' E-side blocks all lie
+        in the selection rows it encrypted for the other party makes no new ciphertext. [(E, S, queries E-side
+        first)]."""
         load = dict(load or {})
+        reuse = dict(reuse or {})
         memo_key = (p, q, tuple(qs), n, offset, tuple(self._domain.size(a) for x in qs for a in x[0] + x[1]),
-                    load.get(p, 0), load.get(q, 0))
+                    load.get(p, 0), load.get(q, 0), tuple((k, tuple(v[1].blocks)) for k, v in sorted(reuse.items())))
         memo = self.__dict__.setdefault("_split_memo", {})
         if memo_key in memo:
             return memo[memo_key]
@@ -338,10 +444,15 @@ class HEEncoder(Encoder):
         enc0, _, _ = self._orient(p, q, qs, n, offset)
         rows: dict[tuple[bool, tuple[bool, ...]], int] = {}
 
+        def kept(mine: bool, part: list):   # the selection layout this side's rows come from, when reused
+            plan = reuse.get((p, q) if mine else (q, p))
+            return plan[1] if plan is not None and {x[0] for x in part} <= set(plan[1].blocks) else None
+
         def row_cts(mine: bool, side: tuple[bool, ...]) -> int:   # ciphertexts per row of p's (mine) or q's tables
             if (mine, side) not in rows:
                 part = [x if mine else (x[1], x[0]) for x, s in zip(qs, side) if s == mine]
-                rows[(mine, side)] = protocol.row_ciphertexts(part, size, n, offset, bits, sb) if part else 0
+                rows[(mine, side)] = (protocol.row_ciphertexts(part, size, n, offset, bits, sb)
+                                      if part and kept(mine, part) is None else 0)
             return rows[(mine, side)]
 
         def cost(side: list[bool]) -> tuple[int, int]:
@@ -361,7 +472,8 @@ class HEEncoder(Encoder):
             out = 0
             for mine in (True, False):
                 part = [x if mine else (x[1], x[0]) for x, s in zip(qs, side) if s == mine]
-                out += protocol.stage_counts(part, size, n, offset, bits, sb)["returned"] if part else 0
+                out += protocol.stage_counts(part, size, n, offset, bits, sb, reuse=kept(mine, part))["returned"] \
+                    if part else 0
             return out
 
         # from both one-sided starts (True: p encrypts that table); the cheaper side's start wins a tie
@@ -403,15 +515,20 @@ class HEEncoder(Encoder):
         ct_bytes = 2 * c.key_bits // 8
         op = _op_costs(c.key_bits, self.randomness, self.sigma[stage]) if c.crypto == "real" else None
         size = lambda b: self._domain.project(b).size()  # noqa: E731
-        offset = support_bound(self.sigma[stage])
         workers = c.workers or (os.cpu_count() or 1)
         out: dict[str, dict[str, float]] = {p: {"ciphertexts": 0.0, "bytes": 0.0, "cpu_s": 0.0} for p in self._parties}
-        for _, enc, summ, qs in self.pairs(queries, n, stage):
-            k = protocol.stage_counts(qs, size, n, offset, c.key_bits, c.slot_bits)
+        runs = self.pairs(queries, n, stage)
+        fan, fanned = self.fanout(runs, n, stage), set()
+        for _, enc, summ, qs in runs:
+            k = self.run_counts(enc, summ, qs, n, stage, fan)
             rows, back = n * k["per_row"], k["returned"]
+            if enc in fan and self.reused(enc, summ, qs, n, stage) is None:   # E's one encryption, sent to each S
+                rows = 0 if enc in fanned else n * fan[enc][1].plaintexts
+                fanned.add(enc)
+                out[enc]["bytes"] += n * fan[enc][1].plaintexts * ct_bytes
             cells = sum(size(q[0]) * size(q[1]) for q in protocol.unique(qs))
             out[enc]["ciphertexts"] += rows
-            out[enc]["bytes"] += rows * ct_bytes
+            out[enc]["bytes"] += rows * ct_bytes if enc not in fan else 0
             out[summ]["ciphertexts"] += back
             out[summ]["bytes"] += back * ct_bytes
             if op is None:

@@ -7,12 +7,19 @@ per block (an attribute tuple) per row; the summing party adds at most n rows an
 (so the noise never makes a slot negative, which would borrow from the next): every slot stays within n + 2T.
 `slot_width` picks the width from exactly that bound; `Layout` refuses a width that could overflow.
 
-Shared layouts (`Layout.build(share=True)`, chosen only when they need fewer ciphertexts per row): every block in one
-group, so blocks summed by different groupings share ciphertexts. A slot then has `count_bits` = k low bits for the
-count (the width above) and guard bits above them, width max(k, MASK_BITS) + 1. A column S returns for a grouping
-also holds other blocks' plain counts; S's mask puts a fresh uniform value in [0, 2^width - 2^k] on every such slot
-(neighbouring counts then differ in total variation by at most 2^-MASK_BITS per slot) and a uniform multiple of 2^k
-on the guard bits of every declared slot, so E reads a declared slot only mod 2^k, as in an unshared layout.
+Layouts in which blocks summed by different groupings share ciphertexts (`Layout.build(share=True)`, chosen only
+when they need fewer ciphertexts per row). A column S returns for a grouping then also holds other blocks' plain
+counts, which S must hide from E. Two kinds:
+  * guarded (`guard` > 0): k-bit slots as in the tight layout, the blocks in their groups' order, and `guard` empty
+    slots (at least MASK_BITS + 1 bits) wherever a block of another group follows in the same plaintext, and at the
+    top of every plaintext. In a returned column every maximal run of undeclared slots (other blocks' counts, empty
+    slots) ends in such a gap, below a declared slot or the plaintext's top: S adds to the run, as one integer, a
+    fresh uniform value in [0, 2^W - 2^u] (W the run's bits, u those below its gap), so it carries nowhere and two
+    runs' contents differ in total variation by at most 2^-(MASK_BITS+1) per run (not per slot). E reads each
+    declared slot exactly as in the tight layout (k bits).
+  * wide (`count_bits` = k < width): every block in one group, slots of width max(k, MASK_BITS) + 1; S's mask puts
+    a fresh uniform value in [0, 2^width - 2^k] on every undeclared slot (total variation at most 2^-MASK_BITS per
+    slot) and a uniform multiple of 2^k on the guard bits of every declared slot, so E reads it only mod 2^k.
 """
 from __future__ import annotations
 
@@ -27,6 +34,7 @@ from vertisynth.core.errors import ConfigError
 
 
 MASK_BITS = 40   # statistical hiding of a shared layout's undeclared slots: total variation <= 2^-40 per slot
+GUARDED = True   # whether `Layout.build(share=True)` may choose a guarded layout (False: the earlier wide-only choice)
 
 
 def slot_width(n: int, offset: int) -> int:
@@ -47,7 +55,8 @@ class Layout:
     width: int
     per: int
     groups: tuple[int, ...]
-    count_bits: int = 0          # shared layouts: the low bits of a slot that carry the count (0: all `width`)
+    count_bits: int = 0          # wide shared layouts: the low bits of a slot that carry the count (0: all `width`)
+    guard: int = 0               # guarded shared layouts: empty slots at each group boundary and each plaintext's top
     starts: tuple[int, ...] = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -55,10 +64,14 @@ class Layout:
             raise ConfigError("he: layout needs one group per block")
         if not 0 <= self.count_bits <= self.width:
             raise ConfigError(f"he: layout count bits {self.count_bits} outside [0, {self.width}]")
+        if self.guard and self.count_bits:
+            raise ConfigError("he: a layout is guarded or wide, not both")
         starts, s = [], 0
         for i, c in enumerate(self.cells):
             if i and self.groups[i] != self.groups[i - 1] and s % self.per:
-                s += self.per - s % self.per
+                # a fresh plaintext, or (guarded) a gap that S's mask of the run below it fills
+                fresh = not self.guard or s % self.per + self.guard >= self.per
+                s += self.per - s % self.per if fresh else self.guard
             starts.append(s)
             s += c
         object.__setattr__(self, "starts", tuple(starts))
@@ -85,12 +98,17 @@ class Layout:
         if (modulus_bits - 1) // wide < 1:
             return tight
         shared = cls(tight.blocks, tight.cells, wide, (modulus_bits - 1) // wide, (0,) * len(groups), need)
-        return shared if shared.plaintexts < tight.plaintexts else tight
+        guard = -(-(MASK_BITS + 1) // need)     # gap slots: at least MASK_BITS + 1 bits
+        options = [tight]
+        if GUARDED and (modulus_bits - 1) // need - guard >= 1:
+            options.append(cls(tight.blocks, tight.cells, need, (modulus_bits - 1) // need - guard, groups, 0, guard))
+        options.append(shared)
+        return min(options, key=lambda lay: lay.plaintexts)   # the first of the fewest: tight, guarded, wide
 
     @property
     def shared(self) -> bool:
         """Blocks of different groupings share plaintexts (S masks the undeclared ones: module docstring)."""
-        return 0 < self.count_bits < self.width
+        return self.guard > 0 or 0 < self.count_bits < self.width
 
     @property
     def k(self) -> int:
@@ -147,13 +165,15 @@ class Layout:
                 m |= full << (self.width * (s % self.per))
         return m
 
-    def mask(self, declared: int, modulus: int) -> int:
+    def mask(self, declared: int, modulus: int, column: int = 0) -> int:
         """A fresh mask from the OS CSPRNG for one returned plaintext: uniform w-bit values in every slot outside
         `declared` and a uniform value above the slots (below the modulus), zero in the declared slots. On an
         honest sum (every undeclared slot 0, every declared one below 2^w) adding it carries nowhere and stays
         below the modulus, so the declared slots decrypt unchanged; whatever a dishonest encryptor put outside
         them reads as uniform noise (docs/he.md: what carries and the modulus still let through)."""
         region = self.per * self.width
+        if self.guard:
+            return self._guarded_mask(declared, modulus, column)
         if self.shared:
             # undeclared slots hold plain counts < 2^k: a uniform value in [0, 2^w - 2^k] hides them (TV <= 2^-k'
             # for k' = log2(2^w - 2^k + 1) >= MASK_BITS) and carries nowhere; a declared slot's guard bits get a
@@ -170,6 +190,32 @@ class Layout:
         room = modulus >> region        # honest sums are < 2^region: top·2^region + sum < room·2^region <= N
         top = secrets.randbelow(room)
         return low | (top << region)
+
+    def _guarded_mask(self, declared: int, modulus: int, column: int) -> int:
+        """A guarded layout's mask (module docstring): each maximal run of undeclared slots of plaintext `column`, as
+        one integer, gets a fresh uniform value from the OS CSPRNG in [0, 2^W - 2^u] (u: its bits up to its highest
+        slot holding a cell of any block), the run at the top up to the modulus; declared slots get nothing. A run
+        below a declared slot ends in a gap of `guard` empty slots (`starts`), so W - u >= MASK_BITS + 1."""
+        w, out, j = self.width, 0, 0
+        occupied = self.declared_bits(range(len(self.cells)), column)
+        full = (1 << w) - 1
+        is_declared = [bool((declared >> (i * w)) & full) for i in range(self.per)]
+        holds = [bool((occupied >> (i * w)) & full) for i in range(self.per)]
+        while j < self.per:
+            if is_declared[j]:
+                j += 1
+                continue
+            lo = j
+            while j < self.per and not is_declared[j]:
+                j += 1
+            u = max((i - lo + 1 for i in range(lo, j) if holds[i]), default=0) * w
+            room = modulus >> (lo * w) if j == self.per else 1 << ((j - lo) * w)   # the top run: below the modulus
+            if u and room.bit_length() - 1 - u <= MASK_BITS:
+                raise ConfigError("he: a guarded layout's run of other blocks' counts has no gap above it")  # (`starts`)
+            out |= secrets.randbelow(room - (1 << u) + 1) << (lo * w)
+        if is_declared[-1]:   # no run at the top: the bits above the slots still get a mask (honest: all zero)
+            out |= secrets.randbelow(modulus >> (self.per * w)) << (self.per * w)
+        return out
 
     def unpack(self, plaintexts: Sequence[int], block: int) -> np.ndarray:
         """Block `block`'s slot values (their count bits) from the plaintexts (a missing column reads as zero)."""

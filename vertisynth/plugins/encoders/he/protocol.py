@@ -59,11 +59,12 @@ class EncryptedOneHot(Message):
     per: int = 0
     groups: list = attrs.field(factory=list)
     ciphertexts: np.ndarray = attrs.field(factory=lambda: np.zeros((0, 0, 0), np.uint8))
-    count_bits: int = 0                    # a shared layout's count bits per slot (packing.py); 0: unshared
+    count_bits: int = 0                    # a wide shared layout's count bits per slot (packing.py); 0: not wide
+    guard: int = 0                         # a guarded shared layout's gap slots (packing.py); 0: not guarded
 
     def layout(self) -> Layout:
         return Layout(tuple(tuple(b) for b in self.blocks), tuple(self.cells), self.width, self.per, tuple(self.groups),
-                      self.count_bits)
+                      self.count_bits, self.guard)
 
     def validate(self) -> EncryptedOneHot:
         super().validate()
@@ -142,10 +143,13 @@ def _blocks_and_groupings(queries: Sequence[Query]) -> tuple[list, list]:
     return blocks, groupings
 
 
-def block_groups(queries: Sequence[Query]) -> tuple[list, list[int]]:
+def block_groups(queries: Sequence[Query], separate: bool = False) -> tuple[list, list[int]]:
     """E's blocks ordered so that blocks summed by the same set of S's groupings are adjacent, and each block's
-    group id (blocks of one group share ciphertexts; a new group starts a fresh one)."""
+    group id (blocks of one group share ciphertexts; a new group starts a fresh one). `separate`: every block its
+    own group (a layout whose blocks a later stage may sum by other groupings: `HEEncoder.reuse_plan`)."""
     blocks, _ = _blocks_and_groupings(queries)
+    if separate:
+        return blocks, list(range(len(blocks)))
     sets = {b: frozenset(q[1] for q in queries if q[0] == b) for b in blocks}
     ids = {s: i for i, s in enumerate(dict.fromkeys(sets[b] for b in blocks))}
     ordered = sorted(blocks, key=lambda b: ids[sets[b]])
@@ -153,9 +157,9 @@ def block_groups(queries: Sequence[Query]) -> tuple[list, list[int]]:
 
 
 def row_ciphertexts(queries: Sequence[Query], size: Callable[[tuple[str, ...]], int], n: int, offset: int,
-                    modulus_bits: int, slot_bits: int | None = None, share: bool = True) -> int:
+                    modulus_bits: int, slot_bits: int | None = None, share: bool = True, separate: bool = False) -> int:
     """Ciphertexts per row the encrypting side of `queries` makes (its layout's plaintexts)."""
-    blocks, groups = block_groups(unique(queries))
+    blocks, groups = block_groups(unique(queries), separate)
     return Layout.build(blocks, [size(b) for b in blocks], n, offset, modulus_bits, groups, slot_bits,
                         share).plaintexts
 
@@ -173,24 +177,30 @@ def grouping_columns(lay: Layout, queries: Sequence[Query]) -> list[tuple[tuple[
 
 
 def stage_counts(queries: Sequence[Query], size: Callable[[tuple[str, ...]], int], n: int, offset: int,
-                 modulus_bits: int, slot_bits: int | None = None, share: bool = True) -> dict[str, int]:
+                 modulus_bits: int, slot_bits: int | None = None, share: bool = True, separate: bool = False,
+                 reuse: Layout | None = None) -> dict[str, int]:
     """What one protocol run on `queries` (E's side first) makes, exactly, from E's layout: "per_row" ciphertexts
     per row E encrypts, "returned" ciphertexts S sends back (per grouping: its values x its columns), "adds"
-    homomorphic additions at S (each grouping's columns over all n rows)."""
-    blocks, groups = block_groups(unique(queries))
-    lay = Layout.build(blocks, [size(b) for b in blocks], n, offset, modulus_bits, groups, slot_bits, share)
+    homomorphic additions at S (each grouping's columns over all n rows). `reuse`: the run sums the rows E
+    encrypted in an earlier stage under that layout (no new encryption)."""
+    if reuse is None:
+        blocks, groups = block_groups(unique(queries), separate)
+        lay = Layout.build(blocks, [size(b) for b in blocks], n, offset, modulus_bits, groups, slot_bits, share)
+    else:
+        lay = reuse
     cols = grouping_columns(lay, queries)
-    return {"per_row": lay.plaintexts, "returned": sum(size(sb) * len(c) for sb, _, c in cols),
-            "adds": sum(n * len(c) for *_, c in cols)}
+    return {"per_row": 0 if reuse is not None else lay.plaintexts,
+            "returned": sum(size(sb) * len(c) for sb, _, c in cols), "adds": sum(n * len(c) for *_, c in cols)}
 
 
 def encrypt_rows(party: str, recipient: str, view: Dataset, queries: Sequence[Query], public_key, offset: int,
-                 workers: int = 0, chunk: int = 2048, slot_bits: int | None = None, share: bool = True
-                 ) -> EncryptedOneHot:
+                 workers: int = 0, chunk: int = 2048, slot_bits: int | None = None, share: bool = True,
+                 separate: bool = False) -> EncryptedOneHot:
     """Round 1 at E. Blocks summed by the same groupings pack tightly together; each such group starts on a fresh
-    ciphertext (`block_groups`), unless one shared layout needs fewer (`share`, packing.py)."""
+    ciphertext (`block_groups`), unless one shared layout needs fewer (`share`, packing.py). `separate`: every
+    block its own group, so that a later stage can sum the same rows by other groupings."""
     queries = unique(queries)
-    blocks, groups = block_groups(queries)
+    blocks, groups = block_groups(queries, separate)
     codes, cells = zip(*(tuple_codes(view, b) for b in blocks))
     lay = Layout.build(blocks, cells, view.n, offset, public_key.n.bit_length(), groups, slot_bits, share)
     plain = lay.pack_rows(codes)
@@ -198,18 +208,18 @@ def encrypt_rows(party: str, recipient: str, view: Dataset, queries: Sequence[Qu
                    dtype=object)
     return EncryptedOneHot(party, recipient, format(public_key.n, "x"), [list(b) for b in blocks], list(cells),
                            lay.width, lay.per, list(lay.groups),
-                           paillier.to_bytes(public_key, cts.reshape(plain.shape)), lay.count_bits).validate()
+                           paillier.to_bytes(public_key, cts.reshape(plain.shape)), lay.count_bits, lay.guard).validate()
 
 
 def check_layout(lay: Layout, queries: Sequence[Query], n: int, offset: int, modulus_bits: int,
                  size: Callable[[tuple[str, ...]], int] | None = None, slot_bits: int | None = None,
-                 share: bool = True) -> Layout:
+                 share: bool = True, separate: bool = False) -> Layout:
     """S's check of E's declared layout against the one the public facts give (`encrypt_rows` builds the same):
     the blocks and groups of the queries, the cells of E's attributes (when `size` is known), the slot width
     (the least that cannot overflow, or `slot_bits`) and the slots per plaintext. A wider slot or more cells than
     the plan would let a dishonest E carry more in the declared slots; a narrower one could overflow. Returns the
     planned layout (a shared one when `share` and it needs fewer plaintexts: then its count bits are checked too)."""
-    blocks, groups = block_groups(unique(queries))
+    blocks, groups = block_groups(unique(queries), separate)
     if list(lay.blocks) != blocks:
         raise MessageError(f"he: the encrypting party's blocks {[list(b) for b in lay.blocks]} are not those of the "
                            f"queries {[list(b) for b in blocks]}; refusing to sum")
@@ -222,7 +232,8 @@ def check_layout(lay: Layout, queries: Sequence[Query], n: int, offset: int, mod
     if list(lay.groups) != list(want.groups):
         raise MessageError(f"he: the encrypting party's blocks {[list(b) for b in lay.blocks]} are not those of the "
                            f"queries {[list(b) for b in blocks]} in their planned groups; refusing to sum")
-    if (lay.cells, lay.width, lay.per, lay.count_bits) != (want.cells, want.width, want.per, want.count_bits):
+    if (lay.cells, lay.width, lay.per, lay.count_bits, lay.guard) != (want.cells, want.width, want.per, want.count_bits,
+                                                                      want.guard):
         raise MessageError(f"he: the encrypting party's layout (cells {list(lay.cells)}, {lay.width}-bit slots, "
                            f"{lay.per} per plaintext) is not the planned one (cells {list(want.cells)}, "
                            f"{want.width}-bit slots, {want.per} per plaintext); refusing to sum")
@@ -232,20 +243,26 @@ def check_layout(lay: Layout, queries: Sequence[Query], n: int, offset: int, mod
 def sum_and_noise(party: str, msg: EncryptedOneHot, view: Dataset, queries: Sequence[Query], sigma: float,
                   source: UniformSource, workers: int = 0, size: Callable[[tuple[str, ...]], int] | None = None,
                   slot_bits: int | None = None, offset: int | None = None,
-                  extra: Callable[[int, int], Sequence[int]] | None = None, share: bool = True) -> EncryptedSums:
+                  extra: Callable[[int, int], Sequence[int]] | None = None, share: bool = True,
+                  plan_queries: Sequence[Query] | None = None, separate: bool = False) -> EncryptedSums:
     """Round 2 at S: homomorphic sums per value of each grouping, S's noise (+T) added under encryption with fresh
     randomness (so no returned ciphertext is the plain sum), and a fresh uniform mask on every bit outside the
     declared slots (`Layout.mask`), so a dishonest E that writes outside them reads noise there. E's layout must be
     the planned one (`check_layout`; `size`: E's attribute tuples' cells, `slot_bits`: the config's).
     `offset`: the layout's noise offset when more than S's T shares the slots (trust = "server": both parties' shares,
     2T); `extra(grouping, value)`: further ciphertexts, one per returned column, multiplied into that sum before the
-    re-randomisation (trust = "server": E's encrypted noise share)."""
+    re-randomisation (trust = "server": E's encrypted noise share). `plan_queries`, `separate`: the rows are those E
+    encrypted in an earlier stage for these queries (the layout is checked against that stage's plan, `offset` its
+    T); every block of `queries` must be one of its blocks."""
     queries = unique(queries)
     paillier.require()
     pk = paillier.phe.PaillierPublicKey(int(msg.modulus, 16))
     t = support_bound(sigma)
-    lay = check_layout(msg.layout(), queries, view.n, t if offset is None else offset, pk.n.bit_length(), size,
-                       slot_bits, share)
+    lay = check_layout(msg.layout(), queries if plan_queries is None else plan_queries, view.n,
+                       t if offset is None else offset, pk.n.bit_length(), size, slot_bits, share, separate)
+    missing = {q[0] for q in queries} - set(lay.blocks)
+    if missing:
+        raise MessageError(f"he: blocks {sorted(map(list, missing))} are not in the encrypting party's rows; refusing")
     if msg.ciphertexts.shape[0] != view.n:
         raise MessageError(f"he: {msg.party!r} encrypted {msg.ciphertexts.shape[0]} rows, {party!r} holds {view.n}")
     block_index = {tuple(b): i for i, b in enumerate(lay.blocks)}
@@ -270,7 +287,7 @@ def sum_and_noise(party: str, msg: EncryptedOneHot, view: Dataset, queries: Sequ
             if extra is not None:
                 acc = (acc * np.array([paillier.gmpy2.mpz(int(c)) for c in extra(gi, v)], dtype=object)) % pk.nsquare
             plain = lay.pack_values([(b, noise[(lay.blocks[b], sb)][:, v] + t) for b in mine])
-            pending.append((gi, v, acc, [plain[c] + lay.mask(declared[c], pk.n) for c in cols]))
+            pending.append((gi, v, acc, [plain[c] + lay.mask(declared[c], pk.n, c) for c in cols]))
         out_groupings.append({"attrs": list(sb), "columns": cols, "groups": groups})
     # the noise encryptions: the bulk of S's exponentiations, mapped over local processes
     flat = [p for *_, plains in pending for p in plains]
@@ -329,17 +346,31 @@ def reshape_tables(msg: NoisyCounts, domain_sizes: Mapping[str, int]) -> dict[tu
 def run_real(enc_party: str, sum_party: str, enc_view: Dataset, sum_view: Dataset, queries: Sequence[Query],
              sigma: float, enc_source: UniformSource, sum_source: UniformSource, keys, stage: str,
              costs: Costs | None = None, workers: int = 0, chunk: int = 2048,
-             slot_bits: int | None = None) -> NoisyCounts:
-    """The three rounds in one process (the parties' steps are the functions above; `keys` is E's key pair)."""
+             slot_bits: int | None = None, separate: bool = False,
+             reuse: tuple[EncryptedOneHot, Sequence[Query], int] | None = None,
+             keep: Callable[[EncryptedOneHot], None] | None = None) -> NoisyCounts:
+    """The three rounds in one process (the parties' steps are the functions above; `keys` is E's key pair).
+    `separate`: E's layout puts every block in its own group (`encrypt_rows`). `reuse`: (E's rows from an earlier
+    stage, that stage's queries, its offset T): S sums those rows (no new encryption; `HEEncoder.reuse_plan`).
+    `keep(m1)`: S keeps E's rows for such a later stage."""
     public_key, private_key = keys
     costs = costs if costs is not None else Costs()
     t = support_bound(sigma)
-    c0 = cpu_now()
-    m1 = encrypt_rows(enc_party, sum_party, enc_view, queries, public_key, t, workers, chunk, slot_bits)
-    costs.add(enc_party, cpu_now() - c0, m1.ciphertexts.nbytes, int(np.prod(m1.ciphertexts.shape[:2])))
-    c0 = cpu_now()
     size = lambda b: int(np.prod([enc_view.domain.size(a) for a in b]))  # noqa: E731  (the public domain)
-    m2 = sum_and_noise(sum_party, m1, sum_view, queries, sigma, sum_source, workers, size, slot_bits)
+    if reuse is None:
+        c0 = cpu_now()
+        m1 = encrypt_rows(enc_party, sum_party, enc_view, queries, public_key, t, workers, chunk, slot_bits,
+                          separate=separate)
+        costs.add(enc_party, cpu_now() - c0, m1.ciphertexts.nbytes, int(np.prod(m1.ciphertexts.shape[:2])))
+        plan, offset = None, None
+        if keep is not None:
+            keep(m1)
+    else:
+        m1, plan, offset = reuse
+        separate = True
+    c0 = cpu_now()
+    m2 = sum_and_noise(sum_party, m1, sum_view, queries, sigma, sum_source, workers, size, slot_bits, offset=offset,
+                       plan_queries=plan, separate=separate)
     costs.add(sum_party, cpu_now() - c0, sum(a.nbytes for a in m2.sums.values()),
               sum(int(np.prod(a.shape[:2])) for a in m2.sums.values()))
     c0 = cpu_now()

@@ -73,6 +73,7 @@ class PartyStage:
     rows_in: dict[str, bytes] = attrs.field(factory=dict)
     sums_in: dict[str, bytes] = attrs.field(factory=dict)
     layouts: dict[str, protocol.EncryptedOneHot] = attrs.field(factory=dict)   # E's rows less the ciphertexts
+    fan: dict = attrs.field(factory=dict)   # E -> (queries, layout): E encrypts once for all its S (`fanout`)
 
     @property
     def as_e(self) -> list:
@@ -97,28 +98,60 @@ class PartyStage:
         elif kind == "rows":
             public, _ = self.encoder.keypair(self.me) if self.as_e else (None, None)
             t = support_bound(self.encoder.sigma[self.stage])
+            kept = self.encoder.__dict__.setdefault("_layouts_kept", {})
+            once = None
             for _, _, summ, qs in self.as_e:
-                _progress(f"{self.me}: encrypting {self.view.n:,} rows for {summ} ({self.stage})")
-                m1 = protocol.encrypt_rows(self.me, summ, self.view, qs, public, t, cfg.workers, cfg.chunk_rows,
-                                           cfg.slot_bits)
+                if self._reused(self.me, summ, qs) is not None:   # S sums the selection rows it holds: no new rows
+                    self.layouts[summ] = kept[(self.me, summ)]
+                    continue
+                separate = self.encoder.separate(self.me, summ, self.view.n, self.stage)
+                if self.me in self.fan:   # one encryption for every S (`HEEncoder.fanout`)
+                    if once is None:
+                        _progress(f"{self.me}: encrypting {self.view.n:,} rows for its peers ({self.stage})")
+                        once = protocol.encrypt_rows(self.me, summ, self.view, self.fan[self.me][0], public, t,
+                                                     cfg.workers, cfg.chunk_rows, cfg.slot_bits, separate=True)
+                    m1 = attrs.evolve(once, recipient=summ)
+                else:
+                    _progress(f"{self.me}: encrypting {self.view.n:,} rows for {summ} ({self.stage})")
+                    m1 = protocol.encrypt_rows(self.me, summ, self.view, qs, public, t, cfg.workers, cfg.chunk_rows,
+                                               cfg.slot_bits, separate=separate)
                 self.layouts[summ] = attrs.evolve(m1, ciphertexts=np.zeros((0,) + m1.ciphertexts.shape[1:], np.uint8))
+                if separate:
+                    kept[(self.me, summ)] = self.layouts[summ]
                 yield [summ], m1.kind, m1.to_bytes(), summ
         elif kind == "sums":
             sigma = self.encoder.sigma[self.stage]
+            kept = self.encoder.__dict__.setdefault("_rows_kept", {})
             for pair, enc_party, _, qs in self.as_s:
-                m1 = Message.from_bytes(self.rows_in[enc_party], f"{rnd.replace('sums', 'rows')} from {enc_party}")
+                plan = self._reused(enc_party, self.me, qs)
+                fanned = plan is None and enc_party in self.fan
+                if plan is None:
+                    m1 = Message.from_bytes(self.rows_in[enc_party], f"{rnd.replace('sums', 'rows')} from {enc_party}")
+                else:   # E's selection rows, kept (and checked) then; checked again against this stage's key
+                    m1 = kept[(enc_party, self.me)]
                 check_rows(self.me, m1, enc_party, self.keys_in[enc_party])
+                separate = self.encoder.separate(enc_party, self.me, self.view.n, self.stage)
+                if separate:
+                    kept[(enc_party, self.me)] = m1
                 _progress(f"{self.me}: summing {enc_party}'s ciphertexts ({self.stage})")
-                m2 = protocol.sum_and_noise(self.me, m1, self.view, qs, sigma, self.sources(pair, "sum"),
-                                            cfg.workers, self.encoder.cells, cfg.slot_bits)
+                m2 = protocol.sum_and_noise(
+                    self.me, m1, self.view, qs, sigma, self.sources(pair, "sum"), cfg.workers, self.encoder.cells,
+                    cfg.slot_bits, offset=None if plan is None else support_bound(self.encoder.sigma["selection"]),
+                    plan_queries=self.fan[enc_party][0] if fanned else None if plan is None else plan[0],
+                    separate=separate or plan is not None or fanned)
                 yield [enc_party], m2.kind, m2.to_bytes(), enc_party
+
+    def _reused(self, enc: str, summ: str, queries) -> tuple[list, Any] | None:
+        """The selection run whose rows this run sums again (`HEEncoder.reused`), or None."""
+        return self.encoder.reused(enc, summ, queries, self.view.n, self.stage)
 
     def expects(self, rnd: str) -> dict[str, list[str]]:
         """As S, E's key and rows once its own rows are out (E sends both before it waits for anything: a party
         encrypting for one peer never waits on another first); as E, the sums once its sums are out."""
         kind = rnd.split("-")[1]
         if kind == "rows":
-            return {f"he-key-{self.stage}": [r[1] for r in self.as_s], rnd: [r[1] for r in self.as_s]}
+            fresh = [r[1] for r in self.as_s if self._reused(r[1], self.me, r[3]) is None]
+            return {f"he-key-{self.stage}": [r[1] for r in self.as_s], rnd: fresh}
         if kind == "sums":
             return {rnd: [r[2] for r in self.as_e]}
         return {}
