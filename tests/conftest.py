@@ -4,8 +4,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-# The DP conformance kit's fixtures, --vertisynth-audit option and Hypothesis CI profile; --cpu-durations=N.
-pytest_plugins = ["vertisynth.testing.plugin", "cpu_durations"]
+# The DP conformance kit's fixtures, --vertisynth-audit option and Hypothesis CI profile; --cpu-durations=N;
+# --audit-cost (each privacy audit's sampling CPU, estimated from a few samples, instead of running it).
+pytest_plugins = ["vertisynth.testing.plugin", "cpu_durations", "audit_cost"]
 
 from sshd_helpers import sftp_env, sshd  # noqa: E402,F401  (a real OpenSSH server for the sftp:// tests)
 

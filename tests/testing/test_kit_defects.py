@@ -92,7 +92,44 @@ def test_samples_are_sized_from_the_claim():
 def test_a_tenfold_underclaim_fails_the_audit_at_the_default_settings():
     """The kit's documented test bed and default settings (no measure hook, no audit_samples): a component that
     declares ε = 0.1 while its noise is for ε = 1 is caught (it passed at 2,000 and 20,000 samples when the
-    default output was the contingency table of a 100-row sample). A few minutes on one core."""
-    check_privacy_audit(subject(variant()))
-    with pytest.raises(PrivacyViolation, match="claimed"):
-        check_privacy_audit(subject(variant(declared=0.1)))
+    default output was the contingency table of a 100-row sample). A few minutes on one core.
+
+    The two audits draw the same samples: the noise is for the whole ε either way (only the declared share differs),
+    and the seed, pairs and sample count are the same, so the honest twin's draws are exactly the defective one's.
+    They are drawn once (checked below, and the second audit's sample calls are all answered from the first's);
+    each audit still selects and tests on its own, as it would have."""
+    import vertisynth.testing.checks as checks
+
+    honest, defective = subject(variant()), subject(variant(declared=0.1))
+    pair = [p for p in checks.adversarial_pairs(honest.domain) if p.relation == honest.neighbours][0]
+    twins = []
+    for s in (honest, defective):
+        component = s.build()
+        checks._plan(s, component)
+        twins.append(checks._measurement(s, component).sample(pair.base, 20, np.random.default_rng(7)))
+    assert np.array_equal(*twins)
+
+    drawn, calls = {}, {"hit": 0, "miss": 0}
+    measurement = checks._measurement
+
+    def shared(subj, component):
+        inner = measurement(subj, component)
+
+        class Shared:
+            def sample(self, data, n, r):
+                key = (data.codes.tobytes(), data.codes.shape, n, repr(r.bit_generator.state))
+                calls["hit" if key in drawn else "miss"] += 1
+                if key not in drawn:
+                    drawn[key] = inner.sample(data, n, r)
+                return drawn[key]
+        return Shared()
+
+    checks._measurement = shared
+    try:
+        check_privacy_audit(honest)
+        first = dict(calls)
+        with pytest.raises(PrivacyViolation, match="claimed"):
+            check_privacy_audit(defective)
+    finally:
+        checks._measurement = measurement
+    assert first == {"hit": 0, "miss": 4} and calls == {"hit": 4, "miss": 4}, calls
