@@ -220,6 +220,24 @@ def report(path: str, markdown: bool) -> int:
             print(f"{ref:<12} {n} cells")
     if not markdown:
         return 0
+    print("\n| synthesizer | trust | cells | median twin / central | worst | target | met | twin below VertiMRF-HE "
+          "| twin below independent |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for m in twins:
+        for trust, (t_med, t_worst) in TARGETS.items():
+            ks = [k for k in by if k[3] == m and k[4] == trust]
+            if not ks:
+                continue
+            r = [float(by[k]["ratio"]) for k in ks]
+            med, worst = float(np.median(r)), float(np.max(r))
+            ok = med <= t_med and (t_worst is None or worst <= t_worst)
+            vs = [(float(by[k]["twin"]), float(by[k[:3] + ("vertimrf", "none")]["twin"])) for k in ks
+                  if k[:3] + ("vertimrf", "none") in by]
+            vi = [(float(by[k]["twin"]), float(by[k[:3] + ("independent", "-")]["twin"])) for k in ks
+                  if k[:3] + ("independent", "-") in by]
+            print(f"| {m} | {trust} | {len(r)} | {med:.2f} | {worst:.2f} | ≤ {t_med:.2f}"
+                  + (f" median, ≤ {t_worst:.2f} worst" if t_worst else " median") + f" | {'met' if ok else '**not met**'} "
+                  f"| {sum(a < b for a, b in vs)} of {len(vs)} | {sum(a < b for a, b in vi)} of {len(vi)} |")
     for m in twins:
         print(f"\n#### {m}\n")
         print("| dataset | ε | seed | central | twin, none | ratio | twin, server | ratio | VertiMRF-HE | independent "
