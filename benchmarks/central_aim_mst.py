@@ -134,7 +134,10 @@ def main() -> int:
     ap.add_argument("--aim-rounds", type=int, default=None,
                     help="AIM's T for ours and the peers alike (default 16·d, the paper's)")
     ap.add_argument("--data-dir", default=os.environ.get("VERTISYNTH_DATA"))
+    ap.add_argument("--csv", default=None, help="append one row per method and cell to this CSV as it is printed")
     args = ap.parse_args()
+    if args.csv and not Path(args.csv).exists():
+        Path(args.csv).write_text("dataset,epsilon,seed,method,aim_rounds,tvd_3way,cpu_s,note\n")
 
     from vertisynth.core.dataset import Dataset, VerticalPartition
     from vertisynth.core.interfaces import PlanContext, VerticalData
@@ -151,11 +154,11 @@ def main() -> int:
     print(f"{'dataset':<20} {'ε':>4} {'seed':>4} {'method':<16} {'3-way TVD':>9} {'CPU s':>9}  ours/peer: TVD, CPU")
     for ds in args.datasets.split(","):
         name, _, preset = ds.partition(":")
-        params = {"preset": preset} if name == "zoo" else {"data_dir": args.data_dir} if args.data_dir else {}
+        dparams = {"preset": preset} if name == "zoo" else {"data_dir": args.data_dir} if args.data_dir else {}
         for eps in map(float, args.epsilons.split(",")):
             for seed in map(int, args.seeds.split(",")):
                 cfg = parse_config({"seed": seed, "budget": {"epsilon": eps, "delta": args.delta},
-                                    "dataset": {"name": name, "params": params},
+                                    "dataset": {"name": name, "params": dparams},
                                     "synthesizer": {"use": "independent", "params": {}}, "evaluators": []})
                 base = run(cfg)
                 real = base.real_codes
@@ -167,6 +170,13 @@ def main() -> int:
 
                 def line(method: str, t: float, cpu: str, extra: str = "") -> None:
                     print(f"{ds:<20} {eps:>4g} {seed:>4} {method:<16} {t:>9.4f} {cpu:>9}  {extra}", flush=True)
+                    if args.csv:
+                        timed = cpu.replace(".", "", 1).isdigit()
+                        rounds = args.aim_rounds if "aim" in method and args.aim_rounds else ""
+                        note = "" if timed or cpu == "-" else cpu.replace(",", ";")
+                        with open(args.csv, "a") as f:
+                            f.write(f"{ds},{eps:g},{seed},{method},{rounds},"
+                                    f"{'' if t != t else round(t, 6)},{cpu if timed else ''},{note}\n")
 
                 line("independent", score(base.synthetic_codes), "-")
                 for method in args.methods.split(","):
