@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 def build_report(plan: Plan, loaded: Any, real: Dataset, synthetic: Dataset, metrics: dict, align_info: dict,
                  timings: dict[str, float]) -> dict[str, Any]:
     synth = plan.synthesizer
-    centralized = "centralized" in synth.spec.capabilities and len(plan.partition) > 1
+    twin = plan.measure is not None   # a vertical twin: the synthesizer asked its marginals of a vertical oracle
+    centralized = "centralized" in synth.spec.capabilities and len(plan.partition) > 1 and not twin
     reg = plan.registry
     return {
         "vertisynth_version": __version__,
@@ -42,7 +43,9 @@ def build_report(plan: Plan, loaded: Any, real: Dataset, synthetic: Dataset, met
         "alignment": {**plan.aligner.describe(), "info": align_info},
         "synthesizer": {
             **synth.describe(),
-            "mode": ("centralised baseline: the parties' columns were joined in one place (a comparison "
+            "mode": (f"vertical twin: each party answers the marginals of its own columns, cross-party ones "
+                     f"through {plan.measure.spec.name} (trust = {plan.measure.instance.trust})") if twin else
+                    ("centralised baseline: the parties' columns were joined in one place (a comparison "
                      "point, not a vertical protocol)") if centralized else
                     f"baseline ({synth.spec.summary.removeprefix('baseline: ')}): a comparison point, not a model of "
                     "the columns' correlations" if synth.spec.summary.startswith("baseline")

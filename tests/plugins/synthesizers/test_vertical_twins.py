@@ -37,6 +37,9 @@ def test_a_vertical_twin_spends_exactly_its_plan_and_the_ledger_names_the_cross_
                          for q in cross)
     assert res.report["privacy"]["cross_party"]["queries"] == len(cross)
     assert res.report["privacy"]["cross_party"]["through"] == ["he (trust = none)"]
+    # the report says what ran: a vertical twin, not the centralised baseline the central aim/mst would be here
+    assert res.report["synthesizer"]["mode"] == ("vertical twin: each party answers the marginals of its own "
+                                                 "columns, cross-party ones through he (trust = none)")
 
 
 def test_without_a_vertical_table_the_run_is_central_and_unchanged():
@@ -44,6 +47,7 @@ def test_without_a_vertical_table_the_run_is_central_and_unchanged():
     assert plan.measure is None
     res = run(_cfg("mst", {"iters": 200}))
     assert res.ledger.cross_party == [] and "cross_party" not in res.ledger.to_dict()
+    assert res.report["synthesizer"]["mode"].startswith("centralised baseline")
 
 
 @pytest.mark.parametrize("vertical, parties, match", [
@@ -141,6 +145,7 @@ def test_a_trust_server_twin_runs_at_its_plan_and_says_whom_it_trusts(syn):
     cross = res.ledger.cross_party
     assert cross and {q["trust"] for q in cross} == {"server"}
     assert res.report["privacy"]["cross_party"]["through"] == ["he (trust = server)"]
+    assert res.report["synthesizer"]["mode"].endswith("through he (trust = server)")
     assert res.metrics["tvd"]["tvd_3way"] < 0.2
 
 
