@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 
 from vertisynth.core.capabilities import (AlignsRows, CrossPartyMeasure, EstimatesMemory, EvaluatesCounts, FitsOnOracle,
-                                          HasGraphicalModel,
-                                          PartyServerSplit, ReportsReferencePoints, StepsInChunks, wants_raw_values)
+                                          HasGraphicalModel, PartyServerSplit, ReleasesOnce, ReportsReferencePoints,
+                                          StepsInChunks, wants_raw_values)
 from vertisynth.core.chunks import ChunkedCounts
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.encoding import ID_LIST_MIN, TableCodec, TableSchema, identifier_list_error
@@ -204,12 +204,24 @@ def make_plan(config: RunConfig, registry: Registry | None = None, data_dir: str
     ledger = PrivacyLedger(budget, noise=noise_for(config, cross_machine=False,
                                                    user_data=uses_user_data(config) and not reproducible))
     ledger.plan(source.schema.planned_charges())
+    measure = cross_party_measure(registry, synth, partition)
     for comp in [aligner, synth, *evals]:
         ledger.check_plan()  # an earlier stage may already exceed the budget: say so with the split
         if comp is synth:  # a fill that copies records: later stages pay group privacy (ledger and ctx)
             ledger.group_size = aligner.instance.group_size()
         ctx = PlanContext(domain, partition, budget, tuple(c.cost for c in ledger.planned),
                           group_size=ledger.group_size)
+        if comp is synth and measure is not None and isinstance(measure.instance, ReleasesOnce):
+            # the release is planned before the synthesizer (its share of the synthesizer's ρ) and runs once;
+            # the synthesizer plans its own charges on the rest, none for a cross-party marginal
+            share = synth.instance.vertical_request().release
+            try:
+                released = measure.instance.release_cost(ctx, share * ctx.rho)
+            except BudgetError as exc:
+                raise BudgetError(f"synthesizer.params.vertical: {measure.spec.name!r} cannot plan its release: "
+                                  f"{exc}") from None
+            ledger.plan(released)
+            ctx = attrs.evolve(ctx.after(released), cross_release=True)
         try:
             charges = comp.instance.plan(ctx)
         except BudgetError as exc:
@@ -219,7 +231,6 @@ def make_plan(config: RunConfig, registry: Registry | None = None, data_dir: str
             check_evaluator(comp, charges, config)
         ledger.plan(charges)
     ledger.check_plan()
-    measure = cross_party_measure(registry, synth, partition)
     if measure is not None and config.stream:
         raise ConfigError("synthesizer.params.vertical: a vertical oracle run reads whole party tables; "
                           "set stream = false")
@@ -233,7 +244,7 @@ def cross_party_measure(registry: Registry, synth: Component, partition: Vertica
         return None
     where = "synthesizer.params.vertical"
     if len(partition) < 2:
-        raise ConfigError(f"{where}: a vertical run needs two parties or more; this run has one")
+        raise ConfigError(f"{where}: a vertical run needs two parties or more; this run has one party")
     if req.measure not in registry.names("encoder"):
         raise ConfigError(f"{where}: unknown measure {req.measure!r}; encoders: {sorted(registry.names('encoder'))}")
     cls = registry.get("encoder", req.measure).load_config_cls()
@@ -241,7 +252,7 @@ def cross_party_measure(registry: Registry, synth: Component, partition: Vertica
     if cls is not None and "trust" in attrs.fields_dict(cls) and "trust" not in params:
         params["trust"] = req.trust   # a measure with several trust modes picks its mode from the table
     comp = build_component(registry, "encoder", req.measure, params, where)
-    if not isinstance(comp.instance, CrossPartyMeasure):
+    if not isinstance(comp.instance, (CrossPartyMeasure, ReleasesOnce)):
         raise ConfigError(f"{where}: encoder {req.measure!r} cannot answer cross-party queries (it is not a "
                           "CrossPartyMeasure); e.g. measure = \"he\"")
     if comp.instance.trust != req.trust:

@@ -168,6 +168,7 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
             raise ConfigError("aim needs at least one attribute")
         self._domain = dom
         self._owner = owners("aim", self.config.vertical, ctx.partition)
+        self._free = bool(ctx.cross_release)   # cross-party answers come from a release: no probes, nothing drawn
         self._workload = workload_of(dom, self.config.degree, self.config.workload)
         self._rho = ctx.rho
         self._T = self.config.rounds or 16 * d
@@ -200,7 +201,8 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
         limit_cells = c.max_model_mb * 2**20 / CELL_BYTES
         meas = [oracle.measure((a,), ch, rng) for a, ch in zip(dom.attributes, self._charges["gaussian_1way"])]
         filt = ZCDPFilter(self._charges["rounds"], oracle.ledger)
-        probe = [r for r in names if len(r) == 2 and parties(r) == 2] if c.vertical is not None else []
+        probe = [r for r in names if len(r) == 2 and parties(r) == 2] if c.vertical is not None and \
+            not getattr(self, "_free", False) else []
         pending: dict[tuple[str, ...], object] = {}
         if probe:   # every cross-party pair once, from the filter: what selection scores them by; a probe joins
             # estimation when its pair is chosen (all of them at once would make the model's graph dense)
