@@ -211,17 +211,9 @@ def make_plan(config: RunConfig, registry: Registry | None = None, data_dir: str
             ledger.group_size = aligner.instance.group_size()
         ctx = PlanContext(domain, partition, budget, tuple(c.cost for c in ledger.planned),
                           group_size=ledger.group_size)
-        if comp is synth and measure is not None and isinstance(measure.instance, ReleasesOnce):
-            # the release is planned before the synthesizer (its share of the synthesizer's ρ) and runs once;
-            # the synthesizer plans its own charges on the rest, none for a cross-party marginal
-            share = synth.instance.vertical_request().release
-            try:
-                released = measure.instance.release_cost(ctx, share * ctx.rho)
-            except BudgetError as exc:
-                raise BudgetError(f"synthesizer.params.vertical: {measure.spec.name!r} cannot plan its release: "
-                                  f"{exc}") from None
+        if comp is synth and measure is not None:
+            released, ctx = plan_release(measure, synth, ctx)
             ledger.plan(released)
-            ctx = attrs.evolve(ctx.after(released), cross_release=True)
         try:
             charges = comp.instance.plan(ctx)
         except BudgetError as exc:
@@ -259,6 +251,20 @@ def cross_party_measure(registry: Registry, synth: Component, partition: Vertica
         raise ConfigError(f"{where}: measure {req.measure!r} offers trust = {comp.instance.trust!r}, "
                           f"not {req.trust!r}")
     return comp
+
+
+def plan_release(measure: Component, synth: Component, ctx: PlanContext) -> tuple[list[Charge], PlanContext]:
+    """For a cross-party measure that releases once (`ReleasesOnce`): its release's charges, planned before the
+    synthesizer's from the public facts alone at `vertical.release` of the synthesizer's ρ, and the synthesizer's
+    context on the rest (`cross_release`: it plans no charge for a cross-party marginal). ([], ctx) otherwise."""
+    if not isinstance(measure.instance, ReleasesOnce):
+        return [], ctx
+    share = synth.instance.vertical_request().release
+    try:
+        released = measure.instance.release_cost(ctx, share * ctx.rho)
+    except BudgetError as exc:
+        raise BudgetError(f"synthesizer.params.vertical: {measure.spec.name!r} cannot plan its release: {exc}") from None
+    return released, attrs.evolve(ctx.after(released), cross_release=True)
 
 
 @contextlib.contextmanager

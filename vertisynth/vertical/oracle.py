@@ -169,9 +169,9 @@ class VerticalOracle:
     def over(cls, link: PartyLink, partition: VerticalPartition, domain: Domain, measure: CrossPartyMeasure,
              ledger: PrivacyLedger, measure_name: str = "", group_share: float = 0.5) -> VerticalOracle:
         """The server's side over parties reached by `link` (e.g. on other machines); `domain` the public one."""
-        if not isinstance(measure, CrossPartyMeasure):
+        if not isinstance(measure, (CrossPartyMeasure, ReleasesOnce)):
             raise ConfigError(f"vertical oracle: {type(measure).__name__} is not a cross-party measure "
-                              "(trust, released_variance, answer)")
+                              "(trust, released_variance, answer; or release_cost, release, answer_released)")
         if not isinstance(link, PartyLink):
             raise ConfigError(f"vertical oracle: {type(link).__name__} is not a PartyLink")
         if isinstance(measure, ReleasesOnce) and not isinstance(link, InProcessLink):

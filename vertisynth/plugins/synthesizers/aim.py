@@ -154,6 +154,10 @@ class ModelSize:
         return total
 
 
+# a vertical twin over a measure that releases once scores cross-party triples of at most this many cells
+RELEASE_CELLS = 512
+
+
 class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
     _name = "aim"
 
@@ -193,7 +197,12 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
         t0 = time.perf_counter()
         cands = candidates_of(self._workload)
         parties = lambda r: len({self._owner[a] for a in r})  # noqa: E731
-        if c.vertical is not None:   # no released answer holds a cross-party triple: left out (docs/vertical.md)
+        if c.vertical is not None and getattr(self, "_free", False):
+            # a release answers any marginal of two parties: cross-party triples too, up to RELEASE_CELLS cells
+            # (each is estimated from the release once, for its score: post-processing, but not free of CPU)
+            cands = {r: w for r, w in cands.items() if parties(r) == 1 or len(r) == 2
+                     or (parties(r) == 2 and dom.project(r).size() <= RELEASE_CELLS)}
+        elif c.vertical is not None:   # no released answer holds a cross-party triple: left out (docs/vertical.md)
             cands = {r: w for r, w in cands.items() if parties(r) == 1 or len(r) == 2}
         names = list(cands)
         weight = np.array([cands[r] for r in names])
