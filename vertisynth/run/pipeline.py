@@ -34,7 +34,7 @@ from vertisynth.core.registry import Registry, default_registry
 from vertisynth.core.specs import ComponentSpec
 from vertisynth.core.structuring import CONVERTER, structure
 from vertisynth.pgm.model import HYPERGEOMETRIC_MAX
-from vertisynth.vertical import VerticalOracle, party_streams
+from vertisynth.vertical import VerticalOracle, owners, party_streams
 
 from .config import RunConfig, noise_for, uses_user_data
 from .console import progress_bar
@@ -235,8 +235,7 @@ def cross_party_measure(registry: Registry, synth: Component, partition: Vertica
     if not isinstance(synth.instance, FitsOnOracle) or (req := synth.instance.vertical_request()) is None:
         return None
     where = "synthesizer.params.vertical"
-    if len(partition) < 2:
-        raise ConfigError(f"{where}: a vertical run needs two parties or more; this run has one party")
+    owners(synth.spec.name, req, partition)   # a run of one party: refused as each twin's plan refuses it
     if req.measure not in registry.names("encoder"):
         raise ConfigError(f"{where}: unknown measure {req.measure!r}; encoders: {sorted(registry.names('encoder'))}")
     cls = registry.get("encoder", req.measure).load_config_cls()
