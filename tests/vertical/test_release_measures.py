@@ -207,3 +207,18 @@ def test_a_release_measure_refuses_to_run_across_machines():
     with pytest.raises(ConfigError, match="one process") as exc:
         VerticalOracle.over(Link(), part, data.domain, GRREncoder(), PrivacyLedger(Budget(1.0, 1e-9)), "grr")
     _one_line(exc)
+
+
+@pytest.mark.parametrize("enc", [GRREncoder(), DPFMEncoder(DPFMConfig(t=300))], ids=["grr", "dpfm"])
+def test_a_release_runs_on_secure_noise_and_draws_nothing_from_the_seed(enc):
+    """Secure noise: the keys, coins and phantoms come from the OS CSPRNG, so two releases under the same seeded
+    streams differ (under simulation noise they are equal)."""
+    answers = {}
+    for noise in ("secure", "simulation"):
+        for k in range(2):
+            e = type(enc)(enc.config)
+            oracle, led, _ = _oracle(e, n=300, seed=7, rho=4.0, noise=noise)
+            answers[noise, k] = oracle.measure(("a", "b"), None, np.random.default_rng(0)).values
+            assert Counter(led.spent) == Counter(led.planned)
+    assert not np.array_equal(answers["secure", 0], answers["secure", 1])
+    assert np.array_equal(answers["simulation", 0], answers["simulation", 1])
