@@ -251,14 +251,11 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
             offsets = math.sqrt(2 / math.pi) * sigma * cells[ok]
             pick = ok[oracle.select([names[i] for i in ok], est, weight[ok], offsets, eps, filt, rng)]
             r = names[pick]
-            # read off a release: free, and the same table each time it is asked (added to the model once)
-            free = getattr(self, "_free", False) and parties(r) == 2
             m = oracle.measure(r, filt, rng, sigma)
             before = est[ok.index(pick)]
             t_select += time.perf_counter() - ts
             tf = time.perf_counter()
-            if not (free and any(q.attributes == m.attributes for q in meas)):
-                meas.append(m)
+            meas.append(m)
             if r in pending:
                 meas.append(pending.pop(r))
             fits = [q for q in pending if res.model.tree.clique_for(q) is not None]
@@ -269,9 +266,7 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
             if last:
                 break
             after = res.model.marginal(r).values
-            # AIM's annealing test asks whether a measurement at σ moved the model; a free answer from a release
-            # was not taken at σ, so it does not anneal
-            if not free and np.abs(after - before).sum() <= math.sqrt(2 / math.pi) * sigma * cells[pick]:
+            if np.abs(after - before).sum() <= math.sqrt(2 / math.pi) * sigma * cells[pick]:
                 sigma /= 2
                 eps *= 2
                 anneals += 1
