@@ -12,7 +12,7 @@ from vertisynth.core.errors import ConfigError
 
 @attrs.frozen
 class VerticalConfig:
-    measure: str = "he"                   # a registered encoder that is a CrossPartyMeasure
+    measure: str = "he"                   # a registered encoder that is a CrossPartyMeasure or ReleasesOnce
     trust: str = "none"                   # the roles that must not collude ("none": no trusted role)
     params: dict[str, Any] = attrs.field(factory=dict)   # the measure's own params (e.g. crypto = "simulated")
     # share of the synthesizer's budget that measures every cross-party pair once, for the selection's scores (None:

@@ -14,6 +14,9 @@
       releases each party's best exact score with Gaussian noise (one vector of sensitivity √Σ Δ_P²), the rest runs
       the exponential mechanism at the party whose noisy best is highest, if it beats the best cross-party score.
   Both parts are DP mechanisms; their ρ adds up to ε²/8, the round's planned cost.
+* a `ReleasesOnce` measure (dpfm, grr): the release runs at the first cross-party question (its charges planned
+  before the synthesizer's), then every cross-party marginal, and every cross-party candidate's score, is read off
+  it: post-processing, free, with the estimator's per-cell variance (`Measurement.variance`).
 Refused in one line, before anything is spent: an attribute outside the domain, an empty query, a query over three
 or more parties, a cross-party candidate with no noisy answer to score it by.
 
