@@ -222,3 +222,15 @@ def test_a_release_runs_on_secure_noise_and_draws_nothing_from_the_seed(enc):
             assert Counter(led.spent) == Counter(led.planned)
     assert not np.array_equal(answers["secure", 0], answers["secure", 1])
     assert np.array_equal(answers["simulation", 0], answers["simulation", 1])
+
+
+def test_a_pure_noise_release_answer_scores_below_a_clean_signal():
+    """Selection reads a release's answer at a lower bound: 200 pure-noise 4 × 4 residuals at variance 10⁶ per
+    cell all score below 0, below a small clean dependence (variance 1), which scores near its true L1."""
+    from vertisynth.vertical.oracle import RELEASE_Z, release_score
+    rng = np.random.default_rng(0)
+    v = np.full((4, 4), 1e6)
+    noise = [release_score(rng.normal(0, 1e3, (4, 4)), v, RELEASE_Z) for _ in range(200)]
+    signal = np.outer([1, -1, 1, -1], [1, 1, -1, -1]) * 20.0
+    clean = release_score(signal + rng.normal(0, 1, (4, 4)), np.ones((4, 4)), RELEASE_Z)
+    assert max(noise) < 0 < clean and abs(clean - np.abs(signal).sum()) < 0.2 * np.abs(signal).sum()
