@@ -234,3 +234,14 @@ def test_a_pure_noise_release_answer_scores_below_a_clean_signal():
     signal = np.outer([1, -1, 1, -1], [1, 1, -1, -1]) * 20.0
     clean = release_score(signal + rng.normal(0, 1, (4, 4)), np.ones((4, 4)), RELEASE_Z)
     assert max(noise) < 0 < clean and abs(clean - np.abs(signal).sum()) < 0.2 * np.abs(signal).sum()
+
+
+@pytest.mark.parametrize("vertical", [DPFM, GRR], ids=["dpfm", "grr"])
+def test_aim_reads_each_cross_party_candidate_off_a_release_once(vertical):
+    """A release gives the same table every time: aim asking it again would learn nothing and (AIM's annealing)
+    burn its budget; each cross-party marginal is read once."""
+    plan = make_plan(_cfg("aim", {"iters": 150, "rounds": 20, "vertical": vertical}))
+    from vertisynth.run.pipeline import execute
+    res = execute(plan)
+    asked = [tuple(q["attributes"]) for q in res.ledger.cross_party]
+    assert asked and len(asked) == len(set(asked))

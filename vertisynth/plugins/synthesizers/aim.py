@@ -224,6 +224,7 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
         sigma = self._sigma0
         eps = math.sqrt(8 * (1 - c.alpha) * self._rho / self._T)
         sizes: dict[tuple[tuple[str, ...], tuple[str, ...]], int] = {}
+        read: set[tuple[str, ...]] = set()   # candidates already read off a release
         t_select = t_fit = 0.0
         rounds = anneals = 0
         while True:
@@ -238,6 +239,8 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
             ok = []
             graph = None
             for i, r in enumerate(names):
+                if r in read:
+                    continue
                 if model.tree.clique_for(r) is not None:
                     ok.append(i)
                     continue
@@ -251,6 +254,8 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
             offsets = math.sqrt(2 / math.pi) * sigma * cells[ok]
             pick = ok[oracle.select([names[i] for i in ok], est, weight[ok], offsets, eps, filt, rng)]
             r = names[pick]
+            if getattr(self, "_free", False) and parties(r) == 2:
+                read.add(r)   # read off a release: asked again, the same table would come back (no new information)
             m = oracle.measure(r, filt, rng, sigma)
             before = est[ok.index(pick)]
             t_select += time.perf_counter() - ts
