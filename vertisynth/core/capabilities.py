@@ -266,6 +266,32 @@ class CrossPartyMeasure(Protocol):
 
 
 @runtime_checkable
+class ReleasesOnce(Protocol):
+    """A cross-party measure that releases once and answers every cross-party marginal from that release as
+    post-processing (sealed DP FM sketches, GRR columns): no ρ per table. Its whole cost is planned up front
+    (`release_cost`, public facts only, before any row is read); `release` runs once, each party spending its own
+    planned charges before it sketches or randomises its own columns, the result sealed to the server (kept by this
+    object, the server's side, in one process); `answer_released` then answers any two-party marginal for free,
+    with the estimator's per-cell variance. `trust` names the roles that must not collude, as for
+    `CrossPartyMeasure`."""
+
+    trust: str
+
+    def release_cost(self, ctx: Any, rho: float) -> list[Any]:
+        """The release's charges (core.privacy.Charge) for a `PlanContext` `ctx`, composing to at most zCDP `rho`;
+        a domain or partition the release cannot hold is refused here in one line."""
+
+    def release(self, views: Mapping[str, Dataset], ledger: PrivacyLedger,
+                rngs: Mapping[str, np.random.Generator]) -> None:
+        """Run the release: each party (`views`: its own columns) spends its planned charges, then encodes."""
+
+    def answer_released(self, queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]]
+                        ) -> list[tuple[tuple[str, ...], np.ndarray, np.ndarray]]:
+        """Per query (attributes of one party, of another): (attributes, estimated counts with axes in that order,
+        per-cell variance of the same shape), from the release alone."""
+
+
+@runtime_checkable
 class AnswersInRounds(CrossPartyMeasure, Protocol):
     """A cross-party measure whose `answer` also runs with each party on its own machine (deploy's vertical oracle,
     deploy/oracle_rounds.py): each of the two parties runs its `StageRounds` on its own (coarsened) columns, then

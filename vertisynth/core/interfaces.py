@@ -39,6 +39,9 @@ class PlanContext:
     planned_before: tuple[Cost, ...] = ()
     n_public: int | None = None  # a public bound on the record count, when the config gives one
     group_size: int = 1  # rows one person may fill after alignment (ledger charges group privacy)
+    # the run's cross-party measure released once, planned before this component (core.capabilities.ReleasesOnce):
+    # a cross-party marginal is answered from that release for free, so a vertical twin plans no charge for one
+    cross_release: bool = False
 
     @functools.cached_property
     def rho(self) -> float:

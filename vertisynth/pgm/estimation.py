@@ -63,12 +63,21 @@ class Measurement:
     values: np.ndarray = attrs.field(converter=lambda v: np.asarray(v, float))
     std: float = 1.0
     bins: dict[str, np.ndarray] | None = None   # attribute -> bin index of each of its values
+    # per-cell noise variance (the shape of `values`), where cells differ (a sketch estimator's); None: std² each.
+    # Estimation weights each cell by its inverse; `std` stays the scalar summary that scores read.
+    variance: np.ndarray | None = None
 
     def __attrs_post_init__(self) -> None:
         if not self.std > 0:
             raise ConfigError(f"measurement on {list(self.attributes)}: std must be positive, got {self.std}")
         if not np.all(np.isfinite(self.values)):
             raise ConfigError(f"measurement on {list(self.attributes)} has NaN or inf values")
+        if self.variance is not None:
+            v = np.asarray(self.variance, float)
+            if v.shape != self.values.shape or not np.all(np.isfinite(v)) or not np.all(v > 0):
+                raise ConfigError(f"measurement on {list(self.attributes)}: a per-cell variance must be positive and "
+                                  f"finite, of the values' shape {self.values.shape}")
+            object.__setattr__(self, "variance", v)
         for a, b in (self.bins or {}).items():
             if a not in self.attributes:
                 raise ConfigError(f"measurement on {list(self.attributes)}: bins given for {a!r}, not measured")
@@ -195,10 +204,14 @@ def _estimate(domain: Domain, measurements: Sequence[Measurement], total: float 
     scopes, ys, ws = [], [], []
     for m, ci in zip(measurements, assign):
         kept = tuple(a for a in cliques[ci] if a in m.attributes)
-        y = m.values if kept == m.attributes else np.transpose(m.values, [m.attributes.index(a) for a in kept])
+        order = [m.attributes.index(a) for a in kept]
+        y = m.values if kept == m.attributes else np.transpose(m.values, order)
         scopes.append(kept)
         ys.append(y.ravel())
-        ws.append(np.full(y.size, 1.0 / m.std**2))
+        if m.variance is None:
+            ws.append(np.full(y.size, 1.0 / m.std**2))
+        else:   # each cell by its own variance
+            ws.append(1.0 / (m.variance if kept == m.attributes else np.transpose(m.variance, order)).ravel())
     y, w = np.concatenate(ys), np.concatenate(ws)
     # binned measurements see Q μ; the gradient in measurement space is Qᵀ w (Q μ − y). Q is the identity
     # (and skipped) when nothing is binned.

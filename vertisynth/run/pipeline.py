@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 
 from vertisynth.core.capabilities import (AlignsRows, CrossPartyMeasure, EstimatesMemory, EvaluatesCounts, FitsOnOracle,
-                                          HasGraphicalModel,
-                                          PartyServerSplit, ReportsReferencePoints, StepsInChunks, wants_raw_values)
+                                          HasGraphicalModel, PartyServerSplit, ReleasesOnce, ReportsReferencePoints,
+                                          StepsInChunks, wants_raw_values)
 from vertisynth.core.chunks import ChunkedCounts
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.encoding import ID_LIST_MIN, TableCodec, TableSchema, identifier_list_error
@@ -34,7 +34,7 @@ from vertisynth.core.registry import Registry, default_registry
 from vertisynth.core.specs import ComponentSpec
 from vertisynth.core.structuring import CONVERTER, structure
 from vertisynth.pgm.model import HYPERGEOMETRIC_MAX
-from vertisynth.vertical import VerticalOracle, party_streams
+from vertisynth.vertical import VerticalOracle, owners, party_streams
 
 from .config import RunConfig, noise_for, uses_user_data
 from .console import progress_bar
@@ -204,12 +204,16 @@ def make_plan(config: RunConfig, registry: Registry | None = None, data_dir: str
     ledger = PrivacyLedger(budget, noise=noise_for(config, cross_machine=False,
                                                    user_data=uses_user_data(config) and not reproducible))
     ledger.plan(source.schema.planned_charges())
+    measure = cross_party_measure(registry, synth, partition)
     for comp in [aligner, synth, *evals]:
         ledger.check_plan()  # an earlier stage may already exceed the budget: say so with the split
         if comp is synth:  # a fill that copies records: later stages pay group privacy (ledger and ctx)
             ledger.group_size = aligner.instance.group_size()
         ctx = PlanContext(domain, partition, budget, tuple(c.cost for c in ledger.planned),
                           group_size=ledger.group_size)
+        if comp is synth and measure is not None:
+            released, ctx = plan_release(measure, synth, ctx)
+            ledger.plan(released)
         try:
             charges = comp.instance.plan(ctx)
         except BudgetError as exc:
@@ -219,7 +223,6 @@ def make_plan(config: RunConfig, registry: Registry | None = None, data_dir: str
             check_evaluator(comp, charges, config)
         ledger.plan(charges)
     ledger.check_plan()
-    measure = cross_party_measure(registry, synth, partition)
     if measure is not None and config.stream:
         raise ConfigError("synthesizer.params.vertical: a vertical oracle run reads whole party tables; "
                           "set stream = false")
@@ -232,8 +235,7 @@ def cross_party_measure(registry: Registry, synth: Component, partition: Vertica
     if not isinstance(synth.instance, FitsOnOracle) or (req := synth.instance.vertical_request()) is None:
         return None
     where = "synthesizer.params.vertical"
-    if len(partition) < 2:
-        raise ConfigError(f"{where}: a vertical run needs two parties or more; this run has one")
+    owners(synth.spec.name, req, partition)   # a run of one party: refused as each twin's plan refuses it
     if req.measure not in registry.names("encoder"):
         raise ConfigError(f"{where}: unknown measure {req.measure!r}; encoders: {sorted(registry.names('encoder'))}")
     cls = registry.get("encoder", req.measure).load_config_cls()
@@ -241,13 +243,27 @@ def cross_party_measure(registry: Registry, synth: Component, partition: Vertica
     if cls is not None and "trust" in attrs.fields_dict(cls) and "trust" not in params:
         params["trust"] = req.trust   # a measure with several trust modes picks its mode from the table
     comp = build_component(registry, "encoder", req.measure, params, where)
-    if not isinstance(comp.instance, CrossPartyMeasure):
+    if not isinstance(comp.instance, (CrossPartyMeasure, ReleasesOnce)):
         raise ConfigError(f"{where}: encoder {req.measure!r} cannot answer cross-party queries (it is not a "
                           "CrossPartyMeasure); e.g. measure = \"he\"")
     if comp.instance.trust != req.trust:
         raise ConfigError(f"{where}: measure {req.measure!r} offers trust = {comp.instance.trust!r}, "
                           f"not {req.trust!r}")
     return comp
+
+
+def plan_release(measure: Component, synth: Component, ctx: PlanContext) -> tuple[list[Charge], PlanContext]:
+    """For a cross-party measure that releases once (`ReleasesOnce`): its release's charges, planned before the
+    synthesizer's from the public facts alone at `vertical.release` of the synthesizer's ρ, and the synthesizer's
+    context on the rest (`cross_release`: it plans no charge for a cross-party marginal). ([], ctx) otherwise."""
+    if not isinstance(measure.instance, ReleasesOnce):
+        return [], ctx
+    share = synth.instance.vertical_request().release
+    try:
+        released = measure.instance.release_cost(ctx, share * ctx.rho)
+    except BudgetError as exc:
+        raise BudgetError(f"synthesizer.params.vertical: {measure.spec.name!r} cannot plan its release: {exc}") from None
+    return released, attrs.evolve(ctx.after(released), cross_release=True)
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ from vertisynth.core.errors import ConfigError
 
 @attrs.frozen
 class VerticalConfig:
-    measure: str = "he"                   # a registered encoder that is a CrossPartyMeasure
+    measure: str = "he"                   # a registered encoder that is a CrossPartyMeasure or ReleasesOnce
     trust: str = "none"                   # the roles that must not collude ("none": no trusted role)
     params: dict[str, Any] = attrs.field(factory=dict)   # the measure's own params (e.g. crypto = "simulated")
     # share of the synthesizer's budget that measures every cross-party pair once, for the selection's scores (None:
@@ -20,6 +20,9 @@ class VerticalConfig:
     probe: float | None = None
     probe_bins: int = 4     # each attribute of a probe coarsened to at most this many bins (equal noisy 1-way mass)
     group_share: float = 0.5   # share of each selection round that releases every party's noisy best score
+    # a measure that releases once (dpfm, grr): the share of the synthesizer's zCDP ρ its one release costs, planned
+    # before the synthesizer's own (within-party) charges, which get the rest
+    release: float = 0.5
 
     def __attrs_post_init__(self) -> None:
         if not self.measure:
@@ -28,6 +31,8 @@ class VerticalConfig:
             raise ConfigError(f"vertical: probe must be in (0, 1), got {self.probe}")
         if self.probe_bins < 2:
             raise ConfigError(f"vertical: probe_bins must be >= 2, got {self.probe_bins}")
+        if not 0 < self.release < 1:
+            raise ConfigError(f"vertical: release must be in (0, 1), got {self.release}")
         if not 0 < self.group_share < 1:
             raise ConfigError(f"vertical: group_share must be in (0, 1), got {self.group_share}")
 

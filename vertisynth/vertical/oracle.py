@@ -14,6 +14,9 @@
       releases each party's best exact score with Gaussian noise (one vector of sensitivity √Σ Δ_P²), the rest runs
       the exponential mechanism at the party whose noisy best is highest, if it beats the best cross-party score.
   Both parts are DP mechanisms; their ρ adds up to ε²/8, the round's planned cost.
+* a `ReleasesOnce` measure (dpfm, grr): the release runs at the first cross-party question (its charges planned
+  before the synthesizer's), then every cross-party marginal, and every cross-party candidate's score, is read off
+  it: post-processing, free, with the estimator's per-cell variance (`Measurement.variance`).
 Refused in one line, before anything is spent: an attribute outside the domain, an empty query, a query over three
 or more parties, a cross-party candidate with no noisy answer to score it by.
 
@@ -29,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from vertisynth.core.capabilities import CrossPartyMeasure
+from vertisynth.core.capabilities import CrossPartyMeasure, ReleasesOnce
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import BudgetError, ConfigError
@@ -57,6 +60,31 @@ def residual_above_noise(r: np.ndarray, v: float) -> float:
         r = r - r.mean(axis=0, keepdims=True) - r.mean(axis=1, keepdims=True) + r.mean()
         v *= (1 - 1 / r.shape[0]) * (1 - 1 / r.shape[1])
     return float(np.sqrt(np.maximum(r * r - v, 0.0)).sum())
+
+
+# E[√max(z² − 1, 0)] for z ~ N(0, 1) and its std (numerically): what a cell with no signal adds to
+# Σ √max(r² − v, 0), per √v
+NULL_ABOVE_NOISE, NULL_ABOVE_NOISE_STD = 0.3426, 0.6052
+# a candidate read off a release is scored this many null standard deviations below its estimate (a lower
+# confidence bound): a GRR answer can be so noisy that, scored at its estimate, pure noise wins selection rounds
+# over within-party candidates with real signal. The std takes the cells as independent, which understates it for
+# GRR (P⁻¹ couples every cell of a table), hence the large z. NLTCS, grr, ε 0.4, mst, seed 0: TVD 0.245 at z 0-5
+# (the tree mostly noise, about independent's), 0.180 at z 10; dpfm 0.144 at z 0, 2 and 10 (docs/vertical.md)
+RELEASE_Z = 10.0
+
+
+def release_score(r: np.ndarray, v: np.ndarray, z: float = 0.0) -> float:
+    """An estimate of ‖x − e‖₁ from a residual r = y − e of a released estimate with per-cell variance v:
+    Σ √max(r² − v', 0) less its mean where x = e (0.3426 √v' a cell), so a cell whose noise dwarfs its signal
+    adds about 0 on average rather than ~0.34 of its noise (a GRR or sketch answer's variance is large, and
+    without the correction the noisiest candidates would score highest). A two-way residual is double-centred
+    first, which leaves v' = v (1 − 1/r)(1 − 1/c). `z` > 0: that many null standard deviations less."""
+    v = np.asarray(v, float)
+    if r.ndim == 2:
+        r = r - r.mean(axis=0, keepdims=True) - r.mean(axis=1, keepdims=True) + r.mean()
+        v = v * (1 - 1 / r.shape[0]) * (1 - 1 / r.shape[1])
+    est = float((np.sqrt(np.maximum(r * r - v, 0.0)) - NULL_ABOVE_NOISE * np.sqrt(v)).sum())
+    return est - z * NULL_ABOVE_NOISE_STD * float(np.sqrt(v.sum()))   # z: a lower bound (cells taken independent)
 
 
 class PartyOracle(CentralOracle):
@@ -130,9 +158,9 @@ class VerticalOracle:
     def __init__(self, views: Mapping[str, Dataset], partition: VerticalPartition, measure: CrossPartyMeasure,
                  ledger: PrivacyLedger, rngs: Mapping[str, np.random.Generator], measure_name: str = "",
                  group_share: float = 0.5) -> None:
-        if not isinstance(measure, CrossPartyMeasure):
+        if not isinstance(measure, (CrossPartyMeasure, ReleasesOnce)):
             raise ConfigError(f"vertical oracle: {type(measure).__name__} is not a cross-party measure "
-                              "(trust, released_variance, answer)")
+                              "(trust, released_variance, answer; or release_cost, release, answer_released)")
         if len(partition) < 2:
             raise ConfigError("vertical oracle: needs at least two parties; one party's data is answered centrally")
         missing = [p for p in partition.names if p not in views or p not in rngs]
@@ -152,11 +180,14 @@ class VerticalOracle:
     def over(cls, link: PartyLink, partition: VerticalPartition, domain: Domain, measure: CrossPartyMeasure,
              ledger: PrivacyLedger, measure_name: str = "", group_share: float = 0.5) -> VerticalOracle:
         """The server's side over parties reached by `link` (e.g. on other machines); `domain` the public one."""
-        if not isinstance(measure, CrossPartyMeasure):
+        if not isinstance(measure, (CrossPartyMeasure, ReleasesOnce)):
             raise ConfigError(f"vertical oracle: {type(measure).__name__} is not a cross-party measure "
-                              "(trust, released_variance, answer)")
+                              "(trust, released_variance, answer; or release_cost, release, answer_released)")
         if not isinstance(link, PartyLink):
             raise ConfigError(f"vertical oracle: {type(link).__name__} is not a PartyLink")
+        if isinstance(measure, ReleasesOnce) and not isinstance(link, InProcessLink):
+            raise ConfigError(f"vertical oracle: {measure_name or type(measure).__name__} releases once and runs in "
+                              "one process (vertisynth run); across machines use measure = \"he\"")
         if len(partition) < 2:
             raise ConfigError("vertical oracle: needs at least two parties; one party's data is answered centrally")
         self = cls.__new__(cls)
@@ -174,6 +205,10 @@ class VerticalOracle:
         self.owner = {a: p.name for p in partition for a in p.attributes}
         self.domain: Domain = domain
         self.answered: list[Measurement] = []     # cross-party answers (public once released): select scores by them
+        # a measure that releases once (sealed sketches, GRR columns): every cross-party answer is post-processing
+        # of that release, free; the release runs at the first cross-party question, its charges planned up front
+        self.releases = isinstance(measure, ReleasesOnce)
+        self._released: dict[tuple[str, ...], tuple[tuple[str, ...], np.ndarray, np.ndarray]] = {}
 
     @property
     def party_cpu(self) -> dict[str, float]:
@@ -225,6 +260,10 @@ class VerticalOracle:
             raise ConfigError("measure_many: needs one payment and one bins entry per query")
         routes = [self.parties_of(q) for q in queries]
         cross = [i for i, r in enumerate(routes) if len(r) == 2]
+        if self.releases:   # answered from the release, free: each checked before anything is spent
+            for i in cross:
+                self._check_free(queries[i], pays[i], bins[i])
+            return [self.measure(q, p, rng, sigma, b) for q, p, b in zip(queries, pays, bins)]
         prepared = [self._prepare_cross(queries[i], pays[i], sigma, bins[i]) for i in cross]
         by_sigma: dict[float, list[int]] = {}
         for k, (_, _, s) in enumerate(prepared):
@@ -250,6 +289,8 @@ class VerticalOracle:
     def measure_cross(self, attributes: Sequence[str], pay: Pay, sigma: float | None = None,
                       bins: Bins = None) -> Measurement:
         """A marginal over exactly two parties, through the cross-party measure (refused otherwise, unspent)."""
+        if self.releases:
+            return self._from_release(attributes, pay, bins)
         attributes, parties, sigma = self._prepare_cross(attributes, pay, sigma, bins)
         what = f"measure {list(attributes)} across {parties[0]} and {parties[1]}"
         rho = self._table_cost(pay, sigma)
@@ -277,6 +318,62 @@ class VerticalOracle:
             raise BudgetError(f"measure {list(attributes)}: the charge's ρ={pay.cost.rho:.6g} is not what this "
                               f"answer costs (ρ={cost:.6g})")
         return attributes, tuple(parties), sigma
+
+    # -- a measure that releases once ------------------------------------------------------------------
+    def _check_free(self, attributes: Sequence[str], pay: Pay, bins: Bins) -> tuple[str, ...]:
+        """Checks of a cross-party question answered from the release (nothing is spent on it): a planned charge
+        for it is refused, since the plan would then never be spent (a twin plans none under `cross_release`)."""
+        attributes = tuple(self.domain.check(attributes))
+        parties = self.parties_of(attributes)
+        if len(parties) != 2:
+            raise ConfigError(f"vertical oracle: {list(attributes)} is held by one party ({parties[0]}); it is "
+                              "answered at that party, not through a cross-party measure")
+        if isinstance(pay, Charge):
+            raise BudgetError(f"measure {list(attributes)}: {self.measure_name} answers cross-party marginals from "
+                              f"its release for free; the planned charge {pay.stage}/{pay.mechanism} would never be "
+                              "spent (plan none for it)")
+        if bins and not set(bins) <= set(attributes):
+            raise ConfigError(f"measure {list(attributes)}: bins given for attributes not measured")
+        Measurement(attributes, np.zeros(1), 1.0, bins)   # checks the bins
+        return attributes
+
+    def _release_answer(self, attributes: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """(estimate, per-cell variance) of `attributes` (axes in that order) from the release, run on first use."""
+        if not self._released:
+            self.link.release()
+        key = tuple(sorted(attributes))
+        if key not in self._released:
+            p, q = self.parties_of(key)
+            left = tuple(a for a in key if self.owner[a] == p)
+            right = tuple(a for a in key if self.owner[a] == q)
+            (got, table, var), = self.cross_measure.answer_released([(left, right)])
+            got = tuple(got)
+            if sorted(got) != list(key) or np.shape(table) != tuple(self.domain.size(a) for a in got) or \
+                    np.shape(var) != np.shape(table):
+                raise ConfigError(f"{self.measure_name}: answered {list(got)} with shapes {np.shape(table)}, "
+                                  f"{np.shape(var)} for {list(key)}")
+            self._released[key] = (got, np.asarray(table, float), np.asarray(var, float))
+        got, table, var = self._released[key]
+        order = [got.index(a) for a in attributes]
+        return np.transpose(table, order), np.transpose(var, order)
+
+    def _from_release(self, attributes: Sequence[str], pay: Pay, bins: Bins) -> Measurement:
+        """A two-party marginal read off the release (post-processing: nothing spent), summed into `bins` where
+        given (the cells' variances summed too: the estimator's covariances between cells are left out), each cell
+        floored at variance 1; the ledger's `cross_party` names it with ρ 0."""
+        attributes = self._check_free(attributes, pay, bins)
+        table, var = self._release_answer(attributes)
+        for axis, a in enumerate(attributes):
+            if bins and a in bins:
+                table, var = bin_sum(table, axis, np.asarray(bins[a])), bin_sum(var, axis, np.asarray(bins[a]))
+        var = np.maximum(var, 1.0)
+        m = Measurement(attributes, table, math.sqrt(float(var.mean())), bins, variance=var)
+        self.answered.append(m)
+        self.ledger.cross_party.append({
+            "attributes": list(attributes), "parties": self.parties_of(attributes), "measure": self.measure_name,
+            "trust": self.cross_measure.trust, "rho": 0.0, "from_release": True,
+            "released_variance": float(var.mean()), **({"binned": sorted(bins)} if bins else {})})
+        return m
 
     def _table_cost(self, pay: Pay, sigma: float) -> float:
         """What one cross-party table at σ costs: a planned charge's own ρ (σ was derived from it, and
@@ -357,6 +454,14 @@ class VerticalOracle:
         routes = [self.parties_of(c) for c in candidates]
         cross = {}   # candidate index -> score from released answers (public)
         for i, (c, r) in enumerate(zip(candidates, routes)):
+            if len(r) == 2 and self.releases:   # read off the release: post-processing, free
+                y, v = self._release_answer(tuple(self.domain.check(c)))
+                for axis, a in enumerate(c):
+                    if bins[i] and a in bins[i]:
+                        y, v = bin_sum(y, axis, np.asarray(bins[i][a])), bin_sum(v, axis, np.asarray(bins[i][a]))
+                e = np.asarray(estimates[i], float).reshape(y.shape)
+                cross[i] = w[i] * (release_score(y - e, np.maximum(v, 1.0), RELEASE_Z) - off[i])
+                continue
             if len(r) == 2:
                 s = self._noisy_score(tuple(c), bins[i], estimates[i])
                 if s is None:

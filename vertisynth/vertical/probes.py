@@ -17,7 +17,7 @@ from vertisynth.core.domain import Domain
 from vertisynth.pgm.estimation import Measurement, bin_query
 from vertisynth.pgm.oracle import MarginalOracle, Pay
 
-from .oracle import coarse_bins, residual_above_noise
+from .oracle import RELEASE_Z, coarse_bins, release_score, residual_above_noise
 
 Bins = Mapping[str, np.ndarray]
 
@@ -62,6 +62,8 @@ def dependence(m: Measurement) -> float:
     bins it understates the pair's InDif on its full domain (merging cells cancels some dependence)."""
     y = m.values
     r = y - np.outer(y.sum(1), y.sum(0)) / max(y.sum(), 1.0)
+    if m.variance is not None:   # an answer read off a release: its own per-cell variance, less the noise's mean
+        return release_score(r, m.variance, RELEASE_Z)
     return _above_noise(r, m.std ** 2 * (1 - 1 / y.shape[0]) * (1 - 1 / y.shape[1]))
 
 

@@ -86,7 +86,7 @@ def test_with_one_attribute_per_party_the_probes_score_every_pair():
 
 @pytest.mark.parametrize("vertical, parties, params, match", [
     ({"measure": "nosuch"}, None, {}, "unknown measure 'nosuch'"),
-    ({"measure": "dpfm"}, None, {}, "not a CrossPartyMeasure"),
+    ({"measure": "dpfm"}, None, {}, "offers trust = 'server'"),
     ({"measure": "he", "trust": "nobody", "params": {"crypto": "simulated"}}, None, {}, "trust"),
     ({"measure": "he", "params": {"crypto": "simulated"}}, "one", {}, "one party"),
     ({"measure": "he", "probe": 1.5}, None, {}, "probe must be in"),

@@ -52,7 +52,7 @@ def test_without_a_vertical_table_the_run_is_central_and_unchanged():
 
 @pytest.mark.parametrize("vertical, parties, match", [
     ({"measure": "nosuch"}, None, "unknown measure 'nosuch'"),
-    ({"measure": "dpfm"}, None, "not a CrossPartyMeasure"),
+    ({"measure": "dpfm"}, None, "offers trust = 'server'"),
     ({"measure": "he", "trust": "nobody", "params": {"crypto": "simulated"}}, None, "trust"),
     ({"measure": "he", "params": {"crypto": "simulated"}}, "one", "one party"),
     ({"measure": "he", "probe": 1.5}, None, "probe must be in"),

@@ -78,7 +78,7 @@ def test_dpsyn_twin_refuses_laplace_noise_in_one_line():
 
 @pytest.mark.parametrize("vertical, parties, match", [
     ({"measure": "nosuch"}, None, "unknown measure 'nosuch'"),
-    ({"measure": "dpfm"}, None, "not a CrossPartyMeasure"),
+    ({"measure": "dpfm"}, None, "offers trust = 'server'"),
     ({"measure": "he", "trust": "nobody", "params": {"crypto": "simulated"}}, None, "trust"),
     ({"measure": "he", "params": {"crypto": "simulated"}}, "one", "one party"),
     ({"measure": "he", "probe": 1.5}, None, "probe must be in"),

@@ -38,7 +38,7 @@ from __future__ import annotations
 import itertools
 import math
 from functools import partial
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -62,6 +62,7 @@ from vertisynth.core.keys import KeyParty, agree_keys
 from .prf import FM_LAYOUT, FM_PER_BLOCK, LZ16, FMRecordStream, geometric_from_prefix
 
 STAGE = "encoder"
+RELEASE_MAX_BYTES = 2**31   # one party's released sketches (t × its values × int16) as a cross-party measure
 SKETCH = "dpfm_sketches"
 COUNT = "gaussian_count"
 
@@ -199,12 +200,18 @@ class DPFMEncoder(Encoder):
         self.key_context = b""   # what the agreed keys are bound to (a run across machines; see core/keys.py)
         self._charges: dict[str, Charge] = {}
         self._count_charge: Charge | None = None
+        self._released: list[DPFMMessage] | None = None   # the sealed sketches (as a cross-party measure)
 
     # -- plan (public facts only) -------------------------------------------------------------
     def plan(self, ctx: PlanContext) -> list[Charge]:
         cfg = self.config
-        d = len(ctx.domain)
         rho = ctx.rho if cfg.epsilon is None else Budget(min(cfg.epsilon, ctx.budget.epsilon), ctx.budget.delta).rho()
+        return self._plan_rho(ctx, rho)
+
+    def _plan_rho(self, ctx: PlanContext, rho: float) -> list[Charge]:
+        """The sketches' and n̂'s charges for a slice of zCDP `rho` (public facts only)."""
+        cfg = self.config
+        d = len(ctx.domain)
         rho_count, rho_sketch = cfg.count_fraction * rho, (1 - cfg.count_fraction) * rho
         if cfg.calibration == "tight":
             eps_prime = math.sqrt(2 * rho_sketch / (cfg.t * d))
@@ -334,6 +341,11 @@ class DPFMEncoder(Encoder):
 
     def estimate_with_variance(self, messages: Sequence[Message], attrs_: Sequence[str]) -> Estimate:
         """Alg. 4 on the messages alone (no keys, no rows)."""
+        dom, est, var, n_hat = self._raw_estimate(messages, attrs_)
+        return self._postprocess(dom, est, var, n_hat)
+
+    def _raw_estimate(self, messages: Sequence[Message], attrs_: Sequence[str]) -> tuple[Domain, Any, Any, float]:
+        """(domain, raw estimate, its variance, n̂) of Alg. 4 before any post-processing."""
         by_attr = owners(messages, DPFMMessage, "dpfm")
         dom = query_domain(by_attr, attrs_, "dpfm")
         msgs = list({m.party: m for m in messages}.values())
@@ -344,7 +356,7 @@ class DPFMEncoder(Encoder):
         n_hat, n_var = _noisy_count(msgs)
         if self.config.estimator == "inclusion_exclusion":
             est, var = _inclusion_exclusion([by_attr[a].sketches[a] for a in dom.attributes], t, gamma, floor, k_p)
-            return self._postprocess(dom, est, var, n_hat)
+            return dom, est, var, n_hat
         q = 1.0 / (1.0 + gamma)
         comps = [_complement(by_attr[a].sketches[a]) for a in dom.attributes]
         qpow = q ** np.arange(np.iinfo(np.int16).max + 1, dtype=float)
@@ -366,7 +378,7 @@ class DPFMEncoder(Encoder):
         k_hat, k_var = cardinality(acc / t, t, gamma, floor)
         phantoms = k_p * sum(u - 1 for u in dom.shape)
         est = n_hat - (k_hat - phantoms)
-        return self._postprocess(dom, est, n_var + k_var, n_hat)
+        return dom, est, n_var + k_var, n_hat
 
     def _postprocess(self, dom: Domain, est: np.ndarray, var: np.ndarray | float, n_hat: float) -> Estimate:
         """The configured post-processing of a raw estimate; the variance stays the raw estimate's."""
@@ -382,6 +394,56 @@ class DPFMEncoder(Encoder):
     def noisy_count(self, messages: Sequence[Message]) -> tuple[float, float]:
         """(n̂, Var[n̂]) from the messages."""
         return _noisy_count(list(messages))
+
+    # -- as a cross-party measure that releases once (core ReleasesOnce: the vertical oracle's) --------------------
+    @property
+    def trust(self) -> str:
+        """"server": every party holds the FM PRF key, so a sketch is DP only against a role without it; the
+        sketches are sealed to the server, which must collude with no party (docs/threat-model.md)."""
+        return "server"
+
+    def release_cost(self, ctx: PlanContext, rho: float) -> list[Charge]:
+        """The sketches' charges (one per party) and n̂'s, composing to zCDP `rho` (`plan` on that slice)."""
+        if self.config.epsilon is not None:
+            raise ConfigError("dpfm: as a cross-party measure its budget is the vertical table's `release` share; "
+                              "drop params.epsilon")
+        values = {p.name: sum(ctx.domain.size(a) for a in p.attributes) for p in ctx.partition}
+        worst = max(values, key=values.get)
+        size = self.config.t * values[worst] * 2
+        if size > RELEASE_MAX_BYTES:
+            raise ConfigError(f"dpfm: party {worst!r}'s sketches would take {size / 2**30:.1f} GB (t={self.config.t} "
+                              f"× its {values[worst]} values × 2 B), over the {RELEASE_MAX_BYTES / 2**30:.0f} GB a release holds: lower dpfm t or bin the "
+                              "attributes")
+        self._released = None
+        return self._plan_rho(ctx, rho)
+
+    def release(self, views: Mapping[str, Dataset], ledger: PrivacyLedger,
+                rngs: Mapping[str, np.random.Generator]) -> None:
+        """Each party sketches its own columns (`encode`: its planned charge spent first), sealed to the server.
+        The FM keys are agreed among the parties from the OS CSPRNG under secure noise (a seeded stream only for
+        reproducible simulation); the server never holds them."""
+        if self.params is None:
+            raise DataError("dpfm: release_cost() must plan the release before it runs")
+        if self._released is not None:
+            raise DataError("dpfm: the sketches are released once per run")
+        first = next(iter(rngs.values()))
+        self._keys = agree_keys(list(self._attributes), first if ledger.noise != "secure" and
+                                self.config.reproducible_keys else None, self.key_context)
+        self._released = [self.encode(p, views[p].project(self._attributes[p]), ledger, rngs[p])
+                          for p in self._attributes]
+
+    def answer_released(self, queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]]
+                        ) -> list[tuple[tuple[str, ...], np.ndarray, np.ndarray]]:
+        """Each two-party marginal from the sealed sketches (Alg. 4 with this encoder's estimator, no
+        post-processing: the engine wants the unbiased estimate) and the estimator's per-cell variance (the delta
+        method over the repetitions: read off the sketches, no true count needed)."""
+        if self._released is None:
+            raise DataError("dpfm: nothing released yet")
+        out = []
+        for left, right in queries:
+            dom, est, var, _ = self._raw_estimate(self._released, tuple(left) + tuple(right))
+            out.append((dom.attributes, np.asarray(est, float), np.broadcast_to(var, dom.shape).astype(float)))
+        return out
 
 
 def sketch_maxima(key: bytes, view: Dataset, ids: np.ndarray, t: int, gamma: float, rep_block: int,

@@ -33,7 +33,7 @@ record id): chunked and one-shot encodings are identical, and the key never leav
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from itertools import combinations
 from typing import ClassVar
@@ -228,6 +228,60 @@ class GRREncoder(Encoder):
         ids = np.arange(view.n, dtype=np.int64) if ids is None else ids
         cols = self.perturb(party, view, key, ids)
         return GRRMessage(party=party, domain=view.domain, epsilon=float(self.epsilon0), n=view.n, columns=cols).validate()
+
+    # -- as a cross-party measure that releases once (core ReleasesOnce: the vertical oracle's) --------------------
+    @property
+    def trust(self) -> str:
+        """"none": each party randomises its own columns with its own secret key; the columns are ε₀-DP per
+        attribute against every role (sealed to the server all the same), whoever colludes."""
+        return "none"
+
+    def release_cost(self, ctx: PlanContext, rho: float) -> list[Charge]:
+        """PureDP(ε₀) per attribute of every party, ε₀ = √(2ρ/d): a pure ε₀ mechanism is (ε₀²/2)-zCDP, so the
+        d charges compose to at most zCDP `rho` (the ledger's RDP route is at least as tight)."""
+        if self.config.epsilon is not None:
+            raise ConfigError("grr: as a cross-party measure its budget is the vertical table's `release` share; "
+                              "drop params.epsilon")
+        if not rho > 0:
+            raise BudgetError("grr: the release needs a positive ρ")
+        self.epsilon0 = math.sqrt(2 * rho / len(ctx.domain))
+        self._attributes = {p.name: tuple(p.attributes) for p in ctx.partition}
+        self._charges = {(p.name, a): Charge(STAGE, MECHANISM, PureDP(self.epsilon0), p.name,
+                                             note=f"GRR ε₀ on {a!r}, once for every cross-party marginal")
+                         for p in ctx.partition for a in p.attributes}
+        self._released = None
+        return list(self._charges.values())
+
+    def release(self, views: Mapping[str, Dataset], ledger: PrivacyLedger,
+                rngs: Mapping[str, np.random.Generator]) -> None:
+        """Each party perturbs its own columns (`encode`: its charges spent first, its PRF key from the OS CSPRNG
+        under secure noise); the columns are sealed to the server."""
+        if self.epsilon0 is None:
+            raise DataError("grr: release_cost() must plan the release before it runs")
+        if getattr(self, "_released", None) is not None:
+            raise DataError("grr: the columns are released once per run")
+        self._released = [self.encode(p, views[p].project(self._attributes[p]), ledger, rngs[p])
+                          for p in self._attributes]
+
+    def answer_released(self, queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]]
+                        ) -> list[tuple[tuple[str, ...], np.ndarray, np.ndarray]]:
+        """Each two-party marginal as P⁻¹ T̂ of the released columns (unbiased, not post-processed) and its exact
+        per-cell variance with the clipped estimates plugged in for the unknown true sub-marginals."""
+        if getattr(self, "_released", None) is None:
+            raise DataError("grr: nothing released yet")
+        out = []
+        for left, right in queries:
+            by_attr = owners(self._released, GRRMessage, "grr")
+            dom = query_domain(by_attr, tuple(left) + tuple(right), "grr")
+            n = agree(list(by_attr.values()), "n", "grr")
+            cols = [by_attr[a].columns[a] for a in dom.attributes]
+            counts = np.bincount(np.ravel_multi_index(cols, dom.shape), minlength=dom.size()).astype(float)
+            pq = [keep_probability(self.epsilon0, u) for u in dom.shape]
+            est = unbias(counts.reshape(dom.shape), pq)
+            var = grr_variance(dom, pq, n, lambda axes: np.clip(
+                est.sum(axis=tuple(i for i in range(len(dom)) if i not in axes)), 0, None))
+            out.append((dom.attributes, est, var))
+        return out
 
     # -- server side --------------------------------------------------------------------------
     def estimate(self, messages: Sequence[Message], attrs_: Sequence[str]) -> Factor:

@@ -154,6 +154,10 @@ class ModelSize:
         return total
 
 
+# a vertical twin over a measure that releases once scores cross-party triples of at most this many cells
+RELEASE_CELLS = 512
+
+
 class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
     _name = "aim"
 
@@ -168,6 +172,7 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
             raise ConfigError("aim needs at least one attribute")
         self._domain = dom
         self._owner = owners("aim", self.config.vertical, ctx.partition)
+        self._free = bool(ctx.cross_release)   # cross-party answers come from a release: no probes, nothing drawn
         self._workload = workload_of(dom, self.config.degree, self.config.workload)
         self._rho = ctx.rho
         self._T = self.config.rounds or 16 * d
@@ -192,7 +197,12 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
         t0 = time.perf_counter()
         cands = candidates_of(self._workload)
         parties = lambda r: len({self._owner[a] for a in r})  # noqa: E731
-        if c.vertical is not None:   # no released answer holds a cross-party triple: left out (docs/vertical.md)
+        if c.vertical is not None and getattr(self, "_free", False):
+            # a release answers any marginal of two parties: cross-party triples too, up to RELEASE_CELLS cells
+            # (each is estimated from the release once, for its score: post-processing, but not free of CPU)
+            cands = {r: w for r, w in cands.items() if parties(r) == 1 or len(r) == 2
+                     or (parties(r) == 2 and dom.project(r).size() <= RELEASE_CELLS)}
+        elif c.vertical is not None:   # no released answer holds a cross-party triple: left out (docs/vertical.md)
             cands = {r: w for r, w in cands.items() if parties(r) == 1 or len(r) == 2}
         names = list(cands)
         weight = np.array([cands[r] for r in names])
@@ -200,7 +210,8 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
         limit_cells = c.max_model_mb * 2**20 / CELL_BYTES
         meas = [oracle.measure((a,), ch, rng) for a, ch in zip(dom.attributes, self._charges["gaussian_1way"])]
         filt = ZCDPFilter(self._charges["rounds"], oracle.ledger)
-        probe = [r for r in names if len(r) == 2 and parties(r) == 2] if c.vertical is not None else []
+        probe = [r for r in names if len(r) == 2 and parties(r) == 2] if c.vertical is not None and \
+            not getattr(self, "_free", False) else []
         pending: dict[tuple[str, ...], object] = {}
         if probe:   # every cross-party pair once, from the filter: what selection scores them by; a probe joins
             # estimation when its pair is chosen (all of them at once would make the model's graph dense)
@@ -213,6 +224,7 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
         sigma = self._sigma0
         eps = math.sqrt(8 * (1 - c.alpha) * self._rho / self._T)
         sizes: dict[tuple[tuple[str, ...], tuple[str, ...]], int] = {}
+        read: set[tuple[str, ...]] = set()   # candidates already read off a release
         t_select = t_fit = 0.0
         rounds = anneals = 0
         while True:
@@ -227,6 +239,8 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
             ok = []
             graph = None
             for i, r in enumerate(names):
+                if r in read:
+                    continue
                 if model.tree.clique_for(r) is not None:
                     ok.append(i)
                     continue
@@ -240,6 +254,8 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
             offsets = math.sqrt(2 / math.pi) * sigma * cells[ok]
             pick = ok[oracle.select([names[i] for i in ok], est, weight[ok], offsets, eps, filt, rng)]
             r = names[pick]
+            if getattr(self, "_free", False) and parties(r) == 2:
+                read.add(r)   # read off a release: asked again, the same table would come back (no new information)
             m = oracle.measure(r, filt, rng, sigma)
             before = est[ok.index(pick)]
             t_select += time.perf_counter() - ts

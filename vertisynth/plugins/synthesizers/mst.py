@@ -31,7 +31,7 @@ from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
 from vertisynth.plugins.synthesizers.fitted import FittedGraphicalModel
 from vertisynth.pgm import Measurement, estimate
 from vertisynth.pgm.estimation import bin_query
-from vertisynth.pgm.oracle import CentralOracle, MarginalOracle
+from vertisynth.pgm.oracle import CentralOracle, MarginalOracle, ZCDPFilter
 from vertisynth.vertical import cross_pairs, owners, VerticalConfig
 from vertisynth.vertical.probes import mass_bins, measure_probes
 
@@ -80,7 +80,12 @@ class MSTSynthesizer(FittedGraphicalModel, Synthesizer):
         v = self.config.vertical
         owner = owners("mst", v, ctx.partition)
         self._cross = cross_pairs(ctx.domain.attributes, owner) if v is not None else []
-        probe = (PROBE if v.probe is None else v.probe) if v is not None else 0.0
+        # a measure that released once answers cross-party pairs for free: no probes; the 2-way third is one
+        # filter, split among the chosen pairs within one party
+        self._free = bool(ctx.cross_release)
+        if self._free:
+            self._cross = []
+        probe = (PROBE if v.probe is None else v.probe) if self._cross else 0.0
         # kept: fit spends these very charges, in order
         self._charges = {
             "gaussian_1way": [Charge(STAGE, "gaussian_1way", ZCDP(rho / (3 * d))) for _ in range(d)],
@@ -89,7 +94,10 @@ class MSTSynthesizer(FittedGraphicalModel, Synthesizer):
                                 for _ in self._cross]} if self._cross else {}),
             "exponential_select": [Charge(STAGE, "exponential_select", ZCDP(rho * (1 - probe) / (3 * (d - 1))))
                                    for _ in range(d - 1)],
-            "gaussian_2way": [Charge(STAGE, "gaussian_2way", ZCDP(rho / (3 * (d - 1)))) for _ in range(d - 1)],
+            "gaussian_2way": ([Charge(STAGE, "gaussian_2way", ZCDP(rho / 3),
+                                      note="the chosen pairs within one party, split evenly (a zCDP filter)")]
+                              if self._free else
+                              [Charge(STAGE, "gaussian_2way", ZCDP(rho / (3 * (d - 1)))) for _ in range(d - 1)]),
         }
         return [c for group in self._charges.values() for c in group]
 
@@ -111,8 +119,14 @@ class MSTSynthesizer(FittedGraphicalModel, Synthesizer):
         t1 = time.perf_counter()
         pairs = self.select(oracle, one, bins, rng)
         t2 = time.perf_counter()
-        two = oracle.measure_many(pairs, self._charges["gaussian_2way"], rng, None,
-                                  [{a: bins[a] for a in p if a in bins} or None for p in pairs])
+        pair_bins = [{a: bins[a] for a in p if a in bins} or None for p in pairs]
+        if self._free:   # the cross-party pairs come from the release; the filter pays the others evenly
+            filt = ZCDPFilter(self._charges["gaussian_2way"][0], oracle.ledger)
+            inside = sum(not oracle.crosses(p) for p in pairs)
+            two = oracle.measure_many(pairs, [filt] * len(pairs), rng, math.sqrt(max(inside, 1) / (2 * filt.total)),
+                                      pair_bins)
+        else:
+            two = oracle.measure_many(pairs, self._charges["gaussian_2way"], rng, None, pair_bins)
         # a probe joins estimation where its pair was chosen (all of them would make the model's graph dense)
         res = estimate(dom, one + [m for m in probes if m.attributes in pairs] + two, iters=c.iters,
                        max_cells=float("inf"))

@@ -39,7 +39,7 @@ from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
 from vertisynth.plugins.synthesizers.fitted import FittedGraphicalModel
 from vertisynth.pgm import Measurement, estimate
 from vertisynth.pgm.graph import build_junction_tree
-from vertisynth.pgm.oracle import CentralOracle, MarginalOracle
+from vertisynth.pgm.oracle import CentralOracle, MarginalOracle, ZCDPFilter
 from vertisynth.vertical import cross_pairs, owners, VerticalConfig
 from vertisynth.vertical.probes import mass_bins, measure_probes
 
@@ -83,7 +83,8 @@ class PrivatePGMSynthesizer(FittedGraphicalModel, Synthesizer, MeasuresMarginals
         if self.config.measurements == "mst":
             if d < 2:
                 raise ConfigError("private_pgm (mst) needs at least two attributes")
-            if v is not None:
+            self._free = bool(ctx.cross_release)   # cross-party pairs from a release: no probes, the 2-way third
+            if v is not None and not self._free:   # one filter split among the chosen pairs within one party
                 self._cross = cross_pairs(attrs_, owner)
             probe = (PROBE if v.probe is None else v.probe) if self._cross else 0.0
             self._rho1 = rho / (3 * d)
@@ -97,7 +98,11 @@ class PrivatePGMSynthesizer(FittedGraphicalModel, Synthesizer, MeasuresMarginals
                                                              "scores") for _ in self._cross]} if self._cross else {}),
                              "exponential_select": [Charge(STAGE, "exponential_select", ZCDP(self._rho_sel))
                                                     for _ in range(d - 1)],
-                             "gaussian_2way": [Charge(STAGE, "gaussian_2way", ZCDP(self._rho2)) for _ in range(d - 1)]}
+                             "gaussian_2way": ([Charge(STAGE, "gaussian_2way", ZCDP(rho / 3),
+                                                       note="the chosen pairs within one party, split evenly (a "
+                                                            "zCDP filter)")] if self._free else
+                                               [Charge(STAGE, "gaussian_2way", ZCDP(self._rho2))
+                                                for _ in range(d - 1)])}
         else:
             self._workload = self._workload_of(ctx.domain)
             wide = [w for w in self._workload if len({owner[a] for a in w}) > 2]
@@ -105,9 +110,11 @@ class PrivatePGMSynthesizer(FittedGraphicalModel, Synthesizer, MeasuresMarginals
                 raise ConfigError(f"private_pgm: workload marginal {list(wide[0])} spans "
                                   f"{len({owner[a] for a in wide[0]})} parties; a vertical run measures marginals "
                                   "of at most two parties")
-            self._rho_each = rho / len(self._workload)
+            # a release answers the cross-party marginals for free: only the others are charged
+            self._paid = [w for w in self._workload if not (ctx.cross_release and len({owner[a] for a in w}) > 1)]
+            self._rho_each = rho / max(len(self._paid), 1)
             self._charges = {"gaussian_marginal": [Charge(STAGE, "gaussian_marginal", ZCDP(self._rho_each))
-                                                   for _ in self._workload]}
+                                                   for _ in self._paid]}
         return [c for group in self._charges.values() for c in group]
 
     def vertical_request(self) -> VerticalConfig | None:
@@ -152,7 +159,8 @@ class PrivatePGMSynthesizer(FittedGraphicalModel, Synthesizer, MeasuresMarginals
         t0 = time.perf_counter()
         attrs_ = self._domain.attributes
         if self.config.measurements == "workload":
-            meas = [oracle.measure(w, ch, rng) for w, ch in zip(self._workload, self._charges["gaussian_marginal"])]
+            charge = dict(zip(self._paid, self._charges["gaussian_marginal"]))
+            meas = [oracle.measure(w, charge.get(w), rng) for w in self._workload]   # None: from the release
             t1 = t2 = time.perf_counter()
         else:
             meas = [oracle.measure((a,), ch, rng) for a, ch in zip(attrs_, self._charges["gaussian_1way"])]
@@ -164,7 +172,12 @@ class PrivatePGMSynthesizer(FittedGraphicalModel, Synthesizer, MeasuresMarginals
             t1 = time.perf_counter()
             pairs = self._select_tree(oracle, meas, rng)
             t2 = time.perf_counter()
-            meas += [oracle.measure(p, ch, rng) for p, ch in zip(pairs, self._charges["gaussian_2way"])]
+            if getattr(self, "_free", False):   # cross-party pairs from the release; the filter pays the rest evenly
+                filt = ZCDPFilter(self._charges["gaussian_2way"][0], oracle.ledger)
+                sigma2 = math.sqrt(max(sum(not oracle.crosses(p) for p in pairs), 1) / (2 * filt.total))
+                meas += [oracle.measure(p, filt, rng, sigma2) for p in pairs]
+            else:
+                meas += [oracle.measure(p, ch, rng) for p, ch in zip(pairs, self._charges["gaussian_2way"])]
             # a probe joins estimation where its pair was chosen (all of them would make the model's graph dense)
             meas += [m for m in probes if m.attributes in pairs]
         self._timings = {"measure": time.perf_counter() - t2 + (t1 - t0), "select": t2 - t1}

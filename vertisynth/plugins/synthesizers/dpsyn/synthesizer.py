@@ -144,7 +144,11 @@ class DPSynSynthesizer(Synthesizer, MeasuresMarginals):
         # kept: the mechanisms spend these very charges
         self._probe_charges: list[Charge] = []
         self._within = pairs
-        if self._greedy and self._cross:   # cross-party pairs are scored from probes, the others by InDif
+        self._free = bool(ctx.cross_release)   # cross-party pairs answered from a release: no probe charges
+        if self._greedy and self._cross and self._free:
+            self._within = [p for p in pairs if p not in set(self._cross)]
+            sel = sel if self._within else 0.0
+        elif self._greedy and self._cross:   # cross-party pairs are scored from probes, the others by InDif
             self._within = [p for p in pairs if p not in set(self._cross)]
             share = 1.0 if not self._within else (len(self._cross) / len(pairs) if v.probe is None else v.probe)
             self._probe_charges = [Charge(STAGE, "gaussian_cross_probe", ZCDP(sel * share / len(self._cross)),
@@ -171,8 +175,8 @@ class DPSynSynthesizer(Synthesizer, MeasuresMarginals):
         index = {p: i for i, p in enumerate(self._pairs)}
         if self._select_charge is not None:
             out[[index[p] for p in self._within]] = oracle.indif(self._within, self._select_charge, rng)
-        probes = measure_probes(oracle, self._cross, self._probe_charges, rng,
-                                width_bins(self._domain, self.config.vertical.probe_bins))
+        probes = measure_probes(oracle, self._cross, self._probe_charges or [None] * len(self._cross), rng,
+                                {} if self._free else width_bins(self._domain, self.config.vertical.probe_bins))
         for p, m in zip(self._cross, probes):
             out[index[p]] = dependence(m)
         return out
@@ -258,12 +262,15 @@ class DPSynSynthesizer(Synthesizer, MeasuresMarginals):
         t1 = time.perf_counter()
         k = len(pairs)
         rho = self._measure_charge.cost.rho
+        vertical = isinstance(oracle, VerticalOracle)
+        free = vertical and oracle.releases   # cross-party pairs from the release: ρ split among the others
+        if free:
+            k = max(sum(not oracle.crosses(p) for p in pairs), 1)
         sigma = math.sqrt(k / (2 * rho))
         filt = ZCDPFilter(self._measure_charge, oracle.ledger)
-        vertical = isinstance(oracle, VerticalOracle)
         # a cross-party pair costs the same ρ/k; its σ is what the cross-party measure gives for it
         meas = [oracle.measure(p, filt, rng, oracle.cross_measure.sigma_for_rho(rho / k)
-                               if vertical and oracle.crosses(p) else sigma) for p in pairs]
+                               if vertical and not free and oracle.crosses(p) else sigma) for p in pairs]
         self._exact_shapes = [self._domain.project(list(p)) for p in pairs]
         self._var = sigma * sigma
         self._vars = [m.std ** 2 for m in meas]   # a cross-party answer carries its own variance (2σ² under trust none)

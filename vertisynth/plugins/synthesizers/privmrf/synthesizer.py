@@ -151,6 +151,10 @@ class PrivMRFSynthesizer(Synthesizer):
     # -- plan ---------------------------------------------------------------------------------
     def plan(self, ctx: PlanContext) -> list[Charge]:
         owner = owners("privmrf", self.config.vertical, ctx.partition)
+        if ctx.cross_release:
+            raise ConfigError("privmrf: a measure that releases once (dpfm, grr) is not wired into its plan yet (its "
+                              "probes and cross-party marginals are planned charges); use measure = \"he\", or aim, "
+                              "mst, private_pgm or dpsyn with this measure")
         owner = owner if self.config.vertical is not None else None
         return self.plan_for(ctx.domain, ctx.rho, owner=owner)
 

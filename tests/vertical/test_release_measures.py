@@ -1,0 +1,247 @@
+"""Cross-party measures that release once (`ReleasesOnce`: dpfm's sealed DP FM sketches, grr's randomised columns):
+the release planned before the synthesizer and before any row is read, every cross-party marginal read off it for
+free with the estimator's per-cell variance, the twins spending exactly their plan, and the refusals in one line."""
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from tests.synthetic_tables import correlated
+from vertisynth.core.capabilities import CrossPartyMeasure, ReleasesOnce
+from vertisynth.core.dataset import VerticalPartition
+from vertisynth.core.errors import BudgetError, ConfigError
+from vertisynth.core.interfaces import PlanContext
+from vertisynth.core.privacy import ZCDP, Budget, Charge, PrivacyLedger
+from vertisynth.pgm import Measurement, estimate
+from vertisynth.plugins.encoders.dpfm import DPFMConfig, DPFMEncoder
+from vertisynth.plugins.encoders.grr import GRRConfig, GRREncoder
+from vertisynth.run.config import parse_config
+from vertisynth.run.pipeline import make_plan, run
+from vertisynth.vertical import VerticalOracle, party_streams
+
+DPFM = {"measure": "dpfm", "trust": "server", "params": {"t": 2000}}
+GRR = {"measure": "grr", "trust": "none"}
+TWINS = [("aim", {"iters": 150, "rounds": 20}), ("mst", {"iters": 150}), ("private_pgm", {"iters": 150}),
+         ("private_pgm", {"iters": 150, "measurements": "workload"}), ("dpsyn", {"rounds": 5}),
+         ("dpsyn", {"rounds": 5, "selection": "greedy"})]
+
+
+def _cfg(syn, params, eps=1.0, n=3000, seed=2):
+    return parse_config({"seed": seed, "budget": {"epsilon": eps, "delta": 1e-9},
+                         "dataset": {"name": "zoo", "params": {"preset": "small-domains", "n": n}},
+                         "synthesizer": {"use": syn, "params": params},
+                         "evaluators": [{"use": "tvd", "params": {"ways": [2], "marginals": 20}}]})
+
+
+@pytest.mark.parametrize("vertical", [DPFM, GRR], ids=["dpfm", "grr"])
+@pytest.mark.parametrize("syn, params", TWINS)
+def test_each_twin_runs_on_a_release_and_spends_exactly_its_plan(syn, params, vertical):
+    cfg = _cfg(syn, {**params, "vertical": vertical})
+    plan = make_plan(cfg)
+    planned = list(plan.ledger.planned)
+    release = [c for c in planned if c.stage == "encoder"]
+    # planned before the synthesizer's own charges, one per party (dpfm: + n̂) or per attribute (grr), none spent
+    assert release and planned[:len(release)] == release and plan.ledger.spent == []
+    assert not [c for c in planned if c.mechanism == "gaussian_cross_probe"]
+    res = run(cfg)
+    assert res.ledger.unspent() == [] and Counter(res.ledger.spent) == Counter(planned)
+    cross = res.ledger.cross_party
+    assert cross and all(q["measure"] == vertical["measure"] and q["rho"] == 0.0 and q["from_release"]
+                         and len(set(q["parties"])) == 2 for q in cross)
+
+
+def test_the_release_share_splits_the_synthesizers_rho_as_documented():
+    cfg = lambda share: _cfg("mst", {"iters": 150, "vertical": {**DPFM, "release": share}})  # noqa: E731
+    central = make_plan(_cfg("mst", {"iters": 150})).ledger
+    rho = sum(c.cost.rho for c in central.planned if c.stage == "synthesizer")
+    for share in (0.3, 0.7):
+        led = make_plan(cfg(share)).ledger
+        rel = sum(c.cost.rho for c in led.planned if c.stage == "encoder")
+        own = sum(c.cost.rho for c in led.planned if c.stage == "synthesizer")
+        assert rel == pytest.approx(share * rho, rel=1e-6) and own == pytest.approx((1 - share) * rho, rel=1e-3)
+
+
+def test_dpfm_and_grr_are_release_once_measures_offering_their_trust():
+    for enc, trust in ((DPFMEncoder(), "server"), (GRREncoder(), "none")):
+        assert isinstance(enc, ReleasesOnce) and not isinstance(enc, CrossPartyMeasure) and enc.trust == trust
+
+
+# -- the oracle over a release -------------------------------------------------------------------------------------
+def _oracle(enc, n=2000, seed=0, rho=2.0, noise="simulation"):
+    data = correlated(n, seed=1)
+    part = VerticalPartition.from_lists([["a", "c", "e"], ["b", "d"]], ["P0", "P1"]).validate(data.domain)
+    budget = Budget(1e6, 1e-9)
+    led = PrivacyLedger(budget, noise=noise)
+    led.plan(enc.release_cost(PlanContext(data.domain, part, budget), rho))
+    rng = np.random.default_rng(seed)
+    return VerticalOracle(part.views(data), part, enc, led, party_streams(rng, part.names), "m"), led, data
+
+
+@pytest.mark.parametrize("enc", [GRREncoder(GRRConfig()), DPFMEncoder(DPFMConfig(t=1000))], ids=["grr", "dpfm"])
+def test_cross_party_answers_are_free_post_processing_of_one_release_near_the_truth(enc):
+    oracle, led, data = _oracle(enc, rho=20.0)
+    assert led.spent == []   # nothing released before the first cross-party question
+    m = oracle.measure(("b", "a"), None, np.random.default_rng(1))
+    spent = list(led.spent)
+    assert Counter(spent) == Counter(led.planned)   # the whole release, once
+    m2 = oracle.measure_many([("a", "d"), ("c", "b")], [None, None], np.random.default_rng(2))
+    assert list(led.spent) == spent and len(oracle.answered) == 3   # post-processing: nothing more spent
+    truth = np.histogram2d(data.column("b"), data.column("a"), bins=[8, 3], range=[[0, 8], [0, 3]])[0]
+    assert m.values.shape == (8, 3) and m.variance.shape == (8, 3)
+    # within 5 reported standard deviations of the truth, cell by cell
+    assert np.all(np.abs(m.values - truth) < 5 * np.sqrt(m.variance) + 1)
+    assert [x.attributes for x in m2] == [("a", "d"), ("c", "b")]
+    # binned: the cells (and their variances) summed into the bins
+    mb = oracle.measure(("b", "a"), None, np.random.default_rng(1), bins={"b": np.arange(8) // 4})
+    assert np.allclose(mb.values, m.values.reshape(2, 4, 3).sum(axis=1))
+    assert mb.variance.shape == (2, 3) and np.all(mb.variance <= m.variance.reshape(2, 4, 3).sum(axis=1) + 1e-9)
+
+
+def test_estimation_weights_each_cell_by_its_own_variance():
+    """A cell reported with a huge variance barely moves the fit; the same cell with a small one pins it."""
+    from vertisynth.core.domain import Domain
+    dom = Domain(("x",), (2,))
+    base = Measurement(("x",), [500.0, 500.0], 1.0)
+    loose = Measurement(("x",), [900.0, 100.0], 1.0, variance=np.array([1e8, 1e8]))
+    tight = Measurement(("x",), [900.0, 100.0], 1.0, variance=np.array([1e-2, 1e-2]))
+    p_loose = estimate(dom, [base, loose], iters=300).model.marginal(("x",)).values
+    p_tight = estimate(dom, [base, tight], iters=300).model.marginal(("x",)).values
+    assert abs(p_loose[0] - 500) < 5 and abs(p_tight[0] - 900) < 5
+    with pytest.raises(ConfigError, match="per-cell variance"):
+        Measurement(("x",), [1.0, 2.0], 1.0, variance=np.array([1.0]))
+
+
+def _draws(make, k, n, rho):
+    """k independent releases of the same table (fresh streams: new keys, phantoms, coins); each one's (b, a)
+    answer and reported per-cell variance."""
+    est, var = [], []
+    for s in range(k):
+        oracle, _, _ = _oracle(make(), n=n, seed=100 + s, rho=rho)
+        m = oracle.measure(("b", "a"), None, np.random.default_rng(s))
+        est.append(m.values)
+        var.append(m.variance)
+    return np.array(est), np.array(var)
+
+
+def test_grr_reported_variance_matches_its_empirical_variance():
+    """300 seeded releases: the empirical variance of each cell over the draws against the mean reported one.
+    With 300 draws the sample variance's relative std is √(2/299) ≈ 0.08: each cell's ratio within [0.7, 1.4]
+    (about 4 std), their mean within [0.9, 1.1]."""
+    est, var = _draws(GRREncoder, 300, 1000, 2.0)
+    ratio = est.var(axis=0, ddof=1) / var.mean(axis=0)
+    assert np.all((ratio > 0.7) & (ratio < 1.4)), ratio
+    assert 0.9 < ratio.mean() < 1.1
+
+
+def test_dpfm_reported_variance_matches_its_empirical_variance():
+    """200 seeded releases (t = 400 repetitions, 600 rows): the delta method's variance (read off the sketches)
+    against the empirical one of each cell over the draws (relative std of a sample variance √(2/199) ≈ 0.1):
+    each cell's ratio within [0.65, 1.5] (about 4 std; seen 0.89–1.17), their mean within [0.88, 1.13]."""
+    est, var = _draws(lambda: DPFMEncoder(DPFMConfig(t=400)), 200, 600, 8.0)
+    ratio = est.var(axis=0, ddof=1) / var.mean(axis=0)
+    assert np.all((ratio > 0.65) & (ratio < 1.5)), ratio
+    assert 0.88 < ratio.mean() < 1.13, ratio.mean()
+
+
+# -- refusals, each in one line, before any data is read -------------------------------------------------------------
+def _one_line(exc):
+    assert "\n" not in str(exc.value).strip()
+
+
+@pytest.mark.parametrize("vertical, match", [
+    ({"measure": "dpfm"}, "offers trust = 'server', not 'none'"),
+    ({"measure": "grr", "trust": "server"}, "offers trust = 'none', not 'server'"),
+    ({**DPFM, "release": 1.0}, "release must be in"),
+    ({**DPFM, "params": {"t": 2000, "epsilon": 0.5}}, "drop params.epsilon"),
+    ({**DPFM, "params": {"t": 10**8}}, "sketches would take"),
+])
+def test_a_bad_release_table_is_refused_in_one_line_at_plan_time(vertical, match):
+    with pytest.raises((ConfigError, BudgetError), match=match) as exc:
+        make_plan(_cfg("mst", {"vertical": vertical}))
+    _one_line(exc)
+
+
+def test_privmrf_refuses_a_release_measure_in_one_line():
+    with pytest.raises(ConfigError, match="releases once") as exc:
+        make_plan(_cfg("privmrf", {"vertical": DPFM}))
+    _one_line(exc)
+
+
+def test_the_oracle_refuses_bad_questions_on_a_release_before_anything_is_released():
+    oracle, led, data = _oracle(GRREncoder())
+    rng = np.random.default_rng(0)
+    charge = Charge("synthesizer", "x", ZCDP(0.1))
+    with pytest.raises(BudgetError, match="for free") as exc:   # a planned charge would never be spent
+        oracle.measure(("a", "b"), charge, rng)
+    _one_line(exc)
+    with pytest.raises(ConfigError, match="bins given") as exc:
+        oracle.measure(("a", "b"), None, rng, bins={"c": np.array([0, 0])})
+    _one_line(exc)
+    assert led.spent == [] and oracle.answered == []
+
+
+def test_a_three_party_table_is_refused_before_the_release():
+    data = correlated(300, seed=1)
+    part = VerticalPartition.from_lists([["a", "c"], ["b"], ["d", "e"]], ["P0", "P1", "P2"]).validate(data.domain)
+    budget = Budget(1e6, 1e-9)
+    led = PrivacyLedger(budget, noise="simulation")
+    enc = GRREncoder()
+    led.plan(enc.release_cost(PlanContext(data.domain, part, budget), 1.0))
+    oracle = VerticalOracle(part.views(data), part, enc, led, party_streams(np.random.default_rng(0), part.names))
+    with pytest.raises(ConfigError, match="spans 3 parties") as exc:
+        oracle.measure(("a", "b", "d"), None, np.random.default_rng(0))
+    _one_line(exc)
+    assert led.spent == []
+
+
+def test_a_release_measure_refuses_to_run_across_machines():
+    from vertisynth.vertical.link import PartyLink
+
+    class Link:
+        noise = "simulation"
+        measure = cross = best = em = vector = lambda *a, **k: None
+
+    data = correlated(100)
+    part = VerticalPartition.from_lists([["a", "c", "e"], ["b", "d"]]).validate(data.domain)
+    assert isinstance(Link(), PartyLink)
+    with pytest.raises(ConfigError, match="one process") as exc:
+        VerticalOracle.over(Link(), part, data.domain, GRREncoder(), PrivacyLedger(Budget(1.0, 1e-9)), "grr")
+    _one_line(exc)
+
+
+@pytest.mark.parametrize("enc", [GRREncoder(), DPFMEncoder(DPFMConfig(t=300))], ids=["grr", "dpfm"])
+def test_a_release_runs_on_secure_noise_and_draws_nothing_from_the_seed(enc):
+    """Secure noise: the keys, coins and phantoms come from the OS CSPRNG, so two releases under the same seeded
+    streams differ (under simulation noise they are equal)."""
+    answers = {}
+    for noise in ("secure", "simulation"):
+        for k in range(2):
+            e = type(enc)(enc.config)
+            oracle, led, _ = _oracle(e, n=300, seed=7, rho=4.0, noise=noise)
+            answers[noise, k] = oracle.measure(("a", "b"), None, np.random.default_rng(0)).values
+            assert Counter(led.spent) == Counter(led.planned)
+    assert not np.array_equal(answers["secure", 0], answers["secure", 1])
+    assert np.array_equal(answers["simulation", 0], answers["simulation", 1])
+
+
+def test_a_pure_noise_release_answer_scores_below_a_clean_signal():
+    """Selection reads a release's answer at a lower bound: 200 pure-noise 4 × 4 residuals at variance 10⁶ per
+    cell all score below 0, below a small clean dependence (variance 1), which scores near its true L1."""
+    from vertisynth.vertical.oracle import RELEASE_Z, release_score
+    rng = np.random.default_rng(0)
+    v = np.full((4, 4), 1e6)
+    noise = [release_score(rng.normal(0, 1e3, (4, 4)), v, RELEASE_Z) for _ in range(200)]
+    signal = np.outer([1, -1, 1, -1], [1, 1, -1, -1]) * 20.0
+    clean = release_score(signal + rng.normal(0, 1, (4, 4)), np.ones((4, 4)), RELEASE_Z)
+    assert max(noise) < 0 < clean and abs(clean - np.abs(signal).sum()) < 0.2 * np.abs(signal).sum()
+
+
+@pytest.mark.parametrize("vertical", [DPFM, GRR], ids=["dpfm", "grr"])
+def test_aim_reads_each_cross_party_candidate_off_a_release_once(vertical):
+    """A release gives the same table every time: aim asking it again would learn nothing and (AIM's annealing)
+    burn its budget; each cross-party marginal is read once."""
+    plan = make_plan(_cfg("aim", {"iters": 150, "rounds": 20, "vertical": vertical}))
+    from vertisynth.run.pipeline import execute
+    res = execute(plan)
+    asked = [tuple(q["attributes"]) for q in res.ledger.cross_party]
+    assert asked and len(asked) == len(set(asked))
