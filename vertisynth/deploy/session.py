@@ -416,13 +416,7 @@ def fetch_run_key(sess: Session) -> bytes:
         raise MessageError(f"{sess.me}: no run key from the server in {sess.transport} within {sess.timeout:.0f} s: "
                            "start `vertisynth server` (it publishes the key the parties seal their messages to) "
                            "beside the parties, or `vertisynth server --publish-key-only` before `party synth`") from None
-    try:
-        raw = bytes.fromhex(json.loads(body)["x25519"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise MessageError(f"the server's run key envelope is malformed ({exc}); refused") from None
-    if len(raw) != 32:
-        raise MessageError(f"the server's run key has {len(raw)} bytes, not 32 (X25519); refused")
-    return raw
+    return _run_key_of(body, SERVER)
 
 
 def publish_party_key(sess: Session) -> RunKey:
@@ -453,6 +447,11 @@ def fetch_key(sess: Session, who: str, timeout: float) -> bytes:
     header, body = sess.open(names[0], (round_,), sess.me)
     if header.sender != who:
         raise MessageError(f"{names[0]}: a run key of {header.sender!r} filed under {who!r}; refused")
+    return _run_key_of(body, who)
+
+
+def _run_key_of(body: bytes, who: str) -> bytes:
+    """The X25519 public key in `who`'s verified run key envelope, refused in one line if it is not one."""
     try:
         raw = bytes.fromhex(json.loads(body)["x25519"])
     except (ValueError, KeyError, TypeError) as exc:
