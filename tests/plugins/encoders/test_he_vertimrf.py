@@ -339,24 +339,15 @@ def test_cost_estimate_before_a_run_stands_in_tables_of_the_runs_shape(monkeypat
             assert abs(before[p]["cpu_s"] - run[p]["cpu_s"]) <= 0.25 * run[p]["cpu_s"], (p, before, run)
 
 
-def test_clique_stage_sums_the_selection_rows_again(monkeypatch):
-    """The selection stage's encrypting party lays out its rows with every attribute in its own group (a guarded
-    layout, the same one ciphertext per row); a clique-stage run whose E-side blocks are all among them sums those
-    same rows by its own groupings (masking the other attributes' counts) and encrypts nothing new. Real crypto
-    (512-bit keys) equals the simulation under the same noise; the estimate counts what the run made; a summing
-    party refuses a table whose E-side block is not in the kept rows."""
-    from vertisynth.core.errors import MessageError
-    from vertisynth.plugins.encoders.he import protocol
+def _both_cryptos(data, part, cliques, n_cliques):
+    """The selection and clique stages run with real crypto (512-bit keys) and simulated, under the same noise:
+    (tables per crypto, encoder per crypto)."""
     from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
 
-    monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
-    data = _data(n=1000, seed=5)
-    part = VerticalPartition.from_lists([["a", "c", "e"], ["b", "d", "f"]])
     views = part.views(data)
-    cliques = [(("a",), ("b",)), (("c",), ("d", "f")), (("e", "c"), ("f",))]
     out, encs = {}, {}
     for crypto in ("real", "simulated"):
-        enc = HEEncoder(HEConfig(crypto=crypto, key_bits=512, workers=1, cliques=3))
+        enc = HEEncoder(HEConfig(crypto=crypto, key_bits=512, workers=1, cliques=n_cliques))
         budget = Budget(1.0, 1e-5)
         ledger = PrivacyLedger(budget)
         ledger.plan(enc.plan(PlanContext(data.domain, part, budget)))
@@ -366,6 +357,24 @@ def test_clique_stage_sums_the_selection_rows_again(monkeypatch):
         msgs += enc.measure(views, cliques, "cliques", ledger, rngs)
         out[crypto] = {k: v for m in msgs for k, v in m.tables.items()}
         encs[crypto] = enc
+    return out, encs
+
+
+def test_clique_stage_sums_the_selection_rows_again(monkeypatch):
+    """The selection stage's encrypting party lays out its rows with every attribute in its own group (a guarded
+    layout, the same one ciphertext per row); a clique-stage run whose E-side blocks are all among them sums those
+    same rows by its own groupings (masking the other attributes' counts) and encrypts nothing new. Real crypto
+    (512-bit keys) equals the simulation under the same noise; the estimate counts what the run made; a summing
+    party refuses a table whose E-side block is not in the kept rows."""
+    from vertisynth.core.errors import MessageError
+    from vertisynth.plugins.encoders.he import protocol
+
+    monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
+    data = _data(n=1000, seed=5)
+    part = VerticalPartition.from_lists([["a", "c", "e"], ["b", "d", "f"]])
+    views = part.views(data)
+    cliques = [(("a",), ("b",)), (("c",), ("d", "f")), (("e", "c"), ("f",))]
+    out, encs = _both_cryptos(data, part, cliques, 3)
     enc = encs["real"]
     (key, (sel_qs, lay)), = enc.reuse_plan(data.n).items()
     assert key == ("party2", "party1") and lay.groups == (0, 1, 2) and lay.plaintexts == 1
@@ -403,34 +412,22 @@ def test_three_parties_encrypt_each_row_once_per_stage_and_the_estimate_counts_i
     ciphertexts per row in the selection stage here); the clique stage sums the selection rows again where it can.
     The estimate counts exactly what the run made, stage by stage and party by party (`validate --rows N` on the
     run's tables), and the tables equal the simulation's under the same noise."""
-    from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
 
     monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
     n = 1000
     data = _data(n=n, seed=5)
     part = VerticalPartition.from_lists([["a", "d"], ["b", "e"], ["c", "f"]])
-    views = part.views(data)
-    out = {}
-    for crypto in ("real", "simulated"):
-        enc = HEEncoder(HEConfig(crypto=crypto, key_bits=512, workers=1, cliques=4))
-        budget = Budget(1.0, 1e-5)
-        ledger = PrivacyLedger(budget)
-        ledger.plan(enc.plan(PlanContext(data.domain, part, budget)))
-        enc.test_sources = {p: GeneratorSource(np.random.default_rng(i)) for i, p in enumerate(part.names)}
-        rngs = {p: np.random.default_rng(i) for i, p in enumerate(part.names)}
-        msgs = enc.measure(views, enc.selection_queries(), "selection", ledger, rngs)
-        msgs += enc.measure(views, cliques, "cliques", ledger, rngs)
-        out[crypto] = {k: v for m in msgs for k, v in m.tables.items()}
-        if crypto == "real":
-            sel_runs = enc.pairs(enc.selection_queries(), n, "selection")
-            assert sum(e == "party2" for _, e, _, _ in sel_runs) == 2          # party2 encrypts for two peers ...
-            assert enc.costs["selection"].ciphertexts["party2"] == n           # ... each row once
-            fan = enc.fanout(enc.pairs(cliques, n, "cliques"), n, "cliques")
-            assert {e: lay.plaintexts for e, (_, lay) in fan.items()} == fans
-            for stage, queries in (("selection", enc.selection_queries()), ("cliques", cliques)):
-                est = enc.stage_cost(queries, n, stage)
-                assert {p: int(v["ciphertexts"]) for p, v in est.items() if v["ciphertexts"]} == \
-                    enc.costs[stage].ciphertexts, stage
+    out, encs = _both_cryptos(data, part, cliques, 4)
+    enc = encs["real"]
+    sel_runs = enc.pairs(enc.selection_queries(), n, "selection")
+    assert sum(e == "party2" for _, e, _, _ in sel_runs) == 2          # party2 encrypts for two peers ...
+    assert enc.costs["selection"].ciphertexts["party2"] == n           # ... each row once
+    fan = enc.fanout(enc.pairs(cliques, n, "cliques"), n, "cliques")
+    assert {e: lay.plaintexts for e, (_, lay) in fan.items()} == fans
+    for stage, queries in (("selection", enc.selection_queries()), ("cliques", cliques)):
+        est = enc.stage_cost(queries, n, stage)
+        assert {p: int(v["ciphertexts"]) for p, v in est.items() if v["ciphertexts"]} == \
+            enc.costs[stage].ciphertexts, stage
     assert out["real"].keys() == out["simulated"].keys()
     for k in out["real"]:
         np.testing.assert_array_equal(out["real"][k], out["simulated"][k])
