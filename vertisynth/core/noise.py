@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from functools import cache
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -26,13 +27,17 @@ EXACT_INT = 2**52        # integers beyond this are not exact in float64: use th
 
 
 @cache
-def _dp():
+def _dp() -> SimpleNamespace:
+    """The OpenDP names the samplers use, as `dp.<name>` / `dp.m.<name>` (the prelude's spelling). Imported from
+    their own modules, not `opendp.prelude`: the prelude also imports `opendp.extras` (scikit-learn, scipy.stats,
+    polars), seconds of start-up for nothing used here; the functions are the same objects either way."""
     try:
-        import opendp.prelude as dp
+        from opendp import domains, measurements, metrics, mod
     except ImportError as exc:  # pragma: no cover - a declared dependency
         raise BudgetError(f"secure noise needs the 'opendp' package ({exc}); pip install opendp") from None
-    dp.enable_features("contrib")
-    return dp
+    mod.enable_features("contrib")
+    return SimpleNamespace(m=measurements, vector_domain=domains.vector_domain, atom_domain=domains.atom_domain,
+                           l1_distance=metrics.l1_distance, l2_distance=metrics.l2_distance)
 
 
 def _as_vector(values: np.ndarray) -> np.ndarray:
