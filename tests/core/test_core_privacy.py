@@ -223,3 +223,38 @@ def test_message_round_trip_and_errors(tmp_path):
     (tmp_path / "junk.npz").write_bytes(b"not a zip at all")
     with pytest.raises(MessageError, match="truncated or not a vertisynth message"):
         Message.load(tmp_path / "junk.npz")
+
+
+def _costs(kinds: list[tuple[str, float]]) -> list:
+    make = {"pure": PureDP, "zcdp": ZCDP, "approx": lambda v: ApproxDP(v, 1e-7),
+            "rdp": lambda v: RDP((2.0, 8.0, 64.0), (v, 4 * v, 30 * v))}
+    return [make[k](v) for k, v in kinds]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["pure", "zcdp", "approx", "rdp"]), st.floats(1e-3, 0.5)), max_size=6),
+       st.floats(1e-6, 2.0))
+def test_plus_zcdp_is_the_composition_with_one_more_zcdp_cost(kinds, rho):
+    """remaining_rho bisects over `Composition.of(planned).plus_zcdp(ρ)`: the very numbers `of` gives."""
+    costs = _costs(kinds)
+    a, b = Composition.of(costs).plus_zcdp(rho), Composition.of(costs + [ZCDP(rho)])
+    assert np.array_equal(a.rdp_curve, b.rdp_curve)
+    assert (a.pure_epsilon, a.zcdp_rho, a.approx_epsilon, a.approx_delta) == \
+        (b.pure_epsilon, b.zcdp_rho, b.approx_epsilon, b.approx_delta)
+    for delta in [1e-9, 1e-5, 1e-3]:
+        assert a.epsilon(delta) == b.epsilon(delta)
+
+
+def test_remaining_rho_equals_the_bisection_over_whole_compositions():
+    budget = Budget(1.0, 1e-5)
+    for kinds in [[("zcdp", 0.01)], [("pure", 0.1), ("zcdp", 0.002)], [("approx", 0.1), ("rdp", 0.001)],
+                  [("zcdp", 0.0005)] * 40]:
+        planned = _costs(kinds)
+        lo, hi = 0.0, budget.rho()
+        for _ in range(100):   # the bisection as it was, recomposing every cost per step
+            mid = (lo + hi) / 2
+            if mid > 0 and Composition.of(planned + [ZCDP(mid)]).epsilon(budget.delta) <= budget.epsilon:
+                lo = mid
+            else:
+                hi = mid
+        assert remaining_rho(budget, planned) == lo

@@ -1,6 +1,7 @@
 """`Dataset` (a table of integer codes with its Domain) and `VerticalPartition` (who holds which columns)."""
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
@@ -78,17 +79,17 @@ class Dataset:
 
     def counts(self, attrs_: Iterable[str], weights: np.ndarray | None = None) -> Factor:
         """Exact contingency table on `attrs_` (no privacy: a building block for mechanisms)."""
-        attrs_ = self.domain.check(attrs_)
+        axes = self.domain.axes(attrs_)   # checks the names
         sub = self.domain.project(attrs_)
-        if not attrs_:
+        if not axes:
             return Factor(sub, np.asarray(float(self.n if weights is None else weights.sum())))
         # the flat cell index by hand: codes were range-checked at construction, and ravel_multi_index's own checks
         # and per-axis tuple cost 1.6x this (the tvd evaluator counts ~1,000 marginals per run)
-        flat = np.zeros(self.n, dtype=np.int64)
-        for axis, size in zip(self.domain.axes(attrs_), sub.shape):
+        flat = self.codes[:, axes[0]].astype(np.int64)
+        for axis, size in zip(axes[1:], sub.shape[1:]):
             flat *= size
             flat += self.codes[:, axis]
-        vec = np.bincount(flat, weights=weights, minlength=sub.size()).astype(float)
+        vec = np.bincount(flat, weights=weights, minlength=math.prod(sub.shape)).astype(float)
         return Factor(sub, vec.reshape(sub.shape))
 
     def to_frame(self) -> pd.DataFrame:

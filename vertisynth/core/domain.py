@@ -29,8 +29,11 @@ class Domain:
         eq=False,
         hash=False,
     )
+    # attribute -> axis; lookups by name are the inner loop of counting and of the model fits
+    _index: dict[str, int] = attrs.field(init=False, repr=False, eq=False, hash=False)
 
     def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "_index", {a: i for i, a in enumerate(self.attributes)})
         if len(self.attributes) != len(self.shape):
             raise DomainError(
                 f"domain has {len(self.attributes)} attributes but {len(self.shape)} sizes"
@@ -68,7 +71,7 @@ class Domain:
         """Return `attrs_` as a tuple, raising a clear error for any unknown or repeated attribute."""
         out = tuple(attrs_)
         for a in out:
-            if a not in self.attributes:
+            if not self._known(a):
                 raise DomainError(
                     f"unknown attribute {a!r}{suggest(str(a), self.attributes)}; "
                     f"known: {choices_text(self.attributes)}"
@@ -77,24 +80,42 @@ class Domain:
             raise DomainError(f"attribute set {list(out)} repeats an attribute")
         return out
 
+    def _known(self, attr: object) -> bool:
+        try:
+            return attr in self._index
+        except TypeError:   # unhashable: no attribute's name
+            return False
+
     def size(self, attr: str | None = None) -> int:
         """Size of one attribute, or the number of cells of the whole domain."""
         if attr is None:
             return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
-        self.check([attr])
-        return self.shape[self.attributes.index(attr)]
+        if not self._known(attr):
+            self.check([attr])   # raises the unknown attribute's error
+        return self.shape[self._index[attr]]
 
     def axes(self, attrs_: Iterable[str]) -> tuple[int, ...]:
-        return tuple(self.attributes.index(a) for a in self.check(attrs_))
+        index = self._index
+        return tuple(index[a] for a in self.check(attrs_))
 
     def project(self, attrs_: Iterable[str]) -> Domain:
         """Sub-domain on `attrs_`, in the order given."""
-        attrs_ = self.check(attrs_)
-        return Domain(
-            attrs_,
-            tuple(self.size(a) for a in attrs_),
-            {a: self.labels[a] for a in attrs_ if a in self.labels},
-        )
+        axes = self.axes(attrs_)
+        names = tuple(self.attributes[i] for i in axes)
+        return Domain._part_of_valid(names, tuple(self.shape[i] for i in axes),
+                                     {a: self.labels[a] for a in names if a in self.labels})
+
+    @classmethod
+    def _part_of_valid(cls, attributes: tuple[str, ...], shape: tuple[int, ...],
+                       labels: dict[str, tuple[str, ...]]) -> Domain:
+        """A sub-domain taken from a valid domain (its names, sizes and label tuples, distinct names): equal to
+        `Domain(attributes, shape, labels)` without redoing the conversions and checks that hold already (a
+        projection is made per counted marginal and per model step)."""
+        new = object.__new__(cls)
+        for name, value in (("attributes", attributes), ("shape", shape), ("labels", labels),
+                            ("_index", {a: i for i, a in enumerate(attributes)})):
+            object.__setattr__(new, name, value)
+        return new
 
     def marginalize(self, attrs_: Iterable[str]) -> Domain:
         """Domain without `attrs_`."""

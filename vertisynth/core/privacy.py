@@ -177,6 +177,16 @@ class Composition:
             a_delta,
         )
 
+    def plus_zcdp(self, rho: float) -> Composition:
+        """`of(costs + [ZCDP(rho)])` from `of(costs)`: the same sums in the same order, without recomposing the
+        costs (remaining_rho bisects over ρ a hundred times per stage)."""
+        r = ZCDP(rho).rdp()
+        if self.rdp_curve is not None:
+            zr = None if self.zcdp_rho is None else self.zcdp_rho + rho
+            return Composition(self.rdp_curve + r, None, zr, self.approx_epsilon, self.approx_delta)
+        only_zcdp = self.approx_epsilon == 0   # no curve: no cost, or only (ε > 0, δ) ones
+        return Composition(r, None, rho if only_zcdp else None, self.approx_epsilon, self.approx_delta)
+
     def epsilon(self, delta: float) -> float:
         """Total ε at total failure probability `delta` (∞ if impossible)."""
         if self.rdp_curve is None:
@@ -240,13 +250,13 @@ def remaining_rho(budget: Budget, planned: Sequence[Cost]) -> float:
     """Largest ρ such that `planned` plus a ρ-zCDP mechanism still fit inside `budget`."""
     if not planned:
         return budget.rho()
-    planned = list(planned)
-    if Composition.of(planned).epsilon(budget.delta) >= budget.epsilon:
+    base = Composition.of(planned)
+    if base.epsilon(budget.delta) >= budget.epsilon:
         raise BudgetError("earlier stages already plan the whole budget; nothing is left for this stage")
     lo, hi = 0.0, budget.rho()
     for _ in range(100):
         mid = (lo + hi) / 2
-        if mid > 0 and Composition.of(planned + [ZCDP(mid)]).epsilon(budget.delta) <= budget.epsilon:
+        if mid > 0 and base.plus_zcdp(mid).epsilon(budget.delta) <= budget.epsilon:
             lo = mid
         else:
             hi = mid
