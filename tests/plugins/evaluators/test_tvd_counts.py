@@ -13,6 +13,10 @@ class CountingDataset(Dataset):
         object.__getattribute__(self, "calls").append(tuple(attrs_))
         return super().counts(attrs_, weights)
 
+    def count_vector(self, attrs_):
+        object.__getattribute__(self, "calls").append(tuple(attrs_))
+        return super().count_vector(attrs_)
+
 
 def _table(seed, n, cls=Dataset):
     rng = np.random.default_rng(seed)
@@ -43,3 +47,9 @@ def test_reference_points_reuse_the_holdout_counts_and_agree_with_fresh_counts()
     again = ev.reference_points(train, other)
     sets = ev._last_sets[2]
     assert again["tvd_2way"]["holdout_floor"] == np.mean([marginal_tvd(train, other, s) for s in sets])
+
+
+def test_count_vector_is_the_flat_counts_factor():
+    t = _table(4, 500)
+    for attrs_ in [("a",), ("c", "a"), ("f", "b", "d"), ()]:
+        assert np.array_equal(t.count_vector(attrs_), t.counts(attrs_).values.ravel())

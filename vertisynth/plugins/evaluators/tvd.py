@@ -62,10 +62,15 @@ def distinct_subsets(d: int, k: int, count: int, rng: np.random.Generator) -> li
     return sorted(seen)
 
 
+def _vector(table: Any, attrs_: tuple[str, ...]) -> np.ndarray:
+    """The table's counts on `attrs_`, flat (a counts-only table, core/chunks.py, has `counts` alone)."""
+    return table.count_vector(attrs_) if isinstance(table, Dataset) else table.counts(attrs_).values.ravel()
+
+
 def marginal_tvd(real: Dataset, synthetic: Dataset, attrs_: tuple[str, ...], p: np.ndarray | None = None) -> float:
     """TVD of one marginal; `p`: the real table's counts on it, if already made."""
-    p = real.counts(attrs_).values.ravel() if p is None else p
-    q = synthetic.counts(attrs_).values.ravel()
+    p = _vector(real, attrs_) if p is None else p
+    q = _vector(synthetic, attrs_)
     if p.sum() == 0 or q.sum() == 0:
         raise DataError("tvd: a table is empty")
     return 0.5 * float(np.abs(p / p.sum() - q / q.sum()).sum())
@@ -107,7 +112,7 @@ class TVDEvaluator(Evaluator):
                 if isinstance(table, ChunkedCounts):
                     table.prefetch(sets)
             if isinstance(real, Dataset):
-                real_counts = {s: real.counts(s).values.ravel() for s in sets}
+                real_counts = {s: real.count_vector(s) for s in sets}
                 self._last_real = real
                 self._real_counts.update(real_counts)
             else:
@@ -120,11 +125,11 @@ class TVDEvaluator(Evaluator):
     def reference_points(self, train: Dataset, holdout: Dataset | None) -> dict[str, dict[str, float]]:
         """The same TVDs for independent columns and, with a holdout, for the holdout against the training rows."""
         scored = holdout if holdout is not None else train   # the table the synthetic one was compared with
-        one_way = {a: _normalised(train.counts((a,)).values.ravel()) for a in train.domain.attributes}
+        one_way = {a: _normalised(_vector(train, (a,))) for a in train.domain.attributes}
         out: dict[str, dict[str, float]] = {}
         known = self._real_counts if scored is self._last_real else {}
         for k, sets in self._last_sets.items():
-            counts = {s: known[s] if s in known else scored.counts(s).values.ravel() for s in sets}
+            counts = {s: known[s] if s in known else _vector(scored, s) for s in sets}
             indep = [_tvd(_normalised(counts[s]), _outer([one_way[a] for a in s])) for s in sets]
             out[f"tvd_{k}way"] = {"independent": float(np.mean(indep))}
             if holdout is not None:   # TVD is symmetric: the holdout's counts (known) on the real side
