@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 import itertools
 from collections.abc import Sequence
-from xml.sax.saxutils import escape
+from html import escape as _html_escape
 
 import numpy as np
 
@@ -17,6 +17,11 @@ FONT = 'font-family="DejaVu Sans, Arial, sans-serif"'
 # matplotlib's viridis at 9 evenly spaced points, interpolated linearly in between
 VIRIDIS = np.array([[68, 1, 84], [71, 44, 122], [59, 81, 139], [44, 113, 142], [33, 144, 141],
                     [39, 173, 129], [92, 200, 99], [170, 220, 50], [253, 231, 37]], dtype=float)
+
+
+def escape(s: str) -> str:
+    """&, < and > as entities (xml.sax.saxutils.escape's output; its import pulls in urllib.request and ssl)."""
+    return _html_escape(s, quote=False)
 
 
 def svg_uri(svg: str) -> str:
