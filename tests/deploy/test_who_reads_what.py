@@ -1,6 +1,7 @@
 """Who can read what, for every message a deployed run sends (issue 31): small runs of each kind that exists, over a
 folder exchange, every role in this process (a thread each), every key kept: the server's run key (its private
-folder) and each party's (memory only in a real run: caught here as the party makes it).
+folder) and each party's of each step, alignment and synth (memory only in a real run: caught here as the party
+makes it).
 
 For every envelope of the exchange the test tries every role's key on its body: a body in clear is read by everyone
 (the relay too); a sealed body must open for the one role it is addressed to and for no other (not the server, not
@@ -28,7 +29,7 @@ from vertisynth.core.envelope import open_envelope, seal
 from vertisynth.core.errors import MessageError
 from vertisynth.core.identity import Identity
 from vertisynth.core.sealing import RunKey, Sealed, seal_to
-from vertisynth.deploy import party as party_module
+from vertisynth.deploy import align as align_module, party as party_module
 from vertisynth.deploy.align import run_party_align
 from vertisynth.deploy.party import run_party, run_party_keys
 from vertisynth.deploy.server import run_server
@@ -134,45 +135,47 @@ def _run(tmp, parts, synth, kind, keys):
             run_party(config, name, ex, tmp / f"private_{name}", csv=csv(name), timeout=120)
     _together(role, [*names, "server"])
     saved = json.loads((tmp / "private_server" / "server_run_key.json").read_text())
-    keys["server"] = RunKey.from_private_bytes(bytes.fromhex(saved["x25519_private"]))
+    keys["server"] = [RunKey.from_private_bytes(bytes.fromhex(saved["x25519_private"]))]
     return config
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """run -> (its folder, config, every role's run key)."""
+    """run -> (its folder, config, every role's run keys)."""
     made: dict = {}
     real = party_module.publish_party_key
 
-    def keep(sess):   # the party's own run key, as only that party holds it
+    def keep(sess):   # the party's own run key of a step (alignment, synth), as only that party holds it
         key = real(sess)
-        made[sess.me] = key
+        made.setdefault(sess.me, []).append(key)
         return key
     out = {}
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(party_module, "publish_party_key", keep)
+        mp.setattr(align_module, "publish_party_key", keep, raising=False)
         for kind, parts, synth in (("dpfm", THREE, DPFM), ("vertimrf-he", TWO, HE), ("twin-he", TWO, TWIN)):
             made.clear()
             tmp = tmp_path_factory.mktemp(kind)
             config = _run(tmp, parts, synth, kind, made)
-            out[kind] = (tmp, config, dict(made))
+            out[kind] = (tmp, config, {role: list(k) for role, k in made.items()})
     return out
 
 
-def readers(path: Path, roster, keys: dict[str, RunKey]):
-    """The envelope's header and who opens its body: everyone when it is in clear, else each role whose run key
-    opens it (the signature, run and slot checked first, as every reader does)."""
+def readers(path: Path, roster, keys: dict[str, list[RunKey]]):
+    """The envelope's header and who opens its body: everyone when it is in clear, else each role one of whose run
+    keys opens it (the signature, run and slot checked first, as every reader does)."""
     header, body = open_envelope(path.read_bytes(), roster, None, path.name)
     if not header.kind.startswith(SEALED):
         return header, {"relay", *keys}
     aad = seal_aad(header.run, header.config, header.sender, header.round, path.stem)
     opened = set()
-    for role, key in keys.items():
-        try:
-            key.open(Sealed.from_bytes(body, path.name), aad, SEAL_INFO, path.name)
-        except MessageError:
-            continue
-        opened.add(role)
+    for role, held in keys.items():
+        for key in held:
+            try:
+                key.open(Sealed.from_bytes(body, path.name), aad, SEAL_INFO, path.name)
+            except MessageError:
+                continue
+            opened.add(role)
     return header, opened
 
 
@@ -219,7 +222,7 @@ def test_every_round_is_read_by_whom_the_threat_model_says(runs, kind):
         r: (got.get(r), want.get(r)) for r in sorted(set(got) | set(want)) if got.get(r) != want.get(r)})
     # only public keys, the public config and blinded group elements travel in clear
     clear = {r for r, who in got.items() if who == "everyone"}
-    assert clear <= {"hello", "server-key", "party-key", "keys-pub", "keys-wrap", "align-r"}, clear
+    assert clear <= {"hello", "server-key", "party-key", "align-key", "keys-pub", "keys-wrap"}, clear
 
 
 @pytest.mark.parametrize("kind", ["dpfm", "vertimrf-he", "twin-he"])
@@ -249,7 +252,7 @@ def test_vertimrf_he_refuses_a_query_in_clear_sealed_to_another_resigned_or_edit
     [honest] = [n for n in ex.names("he-queries__server__to__registry__*")]
     header, sealed_body = open_envelope(ex.read(honest), roster, None, honest)
     state = RunState("registry", header.run, header.config, tuple(TWO))
-    registry = Session(None, roster, ex, state, run_key=keys["registry"], sealed=True)
+    registry = Session(None, roster, ex, state, run_key=keys["registry"][0], sealed=True)
     _, plain = registry.open(honest, ("he-queries",))   # the honest one opens, for the registry only
     assert json.loads(plain)["stage"] == "cliques"
     server = Identity.load("server", folder / "private_server" / "server_signing.pem")
@@ -264,7 +267,7 @@ def test_vertimrf_he_refuses_a_query_in_clear_sealed_to_another_resigned_or_edit
         return line
 
     assert "sent in clear" in post("he-queries__server__to__registry__901", server, "he_queries", plain)
-    other = seal_to(keys["employer"].public, plain, seal_aad(header.run, header.config, "server", "he-queries",
+    other = seal_to(keys["employer"][0].public, plain, seal_aad(header.run, header.config, "server", "he-queries",
                                                              "he-queries__server__to__registry__902"), SEAL_INFO)
     assert "does not open" in post("he-queries__server__to__registry__902", server, header.kind, other.to_bytes())
     assert "does not open" in post("he-queries__employer__to__registry__903", employer, header.kind, sealed_body)
