@@ -58,6 +58,12 @@ DPFM = ('use = "vertimrf"\nparams = { encoder_params = { t = 200 }, iters = 5, r
         'refine_iters = 2 } }')
 TWIN = ('use = "mst"\nparams = { iters = 10, vertical = { measure = "he", trust = "none", params = { crypto = "real", '
         'workers = 1, round_timeout = 60.0 } } }')
+GRR = ('use = "vertimrf"\nparams = { encoder = "grr", iters = 5, rounds = 1, local_params = { iters = 5, '
+       'refine_iters = 2 } }')
+RUNS = (("dpfm", THREE, DPFM, "psi"), ("vertimrf-he", TWO, HE, None), ("twin-he", TWO, TWIN, None))
+# heavier (`slow`): the he measure's trust = "server" rounds, VertiMRF's he rounds among three parties, PSU
+SLOW_RUNS = (("twin-he-server", TWO, TWIN.replace('trust = "none"', 'trust = "server"'), None),
+             ("vertimrf-he-3", THREE, HE, None), ("psu-grr", TWO, GRR, "psu"))
 N = 120
 READERS = {"everyone": "everyone (clear)", "server": "the server", "party": "the addressed party"}
 
@@ -96,13 +102,14 @@ def _together(fn, names, join=300):
     assert not errors and not any(t.is_alive() for t in threads), errors
 
 
-def _run(tmp, parts, synth, kind, keys):
-    """One run with `parts` (party -> its attributes); the parties' run keys go into `keys` as they are made."""
+def _run(tmp, parts, synth, align, keys):
+    """One run with `parts` (party -> its attributes), after `align` (psi, psu) if any; the parties' run keys go
+    into `keys` as they are made."""
     names = list(parts)
     rng = np.random.default_rng(3)
     full = _table(rng)
     blocks = "".join(f'[[parties]]\nname = "{p}"\nattributes = {json.dumps(a)}\n' for p, a in parts.items())
-    if kind == "dpfm":   # PSI first: each party holds its own people under an identifier, in its own order
+    if align:   # each party holds its own people under an identifier, in its own order
         ids = {p: np.sort(rng.permutation(N + 20)[:N]) for p in names}
         for p in names:
             frame = _table(rng, len(ids[p]))[parts[p]]
@@ -111,7 +118,7 @@ def _run(tmp, parts, synth, kind, keys):
         files = ", ".join(f'{p} = "{tmp}/{p}.csv"' for p in names)
         text = (f'seed = 5\nbudget = {{ epsilon = 4.0, delta = 1e-5 }}\n[dataset]\nname = "party_csv"\n'
                 f'[dataset.params]\nfiles = {{ {files} }}\n{SCHEMA}{blocks}[synthesizer]\n{synth}\n'
-                '[alignment]\nuse = "psi"\nparams = { workers = 1 }\n')
+                f'[alignment]\nuse = "{align}"\nparams = {{ workers = 1 }}\n')
     else:
         for p in names:
             full[parts[p]].to_csv(tmp / f"{p}.csv", index=False)
@@ -122,11 +129,12 @@ def _run(tmp, parts, synth, kind, keys):
 
     def start(p):
         hello(config, ids[p], FolderTransport(ex), names, tmp / f"private_{p}", None, 60, 0.02)
-        if kind == "dpfm":
+        if align:
             run_party_align(config, p, tmp / f"{p}.csv", "id", ex, tmp / f"private_{p}", timeout=60, poll=0.02)
+        if "encoder_params = { t =" in synth:   # dpfm: the key agreement
             run_party_keys(config, p, ex, tmp / f"private_{p}", timeout=60, poll=0.02)
     _together(start, names)
-    csv = (lambda p: tmp / f"private_{p}" / f"{p}_aligned.csv") if kind == "dpfm" else (lambda p: tmp / f"{p}.csv")
+    csv = (lambda p: tmp / f"private_{p}" / f"{p}_aligned.csv") if align else (lambda p: tmp / f"{p}.csv")
 
     def role(name):
         if name == "server":
@@ -139,8 +147,7 @@ def _run(tmp, parts, synth, kind, keys):
     return config
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def _all_runs(tmp_path_factory, which):
     """run -> (its folder, config, every role's run keys)."""
     made: dict = {}
     real = party_module.publish_party_key
@@ -153,12 +160,22 @@ def runs(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(party_module, "publish_party_key", keep)
         mp.setattr(align_module, "publish_party_key", keep, raising=False)
-        for kind, parts, synth in (("dpfm", THREE, DPFM), ("vertimrf-he", TWO, HE), ("twin-he", TWO, TWIN)):
+        for kind, parts, synth, align in which:
             made.clear()
             tmp = tmp_path_factory.mktemp(kind)
-            config = _run(tmp, parts, synth, kind, made)
+            config = _run(tmp, parts, synth, align, made)
             out[kind] = (tmp, config, {role: list(k) for role, k in made.items()})
     return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return _all_runs(tmp_path_factory, RUNS)
+
+
+@pytest.fixture(scope="module")
+def slow_runs(tmp_path_factory):
+    return _all_runs(tmp_path_factory, SLOW_RUNS)
 
 
 def readers(path: Path, roster, keys: dict[str, list[RunKey]]):
@@ -213,23 +230,17 @@ def documented() -> dict[str, dict[str, str]]:
     return table
 
 
-@pytest.mark.parametrize("kind", ["dpfm", "vertimrf-he", "twin-he"])
-def test_every_round_is_read_by_whom_the_threat_model_says(runs, kind):
-    folder, config, keys = runs[kind]
+def _readers_as_documented(folder, config, keys, kind):
     got = observed(folder, config, keys)
     want = documented().get(kind, {})
     assert got == want, ("docs/threat-model.md's table differs from the run", {
         r: (got.get(r), want.get(r)) for r in sorted(set(got) | set(want)) if got.get(r) != want.get(r)})
-    # only public keys, the public config and blinded group elements travel in clear
+    # only public keys, the public config and dpfm's wrapped group keys travel in clear
     clear = {r for r, who in got.items() if who == "everyone"}
     assert clear <= {"hello", "server-key", "party-key", "align-key", "keys-pub", "keys-wrap"}, clear
 
 
-@pytest.mark.parametrize("kind", ["dpfm", "vertimrf-he", "twin-he"])
-def test_a_curious_relay_reads_no_attribute_name_outside_the_hellos(runs, kind):
-    """Before the he rounds of VertiMRF were sealed, the server's `he-queries` named the clique tables it chose and
-    the parties' he-key/he-rows/he-sums named their layouts: a relay read them here."""
-    folder, config, _ = runs[kind]
+def _no_attribute_name_outside_the_hellos(folder, config):
     roster = roster_of(config)
     names = [n.encode() for n in (LOS, WARD, BAND)]
     for path in sorted((folder / "shared").glob("*.env")):
@@ -239,6 +250,25 @@ def test_a_curious_relay_reads_no_attribute_name_outside_the_hellos(runs, kind):
             assert all(n in data for n in names)
             continue
         assert not [n for n in names if n in data], path.name
+
+
+@pytest.mark.parametrize("kind", [r[0] for r in RUNS])
+def test_every_round_is_read_by_whom_the_threat_model_says(runs, kind):
+    _readers_as_documented(*runs[kind], kind)
+
+
+@pytest.mark.parametrize("kind", [r[0] for r in RUNS])
+def test_a_curious_relay_reads_no_attribute_name_outside_the_hellos(runs, kind):
+    """Before the he rounds of VertiMRF were sealed, the server's `he-queries` named the clique tables it chose and
+    the parties' he-key/he-rows/he-sums named their layouts: a relay read them here."""
+    _no_attribute_name_outside_the_hellos(*runs[kind][:2])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", [r[0] for r in SLOW_RUNS])
+def test_the_heavier_runs_are_read_as_documented_and_name_no_attribute(slow_runs, kind):
+    _readers_as_documented(*slow_runs[kind], kind)
+    _no_attribute_name_outside_the_hellos(*slow_runs[kind][:2])
 
 
 def test_vertimrf_he_refuses_a_query_in_clear_sealed_to_another_resigned_or_edited_in_one_line(runs, tmp_path):
