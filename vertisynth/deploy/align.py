@@ -8,9 +8,10 @@ in the one-process simulation's order (`_test_streams`), so the deployment publi
 (`deploy/simulate.py`). The exchange folder only ever holds blinded group
 elements (`BlindedSet` messages), each in a signed envelope bound to the run of `party hello` and to its
 round (`align-rNN`), sealed to the one party it goes to (each party's X25519 run key of this step, published in
-round `align-key`: a relay reads no blinded set, so it cannot compare them as the leader does); a party reads the envelopes addressed to it, checks them before use (a replay from
-an earlier run or round is refused), waits for the ones it expects each round, and writes its own
-atomically. Mismatched settings (party order, normalize, fill, budget) are named by the hello round.
+round `align-key`: a relay reads no blinded set, so it cannot compare them as the leader does); a party reads
+the envelopes addressed to it, checks them before use (a replay from an earlier run or round is refused), waits
+for the ones it expects each round, and writes its own atomically. Mismatched settings (party order, normalize,
+fill, budget) are named by the hello round.
 
 Output (in --out, private to the party): `<party>_alignment.csv` with its row number, identifier and
 position in the common order (PSI: the intersection rows only; PSU: every row, positions in U) and
