@@ -213,7 +213,7 @@ def test_he_rounds_over_the_relay_with_the_server_as_a_local_participant(tmp_pat
     envelopes = run_relay(relay, config, [*bridges.values(), server])
     keep_exchange(tmp_path / "out", envelopes)
     names = sorted(envelopes)
-    assert any(n.startswith("he-queries__server__to__all__") for n in names)   # the server spoke mid-run
+    assert {f"he-queries__server__to__{p}__0" for p in parties} <= set(names)   # mid-run, sealed to each party
     assert any(n.startswith("he-sums-cliques__") for n in names)               # and the parties answered it
     sim = load_config_text(tmp_path, text.replace('crypto = "real"', 'crypto = "simulated"'))
     simulate(sim, SECRET).synthetic.to_csv(tmp_path / "sim.csv", index=False)

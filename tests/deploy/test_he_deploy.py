@@ -5,7 +5,7 @@ import time
 
 import pandas as pd
 import pytest
-from deploy_helpers import SECRET, cli, hello_all, parallel, popen, publish_key, with_roster
+from deploy_helpers import SECRET, hello_all, parallel, popen, publish_key, with_roster
 
 from vertisynth.deploy.simulate import simulate
 from vertisynth.run.config import load_config
@@ -73,30 +73,41 @@ def test_two_parties_and_server_as_processes_equal_the_simulation(tmp_path):
 
 def test_tampered_ciphertexts_are_refused(tmp_path):
     """A byte of the encrypted rows flipped on the exchange: the summing party refuses them (the envelope's hash)."""
+    import os
+    import signal
     parties = ["registry", "employer"]
     _setup(tmp_path, parties)
     publish_key(tmp_path)   # the run key the parties seal their published tables to (no server runs here)
-    # the encrypting party runs alone until its rows are on the exchange; they are corrupted; then the other runs
     argv = [["party", "job.toml", "--party", p, "--exchange", "shared", "--out", f"private_{p}", "-q"] for p in parties]
-    procs = []
     from vertisynth.run.pipeline import make_plan
     encoder = make_plan(load_config(tmp_path / "job.toml")).synthesizer.instance._encoder
     enc = encoder.pairs(encoder.selection_queries(), 160, "selection")[0][1]   # who encrypts (public)
-    procs.append(popen(argv[parties.index(enc)], tmp_path))
-    deadline = time.monotonic() + 120
-    rows = []
-    while not rows and time.monotonic() < deadline:
-        rows = list((tmp_path / "shared").glob(f"he-rows-selection__{enc}__*"))
-        time.sleep(0.1)
-    assert rows, "the encrypting party sent no rows"
-    data = bytearray(rows[0].read_bytes())
-    data[-100] ^= 1
-    rows[0].write_bytes(bytes(data))
-    other = [p for p in parties if p != enc][0]
-    res = cli(*argv[parties.index(other)], cwd=tmp_path, ok=False)
-    procs[0].kill()
-    procs[0].communicate()
-    assert res.returncode != 0 and "refused" in res.stderr and "he-rows-selection" in res.stderr, res.stderr
+    summ = [p for p in parties if p != enc][0]
+    shared = tmp_path / "shared"
+
+    def wait_for(pattern):
+        deadline = time.monotonic() + 120
+        while not (found := list(shared.glob(pattern))) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert found, pattern
+        return found
+    # the rows are sealed to the summing party's run key: it starts first and publishes it, then holds still (stopped)
+    # while the encrypting party sends its rows, which are corrupted before the summing party reads them
+    summing = popen(argv[parties.index(summ)], tmp_path)
+    wait_for(f"party-key__{summ}__*")
+    os.kill(summing.pid, signal.SIGSTOP)
+    encrypting = popen(argv[parties.index(enc)], tmp_path)
+    try:
+        [rows] = wait_for(f"he-rows-selection__{enc}__*")
+        data = bytearray(rows.read_bytes())
+        data[-100] ^= 1
+        rows.write_bytes(bytes(data))
+    finally:
+        os.kill(summing.pid, signal.SIGCONT)
+    out, err = summing.communicate(timeout=120)
+    encrypting.kill()
+    encrypting.communicate()
+    assert summing.returncode != 0 and "refused" in err and "he-rows-selection" in err, err
 
 
 @pytest.mark.slow

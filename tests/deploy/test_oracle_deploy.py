@@ -7,7 +7,7 @@ import json
 
 import pandas as pd
 import pytest
-from deploy_helpers import SECRET, SERVER_KEY, cli, hello_all, parallel, popen, publish_key, with_roster
+from deploy_helpers import SECRET, SERVER_KEY, cli, hello_all, parallel, popen, publish_key, relay_reads, with_roster
 
 from vertisynth.deploy.simulate import simulate
 from vertisynth.run.config import load_config
@@ -101,30 +101,6 @@ params = { iters = 40, vertical = { measure = "he", trust = "none", params = { c
 """
 
 
-def _relay_reads(data: bytes, depth: int = 0) -> bytes:
-    """Every byte a relay can read out of `data`: the bytes themselves and, where they are a message (a compressed
-    npz), every member's name and content, recursively (an answer nests the measure's messages)."""
-    import io
-    import zipfile
-
-    import numpy as np
-    try:
-        z = zipfile.ZipFile(io.BytesIO(data))
-    except zipfile.BadZipFile:
-        return data
-    out = [data]
-    for member in z.namelist():
-        raw = z.read(member)
-        out += [member.encode(), raw]
-        try:
-            arr = np.load(io.BytesIO(raw), allow_pickle=False)
-        except ValueError:
-            continue
-        if arr.dtype == np.uint8 and depth < 4:
-            out.append(_relay_reads(arr.tobytes(), depth + 1))
-    return b"".join(out)
-
-
 def test_a_curious_relay_reads_no_query_of_a_vertical_twin(tmp_path):
     """Every query, every round between the parties and every answer is sealed to its one recipient's run key: the
     relay (a folder, sftp or s3 host, a Flower SuperLink), holding every byte of the exchange after the run and
@@ -156,7 +132,7 @@ def test_a_curious_relay_reads_no_query_of_a_vertical_twin(tmp_path):
     rounds = set()
     for path in files:
         header, body = open_envelope(path.read_bytes(), roster, None, path.name)
-        data = path.read_bytes() + _relay_reads(body)
+        data = path.read_bytes() + relay_reads(body)
         if header.round == "hello":   # the public config: every party holds the schema anyway
             assert all(n in data for n in names)
             continue

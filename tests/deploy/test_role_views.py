@@ -130,12 +130,12 @@ def readable(exchange, roster, sender, run_key=None):
     got = []
     for f in sorted(exchange.glob(f"*__{sender}__*.env")):
         header, body = open_envelope(f.read_bytes(), roster, None, f.name)
-        if header.kind.startswith("sealed:") and run_key is not None:
-            from vertisynth.core.sealing import Sealed
-            from vertisynth.deploy.session import SEAL_INFO, seal_aad
-            body = run_key.open(Sealed.from_bytes(body, f.name), seal_aad(header.run, header.config, header.sender,
-                                                                       header.round, f.stem), SEAL_INFO, f.name)
         try:
+            if header.kind.startswith("sealed:") and run_key is not None:
+                from vertisynth.core.sealing import Sealed
+                from vertisynth.deploy.session import SEAL_INFO, seal_aad
+                body = run_key.open(Sealed.from_bytes(body, f.name), seal_aad(
+                    header.run, header.config, header.sender, header.round, f.stem), SEAL_INFO, f.name)
             got.append(Message.from_bytes(body, f.name))
         except VertisynthError:
             continue   # not a message this role can read (sealed to another key, or not a message at all)
@@ -247,23 +247,32 @@ def test_grr_the_server_reads_the_perturbed_column_a_party_and_a_relay_nothing(t
     assert entry["value"] == N and entry["noised"] is False and entry["epsilon"] == 0.0
 
 
-def test_he_no_party_decrypts_another_party_row(tmp_path):
+def test_he_no_party_decrypts_another_party_row(tmp_path, monkeypatch):
     pytest.importorskip("phe")
     pytest.importorskip("gmpy2")
+    from vertisynth.deploy import party as party_module
+    keys, real = {}, party_module.publish_party_key
+
+    def keep(sess):   # each party's run key (memory only): what that party holds
+        keys[sess.me] = real(sess)
+        return keys[sess.me]
+    monkeypatch.setattr(party_module, "publish_party_key", keep)
     config, truth = deploy(tmp_path, 'encoder = "he", bins = 1000, encoder_params = { crypto = "real", cliques = 1, '
                                      'selection_pairs = 1, workers = 1, round_timeout = 60.0 }')
     roster = roster_of(config)
     ex = tmp_path / "shared"
     from vertisynth.plugins.encoders.he import protocol
-    rows = [m for p in PARTIES for m in readable(ex, roster, p) if isinstance(m, protocol.EncryptedOneHot)]
+    assert [m for p in PARTIES for m in readable(ex, roster, p)] == []   # a relay: every round sealed
+    other = {p: keys[q] for p, q in zip(PARTIES, PARTIES[::-1])}   # the run key of the party p writes to
+    rows = [m for p in PARTIES for m in readable(ex, roster, p, other[p]) if isinstance(m, protocol.EncryptedOneHot)]
     assert rows   # the summing party's view of the encrypting party's rows: Paillier ciphertexts ...
     for m in rows:
         flat = m.ciphertexts.reshape(m.ciphertexts.shape[0], -1)
         assert len({r.tobytes() for r in flat}) == flat.shape[0]   # ... all distinct: equal values do not show
         # and the private key never left the encrypting party's memory: no file of any role holds it
-    sums = [m for p in PARTIES for m in readable(ex, roster, p) if isinstance(m, protocol.EncryptedSums)]
+    sums = [m for p in PARTIES for m in readable(ex, roster, p, other[p]) if isinstance(m, protocol.EncryptedSums)]
     assert sums and all(a.shape[0] < N for m in sums for a in m.sums.values())   # per group of S's values, not rows
-    assert [m for p in PARTIES for m in readable(ex, roster, p) if isinstance(m, protocol.NoisyCounts)] == []
+    assert [m for p in PARTIES for m in readable(ex, roster, p, other[p]) if isinstance(m, protocol.NoisyCounts)] == []
     ledger = json.loads((tmp_path / "out" / "ledger.json").read_text())
     assert ledger["unnoised_releases"][0]["value"] == N
 

@@ -123,7 +123,8 @@ def test_a_server_that_sends_parties_different_clique_tables_is_named_at_once(tm
         time.sleep(0.2)
     run = read_hellos(config, ex, PARTIES, "server")
     me = Identity.load("server", tmp_path / "private_server" / "server_signing.pem")
-    sess = Session(me, roster_of(config), ex, RunState("server", run, config_fingerprint(config), tuple(PARTIES)))
+    sess = Session(me, roster_of(config), ex, RunState("server", run, config_fingerprint(config), tuple(PARTIES)),
+                   sealed=True)   # sealed to each party's run key, as the honest server's queries
     for p, query in (("hospital", [[["a"], ["c"]]]), ("insurer", [[["b"], ["c"]]])):
         sess.send("he-queries", [p], "he_queries", canonical({"stage": "cliques", "queries": query}), tag=p)
     for t in threads:

@@ -5,14 +5,18 @@ the encoder it names (`JointRounds`), both core capabilities. Every message trav
 (core/envelope.py) over the run's transport, and every wait is bounded by the encoder's `round_timeout()`. Per
 stage ("selection" on the plan's queries, then "cliques" on the server's), each party runs its `StageRounds`: in
 each round it sends everything it has, then waits for what the stage expects after it (the stage orders its rounds
-so that no ordering of three or more parties can deadlock); then it publishes its answers:
+so that no ordering of three or more parties can deadlock); then it publishes its answers. Every message but the
+run keys is sealed to its one recipient's run key (a sealed `Session`, session.py; a message to several roles goes as
+one envelope per recipient), so a relay reads no clique table, row, sum or answer:
 
-  <the encoder's rounds>  party -> party   e.g. he-key/he-rows/he-sums (plugins/encoders/he/rounds.py)
-  synth               party -> server   its answers, sealed to the server's run key (session.py): no other party or
-                                        relay reads them
+  party-key           party -> every role   its X25519 run key for this run, signed (in clear: a public key)
+  <the encoder's rounds>  party -> party   e.g. he-key/he-rows/he-sums (plugins/encoders/he/rounds.py), sealed to the
+                                        party it goes to
+  synth               party -> server   its answers, sealed to the server's run key
   he-done-selection   every party -> server: its selection stage is published
-  he-queries          server -> parties   the tables the server chose (signed by the server's roster key), checked
-                                        by each party against the plan (`check_queries`)
+  he-queries          server -> parties   the tables the server chose (signed by the server's roster key), one
+                                        envelope per party sealed to it, checked by each party against the plan
+                                        (`check_queries`)
   he-queries-seen     party -> parties    the digest of the tables it got: a server that sends parties different
                                         tables is named at once, not after a timeout
   ledger              every party -> server: what it spent (the end of the second stage)

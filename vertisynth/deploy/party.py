@@ -223,6 +223,9 @@ def run_party(config: RunConfig, party: str, exchange: str | Path, out: Path, da
     messages = synth.party_step_chunks(party, domain, counted, ledger, rngs[party], scheduler=scheduler)
     sess.server_key = fetch_run_key(sess)   # every data-derived message below is sealed to it (session.SEALED_ROUNDS)
     if joint_encoder(synth) is not None:   # encoder "he": the protocol's rounds with the others (deploy/he_rounds.py)
+        # every round sealed to its one recipient's run key, as a vertical twin's: a relay reads neither the server's
+        # clique tables nor the parties' rows, sums or answers (session.py)
+        sess.run_key, sess.sealed = publish_party_key(sess), True
         messages = party_rounds(sess, synth, domain, chunks, messages, ledger, rngs[party], bool(state.test_secret))
     else:
         for i, m in enumerate(messages):

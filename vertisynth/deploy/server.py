@@ -155,7 +155,8 @@ def _from_messages(plan, synth, sess: Session, names: list[str], timeout: float)
     transport = sess.transport
     joint = joint_encoder(synth) is not None
     cross_party: list[dict] = []
-    if joint:   # encoder "he": the server takes part in the rounds (it signs its clique queries)
+    if joint:   # encoder "he": the server takes part in the rounds (it signs its clique queries, sealed to each party)
+        sess.sealed = True
         used = serve_rounds(synth, sess, names, cross_party)
     _wait_ledgers(transport, names, timeout)
     reports = {}

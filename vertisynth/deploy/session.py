@@ -18,7 +18,8 @@ recipient's run key: the server's queries to each party, the parties' rounds wit
 party publishes an X25519 run key of its own in an envelope it signs (round `party-key`, `publish_party_key`), as
 the server does; a message to several roles goes as one envelope per recipient. Only the hello round and the key
 rounds travel in clear (the public config and public keys): a relay learns who talks to whom, when and how much,
-not which marginals are asked.
+not which marginals are asked. VertiMRF's he rounds (deploy/he_rounds.py) run the same sealed session, and so does
+`party align` with a run key of its own step (round `align-key`): a relay reads no blinded set of the alignment.
 """
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ SEALED = "sealed:"               # the kind of a sealed body: "sealed:<kind of t
 SEAL_INFO = b"vertisynth/deploy-seal/v1"
 RUN_KEY_ROUND = "server-key"
 PARTY_KEY_ROUND = "party-key"
-CLEAR_ROUNDS = ("hello", RUN_KEY_ROUND, PARTY_KEY_ROUND)   # in a sealed session, the only rounds in clear
+ALIGN_KEY_ROUND = "align-key"   # a party's run key of its alignment step (`party align`, its own process)
+CLEAR_ROUNDS = ("hello", RUN_KEY_ROUND, PARTY_KEY_ROUND, ALIGN_KEY_ROUND)   # in a sealed session, the only rounds in clear
 
 
 def sealed_round(round_: str) -> bool:
@@ -178,6 +180,7 @@ class Session:
     run_key: RunKey | None = None     # its own run key pair (the server's; a party's in a sealed session)
     sealed: bool = False              # every message but CLEAR_ROUNDS sealed to its recipient's run key
     keys: dict[str, bytes] = attrs.field(factory=dict)   # recipients' run keys, verified in their signed envelopes
+    key_round: str = PARTY_KEY_ROUND   # the round of the parties' run keys of this step (ALIGN_KEY_ROUND: alignment)
 
     @property
     def me(self) -> str:
@@ -420,20 +423,21 @@ def fetch_run_key(sess: Session) -> bytes:
 
 
 def publish_party_key(sess: Session) -> RunKey:
-    """A party of a sealed session: its X25519 key pair for this run (OS CSPRNG, held in memory only: the run is one
-    process), published once in an envelope it signs (round `party-key`, to every role)."""
-    if sess.transport.names(f"{PARTY_KEY_ROUND}__{sess.me}__*"):
-        raise MessageError(f"{sess.me!r} already published its run key in this run (a second `party synth`, or "
+    """A party of a sealed session: its X25519 key pair for this step (OS CSPRNG, held in memory only: the step is
+    one process), published once in an envelope it signs (round `sess.key_round`, to every role)."""
+    if sess.transport.names(f"{sess.key_round}__{sess.me}__*"):
+        step = "party align" if sess.key_round == ALIGN_KEY_ROUND else "party synth"
+        raise MessageError(f"{sess.me!r} already published its run key in this run (a second `{step}`, or "
                            "another process under its name); refused")
     key = RunKey()
-    sess.send(PARTY_KEY_ROUND, [ALL], "run_key", canonical({"x25519": key.public.hex()}))
+    sess.send(sess.key_round, [ALL], "run_key", canonical({"x25519": key.public.hex()}))
     return key
 
 
 def fetch_key(sess: Session, who: str, timeout: float) -> bytes:
     """`who`'s run key (the server's or a party's), from its envelope signed by `who`'s roster key and bound to this
     run and config, waited for up to `timeout` s."""
-    round_ = RUN_KEY_ROUND if who == SERVER else PARTY_KEY_ROUND
+    round_ = RUN_KEY_ROUND if who == SERVER else sess.key_round
     deadline = time.monotonic() + timeout
     while not (names := sess.transport.names(f"{round_}__{who}__to__*")):
         if time.monotonic() > deadline:
