@@ -234,3 +234,31 @@ def test_trust_server_answers_at_the_central_variance_and_spends_its_distributed
     with pytest.raises(BudgetError, match="not what this answer costs"):
         o.measure(("a", "b"), wrong, None, sigma=sigma)
     assert led.spent == [ch]
+
+
+def test_answers_reuse_each_blocks_encryption_and_equal_the_simulation(monkeypatch):
+    """Issue 31: every cross-party answer used to encrypt all of E's rows again. E's blocks are now encrypted once
+    per run and S sums the kept ciphertexts for every later answer on them (fresh sums, fresh noise from both
+    parties): a run of answers whose E-side blocks recur encrypts each block's rows once, and every answer equals
+    the plaintext simulation's under the same fixed noise sources (the noise of each answer its own)."""
+    monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
+    data = correlated(120, seed=5)
+    # five answers; E (P1 here: one ciphertext per row either way, and it returns fewer sums: `HEEncoder._assign`)
+    # encrypts three blocks: b, d, and b on 4 bins
+    asks = [(("a", "b"), None), (("d", "a"), None), (("a", "b"), None), (("a", "c", "b"), None),
+            (("a", "b"), {"b": np.array([0, 0, 1, 1, 2, 2, 3, 3])})]
+    out, costs = {}, {}
+    for crypto in ("simulated", "real"):
+        chs = [Charge("s", "m", ZCDP(0.5)) for _ in asks]
+        o, _ = _oracle(data, _ledger(*chs), crypto=crypto)
+        enc = o.cross_measure
+        enc.test_sources = {p: GeneratorSource(np.random.default_rng(11 + i)) for i, p in enumerate(["P0", "P1"])}
+        out[crypto] = [o.measure(q, ch, np.random.default_rng(0), bins=b).values for (q, b), ch in zip(asks, chs)]
+        costs[crypto] = enc.costs["oracle"]
+    for x, y in zip(out["real"], out["simulated"]):
+        np.testing.assert_array_equal(x, y)
+    assert not np.array_equal(out["real"][0], out["real"][2])   # the same table asked twice: fresh noise each time
+    # one ciphertext per row and block: 3 passes over the rows (each answer encrypting its own: 5)
+    assert costs["real"].ciphertexts["P1"] == 3 * data.n, costs["real"].ciphertexts
+    store = next(v for k, v in o.cross_measure.__dict__["_blocks"].items() if k[:3] == ("S", "P1", "P0"))
+    assert len(store.items) == 3 and store.bytes == 3 * data.n * 2 * 512 // 8   # 2·key_bits/8 bytes a ciphertext

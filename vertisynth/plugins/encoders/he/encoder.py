@@ -57,6 +57,8 @@ class HEConfig:
     randomness: str = "auto"       # "short" (sf-heu's DJN short exponents), "full" (phe), "auto": short if installed
     trust: str = "none"            # "none": two-sided noise, no trusted party; "server": server_trust.py
     reuse: bool = True             # the clique stage sums the selection stage's rows where it can (`reuse_plan`)
+    keep_rows: bool = True         # oracle answers: S keeps E's encrypted blocks for later answers (`oracle_rows`)
+    rows_cache_mb: int = 256       # at most this much of E's ciphertexts kept per (E, S) pair and run
 
     def __attrs_post_init__(self) -> None:
         if self.crypto not in ("real", "simulated"):
@@ -65,6 +67,8 @@ class HEConfig:
             raise ConfigError(f"he: key_bits must be >= {paillier.MIN_KEY_BITS}, got {self.key_bits}")
         if not 0 < self.selection_fraction < 1:
             raise ConfigError(f"he: selection_fraction must be in (0, 1), got {self.selection_fraction}")
+        if self.rows_cache_mb < 0:
+            raise ConfigError(f"he: rows_cache_mb must be >= 0, got {self.rows_cache_mb}")
         if self.selection_pairs < 1 or self.cliques < 1 or self.max_cells < 4 or self.workers < 0 or self.chunk_rows < 1:
             raise ConfigError("he: selection_pairs >= 1, cliques >= 1, max_cells >= 4, workers >= 0, chunk_rows >= 1")
         if self.randomness not in paillier.RANDOMNESS:
@@ -672,19 +676,56 @@ class HEEncoder(Encoder):
         for pair, enc, summ, qs in runs:
             src_e, src_s = self._sources(stage, pair, enc, summ, bases)
             k = protocol.stage_counts(qs, size, n, t, c.key_bits, c.slot_bits)
-            self.wire_bytes[enc] = self.wire_bytes.get(enc, 0) + n * k["per_row"] * ct_bytes
+            sent = n * k["per_row"] * ct_bytes
             self.wire_bytes[summ] = self.wire_bytes.get(summ, 0) + k["returned"] * ct_bytes
             if c.crypto == "simulated":
                 c0 = protocol.cpu_now()
                 msg = protocol.simulate(enc, summ, views[enc], views[summ], qs, sigma, src_e, src_s, stage)
                 costs.add(enc, protocol.cpu_now() - c0)
             else:
-                if enc not in self._keys:
-                    self._keys[enc] = paillier.keypair(c.key_bits, self.randomness)
+                keys = self.keypair(enc)
+                c0 = protocol.cpu_now()
+                rows = self.oracle_rows(enc, summ, views[enc], qs, t, self.blocks_store(enc, summ, keys[0].n, "S"))
+                if rows is not None:   # S fills in the blocks it holds from earlier answers (E's CPU: its new ones)
+                    sent = rows.ciphertexts.nbytes
+                    costs.add(enc, protocol.cpu_now() - c0, sent, int(np.prod(rows.ciphertexts.shape[:2])))
+                    rows = protocol.expand_rows(rows, self.blocks_store(enc, summ, keys[0].n, "S"))
                 msg = protocol.run_real(enc, summ, views[enc], views[summ], qs, sigma, src_e, src_s,
-                                        self._keys[enc], stage, costs, c.workers, c.chunk_rows, c.slot_bits)
+                                        keys, stage, costs, c.workers, c.chunk_rows, c.slot_bits, rows=rows)
+            self.wire_bytes[enc] = self.wire_bytes.get(enc, 0) + sent
             tables.update(msg.tables)
         return self._tables_for(queries, tables, dom, sigma)
+
+    # E's encrypted one-hot blocks kept for later answers of the run (issue 31: every adaptive answer used to
+    # encrypt all of E's rows again). S keeps the ciphertexts it received; E keeps a record of what S holds (the
+    # same bounded store, driven by the same messages). Each answer's sums, S's noise and E's noise stay fresh.
+    def blocks_store(self, enc: str, summ: str, modulus: int, side: str) -> protocol.RowsCache:
+        """S's store of E's blocks (side "S", with their ciphertexts) or E's record of what S holds ("E"), for one
+        (E, S) pair and E's key of this run: at most `rows_cache_mb` of ciphertexts each."""
+        stores = self.__dict__.setdefault("_blocks", {})
+        key = (side, enc, summ, int(modulus))
+        if key not in stores:
+            stores[key] = protocol.RowsCache(self.config.rows_cache_mb * 2**20, arrays=side == "S")
+        return stores[key]
+
+    def block_salt(self, party: str) -> bytes:
+        """E's salt for its block ids, drawn once per run from the OS CSPRNG and kept at E."""
+        return self.__dict__.setdefault("_block_salts", {}).setdefault(party, os.urandom(32))
+
+    def oracle_rows(self, enc: str, summ: str, view: Dataset, queries, offset: int, held: protocol.RowsCache
+                    ) -> protocol.EncryptedOneHot | None:
+        """E's rows for one oracle answer made of blocks (`protocol.encrypt_blocks`): the blocks S `held`s already
+        named, the others encrypted; None (the usual layout, fresh rows) where that would make more new
+        ciphertexts per row than the usual layout, or `keep_rows` is off. The same rule in one process and across
+        machines, so both make the same rows."""
+        c = self.config
+        if not c.keep_rows or c.rows_cache_mb == 0:
+            return None
+        public = self.keypair(enc)[0]
+        size = lambda b: int(np.prod([view.domain.size(a) for a in b]))  # noqa: E731
+        usual = protocol.row_ciphertexts(queries, size, view.n, offset, public.n.bit_length(), c.slot_bits)
+        return protocol.encrypt_blocks(enc, summ, view, queries, public, offset, self.block_salt(enc),
+                                       held.__contains__, c.workers, c.chunk_rows, c.slot_bits, limit=usual)
 
     def _tables_for(self, queries, tables: Mapping[str, np.ndarray], dom: Domain, sigma: float
                     ) -> list[tuple[tuple[str, ...], np.ndarray, float]]:
