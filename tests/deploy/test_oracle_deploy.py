@@ -703,11 +703,15 @@ def test_across_machines_the_summing_party_keeps_the_blocks_and_the_answers_equa
     for x, y in zip(local, remote):
         np.testing.assert_array_equal(x, y)
     stores = enc.__dict__["_blocks"]
-    (s_key, held), = [(k, v) for k, v in stores.items() if k[0] == "S"]
-    record = stores[("E",) + s_key[1:]]
-    assert s_key[1:3] == ("P1", "P0") and len(held.items) == 3   # b, d, binned b: five answers on three blocks
-    assert list(record.items) == list(held.items) and record.bytes == held.bytes
-    assert all(v is None for v, _ in record.items.values())   # E keeps no ciphertext, only what S holds
+    held = {k[1:3]: v for k, v in stores.items() if k[0] == "S"}
+    # the one-process orientation: a at P0 for (a, b), (d, a) and (a, b on bins), b at P1 for (a, c, b): five
+    # answers, two blocks encrypted
+    assert {k: len(v.items) for k, v in held.items()} == {("P0", "P1"): 1, ("P1", "P0"): 1}
+    for k, v in stores.items():
+        if k[0] == "S":
+            record = stores[("E",) + k[1:]]
+            assert list(record.items) == list(v.items) and record.bytes == v.bytes
+            assert all(x is None for x, _ in record.items.values())   # E keeps no ciphertext, only what S holds
     rows = {f.name.split("__")[0]: f.stat().st_size for f in (tmp_path / "ex").iterdir()
             if f.name.startswith("he-rows-oracle-")}
     full, kept = rows["he-rows-oracle-000000"], rows["he-rows-oracle-000002"]   # b's rows, then b named again

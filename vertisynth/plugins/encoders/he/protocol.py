@@ -257,6 +257,14 @@ def block_id(salt: bytes, modulus: str, block: Sequence[str], width: int, codes:
     return hmac.new(salt, head + np.ascontiguousarray(codes, "<i8").tobytes(), hashlib.sha256).hexdigest()[:32]
 
 
+def usual_layout(queries: Sequence[Query], size: Callable[[tuple[str, ...]], int], n: int, offset: int,
+                 modulus_bits: int, slot_bits: int | None = None) -> Layout:
+    """The layout `encrypt_rows` builds for `queries` (blocks of the same groupings packed together; a shared
+    layout where that needs fewer plaintexts)."""
+    blocks, groups = block_groups(unique(queries))
+    return Layout.build(blocks, [size(b) for b in blocks], n, offset, modulus_bits, groups, slot_bits, True)
+
+
 def blocks_layout(queries: Sequence[Query], size: Callable[[tuple[str, ...]], int], n: int, offset: int,
                   modulus_bits: int, slot_bits: int | None = None) -> Layout:
     """The layout of rows made of kept blocks: every block of `queries` (E's side) on its own plaintexts, tight
