@@ -346,6 +346,17 @@ class CostEstimate(Protocol):
 
 
 @runtime_checkable
+class PricesAnswers(Protocol):
+    """A cross-party measure that can say before a run what a sequence of its answers will cost each party (a
+    vertical twin's probes and a stand-in for its adaptive answers: vertisynth/vertical/cost.py): each answer
+    {"domains": party -> public Domain, "queries": [(left, right)], "sigma": σ}; `parties`: each party's whole
+    public domain; the result as `CostEstimate`'s."""
+
+    def answers_cost(self, answers: Sequence[Mapping[str, Any]], n: int,
+                     parties: Mapping[str, Any] | None = None) -> dict[str, dict[str, float]]: ...
+
+
+@runtime_checkable
 class EncodesInChunks(Protocol):
     """An encoder whose party side runs over a table in chunks (memory bounded by the chunk, not by n): the job
     maps over chunks locally or on a Dask cluster and merges them (DPFM: max of sketches; GRR: concatenation)."""

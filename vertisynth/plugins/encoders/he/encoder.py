@@ -793,13 +793,15 @@ class HEEncoder(Encoder):
         return protocol.encrypt_blocks(enc, summ, view, queries, public, offset, self.block_salt(enc),
                                        held.__contains__, c.workers, c.chunk_rows, c.slot_bits, limit=usual)
 
-    def answers_cost(self, answers: Sequence[Mapping[str, Any]], n: int) -> dict[str, dict[str, float]]:
+    def answers_cost(self, answers: Sequence[Mapping[str, Any]], n: int,
+                     parties: Mapping[str, Domain] | None = None) -> dict[str, dict[str, float]]:
         """Ciphertexts, bytes sent and CPU s per party of a sequence of oracle answers at `n` rows, made as
-        `answer` makes them: its table split (`_assign`), its layouts, and the blocks S holds from earlier answers
-        of the sequence (`oracle_rows`, bounded by `rows_cache_mb`). Each answer: {"domains": party -> the public
-        (coarsened) domain of its columns in that answer, "queries": [(left, right)], "sigma": σ}; a block is
-        taken to recur where its attributes and cells do (an estimate: the run names a block by its codes).
-        Reads only public facts (no row)."""
+        `answer` makes them: its runs (`_oracle_runs`: E's whole rows where it sums them, else the table split of
+        `_assign`), its layouts, and the rows S holds from earlier answers of the sequence (bounded by
+        `rows_cache_mb`). Each answer: {"domains": party -> the public (coarsened) domain of its columns in that
+        answer, "queries": [(left, right)], "sigma": σ}; `parties`: each party's whole public domain (None: no
+        whole rows, as `answer` without `whole`); a block is taken to recur where its attributes and cells do (an
+        estimate: the run names a block by its codes). Reads only public facts (no row)."""
         c = self.config
         if c.trust != "none":
             raise ConfigError("he: answers_cost prices trust = 'none' (two-sided noise)")
@@ -823,11 +825,23 @@ class HEEncoder(Encoder):
             if c.crypto == "real":
                 op = _op_costs(c.key_bits, self.randomness, sigma)
             queries = protocol.unique([(tuple(a), tuple(b)) for a, b in ans["queries"]])
-            for (p, q), qs in self._by_pair(queries).items():
-                for enc, summ, part in self._assign(p, q, qs, n, t):
+            full = None if parties is None else {a: d.size(a) for d in parties.values() for a in d.attributes}
+            runs, by_whole = self._oracle_runs(queries, n, t, full)
+            for _, enc, summ, part in runs:
+                record = records.setdefault((enc, summ), protocol.RowsCache(c.rows_cache_mb * 2**20, False))
+                if by_whole:   # E's whole rows (every attribute unbinned), encrypted on first use
+                    whole = parties[enc]
+                    lay = protocol.usual_layout(self.whole_queries(whole), lambda b, w=whole: w.project(b).size(),
+                                                n, t, c.key_bits, c.slot_bits, separate=True)
+                    key = f"whole|{lay.width}"
+                    new = 0 if key in record else lay.plaintexts
+                    if new:
+                        record.put(key, None, n * lay.plaintexts * ct_bytes)
+                    else:
+                        record.get(key)
+                else:
                     usual_lay = protocol.usual_layout(part, size, n, t, c.key_bits, c.slot_bits)
                     lay = protocol.blocks_layout(part, size, n, t, c.key_bits, c.slot_bits)
-                    record = records.setdefault((enc, summ), protocol.RowsCache(c.rows_cache_mb * 2**20, False))
                     ids = [f"{'|'.join(b)}:{lay.cells[i]}:{lay.width}" for i, b in enumerate(lay.blocks)]
                     fresh = [i for i, k in enumerate(ids) if k not in record]
                     new = sum(len(lay.columns(i)) for i in fresh)
@@ -839,27 +853,33 @@ class HEEncoder(Encoder):
                                 record.get(k)
                     else:
                         lay, new = usual_lay, usual_lay.plaintexts
-                    k = protocol.stage_counts(part, size, n, t, c.key_bits, c.slot_bits, reuse=lay)
-                    rows, back = n * new, k["returned"]
-                    cells = sum(size(x[0]) * size(x[1]) for x in part)
-                    out[enc]["ciphertexts"] += rows
-                    out[enc]["bytes"] += rows * ct_bytes
-                    out[summ]["ciphertexts"] += back
-                    out[summ]["bytes"] += back * ct_bytes
-                    if op is None:
-                        continue
-                    if enc not in keyed:   # one key pair per encrypting party and run
-                        keyed.add(enc)
-                        out[enc]["cpu_s"] += op["key"]
-                    pool = min(workers, -(-rows // c.chunk_rows)) if workers > 1 and rows > c.chunk_rows else 0
-                    out[enc]["cpu_s"] += rows * op["enc"] + pool * op["setup"] + back * (op["dec"] + op["load"]) \
-                        + cells * op["draw"]
-                    out[summ]["cpu_s"] += n * lay.plaintexts * op["load"] + k["adds"] * op["mul"] \
-                        + back * (op["noise"] + op["mul"]) + cells * op["draw"]
+                k = protocol.stage_counts(part, size, n, t, c.key_bits, c.slot_bits, reuse=lay)
+                self._price(out, op, enc, summ, n, new, lay, k, sum(size(x[0]) * size(x[1]) for x in part),
+                            keyed, workers, ct_bytes)
         if c.crypto == "simulated":
             for v in out.values():
                 v["note"] = "crypto = simulated: no ciphertexts are made; figures are what real crypto would send"
         return out
+
+    def _price(self, out: dict, op: Mapping[str, float] | None, enc: str, summ: str, n: int, new: int, lay: Any,
+               k: Mapping[str, int], cells: int, keyed: set, workers: int, ct_bytes: int) -> None:
+        """One run's share of `answers_cost`: E's `new` ciphertexts per row, S's sums over `lay`'s columns (`k`:
+        `protocol.stage_counts` on it) and its returned ciphertexts, at this key size's per-operation costs (what
+        `Costs` counts in `protocol.run_real`)."""
+        rows, back = n * new, k["returned"]
+        out[enc]["ciphertexts"] += rows
+        out[enc]["bytes"] += rows * ct_bytes
+        out[summ]["ciphertexts"] += back
+        out[summ]["bytes"] += back * ct_bytes
+        if op is None:
+            return
+        if enc not in keyed:   # one key pair per encrypting party and run
+            keyed.add(enc)
+            out[enc]["cpu_s"] += op["key"]
+        pool = min(workers, -(-rows // self.config.chunk_rows)) if workers > 1 and rows > self.config.chunk_rows else 0
+        out[enc]["cpu_s"] += rows * op["enc"] + pool * op["setup"] + back * (op["dec"] + op["load"]) + cells * op["draw"]
+        out[summ]["cpu_s"] += n * lay.plaintexts * op["load"] + k["adds"] * op["mul"] \
+            + back * (op["noise"] + op["mul"]) + cells * op["draw"]
 
     def _tables_for(self, queries, tables: Mapping[str, np.ndarray], dom: Domain, sigma: float
                     ) -> list[tuple[tuple[str, ...], np.ndarray, float]]:

@@ -258,10 +258,10 @@ def block_id(salt: bytes, modulus: str, block: Sequence[str], width: int, codes:
 
 
 def usual_layout(queries: Sequence[Query], size: Callable[[tuple[str, ...]], int], n: int, offset: int,
-                 modulus_bits: int, slot_bits: int | None = None) -> Layout:
-    """The layout `encrypt_rows` builds for `queries` (blocks of the same groupings packed together; a shared
-    layout where that needs fewer plaintexts)."""
-    blocks, groups = block_groups(unique(queries))
+                 modulus_bits: int, slot_bits: int | None = None, separate: bool = False) -> Layout:
+    """The layout `encrypt_rows` builds for `queries` (blocks of the same groupings packed together, or each in
+    its own group where `separate`; a shared layout where that needs fewer plaintexts)."""
+    blocks, groups = block_groups(unique(queries), separate)
     return Layout.build(blocks, [size(b) for b in blocks], n, offset, modulus_bits, groups, slot_bits, True)
 
 
