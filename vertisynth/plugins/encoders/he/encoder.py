@@ -877,7 +877,8 @@ class HEEncoder(Encoder):
             keyed.add(enc)
             out[enc]["cpu_s"] += op["key"]
         pool = min(workers, -(-rows // self.config.chunk_rows)) if workers > 1 and rows > self.config.chunk_rows else 0
-        out[enc]["cpu_s"] += rows * op["enc"] + pool * op["setup"] + back * (op["dec"] + op["load"]) + cells * op["draw"]
+        out[enc]["cpu_s"] += rows * op["enc"] + pool * op["setup"] + back * (op["dec"] + op["load"]) \
+            + cells * op["draw"]
         out[summ]["cpu_s"] += n * lay.plaintexts * op["load"] + k["adds"] * op["mul"] \
             + back * (op["noise"] + op["mul"]) + cells * op["draw"]
 

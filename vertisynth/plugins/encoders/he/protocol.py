@@ -22,7 +22,7 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import attrs
 import numpy as np
@@ -223,24 +223,25 @@ def encrypt_rows(party: str, recipient: str, view: Dataset, queries: Sequence[Qu
 
 
 class RowsCache:
-    """E's encrypted one-hot blocks that S holds from earlier answers of one run, for one (E, S) pair: block id ->
-    its ciphertext columns (uint8 (n, columns, 2·key_bits/8)) at S, or only their size in E's record of what S holds.
+    """E's encrypted rows that S holds from earlier answers of one run, for one (E, S) pair: block id -> its
+    ciphertext columns (uint8 (n, columns, 2·key_bits/8)), or E's whole rows (an `EncryptedOneHot`), at S; or
+    only their size in E's record of what S holds (`arrays` False).
     Bounded: at most `max_bytes` of ciphertexts, the least recently used block dropped first. E and S apply the same
     operations in the same order (`keep_blocks`), so E's record and S's store drop the same blocks."""
 
     def __init__(self, max_bytes: int, arrays: bool = True) -> None:
         self.max_bytes, self.arrays = int(max_bytes), arrays
-        self.items: OrderedDict[str, tuple[np.ndarray | None, int]] = OrderedDict()
+        self.items: OrderedDict[str, tuple[Any, int]] = OrderedDict()
         self.bytes = 0
 
     def __contains__(self, key: str) -> bool:
         return key in self.items
 
-    def get(self, key: str) -> np.ndarray | None:
+    def get(self, key: str) -> Any:
         self.items.move_to_end(key)
         return self.items[key][0]
 
-    def put(self, key: str, value: np.ndarray | None, nbytes: int) -> None:
+    def put(self, key: str, value: Any, nbytes: int) -> None:
         if key in self.items or nbytes > self.max_bytes:
             return
         while self.bytes + nbytes > self.max_bytes:
@@ -300,7 +301,8 @@ def encrypt_blocks(party: str, recipient: str, view: Dataset, queries: Sequence[
     else:
         raw = np.zeros((view.n, 0, width), np.uint8)
     return EncryptedOneHot(party, recipient, modulus, [list(b) for b in blocks], list(cells), lay.width, lay.per,
-                           list(lay.groups), raw, 0, 0, ids, [k for i, k in enumerate(ids) if i not in fresh]).validate()
+                           list(lay.groups), raw, 0, 0, ids,
+                           [k for i, k in enumerate(ids) if i not in fresh]).validate()
 
 
 def keep_blocks(store: RowsCache, msg: EncryptedOneHot) -> np.ndarray | None:

@@ -137,7 +137,8 @@ class PartyStage:
                     if not self.oracle:
                         raise MessageError(f"{rnd.replace('sums', 'rows')} from {enc_party!r}: rows made of kept "
                                            f"blocks outside an oracle answer; refused")
-                    m1 = protocol.expand_rows(m1, self.encoder.blocks_store(enc_party, self.me, int(m1.modulus, 16), "S"))
+                    held = self.encoder.blocks_store(enc_party, self.me, int(m1.modulus, 16), "S")
+                    m1 = protocol.expand_rows(m1, held)
                     _progress(f"{self.me}: summing {enc_party}'s ciphertexts ({self.stage})")
                     m2 = protocol.sum_and_noise(self.me, m1, self.view, qs, sigma, self.sources(pair, "sum"),
                                                 cfg.workers, self.encoder.cells, cfg.slot_bits, share=False,
