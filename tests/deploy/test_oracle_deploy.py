@@ -603,3 +603,92 @@ def test_a_party_releases_no_more_under_one_payment_than_it_covers():
     server.handle(OracleQuery("server", 2, "em", {"epsilon": math.sqrt(8 * (rho_round - rho_g)), "spend": spend,
                                                   "what": "select"}, {}))   # the split the oracle makes: fine
     assert led.spent == [ch]
+
+
+def test_across_machines_the_summing_party_keeps_the_blocks_and_the_answers_equal_the_one_process_run(
+        tmp_path, monkeypatch):
+    """Issue 31: across machines, E encrypts each block of its rows once per run; a later answer on a block names it
+    and S sums the ciphertexts it kept (fresh sums and noise). Cross-party answers over the exchange (real Paillier,
+    small test keys) equal the one-process run under the test secret, E's record of what S holds is S's store, and
+    only the new blocks' ciphertexts cross the exchange."""
+    import threading
+
+    import numpy as np
+
+    from vertisynth.core.dataset import VerticalPartition
+    from vertisynth.core.identity import Identity, Roster
+    from vertisynth.core.privacy import ZCDP, Budget, Charge, PrivacyLedger
+    from vertisynth.core.sealing import RunKey
+    from vertisynth.core.transport import FolderTransport
+    from vertisynth.deploy.oracle_rounds import PartyServer, RemoteLink
+    from vertisynth.deploy.session import RunState, Session, publish_party_key
+    from vertisynth.plugins.encoders.he import paillier
+    from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
+    from vertisynth.vertical import VerticalOracle
+    from vertisynth.vertical.link import PartyBudget, PartySide
+    from tests.synthetic_tables import correlated
+
+    monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
+    data = correlated(150)
+    part = VerticalPartition.from_lists([["a", "c", "e"], ["b", "d"]], ["P0", "P1"]).validate(data.domain)
+    views = part.views(data)
+    asks = [(("a", "b"), None), (("d", "a"), None), (("a", "b"), None), (("a", "c", "b"), None),
+            (("a", "b"), {"b": np.array([0, 0, 1, 1, 2, 2, 3, 3])})]
+    charges = [Charge("s", f"m{i}", ZCDP(0.5)) for i in range(len(asks))]
+
+    def ledger():
+        led = PrivacyLedger(Budget(1e6, 1e-9))
+        led.plan(charges)
+        return led
+
+    def calls(oracle):
+        rng = np.random.default_rng(0)
+        return [oracle.measure(q, ch, rng, bins=b).values for (q, b), ch in zip(asks, charges)]
+
+    rngs = lambda: {p: np.random.default_rng(7 + i) for i, p in enumerate(part.names)}  # noqa: E731
+    local = calls(VerticalOracle(views, part, HEEncoder(HEConfig(crypto="simulated")), ledger(), rngs(), "he"))
+    enc = HEEncoder(HEConfig(crypto="real", key_bits=512, workers=1, round_timeout=30.0))
+    ids = {n: Identity.generate(n) for n in ["server", "P0", "P1"]}
+    roster = Roster.parse({n: i.public_text() for n, i in ids.items()})
+    transport, key = FolderTransport(tmp_path / "ex"), RunKey()
+    state = lambda n: RunState(n, "run", "cfg", ("P0", "P1"))  # noqa: E731
+    errors = []
+
+    def party(p, rng):
+        sess = Session(ids[p], roster, transport, state(p), 30.0, 0.01, server_key=key.public, sealed=True)
+        sess.run_key = publish_party_key(sess)
+        led = ledger()
+        try:
+            PartyServer(sess, PartySide(p, views[p], rng, led), PartyBudget(led), enc, part, data.domain,
+                        True).serve()
+        except Exception as exc:   # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=party, args=(p, r)) for p, r in rngs().items()]
+    for t in threads:
+        t.start()
+    sess = Session(ids["server"], roster, transport, state("server"), 30.0, 0.01, run_key=key, sealed=True)
+    link = RemoteLink(sess, part, data.domain, enc, 30.0, 0.01)
+    try:
+        remote = calls(VerticalOracle.over(link, part, data.domain, enc, ledger(), "he"))
+    finally:
+        link.done()
+        for t in threads:
+            t.join(30)
+    assert not errors, errors
+    for x, y in zip(local, remote):
+        np.testing.assert_array_equal(x, y)
+    stores = enc.__dict__["_blocks"]
+    held = {k[1:3]: v for k, v in stores.items() if k[0] == "S"}
+    # the one-process orientation: a at P0 for (a, b), (d, a) and (a, b on bins), b at P1 for (a, c, b): five
+    # answers, two blocks encrypted
+    assert {k: len(v.items) for k, v in held.items()} == {("P0", "P1"): 1, ("P1", "P0"): 1}
+    for k, v in stores.items():
+        if k[0] == "S":
+            record = stores[("E",) + k[1:]]
+            assert list(record.items) == list(v.items) and record.bytes == v.bytes
+            assert all(x is None for x, _ in record.items.values())   # E keeps no ciphertext, only what S holds
+    rows = {f.name.split("__")[0]: f.stat().st_size for f in (tmp_path / "ex").iterdir()
+            if f.name.startswith("he-rows-oracle-")}
+    full, kept = rows["he-rows-oracle-000000"], rows["he-rows-oracle-000002"]   # b's rows, then b named again
+    assert kept < full / 5, rows

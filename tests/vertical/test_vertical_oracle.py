@@ -234,3 +234,33 @@ def test_trust_server_answers_at_the_central_variance_and_spends_its_distributed
     with pytest.raises(BudgetError, match="not what this answer costs"):
         o.measure(("a", "b"), wrong, None, sigma=sigma)
     assert led.spent == [ch]
+
+
+def test_answers_encrypt_each_partys_rows_once_and_equal_the_simulation(monkeypatch):
+    """Issue 31: every cross-party answer used to encrypt all of E's rows again. Now an answer whose every table
+    has a side of one unbinned attribute is summed from that party's whole rows (every attribute of it, one layout,
+    encrypted once per run), and other answers from E's blocks kept from earlier answers; S's sums and both
+    parties' noise stay fresh per answer. Five answers cost each party one pass over its rows (the old code: one
+    pass per answer), and every answer equals the plaintext simulation's under the same fixed noise sources."""
+    monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
+    data = correlated(120, seed=5)
+    asks = [(("a", "b"), None), (("d", "a"), None), (("a", "b"), None), (("a", "c", "b"), None),
+            (("a", "b"), {"b": np.array([0, 0, 1, 1, 2, 2, 3, 3])})]
+    out, costs, enc = {}, {}, None
+    for crypto in ("simulated", "real"):
+        chs = [Charge("s", "m", ZCDP(0.5)) for _ in asks]
+        o, _ = _oracle(data, _ledger(*chs), crypto=crypto)
+        enc = o.cross_measure
+        enc.test_sources = {p: GeneratorSource(np.random.default_rng(11 + i)) for i, p in enumerate(["P0", "P1"])}
+        out[crypto] = [o.measure(q, ch, np.random.default_rng(0), bins=b).values for (q, b), ch in zip(asks, chs)]
+        costs[crypto] = enc.costs["oracle"]
+    for x, y in zip(out["real"], out["simulated"]):
+        np.testing.assert_array_equal(x, y)
+    assert not np.array_equal(out["real"][0], out["real"][2])   # the same table asked twice: fresh noise each time
+    # a pass over the rows is n ciphertexts (one per row here); the rest are the sums S returned, fewer than n
+    # (each answer encrypting its own rows: P0 or P1 five passes in all)
+    assert {p: k // data.n for p, k in costs["real"].ciphertexts.items()} == {"P0": 1, "P1": 1}, costs["real"]
+    stores = {k[:3]: v for k, v in enc.__dict__["_blocks"].items()}
+    # P0's whole rows at P1 (a, c, e: one ciphertext per row, 2·key_bits/8 bytes each); P1's at P0 (b, d)
+    assert [list(v.items) for v in stores.values()] == [["whole|8"], ["whole|8"]]
+    assert all(v.bytes == data.n * 2 * 512 // 8 for v in stores.values())

@@ -137,7 +137,7 @@ def validate(config: Path, data_dir: str | None, rows: int, memory: str | None) 
     """Check a CONFIG (keys, plugins, params, party split, budget plan) without reading any data rows."""
     from vertisynth.core.capabilities import CostEstimate, EstimatesMemory
     from vertisynth.run.config import load_config
-    from vertisynth.run.pipeline import Plan, make_plan, preflight, run_memory_estimate
+    from vertisynth.run.pipeline import Plan, make_plan, preflight, run_memory_estimate, twin_cost_estimate
 
     try:
         limit = parse_bytes(memory) if memory is not None else None
@@ -146,6 +146,9 @@ def validate(config: Path, data_dir: str | None, rows: int, memory: str | None) 
             preflight(plan)   # what run refuses from the plan, validate refuses: the same function
         syn = plan.synthesizer.instance
         cost = syn.cost_estimate(rows) if isinstance(syn, CostEstimate) else {}
+        twin: dict = {}
+        if not cost and isinstance(plan, Plan):   # a vertical twin: its probes and a stand-in for the rest
+            cost, twin = twin_cost_estimate(plan, rows)
         peaks = syn.memory_estimate() if isinstance(syn, EstimatesMemory) else None
         if peaks is not None and limit is not None:
             over = {**{f"party {p!r}": b for p, b in peaks["parties"].items()}, "the server": peaks["server"]}
@@ -159,9 +162,15 @@ def validate(config: Path, data_dir: str | None, rows: int, memory: str | None) 
         return
     click.echo(f"{config}: valid. Planned privacy spend:")
     click.echo(plan.ledger.table(plan.ledger.planned))
-    if cost:
+    if cost and twin:
+        click.echo(f"Expected HE cost per party for {rows:,} rows, before any row is read: {twin['probes']} probes "
+                   f"(planned) and {twin['adaptive']} adaptive cross-party answers (a stand-in: {twin['marginals']} "
+                   "planned marginals x the share of attribute pairs that cross parties; docs/vertical.md) "
+                   "(per row in brackets):")
+    elif cost:
         click.echo(f"Expected cost per party for {rows:,} rows (the run's table split; clique tables not yet chosen are "
                    "estimated on a stand-in; per row in brackets):")
+    if cost:
         for party, c in cost.items():
             click.echo(f"  {party:<12} ciphertexts {c['ciphertexts']:>14,.0f}  sent {c['bytes'] / 1e6:>10,.1f} MB "
                        f"({c['bytes'] / rows:,.0f} B)  CPU {c['cpu_s']:>9,.1f} s ({1e3 * c['cpu_s'] / rows:.2f} ms)"

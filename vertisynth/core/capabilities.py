@@ -259,10 +259,11 @@ class CrossPartyMeasure(Protocol):
         """The σ whose table costs `rho` (the inverse of `rho_per_table`): how a planned charge becomes noise."""
 
     def answer(self, views: Mapping[str, Dataset], queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]],
-               sigma: float, noise: str, rngs: Mapping[str, np.random.Generator]
-               ) -> list[tuple[tuple[str, ...], np.ndarray, float]]:
+               sigma: float, noise: str, rngs: Mapping[str, np.random.Generator],
+               whole: Mapping[str, Dataset] | None = None) -> list[tuple[tuple[str, ...], np.ndarray, float]]:
         """Run the protocol between the parties holding `views` for `queries` (noise "secure": OS CSPRNG; else the
-        parties' seeded `rngs`) and return (attributes, noisy counts, per-cell variance) per query, in order."""
+        parties' seeded `rngs`) and return (attributes, noisy counts, per-cell variance) per query, in order.
+        `whole`: every party's columns, all of them, uncoarsened (a measure may encrypt them once for the run)."""
 
 
 @runtime_checkable
@@ -311,10 +312,11 @@ class AnswersInRounds(CrossPartyMeasure, Protocol):
 
     def answer_stage(self, me: str, view: Dataset, domains: Mapping[str, Any], queries: Sequence[Query],
                      sigma: float, noise: str, rng: np.random.Generator, test: bool, stage: str,
-                     offer: bytes = b"") -> StageRounds:
+                     offer: bytes = b"", domain: Any = None) -> StageRounds:
         """Party `me`'s rounds of one `answer` on its columns `view` (`domains`: every party's public domain in the
         stage, party -> Domain; `stage`: a name unique in the run, for the envelopes' rounds; `offer`: the server's
-        `stage_offer` as the party received it)."""
+        `stage_offer` as the party received it; `domain`: the run's whole public domain, unbinned, as `answer`
+        reads it off `whole`)."""
 
     def read_answers(self, messages: Sequence[Message], queries: Sequence[Query], sigma: float,
                      domains: Mapping[str, Any]) -> list[tuple[tuple[str, ...], np.ndarray, float]]:
@@ -341,6 +343,17 @@ class CostEstimate(Protocol):
     {party: {"ciphertexts": ..., "bytes": ..., "cpu_s": ...}} for `n` rows."""
 
     def cost_estimate(self, n: int) -> dict[str, dict[str, float]]: ...
+
+
+@runtime_checkable
+class PricesAnswers(Protocol):
+    """A cross-party measure that can say before a run what a sequence of its answers will cost each party (a
+    vertical twin's probes and a stand-in for its adaptive answers: vertisynth/vertical/cost.py): each answer
+    {"domains": party -> public Domain, "queries": [(left, right)], "sigma": σ}; `parties`: each party's whole
+    public domain; the result as `CostEstimate`'s."""
+
+    def answers_cost(self, answers: Sequence[Mapping[str, Any]], n: int,
+                     parties: Mapping[str, Any] | None = None) -> dict[str, dict[str, float]]: ...
 
 
 @runtime_checkable

@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 
 from vertisynth.core.capabilities import (AlignsRows, CrossPartyMeasure, EstimatesMemory, EvaluatesCounts, FitsOnOracle,
-                                          HasGraphicalModel, PartyServerSplit, ReleasesOnce, ReportsReferencePoints,
-                                          StepsInChunks, wants_raw_values)
+                                          HasGraphicalModel, PartyServerSplit, PricesAnswers, ReleasesOnce,
+                                          ReportsReferencePoints, StepsInChunks, wants_raw_values)
 from vertisynth.core.chunks import ChunkedCounts
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.encoding import ID_LIST_MIN, TableCodec, TableSchema, identifier_list_error
@@ -35,6 +35,7 @@ from vertisynth.core.specs import ComponentSpec
 from vertisynth.core.structuring import CONVERTER, structure
 from vertisynth.pgm.model import HYPERGEOMETRIC_MAX
 from vertisynth.vertical import VerticalOracle, owners, party_streams
+from vertisynth.vertical.cost import answers as twin_answers
 
 from .config import RunConfig, noise_for, uses_user_data
 from .console import progress_bar
@@ -312,6 +313,25 @@ def preflight(plan: Plan) -> None:
                               f"{held / 2**30:,.0f} GB for {len(plan.source.schema.columns)} columns, more than this "
                               f"machine's {physical_memory() / 2**30:,.0f} GB: set stream = true (written in blocks) "
                               "or draw fewer rows")
+
+
+def twin_cost_estimate(plan: Plan, rows: int) -> tuple[dict[str, dict[str, float]], dict[str, int]]:
+    """A vertical twin's cross-party cost per party and for the server at `rows` rows, before any row is read:
+    its planned probes and a stand-in for its adaptive answers (vertisynth/vertical/cost.py), priced by the
+    measure (`PricesAnswers`); ({}, {}) where the run has no such measure."""
+    measure = getattr(plan, "measure", None)
+    if measure is None or not isinstance(measure.instance, PricesAnswers) or \
+            getattr(measure.instance, "trust", "none") != "none":
+        return {}, {}
+    req = plan.synthesizer.instance.vertical_request()
+    domain = plan.source.schema.preview_domain()
+    asked, counted = twin_answers(domain, plan.partition, req.probe_bins, plan.ledger.planned,
+                                  measure.instance.sigma_for_rho)
+    parties = {p.name: domain.project(p.attributes) for p in plan.partition}
+    cost = measure.instance.answers_cost(asked, rows, parties)
+    # trust none: the server reads the published tables and holds no key (no ciphertext, no HE CPU)
+    cost["server"] = {"ciphertexts": 0.0, "bytes": 0.0, "cpu_s": 0.0, "note": "reads the published tables only"}
+    return cost, counted
 
 
 def run_memory_estimate(plan: Plan, rows: int) -> dict[str, int]:

@@ -288,7 +288,8 @@ class InProcessLink:
                                                              else views[party])
             asked.append((left, right))
         return self.measure_impl.answer(views, asked, sigma, self.ledger.noise,
-                                        {p: self.sides[p].rng for p in views})
+                                        {p: self.sides[p].rng for p in views},
+                                        whole={p: self.sides[p].view for p in views})
 
     def release(self) -> None:
         """A `ReleasesOnce` measure's one release: each party encodes its own columns (spending its planned

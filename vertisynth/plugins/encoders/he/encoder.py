@@ -57,6 +57,8 @@ class HEConfig:
     randomness: str = "auto"       # "short" (sf-heu's DJN short exponents), "full" (phe), "auto": short if installed
     trust: str = "none"            # "none": two-sided noise, no trusted party; "server": server_trust.py
     reuse: bool = True             # the clique stage sums the selection stage's rows where it can (`reuse_plan`)
+    keep_rows: bool = True         # oracle answers: S keeps E's encrypted blocks for later answers (`oracle_rows`)
+    rows_cache_mb: int = 256       # at most this much of E's ciphertexts kept per (E, S) pair and run
 
     def __attrs_post_init__(self) -> None:
         if self.crypto not in ("real", "simulated"):
@@ -65,6 +67,8 @@ class HEConfig:
             raise ConfigError(f"he: key_bits must be >= {paillier.MIN_KEY_BITS}, got {self.key_bits}")
         if not 0 < self.selection_fraction < 1:
             raise ConfigError(f"he: selection_fraction must be in (0, 1), got {self.selection_fraction}")
+        if self.rows_cache_mb < 0:
+            raise ConfigError(f"he: rows_cache_mb must be >= 0, got {self.rows_cache_mb}")
         if self.selection_pairs < 1 or self.cliques < 1 or self.max_cells < 4 or self.workers < 0 or self.chunk_rows < 1:
             raise ConfigError("he: selection_pairs >= 1, cliques >= 1, max_cells >= 4, workers >= 0, chunk_rows >= 1")
         if self.randomness not in paillier.RANDOMNESS:
@@ -627,10 +631,12 @@ class HEEncoder(Encoder):
         return 1.0 / math.sqrt(2.0 * rho)
 
     def answer(self, views: Mapping[str, Dataset], queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]],
-               sigma: float, noise: str, rngs: Mapping[str, np.random.Generator]
-               ) -> list[tuple[tuple[str, ...], np.ndarray, float]]:
+               sigma: float, noise: str, rngs: Mapping[str, np.random.Generator],
+               whole: Mapping[str, Dataset] | None = None) -> list[tuple[tuple[str, ...], np.ndarray, float]]:
         """One protocol run per pair of parties (and side that encrypts) over `queries`; per query (left + right
-        attributes, noisy counts with axes in that order, 2σ²; σ² under trust = "server")."""
+        attributes, noisy counts with axes in that order, 2σ²; σ² under trust = "server"). `whole`: each party's
+        columns, all of them (the link's): an answer whose every table has a side of one unbinned attribute is
+        summed from E's whole rows (`_oracle_runs`)."""
         if self.config.trust == "server":
             return self.server_trust.answer(views, queries, sigma, noise, rngs)
         c = self.config
@@ -659,8 +665,10 @@ class HEEncoder(Encoder):
         self._domain, self._owner, self._parties = dom, owner, list(views)
         n = next(iter(views.values())).n
         t = support_bound(sigma)
-        runs = [(pair, enc, summ, part) for pair, qs in self._by_pair(protocol.unique(queries)).items()
-                for enc, summ, part in self._assign(pair[0], pair[1], qs, n, t)]
+        full = None
+        if whole is not None:
+            full = {a: w.domain.size(a) for w in whole.values() for a in w.domain.attributes}
+        runs, by_whole = self._oracle_runs(queries, n, t, full)
         stage = self.ORACLE_STAGE
         bases = ({p: stage_base(rngs[p]) for p in views if p in rngs}
                  if c.crypto == "simulated" and self.test_sources is None and not secure else None)
@@ -672,19 +680,207 @@ class HEEncoder(Encoder):
         for pair, enc, summ, qs in runs:
             src_e, src_s = self._sources(stage, pair, enc, summ, bases)
             k = protocol.stage_counts(qs, size, n, t, c.key_bits, c.slot_bits)
-            self.wire_bytes[enc] = self.wire_bytes.get(enc, 0) + n * k["per_row"] * ct_bytes
+            sent = n * k["per_row"] * ct_bytes
             self.wire_bytes[summ] = self.wire_bytes.get(summ, 0) + k["returned"] * ct_bytes
             if c.crypto == "simulated":
                 c0 = protocol.cpu_now()
                 msg = protocol.simulate(enc, summ, views[enc], views[summ], qs, sigma, src_e, src_s, stage)
                 costs.add(enc, protocol.cpu_now() - c0)
             else:
-                if enc not in self._keys:
-                    self._keys[enc] = paillier.keypair(c.key_bits, self.randomness)
+                keys = self.keypair(enc)
+                store = self.blocks_store(enc, summ, keys[0].n, "S")
+                if by_whole:   # E's whole rows, encrypted once for S (no noise in them), summed again here
+                    m1, wq, sent = self._whole_rows(enc, summ, whole[enc], t, store, costs)
+                    msg = protocol.run_real(enc, summ, whole[enc], views[summ], qs, sigma, src_e, src_s, keys, stage,
+                                            costs, c.workers, c.chunk_rows, c.slot_bits, reuse=(m1, wq, None))
+                    self.wire_bytes[enc] = self.wire_bytes.get(enc, 0) + sent
+                    tables.update(msg.tables)
+                    continue
+                c0 = protocol.cpu_now()
+                rows = self.oracle_rows(enc, summ, views[enc], qs, t, store)
+                if rows is not None:   # S fills in the blocks it holds from earlier answers (E's CPU: its new ones)
+                    sent = rows.ciphertexts.nbytes
+                    costs.add(enc, protocol.cpu_now() - c0, sent, int(np.prod(rows.ciphertexts.shape[:2])))
+                    rows = protocol.expand_rows(rows, store)
                 msg = protocol.run_real(enc, summ, views[enc], views[summ], qs, sigma, src_e, src_s,
-                                        self._keys[enc], stage, costs, c.workers, c.chunk_rows, c.slot_bits)
+                                        keys, stage, costs, c.workers, c.chunk_rows, c.slot_bits, rows=rows)
+            self.wire_bytes[enc] = self.wire_bytes.get(enc, 0) + sent
             tables.update(msg.tables)
         return self._tables_for(queries, tables, dom, sigma)
+
+    # E's encrypted one-hot blocks kept for later answers of the run (issue 31: every adaptive answer used to
+    # encrypt all of E's rows again). S keeps the ciphertexts it received; E keeps a record of what S holds (the
+    # same bounded store, driven by the same messages). Each answer's sums, S's noise and E's noise stay fresh.
+    def blocks_store(self, enc: str, summ: str, modulus: int, side: str) -> protocol.RowsCache:
+        """S's store of E's blocks (side "S", with their ciphertexts) or E's record of what S holds ("E"), for one
+        (E, S) pair and E's key of this run: at most `rows_cache_mb` of ciphertexts each."""
+        stores = self.__dict__.setdefault("_blocks", {})
+        key = (side, enc, summ, int(modulus))
+        if key not in stores:
+            stores[key] = protocol.RowsCache(self.config.rows_cache_mb * 2**20, arrays=side == "S")
+        return stores[key]
+
+    def _oracle_runs(self, queries, n: int, offset: int, full: Mapping[str, int] | None
+                     ) -> tuple[list[tuple[tuple[str, str], str, str, list]], bool]:
+        """The runs of one oracle answer, as every role computes them from public facts (the queries, n, σ's
+        offset, and `full`: every attribute's size in the public domain, None where unknown), and whether they are
+        summed from E's whole rows. An answer whose every table has a side of one attribute at full resolution
+        is (issue 31): that side encrypts (both such: the party named first in sort order), and its E sums E's whole
+        rows, every attribute of E unbinned in one layout (`_whole_rows`, made once per run and S), so E encrypts
+        its rows once for every later such answer. Otherwise the usual split (`_assign`)."""
+        pairs = self._by_pair(protocol.unique(queries))
+        c = self.config
+        if full is not None and c.keep_rows and c.rows_cache_mb > 0:
+            def one(side: tuple[str, ...]) -> bool:
+                return len(side) == 1 and self._domain.size(side[0]) == full.get(side[0])
+
+            runs: dict[tuple[str, str], list] = {}
+            for (p, q), qs in pairs.items():
+                for a, b in qs:   # a at p, b at q, p < q
+                    if not (one(a) or one(b)):
+                        break
+                    enc_p = one(a)   # p encrypts where its side is one unbinned attribute (p first on a tie)
+                    runs.setdefault((p, q) if enc_p else (q, p), []).append((a, b) if enc_p else (b, a))
+                else:
+                    continue
+                break
+            else:
+                return [(tuple(sorted(k)), k[0], k[1], qs) for k, qs in runs.items()], True
+        return [(pair, enc, summ, part) for pair, qs in pairs.items()
+                for enc, summ, part in self._assign(pair[0], pair[1], qs, n, offset)], False
+
+    @staticmethod
+    def whole_queries(domain: Domain) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+        """The blocks of E's whole rows as queries (each attribute of E unbinned, its own group): what the layout
+        of E's whole rows is built and checked from."""
+        return [((a,), ()) for a in domain.attributes]
+
+    def _whole_rows(self, enc: str, summ: str, view: Dataset, offset: int, store: protocol.RowsCache,
+                    costs: protocol.Costs) -> tuple[protocol.EncryptedOneHot, list, int]:
+        """E's whole rows for S (encrypted on first use, then read from S's store) with their block queries and
+        the bytes E sent for this answer. The layout's slot width follows from n and the offset, so an answer
+        whose noise needs wider slots makes new whole rows."""
+        c = self.config
+        public = self.keypair(enc)[0]
+        wq = self.whole_queries(view.domain)
+        width = packing.slot_width(view.n, offset) if c.slot_bits is None else c.slot_bits
+        key = f"whole|{width}"
+        if key in store:
+            return store.get(key), wq, 0
+        c0 = protocol.cpu_now()
+        m1 = protocol.encrypt_rows(enc, summ, view, wq, public, offset, c.workers, c.chunk_rows, c.slot_bits,
+                                   separate=True)
+        costs.add(enc, protocol.cpu_now() - c0, m1.ciphertexts.nbytes, int(np.prod(m1.ciphertexts.shape[:2])))
+        store.put(key, m1, m1.ciphertexts.nbytes)
+        return m1, wq, m1.ciphertexts.nbytes
+
+    def block_salt(self, party: str) -> bytes:
+        """E's salt for its block ids, drawn once per run from the OS CSPRNG and kept at E."""
+        return self.__dict__.setdefault("_block_salts", {}).setdefault(party, os.urandom(32))
+
+    def oracle_rows(self, enc: str, summ: str, view: Dataset, queries, offset: int, held: protocol.RowsCache
+                    ) -> protocol.EncryptedOneHot | None:
+        """E's rows for one oracle answer made of blocks (`protocol.encrypt_blocks`): the blocks S `held`s already
+        named, the others encrypted; None (the usual layout, fresh rows) where that would make more new
+        ciphertexts per row than the usual layout, or `keep_rows` is off. The same rule in one process and across
+        machines, so both make the same rows."""
+        c = self.config
+        if not c.keep_rows or c.rows_cache_mb == 0:
+            return None
+        public = self.keypair(enc)[0]
+        size = lambda b: int(np.prod([view.domain.size(a) for a in b]))  # noqa: E731
+        usual = protocol.row_ciphertexts(queries, size, view.n, offset, public.n.bit_length(), c.slot_bits)
+        return protocol.encrypt_blocks(enc, summ, view, queries, public, offset, self.block_salt(enc),
+                                       held.__contains__, c.workers, c.chunk_rows, c.slot_bits, limit=usual)
+
+    def answers_cost(self, answers: Sequence[Mapping[str, Any]], n: int,
+                     parties: Mapping[str, Domain] | None = None) -> dict[str, dict[str, float]]:
+        """Ciphertexts, bytes sent and CPU s per party of a sequence of oracle answers at `n` rows, made as
+        `answer` makes them: its runs (`_oracle_runs`: E's whole rows where it sums them, else the table split of
+        `_assign`), its layouts, and the rows S holds from earlier answers of the sequence (bounded by
+        `rows_cache_mb`). Each answer: {"domains": party -> the public (coarsened) domain of its columns in that
+        answer, "queries": [(left, right)], "sigma": σ}; `parties`: each party's whole public domain (None: no
+        whole rows, as `answer` without `whole`); a block is taken to recur where its attributes and cells do (an
+        estimate: the run names a block by its codes). Reads only public facts (no row)."""
+        c = self.config
+        if c.trust != "none":
+            raise ConfigError("he: answers_cost prices trust = 'none' (two-sided noise)")
+        self.randomness = getattr(self, "randomness", None) or paillier.resolve(c.randomness)
+        ct_bytes = 2 * c.key_bits // 8
+        workers = c.workers or (os.cpu_count() or 1)
+        out: dict[str, dict[str, float]] = {}
+        records: dict[tuple[str, str], protocol.RowsCache] = {}
+        keyed: set[str] = set()
+        op = None
+        for ans in answers:
+            domains, sigma = ans["domains"], float(ans["sigma"])
+            dom, owner = None, {}
+            for p, d in domains.items():
+                owner.update({a: p for a in d.attributes})
+                dom = d if dom is None else dom.merge(d)
+                out.setdefault(p, {"ciphertexts": 0.0, "bytes": 0.0, "cpu_s": 0.0})
+            self._domain, self._owner, self._parties = dom, owner, list(domains)
+            size = lambda b, dom=dom: dom.project(tuple(b)).size()  # noqa: E731
+            t = support_bound(sigma)
+            if c.crypto == "real":
+                op = _op_costs(c.key_bits, self.randomness, sigma)
+            queries = protocol.unique([(tuple(a), tuple(b)) for a, b in ans["queries"]])
+            full = None if parties is None else {a: d.size(a) for d in parties.values() for a in d.attributes}
+            runs, by_whole = self._oracle_runs(queries, n, t, full)
+            for _, enc, summ, part in runs:
+                record = records.setdefault((enc, summ), protocol.RowsCache(c.rows_cache_mb * 2**20, False))
+                if by_whole:   # E's whole rows (every attribute unbinned), encrypted on first use
+                    whole = parties[enc]
+                    lay = protocol.usual_layout(self.whole_queries(whole), lambda b, w=whole: w.project(b).size(),
+                                                n, t, c.key_bits, c.slot_bits, separate=True)
+                    key = f"whole|{lay.width}"
+                    new = 0 if key in record else lay.plaintexts
+                    if new:
+                        record.put(key, None, n * lay.plaintexts * ct_bytes)
+                    else:
+                        record.get(key)
+                else:
+                    usual_lay = protocol.usual_layout(part, size, n, t, c.key_bits, c.slot_bits)
+                    lay = protocol.blocks_layout(part, size, n, t, c.key_bits, c.slot_bits)
+                    ids = [f"{'|'.join(b)}:{lay.cells[i]}:{lay.width}" for i, b in enumerate(lay.blocks)]
+                    fresh = [i for i, k in enumerate(ids) if k not in record]
+                    new = sum(len(lay.columns(i)) for i in fresh)
+                    if c.keep_rows and c.rows_cache_mb > 0 and new <= usual_lay.plaintexts:
+                        for i, k in enumerate(ids):
+                            if i in fresh:
+                                record.put(k, None, n * len(lay.columns(i)) * ct_bytes)
+                            else:
+                                record.get(k)
+                    else:
+                        lay, new = usual_lay, usual_lay.plaintexts
+                k = protocol.stage_counts(part, size, n, t, c.key_bits, c.slot_bits, reuse=lay)
+                self._price(out, op, enc, summ, n, new, lay, k, sum(size(x[0]) * size(x[1]) for x in part),
+                            keyed, workers, ct_bytes)
+        if c.crypto == "simulated":
+            for v in out.values():
+                v["note"] = "crypto = simulated: no ciphertexts are made; figures are what real crypto would send"
+        return out
+
+    def _price(self, out: dict, op: Mapping[str, float] | None, enc: str, summ: str, n: int, new: int, lay: Any,
+               k: Mapping[str, int], cells: int, keyed: set, workers: int, ct_bytes: int) -> None:
+        """One run's share of `answers_cost`: E's `new` ciphertexts per row, S's sums over `lay`'s columns (`k`:
+        `protocol.stage_counts` on it) and its returned ciphertexts, at this key size's per-operation costs (what
+        `Costs` counts in `protocol.run_real`)."""
+        rows, back = n * new, k["returned"]
+        out[enc]["ciphertexts"] += rows
+        out[enc]["bytes"] += rows * ct_bytes
+        out[summ]["ciphertexts"] += back
+        out[summ]["bytes"] += back * ct_bytes
+        if op is None:
+            return
+        if enc not in keyed:   # one key pair per encrypting party and run
+            keyed.add(enc)
+            out[enc]["cpu_s"] += op["key"]
+        pool = min(workers, -(-rows // self.config.chunk_rows)) if workers > 1 and rows > self.config.chunk_rows else 0
+        out[enc]["cpu_s"] += rows * op["enc"] + pool * op["setup"] + back * (op["dec"] + op["load"]) \
+            + cells * op["draw"]
+        out[summ]["cpu_s"] += n * lay.plaintexts * op["load"] + k["adds"] * op["mul"] \
+            + back * (op["noise"] + op["mul"]) + cells * op["draw"]
 
     def _tables_for(self, queries, tables: Mapping[str, np.ndarray], dom: Domain, sigma: float
                     ) -> list[tuple[tuple[str, ...], np.ndarray, float]]:
@@ -724,7 +920,8 @@ class HEEncoder(Encoder):
 
     def answer_stage(self, me: str, view: Dataset, domains: Mapping[str, Domain],
                      queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]], sigma: float, noise: str,
-                     rng: np.random.Generator, test: bool, stage: str, offer: bytes = b"") -> Any:
+                     rng: np.random.Generator, test: bool, stage: str, offer: bytes = b"",
+                     domain: Domain | None = None) -> Any:
         """Party `me`'s rounds of one `answer` (rounds.PartyStage, real Paillier): its noise drawn as `answer` draws
         it with crypto = "simulated" under an explicit test secret (a base per answer from its stream, sources per
         pair and role of stage "oracle"), else from the OS CSPRNG. `stage` names the envelopes' rounds. Under
@@ -745,7 +942,9 @@ class HEEncoder(Encoder):
         self.sigma = {**getattr(self, "sigma", {}), stage: sigma}
         secure = noise == "secure"
         base = stage_base(rng) if test and not secure else None
-        runs = [r for r in self.pairs(queries, view.n, stage) if me in (r[1], r[2])]
+        # the runs `answer` makes in one process (its orientation; E's rows here are its kept blocks, not whole rows)
+        full = None if domain is None else dict(zip(domain.attributes, domain.shape))
+        runs = [r for r in self._oracle_runs(queries, view.n, support_bound(sigma), full)[0] if me in (r[1], r[2])]
         return PartyStage(self, me, view, stage, runs, seeded_or_system(base, self.ORACLE_STAGE, secure))
 
     def read_answers(self, messages: Sequence[Message], queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]],

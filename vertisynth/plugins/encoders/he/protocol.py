@@ -16,10 +16,13 @@ same noise sources it returns exactly what the protocol returns.
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import attrs
 import numpy as np
@@ -61,6 +64,8 @@ class EncryptedOneHot(Message):
     ciphertexts: np.ndarray = attrs.field(factory=lambda: np.zeros((0, 0, 0), np.uint8))
     count_bits: int = 0                    # a wide shared layout's count bits per slot (packing.py); 0: not wide
     guard: int = 0                         # a guarded shared layout's gap slots (packing.py); 0: not guarded
+    block_ids: list = attrs.field(factory=list)   # rows made of kept blocks (`encrypt_blocks`): one id per block
+    kept: list = attrs.field(factory=list)        # the ids S holds from earlier answers: their columns not sent
 
     def layout(self) -> Layout:
         return Layout(tuple(tuple(b) for b in self.blocks), tuple(self.cells), self.width, self.per, tuple(self.groups),
@@ -69,8 +74,14 @@ class EncryptedOneHot(Message):
     def validate(self) -> EncryptedOneHot:
         super().validate()
         lay = self.layout()
-        if self.ciphertexts.dtype != np.uint8 or self.ciphertexts.ndim != 3 or self.ciphertexts.shape[1] != lay.plaintexts:
-            raise self._fail(f"ciphertexts have shape {self.ciphertexts.shape}, expected (rows, {lay.plaintexts}, bytes)")
+        if self.block_ids and (len(self.block_ids) != len(self.blocks) or not set(self.kept) <= set(self.block_ids)
+                               or len(set(self.groups)) != len(self.groups) or lay.shared):
+            raise self._fail("block ids need one id per block, each block in its own group of a tight layout")
+        if self.kept and not self.block_ids:
+            raise self._fail("kept blocks named without block ids")
+        sent = lay.plaintexts - sum(len(lay.columns(i)) for i, k in enumerate(self.block_ids) if k in self.kept)
+        if self.ciphertexts.dtype != np.uint8 or self.ciphertexts.ndim != 3 or self.ciphertexts.shape[1] != sent:
+            raise self._fail(f"ciphertexts have shape {self.ciphertexts.shape}, expected (rows, {sent}, bytes)")
         if int(self.modulus, 16).bit_length() < paillier.MIN_KEY_BITS:
             raise self._fail(f"Paillier modulus shorter than {paillier.MIN_KEY_BITS} bits")
         return self
@@ -211,6 +222,125 @@ def encrypt_rows(party: str, recipient: str, view: Dataset, queries: Sequence[Qu
                            paillier.to_bytes(public_key, cts.reshape(plain.shape)), lay.count_bits, lay.guard).validate()
 
 
+class RowsCache:
+    """E's encrypted rows that S holds from earlier answers of one run, for one (E, S) pair: block id -> its
+    ciphertext columns (uint8 (n, columns, 2·key_bits/8)), or E's whole rows (an `EncryptedOneHot`), at S; or
+    only their size in E's record of what S holds (`arrays` False).
+    Bounded: at most `max_bytes` of ciphertexts, the least recently used block dropped first. E and S apply the same
+    operations in the same order (`keep_blocks`), so E's record and S's store drop the same blocks."""
+
+    def __init__(self, max_bytes: int, arrays: bool = True) -> None:
+        self.max_bytes, self.arrays = int(max_bytes), arrays
+        self.items: OrderedDict[str, tuple[Any, int]] = OrderedDict()
+        self.bytes = 0
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.items
+
+    def get(self, key: str) -> Any:
+        self.items.move_to_end(key)
+        return self.items[key][0]
+
+    def put(self, key: str, value: Any, nbytes: int) -> None:
+        if key in self.items or nbytes > self.max_bytes:
+            return
+        while self.bytes + nbytes > self.max_bytes:
+            _, (_, b) = self.items.popitem(last=False)
+            self.bytes -= b
+        self.items[key] = (value, int(nbytes))
+        self.bytes += int(nbytes)
+
+
+def block_id(salt: bytes, modulus: str, block: Sequence[str], width: int, codes: np.ndarray) -> str:
+    """E's name for one encrypted block: its attributes, slot width and key, and its rows' codes (the column
+    as the query bins it), under a salt E draws per run from the OS CSPRNG (S cannot test guesses of E's column)."""
+    head = f"vertisynth/he-block/v1|{modulus}|{'|'.join(block)}|{width}|".encode()
+    return hmac.new(salt, head + np.ascontiguousarray(codes, "<i8").tobytes(), hashlib.sha256).hexdigest()[:32]
+
+
+def usual_layout(queries: Sequence[Query], size: Callable[[tuple[str, ...]], int], n: int, offset: int,
+                 modulus_bits: int, slot_bits: int | None = None, separate: bool = False) -> Layout:
+    """The layout `encrypt_rows` builds for `queries` (blocks of the same groupings packed together, or each in
+    its own group where `separate`; a shared layout where that needs fewer plaintexts)."""
+    blocks, groups = block_groups(unique(queries), separate)
+    return Layout.build(blocks, [size(b) for b in blocks], n, offset, modulus_bits, groups, slot_bits, True)
+
+
+def blocks_layout(queries: Sequence[Query], size: Callable[[tuple[str, ...]], int], n: int, offset: int,
+                  modulus_bits: int, slot_bits: int | None = None) -> Layout:
+    """The layout of rows made of kept blocks: every block of `queries` (E's side) on its own plaintexts, tight
+    (a block's ciphertexts do not depend on which other blocks a query asks with it)."""
+    blocks, groups = block_groups(unique(queries), separate=True)
+    return Layout.build(blocks, [size(b) for b in blocks], n, offset, modulus_bits, groups, slot_bits, share=False)
+
+
+def encrypt_blocks(party: str, recipient: str, view: Dataset, queries: Sequence[Query], public_key, offset: int,
+                   salt: bytes, held: Callable[[str], bool], workers: int = 0, chunk: int = 2048,
+                   slot_bits: int | None = None, limit: int | None = None) -> EncryptedOneHot | None:
+    """Round 1 at E on `blocks_layout`: the blocks S holds already (`held(id)`) are named, the others encrypted
+    (fresh randomness) and sent; S sums both alike (`expand_rows`). None (nothing encrypted) when that would take
+    more than `limit` new ciphertexts per row (the usual layout, `encrypt_rows`, packs several fresh blocks
+    tighter)."""
+    queries = unique(queries)
+    blocks, groups = block_groups(queries, separate=True)
+    codes, cells = zip(*(tuple_codes(view, b) for b in blocks))
+    bits, modulus = public_key.n.bit_length(), format(public_key.n, "x")
+    lay = Layout.build(blocks, cells, view.n, offset, bits, groups, slot_bits, share=False)
+    ids = [block_id(salt, modulus, b, lay.width, c) for b, c in zip(blocks, codes)]
+    fresh = [i for i, k in enumerate(ids) if not held(k)]
+    if limit is not None and sum(len(lay.columns(i)) for i in fresh) > limit:
+        return None
+    width = paillier.ciphertext_bytes(public_key)
+    if fresh:
+        sub = Layout.build([blocks[i] for i in fresh], [cells[i] for i in fresh], view.n, offset, bits,
+                           range(len(fresh)), slot_bits, share=False)
+        plain = sub.pack_rows([codes[i] for i in fresh])
+        cts = np.array(paillier.encrypt_many(public_key, plain.ravel().tolist(), workers, chunk,
+                                             label="encrypt rows"), dtype=object)
+        raw = paillier.to_bytes(public_key, cts.reshape(plain.shape))
+    else:
+        raw = np.zeros((view.n, 0, width), np.uint8)
+    return EncryptedOneHot(party, recipient, modulus, [list(b) for b in blocks], list(cells), lay.width, lay.per,
+                           list(lay.groups), raw, 0, 0, ids,
+                           [k for i, k in enumerate(ids) if i not in fresh]).validate()
+
+
+def keep_blocks(store: RowsCache, msg: EncryptedOneHot) -> np.ndarray | None:
+    """One message's effect on a `RowsCache` (E's record or S's store, the same steps on both, so both drop the
+    same blocks): every kept block touched, then every sent one stored (at S with its columns). At S returns the
+    full ciphertext array (kept blocks read from the store); at E (a record without arrays) None. A kept block the
+    store does not hold, or holds in another shape, is refused."""
+    lay = msg.layout()
+    rows, width = msg.ciphertexts.shape[0], msg.ciphertexts.shape[2]
+    cols = [len(lay.columns(i)) for i in range(len(msg.blocks))]
+    parts: dict[int, np.ndarray | None] = {}
+    for i, k in enumerate(msg.block_ids):
+        if k in msg.kept:
+            if k not in store:
+                raise MessageError(f"he: {msg.party!r} names encrypted rows (block {msg.blocks[i]}) that "
+                                   f"{msg.recipient!r} does not hold; refused")
+            parts[i] = store.get(k)
+            if parts[i] is not None and parts[i].shape != (rows, cols[i], width):
+                raise MessageError(f"he: {msg.party!r}'s kept rows for block {msg.blocks[i]} have shape "
+                                   f"{parts[i].shape}; refused")
+    j = 0
+    for i, k in enumerate(msg.block_ids):
+        if k not in msg.kept:
+            parts[i] = msg.ciphertexts[:, j:j + cols[i]]
+            j += cols[i]
+            store.put(k, np.array(parts[i]) if store.arrays else None, rows * cols[i] * width)
+    if not store.arrays:
+        return None
+    return np.concatenate([parts[i] for i in range(len(msg.blocks))], axis=1)
+
+
+def expand_rows(msg: EncryptedOneHot, store: RowsCache) -> EncryptedOneHot:
+    """At S: E's rows with every kept block filled in from S's store (and the sent ones stored for later answers)."""
+    if not msg.block_ids:
+        return msg
+    return attrs.evolve(msg, ciphertexts=keep_blocks(store, msg), kept=[]).validate()
+
+
 def check_layout(lay: Layout, queries: Sequence[Query], n: int, offset: int, modulus_bits: int,
                  size: Callable[[tuple[str, ...]], int] | None = None, slot_bits: int | None = None,
                  share: bool = True, separate: bool = False) -> Layout:
@@ -348,16 +478,21 @@ def run_real(enc_party: str, sum_party: str, enc_view: Dataset, sum_view: Datase
              costs: Costs | None = None, workers: int = 0, chunk: int = 2048,
              slot_bits: int | None = None, separate: bool = False,
              reuse: tuple[EncryptedOneHot, Sequence[Query], int] | None = None,
-             keep: Callable[[EncryptedOneHot], None] | None = None) -> NoisyCounts:
+             keep: Callable[[EncryptedOneHot], None] | None = None,
+             rows: EncryptedOneHot | None = None) -> NoisyCounts:
     """The three rounds in one process (the parties' steps are the functions above; `keys` is E's key pair).
     `separate`: E's layout puts every block in its own group (`encrypt_rows`). `reuse`: (E's rows from an earlier
     stage, that stage's queries, its offset T): S sums those rows (no new encryption; `HEEncoder.reuse_plan`).
-    `keep(m1)`: S keeps E's rows for such a later stage."""
+    `keep(m1)`: S keeps E's rows for such a later stage. `rows`: E's rows made of kept blocks (`encrypt_blocks`,
+    filled in at S by `expand_rows`), already made and counted by the caller."""
     public_key, private_key = keys
     costs = costs if costs is not None else Costs()
     t = support_bound(sigma)
     size = lambda b: int(np.prod([enc_view.domain.size(a) for a in b]))  # noqa: E731  (the public domain)
-    if reuse is None:
+    share = True
+    if rows is not None:
+        m1, plan, offset, separate, share = rows, None, None, True, False
+    elif reuse is None:
         c0 = cpu_now()
         m1 = encrypt_rows(enc_party, sum_party, enc_view, queries, public_key, t, workers, chunk, slot_bits,
                           separate=separate)
@@ -370,7 +505,7 @@ def run_real(enc_party: str, sum_party: str, enc_view: Dataset, sum_view: Datase
         separate = True
     c0 = cpu_now()
     m2 = sum_and_noise(sum_party, m1, sum_view, queries, sigma, sum_source, workers, size, slot_bits, offset=offset,
-                       plan_queries=plan, separate=separate)
+                       share=share, plan_queries=plan, separate=separate)
     costs.add(sum_party, cpu_now() - c0, sum(a.nbytes for a in m2.sums.values()),
               sum(int(np.prod(a.shape[:2])) for a in m2.sums.values()))
     c0 = cpu_now()

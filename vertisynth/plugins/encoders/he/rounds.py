@@ -105,7 +105,10 @@ class PartyStage:
                     self.layouts[summ] = kept[(self.me, summ)]
                     continue
                 separate = self.encoder.separate(self.me, summ, self.view.n, self.stage)
-                if self.me in self.fan:   # one encryption for every S (`HEEncoder.fanout`)
+                m1 = self._blocks(summ, qs, public, t) if self.oracle else None
+                if m1 is not None:
+                    pass
+                elif self.me in self.fan:   # one encryption for every S (`HEEncoder.fanout`)
                     if once is None:
                         _progress(f"{self.me}: encrypting {self.view.n:,} rows for its peers ({self.stage})")
                         once = protocol.encrypt_rows(self.me, summ, self.view, self.fan[self.me][0], public, t,
@@ -130,6 +133,18 @@ class PartyStage:
                 else:   # E's selection rows, kept (and checked) then; checked again against this stage's key
                     m1 = kept[(enc_party, self.me)]
                 check_rows(self.me, m1, enc_party, self.keys_in[enc_party])
+                if m1.block_ids:   # rows made of blocks (`encrypt_blocks`): an oracle answer's only
+                    if not self.oracle:
+                        raise MessageError(f"{rnd.replace('sums', 'rows')} from {enc_party!r}: rows made of kept "
+                                           f"blocks outside an oracle answer; refused")
+                    held = self.encoder.blocks_store(enc_party, self.me, int(m1.modulus, 16), "S")
+                    m1 = protocol.expand_rows(m1, held)
+                    _progress(f"{self.me}: summing {enc_party}'s ciphertexts ({self.stage})")
+                    m2 = protocol.sum_and_noise(self.me, m1, self.view, qs, sigma, self.sources(pair, "sum"),
+                                                cfg.workers, self.encoder.cells, cfg.slot_bits, share=False,
+                                                separate=True)
+                    yield [enc_party], m2.kind, m2.to_bytes(), enc_party
+                    continue
                 separate = self.encoder.separate(enc_party, self.me, self.view.n, self.stage)
                 if separate:
                     kept[(enc_party, self.me)] = m1
@@ -140,6 +155,21 @@ class PartyStage:
                     plan_queries=self.fan[enc_party][0] if fanned else None if plan is None else plan[0],
                     separate=separate or plan is not None or fanned)
                 yield [enc_party], m2.kind, m2.to_bytes(), enc_party
+
+    @property
+    def oracle(self) -> bool:
+        """An answer of the vertical oracle (stage "oracle-<k>"), not one of VertiMRF's planned stages."""
+        return self.stage.startswith(self.encoder.ORACLE_STAGE)
+
+    def _blocks(self, summ: str, queries, public: Any, offset: int) -> protocol.EncryptedOneHot | None:
+        """An oracle answer's rows as E makes them in one process (`HEEncoder.oracle_rows`): the blocks S holds
+        from earlier answers named, not sent; E's record of what S holds updated as S's store will be."""
+        record = self.encoder.blocks_store(self.me, summ, public.n, "E")
+        m1 = self.encoder.oracle_rows(self.me, summ, self.view, queries, offset, record)
+        if m1 is not None:
+            _progress(f"{self.me}: encrypting new blocks of {self.view.n:,} rows for {summ} ({self.stage})")
+            protocol.keep_blocks(record, m1)
+        return m1
 
     def _reused(self, enc: str, summ: str, queries) -> tuple[list, Any] | None:
         """The selection run whose rows this run sums again (`HEEncoder.reused`), or None."""

@@ -1,0 +1,73 @@
+"""Before any row is read: the cross-party answers a vertical twin will ask, as a measure prices them
+(`vertisynth validate --rows N`, issue 31).
+
+A twin's plan fixes its probes: every cross-party pair once, each attribute on at most `probe_bins` bins, one answer
+(the charges named `*cross_probe`). Its adaptive answers follow from the data (which marginal crosses parties, on
+which bins), so they are priced on a stand-in built from public facts only:
+
+* how many: each planned marginal charge (`*_marginal`) taken to cross parties in the share of attribute pairs that
+  cross (Adult, 2 parties of 8 and 7 attributes: 56 of 105 pairs; 27 marginals -> 15 answers; measured 11 and 14 on
+  4,000-row runs);
+* which: the first answer a table of the first party's smallest pair of attributes against one attribute of the
+  second, so that the second party is priced for its encryption too (its one unbinned side encrypts), then one
+  attribute against one, the cross-party pairs in turn from the median of their cells up (each answer one table,
+  unbinned: an attribute coarsened at the party makes an answer cheaper to sum, not dearer to encrypt).
+
+`answers(...)` returns them in the form `answers_cost` of a measure takes ({"domains", "queries", "sigma"}).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from vertisynth.core.dataset import VerticalPartition
+from vertisynth.core.domain import Domain
+from vertisynth.core.privacy import Charge
+
+from .probes import width_bins
+
+PROBE, MARGINAL = "cross_probe", "_marginal"
+
+
+def _domains(domain: Domain, owner: dict[str, str], attributes: Sequence[str],
+             bins: dict[str, Any] | None = None) -> dict[str, Domain]:
+    """Each party's public domain of `attributes` (sizes after `bins`)."""
+    sizes: dict[str, dict[str, int]] = {}
+    for a in dict.fromkeys(attributes):
+        n = int(max(bins[a]) + 1) if bins and a in bins else domain.size(a)
+        sizes.setdefault(owner[a], {})[a] = n
+    return {p: Domain.from_sizes(s) for p, s in sizes.items()}
+
+
+def answers(domain: Domain, partition: VerticalPartition, probe_bins: int, planned: Sequence[Charge],
+            sigma_for_rho: Any) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The twin's probe answer and the adaptive stand-in (module docstring), from the plan's charges, the public
+    domain and the partition; and what was counted ({"probes", "adaptive", "marginals"})."""
+    owner = {a: p.name for p in partition for a in p.attributes}
+    attrs = [a for a in domain.attributes if a in owner]
+    pairs = [(a, b) for a, b in itertools.combinations(attrs, 2) if owner[a] != owner[b]]
+    probes = [c for c in planned if c.mechanism.endswith(PROBE)]
+    margs = [c for c in planned if c.mechanism.endswith(MARGINAL)]
+    out: list[dict[str, Any]] = []
+    if probes and pairs:
+        bins = width_bins(domain.project(attrs), probe_bins)
+        probed = pairs[: len(probes)]
+        out.append({"domains": _domains(domain, owner, [x for p in probed for x in p], bins),
+                    "queries": [((a,), (b,)) for a, b in probed], "sigma": sigma_for_rho(probes[0].cost.rho)})
+    total = len(attrs) * (len(attrs) - 1) // 2
+    adaptive = math.ceil(len(margs) * len(pairs) / total) if margs and pairs else 0
+    if adaptive:
+        sigma = sigma_for_rho(margs[0].cost.rho)
+        first, second = partition.names[0], partition.names[1]
+        mine = sorted((a for a in attrs if owner[a] == first), key=lambda a: (domain.size(a), a))
+        other = sorted((a for a in attrs if owner[a] == second), key=lambda a: (domain.size(a), a))
+        ordered = sorted(pairs, key=lambda p: (domain.size(p[0]) * domain.size(p[1]), p))
+        ordered = ordered[len(ordered) // 2:] + ordered[: len(ordered) // 2]
+        tables = [(tuple(mine[:2]), (other[0],))] if len(mine) >= 2 else []
+        tables += [((a,), (b,)) for a, b in itertools.islice(itertools.cycle(ordered), adaptive - len(tables))]
+        for left, right in tables[:adaptive]:
+            out.append({"domains": _domains(domain, owner, left + right), "queries": [(left, right)],
+                        "sigma": sigma})
+    return out, {"probes": len(probes), "adaptive": adaptive, "marginals": len(margs)}
