@@ -122,6 +122,6 @@ def test_auto_acceleration_is_plain_descent_where_that_converges_in_its_budget(s
 
 def test_auto_acceleration_needs_the_stop():
     dom, _, meas = _noisy(0)
-    for bad in ({"accelerate": "auto"}, {"accelerate": "yes", "atol": 0.5}):
+    for bad in ({"accelerate": "auto"}, {"accelerate": "yes", "atol": 0.5}, {"accelerate": 1, "atol": 0.5}):
         with pytest.raises(ConfigError, match="accelerate"):
             estimate(dom, meas, iters=10, **bad)

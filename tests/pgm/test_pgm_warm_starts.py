@@ -113,5 +113,6 @@ def test_server_fits_stop_at_the_tolerance_per_measured_cell(monkeypatch):
     for bad in (-1.0, float("inf"), "x"):
         with pytest.raises(ConfigError, match="fit_tolerance"):
             vsyn.VertiMRFConfig(fit_tolerance=bad)
-    with pytest.raises(ConfigError, match="fit_accelerate"):
-        vsyn.VertiMRFConfig(fit_accelerate="sometimes")
+    for bad in ("sometimes", 1):
+        with pytest.raises(ConfigError, match="fit_accelerate"):
+            vsyn.VertiMRFConfig(fit_accelerate=bad)

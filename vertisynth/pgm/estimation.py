@@ -168,7 +168,7 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], total: float |
     `accelerate`: momentum with restarts, True, False or "auto" (module docstring)."""
     if atol is not None and not (atol >= 0 and isinstance(window, int) and window >= 1):
         raise ConfigError(f"estimation: atol must be >= 0 and window a positive integer, got {atol!r}, {window!r}")
-    if accelerate not in (True, False, "auto") or (accelerate == "auto" and atol is None):
+    if not (isinstance(accelerate, bool) or accelerate == "auto") or (accelerate == "auto" and atol is None):
         raise ConfigError(f"estimation: accelerate must be true, false or 'auto' (with atol), got {accelerate!r}")
     # BLAS on one thread: the loop's BLAS calls (dot products over the measurement cells, matrix-vector sums
     # in the calibrator) are short and memory-bound, and once a vector passes OpenBLAS's threading threshold

@@ -161,7 +161,7 @@ class VertiMRFConfig:
             raise ConfigError(f"vertimrf: party_processes must be >= 1, got {self.party_processes}")
         if self.round_iters is not None and self.round_iters < 1:
             raise ConfigError(f"vertimrf: round_iters must be >= 1 or omitted, got {self.round_iters}")
-        if self.fit_accelerate not in (True, False, "auto"):
+        if not (isinstance(self.fit_accelerate, bool) or self.fit_accelerate == "auto"):
             raise ConfigError(f"vertimrf: fit_accelerate must be true, false or 'auto', got {self.fit_accelerate!r}")
         if not (isinstance(self.fit_tolerance, (int, float)) and 0 <= self.fit_tolerance < math.inf):
             raise ConfigError(f"vertimrf: fit_tolerance must be a number >= 0 (0: run to iters), got {self.fit_tolerance!r}")
