@@ -16,8 +16,9 @@ sample (process and children, getrusage) per round and their median, µs per row
 (LocEnc, the chunk jobs), the server step's CPU, the `tvd` evaluator's 3-way TVD (`--marginals` random 3-way
 marginals, mean over seeds) and the ratio of the medians against the anchor. The sparse and dense kernels publish
 the same sketches bit for bit, and the estimators agree up to rounding, so the TVDs should agree on every seed.
-"plain" / "accel" are this tree with the server fits' momentum off / on (`fit_accelerate`), e.g.
-`--paths plain,accel --eps 0.4 --seeds 0,1 --datasets adult,nltcs`.
+"plain" / "accel" / "auto" are this tree with the server fits' momentum off / on / "auto" (`fit_accelerate`), e.g.
+`--paths plain,accel --eps 0.4 --seeds 0,1 --datasets adult,nltcs`; "defaults" this tree's defaults and "before" the
+server fits as they were before "auto" (plain descent, `fit_tolerance` 3e-3): `--paths before,defaults`.
 Datasets: adult, nltcs (from $VERTISYNTH_DATA), zoo:<preset> (built-in generator, its default size).
 """
 from __future__ import annotations
@@ -41,7 +42,10 @@ DATA = os.environ.get("VERTISYNTH_DATA", str(Path(__file__).resolve().parents[2]
 
 
 # paths that vary the server fits instead of the kernel: mirror descent without / with momentum (issue 33)
-PATH_PARAMS = {"plain": {"fit_accelerate": False}, "accel": {"fit_accelerate": True}}
+PATH_PARAMS = {"plain": {"fit_accelerate": False}, "accel": {"fit_accelerate": True}, "auto": {"fit_accelerate": "auto"},
+               "defaults": {},
+               # the server fits' defaults before the second pass of issue 33: plain descent, atol 3e-3 per cell
+               "before": {"fit_accelerate": False, "fit_tolerance": 3e-3}}
 
 
 def total_cpu() -> float:

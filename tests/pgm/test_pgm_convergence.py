@@ -100,3 +100,28 @@ def test_a_warm_start_with_a_collapsed_step_is_not_taken_for_convergence(acceler
                        atol=0.5, accelerate=accelerate)
         full = estimate(dom, meas, total=2000.0, iters=3000, tol=0.0)
         assert fit.losses[-1] - full.losses[-1] <= 1.0, (step, fit.iterations, fit.losses[0], fit.losses[-1])
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_auto_acceleration_is_plain_descent_where_that_converges_in_its_budget(seed):
+    """accelerate="auto": where plain descent reaches the atol stop within `iters`, the fit is plain descent's,
+    bit for bit (its early stop is kept: at the same loss it scored better than momentum on NLTCS, docs/speed.md);
+    where plain descent would be cut off by `iters` far from the stop, momentum takes over and gets lower."""
+    dom, _, meas = _noisy(seed)
+    plain = estimate(dom, meas, total=2000.0, iters=3000, tol=0.0, atol=0.5)
+    auto = estimate(dom, meas, total=2000.0, iters=3000, tol=0.0, atol=0.5, accelerate="auto")
+    assert plain.iterations < 3000 and auto.iterations == plain.iterations
+    assert np.array_equal(auto.phi, plain.phi) and auto.losses == plain.losses
+    dom, meas = _ill_conditioned(seed)   # the loose measurements converge slowly: 400 plain steps are far from it
+    plain = estimate(dom, meas, total=20000.0, iters=400, tol=0.0, atol=1e-3 * 300)
+    auto = estimate(dom, meas, total=20000.0, iters=400, tol=0.0, atol=1e-3 * 300, accelerate="auto")
+    assert plain.iterations == 400
+    assert auto.losses[:101] == plain.losses[:101]   # plain steps until a quarter of the budget
+    assert auto.losses[-1] < 0.5 * plain.losses[-1]
+
+
+def test_auto_acceleration_needs_the_stop():
+    dom, _, meas = _noisy(0)
+    for bad in ({"accelerate": "auto"}, {"accelerate": "yes", "atol": 0.5}, {"accelerate": 1, "atol": 0.5}):
+        with pytest.raises(ConfigError, match="accelerate"):
+            estimate(dom, meas, iters=10, **bad)

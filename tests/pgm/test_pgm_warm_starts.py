@@ -98,17 +98,21 @@ def test_estimation_runs_blas_on_one_thread_and_restores_it():
 
 
 def test_server_fits_stop_at_the_tolerance_per_measured_cell(monkeypatch):
-    """VertiMRF's server fits: momentum off by default (it stalled OptMRF: test_vertimrf_cross_quality.py), and
-    estimate's atol = fit_tolerance × measured cells; fit_tolerance = 0 gives the plain fixed-budget fits, and
-    fit_accelerate = true passes momentum on."""
+    """VertiMRF's server fits: momentum "auto" by default (only where plain descent would be cut off far from the
+    stop: pgm.estimation), and estimate's atol = fit_tolerance × measured cells; fit_tolerance = 0 gives the plain
+    fixed-budget fits (no momentum), and fit_accelerate = true / false passes momentum always / never."""
     _, calls = fit_recording(monkeypatch, {})
-    assert calls and all(kw["accelerate"] is False for _, kw, _ in calls)
+    assert calls and all(kw["accelerate"] == "auto" for _, kw, _ in calls)
     for meas, kw, _ in calls:
-        assert kw["atol"] == pytest.approx(3e-3 * sum(m.values.size for m in meas))
+        assert kw["atol"] == pytest.approx(1e-2 * sum(m.values.size for m in meas))
     _, plain = fit_recording(monkeypatch, {"fit_tolerance": 0})
     assert all(kw["atol"] is None and kw["accelerate"] is False for _, kw, _ in plain)
-    _, fast = fit_recording(monkeypatch, {"fit_accelerate": True})
-    assert all(kw["accelerate"] is True for _, kw, _ in fast)
+    for setting in (True, False):
+        _, got = fit_recording(monkeypatch, {"fit_accelerate": setting})
+        assert all(kw["accelerate"] is setting for _, kw, _ in got)
     for bad in (-1.0, float("inf"), "x"):
         with pytest.raises(ConfigError, match="fit_tolerance"):
             vsyn.VertiMRFConfig(fit_tolerance=bad)
+    for bad in ("sometimes", 1):
+        with pytest.raises(ConfigError, match="fit_accelerate"):
+            vsyn.VertiMRFConfig(fit_accelerate=bad)

@@ -22,6 +22,12 @@ Candès 2015): each step starts from φ_k + k/(k+3) (φ_k − φ_{k−1}), the l
 would raise the loss is dropped and the momentum reset, at the step size φ had (the backtracks were the
 extrapolated point's). Two propagations a step instead of one, but on ill-conditioned fits (VertiMRF on Adult) the
 same loss in about a quarter of the propagations (docs/speed.md).
+`accelerate = "auto"` (needs `atol`): plain steps while they are on course to converge within the budget; once
+a quarter of `iters` (and `2 window`) steps are taken and the O(1/k) estimate says plain descent needs more than `iters` steps to get within
+`atol` (k · gap / atol > iters, gap the window estimate above), momentum is switched on for the rest of the fit.
+Plain descent stopped early keeps the fit near its start along the directions the measurements pin down least
+(the noisiest), which momentum fits sooner: at the same loss the plain fit scored better (docs/speed.md), so
+momentum only takes over where the plain fit would be cut off by `iters` far from converged.
 Warm starts (`atol` given): a fit whose loss is already <= atol stops before its first step (L* >= 0), so a start at
 its optimum neither steps nor hands on a line search's collapsed η; and while η is still doubling (before the first
 backtrack) small relative progress is not counted towards the small-progress stop, which once ended a warm-started
@@ -152,16 +158,18 @@ def estimate(domain: Domain, measurements: Sequence[Measurement], total: float |
              extra_cliques: Sequence[Sequence[str]] = (),
              callback: Callable[[int, float], None] | None = None, growth: float = 1.05,
              step: float | None = None, phi0: np.ndarray | None = None, atol: float | None = None,
-             window: int = 50, accelerate: bool = False) -> EstimationResult:
+             window: int = 50, accelerate: bool | str = False) -> EstimationResult:
     """Fit a GraphicalModel to noisy marginal measurements by mirror descent with Armijo line search.
     `step`: the initial step size η (default 1/total, doubled until the first backtrack); a re-estimate
     warm-started from an earlier result can pass that result's `step`.
     `phi0`: an earlier result's `phi` on the first measurements of this list (the rest start at zero): a warm
     start that holds on any junction tree, since φ is measurement-shaped (AIM adds a measurement per round).
     `atol`, `window`: the convergence stop of the module docstring (None: only `iters` and `tol`);
-    `accelerate`: momentum with restarts (module docstring)."""
+    `accelerate`: momentum with restarts, True, False or "auto" (module docstring)."""
     if atol is not None and not (atol >= 0 and isinstance(window, int) and window >= 1):
         raise ConfigError(f"estimation: atol must be >= 0 and window a positive integer, got {atol!r}, {window!r}")
+    if not (isinstance(accelerate, bool) or accelerate == "auto") or (accelerate == "auto" and atol is None):
+        raise ConfigError(f"estimation: accelerate must be true, false or 'auto' (with atol), got {accelerate!r}")
     # BLAS on one thread: the loop's BLAS calls (dot products over the measurement cells, matrix-vector sums
     # in the calibrator) are short and memory-bound, and once a vector passes OpenBLAS's threading threshold
     # (~10k cells) its worker threads spin between calls: 5x the CPU per step and no faster (docs/scale.md)
@@ -174,7 +182,7 @@ def _estimate(domain: Domain, measurements: Sequence[Measurement], total: float 
               warm_start: GraphicalModel | None, max_cells: float, tol: float, extra_cliques: Sequence[Sequence[str]],
               callback: Callable[[int, float], None] | None, growth: float, step: float | None,
               phi0: np.ndarray | None = None, atol: float | None = None, window: int = 50,
-              accelerate: bool = False) -> EstimationResult:
+              accelerate: bool | str = False) -> EstimationResult:
     if not growth >= 1.0:
         raise ConfigError(f"step growth must be >= 1, got {growth}")
     if not measurements:
@@ -243,6 +251,8 @@ def _estimate(domain: Domain, measurements: Sequence[Measurement], total: float 
     ramp = True  # double the step until the first backtrack (at once if `step` was good), then grow it gently
     it = 0
     prev, momentum = phi, 0   # accelerate: the previous iterate and the steps since the last restart
+    auto = accelerate == "auto"
+    accelerate = accelerate is True
     for it in range(1, iters + 1):
         if atol is not None and loss <= atol:   # L* >= 0, so L − L* <= L <= atol: converged (e.g. a warm start
             it -= 1                             # at its optimum, whose line search would only shrink η)
@@ -283,7 +293,11 @@ def _estimate(domain: Domain, measurements: Sequence[Measurement], total: float 
         if small >= 5:
             break
         k = len(losses) - 1   # accepted steps
-        if atol is not None and k >= window and (losses[k - window] - loss) * k / window <= atol:
-            break
+        if atol is not None and k >= window:
+            gap = (losses[k - window] - loss) * k / window
+            if gap <= atol:
+                break
+            if auto and k >= max(2 * window, iters // 4) and k * gap > atol * iters:   # plain would not get there
+                auto, accelerate = False, True
     model = model.with_potentials(cal.potentials(phi, base), total)
     return EstimationResult(model, losses, it, time.perf_counter() - t0, eta, phi)

@@ -76,7 +76,7 @@ params = {{ encoder_params = {{ t = 2000 }}, local_params = {{ iters = 30, refin
 """
 
 
-@pytest.mark.parametrize("accelerate", ["false", "true"])
+@pytest.mark.parametrize("accelerate", ["false", "true", '"auto"'])
 def test_a_strong_cross_party_pair_survives_the_noise_draws_that_stalled_the_accelerated_fit(tmp_path, accelerate):
     """tests/deploy/test_deploy.py's keyed run (a == c for 85% of people, ε 8): under two test secrets OptMRF with
     momentum stalled at the local models' warm start and published a, c independent (agreement 1/3), a

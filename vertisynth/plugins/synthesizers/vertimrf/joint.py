@@ -137,7 +137,7 @@ class JointFit:
                 counts, var = self._cross_estimate(enc, (a,), dists)
                 one_way[a] = (np.clip(counts.values, 0, None), var)
         res = estimate(dom, meas, total=n_hat, iters=c.iters, extra_cliques=cliques, max_cells=float("inf"),
-                       atol=c.fit_atol(meas), accelerate=c.fit_accelerate)
+                       atol=c.fit_atol(meas), accelerate=c.fit_momentum())
         t2 = time.perf_counter()
         # the chosen tables: two-party pairs and triples inside the cliques, picked greedily by the model's excess error
         # on the cross pairs they cover (error beyond the selection table's own noise) that no earlier pick covered
@@ -218,7 +218,7 @@ class JointFit:
             inside = all(res.model.tree.clique_for(s) is not None for s in chosen)
             res = estimate(dom, meas, total=n_hat, iters=c.iters, warm_start=res.model if inside else None,
                            extra_cliques=cliques, max_cells=float("inf"), atol=c.fit_atol(meas),
-                           accelerate=c.fit_accelerate)
+                           accelerate=c.fit_momentum())
         self._model, self._n_hat, self._measurements = res.model, n_hat, meas
         self._chosen, self._cliques = chosen, cliques
         self._kappa, self._fallback = None, []   # (the sketch path's interaction scale and fallback pairs: none here)

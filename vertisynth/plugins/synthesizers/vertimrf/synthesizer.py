@@ -120,16 +120,20 @@ class VertiMRFConfig:
     round_iters: int | None = 500
     # the server fits (pgm.estimation): a stop once the loss left to gain is estimated below fit_tolerance per
     # measured cell (squared noise stds: the measured marginals are then within √(2 fit_tolerance) noise stds per
-    # cell, RMS, of the optimum's); 0: run to `iters`. fit_accelerate (momentum with restarts) is off: from the
-    # local models' warm start it stalled OptMRF at the start and lost a strong cross-party pair in 2 of 16 noise
-    # draws (test_vertimrf_cross_quality.py)
-    fit_accelerate: bool = False
-    fit_tolerance: float = 3e-3
+    # cell, RMS, of the optimum's); 0: run to `iters`. fit_accelerate: momentum with restarts, "auto" (the default)
+    # only where plain descent would be cut off by `iters` far from converged (pgm.estimation; on the zoo, NLTCS and
+    # Adult plain descent stopped early scored better at the same loss: docs/speed.md), true always, false never
+    fit_accelerate: Any = "auto"   # true, false or "auto"
+    fit_tolerance: float = 1e-2
     party_processes: int = 1   # the one-process run: parties stepping at once, a forked process each (same result)
 
     def fit_atol(self, meas: Sequence[Measurement]) -> float | None:
         """`estimate`'s atol for a fit of these measurements (None: off)."""
         return self.fit_tolerance * sum(m.values.size for m in meas) if self.fit_tolerance > 0 else None
+
+    def fit_momentum(self) -> bool | str:
+        """`estimate`'s accelerate ("auto" needs the tolerance's stop: without it, plain descent)."""
+        return False if self.fit_accelerate == "auto" and self.fit_tolerance == 0 else self.fit_accelerate
 
     def __attrs_post_init__(self) -> None:
         if min(self.local_fraction, self.value_fraction) < 0 or self.local_fraction + self.value_fraction >= 1:
@@ -157,6 +161,8 @@ class VertiMRFConfig:
             raise ConfigError(f"vertimrf: party_processes must be >= 1, got {self.party_processes}")
         if self.round_iters is not None and self.round_iters < 1:
             raise ConfigError(f"vertimrf: round_iters must be >= 1 or omitted, got {self.round_iters}")
+        if not (isinstance(self.fit_accelerate, bool) or self.fit_accelerate == "auto"):
+            raise ConfigError(f"vertimrf: fit_accelerate must be true, false or 'auto', got {self.fit_accelerate!r}")
         if not (isinstance(self.fit_tolerance, (int, float)) and 0 <= self.fit_tolerance < math.inf):
             raise ConfigError(f"vertimrf: fit_tolerance must be a number >= 0 (0: run to iters), got {self.fit_tolerance!r}")
         if self.rounds < 0 or self.per_round < 1 or self.iters < 1 or self.max_clique_cells < 4:
@@ -474,7 +480,7 @@ class VertiMRFSynthesizer(JointFit, Synthesizer):
         warm = c.local_start and locals_ and c.binning != "mass"
         start = self._local_start(dom, meas, cliques, locals_, n_hat) if warm else None
         res = estimate(dom, meas, total=n_hat, iters=c.iters, extra_cliques=cliques, max_cells=float("inf"),
-                       warm_start=start, atol=c.fit_atol(meas), accelerate=c.fit_accelerate)
+                       warm_start=start, atol=c.fit_atol(meas), accelerate=c.fit_momentum())
         t2 = time.perf_counter()
         # Phase 5: OptMRF with cross-party marginals inside the global cliques
         cands = sorted({p for q in cliques for p in itertools.combinations(q, 2) if owner[p[0]] != owner[p[1]]})
@@ -512,7 +518,7 @@ class VertiMRFSynthesizer(JointFit, Synthesizer):
             last = rnd == c.rounds - 1 or not [u for u in usable if u[0] not in chosen]
             iters = c.iters if last or c.round_iters is None else min(c.round_iters, c.iters)
             res = estimate(dom, meas, total=n_hat, iters=iters, warm_start=res.model, max_cells=float("inf"),
-                           step=res.step or None, atol=c.fit_atol(meas), accelerate=c.fit_accelerate)
+                           step=res.step or None, atol=c.fit_atol(meas), accelerate=c.fit_momentum())
         self._model = res.model
         self._n_hat = n_hat
         self._measurements = meas
