@@ -125,3 +125,46 @@ def test_auto_acceleration_needs_the_stop():
     for bad in ({"accelerate": "auto"}, {"accelerate": "yes", "atol": 0.5}, {"accelerate": 1, "atol": 0.5}):
         with pytest.raises(ConfigError, match="accelerate"):
             estimate(dom, meas, iters=10, **bad)
+
+
+@pytest.mark.parametrize("accelerate", [False, True])
+def test_a_step_whose_loss_is_not_finite_is_never_accepted(monkeypatch, accelerate):
+    """A trial step whose marginals come back NaN (a propagation gone numerically wrong) used to be accepted once the
+    line search bottomed out (NaN > loss is False), leaving a NaN model that sampled a normal-looking table. It is
+    rejected now: the fit keeps its last finite iterate."""
+    from vertisynth.pgm.calibrator import Calibrator
+
+    dom, _, meas = _noisy(0)
+    real = Calibrator.marginals
+    calls = {"n": 0}
+
+    def breaks_after_a_few_steps(self, phi, total):
+        calls["n"] += 1
+        mu = real(self, phi, total)
+        return mu if calls["n"] <= 6 else np.full_like(mu, np.nan)
+
+    monkeypatch.setattr(Calibrator, "marginals", breaks_after_a_few_steps)
+    res = estimate(dom, meas, total=2000.0, iters=50, accelerate=accelerate)
+    assert all(np.isfinite(res.losses)) and np.all(np.isfinite(res.phi))
+    assert all(np.all(np.isfinite(t)) for t in res.model.theta)
+    assert res.losses[-1] < res.losses[0]   # the finite steps taken before are kept
+
+
+def test_a_fit_whose_start_is_not_finite_is_refused_in_one_line(monkeypatch):
+    from vertisynth.core.errors import EstimationError
+    from vertisynth.pgm.calibrator import Calibrator
+
+    dom, _, meas = _noisy(0)
+    monkeypatch.setattr(Calibrator, "marginals", lambda self, phi, total: np.full(self.M, np.nan))
+    with pytest.raises(EstimationError, match="loss is nan at its start"):
+        estimate(dom, meas, total=2000.0, iters=10)
+
+
+def test_a_model_with_nan_potentials_is_refused_at_sampling():
+    from vertisynth.core.errors import EstimationError
+
+    dom, truth, _ = _noisy(0)
+    broken = truth.with_potentials([np.full_like(t, np.nan) for t in truth.theta], truth.total)
+    with pytest.raises(EstimationError, match="NaN or infinite"):
+        broken.sample(10, np.random.default_rng(0))
+    truth.sample(10, np.random.default_rng(0))   # a finite model samples as before

@@ -33,6 +33,10 @@ class MessageError(VertisynthError):
     """A message between a party and the server is malformed, truncated or inconsistent."""
 
 
+class EstimationError(VertisynthError):
+    """A model fit went numerically wrong (a non-finite loss or model): refused rather than sampled from."""
+
+
 def suggest(name: str, choices: Iterable[str]) -> str:
     """' (did you mean 'x'?)' when a close match exists, else ''."""
     close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)

@@ -54,7 +54,7 @@ from threadpoolctl import ThreadpoolController
 
 from vertisynth.core import progress
 from vertisynth.core.domain import Domain
-from vertisynth.core.errors import ConfigError, DomainError
+from vertisynth.core.errors import ConfigError, DomainError, EstimationError
 
 from .graph import DEFAULT_MAX_CELLS, build_junction_tree
 from .calibrator import Calibrator
@@ -245,6 +245,9 @@ def _estimate(domain: Domain, measurements: Sequence[Measurement], total: float 
         return 0.5 * float(g @ resid), (g if Q is None else Q.T @ g), mu
 
     loss, grad, mu = loss_and_grad(phi)
+    if not np.isfinite(loss):
+        raise EstimationError(f"estimation: the model's loss is {loss} at its start (a warm start or measurements "
+                              "the calibrator cannot represent); refused rather than fitted")
     losses = [loss]
     eta = 1.0 / total if step is None or not step > 0 else float(step)
     small = 0
@@ -272,7 +275,7 @@ def _estimate(domain: Domain, measurements: Sequence[Measurement], total: float 
                 break
             eta /= 2
             ramp = False
-        if new_loss > loss:
+        if not new_loss <= loss:   # worse, or not finite (NaN compares false): never accepted
             if momentum:   # the momentum overshot: drop the step, restart from φ without it, at the step size
                 momentum = 0   # φ had (the backtracks were the extrapolated point's, not φ's)
                 eta, ramp = eta_before, ramp_before
@@ -300,4 +303,7 @@ def _estimate(domain: Domain, measurements: Sequence[Measurement], total: float 
             if auto and k >= max(2 * window, iters // 4) and k * gap > atol * iters:   # plain would not get there
                 auto, accelerate = False, True
     model = model.with_potentials(cal.potentials(phi, base), total)
+    if not all(np.all(t < np.inf) for t in model.theta):   # NaN or +inf (a -inf log-potential is a zero cell)
+        raise EstimationError("estimation: the fitted model's potentials are NaN or infinite; refused rather than "
+                              "sampled from")
     return EstimationResult(model, losses, it, time.perf_counter() - t0, eta, phi)

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 
 from vertisynth.core.dataset import Dataset
-from vertisynth.core.errors import ConfigError
+from vertisynth.core.errors import ConfigError, EstimationError
 from vertisynth.core.factor import Factor
 
 from .graph import JunctionTree
@@ -309,6 +309,8 @@ class GraphicalModel:
             raise ConfigError(f"cannot sample {n} records")
         if block_rows < 1:
             raise ConfigError(f"sampling block_rows must be at least 1, got {block_rows}")
+        if not all(np.all(t < np.inf) for t in self.theta):   # NaN or +inf: a fit gone wrong, not a distribution
+            raise EstimationError("the model's potentials are NaN or infinite: refused rather than sampled from")
         if method == "round" and n > block_rows and n >= HYPERGEOMETRIC_MAX:
             raise ConfigError(f"'round' sampling in blocks draws at most {HYPERGEOMETRIC_MAX - 1:,} records, "
                               f"got {n:,}: sample in several calls or with method 'sample'")
