@@ -113,7 +113,8 @@ def run_cell(spec: dict) -> list[dict]:
     row0 = {"dataset": ds, "epsilon": eps, "seed": seed, "method": method, "crypto": spec["crypto"],
             "marginals": spec["marginals"], "note": "", "measure": measure_name}
     if method == "independent":
-        return [{**row0, "trust": "-", "measure": "-", "twin": round(score(base.synthetic_codes), 6), "cpu_party": f"{cpu_ind:.1f}"}]
+        return [{**row0, "trust": "-", "measure": "-", "twin": round(score(base.synthetic_codes), 6),
+                 "cpu_party": f"{cpu_ind:.1f}"}]
     if method == "vertimrf":
         c0 = time.process_time()
         vparams = ({"encoder": measure_name} if once else   # a release-once encoder at its defaults
