@@ -3,6 +3,7 @@
     python benchmarks/vertical_twins.py [--quick] [--datasets zoo:all,nltcs,adult]
         [--methods aim,mst,private_pgm,dpsyn,privmrf,vertimrf,independent] [--epsilons 0.4,1.6] [--seeds 0,1]
         [--trusts none,server] [--crypto simulated] [--marginals 300] [--csv FILE] [--cell-cpu 900]
+        [--measure he|dpfm|grr] [--release 0.5]
     python benchmarks/vertical_twins.py --report FILE [--markdown]
 
 For every synthesizer × dataset × ε × seed: the central run (CentralOracle on the joined table) and the vertical
@@ -25,6 +26,14 @@ already in the file (a central score already there is reused for a missing trust
 and nothing is lost if it is cut. Each (dataset, ε, seed, method) cell runs in a child process capped at
 `--cell-cpu` CPU seconds; a cell past it is written with an empty score and the note "cpu > N" (rerun with a larger
 cap to retry it: rows with a note are retried).
+
+`--measure dpfm|grr`: the twins' cross-party marginals are read off one release (sealed DP FM sketches, trust
+"server"; GRR columns, trust "none": the measure's own trust, `--trusts` is not asked for), planned before the
+synthesizer at `--release` of its ρ (default the twin's `vertical.release`, 0.5), the rest paying its own
+within-party measurements. `vertimrf` then runs with that encoder (`encoder = dpfm|grr`, its defaults). The CSV's
+`measure` column tells these rows from he's (a CSV without that column takes he rows only), and `--report` prints,
+per synthesizer and release measure, the issue's target for them: better than VertiMRF with the same encoder and
+than independent columns, in every cell.
 
 `--report FILE` prints, per synthesizer and trust, the median and worst twin / central ratio against the twins'
 targets (none: ≤ 1.10× median, ≤ 1.20× worst; server: ≤ 1.03× median) and with `--markdown` one table per
@@ -54,7 +63,9 @@ TARGETS = {"none": (1.10, 1.20), "server": (1.03, None)}
 ITERS = {"aim": 1000, "mst": 1000}
 NO_BINS = 10_000   # VertiMRF-HE's "bins" above every domain: the he encoder measures raw values
 FIELDS = ["dataset", "epsilon", "seed", "method", "trust", "central", "twin", "ratio", "cpu_central", "cpu_party",
-          "cpu_server", "mb_sent", "crypto", "marginals", "note"]
+          "cpu_server", "mb_sent", "crypto", "marginals", "note", "measure"]
+# measures that release once, and the one trust each offers (docs/vertical.md, "Measures that release once")
+RELEASE_TRUST = {"dpfm": "server", "grr": "none"}
 
 
 def expand(datasets: str) -> list[str]:
@@ -67,17 +78,19 @@ def expand(datasets: str) -> list[str]:
 def run_cell(spec: dict) -> list[dict]:
     """One (dataset, ε, seed, method): the central run (unless `spec["central"]` carries it) and each trust's twin,
     or the reference method's one run. Returns the CSV rows."""
-    from vertisynth.core.capabilities import CrossPartyMeasure
+    from vertisynth.core.capabilities import CrossPartyMeasure, ReleasesOnce
     from vertisynth.core.dataset import Dataset
     from vertisynth.core.interfaces import PlanContext
     from vertisynth.core.privacy import Budget, PrivacyLedger
     from vertisynth.core.registry import default_registry
     from vertisynth.pgm.oracle import CentralOracle
     from vertisynth.run.config import parse_config
-    from vertisynth.run.pipeline import build_component, cross_party_measure, make_plan, run
+    from vertisynth.run.pipeline import build_component, cross_party_measure, make_plan, plan_release, run
     from vertisynth.vertical import VerticalOracle, party_streams
 
     ds, eps, seed, method = spec["dataset"], spec["epsilon"], spec["seed"], spec["method"]
+    measure_name = spec.get("measure", "he")
+    once = measure_name in RELEASE_TRUST
     reg = default_registry()
     name, _, preset = ds.partition(":")
     dparams = {"preset": preset} if name == "zoo" else {"data_dir": spec["data_dir"]} if spec["data_dir"] else {}
@@ -98,16 +111,19 @@ def run_cell(spec: dict) -> list[dict]:
         return tvd.evaluate(real, syn, np.random.default_rng(1000 + seed))["tvd_3way"]
 
     row0 = {"dataset": ds, "epsilon": eps, "seed": seed, "method": method, "crypto": spec["crypto"],
-            "marginals": spec["marginals"], "note": ""}
+            "marginals": spec["marginals"], "note": "", "measure": measure_name}
     if method == "independent":
-        return [{**row0, "trust": "-", "twin": round(score(base.synthetic_codes), 6), "cpu_party": f"{cpu_ind:.1f}"}]
+        return [{**row0, "trust": "-", "measure": "-", "twin": round(score(base.synthetic_codes), 6),
+                 "cpu_party": f"{cpu_ind:.1f}"}]
     if method == "vertimrf":
         c0 = time.process_time()
-        res = run(config("vertimrf", {"encoder": "he", "bins": NO_BINS,
-                                      "encoder_params": {"crypto": spec["crypto"]}}))
+        vparams = ({"encoder": measure_name} if once else   # a release-once encoder at its defaults
+                   {"encoder": "he", "bins": NO_BINS, "encoder_params": {"crypto": spec["crypto"]}})
+        res = run(config("vertimrf", vparams))
         cpu = time.process_time() - c0
         assert np.array_equal(res.real_codes.codes, real.codes)   # the same table as the other methods'
-        return [{**row0, "trust": "none", "twin": round(score(res.synthetic_codes), 6), "cpu_party": f"{cpu:.1f}"}]
+        return [{**row0, "trust": RELEASE_TRUST.get(measure_name, "none"), "twin": round(score(res.synthetic_codes), 6),
+                 "cpu_party": f"{cpu:.1f}"}]
 
     partition = make_plan(cfg).partition
     budget = Budget(eps, spec["delta"])
@@ -117,23 +133,31 @@ def run_cell(spec: dict) -> list[dict]:
     for mode in (["central"] if central is None else []) + [f"twin:{t}" for t in spec["trusts"]]:
         params = {"iters": iters} if iters is not None else {}
         trust = mode.partition(":")[2]
-        if trust:
+        if trust and once:
+            params["vertical"] = {"measure": measure_name, "trust": trust,
+                                  **({"release": spec["release"]} if spec.get("release") is not None else {})}
+        elif trust:
             params["vertical"] = {"measure": "he", "trust": trust, "params": {"crypto": spec["crypto"]}}
         comp = build_component(reg, "synthesizer", method, params, method)
         syn = comp.instance
         ledger = PrivacyLedger(budget)
-        ledger.plan(syn.plan(PlanContext(real.domain, partition, budget)))
+        ctx = PlanContext(real.domain, partition, budget)
+        if trust:   # the measure the pipeline builds from the vertical table (its trust checked there); a release
+            # is planned before the synthesizer (make_plan's order)
+            mcomp = cross_party_measure(reg, comp, partition)
+            released, ctx = plan_release(mcomp, comp, ctx)
+            ledger.plan(released)
+        ledger.plan(syn.plan(ctx))
         ledger.check_plan()
         rng = np.random.default_rng(seed)
         c0 = time.process_time()
         if not trust:
             syn.fit_oracle(CentralOracle(real, ledger), rng)
         else:
-            # the measure the pipeline builds from the vertical table (its trust checked there)
-            measure = cross_party_measure(reg, comp, partition).instance
-            assert isinstance(measure, CrossPartyMeasure) and measure.trust == trust
+            measure = mcomp.instance
+            assert isinstance(measure, (CrossPartyMeasure, ReleasesOnce)) and measure.trust == trust
             oracle = VerticalOracle(partition.views(real), partition, measure, ledger,
-                                    party_streams(rng, partition.names), "he")
+                                    party_streams(rng, partition.names), measure_name)
             syn.fit_oracle(oracle, rng)
         sample = syn.sample(None, rng)
         cpu = time.process_time() - c0
@@ -141,7 +165,9 @@ def run_cell(spec: dict) -> list[dict]:
         if not trust:
             central = (score(sample), cpu)
             continue
-        if trust == "server":   # the server-trust rounds keep their own costs
+        if once:   # the parties' sketching/randomising is in their CPU; no protocol rounds, no bytes counted
+            proto, sent = None, None
+        elif trust == "server":   # the server-trust rounds keep their own costs
             proto = measure.server_trust.costs
             sent = ({p: proto.bytes_sent.get(p, 0) / 1e6 for p in partition.names}
                     if spec["crypto"] == "real" else None)
@@ -184,7 +210,21 @@ def read_csv(path: str) -> list[dict]:
 
 
 def key(r: dict) -> tuple:
-    return (r["dataset"], float(r["epsilon"]), int(r["seed"]), r["method"], r["trust"])
+    measure = r.get("measure") or ("-" if r["method"] == "independent" else "he")   # older CSVs: he rows only
+    return (r["dataset"], float(r["epsilon"]), int(r["seed"]), r["method"], r["trust"], measure)
+
+
+def csv_fields(path: str | None, measure: str) -> list[str]:
+    """The columns rows are appended with: the file's own (a CSV written before the `measure` column holds he rows
+    only), FIELDS for a new file."""
+    if not path or not Path(path).exists():
+        return FIELDS
+    with open(path, newline="") as f:
+        head = next(csv.reader(f), [])
+    if "measure" not in head and measure != "he":
+        raise SystemExit(f"vertical_twins: {path} has no 'measure' column (it holds he rows only); write "
+                         f"--measure {measure} rows to another CSV")
+    return head or FIELDS
 
 
 def fmt(x, spec: str) -> str:
@@ -198,9 +238,33 @@ def print_row(r: dict) -> None:
           f"{fmt(r.get('cpu_server'), '.1f'):>7} {str(r.get('mb_sent') or '-'):>14} {r.get('note', '')}", flush=True)
 
 
+def report_release(by: dict) -> None:
+    """Per synthesizer and release measure: twin / central, and the issue's target for these twins (below
+    VertiMRF with the same encoder and below independent columns, in every cell)."""
+    for measure, trust in RELEASE_TRUST.items():
+        for m in TWINS:
+            ks = [k for k in by if k[3] == m and k[5] == measure]
+            if not ks:
+                continue
+            r = [float(by[k]["ratio"]) for k in ks]
+            v = [float(by[k]["twin"]) / float(by[k[:3] + ("vertimrf", trust, measure)]["twin"]) for k in ks
+                 if k[:3] + ("vertimrf", trust, measure) in by]
+            i = [float(by[k]["twin"]) / float(by[k[:3] + ("independent", "-", "-")]["twin"]) for k in ks
+                 if k[:3] + ("independent", "-", "-") in by]
+            ok = bool(v) and bool(i) and max(v) < 1 and max(i) < 1 and len(v) == len(i) == len(ks)
+            print(f"{m:<12} {measure} (trust {trust}): twin / central over {len(r):>3} cells: median "
+                  f"{np.median(r):.2f}, worst {max(r):.2f}; twin / VertiMRF-{measure} "
+                  + (f"median {np.median(v):.2f}, worst {max(v):.2f} ({len(v)} cells)" if v else "-")
+                  + "; twin / independent " + (f"median {np.median(i):.2f}, worst {max(i):.2f}" if i else "-")
+                  + f" -> {'met' if ok else 'NOT met'} (target: both < 1 in every cell)")
+
+
 def report(path: str, markdown: bool) -> int:
     rows = [r for p in path.split(",") for r in read_csv(p) if not r["note"]]
-    by = {key(r): r for r in rows}
+    every = {key(r): r for r in rows}
+    report_release(every)
+    # the he grid: its rows keyed as before (dataset, ε, seed, method, trust)
+    by = {k[:5]: r for k, r in every.items() if k[5] in ("he", "-")}
     cells = sorted({k[:3] for k in by}, key=lambda c: (expand_order(c[0]), c[1], c[2]))
     twins = [m for m in TWINS if any(k[3] == m for k in by)]
     for m in twins:
@@ -285,6 +349,9 @@ def main() -> int:
     ap.add_argument("--cell-cpu", type=float, default=None,
                     help="CPU seconds per (dataset, ε, seed, method) cell, each in a child process (default: "
                          "in this process, no cap)")
+    ap.add_argument("--measure", default="he", choices=["he", *RELEASE_TRUST],
+                    help="the twins' cross-party measure (dpfm, grr: one release, at their own trust)")
+    ap.add_argument("--release", type=float, default=None, help="dpfm/grr: the release's share of the ρ")
     ap.add_argument("--report", default=None, help="summarise these CSVs (comma-separated) and exit")
     ap.add_argument("--markdown", action="store_true", help="with --report: one table per synthesizer")
     args = ap.parse_args()
@@ -294,6 +361,12 @@ def main() -> int:
     for t in trusts:
         if t not in TARGETS:
             ap.error(f"unknown trust {t!r} (one of {', '.join(TARGETS)})")
+    once = args.measure in RELEASE_TRUST
+    if once:   # a release-once measure offers one trust
+        trusts = [RELEASE_TRUST[args.measure]]
+    elif args.release is not None:
+        ap.error("--release is for --measure dpfm or grr")
+    fields = csv_fields(args.csv, args.measure)
     done = {key(r): r for r in read_csv(args.csv) if not r["note"]}
     if args.csv and not Path(args.csv).exists():
         with open(args.csv, "w", newline="") as f:
@@ -305,16 +378,20 @@ def main() -> int:
         for eps in map(float, args.epsilons.split(",")):
             for seed in map(int, args.seeds.split(",")):
                 for method in args.methods.split(","):
-                    want = (["-"] if method == "independent" else ["none"] if method == "vertimrf" else trusts)
-                    todo = [t for t in want if (ds, eps, seed, method, t) not in done]
+                    want = (["-"] if method == "independent" else
+                            [RELEASE_TRUST.get(args.measure, "none")] if method == "vertimrf" else trusts)
+                    tag = "-" if method == "independent" else args.measure
+                    todo = [t for t in want if (ds, eps, seed, method, t, tag) not in done]
                     for t in want:
                         if t not in todo:
-                            print_row(done[(ds, eps, seed, method, t)])
+                            print_row(done[(ds, eps, seed, method, t, tag)])
                     if not todo:
                         continue
                     spec = {"dataset": ds, "epsilon": eps, "seed": seed, "method": method, "trusts": todo,
                             "delta": args.delta, "marginals": args.marginals, "crypto": args.crypto,
-                            "iters": args.iters, "data_dir": args.data_dir, "central": None}
+                            "iters": args.iters, "data_dir": args.data_dir, "central": None,
+                            "measure": args.measure, "release": args.release}
+                    # the central run of this cell already in the CSV (any measure's): the twins compare to it
                     prior = [r for k, r in done.items() if k[:4] == (ds, eps, seed, method) and r["central"]]
                     if prior:   # the central run of this cell is already in the CSV: the twins are compared to it
                         spec["central"] = (float(prior[0]["central"]), float(prior[0]["cpu_central"]))
@@ -324,20 +401,28 @@ def main() -> int:
                         rows, why = run_cell(spec), ""
                     if rows is None:
                         rows = [{"dataset": ds, "epsilon": eps, "seed": seed, "method": method, "trust": t,
-                                 "crypto": args.crypto, "marginals": args.marginals, "note": why} for t in todo]
+                                 "crypto": args.crypto, "marginals": args.marginals, "note": why, "measure": tag}
+                                for t in todo]
                     for r in rows:
                         print_row(r)
                         if r.get("ratio") not in (None, ""):
                             ratios.setdefault((method, r["trust"]), []).append(float(r["ratio"]))
                     if args.csv:
                         with open(args.csv, "a", newline="") as f:
-                            w = csv.DictWriter(f, FIELDS)
+                            w = csv.DictWriter(f, fields)
                             for r in rows:
-                                w.writerow({k: r.get(k, "") for k in FIELDS})
+                                w.writerow({k: r.get(k, "") for k in fields})
     if args.crypto == "simulated":
         print("\ncrypto = simulated (quality as real crypto; CPU without encryption; trust none: bytes are what real "
               "crypto would send; trust server: bytes not counted)")
+    if once:
+        print(f"\nmeasure = {args.measure} (trust = {trusts[0]}, one release at vertical.release of each "
+              "synthesizer's ρ); the target for these twins: --report")
     for (method, trust), r in ratios.items():
+        if once:
+            print(f"{method} {args.measure}: twin / central over {len(r)} cells (this run): median "
+                  f"{np.median(r):.2f}, worst {np.max(r):.2f}")
+            continue
         t_med, t_worst = TARGETS[trust]
         med, worst = float(np.median(r)), float(np.max(r))
         ok = med <= t_med and (t_worst is None or worst <= t_worst)
