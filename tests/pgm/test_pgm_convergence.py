@@ -168,3 +168,28 @@ def test_a_model_with_nan_potentials_is_refused_at_sampling():
     with pytest.raises(EstimationError, match="NaN or infinite"):
         broken.sample(10, np.random.default_rng(0))
     truth.sample(10, np.random.default_rng(0))   # a finite model samples as before
+
+
+def test_beliefs_of_cliques_that_disagree_by_more_than_exp_700_are_computed_not_nan():
+    """Two cliques whose potentials put their mass on different values of the shared attribute, each by e^800:
+    every product of the shifted potentials underflows to 0, and 0/0 gave NaN beliefs, which sampled a
+    normal-looking table (seen in a vertical aim run on NLTCS). Computed in log space instead: b is uniform."""
+    from vertisynth.core.domain import Domain
+    from vertisynth.pgm import GraphicalModel, build_junction_tree
+
+    dom = Domain(["a", "b", "c"], [2, 2, 2])
+    tree = build_junction_tree(dom, [("a", "b"), ("b", "c")])
+    theta = []
+    for clique in tree.cliques:
+        t = np.zeros(dom.project(clique).shape)
+        axis = list(clique).index("b")
+        favoured = 0 if "a" in clique else 1      # (a, b) favours b = 0, (b, c) favours b = 1
+        idx = [slice(None)] * t.ndim
+        idx[axis] = 1 - favoured
+        t[tuple(idx)] = -800.0
+        theta.append(t)
+    model = GraphicalModel(tree, theta, 1000.0)
+    b = model.marginal(("b",)).values
+    assert np.all(np.isfinite(b)) and np.allclose(b, [500.0, 500.0])
+    table = model.sample(1000, np.random.default_rng(0))
+    assert table.n == 1000

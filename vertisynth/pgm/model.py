@@ -132,19 +132,58 @@ class GraphicalModel:
             m = sum_out(acc, drop)
             msgs[(i, j)] = (m / m.sum()).reshape(shape)
 
-        for node, parent in reversed(self._order):  # collect
+        with np.errstate(invalid="ignore"):   # 0/0 is caught below and redone in log space
+            for node, parent in reversed(self._order):  # collect
+                if parent is not None:
+                    send(node, parent)
+            for node, parent in self._order:  # distribute
+                if parent is not None:
+                    send(parent, node)
+            beliefs = []
+            for i in range(len(self.theta)):
+                b = psi[i]
+                for k in nb[i]:
+                    b = b * msgs[(k, i)]
+                beliefs.append(b / b.sum())
+        if not all(np.all(np.isfinite(b)) for b in beliefs):
+            # a message or belief underflowed to all zeros (cliques whose potentials favour different cells by
+            # more than e^700): 0/0 gave NaN beliefs, which sampled a normal-looking table. Redo in log space.
+            beliefs = self._log_space_beliefs()
+        self._beliefs = beliefs
+        return beliefs
+
+    def _log_space_beliefs(self) -> list[np.ndarray]:
+        """`clique_probs` with log-messages (logsumexp): slower, but no product of potentials underflows."""
+        from scipy.special import logsumexp
+
+        nb, steps = self._schedule["neighbors"], self._schedule["steps"]
+        lpsi = [t - t.max() for t in self.theta]
+        msgs: dict[tuple[int, int], np.ndarray] = {}
+
+        def send(i: int, j: int) -> None:
+            acc = lpsi[i]
+            for k in nb[i]:
+                if k != j:
+                    acc = acc + msgs[(k, i)]
+            drop, shape = steps[(i, j)]
+            m = logsumexp(acc, axis=drop) if drop else acc
+            msgs[(i, j)] = (m - logsumexp(m)).reshape(shape)
+
+        for node, parent in reversed(self._order):
             if parent is not None:
                 send(node, parent)
-        for node, parent in self._order:  # distribute
+        for node, parent in self._order:
             if parent is not None:
                 send(parent, node)
         beliefs = []
         for i in range(len(self.theta)):
-            b = psi[i]
+            b = lpsi[i]
             for k in nb[i]:
-                b = b * msgs[(k, i)]
-            beliefs.append(b / b.sum())
-        self._beliefs = beliefs
+                b = b + msgs[(k, i)]
+            beliefs.append(np.exp(b - logsumexp(b)))
+        if not all(np.all(np.isfinite(b)) for b in beliefs):
+            raise EstimationError("the model's beliefs are not finite even in log space (its cliques give no cell "
+                                  "positive mass together): refused rather than sampled from")
         return beliefs
 
     def clique_marginals(self) -> list[Factor]:
