@@ -27,7 +27,11 @@ def _check(case):
 
 @pytest.mark.parametrize("case", _cases(0.7))
 def test_benchmark_verdicts_at_the_default_level(case):
-    _check(case)
+    report = _check(case)
+    if isinstance(case.mechanism, SparseVector) and case.mechanism.variant == 3:
+        # Roth's is caught by the learned event on its feature map; the built-in events alone miss it
+        # (test_kit_events_and_curves.py::test_learned_event_catches_roth_sparse_vector_the_built_in_events_miss)
+        assert "learned score" in report.violations[0].event, report.message()
 
 
 @pytest.mark.slow
