@@ -99,6 +99,7 @@ def test_flower_psi_then_vertimrf_three_parties_equals_the_simulation(tmp_path):
     finally:
         dep.close()
     assert (tmp_path / "out" / "synthetic.csv").is_file(), res.stdout[-4000:] + res.stderr[-2000:]
+    _wire_is_envelopes_and_the_run_key(tmp_path / "out", split)   # what the plain three-party run checked too
     common = set.intersection(*(set(h) for h in held.values()))
     for p in split:   # PSI ran across the SuperNodes: each party kept exactly the common people
         assert len(pd.read_csv(tmp_path / f"private_{p}" / f"{p}_aligned.csv")) == len(common)
@@ -168,6 +169,10 @@ def _plain_run_equals_the_simulation(root, dep, split, out):
     simulated = simulate(load_config(root / "job.toml"), SECRET).synthetic
     simulated.to_csv(out.parent / f"{out.name}_sim.csv", index=False)
     pd.testing.assert_frame_equal(pd.read_csv(out / "synthetic.csv"), pd.read_csv(out.parent / f"{out.name}_sim.csv"))
+    _wire_is_envelopes_and_the_run_key(out, split)
+
+
+def _wire_is_envelopes_and_the_run_key(out, split):
     net = json.loads((out / "network.json").read_text())
     assert set(net["parties"]) == set(split) and all(v["bytes_from_party"] > 0 for v in net["parties"].values())
     # what crossed the wire is kept for audit: only envelopes, each party's under its own name
@@ -211,18 +216,8 @@ def test_flower_run_equals_the_simulation_two_parties(two_parties):
     _plain_run_equals_the_simulation(root, dep, split, root / "out_plain")
 
 
-def test_flower_run_equals_the_simulation_three_parties(tmp_path):
-    split = SPLITS[3]
-    full = _setup(tmp_path, split)
-    csvs = {}
-    for p, cols in split.items():     # each party's own table only
-        full[cols].to_csv(tmp_path / f"{p}.csv", index=False)
-        csvs[p] = tmp_path / f"{p}.csv"
-    dep = _deployment(tmp_path, list(split), csvs, **{"test-secret": SECRET})
-    try:
-        _plain_run_equals_the_simulation(tmp_path, dep, split, tmp_path / "out")
-    finally:
-        dep.close()
+# Three parties: test_flower_psi_then_vertimrf_three_parties_equals_the_simulation (PSI across three SuperNodes,
+# then the same VertiMRF run a plain three-party run makes, with the same table, network and wire checks).
 
 
 HE = """[synthesizer]

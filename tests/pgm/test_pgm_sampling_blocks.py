@@ -46,7 +46,7 @@ def test_blocks_draw_the_models_marginals(method):
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.integers(1, 400), st.integers(0, 2**31), st.integers(401, 3000))
+@given(st.integers(1, 400), st.integers(0, 2**31), st.integers(401, 1200))
 def test_round_blocks_realise_the_rounded_counts_of_every_step(block, seed, n):
     # the counts drawn first from the tables are exactly the counts of the records the blocks then draw
     model = _chain()
