@@ -197,11 +197,15 @@ def test_the_server_sees_only_noisy_sums(real_run):
     to_server = received(real, st.SERVER)
     assert to_server and all(isinstance(m, st.ServerSums) for m in to_server)
     sk = real.server_key()[1]
+    above = []   # each plaintext's bits above its slots
     for m in to_server:
         lay = m.the_layout()
         for gi, g in enumerate(m.groupings):
             plains = [sk.raw_decrypt(int(c)) for c in paillier.from_bytes(sk.public_key, m.sums[f"g{gi}"]).ravel()]
-            assert all(p >> (lay.per * lay.width) for p in plains)   # masked above the slots: not the bare sums
+            above += [p >> (lay.per * lay.width) for p in plains]
+    # masked above the slots, not the bare sums (which leave those bits 0): each is a fresh uniform value below
+    # N / 2^(slots), only ~2^8 at these test keys, so one in ~256 is 0 by chance (asserting none was flaky: ~8%)
+    assert len(above) >= 10 and sum(a == 0 for a in above) <= 3, above
     for attrs_, table, _ in got:
         assert np.any(table != exact(vs, attrs_))
 
