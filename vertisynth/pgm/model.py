@@ -133,12 +133,7 @@ class GraphicalModel:
             msgs[(i, j)] = (m / m.sum()).reshape(shape)
 
         with np.errstate(invalid="ignore"):   # 0/0 is caught below and redone in log space
-            for node, parent in reversed(self._order):  # collect
-                if parent is not None:
-                    send(node, parent)
-            for node, parent in self._order:  # distribute
-                if parent is not None:
-                    send(parent, node)
+            self._pass_messages(send)
             beliefs = []
             for i in range(len(self.theta)):
                 b = psi[i]
@@ -151,6 +146,15 @@ class GraphicalModel:
             beliefs = self._log_space_beliefs()
         self._beliefs = beliefs
         return beliefs
+
+    def _pass_messages(self, send) -> None:
+        """One collect pass (leaves to root) and one distribute pass (root to leaves): `send(i, j)` per edge."""
+        for node, parent in reversed(self._order):
+            if parent is not None:
+                send(node, parent)
+        for node, parent in self._order:
+            if parent is not None:
+                send(parent, node)
 
     def _log_space_beliefs(self) -> list[np.ndarray]:
         """`clique_probs` with log-messages (logsumexp): slower, but no product of potentials underflows."""
@@ -169,12 +173,7 @@ class GraphicalModel:
             m = logsumexp(acc, axis=drop) if drop else acc
             msgs[(i, j)] = (m - logsumexp(m)).reshape(shape)
 
-        for node, parent in reversed(self._order):
-            if parent is not None:
-                send(node, parent)
-        for node, parent in self._order:
-            if parent is not None:
-                send(parent, node)
+        self._pass_messages(send)
         beliefs = []
         for i in range(len(self.theta)):
             b = lpsi[i]
