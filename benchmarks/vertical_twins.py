@@ -68,6 +68,15 @@ FIELDS = ["dataset", "epsilon", "seed", "method", "trust", "central", "twin", "r
 RELEASE_TRUST = {"dpfm": "server", "grr": "none"}
 
 
+
+def _verdict(ratios, t_med: float, t_worst: float | None) -> str:
+    """Median and worst twin / central ratio against the targets, and whether they are met."""
+    med, worst = float(np.median(ratios)), float(np.max(ratios))
+    ok = med <= t_med and (t_worst is None or worst <= t_worst)
+    return (f"median {med:.2f} (target <= {t_med:.2f}), worst {worst:.2f} "
+            + (f"(target <= {t_worst:.2f})" if t_worst is not None else "(no target)")
+            + f" -> {'met' if ok else 'NOT met'}")
+
 def expand(datasets: str) -> list[str]:
     out: list[str] = []
     for ds in datasets.split(","):
@@ -272,12 +281,7 @@ def report(path: str, markdown: bool) -> int:
             r = [float(by[k]["ratio"]) for k in by if k[3] == m and k[4] == trust]
             if not r:
                 continue
-            med, worst = float(np.median(r)), float(np.max(r))
-            ok = med <= t_med and (t_worst is None or worst <= t_worst)
-            print(f"{m:<12} trust {trust:<6}: twin / central over {len(r):>3} cells: median {med:.2f} "
-                  f"(target <= {t_med:.2f}), worst {worst:.2f} "
-                  + (f"(target <= {t_worst:.2f})" if t_worst is not None else "(no target)")
-                  + f" -> {'met' if ok else 'NOT met'}")
+            print(f"{m:<12} trust {trust:<6}: twin / central over {len(r):>3} cells: " + _verdict(r, t_med, t_worst))
     for ref in REFERENCES:
         n = sum(1 for k in by if k[3] == ref)
         if n:
@@ -423,13 +427,7 @@ def main() -> int:
             print(f"{method} {args.measure}: twin / central over {len(r)} cells (this run): median "
                   f"{np.median(r):.2f}, worst {np.max(r):.2f}")
             continue
-        t_med, t_worst = TARGETS[trust]
-        med, worst = float(np.median(r)), float(np.max(r))
-        ok = med <= t_med and (t_worst is None or worst <= t_worst)
-        print(f"{method} trust {trust}: twin / central over {len(r)} cells (this run): median {med:.2f} "
-              f"(target <= {t_med:.2f}), worst {worst:.2f} "
-              + (f"(target <= {t_worst:.2f})" if t_worst is not None else "(no target)")
-              + f" -> {'met' if ok else 'NOT met'}")
+        print(f"{method} trust {trust}: twin / central over {len(r)} cells (this run): " + _verdict(r, *TARGETS[trust]))
     return 0
 
 
