@@ -280,6 +280,9 @@ def test_tuning_as_separate_processes_equals_the_simulation(tmp_path, method, mo
         assert len(exchange.names(f"collab_score__*__to__{c}")) == (runs if sound else 0)
     assert len(exchange.names("collab_vote__*__to__publisher")) == len(exchange.names("collab_vote__*")) == 2 * runs
     assert len(exchange.names("collab_step__*")) == 4 * (runs + 1)
+    for n in exchange.names("*"):   # in clear only the hellos and run keys (docs/threat-model.md)
+        if n.split("__")[0] not in ("collab_hello", "collab_key"):
+            assert n.split("__")[-2] == "to" and _header(exchange, n, cfg).kind.startswith("sealed:"), n
     if method == "paper":
         assert "not sound" in rep["privacy"]["tuning_accounting"]
 

@@ -316,12 +316,13 @@ method = "{method}"
 folds = 2
 grid = {{ iters = [10, 20] }}
 {more}"""
-# collab: combined binning; collab-paper: local binning and the paper's tuning (fold tables to the custodians, votes);
-# collab-sound: a sound tuning method (DP scores to the custodians)
-COLLAB_RUNS = (("collab", "combined", ""),
-               ("collab-paper", "local", COLLAB_TUNING.format(
-                   method="paper", more='metric = "workload_error.l1_1way"\nthresholds = { A = 1.0, B = 2.0 }')),
-               ("collab-sound", "combined", COLLAB_TUNING.format(method="compose_all", more="")))
+# collab: combined binning; heavier (`slow`): collab-paper: local binning and the paper's tuning (fold tables to the
+# custodians, votes); collab-sound: a sound tuning method (DP scores to the custodians). The default tests see the
+# tuning's messages sealed in tests/collab/test_collab_distributed.py::test_tuning_as_separate_processes_equals_the_simulation
+COLLAB_RUNS = (("collab", "combined", ""),)
+SLOW_COLLAB_RUNS = (("collab-paper", "local", COLLAB_TUNING.format(
+                        method="paper", more='metric = "workload_error.l1_1way"\nthresholds = { A = 1.0, B = 2.0 }')),
+                    ("collab-sound", "combined", COLLAB_TUNING.format(method="compose_all", more="")))
 COLLAB_TYPES = ("custodian", "server", "publisher")
 
 
@@ -376,14 +377,13 @@ preprocessing = "{preprocessing}"
     return load_config(tmp / "c.toml")
 
 
-@pytest.fixture(scope="module")
-def collab_runs(tmp_path_factory):
+def _all_collab_runs(tmp_path_factory, which):
     """run -> (its exchange folder, config, every role's run key)."""
     from vertisynth.collab.channel import Channel
 
     real = Channel.publish_run_key
     out = {}
-    for kind, preprocessing, tuning in COLLAB_RUNS:
+    for kind, preprocessing, tuning in which:
         keys: dict[str, RunKey] = {}
 
         def keep(channel, keys=keys):   # the role's run key, as only that role holds it (memory only)
@@ -396,6 +396,16 @@ def collab_runs(tmp_path_factory):
         assert set(keys) == set(COLLAB_ROLES)
         out[kind] = (tmp / "shared", config, keys)
     return out
+
+
+@pytest.fixture(scope="module")
+def collab_runs(tmp_path_factory):
+    return _all_collab_runs(tmp_path_factory, COLLAB_RUNS)
+
+
+@pytest.fixture(scope="module")
+def slow_collab_runs(tmp_path_factory):
+    return _all_collab_runs(tmp_path_factory, SLOW_COLLAB_RUNS)
 
 
 def collab_envelopes(folder: Path, config, keys: dict[str, RunKey]):
@@ -463,7 +473,19 @@ def test_every_collab_round_is_read_by_whom_the_threat_model_says(collab_runs, k
     """Before every collab message was sealed to its recipient, the servers' noisy shares (the measured marginals
     included), the tuning's steps, fold tables, DP scores and the custodians' votes travelled in clear: every
     role and a relay read them, and this table check failed on them."""
-    got = collab_observed(*collab_runs[kind])
+    _collab_readers_as_documented(collab_runs, kind)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", [r[0] for r in SLOW_COLLAB_RUNS])
+def test_the_tuned_collab_runs_are_read_as_documented_by_every_curious_role(slow_collab_runs, kind):
+    _collab_readers_as_documented(slow_collab_runs, kind)
+    _curious_server(*slow_collab_runs[kind])
+    _publisher_and_relay(*slow_collab_runs[kind])
+
+
+def _collab_readers_as_documented(runs, kind):
+    got = collab_observed(*runs[kind])
     want = collab_documented().get(kind, {})
     assert got == want, ("docs/threat-model.md's collab table differs from the run", {
         r: (sorted(got.get(r, ())), sorted(want.get(r, ()))) for r in sorted(set(got) | set(want))
@@ -475,37 +497,44 @@ def test_a_curious_collab_server_reads_only_uniform_shares(collab_runs):
     """Everything server0 legitimately receives: the hellos and run keys (public), the shares sealed to it, the
     tuning steps. No other server's noisy share (on the code before, every server's noisy share went to every role
     in clear: server0 added its own shares to server1's and read each measured marginal with one server's noise),
-    no publisher's message. Its shares are uniform on Z_2^64 whatever the counts: in the runs (a KS test against
+    no publisher's message. Its shares are uniform on Z_2^64 whatever the counts: in the run (a KS test against
     uniform), and as the same distribution for two very different count tables (the deployed share_counts)."""
     from scipy import stats
 
-    from vertisynth.collab.channel import RunKeyMessage
-    from vertisynth.collab.distributed import Hello, TuningStep
-    from vertisynth.collab.secure_aggregation import CountShare, share_counts
+    from vertisynth.collab.secure_aggregation import share_counts
 
-    for kind, (folder, config, keys) in collab_runs.items():
-        view = [(name, msg) for name, _, msg, who in collab_envelopes(folder, config, keys)
-                if "server0" in who or "everyone" in who]
-        assert {type(m) for _, m in view} <= {Hello, RunKeyMessage, CountShare, TuningStep}, kind
-        shares = np.concatenate([m.share.ravel() for _, m in view if isinstance(m, CountShare)])
-        assert shares.size > 100 and stats.kstest(shares / 2.0**64, "uniform").pvalue > 1e-4, kind
+    _curious_server(*collab_runs["collab"])
     ones, spike = np.ones(4000, np.int64), np.r_[np.zeros(3999, np.int64), 10**6]
     for server in (0, 1):   # server 0 holds the mask, server 1 the counts minus it: both uniform
         a, b = (share_counts("A", "q", x, 2, None)[server].share / 2.0**64 for x in (ones, spike))
         assert stats.ks_2samp(a, b).pvalue > 1e-4 and stats.kstest(a, "uniform").pvalue > 1e-4
 
 
+def _curious_server(folder, config, keys):
+    from scipy import stats
+
+    from vertisynth.collab.channel import RunKeyMessage
+    from vertisynth.collab.distributed import Hello, TuningStep
+    from vertisynth.collab.secure_aggregation import CountShare
+
+    view = [msg for _, _, msg, who in collab_envelopes(folder, config, keys) if "server0" in who or "everyone" in who]
+    assert {type(m) for m in view} <= {Hello, RunKeyMessage, CountShare, TuningStep}, folder
+    shares = np.concatenate([m.share.ravel() for m in view if isinstance(m, CountShare)])
+    assert shares.size > 100 and stats.kstest(shares / 2.0**64, "uniform").pvalue > 1e-4, folder
+
+
 def test_the_collab_publisher_and_a_relay_read_only_what_they_are_given(collab_runs):
     """The publisher opens the servers' noisy shares and the votes, never a custodian's share; a relay (any reader
     of the exchange) opens the hellos and run keys only: no share, noisy total, step, table, score or vote."""
+    _publisher_and_relay(*collab_runs["collab"], tuned=False)
+
+
+def _publisher_and_relay(folder, config, keys, tuned=True):
     from vertisynth.collab.channel import RunKeyMessage
     from vertisynth.collab.distributed import Hello, Vote
     from vertisynth.collab.secure_aggregation import NoisyShare
 
-    for kind, (folder, config, keys) in collab_runs.items():
-        envelopes = list(collab_envelopes(folder, config, keys))
-        relay = {type(m) for _, _, m, who in envelopes if who == {"everyone"}}
-        assert relay == {Hello, RunKeyMessage}, kind
-        publisher = {type(m) for _, _, m, who in envelopes if "publisher" in who}
-        assert NoisyShare in publisher and publisher <= {NoisyShare, Vote}, kind
-        assert (Vote in publisher) == (kind != "collab"), kind
+    envelopes = list(collab_envelopes(folder, config, keys))
+    assert {type(m) for _, _, m, who in envelopes if who == {"everyone"}} == {Hello, RunKeyMessage}, folder
+    publisher = {type(m) for _, _, m, who in envelopes if "publisher" in who}
+    assert NoisyShare in publisher and publisher <= {NoisyShare, Vote} and (Vote in publisher) == tuned, folder
