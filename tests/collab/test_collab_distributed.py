@@ -227,6 +227,23 @@ def test_a_custodian_with_a_different_schema_or_config_is_refused_by_everyone(tm
         run_server(_plan(cfg), 1, other, timeout=5, identity=_id(tmp_path, "server1"))
 
 
+def test_a_column_outside_the_schema_is_named_to_its_custodian_only(tmp_path):
+    """A custodian whose CSV holds a column the config does not name: it stops naming the column; its hello (in
+    clear: every role and a relay read it) says only that there is one, and the server refuses it saying so. Before,
+    the hello carried the column's name."""
+    cfg, csvs = _setup(tmp_path)
+    bad = tmp_path / "bad.csv"
+    pd.read_csv(csvs["B"]).assign(patient_secret_code=1).to_csv(bad, index=False)
+    with pytest.raises(DataError, match="custodian 'B' has a different schema: has extra columns "
+                                        "\\['patient_secret_code'\\]"):
+        run_custodian(_plan(cfg), "B", bad, tmp_path / "ex", timeout=1, identity=_id(tmp_path, "B"))
+    hello = _body(Hello, FolderTransport(tmp_path / "ex"), "collab_hello__B", cfg)
+    assert "patient_secret_code" not in hello.columns and len(hello.columns) == len(_plan(cfg).run.base.domain) + 1
+    with pytest.raises(DataError, match="custodian 'B' has a different schema: has extra columns "
+                                        "\\['<a column outside the schema>'\\]"):
+        run_server(_plan(cfg), 0, tmp_path / "ex", timeout=5, identity=_id(tmp_path, "server0"))
+
+
 TUNED = """[collab.tuning]
 method = "{method}"
 folds = 2

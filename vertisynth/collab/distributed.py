@@ -69,6 +69,7 @@ from .secure_aggregation import (CountShare, NoisyShare, Randomness, Transport, 
 from .tuning import (Selection, TuningIO, TuningOutcome, fold_synthetic, party_rng, selection_rng,
                      tuning_protocol)
 
+UNDISCLOSED = "<a column outside the schema>"   # what a hello says in place of such a column's name
 MEASURE = "measure:"   # the measurement round's scope (HorizontalRun.measure): custodians do not reconstruct it
 
 
@@ -480,8 +481,11 @@ def run_custodian(plan: CollabPlan, name: str, csv: Path, exchange: str | Path |
         raise MessageError(f"{channel.exchange} already holds custodian {name!r}'s hello from an earlier run: use a "
                            "fresh exchange for every run (old shares would be mixed into this one)")
     # announce first, so the others fail fast and clearly if this CSV has the wrong columns
-    channel.post(Hello(party=name, fingerprint=fingerprint(plan), columns=[str(c) for c in frame.columns],
-                       nonce=os.urandom(16).hex()), slot("hello", name), [ALL])
+    # a column outside the public schema is named only here: the hello (in clear) says that there is one
+    schema = set(_attributes(plan))
+    channel.post(Hello(party=name, fingerprint=fingerprint(plan), nonce=os.urandom(16).hex(),
+                       columns=[str(c) if str(c) in schema else UNDISCLOSED for c in frame.columns]),
+                 slot("hello", name), [ALL])
     check_custodians({name: frame}, _attributes(plan))
     frame = frame[_attributes(plan)]
     wait_for_custodians(plan, channel)   # the run id
