@@ -11,7 +11,6 @@ from vertisynth.core.transport import FolderTransport
 
 from vertisynth.collab.distributed import Hello, fingerprint, run_custodian, run_publisher, run_server
 from vertisynth.collab.horizontal import simulate_custodians
-from vertisynth.collab.secure_aggregation import NoisyShare, SealedShare, ServerKey
 from vertisynth.run.config import load_config
 from vertisynth.core.errors import ConfigError, DataError, MessageError
 from vertisynth.run.pipeline import make_plan, run
@@ -63,6 +62,13 @@ def _body(cls, exchange, name, cfg):
 
     roster = roster_of(load_config(cfg).section("roster"))
     return cls.from_bytes(open_envelope(exchange.read(name), roster, None, name)[1])
+
+
+def _header(exchange, name, cfg):
+    from vertisynth.core.envelope import open_envelope
+    from vertisynth.core.identity import roster_of
+
+    return open_envelope(exchange.read(name), roster_of(load_config(cfg).section("roster")), None, name)[0]
 
 
 def _setup(tmp_path, preprocessing="combined", extra=""):
@@ -147,20 +153,24 @@ def test_separate_processes_publish_exactly_the_simulation(tmp_path, preprocessi
 
     assert rep["privacy"]["noise"].startswith("simulation")   # the servers ran with --seed, and the report says so
 
-    # what the shared folder holds: hellos (no data), the servers' public keys and shares sealed to one server
-    # each (ciphertext: a reader of the folder, or the other server, cannot open them)
+    # what the shared folder holds: hellos (no data), every role's run key, and shares sealed to one server each
+    # (ciphertext: a reader of the folder, or the other server, cannot open them); who opens what, envelope by
+    # envelope: tests/deploy/test_who_reads_what.py
     from vertisynth.core.transport import FolderTransport
 
     exchange = FolderTransport(ex)
     assert {n.split("__")[0] for n in exchange.names("*")} == {
         "collab_hello", "collab_key", "collab_share", "collab_noisy"}
+    assert sorted(exchange.names("collab_key__*")) == sorted(f"collab_key__{r}" for r in ROLES)
     for s in (0, 1):
-        names = exchange.names(f"collab_share__*__server{s}__*")
-        noisy = [_body(NoisyShare, exchange, n, cfg) for n in exchange.names(f"collab_noisy__server{s}__*")]
-        assert len(names) == sum(len(ns.custodians) for ns in noisy)   # one share per contributor and round
-        sealed = [_body(SealedShare, exchange, n, cfg) for n in names]   # sealed to their server, in envelopes
-        assert all(isinstance(m, SealedShare) and m.server == s for m in sealed)
-        assert _body(ServerKey, exchange, f"collab_key__server{s}", cfg).server == s
+        shares = exchange.names(f"collab_share__*__server{s}__*")
+        assert shares and all(n.endswith(f"__to__server{s}") for n in shares)
+        noisy = exchange.names(f"collab_noisy__server{s}__*")
+        assert {n.split("__to__")[1] for n in noisy} == {"A", "B", "publisher"}
+        measured = [n for n in noisy if "__measure-" in n]   # the measurement rounds: the publisher's only
+        assert measured and all(n.endswith("__to__publisher") for n in measured)
+        for n in shares + noisy:
+            assert _header(exchange, n, cfg).kind.startswith("sealed:")
 
 
 def test_roles_refuse_unknown_names_and_what_they_do_not_cover(tmp_path):
@@ -217,6 +227,23 @@ def test_a_custodian_with_a_different_schema_or_config_is_refused_by_everyone(tm
         run_server(_plan(cfg), 1, other, timeout=5, identity=_id(tmp_path, "server1"))
 
 
+def test_a_column_outside_the_schema_is_named_to_its_custodian_only(tmp_path):
+    """A custodian whose CSV holds a column the config does not name: it stops naming the column; its hello (in
+    clear: every role and a relay read it) says only that there is one, and the server refuses it saying so. Before,
+    the hello carried the column's name."""
+    cfg, csvs = _setup(tmp_path)
+    bad = tmp_path / "bad.csv"
+    pd.read_csv(csvs["B"]).assign(patient_secret_code=1).to_csv(bad, index=False)
+    with pytest.raises(DataError, match="custodian 'B' has a different schema: has extra columns "
+                                        "\\['patient_secret_code'\\]"):
+        run_custodian(_plan(cfg), "B", bad, tmp_path / "ex", timeout=1, identity=_id(tmp_path, "B"))
+    hello = _body(Hello, FolderTransport(tmp_path / "ex"), "collab_hello__B", cfg)
+    assert "patient_secret_code" not in hello.columns and len(hello.columns) == len(_plan(cfg).run.base.domain) + 1
+    with pytest.raises(DataError, match="custodian 'B' has a different schema: has extra columns "
+                                        "\\['<a column outside the schema>'\\]"):
+        run_server(_plan(cfg), 0, tmp_path / "ex", timeout=5, identity=_id(tmp_path, "server0"))
+
+
 TUNED = """[collab.tuning]
 method = "{method}"
 folds = 2
@@ -254,19 +281,25 @@ def test_tuning_as_separate_processes_equals_the_simulation(tmp_path, method, mo
     from vertisynth.collab.tuning import TEST_LABEL
 
     assert rep["collab"]["tuning"]["candidate_draws"] == TEST_LABEL and TEST_LABEL in outs[-1]
-    runs = len(FolderTransport(ex).names("collab_step__*")) - 1   # the participants do see K (docs/collab.md)
+    runs = len(FolderTransport(ex).names("collab_step__*__to__A")) - 1   # the participants do see K (docs/collab.md)
     if method == "private_selection":
         assert rep["collab"]["tuning"]["candidate_runs"] == KEPT_SECRET and "secret number" in outs[-1]
     else:
         assert rep["collab"]["tuning"]["candidate_runs"] == runs
     assert runs >= 1
     # what the custodians saw of the tuning: the publisher's steps and, sound: one DP score per run (no fold
-    # table ever leaves the publisher); paper: the fold runs' synthetic tables, which each scores on its folds
+    # table ever leaves the publisher); paper: the fold runs' synthetic tables, which each scores on its folds;
+    # each message sealed to each of its recipients (one envelope each): steps to every custodian and server,
+    # tables and scores to the custodians, votes to the publisher
     exchange, sound = FolderTransport(ex), method != "paper"
-    assert len(exchange.names("collab_synthetic__*")) == (0 if sound else 2 * runs)
-    assert len(exchange.names("collab_score__*")) == (runs if sound else 0)
-    assert len(exchange.names("collab_vote__*")) == 2 * runs   # yes/no only, one per custodian
-    assert len(exchange.names("collab_step__*")) == runs + 1
+    for c in ("A", "B"):
+        assert len(exchange.names(f"collab_synthetic__*__to__{c}")) == (0 if sound else 2 * runs)
+        assert len(exchange.names(f"collab_score__*__to__{c}")) == (runs if sound else 0)
+    assert len(exchange.names("collab_vote__*__to__publisher")) == len(exchange.names("collab_vote__*")) == 2 * runs
+    assert len(exchange.names("collab_step__*")) == 4 * (runs + 1)
+    for n in exchange.names("*"):   # in clear only the hellos and run keys (docs/threat-model.md)
+        if n.split("__")[0] not in ("collab_hello", "collab_key"):
+            assert n.split("__")[-2] == "to" and _header(exchange, n, cfg).kind.startswith("sealed:"), n
     if method == "paper":
         assert "not sound" in rep["privacy"]["tuning_accounting"]
 

@@ -14,7 +14,7 @@ from vertisynth.run.config import load_config
 from vertisynth.run.pipeline import make_plan, run
 
 pytest.importorskip("fsspec")
-WRITERS = {"A", "B", "server0", "server1"}   # without [collab.tuning] the publisher only reads
+WRITERS = {"A", "B", "server0", "server1", "publisher"}   # without [collab.tuning] the publisher writes its run key only
 
 
 def _publish_equals_the_simulation(tmp_path, url):
@@ -28,15 +28,21 @@ def _publish_equals_the_simulation(tmp_path, url):
 
 
 def _tampered_envelope_is_refused(tmp_path, cfg, url, store):
-    """Flip one byte of a server's noisy share in the store: a fresh publisher on the same exchange refuses it."""
-    victim = sorted((store / "server0").glob("collab_noisy__server0__*.env"))[0]
+    """Flip one byte of a server's noisy share in the store: the publisher's channel refuses it (before any
+    decryption); a second `collab publish` on the run is refused in one line (what was sealed to the first one's run
+    key does not open with another)."""
+    victim = sorted((store / "server0").glob("collab_noisy__server0__*__to__publisher.env"))[0]
     raw = bytearray(victim.read_bytes())
     raw[-5] ^= 1
     victim.write_bytes(bytes(raw))
+    publisher = _channel(cfg, "publisher", url)
+    wait_for_custodians(make_plan(load_config(cfg)), publisher)
+    with pytest.raises(MessageError, match="the body does not match its signed hash"):
+        publisher.load(NoisyShare, victim.name[:-len(".env")], "server0")
     res = run_cli("collab", "publish", str(cfg), "--exchange", url, "--out", str(tmp_path / "again"), "--timeout", "20",
                   *_key(cfg, "publisher"), ok=False, timeout=120)
-    assert res.returncode == 2 and "refused" in res.stderr and victim.name[:-len(".env")] in res.stderr, res.stderr
-    assert not (tmp_path / "again" / "synthetic.csv").exists()
+    assert res.returncode == 2 and "already published its run key" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr and not (tmp_path / "again" / "synthetic.csv").exists()
 
 
 def test_collab_roles_through_a_file_url(tmp_path):
@@ -55,8 +61,9 @@ def test_collab_roles_through_a_file_url(tmp_path):
     wait_for_custodians(make_plan(load_config(cfg)), publisher)   # this run's id, from the hellos in the store
     everyone = exchange.names("collab_noisy__*")   # lists every prefix; a literal sender lists its own only
     assert exchange.names("collab_noisy__server0__*") == [n for n in everyone if n.split("__")[1] == "server0"]
-    honest = exchange.names("collab_noisy__server0__*")[0]
-    assert publisher.load(NoisyShare, honest, "server0").server == 0
+    honest = exchange.names("collab_noisy__server0__*__to__publisher")[0]
+    with pytest.raises(MessageError, match="only 'publisher' opens it"):   # sealed: the run key died with the process
+        publisher.load(NoisyShare, honest, "server0")
     moved = noisy_slot(0, "some other query")
     exchange.send(moved, exchange.read(honest))
     with pytest.raises(MessageError, match=f"round '{honest}'"):

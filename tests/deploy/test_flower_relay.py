@@ -162,16 +162,22 @@ def test_envelopes_go_only_to_their_recipients():
 
 
 def test_collab_slots_go_only_to_the_roles_that_read_them():
-    share = "collab_share__A__server1__measure-age-income"
-    assert addressed_to(share, "server1") and not addressed_to(share, "server0")   # only the server it names
-    assert not addressed_to(share, "B") and not addressed_to(share, "publisher") and not addressed_to(share, "A")
-    noisy = "collab_noisy__server0__age-grid"
-    assert addressed_to(noisy, "A") and addressed_to(noisy, "publisher")
-    assert not addressed_to(noisy, "server1") and not addressed_to(noisy, "server0")  # never another server
-    assert addressed_to("collab_vote__A__run0001", "publisher") and not addressed_to("collab_vote__A__run0001", "B")
-    for broadcast in ("collab_hello__A", "collab_key__server0", "collab_step__publisher__0001"):
+    from vertisynth.collab.channel import CLEAR
+    from vertisynth.deploy.flower.relay import CLEAR as RELAY_CLEAR
+
+    assert RELAY_CLEAR == CLEAR
+    roles = ("A", "B", "server0", "server1", "publisher")
+    for sealed, to in (("collab_share__A__server1__measure-age-income__to__server1", "server1"),
+                       ("collab_noisy__server0__age-grid__to__A", "A"),
+                       ("collab_noisy__server0__measure-age-income__to__publisher", "publisher"),
+                       ("collab_vote__A__run0001__to__publisher", "publisher"),
+                       ("collab_step__publisher__0001__to__server0", "server0")):
+        assert [r for r in roles if addressed_to(sealed, r)] == [to], sealed   # only its one recipient
+    for unaddressed in ("collab_noisy__server0__age-grid", "collab_vote__A__run0001"):   # never sent: goes nowhere
+        assert not any(addressed_to(unaddressed, r) for r in roles)
+    for broadcast in ("collab_hello__A", "collab_key__server0", "collab_key__publisher"):
         sender = broadcast.split("__")[1]
-        assert all(addressed_to(broadcast, r) == (r != sender) for r in ("A", "B", "server0", "server1", "publisher"))
+        assert all(addressed_to(broadcast, r) == (r != sender) for r in roles)
 
 
 HE = """
@@ -294,5 +300,5 @@ def test_collab_rounds_over_the_relay_publish_the_simulation(tmp_path, forked_br
     for s in ("server0", "server1"):   # a compute server got its own shares, never another's nor any noisy share
         kinds = {n.split("__")[0] for n in got[s]}
         assert kinds <= {"collab_hello", "collab_key"} | {"collab_share"}, kinds
-        assert all(n.split("__")[2] == s for n in got[s] if n.startswith("collab_share__"))
+        assert all(n.split("__")[2] == s and n.endswith(f"__to__{s}") for n in got[s] if n.startswith("collab_share__"))
     assert sim.report["privacy"]["spent_epsilon"] > 0

@@ -307,3 +307,234 @@ def test_vertimrf_he_refuses_a_query_in_clear_sealed_to_another_resigned_or_edit
     with pytest.raises(MessageError, match="refused|does not match") as err:
         registry.open("he-queries__server__to__registry__904", ("he-queries",))
     assert "\n" not in str(err.value)
+
+
+# -- a [collab] run: custodians, compute servers and the publisher over a folder exchange ---------------------------
+COLLAB_ROLES = ("A", "B", "server0", "server1", "publisher")
+COLLAB_TUNING = """[collab.tuning]
+method = "{method}"
+folds = 2
+grid = {{ iters = [10, 20] }}
+{more}"""
+# collab: combined binning; heavier (`slow`): collab-paper: local binning and the paper's tuning (fold tables to the
+# custodians, votes); collab-sound: a sound tuning method (DP scores to the custodians). The default tests see the
+# tuning's messages sealed in tests/collab/test_collab_distributed.py::test_tuning_as_separate_processes_equals_the_simulation
+COLLAB_RUNS = (("collab", "combined", ""),)
+SLOW_COLLAB_RUNS = (("collab-paper", "local", COLLAB_TUNING.format(
+                        method="paper", more='metric = "workload_error.l1_1way"\nthresholds = { A = 1.0, B = 2.0 }')),
+                    ("collab-sound", "combined", COLLAB_TUNING.format(method="compose_all", more="")))
+COLLAB_TYPES = ("custodian", "server", "publisher")
+
+
+def _role_type(role: str) -> str:
+    return "publisher" if role == "publisher" else "server" if role.startswith("server") else "custodian"
+
+
+def _collab_run(tmp, preprocessing, tuning, keys):
+    """One [collab] run, every role a thread of this process (as `vertisynth collab custodian|server|publish`), on
+    secure noise (the cross-machine default); each role's run key goes into `keys` as the role makes it."""
+    from vertisynth.collab.distributed import run_custodian, run_publisher, run_server
+    from vertisynth.collab.horizontal import simulate_custodians
+    from vertisynth.plugins.datasets.census import CensusConfig, load
+
+    frame = load(CensusConfig(n=300)).frame
+    csvs = {}
+    for part, name in zip(simulate_custodians(frame, 2, "random", np.random.default_rng(1)).values(), "AB"):
+        csvs[name] = tmp / f"{name}.csv"
+        part.to_csv(csvs[name], index=False)
+    ids = {r: Identity.generate(r) for r in COLLAB_ROLES}
+    (tmp / "c.toml").write_text(f"""seed = 3
+budget = {{ epsilon = 5.0, delta = 1e-5 }}
+[dataset]
+name = "census"
+params = {{ n = 300 }}
+[synthesizer]
+use = "private_pgm"
+params = {{ measurements = "workload", iters = 20, workload = [["age", "income"], ["sex", "income"]] }}
+[[evaluators]]
+use = "workload_error"
+[collab]
+files = {{ A = "{csvs['A']}", B = "{csvs['B']}" }}
+servers = 2
+numeric = {{ age = [17, 90] }}
+bins = 4
+preprocessing = "{preprocessing}"
+{tuning}
+[roster.keys]
+""" + "".join(f'{r} = "{i.public_text()}"\n' for r, i in ids.items()))
+    ex = tmp / "shared"
+
+    def role(name):
+        plan = make_plan(load_config(tmp / "c.toml"))   # each role its own plan and ledger, as in its own process
+        if name == "publisher":
+            run_publisher(plan, ex, tmp / "out", timeout=120, identity=ids[name])
+        elif name.startswith("server"):
+            run_server(plan, int(name[len("server"):]), ex, timeout=120, identity=ids[name])
+        else:
+            run_custodian(plan, name, csvs[name], ex, timeout=120, identity=ids[name])
+    _together(role, list(COLLAB_ROLES))
+    assert (tmp / "out" / "synthetic.csv").is_file()
+    return load_config(tmp / "c.toml")
+
+
+def _all_collab_runs(tmp_path_factory, which):
+    """run -> (its exchange folder, config, every role's run key)."""
+    from vertisynth.collab.channel import Channel
+
+    real = Channel.publish_run_key
+    out = {}
+    for kind, preprocessing, tuning in which:
+        keys: dict[str, RunKey] = {}
+
+        def keep(channel, keys=keys):   # the role's run key, as only that role holds it (memory only)
+            keys[channel.me] = real(channel)
+            return keys[channel.me]
+        tmp = tmp_path_factory.mktemp(kind)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(Channel, "publish_run_key", keep)
+            config = _collab_run(tmp, preprocessing, tuning, keys)
+        assert set(keys) == set(COLLAB_ROLES)
+        out[kind] = (tmp / "shared", config, keys)
+    return out
+
+
+@pytest.fixture(scope="module")
+def collab_runs(tmp_path_factory):
+    return _all_collab_runs(tmp_path_factory, COLLAB_RUNS)
+
+
+@pytest.fixture(scope="module")
+def slow_collab_runs(tmp_path_factory):
+    return _all_collab_runs(tmp_path_factory, SLOW_COLLAB_RUNS)
+
+
+def collab_envelopes(folder: Path, config, keys: dict[str, RunKey]):
+    """Every envelope of a collab run: (slot, header, the message or None, the roles whose run key opens its body
+    ("everyone" for a body in clear)). A sealed body must open for exactly its one addressee."""
+    from vertisynth.core.messages import Message
+
+    roster = roster_of(config)
+    for path in sorted(folder.glob("*.env")):
+        header, body = open_envelope(path.read_bytes(), roster, None, path.stem)
+        if not header.kind.startswith(SEALED):
+            yield path.stem, header, Message.from_bytes(body, path.name), {"everyone"}
+            continue
+        opened = {}
+        for role, key in keys.items():
+            try:
+                opened[role] = key.open(Sealed.from_bytes(body, path.name), seal_aad(
+                    header.run, header.config, header.sender, header.round, path.stem), SEAL_INFO, path.name)
+            except MessageError:
+                continue
+        assert len(header.to) == 1 and set(opened) == set(header.to), (path.name, header.to, sorted(opened))
+        yield path.stem, header, Message.from_bytes(opened[header.to[0]], path.name), set(opened)
+
+
+def collab_round(name: str, msg) -> str:
+    """The table's round of an envelope: its slot's kind; a measurement round's noisy shares apart."""
+    from vertisynth.collab.distributed import is_measure
+    from vertisynth.collab.secure_aggregation import NoisyShare
+
+    kind = name.split("__")[0]
+    return kind + (":measure" if isinstance(msg, NoisyShare) and is_measure(msg.query) else "")
+
+
+def collab_observed(folder, config, keys) -> dict[str, frozenset[str]]:
+    """round -> who opens its bodies: {"everyone"} (clear) or the kinds of role (custodian, server, publisher)."""
+    seen: dict[str, set[str]] = {}
+    for name, _, msg, who in collab_envelopes(folder, config, keys):
+        seen.setdefault(collab_round(name, msg), set()).update(
+            who if who == {"everyone"} else {_role_type(r) for r in who})
+    assert not [r for r, v in seen.items() if "everyone" in v and len(v) > 1], seen
+    return {r: frozenset(v) for r, v in seen.items()}
+
+
+def collab_documented() -> dict[str, dict[str, frozenset[str]]]:
+    """The collab table of docs/threat-model.md: run -> round -> its readers."""
+    text = DOC.read_text()
+    block = text[text.index("<!-- who-reads-what-collab -->"):text.index("<!-- /who-reads-what-collab -->")]
+    table: dict[str, dict[str, frozenset[str]]] = {}
+    for line in block.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 4 or not cells[1].startswith("`"):
+            continue
+        if cells[3].startswith(READERS["everyone"]):
+            who = frozenset({"everyone"})
+        else:
+            who = frozenset(t for t in COLLAB_TYPES if t in cells[3])
+            assert cells[3].startswith("the addressed") and who, f"docs/threat-model.md: reader {cells[3]!r}"
+        for run in cells[0].split(", "):
+            table.setdefault(run, {})[cells[1].strip("`")] = who
+    return table
+
+
+@pytest.mark.parametrize("kind", [r[0] for r in COLLAB_RUNS])
+def test_every_collab_round_is_read_by_whom_the_threat_model_says(collab_runs, kind):
+    """Before every collab message was sealed to its recipient, the servers' noisy shares (the measured marginals
+    included), the tuning's steps, fold tables, DP scores and the custodians' votes travelled in clear: every
+    role and a relay read them, and this table check failed on them."""
+    _collab_readers_as_documented(collab_runs, kind)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", [r[0] for r in SLOW_COLLAB_RUNS])
+def test_the_tuned_collab_runs_are_read_as_documented_by_every_curious_role(slow_collab_runs, kind):
+    _collab_readers_as_documented(slow_collab_runs, kind)
+    _curious_server(*slow_collab_runs[kind])
+    _publisher_and_relay(*slow_collab_runs[kind])
+
+
+def _collab_readers_as_documented(runs, kind):
+    got = collab_observed(*runs[kind])
+    want = collab_documented().get(kind, {})
+    assert got == want, ("docs/threat-model.md's collab table differs from the run", {
+        r: (sorted(got.get(r, ())), sorted(want.get(r, ()))) for r in sorted(set(got) | set(want))
+        if got.get(r) != want.get(r)})
+    assert {r for r, who in got.items() if who == {"everyone"}} <= {"collab_hello", "collab_key"}
+
+
+def test_a_curious_collab_server_reads_only_uniform_shares(collab_runs):
+    """Everything server0 legitimately receives: the hellos and run keys (public), the shares sealed to it, the
+    tuning steps. No other server's noisy share (on the code before, every server's noisy share went to every role
+    in clear: server0 added its own shares to server1's and read each measured marginal with one server's noise),
+    no publisher's message. Its shares are uniform on Z_2^64 whatever the counts: in the run (a KS test against
+    uniform), and as the same distribution for two very different count tables (the deployed share_counts)."""
+    from scipy import stats
+
+    from vertisynth.collab.secure_aggregation import share_counts
+
+    _curious_server(*collab_runs["collab"])
+    ones, spike = np.ones(4000, np.int64), np.r_[np.zeros(3999, np.int64), 10**6]
+    for server in (0, 1):   # server 0 holds the mask, server 1 the counts minus it: both uniform
+        a, b = (share_counts("A", "q", x, 2, None)[server].share / 2.0**64 for x in (ones, spike))
+        assert stats.ks_2samp(a, b).pvalue > 1e-4 and stats.kstest(a, "uniform").pvalue > 1e-4
+
+
+def _curious_server(folder, config, keys):
+    from scipy import stats
+
+    from vertisynth.collab.channel import RunKeyMessage
+    from vertisynth.collab.distributed import Hello, TuningStep
+    from vertisynth.collab.secure_aggregation import CountShare
+
+    view = [msg for _, _, msg, who in collab_envelopes(folder, config, keys) if "server0" in who or "everyone" in who]
+    assert {type(m) for m in view} <= {Hello, RunKeyMessage, CountShare, TuningStep}, folder
+    shares = np.concatenate([m.share.ravel() for m in view if isinstance(m, CountShare)])
+    assert shares.size > 100 and stats.kstest(shares / 2.0**64, "uniform").pvalue > 1e-4, folder
+
+
+def test_the_collab_publisher_and_a_relay_read_only_what_they_are_given(collab_runs):
+    """The publisher opens the servers' noisy shares and the votes, never a custodian's share; a relay (any reader
+    of the exchange) opens the hellos and run keys only: no share, noisy total, step, table, score or vote."""
+    _publisher_and_relay(*collab_runs["collab"], tuned=False)
+
+
+def _publisher_and_relay(folder, config, keys, tuned=True):
+    from vertisynth.collab.channel import RunKeyMessage
+    from vertisynth.collab.distributed import Hello, Vote
+    from vertisynth.collab.secure_aggregation import NoisyShare
+
+    envelopes = list(collab_envelopes(folder, config, keys))
+    assert {type(m) for _, _, m, who in envelopes if who == {"everyone"}} == {Hello, RunKeyMessage}, folder
+    publisher = {type(m) for _, _, m, who in envelopes if "publisher" in who}
+    assert NoisyShare in publisher and publisher <= {NoisyShare, Vote} and (Vote in publisher) == tuned, folder

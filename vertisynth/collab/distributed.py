@@ -39,7 +39,6 @@ processes publish exactly the simulation's table.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import time
@@ -58,18 +57,19 @@ from vertisynth.core.identity import Identity, roster_of
 from vertisynth.core.messages import Message
 from vertisynth.core.privacy import NOISE_LABELS
 from vertisynth.core.transport import Transport as Exchange, transport_for
-from vertisynth.run.config import noise_for
+from vertisynth.run.config import config_fingerprint, noise_for
 from vertisynth.run.report import write_records
 
 from .channel import PUBLISHER, Channel, collab_run_id, server_name, slot
 from .horizontal import check_custodians
 from .pipeline import (CollabPlan, candidate_runs, commit_choice, costs, read_custodian_csv, streams,
                        summary_markdown, tuning_report)
-from .secure_aggregation import (NoisyShare, Randomness, SealedShare, ServerKey, ServerKeyPair, Transport,
-                                 aggregate_at_server, reconstruct, seal_share, server_randomness, share_counts)
+from .secure_aggregation import (CountShare, NoisyShare, Randomness, Transport, aggregate_at_server, reconstruct,
+                                 server_randomness, share_counts)
 from .tuning import (Selection, TuningIO, TuningOutcome, fold_synthetic, party_rng, selection_rng,
                      tuning_protocol)
 
+UNDISCLOSED = "<a column outside the schema>"   # what a hello says in place of such a column's name
 MEASURE = "measure:"   # the measurement round's scope (HorizontalRun.measure): custodians do not reconstruct it
 
 
@@ -140,12 +140,9 @@ class Vote(Message):
 
 
 def fingerprint(plan: CollabPlan) -> str:
-    """Hash of the public config every role must share (custodians' CSV paths excluded: they are local)."""
-    d = plan.config.to_dict()
-    files = (d.get("collab") or {}).get("files")
-    if files:
-        d["collab"]["files"] = {k: "" for k in files}
-    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    """The config fingerprint every role must share: deploy's (run/config.py; custodians' CSV paths blank: they are
+    local)."""
+    return config_fingerprint(plan.config)
 
 
 def query_file(query: str) -> str:
@@ -154,23 +151,18 @@ def query_file(query: str) -> str:
     return f"{safe}-{hashlib.sha256(query.encode()).hexdigest()[:8]}"
 
 
+def readers_of(query: str, contributors: list[str]) -> list[str]:
+    """Who reads a round's noisy shares: the publisher, and for a binning round the custodians that contributed
+    (they bin their rows with its DP totals); a measurement round is for the publisher only."""
+    return [PUBLISHER] if is_measure(query) else [*contributors, PUBLISHER]
+
+
 def share_slot(custodian: str, server: int, query: str) -> str:
     return slot("share", custodian, server_name(server), query_file(query))
 
 
 def noisy_slot(server: int, query: str) -> str:
     return slot("noisy", server_name(server), query_file(query))
-
-
-def key_slot(server: int) -> str:
-    return slot("key", server_name(server))
-
-
-def _server_key(channel: Channel, server: int) -> ServerKey:
-    key = channel.receive(ServerKey, key_slot(server), server_name(server), f"server {server}'s public key")
-    if key.server != server:
-        raise MessageError(f"{key_slot(server)}: not server {server}'s public key")
-    return key
 
 
 def _collect(channel: Channel, query: str, servers: int, contributors: list[str],
@@ -198,7 +190,6 @@ class CustodianFiles(Transport):
     channel: Channel
     randomness: Randomness = attrs.field(factory=Randomness)   # no seed: shares from the OS CSPRNG
     rounds: int = 0
-    server_keys: dict[int, ServerKey] = attrs.field(factory=dict)
 
     def total(self, query, per_custodian, sigma):
         if self.me not in per_custodian:   # another custodian's own round (local binning): not ours
@@ -206,10 +197,8 @@ class CustodianFiles(Transport):
         counts = np.asarray(per_custodian[self.me])
         for sh in share_counts(self.me, query, counts.astype(np.int64), self.servers,
                                self.randomness.shares(self.me, query)):
-            if sh.server not in self.server_keys:
-                self.server_keys[sh.server] = _server_key(self.channel, sh.server)
-            self.channel.post(seal_share(sh, self.server_keys[sh.server]), share_slot(self.me, sh.server, query),
-                              [server_name(sh.server)])
+            # sealed to that server's run key (channel.py): no other role, and no relay, opens it
+            self.channel.post(sh, share_slot(self.me, sh.server, query), [server_name(sh.server)])
         self.rounds += 1
         if is_measure(query):   # the measurement round is for the publisher only
             return np.zeros(counts.shape, np.int64)
@@ -223,18 +212,14 @@ class ServerFiles(Transport):
     channel: Channel
     randomness: Randomness
     rounds: int = 0
-    keys: ServerKeyPair | None = None     # opens the sealed shares (run_server makes and publishes it)
 
     def total(self, query, per_custodian, sigma):
         shape = list(np.asarray(next(iter(per_custodian.values()))).shape)   # public: from the schema
         shares = []
         for c in sorted(per_custodian):
             f = share_slot(c, self.index, query)
-            sealed = self.channel.receive(SealedShare, f, c, f"custodian {c!r}'s share of {query!r} for server "
-                                          f"{self.index}")
-            if self.keys is None:
-                raise MessageError(f"server {self.index} has no key pair to open the custodians' shares")
-            sh = self.keys.open(sealed)
+            sh = self.channel.receive(CountShare, f, c, f"custodian {c!r}'s share of {query!r} for server "
+                                      f"{self.index}")
             if sh.party != c or sh.query != query or sh.server != self.index or sh.n_servers != self.servers:
                 raise MessageError(f"{f}: holds {sh.party!r}'s share of {sh.query!r} for server {sh.server} of "
                                    f"{sh.n_servers}, expected {c!r}'s of {query!r} for server {self.index} of "
@@ -244,7 +229,7 @@ class ServerFiles(Transport):
                                    f"schema gives {shape}: does it run a different config?")
             shares.append(sh)
         ns = aggregate_at_server(self.index, shares, sigma, self.randomness.noise(self.index, query))
-        self.channel.post(ns, noisy_slot(self.index, query), [ALL])
+        self.channel.post(ns, noisy_slot(self.index, query), readers_of(query, sorted(per_custodian)))
         self.rounds += 1
         return np.zeros(shape, np.int64)   # a server never learns the total
 
@@ -377,12 +362,12 @@ class PublisherIO(TuningIO):
         if not self.sound:   # paper: each custodian scores the fold table on its own folds
             self.transport.channel.post(
                 FoldSynthetic(party=PUBLISHER, run=run, fold=fold, codes=ds.codes.astype(np.int64)),
-                synthetic_slot(run, fold), [ALL])
+                synthetic_slot(run, fold), self.custodians)
         return ds
 
     def score(self, run, score):
         self.transport.channel.post(TuningScore(party=PUBLISHER, run=run, score=float(score)),
-                                    score_slot(run), [ALL])
+                                    score_slot(run), self.custodians)
         return score
 
     def votes(self, run, mine):
@@ -474,7 +459,9 @@ def channel_for(plan: CollabPlan, identity: Identity | None, role: str, exchange
         raise ConfigError(f"the config's [roster] names no public key for {missing}")
     for n in [*plan.custodians, PUBLISHER]:
         slot("hello", n)   # every role's name must be usable as a message name: refused before anything is sent
-    return Channel(identity, roster, exchange_of(exchange), fingerprint(plan), timeout=timeout, poll=poll)
+    roles = (*plan.custodians, *map(server_name, range(plan.run.servers)), PUBLISHER)
+    return Channel(identity, roster, exchange_of(exchange), fingerprint(plan), timeout=timeout, poll=poll,
+                   roles=roles, sealed=True)
 
 
 def run_custodian(plan: CollabPlan, name: str, csv: Path, exchange: str | Path | Exchange,
@@ -494,11 +481,15 @@ def run_custodian(plan: CollabPlan, name: str, csv: Path, exchange: str | Path |
         raise MessageError(f"{channel.exchange} already holds custodian {name!r}'s hello from an earlier run: use a "
                            "fresh exchange for every run (old shares would be mixed into this one)")
     # announce first, so the others fail fast and clearly if this CSV has the wrong columns
-    channel.post(Hello(party=name, fingerprint=fingerprint(plan), columns=[str(c) for c in frame.columns],
-                       nonce=os.urandom(16).hex()), slot("hello", name), [ALL])
+    # a column outside the public schema is named only here: the hello (in clear) says that there is one
+    schema = set(_attributes(plan))
+    channel.post(Hello(party=name, fingerprint=fingerprint(plan), nonce=os.urandom(16).hex(),
+                       columns=[str(c) if str(c) in schema else UNDISCLOSED for c in frame.columns]),
+                 slot("hello", name), [ALL])
     check_custodians({name: frame}, _attributes(plan))
     frame = frame[_attributes(plan)]
     wait_for_custodians(plan, channel)   # the run id
+    channel.publish_run_key()            # the servers seal the binning rounds' noisy shares to it
     transport = CustodianFiles(name, plan.run.servers, channel)
     # the others' tables are empty here: their counts are zero vectors of the public shapes, never sent
     frames = {**_empty_frames(plan), name: frame}
@@ -533,15 +524,14 @@ def run_server(plan: CollabPlan, index: int, exchange: str | Path | Exchange, se
                           "(the default across machines): drop --seed, or set noise = \"simulation\" for a test")
     channel = channel_for(plan, identity, server_name(index), exchange, timeout, poll)
     wait_for_custodians(plan, channel)
-    keys = ServerKeyPair(index)   # this run only; the custodians seal their shares to it (signed: run-bound)
-    channel.post(keys.public(), key_slot(index), [ALL])
+    channel.publish_run_key()   # this run only; the custodians seal their shares to it (signed: run-bound)
     # secure: discrete Gaussian from the OS CSPRNG; with --seed a reproducible simulation (the run label keeps
     # tuning and final noise apart)
     root = server_randomness(seed, "final")
     params: dict[str, Any] = {}
     rounds = 0
     if plan.tuner is not None:
-        tt = ServerFiles(index, plan.run.servers, channel, attrs.evolve(root, run="tuning"), keys=keys)
+        tt = ServerFiles(index, plan.run.servers, channel, attrs.evolve(root, run="tuning"))
         outcome = tuning_protocol(plan.tuner, plan.run, _empty_frames(plan), plan.ledger,
                                   FollowerIO(tt))
         rounds = 0 if outcome.method == "private_selection" else tt.rounds   # K is secret (tuning.py)
@@ -549,7 +539,7 @@ def run_server(plan: CollabPlan, index: int, exchange: str | Path | Exchange, se
             return {"server": index, "rounds": rounds, "published": False}
         params = outcome.chosen or {}
         commit_choice(plan, params)
-    transport = ServerFiles(index, plan.run.servers, channel, root, keys=keys)
+    transport = ServerFiles(index, plan.run.servers, channel, root)
     plan.run.measure(_empty_frames(plan), params, plan.rho_pre, plan.rho_synth, plan.ledger, transport)
     return {"server": index, "rounds": rounds + transport.rounds, "published": True, "noise": root.noise_kind}
 
@@ -571,6 +561,7 @@ def run_publisher(plan: CollabPlan, exchange: str | Path | Exchange, out: Path, 
     cfg = plan.config
     channel = channel_for(plan, identity, PUBLISHER, exchange, timeout, poll)
     wait_for_custodians(plan, channel)
+    channel.publish_run_key()   # the servers seal their noisy shares to it, the custodians their votes
     rng = streams(cfg.seed)
     timings: dict[str, float] = {}
     hidden_rounds = 0

@@ -11,10 +11,10 @@ Threat model: semi-honest (honest-but-curious) compute servers, S >= 2 of them, 
     separate-process servers' default) is the discrete Gaussian N_Z(0, σ²) from the OS CSPRNG (OpenDP,
     core/noise.py), which is 1/(2σ²)-zCDP on its own (Canonne, Kamath & Steinke 2020); the seeded
     simulation draws round(N(0, σ²)) from numpy instead (the argument below).
-  * Sealed shares. Across processes every share travels encrypted to its server's X25519 key
-    (ephemeral-static X25519, HKDF-SHA256, AES-256-GCM; the header fields are the associated data), so a
-    reader of the exchange sees ciphertexts only, and a share moved, edited or re-addressed fails to
-    open.
+  * Sealed shares. Across processes every share travels sealed to its server's X25519 run key by the
+    collab channel (collab/channel.py: deploy's sealed-envelope format, core/courier.py; X25519, HKDF-SHA256,
+    AES-256-GCM, the run, config, sender and slot as associated data), so a reader of the exchange sees
+    ciphertexts only, and a share moved, edited or re-addressed fails to open.
   * Noise as shares. Each server s adds its own integer noise z_s = round(N(0, σ²)) to its share, so
     the reconstructed output is Σx + Σ_s z_s. Why every server draws a *full* σ: a server (or a
     coalition of up to S−1 servers) knows its own z_s and can subtract it, and what remains includes
@@ -29,7 +29,6 @@ Messages are files (`Message` subclasses), so custodians and servers can run as 
 """
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
@@ -41,7 +40,6 @@ from vertisynth.core.mechanisms import gaussian_sigma
 from vertisynth.core.messages import Message
 from vertisynth.core.noise import discrete_gaussian
 from vertisynth.core.privacy import NOISE_KINDS, Charge, PrivacyLedger, ZCDP
-from vertisynth.core.sealing import RunKey, Sealed, seal_to
 
 STAGE = "secure_aggregation"
 
@@ -228,94 +226,6 @@ class Randomness:
 def server_randomness(seed: int | None, run: str = "final") -> Randomness:
     """A server's noise source: secure noise from the OS CSPRNG (no seed), or a seeded simulation."""
     return Randomness(seed, run)
-
-
-# -- shares sealed to their server's key (X25519 + HKDF-SHA256 + AES-256-GCM) --------------------------------
-SEAL_INFO = b"vertisynth collab share v1"
-
-
-@attrs.frozen(eq=False)
-class ServerKey(Message):
-    """A server's X25519 public key for this run, published on the exchange for the custodians."""
-
-    kind: ClassVar[str] = "server_key"
-    server: int = 0
-    public_key: np.ndarray = attrs.field(factory=lambda: np.zeros(32, np.uint8))
-
-    def validate(self) -> ServerKey:
-        super().validate()
-        if self.public_key.dtype != np.uint8 or self.public_key.shape != (32,):
-            raise self._fail("public_key must be 32 bytes (X25519)")
-        return self
-
-
-@attrs.frozen(eq=False)
-class SealedShare(Message):
-    """A CountShare encrypted to one server: only that server's private key opens it."""
-
-    kind: ClassVar[str] = "sealed_share"
-    query: str = ""
-    server: int = 0
-    n_servers: int = 2
-    shape: list[int] = attrs.field(factory=list)
-    ephemeral: np.ndarray = attrs.field(factory=lambda: np.zeros(32, np.uint8))
-    nonce: np.ndarray = attrs.field(factory=lambda: np.zeros(12, np.uint8))
-    ciphertext: np.ndarray = attrs.field(factory=lambda: np.zeros(0, np.uint8))
-
-    def validate(self) -> SealedShare:
-        super().validate()
-        if (self.ephemeral.dtype != np.uint8 or self.ephemeral.shape != (32,) or self.nonce.dtype != np.uint8
-                or self.nonce.shape != (12,) or self.ciphertext.dtype != np.uint8 or self.ciphertext.ndim != 1):
-            raise self._fail("ephemeral key (32 bytes), nonce (12 bytes) and ciphertext must be byte vectors")
-        return self
-
-
-def _bytes(b: bytes) -> np.ndarray:
-    return np.frombuffer(b, np.uint8).copy()
-
-
-def _aad(party: str, query: str, server: int, n_servers: int, shape: Sequence[int]) -> bytes:
-    return json.dumps([party, query, server, n_servers, list(shape)]).encode()
-
-
-class ServerKeyPair:
-    """A server's key pair for one run: the private key never leaves the server's process."""
-
-    def __init__(self, server: int) -> None:
-        self.server = server
-        self._key = RunKey()   # core/sealing.py: the one sealing primitive (deploy's run key too)
-
-    def public(self) -> ServerKey:
-        return ServerKey(party=f"server{self.server}", server=self.server, public_key=_bytes(self._key.public)).validate()
-
-    def open(self, sealed: SealedShare) -> CountShare:
-        if sealed.server != self.server:
-            raise MessageError(f"share from {sealed.party!r} for {sealed.query!r} is sealed to server "
-                               f"{sealed.server}, not {self.server}")
-        try:
-            plain = self._key.open(Sealed(sealed.ephemeral.tobytes(), sealed.nonce.tobytes(), sealed.ciphertext.tobytes()),
-                                   _aad(sealed.party, sealed.query, sealed.server, sealed.n_servers, sealed.shape),
-                                   SEAL_INFO, "share")
-        except MessageError:
-            raise MessageError(f"share from {sealed.party!r} for {sealed.query!r} does not open with server "
-                               f"{self.server}'s key: it was edited, re-addressed, or sealed to another run's key") from None
-        share = np.frombuffer(plain, np.uint64).copy()
-        if share.size != int(np.prod(sealed.shape, dtype=np.int64)):
-            raise MessageError(f"share from {sealed.party!r} for {sealed.query!r} has {share.size} elements, "
-                               f"declared shape {sealed.shape}")
-        return CountShare(party=sealed.party, query=sealed.query, server=sealed.server, n_servers=sealed.n_servers,
-                          shape=list(sealed.shape), share=share.reshape(sealed.shape)).validate()
-
-
-def seal_share(share: CountShare, server_key: ServerKey) -> SealedShare:
-    """Encrypt `share` to its server's public key (a fresh ephemeral key and nonce per share)."""
-    if server_key.server != share.server:
-        raise MessageError(f"server key {server_key.server} used to seal a share for server {share.server}")
-    sealed = seal_to(server_key.public_key.tobytes(), np.ascontiguousarray(share.share, dtype=np.uint64).tobytes(),
-                     _aad(share.party, share.query, share.server, share.n_servers, share.shape), SEAL_INFO)
-    return SealedShare(party=share.party, query=share.query, server=share.server, n_servers=share.n_servers,
-                       shape=list(share.shape), ephemeral=_bytes(sealed.ephemeral), nonce=_bytes(sealed.nonce),
-                       ciphertext=_bytes(sealed.ciphertext)).validate()
 
 
 class Transport:

@@ -1,5 +1,6 @@
 """A run across machines: who takes part (the roster), which run this is (the hello round) and how every
-message is sealed and checked (the envelope, `core/envelope.py`), over a transport (`transport.py`).
+message is sealed and checked (the envelope, `core/envelope.py`; the run id, the sealed-envelope format and the
+checked read are `core/courier.py`'s, which collab's Channel uses too), over a transport (`transport.py`).
 
 `vertisynth party hello` runs the hello round: every party signs and posts its config fingerprint, every
 setting of the resolved public config and a fresh random nonce; each party checks every other party's hello
@@ -23,7 +24,6 @@ not which marginals are asked. VertiMRF's he rounds (deploy/he_rounds.py) run th
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -32,10 +32,11 @@ from typing import Any
 
 import attrs
 
-from vertisynth.core.envelope import ALL, Expect, Header, canonical, open_envelope, seal
+from vertisynth.core.courier import SEAL_INFO, SEALED, Courier, run_id, seal_aad  # noqa: F401 (re-exported)
+from vertisynth.core.envelope import ALL, Header, canonical, open_envelope, seal
 from vertisynth.core.errors import ConfigError, DataError, MessageError
 from vertisynth.core.identity import Identity, Roster, inside, roster_of as _roster_of
-from vertisynth.core.sealing import RunKey, Sealed, hkdf, seal_to
+from vertisynth.core.sealing import RunKey, hkdf
 from vertisynth.run.config import RunConfig, config_fingerprint, public_config
 
 from .transport import ReportsWaiting, Transport, local_folder, receive, transport_for
@@ -50,8 +51,6 @@ SERVER = "server"
 SEALED_ROUNDS = ("synth", "ledger")
 # and the rounds of every party's answer to one query of the vertical oracle (deploy/oracle_rounds.py)
 SEALED_PREFIXES = ("oracle-answer-",)
-SEALED = "sealed:"               # the kind of a sealed body: "sealed:<kind of the plaintext>"
-SEAL_INFO = b"vertisynth/deploy-seal/v1"
 RUN_KEY_ROUND = "server-key"
 PARTY_KEY_ROUND = "party-key"
 ALIGN_KEY_ROUND = "align-key"   # a party's run key of its alignment step (`party align`, its own process)
@@ -91,11 +90,6 @@ def test_nonce(secret: bytes, party: str) -> bytes:
 
 def test_noise_seed(secret: bytes) -> int:
     return int.from_bytes(hkdf(secret, b"vertisynth/test-noise-seed/v1"), "big")
-
-
-def run_id(config_fp: str, nonces: dict[str, bytes]) -> str:
-    return hashlib.sha256(canonical({"config": config_fp, "nonces": {p: n.hex() for p, n in sorted(nonces.items())}})
-                          ).hexdigest()[:32]
 
 
 def key_context(run: str, config_fp: str) -> bytes:
@@ -163,13 +157,8 @@ def load_identity(config: RunConfig, name: str, out: Path, key: Path | None, exc
 
 
 # -- a session: sealed sends and checked receives ------------------------------------------------------------------
-def seal_aad(run: str, config: str, sender: str, round_: str, name: str) -> bytes:
-    """What a sealed body is bound to: this run, this config, its sender, its round and its slot (file name)."""
-    return canonical({"run": run, "config": config, "sender": sender, "round": round_, "name": name})
-
-
 @attrs.define
-class Session:
+class Session(Courier):
     identity: Identity | None   # None: a role that only reads
     roster: Roster
     transport: Transport
@@ -185,6 +174,12 @@ class Session:
     @property
     def me(self) -> str:
         return self.state.party
+
+    def _bound(self) -> tuple[str, str]:
+        return self.state.run, self.state.config
+
+    def _mail(self) -> Transport:
+        return self.transport
 
     def key_of(self, who: str, timeout: float | None = None) -> bytes:
         """`who`'s run key (X25519): verified in its signed envelope of this run, waited for up to `timeout`
@@ -203,10 +198,8 @@ class Session:
                     self.send(round_, [who], kind, body, tag)
                 return
             name = f"{round_}__{self.me}__to__{targets[0]}__{tag}"
-            body = seal_to(self.key_of(targets[0]), body,
-                           seal_aad(self.state.run, self.state.config, self.me, round_, name), SEAL_INFO).to_bytes()
-            self.transport.send(name, seal(self.identity, self.state.run, self.state.config, targets, round_,
-                                           SEALED + kind, body))
+            self.transport.send(name, self.sealed_envelope(targets[0], self.key_of(targets[0]), name, round_, kind,
+                                                           body))
             return
         label = ALL if to == [ALL] else "+".join(to)
         name = f"{round_}__{self.me}__to__{'all' if label == ALL else label}__{tag}"
@@ -216,33 +209,21 @@ class Session:
             # party's ciphertext into an envelope of their own (it would not open there)
             if self.server_key is None:
                 raise MessageError(f"{self.me}: no run key of the server to seal {name} to; refused to send it in clear")
-            body = seal_to(self.server_key, body, seal_aad(self.state.run, self.state.config, self.me, round_, name),
-                           SEAL_INFO).to_bytes()
-            kind = SEALED + kind
+            self.transport.send(name, self.sealed_envelope(SERVER, self.server_key, name, round_, kind, body))
+            return
         data = seal(self.identity, self.state.run, self.state.config, to, round_, kind, body)
         self.transport.send(name, data)
 
     def open(self, name: str, rounds: tuple[str, ...], me: str | None = None) -> tuple[Header, bytes]:
-        header, body = open_envelope(self.transport.read(name), self.roster,
-                                     Expect(self.state.run, self.state.config, me or self.me, rounds), name)
-        if name.split("__")[1] != header.sender:
-            raise MessageError(f"{name}: from {header.sender!r} under another sender's name; refused")
-        if header.kind.startswith(SEALED):
-            if self.run_key is None:
-                who = "+".join(header.to)
-                raise MessageError(f"{name}: sealed to the run key of {who}; only "
-                                   f"{'the server' if who == SERVER else repr(who)} opens it")
-            body = self.run_key.open(Sealed.from_bytes(body, name),
-                                     seal_aad(header.run, header.config, header.sender, header.round, name),
-                                     SEAL_INFO, f"{name} from {header.sender!r}")
-            header = attrs.evolve(header, kind=header.kind[len(SEALED):])
-        elif self.run_key is not None and sealed_round(header.round):
-            raise MessageError(f"{name}: from {header.sender!r}: sent in clear, where every party seals this round "
-                               "to the server's run key; refused")
-        elif self.sealed and header.round not in CLEAR_ROUNDS:
-            raise MessageError(f"{name}: from {header.sender!r}: sent in clear, where every message of this run is "
-                               "sealed to its recipient's run key; refused")
-        return header, body
+        return self.checked_open(name, rounds, me, self._clear_refused)
+
+    def _clear_refused(self, header: Header) -> str:
+        """Why `header`'s body may not travel in clear ("": it may)."""
+        if self.run_key is not None and sealed_round(header.round):
+            return "every party seals this round to the server's run key"
+        if self.sealed and header.round not in CLEAR_ROUNDS:
+            return "every message of this run is sealed to its recipient's run key"
+        return ""
 
     def receive(self, round_: str, senders: list[str], to: str | None = None, per_sender: int = 1
                 ) -> dict[str, list[tuple[Header, bytes]]]:

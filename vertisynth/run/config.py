@@ -246,8 +246,13 @@ def default_config() -> RunConfig:
 
 
 def public_config(config: RunConfig) -> dict[str, Any]:
-    """The config as every role reads it (plain JSON values): what a run's fingerprint is taken over."""
-    return json.loads(json.dumps(config.to_dict(), default=str))
+    """The config as every role reads it (plain JSON values): what a run's fingerprint is taken over. A collab
+    custodian's CSV path (`collab.files`) is local to its machine: every role sees it blank."""
+    d = json.loads(json.dumps(config.to_dict(), default=str))
+    files = (d.get("collab") or {}).get("files")
+    if isinstance(files, dict):
+        d["collab"]["files"] = {k: "" for k in files}
+    return d
 
 
 def config_fingerprint(config: RunConfig) -> str:

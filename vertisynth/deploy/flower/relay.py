@@ -30,7 +30,7 @@ from vertisynth.run.config import RunConfig
 from ..plans import vertical_plan
 from ..server import run_server
 from ..transport import FolderTransport
-from .bridge import BUSY, DONE, FAILED, STEPS, WAITING, Reply, server_index
+from .bridge import BUSY, DONE, FAILED, STEPS, WAITING, Reply
 
 # node id -> (step, envelopes for it) ; returns node id -> Reply, or raises MessageError naming who did not answer
 Ask = Callable[[Mapping[int, tuple[str, dict[str, bytes]]]], Mapping[int, Reply]]
@@ -64,6 +64,9 @@ def steps_for(config: RunConfig, data_dir: str | None = None) -> list[str]:
             + (["keys"] if isinstance(synth, PartyServerSplit) and synth.needs_keys() else []) + ["synth"])
 
 
+CLEAR = ("collab_hello", "collab_key")   # collab/channel.py's CLEAR (deploy may not import collab)
+
+
 def addressed_to(name: str, party: str) -> bool:
     """Envelope names are `<round>__<sender>__to__<all | a+b | server>__<tag>` (deploy/session.py), or a collab
     slot `collab_<kind>__<sender>[__...]` (collab/channel.py, routed by its kind: `collab_to`)."""
@@ -74,19 +77,14 @@ def addressed_to(name: str, party: str) -> bool:
 
 
 def collab_to(parts: list[str], party: str) -> bool:
-    """Who gets a collab slot (the names of collab/distributed.py): a share only the compute server it names
-    (sealed to that server's key anyway), a vote only the publisher, a server's noisy share the custodians and the
-    publisher (never another server), the rest (hellos, server keys, the publisher's steps) every other role."""
+    """Who gets a collab slot (collab/channel.py): a sealed one (`<slot>__to__<recipient>`, one envelope per
+    recipient) only its recipient; the hellos and run keys, the only slots in clear, every other role."""
     kind, sender = parts[0], parts[1] if len(parts) > 1 else ""
     if sender == party or not sender:
         return False
-    if kind == "collab_share":
-        return len(parts) > 2 and parts[2] == party
-    if kind == "collab_vote":
-        return party == "publisher"
-    if kind == "collab_noisy":
-        return server_index(party) is None
-    return True
+    if len(parts) >= 4 and parts[-2] == "to":
+        return parts[-1] == party
+    return kind in CLEAR
 
 
 class Relay:
