@@ -562,8 +562,8 @@ def _sparse_maxima(key: bytes, view: Dataset, ids: np.ndarray, t: int, floor: in
             if floor > 16:   # w = 0: the extension decides
                 i, h, g = i[g >= floor], h[g >= floor], g[g >= floor]
             rows_i = i + r0
-            for a, col in cols.items():
-                np.maximum.at(out[a], (h, col[rows_i]), g)
+            for a, col in cols.items():   # on the flat (contiguous) sketch: ufunc.at's fast 1-d path, ~5x a 2-d index
+                np.maximum.at(out[a].reshape(-1), h * out[a].shape[1] + col[rows_i], g)
         progress.step("DPFM repetitions", min(r0 + rows, n) * t, n * t)
     return out
 
