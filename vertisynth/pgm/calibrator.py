@@ -425,7 +425,7 @@ class Calibrator:
         scaling let a normaliser leave [1e-250, 1e250], so the caller can redo it robustly."""
         up, down = self._up, self._down
         if self.N:
-            theta = np.bincount(self.cell_idx, phi[self.meas_idx], minlength=self.N)
+            theta = np.bincount(self.cell_idx, phi[self.meas_idx], minlength=self.N).astype(float, copy=False)
             if self.base is not None:
                 theta += self.base
             mx = np.maximum.reduceat(theta, self.starts)
@@ -477,7 +477,7 @@ class Calibrator:
             z = np.add.reduceat(beliefs, self.starts)
             if not robust and not (1e-250 < z.min() and z.max() < 1e250):
                 return None
-            mu = np.bincount(self.meas_idx, beliefs[self.cell_idx], minlength=self.M)
+            mu = np.bincount(self.meas_idx, beliefs[self.cell_idx], minlength=self.M).astype(float, copy=False)
             mu /= np.append(z, 1.0)[self.meas_pos]
         else:
             mu = np.zeros(self.M)

@@ -244,7 +244,7 @@ def _estimate(domain: Domain, measurements: Sequence[Measurement], total: float 
 
     def loss_and_grad(ph: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         mu = cal.marginals(ph, total)
-        resid = (mu if bin_of is None else np.bincount(bin_of, mu, minlength=n_bins)) - y
+        resid = (mu if bin_of is None else np.bincount(bin_of, mu, minlength=n_bins).astype(float, copy=False)) - y
         g = w * resid
         return 0.5 * float(g @ resid), (g if bin_of is None else g[bin_of]), mu
 
