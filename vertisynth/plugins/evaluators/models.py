@@ -51,9 +51,9 @@ class _OneHotT:
     def __matmul__(self, r: np.ndarray) -> np.ndarray:
         r = np.asarray(r, dtype=float)
         if r.ndim == 1:
-            return np.bincount(self._flat, np.repeat(r, self._m), minlength=self._d)
+            return np.bincount(self._flat, np.repeat(r, self._m), minlength=self._d).astype(float, copy=False)
         return np.stack([np.bincount(self._flat, np.repeat(r[:, c], self._m), minlength=self._d)
-                         for c in range(r.shape[1])], axis=1)
+                         for c in range(r.shape[1])], axis=1).astype(float, copy=False)
 
 
 def one_hot(codes: np.ndarray, sizes: list[int] | tuple[int, ...]) -> OneHot:
