@@ -259,9 +259,8 @@ def test_a_pair_neither_test_keeps_is_offered_coarsened_for_refinement_only():
 
 def test_fit_tolerance_stops_the_fits_where_converged_and_zero_keeps_the_budgets(monkeypatch):
     """`fit_tolerance` passes pgm's atol stop (per measured cell) to every fit; 0 (PrivMRF's default) runs each fit to
-    its whole budget as before. VertiMRF's parties' local fits use it (LOCAL_FIT_TOLERANCE, docs/speed.md)."""
+    its whole budget as before. VertiMRF's parties' local fits take it through `local_params` (default 0)."""
     import vertisynth.plugins.synthesizers.privmrf.synthesizer as psyn
-    from vertisynth.plugins.synthesizers.vertimrf.synthesizer import LOCAL_FIT_TOLERANCE
 
     with pytest.raises(ConfigError, match="fit_tolerance"):
         PrivMRFConfig(fit_tolerance=-1.0)
@@ -286,7 +285,9 @@ def test_fit_tolerance_stops_the_fits_where_converged_and_zero_keeps_the_budgets
     assert all(atol is None for atol, _ in runs[0.0])
     assert all(atol is not None and atol > 0 for atol, _ in runs[1e-2])
     assert sum(n for _, n in runs[1e-2]) < 0.8 * sum(n for _, n in runs[0.0])
-    plan = make_plan(parse_config({"seed": 0, "budget": {"epsilon": 1.0, "delta": 1e-5},
-                                   "dataset": {"name": "census", "params": {"n": 500}},
-                                   "synthesizer": {"use": "vertimrf", "params": {"encoder": "dpfm"}}}))
-    assert all(s.config.fit_tolerance == LOCAL_FIT_TOLERANCE for s in plan.synthesizer.instance._local.values())
+    for local, want in (({}, 0.0), ({"fit_tolerance": 0.02}, 0.02)):
+        plan = make_plan(parse_config({"seed": 0, "budget": {"epsilon": 1.0, "delta": 1e-5},
+                                       "dataset": {"name": "census", "params": {"n": 500}},
+                                       "synthesizer": {"use": "vertimrf",
+                                                       "params": {"encoder": "dpfm", "local_params": local}}}))
+        assert all(s.config.fit_tolerance == want for s in plan.synthesizer.instance._local.values())
