@@ -128,7 +128,8 @@ def test_report_template_is_compiled_once_across_runs(tmp_path, monkeypatch):
 
     from vertisynth.run import html
 
-    monkeypatch.setattr(html, "_bytecode_cache", lambda: jinja2.FileSystemBytecodeCache(str(tmp_path)))
+    real_cache = html._bytecode_cache
+    monkeypatch.setattr(html, "_bytecode_cache", lambda: real_cache(str(tmp_path)))
     compiled = []
     real = jinja2.Environment.compile
     monkeypatch.setattr(jinja2.Environment, "compile", lambda self, *a, **k: compiled.append(1) or real(self, *a, **k))
@@ -137,3 +138,8 @@ def test_report_template_is_compiled_once_across_runs(tmp_path, monkeypatch):
     second = html._env().get_template("run.html.j2")
     assert len(compiled) == 1   # from the cache
     assert first.render is not second.render and first.name == second.name
+
+    # a cache folder that cannot be written (here: gone) costs the compile, not the report
+    gone = real_cache(str(tmp_path / "gone"))
+    monkeypatch.setattr(html, "_bytecode_cache", lambda: gone)
+    assert html._env().get_template("run.html.j2").name == "run.html.j2" and len(compiled) == 2

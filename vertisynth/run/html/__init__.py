@@ -38,13 +38,27 @@ def _env():
     return env
 
 
-def _bytecode_cache() -> Any:
+def _bytecode_cache(directory: str | None = None) -> Any:
     """jinja2's own cache of compiled templates between runs (its per-user folder in the temp folder, mode 0700,
     refused unless this user owns it; keyed by the template's source checksum, so an edited template recompiles):
-    compiling run.html.j2 is ≈ 0.03 CPU s of every run. None (compile each time) where that folder cannot be made."""
+    compiling run.html.j2 is ≈ 0.03 CPU s of every run. None (compile each time) where that folder cannot be made;
+    a cache that cannot be read or written (disk full, removed) only costs the compile, never the report."""
     import jinja2
+
+    class QuietCache(jinja2.FileSystemBytecodeCache):
+        def load_bytecode(self, bucket: Any) -> None:
+            try:
+                super().load_bytecode(bucket)
+            except OSError:
+                pass
+
+        def dump_bytecode(self, bucket: Any) -> None:
+            try:
+                super().dump_bytecode(bucket)
+            except OSError:
+                pass
     try:
-        return jinja2.FileSystemBytecodeCache()
+        return QuietCache(directory)
     except (OSError, RuntimeError):
         return None
 
