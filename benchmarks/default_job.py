@@ -167,7 +167,9 @@ def main() -> None:
         print(f"  {k:34s} {a:9.4f} {b:10.4f} {b / a if a else float('nan'):7.3f}")
     for name, rs in rows.items():
         print(f"  {name} per seed: " + "; ".join(
-            f"cpu {r['cpu_s']:.2f} s tvd3 {r.get('tvd.tvd_3way', float('nan')):.4f}" for r in rs))
+            f"cpu {r['cpu_s']:.2f} s tvd3 {r.get('tvd.tvd_3way', float('nan')):.4f}"
+            + (f" lr/dt acc {r['ml_utility.lr_accuracy_synthetic']:.4f}/{r['ml_utility.dt_accuracy_synthetic']:.4f}"
+               if "ml_utility.dt_accuracy_synthetic" in r else "") for r in rs))
 
 
 if __name__ == "__main__":

@@ -194,3 +194,21 @@ def test_round_sampling_reproduces_every_clique_marginal_closely():
         got = out.counts(s).values
         # rounded attribute by attribute: every prefix cell is within a handful of records of its expectation
         assert np.abs(got - want).max() <= 3 * len(s) + 2
+
+
+def test_binned_queries_sum_each_bin_of_the_full_table():
+    """`_query_rows`: each cell's bin, so that Q μ (a bincount) is the binned table `bin_sum` gives and Qᵀ g a
+    gather; the estimation's binned measurements use it instead of a scipy.sparse Q."""
+    from vertisynth.core.domain import Domain
+    from vertisynth.pgm.estimation import Measurement, _query_rows, bin_sum
+
+    dom = Domain.from_sizes({"a": 4, "b": 6, "c": 3})
+    bins_b = np.array([0, 0, 1, 2, 2, 2])
+    table = np.random.default_rng(0).random((4, 6))
+    m = Measurement(("a", "b"), np.zeros((4, 3)), 1.0, bins={"b": bins_b})
+    rows, n_bins = _query_rows(m, ("a", "b"), dom)
+    assert n_bins == 12
+    np.testing.assert_allclose(np.bincount(rows, table.ravel(), minlength=n_bins).reshape(4, 3),
+                               bin_sum(table, 1, bins_b), rtol=1e-14)
+    plain, n_plain = _query_rows(Measurement(("a", "c"), np.zeros((4, 3)), 1.0), ("a", "c"), dom)
+    assert n_plain == 12 and np.array_equal(plain, np.arange(12))

@@ -27,7 +27,6 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 import numpy as np
-import scipy.sparse as sp
 
 from .graph import JunctionTree
 
@@ -258,9 +257,9 @@ class Calibrator:
             meas_idx.append(self.meas_off[k] + proj(ci, self.scopes[k]))
         self.cell_idx = np.concatenate(cell_idx) if cell_idx else np.zeros(0, dtype=np.int64)
         self.meas_idx = np.concatenate(meas_idx) if meas_idx else np.zeros(0, dtype=np.int64)
-        # θ_flat = base_flat + A φ (A: clique cell × measurement cell incidence)
-        self.A = sp.csr_matrix((np.ones(self.cell_idx.size), (self.cell_idx, self.meas_idx)), shape=(self.N, self.M))
-        self.AT = self.A.T.tocsr()  # μ_m = A^T · beliefs (sums each measurement's cells out of its clique)
+        # θ_flat = base_flat + A φ and μ_m = Aᵀ · beliefs, A the clique cell × measurement cell incidence: two
+        # weighted bincounts over its entries: the sums of a CSR product in the same
+        # order, without scipy.sparse (its import, ≈ 0.25 CPU s, and its Python overhead per product)
         # per measurement cell: the position of its clique among the materialised ones (its normaliser),
         # or one past the end (a constant 1) for measurements on large cliques, normalised on their own
         meas_pos = np.full(self.M, len(mat_order), dtype=np.int64)
@@ -426,7 +425,7 @@ class Calibrator:
         scaling let a normaliser leave [1e-250, 1e250], so the caller can redo it robustly."""
         up, down = self._up, self._down
         if self.N:
-            theta = self.A @ phi
+            theta = np.bincount(self.cell_idx, phi[self.meas_idx], minlength=self.N).astype(float, copy=False)
             if self.base is not None:
                 theta += self.base
             mx = np.maximum.reduceat(theta, self.starts)
@@ -478,7 +477,7 @@ class Calibrator:
             z = np.add.reduceat(beliefs, self.starts)
             if not robust and not (1e-250 < z.min() and z.max() < 1e250):
                 return None
-            mu = self.AT @ beliefs
+            mu = np.bincount(self.meas_idx, beliefs[self.cell_idx], minlength=self.M).astype(float, copy=False)
             mu /= np.append(z, 1.0)[self.meas_pos]
         else:
             mu = np.zeros(self.M)

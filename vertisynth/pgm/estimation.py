@@ -45,11 +45,8 @@ import time
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 
-from typing import Any
-
 import attrs
 import numpy as np
-from scipy import sparse
 from threadpoolctl import ThreadpoolController
 
 from vertisynth.core import progress
@@ -117,16 +114,17 @@ def bin_sum(x: np.ndarray, axis: int, bin_of: np.ndarray) -> np.ndarray:
     return np.moveaxis(np.tensordot(x, onehot, axes=([axis], [0])), -1, axis)
 
 
-def _query_matrix(m: Measurement, kept: tuple[str, ...], domain: Domain) -> Any:
-    """Sparse Q summing the cells of a measurement's full table (axes in `kept` order) into its bins."""
+def _query_rows(m: Measurement, kept: tuple[str, ...], domain: Domain) -> tuple[np.ndarray, int]:
+    """The query Q summing the cells of a measurement's full table (axes in `kept` order) into its bins, as each
+    cell's bin (flat) and the number of bins (unbinned: every cell its own)."""
     full = tuple(domain.size(a) for a in kept)
     if not m.bins:
-        return sparse.identity(int(np.prod(full)), format="csr")
+        return np.arange(int(np.prod(full)), dtype=np.intp), int(np.prod(full))
     coords = np.unravel_index(np.arange(int(np.prod(full))), full)
     bshape = tuple(int(np.max(m.bins[a])) + 1 if a in m.bins else n for a, n in zip(kept, full))
     rows = np.ravel_multi_index(tuple(np.asarray(m.bins[a])[c] if a in m.bins else c for a, c in zip(kept, coords)),
                                 bshape)
-    return sparse.csr_matrix((np.ones(len(rows)), (rows, np.arange(len(rows)))), shape=(int(np.prod(bshape)), len(rows)))
+    return rows.astype(np.intp), int(np.prod(bshape))
 
 
 @attrs.define
@@ -222,10 +220,16 @@ def _estimate(domain: Domain, measurements: Sequence[Measurement], total: float 
             ws.append(1.0 / (m.variance if kept == m.attributes else np.transpose(m.variance, order)).ravel())
     y, w = np.concatenate(ys), np.concatenate(ws)
     # binned measurements see Q μ; the gradient in measurement space is Qᵀ w (Q μ − y). Q is the identity
-    # (and skipped) when nothing is binned.
-    Q = None
+    # (and skipped) when nothing is binned. Q μ is a bincount of the cells into their bins and Qᵀ g a gather (each cell is in one bin): the sums of the
+    # sparse product Q μ in its order (each bin's cells ascending, from 0), without scipy.sparse
+    bin_of, n_bins = None, 0
     if any(m.bins for m in measurements):
-        Q = sparse.block_diag([_query_matrix(m, kept, domain) for m, kept in zip(measurements, scopes)], format="csr")
+        parts = []
+        for m, kept in zip(measurements, scopes):
+            rows, nb = _query_rows(m, kept, domain)
+            parts.append(rows + n_bins)
+            n_bins += nb
+        bin_of = np.concatenate(parts)
     base = model.theta if warm_start is not None else None
     cal = Calibrator(model.tree, scopes, assign, base)
     # mirror descent in measurement space: the gradient on clique C is a sum of measurement-shaped
@@ -240,9 +244,9 @@ def _estimate(domain: Domain, measurements: Sequence[Measurement], total: float 
 
     def loss_and_grad(ph: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         mu = cal.marginals(ph, total)
-        resid = (mu if Q is None else Q @ mu) - y
+        resid = (mu if bin_of is None else np.bincount(bin_of, mu, minlength=n_bins).astype(float, copy=False)) - y
         g = w * resid
-        return 0.5 * float(g @ resid), (g if Q is None else Q.T @ g), mu
+        return 0.5 * float(g @ resid), (g if bin_of is None else g[bin_of]), mu
 
     loss, grad, mu = loss_and_grad(phi)
     if not np.isfinite(loss):

@@ -293,3 +293,21 @@ def test_pair_histogram_is_used_for_binned_pairs_only(monkeypatch):
     dpfm._inclusion_exclusion(small, 50, 1.0, 12, 3)
     dpfm._inclusion_exclusion(small + small[:1], 50, 1.0, 12, 3)   # three sets: the general path
     assert calls == [(50, 8)]
+
+
+def test_pair_codes_are_made_once_per_sketch_and_dropped_with_it():
+    """The server estimates every cross pair: each sketch's codes are made once (`SketchCodes`), the estimates are
+    those of a fresh computation bit for bit, and an entry goes when its sketch does (no stale codes on a reused id)."""
+    import gc
+    rng = np.random.default_rng(3)
+    sk = [(12 + np.minimum(rng.geometric(0.5, (300, u)) - 1, 9)).astype(np.int16) for u in (5, 3, 4)]
+    codes = dpfm.SketchCodes()
+    for pair in ([0, 1], [0, 2], [2, 1]):
+        got = dpfm._inclusion_exclusion([sk[i] for i in pair], 300, 1.0, 12, 3, codes)
+        want = dpfm._inclusion_exclusion([sk[i].copy() for i in pair], 300, 1.0, 12, 3)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    assert codes.codes(sk[0], 12) is codes.codes(sk[0], 12)
+    assert len(codes._by_id) == 3
+    del sk[0]
+    gc.collect()
+    assert len(codes._by_id) == 2

@@ -86,3 +86,24 @@ def test_ml_utility_imports_no_sklearn():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.strip() == "[]"
+
+
+def test_one_hot_products_are_scipy_sparse_ones_bit_for_bit():
+    """`OneHot` (gathers and bincounts, no scipy import) sums in a CSR product's order: X @ w, X @ W, Xᵀ r and
+    Xᵀ R equal scipy.sparse's exactly, so the fitted models and their scores did not move."""
+    from scipy import sparse
+
+    from vertisynth.plugins.evaluators.models import one_hot
+
+    rng = np.random.default_rng(5)
+    codes, sizes, _ = _table(3, n=3000)
+    n, m = codes.shape
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    csr = sparse.csr_matrix((np.ones(n * m), (codes + offsets).ravel(), np.arange(0, n * m + 1, m)),
+                            shape=(n, sum(sizes)))
+    X = one_hot(codes, sizes)
+    assert X.shape == csr.shape
+    w, W = rng.normal(size=sum(sizes)) * 1e3, rng.normal(size=(sum(sizes), 4))
+    r, R = rng.normal(size=n) / 7, rng.normal(size=(n, 3)) / 3
+    assert np.array_equal(X @ w, csr @ w) and np.array_equal(X @ W, csr @ W)
+    assert np.array_equal(X.T @ r, csr.T.tocsr() @ r) and np.array_equal(X.T @ R, csr.T.tocsr() @ R)

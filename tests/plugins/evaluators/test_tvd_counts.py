@@ -1,6 +1,8 @@
 """The tvd evaluator counts each scored marginal of the holdout once: its reference points (independent columns,
 the holdout floor) reuse the counts of the evaluation (they were made three times: a third of the evaluator's
 CPU in the default job), and give the same numbers as counting afresh."""
+import itertools
+
 import numpy as np
 
 from vertisynth.core.dataset import Dataset
@@ -29,9 +31,18 @@ def _table(seed, n, cls=Dataset):
     return t
 
 
-def test_reference_points_reuse_the_holdout_counts_and_agree_with_fresh_counts():
+def test_reference_points_reuse_the_holdout_counts_and_agree_with_fresh_counts(monkeypatch):
+    from vertisynth.plugins.evaluators import tvd
+
     train, synthetic = _table(0, 3000), _table(1, 3000)
     holdout = _table(2, 800, CountingDataset)
+    real = tvd._Columns.count_vector   # the evaluator counts on each table's columns (bit for bit count_vector's)
+
+    def counted(self, attrs_):
+        if isinstance(self.table, CountingDataset):
+            self.table.calls.append(tuple(attrs_))
+        return real(self, attrs_)
+    monkeypatch.setattr(tvd._Columns, "count_vector", counted)
     ev = TVDEvaluator(TVDConfig(ways=[2, 3], marginals=12))
     metrics = ev.evaluate(holdout, synthetic, np.random.default_rng(0))
     refs = ev.reference_points(train, holdout)
@@ -53,3 +64,16 @@ def test_count_vector_is_the_flat_counts_factor():
     t = _table(4, 500)
     for attrs_ in [("a",), ("c", "a"), ("f", "b", "d"), ()]:
         assert np.array_equal(t.count_vector(attrs_), t.counts(attrs_).values.ravel())
+
+
+def test_column_counts_are_count_vector_bit_for_bit():
+    """The evaluator's column-major copy (`_Columns`, uint8/uint16 codes) counts as `Dataset.count_vector` does."""
+    from vertisynth.plugins.evaluators.tvd import _Columns
+
+    rng = np.random.default_rng(7)
+    for sizes in ([2, 3, 4, 5, 2, 3], [300, 2, 700]):   # uint8 and uint16 codes
+        dom = Domain([f"x{i}" for i in range(len(sizes))], sizes)
+        t = Dataset(np.stack([rng.integers(0, s, 400) for s in sizes], axis=1), dom)
+        cols = _Columns(t)
+        for attrs_ in itertools.chain.from_iterable(itertools.combinations(dom.attributes, k) for k in range(3)):
+            assert np.array_equal(cols.count_vector(attrs_), t.count_vector(attrs_))

@@ -255,3 +255,39 @@ def test_a_pair_neither_test_keeps_is_offered_coarsened_for_refinement_only():
     xy = [m for m in fit._measurements if m.attributes == ("x", "y")]
     assert xy and all(m.bins for m in xy)
     assert xy[0].values.shape == xy[0].shape_in(data.domain) and xy[0].values.size < cells
+
+
+def test_fit_tolerance_stops_the_fits_where_converged_and_zero_keeps_the_budgets(monkeypatch):
+    """`fit_tolerance` passes pgm's atol stop (per measured cell) to every fit; 0 (PrivMRF's default) runs each fit to
+    its whole budget as before. VertiMRF's parties' local fits take it through `local_params` (default 0)."""
+    import vertisynth.plugins.synthesizers.privmrf.synthesizer as psyn
+
+    with pytest.raises(ConfigError, match="fit_tolerance"):
+        PrivMRFConfig(fit_tolerance=-1.0)
+    data = _correlated()
+    runs = {}
+    for tol in (0.0, 1e-2):
+        steps = []
+        real = psyn.estimate
+
+        def recorded(*a, **k):
+            res = real(*a, **k)
+            steps.append((k.get("atol"), res.iterations))
+            return res
+        monkeypatch.setattr(psyn, "estimate", recorded)
+        budget = Budget(2.0, 1e-5)
+        syn = PrivMRFSynthesizer(PrivMRFConfig(iters=400, refine_iters=200, fit_tolerance=tol))
+        ledger = PrivacyLedger(budget)
+        ledger.plan(syn.plan_for(data.domain, budget.rho()))
+        syn.fit_table(data, ledger, np.random.default_rng(0))
+        runs[tol] = steps
+        monkeypatch.undo()
+    assert all(atol is None for atol, _ in runs[0.0])
+    assert all(atol is not None and atol > 0 for atol, _ in runs[1e-2])
+    assert sum(n for _, n in runs[1e-2]) < 0.8 * sum(n for _, n in runs[0.0])
+    for local, want in (({}, 0.0), ({"fit_tolerance": 0.02}, 0.02)):
+        plan = make_plan(parse_config({"seed": 0, "budget": {"epsilon": 1.0, "delta": 1e-5},
+                                       "dataset": {"name": "census", "params": {"n": 500}},
+                                       "synthesizer": {"use": "vertimrf",
+                                                       "params": {"encoder": "dpfm", "local_params": local}}}))
+        assert all(s.config.fit_tolerance == want for s in plan.synthesizer.instance._local.values())

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import weakref
 from functools import partial
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -197,6 +198,7 @@ class DPFMEncoder(Encoder):
         self.params: SketchParams | None = None
         self._attributes: dict[str, tuple[str, ...]] = {}
         self._keys: dict[str, KeyParty] | None = None
+        self._sketch_codes = SketchCodes()   # the pair estimator's per-sketch codes, made once per sketch
         self.key_context = b""   # what the agreed keys are bound to (a run across machines; see core/keys.py)
         self._charges: dict[str, Charge] = {}
         self._count_charge: Charge | None = None
@@ -355,7 +357,8 @@ class DPFMEncoder(Encoder):
         k_p, floor = msgs[0].k_p, msgs[0].floor
         n_hat, n_var = _noisy_count(msgs)
         if self.config.estimator == "inclusion_exclusion":
-            est, var = _inclusion_exclusion([by_attr[a].sketches[a] for a in dom.attributes], t, gamma, floor, k_p)
+            est, var = _inclusion_exclusion([by_attr[a].sketches[a] for a in dom.attributes], t, gamma, floor, k_p,
+                                            self._sketch_codes)
             return dom, est, var, n_hat
         q = 1.0 / (1.0 + gamma)
         comps = [_complement(by_attr[a].sketches[a]) for a in dom.attributes]
@@ -559,8 +562,8 @@ def _sparse_maxima(key: bytes, view: Dataset, ids: np.ndarray, t: int, floor: in
             if floor > 16:   # w = 0: the extension decides
                 i, h, g = i[g >= floor], h[g >= floor], g[g >= floor]
             rows_i = i + r0
-            for a, col in cols.items():
-                np.maximum.at(out[a], (h, col[rows_i]), g)
+            for a, col in cols.items():   # on the flat (contiguous) sketch: ufunc.at's fast 1-d path, ~5x a 2-d index
+                np.maximum.at(out[a].reshape(-1), h * out[a].shape[1] + col[rows_i], g)
         progress.step("DPFM repetitions", min(r0 + rows, n) * t, n * t)
     return out
 
@@ -649,7 +652,7 @@ def _noisy_count(messages: Sequence[DPFMMessage]) -> tuple[float, float]:
 
 
 def _inclusion_exclusion(sketches: Sequence[np.ndarray], t: int, gamma: float, floor: int,
-                         k_p: int) -> tuple[np.ndarray, np.ndarray]:
+                         k_p: int, codes: SketchCodes | None = None) -> tuple[np.ndarray, np.ndarray]:
     """|∩_i A_i| for every cell of the l sketches' joint table by inclusion–exclusion over the unions of the
     cell's own value sets (module docstring), and its variance; t × u_i sketches. The terms share
     repetitions and are strongly correlated (the sum of their variances overstates the estimate's about 4x),
@@ -659,9 +662,10 @@ def _inclusion_exclusion(sketches: Sequence[np.ndarray], t: int, gamma: float, f
     shape = tuple(s.shape[1] for s in sketches)
     q = 1.0 / (1.0 + gamma)
     if l == 2:
-        levels = [int(np.max(s, initial=floor)) - max(floor, 0) + 1 for s in sketches]
+        codes = SketchCodes() if codes is None else codes
+        levels = [codes.levels(s, floor) for s in sketches]
         if shape[0] * levels[0] * shape[1] * levels[1] <= PAIR_HISTOGRAM_BINS:
-            return _pair_inclusion_exclusion(sketches, t, gamma, floor, levels)
+            return _pair_inclusion_exclusion(sketches, t, gamma, floor, levels, codes)
     qpow = q ** np.arange(np.iinfo(np.int16).max + 1, dtype=float)
     # q^{max(α, b)} of every sketch entry, once (t × u_i, small): q < 1, so q^{max(α, b)} of a union is the
     # minimum of its members' (no table lookup on the joint-sized arrays)
@@ -708,8 +712,40 @@ PAIR_HISTOGRAM_BINS = 1 << 20
 PAIR_HISTOGRAM_STEP = 1 << 16   # (repetition, cell) codes per bincount (cache-sized)
 
 
+class SketchCodes:
+    """Per sketch (t × u, int16), what the pair estimator reads of it: its number of levels at and above the floor b
+    and the codes v·levels + max(α[h, v] − b, 0) (intp, t × u). A sketch is in every pair with the other party's
+    attributes (the server estimates all of them), so both are made once per sketch and kept while it lives
+    (looked up by identity; an entry is dropped with its sketch)."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[weakref.ref, int, int, np.ndarray | None]] = {}
+
+    def _entry(self, sketch: np.ndarray, floor: int) -> tuple[weakref.ref, int, int, np.ndarray | None]:
+        key = id(sketch)
+        hit = self._by_id.get(key)
+        if hit is None or hit[0]() is not sketch or hit[1] != floor:
+            levels = int(np.max(sketch, initial=floor)) - max(floor, 0) + 1
+            hit = self._by_id[key] = (weakref.ref(sketch, lambda _, k=key, d=self._by_id: d.pop(k, None)),
+                                      floor, levels, None)
+        return hit
+
+    def levels(self, sketch: np.ndarray, floor: int) -> int:
+        return self._entry(sketch, floor)[2]
+
+    def codes(self, sketch: np.ndarray, floor: int) -> np.ndarray:
+        ref, _, levels, codes = self._entry(sketch, floor)
+        if codes is None:
+            b = max(floor, 0)
+            codes = np.maximum(sketch, b).astype(np.intp)
+            codes -= b
+            codes += np.arange(sketch.shape[1], dtype=np.intp) * levels
+            self._by_id[id(sketch)] = (ref, floor, levels, codes)
+        return codes
+
+
 def _pair_inclusion_exclusion(sketches: Sequence[np.ndarray], t: int, gamma: float, floor: int,
-                              levels: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+                              levels: Sequence[int], codes: SketchCodes | None = None) -> tuple[np.ndarray, np.ndarray]:
     """`_inclusion_exclusion` for a pair, from the joint histogram of the two sketch values over the repetitions:
     N[v, a, w, c] = #{h: max(α_1[h, v], b) = b + a, max(α_2[h, w], b) = b + c}. The three unions' q^α and
     the delta-method term y_h of cell (v, w) are functions of (a, c) alone, so every mean over repetitions
@@ -718,14 +754,19 @@ def _pair_inclusion_exclusion(sketches: Sequence[np.ndarray], t: int, gamma: flo
     q = 1.0 / (1.0 + gamma)
     b = max(floor, 0)
     (u1, u2), (l1, l2) = (s.shape[1] for s in sketches), levels
-    a = (np.maximum(sketches[0], b) - b).astype(np.int32) + np.arange(u1, dtype=np.int32) * l1   # v·l1 + a
-    c = (np.maximum(sketches[1], b) - b).astype(np.int32) + np.arange(u2, dtype=np.int32) * l2   # w·l2 + c
-    a *= u2 * l2
+    codes = SketchCodes() if codes is None else codes
+    a, c = codes.codes(sketches[0], floor), codes.codes(sketches[1], floor)   # v·l1 + a, w·l2 + c
     counts = np.zeros(u1 * l1 * u2 * l2, dtype=np.int64)
     step = max(1, PAIR_HISTOGRAM_STEP // (u1 * u2))
+    # intp codes: bincount takes them as they are (int32 ones it would copy to intp first)
+    buf = np.empty(min(step, t) * u1 * u2, dtype=np.intp)
+    scale = np.intp(u2 * l2)
     for h0 in range(0, t, step):
-        codes = a[h0:h0 + step, :, None] + c[h0:h0 + step, None, :]
-        counts += np.bincount(codes.ravel(), minlength=counts.size)
+        m = min(step, t - h0)
+        cell = buf[:m * u1 * u2].reshape(m, u1, u2)
+        np.multiply(a[h0:h0 + m, :, None], scale, out=cell)   # (v·l1 + a)·u2·l2, broadcast over w
+        cell += c[h0:h0 + m, None, :]
+        counts += np.bincount(buf[:m * u1 * u2], minlength=counts.size)
     n = counts.reshape(u1, l1, u2, l2).astype(float)
     qa, qc = q ** (b + np.arange(l1, dtype=float)), q ** (b + np.arange(l2, dtype=float))
     qm = np.minimum(qa[:, None], qc[None, :])                         # q^{max} of the union, per (a, c)

@@ -16,15 +16,49 @@ default job (docs/speed.md).
 from __future__ import annotations
 
 import numpy as np
-from scipy import sparse
 
 
-def one_hot(codes: np.ndarray, sizes: list[int] | tuple[int, ...]) -> sparse.csr_matrix:
-    """Rows of codes (n × m) as a CSR matrix with one 1 per attribute (column offset[j] + code)."""
-    n, m = codes.shape
-    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    idx = (codes.astype(np.int64) + offsets).ravel()
-    return sparse.csr_matrix((np.ones(n * m), idx, np.arange(0, n * m + 1, m)), shape=(n, int(sum(sizes))))
+class OneHot:
+    """Rows of codes (n × m) as the n × d matrix X with one 1 per attribute (column offset[j] + code). `X @ w` and
+    `X.T @ r` (w, r vectors or matrices) are gathers and weighted bincounts, summed in the order a CSR product sums
+    them (each row's m columns in order; each column's rows in order, from 0), so the same values bit for bit as
+    scipy.sparse's, without its import (≈ 0.25 CPU s of a run that needs nothing else of scipy)."""
+
+    def __init__(self, codes: np.ndarray, sizes: list[int] | tuple[int, ...]) -> None:
+        n, m = codes.shape
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        self.idx = codes.astype(np.int64) + offsets   # (n, m): each row's columns, ascending
+        self.shape = (n, int(sum(sizes)))
+
+    def __matmul__(self, w: np.ndarray) -> np.ndarray:
+        w = np.asarray(w, dtype=float)
+        out = w[self.idx[:, 0]]
+        for j in range(1, self.idx.shape[1]):
+            out += w[self.idx[:, j]]
+        return out
+
+    @property
+    def T(self) -> "_OneHotT":
+        return _OneHotT(self)
+
+
+class _OneHotT:
+    """Xᵀ of a `OneHot` X: `Xᵀ @ r` sums r's rows into the columns they hold."""
+
+    def __init__(self, x: OneHot) -> None:
+        self._flat, self._m, self._d = x.idx.ravel(), x.idx.shape[1], x.shape[1]
+
+    def __matmul__(self, r: np.ndarray) -> np.ndarray:
+        r = np.asarray(r, dtype=float)
+        if r.ndim == 1:
+            return np.bincount(self._flat, np.repeat(r, self._m), minlength=self._d).astype(float, copy=False)
+        return np.stack([np.bincount(self._flat, np.repeat(r[:, c], self._m), minlength=self._d)
+                         for c in range(r.shape[1])], axis=1).astype(float, copy=False)
+
+
+def one_hot(codes: np.ndarray, sizes: list[int] | tuple[int, ...]) -> OneHot:
+    """Rows of codes (n × m) as a one-hot matrix (`OneHot`) with one 1 per attribute (column offset[j] + code)."""
+    return OneHot(codes, sizes)
 
 
 def _lbfgs(fun, x0: np.ndarray, gtol: float, max_iter: int, memory: int = 10) -> np.ndarray:
@@ -93,7 +127,7 @@ class LogisticModel:
         X = one_hot(codes, self.sizes)
         n, d = X.shape
         lam = 1.0 / (self.C * n)
-        XT = X.T.tocsr()
+        XT = X.T
         if self.classes_.size == 2:
             t = (y == self.classes_[1]).astype(float)
             penalty = np.full(d + 1, lam)

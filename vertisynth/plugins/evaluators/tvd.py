@@ -64,7 +64,34 @@ def distinct_subsets(d: int, k: int, count: int, rng: np.random.Generator) -> li
 
 def _vector(table: Any, attrs_: tuple[str, ...]) -> np.ndarray:
     """The table's counts on `attrs_`, flat (a counts-only table, core/chunks.py, has `counts` alone)."""
-    return table.count_vector(attrs_) if isinstance(table, Dataset) else table.counts(attrs_).values.ravel()
+    if isinstance(table, (Dataset, _Columns)):
+        return table.count_vector(attrs_)
+    return table.counts(attrs_).values.ravel()
+
+
+class _Columns:
+    """A Dataset's codes column by column, each contiguous (uint8 / uint16 where the domain allows): the evaluator
+    counts hundreds of marginals of the same three tables, and a column of the row-major codes is a strided read
+    (on the default job's 15 columns 2.6x slower). The counts are `Dataset.count_vector`'s bit for bit (the same
+    flat cell index, the same bincount)."""
+
+    def __init__(self, table: Dataset) -> None:
+        top = max(table.domain.shape, default=1)
+        self.table = table
+        self.cols = np.ascontiguousarray(table.codes.T, dtype=np.uint8 if top <= 1 << 8 else
+                                         np.uint16 if top <= 1 << 16 else np.int64)
+
+    def count_vector(self, attrs_: tuple[str, ...]) -> np.ndarray:
+        dom = self.table.domain
+        axes = dom.axes(attrs_)
+        if not axes:
+            return np.asarray([float(self.table.n)])
+        shape = dom.shape
+        flat = self.cols[axes[0]].astype(np.int64)
+        for axis in axes[1:]:
+            flat *= shape[axis]
+            flat += self.cols[axis]
+        return np.bincount(flat, minlength=math.prod(shape[a] for a in axes)).astype(float)
 
 
 def marginal_tvd(real: Dataset, synthetic: Dataset, attrs_: tuple[str, ...], p: np.ndarray | None = None) -> float:
@@ -86,6 +113,16 @@ class TVDEvaluator(Evaluator):
         # same marginals of the same table twice more (independent columns, holdout floor)
         self._last_real: Any = None
         self._real_counts: dict[tuple[str, ...], np.ndarray] = {}
+        self._columns: dict[int, _Columns] = {}   # id(table) -> its columns, for the tables of the last evaluation
+
+    def _table(self, table: Any) -> Any:
+        """What to count `table`'s marginals on: a Dataset's `_Columns` (made once per table), else the table."""
+        if not isinstance(table, Dataset):
+            return table
+        cols = self._columns.get(id(table))
+        if cols is None or cols.table is not table:
+            cols = self._columns[id(table)] = _Columns(table)
+        return cols
 
     def plan(self, ctx: PlanContext) -> list:
         d = len(ctx.domain)
@@ -103,7 +140,8 @@ class TVDEvaluator(Evaluator):
             raise DataError("tvd: real and synthetic tables have different domains")
         out = {}
         names = real.domain.attributes
-        self._last_real, self._real_counts = None, {}
+        self._last_real, self._real_counts, self._columns = None, {}, {}
+        real_t, synthetic_t = self._table(real), self._table(synthetic)
         for k in ways_for(self.config.ways, len(names)):
             if k > len(names):
                 raise ConfigError(f"tvd: way {k} exceeds the number of attributes ({len(names)})")
@@ -112,12 +150,12 @@ class TVDEvaluator(Evaluator):
                 if isinstance(table, ChunkedCounts):
                     table.prefetch(sets)
             if isinstance(real, Dataset):
-                real_counts = {s: real.count_vector(s) for s in sets}
+                real_counts = {s: real_t.count_vector(s) for s in sets}
                 self._last_real = real
                 self._real_counts.update(real_counts)
             else:
                 real_counts = {}
-            vals = [marginal_tvd(real, synthetic, attrs_, real_counts.get(attrs_)) for attrs_ in sets]
+            vals = [marginal_tvd(real_t, synthetic_t, attrs_, real_counts.get(attrs_)) for attrs_ in sets]
             out[f"tvd_{k}way"] = float(np.mean(vals))
             self._last_sets[k] = sets
         return out
@@ -125,16 +163,20 @@ class TVDEvaluator(Evaluator):
     def reference_points(self, train: Dataset, holdout: Dataset | None) -> dict[str, dict[str, float]]:
         """The same TVDs for independent columns and, with a holdout, for the holdout against the training rows."""
         scored = holdout if holdout is not None else train   # the table the synthetic one was compared with
-        one_way = {a: _normalised(_vector(train, (a,))) for a in train.domain.attributes}
+        train_t = self._table(train)
+        one_way = {a: _normalised(_vector(train_t, (a,))) for a in train.domain.attributes}
         out: dict[str, dict[str, float]] = {}
         known = self._real_counts if scored is self._last_real else {}
+        scored_t = self._table(scored) if any(s not in known for sets in self._last_sets.values() for s in sets) \
+            else scored
         for k, sets in self._last_sets.items():
-            counts = {s: known[s] if s in known else _vector(scored, s) for s in sets}
+            counts = {s: known[s] if s in known else _vector(scored_t, s) for s in sets}
             indep = [_tvd(_normalised(counts[s]), _outer([one_way[a] for a in s])) for s in sets]
             out[f"tvd_{k}way"] = {"independent": float(np.mean(indep))}
             if holdout is not None:   # TVD is symmetric: the holdout's counts (known) on the real side
-                out[f"tvd_{k}way"]["holdout_floor"] = float(np.mean([marginal_tvd(holdout, train, s, counts[s])
+                out[f"tvd_{k}way"]["holdout_floor"] = float(np.mean([marginal_tvd(holdout, train_t, s, counts[s])
                                                                      for s in sets]))
+        self._columns = {}   # the columns are not kept past the run's scoring
         return out
 
 

@@ -53,6 +53,9 @@ class PrivMRFConfig:
     max_model_cells: float = 1e7
     iters: int = 300
     refine_iters: int = 100
+    # a stop once the loss left to gain is estimated below fit_tolerance per measured cell (pgm.estimate's atol, as
+    # VertiMRF's server fits); 0 (the default): every fit runs its whole budget, iters or refine_iters
+    fit_tolerance: float = 0.0
     sampling: str = "round"
     # candidate marginals: subsets of a maximal clique with 2..max_marginal_attrs attributes (the paper's
     # reference code: 6); "triples" restores the earlier pairs-and-triples-only candidates
@@ -82,6 +85,8 @@ class PrivMRFConfig:
             raise ConfigError(f"privmrf: budget fractions must be positive and leave room for marginals (sum {f:.3g})")
         if self.theta <= 0 or self.max_clique_cells < 4 or self.iters < 1 or self.refine_iters < 1:
             raise ConfigError("privmrf: theta must be > 0, max_clique_cells >= 4, iters and refine_iters >= 1")
+        if not (isinstance(self.fit_tolerance, (int, float)) and 0 <= self.fit_tolerance < math.inf):
+            raise ConfigError(f"privmrf: fit_tolerance must be a number >= 0 (0: run to iters), got {self.fit_tolerance!r}")
         if self.sampling not in ("sample", "round"):
             raise ConfigError(f"privmrf: sampling must be 'sample' or 'round', got {self.sampling!r}")
         if self.initial not in ("sum", "bayes"):
@@ -500,10 +505,14 @@ class PrivMRFSynthesizer(Synthesizer):
             meas.append(oracle.measure(s, self._charges["marginal"][len(meas)], rng,
                                        None if self._crosses(s) else sigma, bins=b or None))
 
+        def fit_atol(ms: list) -> float | None:
+            return c.fit_tolerance * sum(m.values.size for m in ms) if c.fit_tolerance > 0 else None
+
         for s in initial:
             measure(s)
         # attributes covered by no initial marginal still need their 1-way (only when candidates were scarce)
-        res = estimate(dom, meas, total=n_hat, iters=c.iters, max_cells=c.max_model_cells, extra_cliques=cliques)
+        res = estimate(dom, meas, total=n_hat, iters=c.iters, max_cells=c.max_model_cells, extra_cliques=cliques,
+                       atol=fit_atol(meas))
         t2 = time.perf_counter()
         weight = {s: w for s, w in cands.items() if s not in initial}
         left = self._k_marg - len(meas)
@@ -536,7 +545,7 @@ class PrivMRFSynthesizer(Synthesizer):
                 del weight[s]
             left -= len(pick)
             res = estimate(dom, meas, total=n_hat, iters=c.refine_iters, warm_start=res.model,
-                           max_cells=c.max_model_cells)
+                           max_cells=c.max_model_cells, atol=fit_atol(meas))
         # marginal charges left (too few useful candidates): measure the chosen marginals again with fresh
         # noise, most recent first; the estimator weighs repeated measurements like one with σ/√k
         if len(meas) < self._k_marg:
@@ -546,7 +555,7 @@ class PrivMRFSynthesizer(Synthesizer):
                 measure(*again[i % len(again)])
                 i += 1
             res = estimate(dom, meas, total=n_hat, iters=c.refine_iters, warm_start=res.model,
-                           max_cells=c.max_model_cells)
+                           max_cells=c.max_model_cells, atol=fit_atol(meas))
         # the probes the model's cliques hold join the last estimation (released already: free information); not
         # earlier, as refinement scores cross-party sets by a probe's residual from the model, which a model fitted
         # to that probe would hide
@@ -554,7 +563,7 @@ class PrivMRFSynthesizer(Synthesizer):
                   if any(set(m.attributes) <= set(q) for q in res.model.tree.cliques)]
         if reused:
             res = estimate(dom, meas + reused, total=n_hat, iters=c.refine_iters, warm_start=res.model,
-                           max_cells=c.max_model_cells)
+                           max_cells=c.max_model_cells, atol=fit_atol(meas + reused))
         self._model = res.model
         self._n_hat = n_hat
         self._edges = edges
