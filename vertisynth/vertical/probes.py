@@ -51,13 +51,16 @@ def measure_probes(oracle: MarginalOracle, pairs: Sequence[tuple[str, ...]], pay
     them). `pays`: one planned charge per pair (sigma None: from the charge) or a filter (sigma given). `whole`:
     the attribute at the party whose whole rows the measure sums (`VerticalOracle.whole_rows_party`) is left
     unbinned, so the probes cost no encryption of their own (issue 31; a finer table at the same σ per cell)."""
-    wanted = []
-    for p in pairs:
-        keep = {a: bins[a] for a in p if a in bins}
-        party = oracle.whole_rows_party(p) if whole and isinstance(oracle, VerticalOracle) else None
-        if party is not None:
-            keep = {a: b for a, b in keep.items() if oracle.owner[a] != party}
-        wanted.append(keep or None)
+    unbinned: set[str] = set()
+    if whole and isinstance(oracle, VerticalOracle):
+        # an attribute goes unbinned only where its party is the whole rows' one in every pair it is in: one stage
+        # asks each attribute on one binning (3+ parties: a middle party's attributes stay binned)
+        for side in (0, 1):
+            unbinned |= {p[side] for p in pairs}
+        for p in pairs:
+            party = oracle.whole_rows_party(p)
+            unbinned -= {a for a in p if party is None or oracle.owner[a] != party}
+    wanted = [{a: bins[a] for a in p if a in bins and a not in unbinned} or None for p in pairs]
     return oracle.measure_many(pairs, pays, rng, sigma, wanted)
 
 
