@@ -684,9 +684,9 @@ def test_across_machines_the_summing_party_keeps_the_blocks_and_the_answers_equa
         np.testing.assert_array_equal(x, y)
     stores = enc.__dict__["_blocks"]
     held = {k[1:3]: v for k, v in stores.items() if k[0] == "S"}
-    # the one-process orientation: a at P0 for (a, b), (d, a) and (a, b on bins), b at P1 for (a, c, b): five
-    # answers, two blocks encrypted
-    assert {k: len(v.items) for k, v in held.items()} == {("P0", "P1"): 1, ("P1", "P0"): 1}
+    # the one-process orientation: a at P0 for (a, b), (d, a) and (a, b on bins), and (a, c) at P0 for (a, c, b)
+    # (a joint block of P0's whole rows): five answers, two blocks encrypted, both P0's
+    assert {k: len(v.items) for k, v in held.items()} == {("P0", "P1"): 2}
     for k, v in stores.items():
         if k[0] == "S":
             record = stores[("E",) + k[1:]]
@@ -694,5 +694,5 @@ def test_across_machines_the_summing_party_keeps_the_blocks_and_the_answers_equa
             assert all(x is None for x, _ in record.items.values())   # E keeps no ciphertext, only what S holds
     rows = {f.name.split("__")[0]: f.stat().st_size for f in (tmp_path / "ex").iterdir()
             if f.name.startswith("he-rows-oracle-")}
-    full, kept = rows["he-rows-oracle-000000"], rows["he-rows-oracle-000002"]   # b's rows, then b named again
+    full, kept = rows["he-rows-oracle-000000"], rows["he-rows-oracle-000002"]   # a's rows, then a named again
     assert kept < full / 5, rows

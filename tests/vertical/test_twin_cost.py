@@ -59,6 +59,44 @@ def test_the_estimate_counts_the_ciphertexts_a_run_of_the_same_answers_makes(mon
     assert all(k < 2 * data.n + data.n for k in got.values())
 
 
+def test_probes_on_whole_rows_cost_no_pass_of_their_own_and_the_estimate_counts_them(monkeypatch):
+    """Issue 31: privmrf's probes leave the side of the party whose whole rows the measure sums unbinned
+    (`measure_probes(whole=True)`), so the probes, every adaptive answer with a side of one attribute (or a joint
+    pair in the rows' spare slots) and each party's whole rows are one pass over each party's rows at most (the old
+    code: the probes a pass of their own, binned on both sides). `answers(whole_party=...)` prices them as asked:
+    the ciphertexts are exactly the run's."""
+    from vertisynth.vertical.probes import measure_probes
+
+    monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
+    data = correlated(160, seed=2)
+    part = VerticalPartition.from_lists([["a", "c", "e"], ["b", "d"]], ["P0", "P1"]).validate(data.domain)
+    pairs = [(a, b) for a in data.domain.attributes for b in data.domain.attributes
+             if a < b and {a, b} & {"a", "c", "e"} and {a, b} & {"b", "d"}]
+    planned = _plan(len(pairs), 7)
+    enc = HEEncoder(HEConfig(crypto="real", key_bits=512, workers=1))
+    assert enc.whole_rows_party(["P1", "P0"]) == "P0"
+    asked, _ = answers(data.domain, part, 2, planned, enc.sigma_for_rho, whole_party="P0")
+    probe_bins = [b for q in asked[0]["queries"] for side in q for b in side]
+    assert all(asked[0]["domains"]["P0"].size(a) == data.domain.size(a) for a in ("a", "c", "e") if a in probe_bins)
+    want = enc.answers_cost(asked, data.n, {p.name: data.domain.project(p.attributes) for p in part})
+    led = PrivacyLedger(Budget(1e6, 1e-9))
+    led.plan(planned)
+    rngs = {p: np.random.default_rng(i) for i, p in enumerate(part.names)}
+    run = HEEncoder(HEConfig(crypto="real", key_bits=512, workers=1))
+    oracle = VerticalOracle(part.views(data), part, run, led, rngs, "he")
+    rng = np.random.default_rng(0)
+    probes = measure_probes(oracle, [(q[0][0], q[1][0]) for q in asked[0]["queries"]], planned[:6], rng,
+                            width_bins(data.domain, 2), whole=True)
+    assert all(not (m.bins or {}).keys() & {"a", "c", "e"} for m in probes)   # P0's side unbinned, P1's binned
+    assert any(m.bins for m in probes)
+    for a, ch in zip(asked[1:], planned[6:]):
+        (left, right), = a["queries"]
+        oracle.measure(left + right, ch, rng)
+    got = run.costs["oracle"].ciphertexts
+    assert got == {p: want[p]["ciphertexts"] for p in got}, (got, want)
+    assert all(k < 2 * data.n for k in got.values()), got   # one pass per party at most
+
+
 def test_validate_prints_a_twins_he_cost_per_party_and_the_server(tmp_path):
     from click.testing import CliRunner
 

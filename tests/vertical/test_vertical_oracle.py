@@ -238,10 +238,12 @@ def test_trust_server_answers_at_the_central_variance_and_spends_its_distributed
 
 def test_answers_encrypt_each_partys_rows_once_and_equal_the_simulation(monkeypatch):
     """Issue 31: every cross-party answer used to encrypt all of E's rows again. Now an answer whose every table
-    has a side of one unbinned attribute is summed from that party's whole rows (every attribute of it, one layout,
-    encrypted once per run), and other answers from E's blocks kept from earlier answers; S's sums and both
-    parties' noise stay fresh per answer. Five answers cost each party one pass over its rows (the old code: one
-    pass per answer), and every answer equals the plaintext simulation's under the same fixed noise sources."""
+    has a side that is a block of that party's whole rows (one unbinned attribute, or a joint pair in the rows'
+    spare slots) is summed from them (one layout, encrypted once per run), and other answers from E's blocks kept
+    from earlier answers; S's sums and both parties' noise stay fresh per answer. Five answers cost P0 one pass over
+    its rows and P1 none (the old code: one pass per answer; before the joint pairs, P1's whole rows a pass of their
+    own for the (a, c) x b answer), and every answer equals the plaintext simulation's under the same fixed noise
+    sources."""
     monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
     data = correlated(120, seed=5)
     asks = [(("a", "b"), None), (("d", "a"), None), (("a", "b"), None), (("a", "c", "b"), None),
@@ -258,9 +260,10 @@ def test_answers_encrypt_each_partys_rows_once_and_equal_the_simulation(monkeypa
         np.testing.assert_array_equal(x, y)
     assert not np.array_equal(out["real"][0], out["real"][2])   # the same table asked twice: fresh noise each time
     # a pass over the rows is n ciphertexts (one per row here); the rest are the sums S returned, fewer than n
-    # (each answer encrypting its own rows: P0 or P1 five passes in all)
-    assert {p: k // data.n for p, k in costs["real"].ciphertexts.items()} == {"P0": 1, "P1": 1}, costs["real"]
+    # (each answer encrypting its own rows: P0 or P1 five passes in all); (a, c) is a joint block of P0's whole
+    # rows, so P1 only sums (the old code: P1's whole rows encrypted for the (a, c) x b answer)
+    assert {p: k // data.n for p, k in costs["real"].ciphertexts.items()} == {"P0": 1, "P1": 0}, costs["real"]
     stores = {k[:3]: v for k, v in enc.__dict__["_blocks"].items()}
-    # P0's whole rows at P1 (a, c, e: one ciphertext per row, 2·key_bits/8 bytes each); P1's at P0 (b, d)
-    assert [list(v.items) for v in stores.values()] == [["whole|8"], ["whole|8"]]
+    # P0's whole rows at P1 (a, c, e and the joint (a, c): one ciphertext per row, 2·key_bits/8 bytes each)
+    assert [list(v.items) for v in stores.values()] == [["whole|8"]]
     assert all(v.bytes == data.n * 2 * 512 // 8 for v in stores.values())

@@ -267,6 +267,17 @@ class CrossPartyMeasure(Protocol):
 
 
 @runtime_checkable
+class SumsWholeRows(Protocol):
+    """A cross-party measure that encrypts a party's whole rows once per run and sums every later table whose side
+    at that party is one of its unbinned attributes from them (the `he` encoder): a query may leave that side
+    unbinned at no further encryption."""
+
+    def whole_rows_party(self, parties: Sequence[str]) -> str | None:
+        """Of two parties, the one whose whole rows answer a table of one unbinned attribute per side; None when
+        this run keeps no whole rows."""
+
+
+@runtime_checkable
 class ReleasesOnce(Protocol):
     """A cross-party measure that releases once and answers every cross-party marginal from that release as
     post-processing (sealed DP FM sketches, GRR columns): no ρ per table. Its whole cost is planned up front
@@ -312,10 +323,10 @@ class AnswersInRounds(CrossPartyMeasure, Protocol):
 
     def answer_stage(self, me: str, view: Dataset, domains: Mapping[str, Any], queries: Sequence[Query],
                      sigma: float, noise: str, rng: np.random.Generator, test: bool, stage: str,
-                     offer: bytes = b"", domain: Any = None) -> StageRounds:
+                     offer: bytes = b"", parties: Mapping[str, Any] | None = None) -> StageRounds:
         """Party `me`'s rounds of one `answer` on its columns `view` (`domains`: every party's public domain in the
         stage, party -> Domain; `stage`: a name unique in the run, for the envelopes' rounds; `offer`: the server's
-        `stage_offer` as the party received it; `domain`: the run's whole public domain, unbinned, as `answer`
+        `stage_offer` as the party received it; `parties`: each party's whole public domain, unbinned, as `answer`
         reads it off `whole`)."""
 
     def read_answers(self, messages: Sequence[Message], queries: Sequence[Query], sigma: float,
@@ -335,6 +346,14 @@ class FitsOnOracle(Protocol):
     def vertical_request(self) -> Any:
         """The synthesizer's `vertical` table (`vertisynth.vertical.VerticalConfig`: measure, trust, its params), or
         None for a central run."""
+
+
+@runtime_checkable
+class ProbesWholeRows(Protocol):
+    """A vertical twin whose probes leave unbinned the side of the party whose whole rows the measure sums
+    (`vertisynth.vertical.probes.measure_probes(whole=True)`), so `vertisynth validate` prices them as it asks."""
+
+    def probes_whole_rows(self) -> bool: ...
 
 
 @runtime_checkable

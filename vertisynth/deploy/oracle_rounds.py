@@ -447,7 +447,8 @@ class PartyServer:
         offer = bytes(np.asarray(a["offer"], np.uint8)) if "offer" in a else b""
         stage = self.measure.answer_stage(self.me, view, domains, plain, sigma, self.side.noise.noise,
                                           self.side.rng, self.test, f"oracle-{k:06d}", offer=offer,
-                                          domain=self.domain)
+                                          parties={p.name: self.domain.project(p.attributes)
+                                                   for p in self.partition})
         published: list[Message] = []
         run_stage(attrs.evolve(self.sess, timeout=self.measure.round_timeout()), stage, published.append)
         return _pack(published)

@@ -19,8 +19,9 @@ import numpy as np
 import pandas as pd
 
 from vertisynth.core.capabilities import (AlignsRows, CrossPartyMeasure, EstimatesMemory, EvaluatesCounts, FitsOnOracle,
-                                          HasGraphicalModel, PartyServerSplit, PricesAnswers, ReleasesOnce,
-                                          ReportsReferencePoints, StepsInChunks, wants_raw_values)
+                                          HasGraphicalModel, PartyServerSplit, PricesAnswers, ProbesWholeRows,
+                                          ReleasesOnce, ReportsReferencePoints, StepsInChunks, SumsWholeRows,
+                                          wants_raw_values)
 from vertisynth.core.chunks import ChunkedCounts
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.encoding import ID_LIST_MIN, TableCodec, TableSchema, identifier_list_error
@@ -325,8 +326,12 @@ def twin_cost_estimate(plan: Plan, rows: int) -> tuple[dict[str, dict[str, float
         return {}, {}
     req = plan.synthesizer.instance.vertical_request()
     domain = plan.source.schema.preview_domain()
+    # a twin whose probes leave the side of the whole rows' party unbinned (privmrf) is priced as it asks them
+    whole = measure.instance.whole_rows_party(plan.partition.names) \
+        if isinstance(plan.synthesizer.instance, ProbesWholeRows) and plan.synthesizer.instance.probes_whole_rows() \
+        and isinstance(measure.instance, SumsWholeRows) else None
     asked, counted = twin_answers(domain, plan.partition, req.probe_bins, plan.ledger.planned,
-                                  measure.instance.sigma_for_rho)
+                                  measure.instance.sigma_for_rho, whole)
     parties = {p.name: domain.project(p.attributes) for p in plan.partition}
     cost = measure.instance.answers_cost(asked, rows, parties)
     # trust none: the server reads the published tables and holds no key (no ciphertext, no HE CPU)

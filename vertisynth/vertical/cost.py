@@ -5,6 +5,8 @@ A twin's plan fixes its probes: every cross-party pair once, each attribute on a
 (the charges named `*cross_probe`). Its adaptive answers follow from the data (which marginal crosses parties, on
 which bins), so they are priced on a stand-in built from public facts only:
 
+* the probes: each attribute on `probe_bins` equal-width bins, but for the twin that leaves the side of the party
+  whose whole rows the measure sums unbinned (privmrf: `whole_party`), as the run asks them;
 * how many: each planned marginal charge (`*_marginal`) taken to cross parties in the share of attribute pairs that
   cross (Adult, 2 parties of 8 and 7 attributes: 56 of 105 pairs; 27 marginals -> 15 answers; measured 11 and 14 on
   4,000-row runs);
@@ -42,9 +44,11 @@ def _domains(domain: Domain, owner: dict[str, str], attributes: Sequence[str],
 
 
 def answers(domain: Domain, partition: VerticalPartition, probe_bins: int, planned: Sequence[Charge],
-            sigma_for_rho: Any) -> tuple[list[dict[str, Any]], dict[str, int]]:
+            sigma_for_rho: Any, whole_party: str | None = None) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """The twin's probe answer and the adaptive stand-in (module docstring), from the plan's charges, the public
-    domain and the partition; and what was counted ({"probes", "adaptive", "marginals"})."""
+    domain and the partition; and what was counted ({"probes", "adaptive", "marginals"}). `whole_party`: the party
+    whose side the probes leave unbinned (the twin's probes sum that party's whole rows: `measure_probes(whole=
+    True)`), None: both sides binned."""
     owner = {a: p.name for p in partition for a in p.attributes}
     attrs = [a for a in domain.attributes if a in owner]
     pairs = [(a, b) for a, b in itertools.combinations(attrs, 2) if owner[a] != owner[b]]
@@ -52,7 +56,7 @@ def answers(domain: Domain, partition: VerticalPartition, probe_bins: int, plann
     margs = [c for c in planned if c.mechanism.endswith(MARGINAL)]
     out: list[dict[str, Any]] = []
     if probes and pairs:
-        bins = width_bins(domain.project(attrs), probe_bins)
+        bins = {a: b for a, b in width_bins(domain.project(attrs), probe_bins).items() if owner[a] != whole_party}
         probed = pairs[: len(probes)]
         out.append({"domains": _domains(domain, owner, [x for p in probed for x in p], bins),
                     "queries": [((a,), (b,)) for a, b in probed], "sigma": sigma_for_rho(probes[0].cost.rho)})

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from vertisynth.core.capabilities import CrossPartyMeasure, ReleasesOnce
+from vertisynth.core.capabilities import CrossPartyMeasure, ReleasesOnce, SumsWholeRows
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import BudgetError, ConfigError
@@ -229,6 +229,15 @@ class VerticalOracle:
 
     def crosses(self, attributes: Sequence[str]) -> bool:
         return len(self.parties_of(attributes)) == 2
+
+    def whole_rows_party(self, attributes: Sequence[str]) -> str | None:
+        """For a query across two parties: the party whose side the cross-party measure sums from its whole rows
+        when that side is one unbinned attribute (`SumsWholeRows`), so leaving it unbinned costs no encryption;
+        None when the measure keeps no whole rows or the query does not cross."""
+        parties = self.parties_of(attributes)
+        if len(parties) != 2 or self.releases or not isinstance(self.cross_measure, SumsWholeRows):
+            return None
+        return self.cross_measure.whole_rows_party(parties)
 
     # -- measure ----------------------------------------------------------------------------------
     def measure(self, attributes: Sequence[str], pay: Pay, rng: np.random.Generator,

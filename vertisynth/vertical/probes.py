@@ -17,7 +17,7 @@ from vertisynth.core.domain import Domain
 from vertisynth.pgm.estimation import Measurement, bin_query
 from vertisynth.pgm.oracle import MarginalOracle, Pay
 
-from .oracle import RELEASE_Z, coarse_bins, release_score, residual_above_noise
+from .oracle import RELEASE_Z, VerticalOracle, coarse_bins, release_score, residual_above_noise
 
 Bins = Mapping[str, np.ndarray]
 
@@ -44,11 +44,24 @@ def width_bins(domain: Domain, k: int) -> dict[str, np.ndarray]:
 
 
 def measure_probes(oracle: MarginalOracle, pairs: Sequence[tuple[str, ...]], pays: Sequence[Pay],
-                   rng: np.random.Generator, bins: Bins, sigma: float | None = None) -> list[Measurement]:
+                   rng: np.random.Generator, bins: Bins, sigma: float | None = None,
+                   whole: bool = False) -> list[Measurement]:
     """Every pair of `pairs` measured once, each attribute on its `bins` where it has some, as one protocol stage
     (`measure_many`: all checked before any spend; on a vertical oracle each row is encrypted once for all of
-    them). `pays`: one planned charge per pair (sigma None: from the charge) or a filter (sigma given)."""
-    return oracle.measure_many(pairs, pays, rng, sigma, [{a: bins[a] for a in p if a in bins} or None for p in pairs])
+    them). `pays`: one planned charge per pair (sigma None: from the charge) or a filter (sigma given). `whole`:
+    the attribute at the party whose whole rows the measure sums (`VerticalOracle.whole_rows_party`) is left
+    unbinned, so the probes cost no encryption of their own (issue 31; a finer table at the same σ per cell)."""
+    unbinned: set[str] = set()
+    if whole and isinstance(oracle, VerticalOracle):
+        # an attribute goes unbinned only where its party is the whole rows' one in every pair it is in: one stage
+        # asks each attribute on one binning (3+ parties: a middle party's attributes stay binned)
+        for side in (0, 1):
+            unbinned |= {p[side] for p in pairs}
+        for p in pairs:
+            party = oracle.whole_rows_party(p)
+            unbinned -= {a for a in p if party is None or oracle.owner[a] != party}
+    wanted = [{a: bins[a] for a in p if a in bins and a not in unbinned} or None for p in pairs]
+    return oracle.measure_many(pairs, pays, rng, sigma, wanted)
 
 
 def _above_noise(r: np.ndarray, v: float) -> float:

@@ -665,9 +665,7 @@ class HEEncoder(Encoder):
         self._domain, self._owner, self._parties = dom, owner, list(views)
         n = next(iter(views.values())).n
         t = support_bound(sigma)
-        full = None
-        if whole is not None:
-            full = {a: w.domain.size(a) for w in whole.values() for a in w.domain.attributes}
+        full = None if whole is None else {p: w.domain for p, w in whole.items()}
         runs, by_whole = self._oracle_runs(queries, n, t, full)
         stage = self.ORACLE_STAGE
         bases = ({p: stage_base(rngs[p]) for p in views if p in rngs}
@@ -720,27 +718,38 @@ class HEEncoder(Encoder):
             stores[key] = protocol.RowsCache(self.config.rows_cache_mb * 2**20, arrays=side == "S")
         return stores[key]
 
-    def _oracle_runs(self, queries, n: int, offset: int, full: Mapping[str, int] | None
+    def _oracle_runs(self, queries, n: int, offset: int, full: Mapping[str, Domain] | None
                      ) -> tuple[list[tuple[tuple[str, str], str, str, list]], bool]:
         """The runs of one oracle answer, as every role computes them from public facts (the queries, n, σ's
-        offset, and `full`: every attribute's size in the public domain, None where unknown), and whether they are
-        summed from E's whole rows. An answer whose every table has a side of one attribute at full resolution
-        is (issue 31): that side encrypts (both such: the party named first in sort order), and its E sums E's whole
-        rows, every attribute of E unbinned in one layout (`_whole_rows`, made once per run and S), so E encrypts
-        its rows once for every later such answer. Otherwise the usual split (`_assign`)."""
+        offset, and `full`: each party's whole public domain, None where unknown), and whether they are summed
+        from E's whole rows. An answer whose every table has a side that is a block of its party's whole rows
+        (`whole_blocks`: one attribute, or a joint pair in the rows' spare slots, unbinned) is (issue 31): that
+        side encrypts (both such: the party named first in sort order), and its E sums E's whole rows, made once
+        per run and S (`_whole_rows`), so E encrypts its rows once for every later such answer; a table's E side
+        is then written in its block's attribute order. Otherwise the usual split (`_assign`)."""
         pairs = self._by_pair(protocol.unique(queries))
         c = self.config
-        if full is not None and c.keep_rows and c.rows_cache_mb > 0:
-            def one(side: tuple[str, ...]) -> bool:
-                return len(side) == 1 and self._domain.size(side[0]) == full.get(side[0])
+        if full is not None and c.keep_rows and c.rows_cache_mb > 0 and all(p in full for p in self._parties):
+            blocks: dict[str, dict[frozenset, tuple[str, ...]]] = {}
+
+            def block(party: str, side: tuple[str, ...]) -> tuple[str, ...] | None:
+                if any(self._domain.size(a) != full[party].size(a) for a in side):
+                    return None   # binned on this side: not in the whole rows
+                if party not in blocks:
+                    blocks[party] = {frozenset(b): b for b in self.whole_blocks(full[party], n, offset)}
+                return blocks[party].get(frozenset(side))
 
             runs: dict[tuple[str, str], list] = {}
             for (p, q), qs in pairs.items():
                 for a, b in qs:   # a at p, b at q, p < q
-                    if not (one(a) or one(b)):
+                    bp = block(p, a)
+                    bq = None if bp is not None else block(q, b)
+                    if bp is None and bq is None:
                         break
-                    enc_p = one(a)   # p encrypts where its side is one unbinned attribute (p first on a tie)
-                    runs.setdefault((p, q) if enc_p else (q, p), []).append((a, b) if enc_p else (b, a))
+                    if bp is not None:   # p encrypts where its side is a block of its whole rows (p first on a tie)
+                        runs.setdefault((p, q), []).append((bp, b))
+                    else:
+                        runs.setdefault((q, p), []).append((bq, a))
                 else:
                     continue
                 break
@@ -749,11 +758,43 @@ class HEEncoder(Encoder):
         return [(pair, enc, summ, part) for pair, qs in pairs.items()
                 for enc, summ, part in self._assign(pair[0], pair[1], qs, n, offset)], False
 
-    @staticmethod
-    def whole_queries(domain: Domain) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
-        """The blocks of E's whole rows as queries (each attribute of E unbinned, its own group): what the layout
-        of E's whole rows is built and checked from."""
-        return [((a,), ()) for a in domain.attributes]
+    def whole_rows_party(self, parties: Sequence[str]) -> str | None:
+        """The party of `parties` (two) whose whole rows answer a table of one unbinned attribute per side (the
+        first in sort order, as `_oracle_runs` orients), or None when no whole rows are kept (trust = "server",
+        `keep_rows` off): a query may leave that side unbinned at no encryption (the vertical oracle's probes)."""
+        c = self.config
+        if c.trust != "none" or not c.keep_rows or c.rows_cache_mb == 0:
+            return None
+        return sorted(parties)[0]
+
+    def whole_blocks(self, domain: Domain, n: int, offset: int) -> list[tuple[str, ...]]:
+        """The blocks of a party's whole rows for `domain` (all its attributes): every attribute unbinned, then
+        joint blocks of its attribute pairs, fewest cells first, while they fit the plaintexts' spare slots (free:
+        those ciphertexts are made anyway; an answer of a pair of this party's attributes against the other's is
+        then summed from the whole rows, not encrypted again). From public facts only (domain, n, σ's offset)."""
+        c = self.config
+        cache = self.__dict__.setdefault("_whole_blocks", {})
+        key = (tuple(domain.attributes), tuple(domain.shape), int(n), int(offset))
+        if key not in cache:
+            size = lambda b: int(np.prod([domain.size(a) for a in b]))  # noqa: E731
+
+            def plaintexts(bl: list) -> int:
+                return protocol.usual_layout([(b, ()) for b in bl], size, n, offset, c.key_bits, c.slot_bits,
+                                             separate=True).plaintexts
+
+            out = [(a,) for a in domain.attributes]
+            room = plaintexts(out)
+            for pair in sorted(itertools.combinations(domain.attributes, 2), key=lambda b: (size(b), b)):
+                if plaintexts(out + [pair]) > room:
+                    break   # a pair of more cells fits no better
+                out.append(pair)
+            cache[key] = out
+        return list(cache[key])
+
+    def whole_queries(self, domain: Domain, n: int, offset: int) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+        """The blocks of E's whole rows as queries (`whole_blocks`, each its own group): what the layout of E's
+        whole rows is built and checked from."""
+        return [(b, ()) for b in self.whole_blocks(domain, n, offset)]
 
     def _whole_rows(self, enc: str, summ: str, view: Dataset, offset: int, store: protocol.RowsCache,
                     costs: protocol.Costs) -> tuple[protocol.EncryptedOneHot, list, int]:
@@ -762,7 +803,7 @@ class HEEncoder(Encoder):
         whose noise needs wider slots makes new whole rows."""
         c = self.config
         public = self.keypair(enc)[0]
-        wq = self.whole_queries(view.domain)
+        wq = self.whole_queries(view.domain, view.n, offset)
         width = packing.slot_width(view.n, offset) if c.slot_bits is None else c.slot_bits
         key = f"whole|{width}"
         if key in store:
@@ -825,14 +866,14 @@ class HEEncoder(Encoder):
             if c.crypto == "real":
                 op = _op_costs(c.key_bits, self.randomness, sigma)
             queries = protocol.unique([(tuple(a), tuple(b)) for a, b in ans["queries"]])
-            full = None if parties is None else {a: d.size(a) for d in parties.values() for a in d.attributes}
-            runs, by_whole = self._oracle_runs(queries, n, t, full)
+            runs, by_whole = self._oracle_runs(queries, n, t, parties)
             for _, enc, summ, part in runs:
                 record = records.setdefault((enc, summ), protocol.RowsCache(c.rows_cache_mb * 2**20, False))
                 if by_whole:   # E's whole rows (every attribute unbinned), encrypted on first use
                     whole = parties[enc]
-                    lay = protocol.usual_layout(self.whole_queries(whole), lambda b, w=whole: w.project(b).size(),
-                                                n, t, c.key_bits, c.slot_bits, separate=True)
+                    lay = protocol.usual_layout(self.whole_queries(whole, n, t),
+                                                lambda b, w=whole: w.project(b).size(), n, t, c.key_bits,
+                                                c.slot_bits, separate=True)
                     key = f"whole|{lay.width}"
                     new = 0 if key in record else lay.plaintexts
                     if new:
@@ -885,11 +926,12 @@ class HEEncoder(Encoder):
     def _tables_for(self, queries, tables: Mapping[str, np.ndarray], dom: Domain, sigma: float
                     ) -> list[tuple[tuple[str, ...], np.ndarray, float]]:
         out = []
+        by_set = {frozenset(k.split("|")): k for k in tables}   # a side may come in its whole-row block's order
         for left, right in queries:
             want = tuple(left) + tuple(right)
-            got = want if protocol.key_of(want) in tables else tuple(right) + tuple(left)
-            if protocol.key_of(got) not in tables:
+            if frozenset(want) not in by_set:
                 raise MessageError(f"he: no party published the table {list(want)} asked for; refused")
+            got = tuple(by_set[frozenset(want)].split("|"))
             arr = np.asarray(tables[protocol.key_of(got)], float)
             shape = tuple(dom.size(a) for a in got)
             if arr.size != int(np.prod(shape)):
@@ -921,7 +963,7 @@ class HEEncoder(Encoder):
     def answer_stage(self, me: str, view: Dataset, domains: Mapping[str, Domain],
                      queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]], sigma: float, noise: str,
                      rng: np.random.Generator, test: bool, stage: str, offer: bytes = b"",
-                     domain: Domain | None = None) -> Any:
+                     parties: Mapping[str, Domain] | None = None) -> Any:
         """Party `me`'s rounds of one `answer` (rounds.PartyStage, real Paillier): its noise drawn as `answer` draws
         it with crypto = "simulated" under an explicit test secret (a base per answer from its stream, sources per
         pair and role of stage "oracle"), else from the OS CSPRNG. `stage` names the envelopes' rounds. Under
@@ -943,8 +985,8 @@ class HEEncoder(Encoder):
         secure = noise == "secure"
         base = stage_base(rng) if test and not secure else None
         # the runs `answer` makes in one process (its orientation; E's rows here are its kept blocks, not whole rows)
-        full = None if domain is None else dict(zip(domain.attributes, domain.shape))
-        runs = [r for r in self._oracle_runs(queries, view.n, support_bound(sigma), full)[0] if me in (r[1], r[2])]
+        runs = [r for r in self._oracle_runs(queries, view.n, support_bound(sigma), parties)[0]
+                if me in (r[1], r[2])]
         return PartyStage(self, me, view, stage, runs, seeded_or_system(base, self.ORACLE_STAGE, secure))
 
     def read_answers(self, messages: Sequence[Message], queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]],
@@ -957,13 +999,14 @@ class HEEncoder(Encoder):
         dom = None
         for d in domains.values():
             dom = d if dom is None else dom.merge(d)
-        allowed = {protocol.key_of(q) for a, b in queries for q in (tuple(a) + tuple(b), tuple(b) + tuple(a))}
+        allowed = {frozenset(tuple(a) + tuple(b)) for a, b in queries}   # a side in its whole-row block's order
         tables: dict[str, np.ndarray] = {}
         for m in messages:
             if not isinstance(m, protocol.NoisyCounts):
                 raise MessageError(f"he: a {m.kind!r} message from {m.party!r} where noisy tables were expected; "
                                    "refused")
-            extra = set(m.tables) - allowed
+            extra = {k for k in m.tables if frozenset(k.split("|")) not in allowed or len(set(k.split("|"))) !=
+                     len(k.split("|"))}
             if extra:
                 raise MessageError(f"he: tables {sorted(extra)} from {m.party!r} were not asked for; refused")
             if not math.isclose(m.variance, self.released_variance(sigma), rel_tol=1e-9):

@@ -396,7 +396,7 @@ def sum_and_noise(party: str, msg: EncryptedOneHot, view: Dataset, queries: Sequ
     if msg.ciphertexts.shape[0] != view.n:
         raise MessageError(f"he: {msg.party!r} encrypted {msg.ciphertexts.shape[0]} rows, {party!r} holds {view.n}")
     block_index = {tuple(b): i for i, b in enumerate(lay.blocks)}
-    cts = paillier.from_bytes(pk, msg.ciphertexts)
+    cts = paillier.loaded(pk, msg.ciphertexts)   # E's whole rows: read once per run
     # noise for every query, drawn in query order (the simulation draws in the same order)
     noise = {q: discrete_gaussian((lay.cells[block_index[q[0]]], tuple_codes(view, q[1])[1]), sigma, source)
              for q in queries}

@@ -166,6 +166,10 @@ class PrivMRFSynthesizer(Synthesizer):
     def vertical_request(self) -> VerticalConfig | None:
         return self.config.vertical
 
+    def probes_whole_rows(self) -> bool:
+        """Its probes leave the whole rows' party's side unbinned (`_vertical_r_scores`): no encryption of their own."""
+        return True
+
     def plan_for(self, domain: Domain, rho: float, party: str | None = None,
                  owner: dict[str, str] | None = None) -> list[Charge]:
         """Charges for a model on `domain` with zCDP budget `rho` (VertiMRF calls this per party); `owner` (each
@@ -299,7 +303,7 @@ class PrivMRFSynthesizer(Synthesizer):
         if self._charges["r_scores"]:
             out[[index[p] for p in self._within]] = oracle.indif(self._within, self._charges["r_scores"][0], rng) / 2
         probes = measure_probes(oracle, self._cross, self._charges["cross_probe"], rng,
-                                width_bins(self._domain, self.config.vertical.probe_bins))
+                                width_bins(self._domain, self.config.vertical.probe_bins), whole=True)
         for p, m in zip(self._cross, probes):
             out[index[p]] = dependence(m) / 2
             self._probed[frozenset(p)] = (m, dependence_std(m) / 2)
