@@ -124,7 +124,10 @@ def test_public_bounds_give_dp_quantile_bins_charged_to_the_ledger():
         plain = vertisynth.synthesize({"h": a, "i": b}, epsilon=1.0, seed=2, **FAST)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        binned = vertisynth.synthesize({"h": a, "i": b}, epsilon=1.0, seed=2, bounds={"income": (0, 1e6)}, **FAST)
+        # seeded noise: under the OS CSPRNG the exponential mechanism puts the median's edge in the wide empty
+        # stretch above the data in ~1-2% of draws at this ε (4 of 240 measured), and CI saw one
+        binned = vertisynth.synthesize({"h": a, "i": b}, epsilon=1.0, seed=2, bounds={"income": (0, 1e6)},
+                                       noise="simulation", **FAST)
     assert not any("equal-width" in str(w.message) for w in caught)   # still warned: 'sex' was read off the data
     assert any(issubclass(w.category, InferredSchemaWarning) for w in caught)
     stages = binned.report["privacy"]["per_stage_epsilon"]
