@@ -1,8 +1,22 @@
 import os
 from pathlib import Path
 
-import numpy as np
-import pytest
+# One thread per numeric thread pool (BLAS, OpenMP) in the test processes and in all they start (forked roles,
+# cold CLI subprocesses, Dask workers): with two xdist workers on two cores, pool threads spin-waiting for cores
+# the other worker holds doubled the CPU seconds of the linear-algebra tests (docs/testing.md, issue 33), as
+# vertisynth.testing.audit found for its classifiers. Set before numpy loads them; a value already set wins.
+# tests/run/test_stream_cluster.py and tests/pgm/test_pgm_warm_starts.py unset or raise it where they test threads.
+_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
+                     "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")   # vertisynth.core.cluster.THREAD_VARIABLES
+for _var in _THREAD_VARIABLES:
+    os.environ.setdefault(_var, "1")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from threadpoolctl import threadpool_limits  # noqa: E402
+
+if all(os.environ[v] == "1" for v in _THREAD_VARIABLES):
+    threadpool_limits(1)   # also the pools a plugin loaded before this file (the variables reach only later loads)
 
 # The DP conformance kit's fixtures, --vertisynth-audit option and Hypothesis CI profile; --cpu-durations=N;
 # --audit-cost (each privacy audit's sampling CPU, estimated from a few samples, instead of running it).

@@ -76,6 +76,13 @@ def _child(args: list[str], cwd: str, env: dict[str, str], out: str, err: str, a
         os.dup2(f, fd)
         os.close(f)
     sys.argv = [script or PROG, *args]
+    if "fsspec.config" in sys.modules:   # preloaded (forked_warm): read its FSSPEC_* settings now, as an import would
+        from fsspec import config as fsspec_config
+
+        fsspec_config.conf.clear()
+        fsspec_config.set_conf_files(os.environ.get("FSSPEC_CONFIG_DIR", fsspec_config.default_conf_dir),
+                                     fsspec_config.conf)
+        fsspec_config.set_conf_env(fsspec_config.conf, os.environ)
     try:
         if script is not None:
             import runpy

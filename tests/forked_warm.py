@@ -10,7 +10,10 @@ import contextlib
 import importlib
 
 HEAVY = ["scipy.stats", "scipy.optimize", "sklearn", "opendp.prelude", "rbcl", "dask", "distributed",
-         "matplotlib", "matplotlib.pyplot", "pyarrow", "cryptography"]
+         "matplotlib", "matplotlib.pyplot", "pyarrow", "cryptography",
+         # `--exchange URL`: fsspec, and its sftp:// (paramiko) and s3:// (s3fs, aiobotocore) stores, ≈ 1 CPU s a
+         # forked role otherwise (tests/deploy/test_remote_exchange.py, tests/collab/test_collab_remote_exchange.py)
+         "fsspec", "fsspec.implementations.sftp", "s3fs"]
 
 for name in HEAVY:
     with contextlib.suppress(Exception):   # an optional package that is not installed: the command imports it

@@ -74,7 +74,8 @@ def test_user_event_errors_are_clear():
 # -- learned events and feature maps ---------------------------------------------------------------
 # The full audits (its feature map and the learned events, standard level, seed 0) of Roth's Sparse Vector (caught,
 # by a learned score) and of Lyu et al.'s Alg. 1 (quiet) are the benchmark's own cases, same mechanism, pairs and
-# seed: test_kit_benchmark_mechanisms.py::test_benchmark_verdicts_at_the_default_level asserts both (one run each).
+# seed: test_kit_benchmark_mechanisms.py::test_benchmark_verdicts_at_the_default_level asserts both (one run each,
+# `slow`: CI's audit step); the default run catches Roth's at `standard` in the variable-length test below.
 def test_learned_event_catches_roth_sparse_vector_the_built_in_events_miss():
     roth = SparseVector(0.7, variant=3, threshold=1.0)  # outputs the noisy value on ⊤: not DP
     assert audit(roth, ALL, level="standard", seed=0, learned=False, features=np.asarray).passed
