@@ -196,6 +196,26 @@ def test_aim_spends_exactly_its_plan_and_draws_its_filter_to_the_end():
     assert np.array_equal(a.codes, b.codes)
 
 
+def test_aim_rounds_fits_stop_at_their_tolerance_and_the_last_runs_to_iters(monkeypatch):
+    import vertisynth.plugins.synthesizers.aim as aim_mod
+
+    data = correlated(3000)
+    calls: dict[float, list] = {}
+    real = aim_mod.estimate
+    for tol in (0.0, 1e-2):
+        log = calls.setdefault(tol, [])
+        monkeypatch.setattr(aim_mod, "estimate", lambda *a, _log=log, **k: _log.append((k.get("atol"), r := real(*a, **k)))
+                            or r)
+        _fit(AIMSynthesizer, AIMConfig(iters=300, fit_tolerance=tol), data, eps=1.0)
+    assert all(atol is None for atol, _ in calls[0.0])
+    rounds = calls[1e-2][1:]   # the first fit (one-way marginals only) is cold either way
+    assert all(atol is not None for atol, _ in rounds[:-1]) and rounds[-1][0] is None   # the sampled model: to iters
+    steps = lambda log: sum(r.iterations for _, r in log[1:-1]) / max(len(log) - 2, 1)  # noqa: E731
+    assert steps(calls[1e-2]) < 0.8 * steps(calls[0.0])
+    with pytest.raises(ConfigError, match="fit_tolerance"):
+        AIMConfig(fit_tolerance=-1.0)
+
+
 def test_aim_keeps_the_model_under_its_size_cap():
     data = correlated(3000)
     free, _, _ = _fit(AIMSynthesizer, AIMConfig(iters=100), data, eps=20.0)

@@ -50,6 +50,9 @@ class AIMConfig:
     alpha: float = 0.9               # the share of each round's ρ that measures (the rest selects)
     max_model_mb: float = 80.0
     iters: int = 1000                # mirror-descent steps per fit (early stop on a flat loss)
+    # the rounds' fits (they steer selection and annealing) stop when the loss left to gain is below this per
+    # measured cell (estimate's atol, as VertiMRF's fits); the last round's fit, the model sampled, runs to `iters`
+    fit_tolerance: float = 1e-2
     sampling: str = "round"          # round (mbi's default) | sample
     vertical: VerticalConfig | None = None   # run across parties (docs/vertical.md); None: central
 
@@ -62,6 +65,8 @@ class AIMConfig:
             raise ConfigError(f"aim: alpha must be in (0, 1), got {self.alpha}")
         if not self.max_model_mb > 0:
             raise ConfigError(f"aim: max_model_mb must be positive, got {self.max_model_mb}")
+        if not self.fit_tolerance >= 0:
+            raise ConfigError(f"aim: fit_tolerance must be >= 0, got {self.fit_tolerance}")
         if self.iters < 1:
             raise ConfigError(f"aim: iters must be >= 1, got {self.iters}")
         if self.sampling not in ("sample", "round"):
@@ -321,7 +326,8 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
                 meas.append(pending.pop(r))
             fits = [q for q in pending if res.model.tree.clique_for(q) is not None]
             meas += [pending.pop(q) for q in fits]   # probes inside the model's cliques: information at no new clique
-            res = estimate(dom, meas, iters=c.iters, max_cells=float("inf"), phi0=res.phi, step=res.step)
+            atol = c.fit_tolerance * sum(q.values.size for q in meas) if c.fit_tolerance > 0 and not last else None
+            res = estimate(dom, meas, iters=c.iters, max_cells=float("inf"), phi0=res.phi, step=res.step, atol=atol)
             t_fit += time.perf_counter() - tf
             rounds += 1
             if last:
