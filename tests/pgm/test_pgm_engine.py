@@ -212,3 +212,29 @@ def test_binned_queries_sum_each_bin_of_the_full_table():
                                bin_sum(table, 1, bins_b), rtol=1e-14)
     plain, n_plain = _query_rows(Measurement(("a", "c"), np.zeros((4, 3)), 1.0), ("a", "c"), dom)
     assert n_plain == 12 and np.array_equal(plain, np.arange(12))
+
+
+def test_marginals_across_components_reuse_the_trees_lookups(monkeypatch):
+    # AIM asks a fitted model for thousands of marginals: the tree's components and breadth-first orders are
+    # worked out once per tree (shared by every model on it), not per marginal; the values are the Factor products
+    from vertisynth.core.factor import Factor
+    from vertisynth.pgm.graph import JunctionTree
+
+    rng = np.random.default_rng(4)
+    dom = Domain([f"x{i}" for i in range(8)], list(rng.integers(2, 5, 8)))
+    tree = build_junction_tree(dom, [("x0", "x1"), ("x1", "x2"), ("x3", "x4"), ("x4", "x5"), ("x6",), ("x7",)])
+    gm = GraphicalModel(tree, [rng.normal(size=dom.project(c).shape) for c in tree.cliques], 40.0)
+    calls = []
+    real_order = JunctionTree.order
+    monkeypatch.setattr(JunctionTree, "order", lambda self, root=0: calls.append(root) or real_order(self, root))
+    queries = [("x0", "x2", "x5"), ("x7", "x4", "x0"), ("x6", "x3", "x1"), ("x2", "x5"), ("x5", "x0", "x7")] * 20
+    for q in queries:
+        got = gm.marginal(q)
+        parts = [gm.marginal([a for a in q if a in set(c)]) for c in (("x0", "x1", "x2"), ("x3", "x4", "x5"),
+                                                                      ("x6",), ("x7",)) if set(q) & set(c)]
+        ref = parts[0]
+        for f in parts[1:]:
+            ref = ref * Factor(f.domain, f.values / 40.0)
+        assert np.allclose(got.values, ref.transpose(list(q)).values, rtol=1e-12)
+        assert got.attributes == q and got.values.sum() == pytest.approx(40.0)
+    assert len(calls) <= 2 * len(tree.cliques)   # per root once; it was twice per component per marginal

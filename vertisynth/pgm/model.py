@@ -214,25 +214,56 @@ class GraphicalModel:
             p = sum_out(self.clique_probs()[i], drop)
             kept = tuple(a for a in c if a in attrs_)
             return Factor(self.domain.project(kept), self.total * p).transpose(attrs_)
-        result = None
-        for comp in self._components():
-            inside = [a for a in attrs_ if any(a in self.tree.cliques[k] for k in comp)]
-            if inside:
-                f = Factor(self.domain.project(inside), self._component_marginal(comp, inside))
-                result = f if result is None else result * f
-        return Factor(result.domain, result.values * self.total).transpose(attrs_)
+        # each component's share, then their outer product (independent components), as Factor products did
+        arr, axes = None, []
+        for comp, inside in self._split(attrs_):
+            part = self._component_marginal(comp, inside)
+            arr = part if arr is None else np.multiply.outer(arr, part)
+            axes += inside
+        arr = np.transpose(arr * self.total, [axes.index(a) for a in attrs_])
+        return Factor(self.domain.project(attrs_), arr)
+
+    def _lookups(self) -> dict:
+        """Per-tree lookups for `marginal` (components, each attribute's component and smallest clique in it,
+        breadth-first orders by root), kept in the schedule that every model on this tree shares: AIM asks for
+        thousands of marginals per fitted model, and these were rebuilt for each."""
+        s = self._schedule
+        if "lookups" not in s:
+            comps = self._components()
+            cl = self.tree.cliques
+            comp_of: dict[str, int] = {}
+            smallest: dict[str, int] = {}
+            for ci, comp in enumerate(comps):
+                for a in dict.fromkeys(a for k in comp for a in cl[k]):
+                    comp_of[a] = ci
+                    smallest[a] = min((k for k in comp if a in cl[k]), key=lambda k: self.domain.project(cl[k]).size())
+            s["lookups"] = {"comps": comps, "comp_of": comp_of, "smallest": smallest, "orders": {}}
+        return s["lookups"]
+
+    def _tree_order(self, root: int) -> list[tuple[int, int | None]]:
+        orders = self._lookups()["orders"]
+        if root not in orders:
+            orders[root] = self.tree.order(root)
+        return orders[root]
+
+    def _split(self, attrs_: Sequence[str]) -> list[tuple[set[int], list[str]]]:
+        """The tree components `attrs_` fall in (in component order), each with its attributes (in attrs_ order)."""
+        look = self._lookups()
+        by: dict[int, list[str]] = {}
+        for a in attrs_:
+            by.setdefault(look["comp_of"][a], []).append(a)
+        return [(look["comps"][ci], by[ci]) for ci in sorted(by)]
 
     def _component_marginal(self, comp: set[int], attrs_: list[str]) -> np.ndarray:
         """Probability table on attrs_ (all inside one tree component, axes in that order) by elimination on a
         subtree."""
         cl = self.tree.cliques
         beliefs = self.clique_probs()
-        order = [(n, p) for n, p in self.tree.order(next(iter(comp))) if n in comp]
+        order = [(n, p) for n, p in self._tree_order(next(iter(comp))) if n in comp]
         parent = dict(order)
         # the cliques needed: for each attribute its smallest clique, plus the tree paths joining them
-        needed: set[int] = set()
-        for a in attrs_:
-            needed.add(min((k for k in comp if a in cl[k]), key=lambda k: self.domain.project(cl[k]).size()))
+        smallest = self._lookups()["smallest"]
+        needed = {smallest[a] for a in attrs_}
 
         def path_to_root(k: int) -> list[int]:
             out = [k]
@@ -252,8 +283,8 @@ class GraphicalModel:
         # eliminate along the subtree from its top: multiply by each clique's conditional p_k / p_sep (0 where a
         # separator has no mass) and sum out every attribute no later clique and no query needs, two arrays at a
         # time with einsum (no Factor bookkeeping: AIM asks for hundreds of these per round)
-        par_in_sub = {n: p for n, p in self.tree.order(top) if n in sub}
-        visit = [n for n, _ in self.tree.order(top) if n in sub]
+        par_in_sub = {n: p for n, p in self._tree_order(top) if n in sub}
+        visit = [n for n, _ in self._tree_order(top) if n in sub]
         want = set(attrs_)
         later = [set().union(*(cl[j] for j in visit[i + 1:])) for i in range(len(visit))]
         axes = [a for a in cl[top] if a in want or a in later[0]]
