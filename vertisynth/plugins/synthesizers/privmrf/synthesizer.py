@@ -10,7 +10,9 @@ each refinement round's measures every cross-party pair once on coarse bins (its
 table), the rest pays the InDif vector of the pairs within one party and the parties' L1 vectors; refinement scores
 a cross-party candidate by the largest error of its cross-party pairs read off their probes (post-processing).
 Candidates over three parties or more are left out (a cross-party measure answers two); the probes join the last
-estimation.
+estimation. With a measure that releases once (`dpfm`, `grr`) there are no probes: every cross-party pair, score and
+marginal is read off the release for free, and the plan's charges pay the within-party steps alone (docs/vertical.md,
+"Measures that release once").
 """
 from __future__ import annotations
 
