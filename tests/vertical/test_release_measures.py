@@ -23,7 +23,7 @@ DPFM = {"measure": "dpfm", "trust": "server", "params": {"t": 2000}}
 GRR = {"measure": "grr", "trust": "none"}
 TWINS = [("aim", {"iters": 150, "rounds": 20}), ("mst", {"iters": 150}), ("private_pgm", {"iters": 150}),
          ("private_pgm", {"iters": 150, "measurements": "workload"}), ("dpsyn", {"rounds": 5}),
-         ("dpsyn", {"rounds": 5, "selection": "greedy"})]
+         ("dpsyn", {"rounds": 5, "selection": "greedy"}), ("privmrf", {"iters": 100, "refine_iters": 50})]
 
 
 def _cfg(syn, params, eps=1.0, n=3000, seed=2):
@@ -161,10 +161,18 @@ def test_a_bad_release_table_is_refused_in_one_line_at_plan_time(vertical, match
     _one_line(exc)
 
 
-def test_privmrf_refuses_a_release_measure_in_one_line():
-    with pytest.raises(ConfigError, match="releases once") as exc:
-        make_plan(_cfg("privmrf", {"vertical": DPFM}))
-    _one_line(exc)
+def test_privmrf_over_a_release_plans_no_cross_party_charge_and_reads_cross_pairs_for_free():
+    plan = make_plan(_cfg("privmrf", {"iters": 100, "refine_iters": 50, "vertical": DPFM}))
+    own = [c for c in plan.ledger.planned if c.stage == "synthesizer"]
+    assert own and not [c for c in own if c.mechanism == "gaussian_cross_probe"]
+    res = run(_cfg("privmrf", {"iters": 100, "refine_iters": 50, "vertical": DPFM}))
+    pairs = {frozenset(q["attributes"]) for q in res.ledger.cross_party if len(q["attributes"]) == 2}
+    # every cross-party pair read off the release once for its R-score (free), none paid
+    parts = plan.partition
+    owner = {a: p.name for p in parts for a in p.attributes}
+    attrs_ = [a for p in parts for a in p.attributes]
+    cross = {frozenset((a, b)) for i, a in enumerate(attrs_) for b in attrs_[i + 1:] if owner[a] != owner[b]}
+    assert pairs >= cross and all(q["rho"] == 0.0 for q in res.ledger.cross_party)
 
 
 def test_the_oracle_refuses_bad_questions_on_a_release_before_anything_is_released():
@@ -245,3 +253,21 @@ def test_aim_reads_each_cross_party_candidate_off_a_release_once(vertical):
     res = execute(plan)
     asked = [tuple(q["attributes"]) for q in res.ledger.cross_party]
     assert asked and len(asked) == len(set(asked))
+
+
+def test_a_release_answer_is_made_consistent_with_the_measured_one_ways():
+    """dpfm's inclusion–exclusion subtracts one cardinality estimate per value, so a row (column) of its answer
+    shares one offset; once the 1-ways of a and b are measured within their parties (here almost exactly), the
+    answer's margins are pulled to them and the table's error falls, its interaction left as released."""
+    oracle, led, data = _oracle(DPFMEncoder(DPFMConfig(t=400)), n=3000, rho=2.0)
+    raw = oracle.measure(("b", "a"), None, np.random.default_rng(1))
+    ones = [Charge("synthesizer", "gaussian_1way", ZCDP(1e4)) for _ in range(2)]
+    led.plan(ones)
+    mb, ma = (oracle.measure((x,), ch, np.random.default_rng(3)) for x, ch in zip("ba", ones))
+    m = oracle.measure(("b", "a"), None, np.random.default_rng(1))
+    truth = np.histogram2d(data.column("b"), data.column("a"), bins=[8, 3], range=[[0, 8], [0, 3]])[0]
+    assert np.allclose(m.values.sum(axis=1), mb.values, atol=2) and np.allclose(m.values.sum(axis=0), ma.values, atol=2)
+    centred = lambda t: t - t.mean(0) - t.mean(1)[:, None] + t.mean()  # noqa: E731
+    assert np.allclose(centred(m.values), centred(raw.values))
+    assert np.abs(m.values - truth).sum() < 0.7 * np.abs(raw.values - truth).sum()
+    assert np.all(m.variance < raw.variance)

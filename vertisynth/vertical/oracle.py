@@ -209,6 +209,9 @@ class VerticalOracle:
         # of that release, free; the release runs at the first cross-party question, its charges planned up front
         self.releases = isinstance(measure, ReleasesOnce)
         self._released: dict[tuple[str, ...], tuple[tuple[str, ...], np.ndarray, np.ndarray]] = {}
+        # attribute -> (its 1-way counts, their per-cell variance): the least noisy projection of the within-party
+        # answers given so far (public once released), which a release's answers are made consistent with
+        self._margins: dict[str, tuple[np.ndarray, float]] = {}
 
     @property
     def party_cpu(self) -> dict[str, float]:
@@ -258,7 +261,21 @@ class VerticalOracle:
         what = f"measure {list(attributes)}"
         _spend(pay, self.ledger, rho, what)
         values = self.link.measure(party, attributes, sigma, bins, Spend.of(pay, rho, what))
-        return Measurement(attributes, values, sigma, bins)
+        m = Measurement(attributes, values, sigma, bins)
+        if self.releases:
+            self._note_margins(m)
+        return m
+
+    def _note_margins(self, m: Measurement) -> None:
+        """Keeps each attribute's least noisy 1-way projection of a within-party answer (unbinned on it): a noisy
+        marginal summed over its other axes, per-cell variance σ² × the cells summed (post-processing)."""
+        for axis, a in enumerate(m.attributes):
+            if m.bins and a in m.bins:
+                continue
+            var = m.std ** 2 * (m.values.size // m.values.shape[axis])
+            if a not in self._margins or var < self._margins[a][1]:
+                other = tuple(i for i in range(m.values.ndim) if i != axis)
+                self._margins[a] = (np.asarray(m.values, float).sum(axis=other), float(var))
 
     def measure_many(self, queries: Sequence[Sequence[str]], pays: Sequence[Pay], rng: np.random.Generator,
                      sigma: float | None = None, bins: Sequence[Bins] | None = None) -> list[Measurement]:
@@ -366,12 +383,46 @@ class VerticalOracle:
         order = [got.index(a) for a in attributes]
         return np.transpose(table, order), np.transpose(var, order)
 
+    def _consistent(self, attributes: tuple[str, ...], table: np.ndarray, var: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """A release answer made consistent with the within-party 1-way answers given so far (post-processing of
+        released answers): along each attribute with one, every cell of a slice moves by the same share of the
+        difference between the inverse-variance average of the measured 1-way count and the answer's own slice
+        sum, and that slice sum. A release estimate's errors are largely shared along slices (dpfm's
+        inclusion–exclusion subtracts one cardinality estimate per value: rows and columns carry a common offset),
+        so its own slice sums are far noisier than their summed cell variances say: the average takes them at
+        the bound for fully correlated cells, cells · Σ v (at Σ v they were trusted too much: NLTCS, ε 1.6;
+        replaced by the measured count outright, the noisier projections of large within-party marginals hurt:
+        zoo mixed). An offset the estimator took as independent cell noise would also distort the interaction it
+        fits; the interaction is left as released. Each cell's variance is then v·Π(1 − 1/u) (its centred part)
+        plus each averaged slice's variance over its cells squared."""
+        mine = [(axis, a) for axis, a in enumerate(attributes) if a in self._margins]
+        if not mine:
+            return table, var
+        table = np.array(table, float)
+        out_var = np.array(var, float)
+        for _, a in mine:
+            out_var = out_var * (1 - 1 / self.domain.size(a))
+        for axis, a in mine:
+            other = tuple(i for i in range(table.ndim) if i != axis)
+            cells = table.size // table.shape[axis]
+            measured, m_var = self._margins[a]
+            # the slice sums' variance at its upper bound (cells fully correlated: (Σ sd)² <= cells · Σ v)
+            own_var = np.maximum(cells * np.asarray(var, float).sum(axis=other), 1e-9)
+            own = table.sum(axis=other)
+            target = (own / own_var + measured / m_var) / (1 / own_var + 1 / m_var)
+            shape = [1] * table.ndim
+            shape[axis] = table.shape[axis]
+            table = table + ((target - own) / cells).reshape(shape)
+            out_var = out_var + (1 / (1 / own_var + 1 / m_var) / cells ** 2).reshape(shape)
+        return table, out_var
+
     def _from_release(self, attributes: Sequence[str], pay: Pay, bins: Bins) -> Measurement:
         """A two-party marginal read off the release (post-processing: nothing spent), summed into `bins` where
         given (the cells' variances summed too: the estimator's covariances between cells are left out), each cell
         floored at variance 1; the ledger's `cross_party` names it with ρ 0."""
         attributes = self._check_free(attributes, pay, bins)
-        table, var = self._release_answer(attributes)
+        table, var = self._consistent(attributes, *self._release_answer(attributes))
         for axis, a in enumerate(attributes):
             if bins and a in bins:
                 table, var = bin_sum(table, axis, np.asarray(bins[a])), bin_sum(var, axis, np.asarray(bins[a]))

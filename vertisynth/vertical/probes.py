@@ -85,6 +85,8 @@ def residual_l1(m: Measurement, estimate: np.ndarray) -> float:
     (its full table over m.attributes) summed into the probe's bins, the residual y − e double-centred (the pair's
     margins are measured elsewhere; its dependence lives in the interaction), then Σ √max(r² − v', 0)."""
     e = bin_query(np.asarray(estimate, float), m.attributes, m.bins)
+    if m.variance is not None:   # an answer read off a release: its own per-cell variance, a lower bound
+        return release_score(m.values - e, m.variance, RELEASE_Z)
     return residual_above_noise(m.values - e, m.std ** 2)
 
 

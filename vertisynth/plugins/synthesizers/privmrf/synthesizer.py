@@ -10,7 +10,9 @@ each refinement round's measures every cross-party pair once on coarse bins (its
 table), the rest pays the InDif vector of the pairs within one party and the parties' L1 vectors; refinement scores
 a cross-party candidate by the largest error of its cross-party pairs read off their probes (post-processing).
 Candidates over three parties or more are left out (a cross-party measure answers two); the probes join the last
-estimation.
+estimation. With a measure that releases once (`dpfm`, `grr`) there are no probes: every cross-party pair, score and
+marginal is read off the release for free, and the plan's charges pay the within-party steps alone (docs/vertical.md,
+"Measures that release once").
 """
 from __future__ import annotations
 
@@ -156,12 +158,10 @@ class PrivMRFSynthesizer(Synthesizer):
     # -- plan ---------------------------------------------------------------------------------
     def plan(self, ctx: PlanContext) -> list[Charge]:
         owner = owners("privmrf", self.config.vertical, ctx.partition)
-        if ctx.cross_release:
-            raise ConfigError("privmrf: a measure that releases once (dpfm, grr) is not wired into its plan yet (its "
-                              "probes and cross-party marginals are planned charges); use measure = \"he\", or aim, "
-                              "mst, private_pgm or dpsyn with this measure")
         owner = owner if self.config.vertical is not None else None
-        return self.plan_for(ctx.domain, ctx.rho, owner=owner)
+        # a measure that released once (dpfm, grr) answers every cross-party pair for free: no probes, and no
+        # charge planned for a cross-party marginal; the plan's charges pay the within-party steps only
+        return self.plan_for(ctx.domain, ctx.rho, owner=owner, free=bool(ctx.cross_release))
 
     def vertical_request(self) -> VerticalConfig | None:
         return self.config.vertical
@@ -171,9 +171,11 @@ class PrivMRFSynthesizer(Synthesizer):
         return True
 
     def plan_for(self, domain: Domain, rho: float, party: str | None = None,
-                 owner: dict[str, str] | None = None) -> list[Charge]:
+                 owner: dict[str, str] | None = None, free: bool = False) -> list[Charge]:
         """Charges for a model on `domain` with zCDP budget `rho` (VertiMRF calls this per party); `owner` (each
-        attribute's party) plans the vertical twin: cross-party pairs probed, the others scored by InDif."""
+        attribute's party) plans the vertical twin: cross-party pairs probed, the others scored by InDif. `free`:
+        the cross-party pairs and marginals are read off a release (no probes; the R-score and refinement ρ pay
+        the within-party vectors alone; the marginal charges pay the within-party marginals)."""
         c = self.config
         d = len(domain)
         if d < 1:
@@ -183,6 +185,7 @@ class PrivMRFSynthesizer(Synthesizer):
         self._owner = owner
         self._cross = [p for p in self._pairs if owner[p[0]] != owner[p[1]]] if owner else []
         self._within = [p for p in self._pairs if p not in set(self._cross)]
+        self._free = bool(free and self._cross)
         self._rounds = min(math.ceil(d / 2), 8) if self._pairs else 0
         self._k_marg = d + (math.ceil(0.8 * d) if self._pairs else 0)
         self._rho_count = rho * c.count_fraction
@@ -195,15 +198,16 @@ class PrivMRFSynthesizer(Synthesizer):
         # the probes score those pairs in both phases; the rest pays the within-party InDif and L1 vectors
         v = c.vertical
         share = 0.0
-        if self._cross:
+        if self._cross and not self._free:
             share = 1.0 if not self._within else (len(self._cross) / len(self._pairs) if v.probe is None else v.probe)
         self._rho_r_within = self._rho_r * (1 - share)
         moved = self._rho_ref_round * share if self._cross else 0.0
         self._rho_ref_round -= moved
-        probe_rho = (self._rho_r * share + moved * self._rounds) / len(self._cross) if self._cross else 0.0
+        probed = [] if self._free else self._cross
+        probe_rho = (self._rho_r * share + moved * self._rounds) / len(probed) if probed else 0.0
         probes = [Charge(STAGE, "gaussian_cross_probe", ZCDP(probe_rho), party,
                          note="every cross-party pair once, for its R-score and refinement's score")
-                  for _ in self._cross]
+                  for _ in probed]
         # kept: fit_table spends these very charges
         self._charges = {
             "count": [Charge(STAGE, "gaussian_count", ZCDP(self._rho_count), party)],
@@ -237,6 +241,12 @@ class PrivMRFSynthesizer(Synthesizer):
         """g = σ·√(2/π): the expected absolute Gaussian noise per cell of one marginal measurement (of `s`: a
         cross-party answer's std is the measure's, e.g. √2·σ under trust none)."""
         g = gaussian_sigma(self._rho_marg) * math.sqrt(2 / math.pi)
+        if s is not None and self._free and self._crosses(s):   # read off a release: its answers' noise (the
+            # largest RMS std of the set's cross-party pairs, a proxy for the set's own: no larger set is read
+            # off the release just to be ranked)
+            sds = [self._probed[frozenset(p)][0].std for p in itertools.combinations(s, 2)
+                   if frozenset(p) in self._probed]
+            return max(sds) * math.sqrt(2 / math.pi) if sds else g
         return g * self._cross_noise if s is not None and self._crosses(s) else g
 
     def _useful_pair(self, pair: tuple[str, ...], cells: float, limit: float,
@@ -302,11 +312,15 @@ class PrivMRFSynthesizer(Synthesizer):
         index = {p: i for i, p in enumerate(self._pairs)}
         if self._charges["r_scores"]:
             out[[index[p] for p in self._within]] = oracle.indif(self._within, self._charges["r_scores"][0], rng) / 2
-        probes = measure_probes(oracle, self._cross, self._charges["cross_probe"], rng,
-                                width_bins(self._domain, self.config.vertical.probe_bins), whole=True)
+        if self._free:   # each cross-party pair read off the release at full resolution (free); its R̂ is
+            # already a lower bound (`release_score`: RELEASE_Z null stds below the estimate), so no margin is added
+            probes = [oracle.measure(p, None, rng) for p in self._cross]
+        else:
+            probes = measure_probes(oracle, self._cross, self._charges["cross_probe"], rng,
+                                    width_bins(self._domain, self.config.vertical.probe_bins), whole=True)
         for p, m in zip(self._cross, probes):
             out[index[p]] = dependence(m) / 2
-            self._probed[frozenset(p)] = (m, dependence_std(m) / 2)
+            self._probed[frozenset(p)] = (m, 0.0 if self._free else dependence_std(m) / 2)
         return out
 
     def _crosses(self, s: tuple[str, ...]) -> bool:
@@ -471,7 +485,7 @@ class PrivMRFSynthesizer(Synthesizer):
         n_hat = max(float(oracle.measure((), self._charges["count"][0], rng).values), 1.0)
         self._probed: dict[frozenset[str], tuple[Any, float]] = {}   # cross-party pair -> (its probe, R̂'s spread)
         self._cross_noise = 1.0   # a cross-party answer's std over the central σ at the same charge
-        if self._cross and isinstance(oracle, VerticalOracle):   # the θ rule and the signal test see it
+        if self._cross and not self._free and isinstance(oracle, VerticalOracle):   # the θ rule and the signal test see it
             m = oracle.cross_measure
             sd = math.sqrt(m.released_variance(m.sigma_for_rho(self._rho_marg)))
             self._cross_noise = sd / gaussian_sigma(self._rho_marg)
@@ -502,12 +516,18 @@ class PrivMRFSynthesizer(Synthesizer):
         sigma = gaussian_sigma(self._rho_marg)
         meas = []
         bins = self._cand_bins
+        paid = [0]   # marginal charges spent (a cross-party marginal read off a release takes none)
 
-        def measure(s: tuple[str, ...], b: dict[str, np.ndarray] | None = None) -> None:
+        def measure(s: tuple[str, ...], b: dict[str, np.ndarray] | None = None) -> int:
             b = bins.get(s) if b is None else b
+            if self._free and self._crosses(s):   # read off the release: post-processing, free
+                meas.append(oracle.measure(s, None, rng, bins=b or None))
+                return 0
             # a cross-party answer's σ is what the measure gives for the planned charge (trust server: + τ)
-            meas.append(oracle.measure(s, self._charges["marginal"][len(meas)], rng,
+            meas.append(oracle.measure(s, self._charges["marginal"][paid[0]], rng,
                                        None if self._crosses(s) else sigma, bins=b or None))
+            paid[0] += 1
+            return 1
 
         def fit_atol(ms: list) -> float | None:
             return c.fit_tolerance * sum(m.values.size for m in ms) if c.fit_tolerance > 0 else None
@@ -519,7 +539,7 @@ class PrivMRFSynthesizer(Synthesizer):
                        atol=fit_atol(meas))
         t2 = time.perf_counter()
         weight = {s: w for s, w in cands.items() if s not in initial}
-        left = self._k_marg - len(meas)
+        left = self._k_marg - paid[0]
         for r in range(self._rounds):
             per_round = math.ceil(left / (self._rounds - r)) if left > 0 else 0
             remaining = list(weight)
@@ -545,17 +565,18 @@ class PrivMRFSynthesizer(Synthesizer):
             for i in order[len(order) // 2:]:  # the queried candidates that looked well inferred count less
                 weight[remaining[i]] /= 2
             for s in pick:
-                measure(s)
+                left -= measure(s)
                 del weight[s]
-            left -= len(pick)
             res = estimate(dom, meas, total=n_hat, iters=c.refine_iters, warm_start=res.model,
                            max_cells=c.max_model_cells, atol=fit_atol(meas))
         # marginal charges left (too few useful candidates): measure the chosen marginals again with fresh
         # noise, most recent first; the estimator weighs repeated measurements like one with σ/√k
-        if len(meas) < self._k_marg:
-            again = [(m.attributes, m.bins or {}) for m in meas][::-1]
+        if paid[0] < self._k_marg:
+            # (a cross-party marginal read off a release is not asked again: the same table would come back)
+            again = [(m.attributes, m.bins or {}) for m in meas
+                     if not (self._free and self._crosses(m.attributes))][::-1] or [((a,), {}) for a in dom.attributes]
             i = 0
-            while len(meas) < self._k_marg:
+            while paid[0] < self._k_marg:
                 measure(*again[i % len(again)])
                 i += 1
             res = estimate(dom, meas, total=n_hat, iters=c.refine_iters, warm_start=res.model,
@@ -565,6 +586,10 @@ class PrivMRFSynthesizer(Synthesizer):
         # to that probe would hide
         reused = [m for m, _ in self._probed.values()
                   if any(set(m.attributes) <= set(q) for q in res.model.tree.cliques)]
+        if self._free:   # read off the release again (free; the oracle now makes it consistent with the 1-way
+            # answers measured since); a pair inside a cross-party set read already adds nothing new
+            reused = [oracle.measure(m.attributes, None, rng) for m in reused
+                      if not any(set(m.attributes) <= set(x.attributes) for x in meas)]
         if reused:
             res = estimate(dom, meas + reused, total=n_hat, iters=c.refine_iters, warm_start=res.model,
                            max_cells=c.max_model_cells, atol=fit_atol(meas + reused))
