@@ -102,3 +102,36 @@ def relay_reads(data: bytes, depth: int = 0) -> bytes:
         if arr.dtype == np.uint8 and depth < 4:
             out.append(relay_reads(arr.tobytes(), depth + 1))
     return b"".join(out)
+
+
+def collab_census_job(folder, n, iters=30, preprocessing=None, simulation=True, extra=""):
+    """A [collab] job on census (2 custodians from `n` rows split at random, 2 servers, a publisher): the custodians'
+    CSVs written into `folder` and the config text without its [roster] (each test pins the keys it makes)."""
+    import numpy as np
+
+    from vertisynth.collab.horizontal import simulate_custodians
+    from vertisynth.plugins.datasets.census import CensusConfig, load
+
+    csvs = {}
+    parts = simulate_custodians(load(CensusConfig(n=n)).frame, 2, "random", np.random.default_rng(1))
+    for part, name in zip(parts.values(), "AB"):
+        csvs[name] = folder / f"{name}.csv"
+        part.to_csv(csvs[name], index=False)
+    noise = 'noise = "simulation"   # the servers run with --seed: the release equals the one-process simulation\n'
+    text = f"""seed = 3
+{noise if simulation else ""}budget = {{ epsilon = 5.0, delta = 1e-5 }}
+[dataset]
+name = "census"
+params = {{ n = {n} }}
+[synthesizer]
+use = "private_pgm"
+params = {{ measurements = "workload", iters = {iters}, workload = [["age", "income"], ["sex", "income"]] }}
+[[evaluators]]
+use = "workload_error"
+[collab]
+files = {{ A = "{csvs['A']}", B = "{csvs['B']}" }}
+servers = 2
+numeric = {{ age = [17, 90] }}
+bins = 4
+{f'preprocessing = "{preprocessing}"' + chr(10) if preprocessing else ""}{extra}"""
+    return text, csvs

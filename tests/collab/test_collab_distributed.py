@@ -2,19 +2,16 @@
 equal to the one-process simulation under the same seeds, servers see only shares, clear errors."""
 import time
 
-import numpy as np
 import pandas as pd
 import pytest
-from deploy_helpers import cli, popen
+from deploy_helpers import cli, collab_census_job, popen
 
 from vertisynth.core.transport import FolderTransport
 
 from vertisynth.collab.distributed import Hello, fingerprint, run_custodian, run_publisher, run_server
-from vertisynth.collab.horizontal import simulate_custodians
 from vertisynth.run.config import load_config
 from vertisynth.core.errors import ConfigError, DataError, MessageError
 from vertisynth.run.pipeline import make_plan, run
-from vertisynth.plugins.datasets.census import CensusConfig, load
 
 ROLES = ["A", "B", "server0", "server1", "publisher"]
 
@@ -72,30 +69,9 @@ def _header(exchange, name, cfg):
 
 
 def _setup(tmp_path, preprocessing="combined", extra=""):
-    frame = load(CensusConfig(n=600)).frame
-    csvs = {}
-    for (name, part), as_ in zip(simulate_custodians(frame, 2, "random", np.random.default_rng(1)).items(), "AB"):
-        csvs[as_] = tmp_path / f"{as_}.csv"
-        part.to_csv(csvs[as_], index=False)
+    text, csvs = collab_census_job(tmp_path, 600, preprocessing=preprocessing, extra=extra)
     cfg = tmp_path / "c.toml"
-    cfg.write_text(f"""seed = 3
-noise = "simulation"   # servers run with --seed to reproduce the one-process simulation
-budget = {{ epsilon = 5.0, delta = 1e-5 }}
-[dataset]
-name = "census"
-params = {{ n = 600 }}
-[synthesizer]
-use = "private_pgm"
-params = {{ measurements = "workload", iters = 30, workload = [["age", "income"], ["sex", "income"]] }}
-[[evaluators]]
-use = "workload_error"
-[collab]
-files = {{ A = "{csvs['A']}", B = "{csvs['B']}" }}
-servers = 2
-numeric = {{ age = [17, 90] }}
-bins = 4
-preprocessing = "{preprocessing}"
-{extra}""" + _keys(tmp_path))
+    cfg.write_text(text + _keys(tmp_path))
     return cfg, csvs
 
 

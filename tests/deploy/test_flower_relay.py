@@ -4,7 +4,7 @@ checks on the traffic. The loopback deployment with Flower itself is tests/deplo
 import numpy as np
 import pandas as pd
 import pytest
-from deploy_helpers import SECRET, with_roster
+from deploy_helpers import SECRET, collab_census_job, with_roster
 
 from vertisynth.core.errors import MessageError
 from vertisynth.deploy.flower.bridge import DONE, FAILED, WAITING, Bridge, NodeSettings, Reply
@@ -234,31 +234,7 @@ def load_config_text(tmp_path, text):
 def collab_setup(tmp_path):
     """A [collab] run (2 custodians, 2 compute servers, a publisher; as tests/collab/test_collab_distributed.py):
     the custodians' CSVs and the config with every role's roster key (`party init`, private_<role>/)."""
-    from vertisynth.collab.horizontal import simulate_custodians
-    from vertisynth.plugins.datasets.census import CensusConfig, load
-
-    frame = load(CensusConfig(n=400)).frame
-    csvs = {}
-    for part, name in zip(simulate_custodians(frame, 2, "random", np.random.default_rng(1)).values(), "AB"):
-        csvs[name] = tmp_path / f"{name}.csv"
-        part.to_csv(csvs[name], index=False)
-    text = f"""seed = 3
-noise = "simulation"   # the servers run with --seed: the release equals the one-process simulation
-budget = {{ epsilon = 5.0, delta = 1e-5 }}
-[dataset]
-name = "census"
-params = {{ n = 400 }}
-[synthesizer]
-use = "private_pgm"
-params = {{ measurements = "workload", iters = 30, workload = [["age", "income"], ["sex", "income"]] }}
-[[evaluators]]
-use = "workload_error"
-[collab]
-files = {{ A = "{csvs['A']}", B = "{csvs['B']}" }}
-servers = 2
-numeric = {{ age = [17, 90] }}
-bins = 4
-"""
+    text, csvs = collab_census_job(tmp_path, 400)
     (tmp_path / "c.toml").write_text(with_roster(tmp_path, text, ["A", "B", "server0", "server1", "publisher"]))
     return tmp_path / "c.toml", csvs
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from deploy_helpers import relay_reads
+from deploy_helpers import collab_census_job, relay_reads
 
 from vertisynth.core.envelope import open_envelope, seal
 from vertisynth.core.errors import MessageError
@@ -334,34 +334,10 @@ def _collab_run(tmp, preprocessing, tuning, keys):
     """One [collab] run, every role a thread of this process (as `vertisynth collab custodian|server|publish`), on
     secure noise (the cross-machine default); each role's run key goes into `keys` as the role makes it."""
     from vertisynth.collab.distributed import run_custodian, run_publisher, run_server
-    from vertisynth.collab.horizontal import simulate_custodians
-    from vertisynth.plugins.datasets.census import CensusConfig, load
 
-    frame = load(CensusConfig(n=300)).frame
-    csvs = {}
-    for part, name in zip(simulate_custodians(frame, 2, "random", np.random.default_rng(1)).values(), "AB"):
-        csvs[name] = tmp / f"{name}.csv"
-        part.to_csv(csvs[name], index=False)
+    text, csvs = collab_census_job(tmp, 300, iters=20, preprocessing=preprocessing, simulation=False, extra=tuning)
     ids = {r: Identity.generate(r) for r in COLLAB_ROLES}
-    (tmp / "c.toml").write_text(f"""seed = 3
-budget = {{ epsilon = 5.0, delta = 1e-5 }}
-[dataset]
-name = "census"
-params = {{ n = 300 }}
-[synthesizer]
-use = "private_pgm"
-params = {{ measurements = "workload", iters = 20, workload = [["age", "income"], ["sex", "income"]] }}
-[[evaluators]]
-use = "workload_error"
-[collab]
-files = {{ A = "{csvs['A']}", B = "{csvs['B']}" }}
-servers = 2
-numeric = {{ age = [17, 90] }}
-bins = 4
-preprocessing = "{preprocessing}"
-{tuning}
-[roster.keys]
-""" + "".join(f'{r} = "{i.public_text()}"\n' for r, i in ids.items()))
+    (tmp / "c.toml").write_text(text + "\n[roster.keys]\n" + "".join(f'{r} = "{i.public_text()}"\n' for r, i in ids.items()))
     ex = tmp / "shared"
 
     def role(name):
