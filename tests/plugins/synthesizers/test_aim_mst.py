@@ -215,6 +215,8 @@ def test_aim_rounds_fits_stop_at_their_tolerance_and_the_last_runs_to_iters(monk
     assert AIMConfig().fit_tolerance == 0.0   # off by default (docs/synthesizers/aim.md: not yet checked on Adult)
     with pytest.raises(ConfigError, match="fit_tolerance"):
         AIMConfig(fit_tolerance=-1.0)
+    with pytest.raises(ConfigError, match="finite"):
+        AIMConfig(fit_tolerance=float("inf"))
 
 
 def test_aim_keeps_the_model_under_its_size_cap():

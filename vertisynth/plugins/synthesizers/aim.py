@@ -66,8 +66,8 @@ class AIMConfig:
             raise ConfigError(f"aim: alpha must be in (0, 1), got {self.alpha}")
         if not self.max_model_mb > 0:
             raise ConfigError(f"aim: max_model_mb must be positive, got {self.max_model_mb}")
-        if not self.fit_tolerance >= 0:
-            raise ConfigError(f"aim: fit_tolerance must be >= 0, got {self.fit_tolerance}")
+        if not 0 <= self.fit_tolerance < math.inf:
+            raise ConfigError(f"aim: fit_tolerance must be a finite number >= 0 (0: run to iters), got {self.fit_tolerance}")
         if self.iters < 1:
             raise ConfigError(f"aim: iters must be >= 1, got {self.iters}")
         if self.sampling not in ("sample", "round"):
