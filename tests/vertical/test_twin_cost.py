@@ -25,10 +25,9 @@ def _plan(pairs, marginals):
             + [Charge("s", "gaussian_marginal", ZCDP(0.2)) for _ in range(marginals)])
 
 
-def test_the_estimate_counts_the_ciphertexts_a_run_of_the_same_answers_makes(monkeypatch):
-    """The probes (fixed by the plan) and the stand-in's adaptive answers, asked of the oracle with real crypto:
-    every party's ciphertexts (encrypted rows and returned sums) are what `answers_cost` said before, exactly:
-    the probe stage's one packed run, each party's whole rows once, the rest summed again."""
+
+def _two_parties_real_crypto(monkeypatch):
+    """160 correlated rows split 3 + 2 attributes, the cross-party pairs, 7 planned marginals, real 512-bit Paillier."""
     monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
     data = correlated(160, seed=2)
     part = VerticalPartition.from_lists([["a", "c", "e"], ["b", "d"]], ["P0", "P1"]).validate(data.domain)
@@ -36,6 +35,13 @@ def test_the_estimate_counts_the_ciphertexts_a_run_of_the_same_answers_makes(mon
              if a < b and {a, b} & {"a", "c", "e"} and {a, b} & {"b", "d"}]
     planned = _plan(len(pairs), 7)
     enc = HEEncoder(HEConfig(crypto="real", key_bits=512, workers=1))
+    return data, part, pairs, planned, enc
+
+def test_the_estimate_counts_the_ciphertexts_a_run_of_the_same_answers_makes(monkeypatch):
+    """The probes (fixed by the plan) and the stand-in's adaptive answers, asked of the oracle with real crypto:
+    every party's ciphertexts (encrypted rows and returned sums) are what `answers_cost` said before, exactly:
+    the probe stage's one packed run, each party's whole rows once, the rest summed again."""
+    data, part, pairs, planned, enc = _two_parties_real_crypto(monkeypatch)
     asked, counted = answers(data.domain, part, 2, planned, enc.sigma_for_rho)
     # 6 of the 10 pairs cross parties: 7 marginals -> ceil(4.2) = 5 stand-in answers after the one probe answer
     assert counted == {"probes": 6, "adaptive": 5, "marginals": 7} and len(asked) == 6
@@ -67,13 +73,7 @@ def test_probes_on_whole_rows_cost_no_pass_of_their_own_and_the_estimate_counts_
     the ciphertexts are exactly the run's."""
     from vertisynth.vertical.probes import measure_probes
 
-    monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
-    data = correlated(160, seed=2)
-    part = VerticalPartition.from_lists([["a", "c", "e"], ["b", "d"]], ["P0", "P1"]).validate(data.domain)
-    pairs = [(a, b) for a in data.domain.attributes for b in data.domain.attributes
-             if a < b and {a, b} & {"a", "c", "e"} and {a, b} & {"b", "d"}]
-    planned = _plan(len(pairs), 7)
-    enc = HEEncoder(HEConfig(crypto="real", key_bits=512, workers=1))
+    data, part, pairs, planned, enc = _two_parties_real_crypto(monkeypatch)
     assert enc.whole_rows_party(["P1", "P0"]) == "P0"
     asked, _ = answers(data.domain, part, 2, planned, enc.sigma_for_rho, whole_party="P0")
     probe_bins = [b for q in asked[0]["queries"] for side in q for b in side]
