@@ -304,6 +304,36 @@ class ReleasesOnce(Protocol):
 
 
 @runtime_checkable
+class ReleasesAtParties(ReleasesOnce, Protocol):
+    """A `ReleasesOnce` measure whose release also runs with each party on its own machine (deploy's vertical oracle,
+    deploy/oracle_rounds.py): each party makes its share of the release from its own columns and stream, paying its
+    planned charges first (`release_at`), and sends it sealed to the server, who checks every share against the plan
+    (`take_release`) before it answers anything from them. `release` in one process is exactly these steps."""
+
+    def release_charges(self, party: str) -> list[Any]:
+        """The plan's charges (core.privacy.Charge) `party` spends for its share, in the order it spends them."""
+
+    def agrees_keys(self) -> bool:
+        """Whether the parties agree a group key among themselves first (core/keys.py; never the server's)."""
+
+    def seeded_keys(self, noise: str) -> bool:
+        """Whether a party draws its side of the key agreement from its seeded stream under `noise` (reproducible
+        simulation) rather than the OS CSPRNG."""
+
+    def set_key_context(self, context: bytes) -> None:
+        """What an agreed key is bound to (the run id and config fingerprint across machines; core/keys.py)."""
+
+    def release_at(self, party: str, view: Dataset, ledger: PrivacyLedger, rng: np.random.Generator,
+                   key: Any = None) -> Message:
+        """`party`'s share of the release from its columns `view`: its planned charges spent on `ledger` first;
+        `key`: its `core.keys.KeyParty` after the agreement where `agrees_keys()`."""
+
+    def take_release(self, messages: Sequence[Message]) -> None:
+        """The server's side: every party's share, each checked against the plan (one per party, its planned
+        attributes and parameters, the same row count), refused in one line otherwise; once per run."""
+
+
+@runtime_checkable
 class AnswersInRounds(CrossPartyMeasure, Protocol):
     """A cross-party measure whose `answer` also runs with each party on its own machine (deploy's vertical oracle,
     deploy/oracle_rounds.py): each of the two parties runs its `StageRounds` on its own (coarsened) columns, then

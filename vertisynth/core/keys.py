@@ -21,7 +21,7 @@ and in reproducible test runs under an explicit high-entropy test secret; a real
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 import attrs
@@ -128,23 +128,26 @@ def _os_random(k: int) -> bytes:
     return os.urandom(k)
 
 
-def agree_keys(names: Sequence[str], rng: np.random.Generator | None = None, context: bytes = b"") -> dict[str, KeyParty]:
+def agree_keys(names: Sequence[str], rng: np.random.Generator | Mapping[str, np.random.Generator] | None = None,
+               context: bytes = b"") -> dict[str, KeyParty]:
     """Run the protocol among `names` (simulated in one process; every step uses only what that
-    party may know: its own private key plus what was published). Returns each party's state."""
+    party may know: its own private key plus what was published). Returns each party's state. `rng`: one stream
+    for every draw, or one per party (each party draws from its own, as it does on its own machine)."""
     names = list(names)
     if not names or len(set(names)) != len(names):
         raise DataError(f"key agreement needs distinct party names, got {names}")
-    parties = {n: KeyParty.create(n, rng, context) for n in names}
+    own = (lambda n: rng[n]) if isinstance(rng, Mapping) else (lambda n: rng)  # noqa: E731
+    parties = {n: KeyParty.create(n, own(n), context) for n in names}
     published = {n: p.public_bytes() for n, p in parties.items()}  # what the server relays
     if len(names) == 1:
-        parties[names[0]].draw_group(rng)
+        parties[names[0]].draw_group(own(names[0]))
     elif len(names) == 2:
         a, b = names
         parties[a].derive_pair_group(b, published[b])
         parties[b].derive_pair_group(a, published[a])
     else:
         leader, *rest = names
-        wrapped = parties[leader].wrap_group_for({n: published[n] for n in rest}, rng)  # relayed by the server
+        wrapped = parties[leader].wrap_group_for({n: published[n] for n in rest}, own(leader))  # relayed by the server
         for n in rest:
             parties[n].unwrap_group(leader, published[leader], wrapped[n])
     return parties

@@ -34,24 +34,26 @@ from typing import Any, ClassVar
 import attrs
 import numpy as np
 
-from vertisynth.core.capabilities import AnswersInRounds
+from vertisynth.core.capabilities import AnswersInRounds, ReleasesAtParties
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.domain import Domain
 from vertisynth.core.encoding import TableSchema
 from vertisynth.core.envelope import ALL, canonical
 from vertisynth.core.errors import BudgetError, ConfigError, DomainError, MessageError, VertisynthError
+from vertisynth.core.keys import KeyParty
 from vertisynth.core.messages import Message
+from vertisynth.core.privacy import PrivacyLedger
 from vertisynth.core.progress import step
 from vertisynth.pgm.scores import INDIF_SENSITIVITY
 from vertisynth.vertical import VerticalOracle
 from vertisynth.vertical.link import PartyBudget, PartySide, Spend, coarse_domain
 
 from .he_rounds import run_stage
-from .session import SERVER, Session
+from .session import SERVER, Session, key_context
 from .transport import ReportsWaiting
 
 QUERY, ANSWER, REFUSED = "oracle-query-", "oracle-answer-", "oracle-refused-"
-OPS = ("measure", "cross", "best", "em", "vector", "done")
+OPS = ("measure", "cross", "best", "em", "vector", "release", "done")
 
 
 @attrs.frozen(eq=False)
@@ -109,9 +111,11 @@ class RemoteLink:
 
     noise = "simulation"   # the parties' noise, reported in their ledgers at the end (the server draws none)
 
-    def __init__(self, sess: Session, partition: VerticalPartition, domain: Domain, measure: AnswersInRounds,
-                 timeout: float, poll: float = 0.05) -> None:
+    def __init__(self, sess: Session, partition: VerticalPartition, domain: Domain,
+                 measure: AnswersInRounds | ReleasesAtParties, timeout: float, poll: float = 0.05,
+                 ledger: PrivacyLedger | None = None) -> None:
         self.sess, self.partition, self.domain, self.measure_impl = sess, partition, domain, measure
+        self.ledger = ledger   # the run's: a release's charges are paid on it (every other query is paid by the oracle)
         self.owner = {a: p.name for p in partition for a in p.attributes}
         self.timeout, self.poll = timeout, poll
         self.number = 0
@@ -246,6 +250,30 @@ class RemoteLink:
             raise MessageError(f"{party!r} answered {out.shape[0] if out.ndim else 0} entries for {len(items)}; refused")
         return out
 
+    def release(self) -> None:
+        """The one release of a `ReleasesAtParties` measure, at the oracle's first cross-party question: the server
+        pays every party's planned charges of it on the run's ledger (in the one-process order), asks every party for
+        its share (each makes it from its own columns, after agreeing a key with the others where the measure needs
+        one, and seals it to the server), and checks every share against the plan (`take_release`)."""
+        if not isinstance(self.measure_impl, ReleasesAtParties) or self.ledger is None:
+            raise ConfigError("the release: the run's measure does not release at the parties (ReleasesAtParties) "
+                              "or the link holds no ledger to pay it on")
+        parties = list(self.partition.names)
+        charges = {p: self.measure_impl.release_charges(p) for p in parties}
+        for p in parties:
+            for c in charges[p]:
+                self.ledger.spend(c)
+        answers = self.ask(parties, "release", {"charges": {p: [c.to_dict() for c in cs] for p, cs in charges.items()},
+                                                "what": "the release"})
+        messages = []
+        for p in parties:
+            msg = Message.from_bytes(bytes(np.asarray(self._array(answers[p], "release", p), np.uint8)),
+                                     f"the release of {p!r}")
+            if msg.party != p:
+                raise MessageError(f"the answer of {p!r} to the release holds {msg.party!r}'s share; refused")
+            messages.append(msg)
+        self.measure_impl.take_release(messages)
+
     def done(self, error: str | None = None) -> None:
         """Every party stops serving (after the fit, or when it failed: the one line why)."""
         self.ask([ALL], "done", {"error": error} if error else {})
@@ -283,12 +311,13 @@ class PartyServer:
     sess: Session
     side: PartySide
     budget: PartyBudget
-    measure: AnswersInRounds
+    measure: AnswersInRounds | ReleasesAtParties
     partition: VerticalPartition
     domain: Domain
     test: bool
     sent: list[str] = attrs.field(factory=list)   # the rounds of its answers
     used: dict[str, float] = attrs.field(factory=dict)   # payment id -> ρ this party released under it
+    released: bool = False   # its share of the measure's one release is made
 
     @property
     def me(self) -> str:
@@ -415,7 +444,31 @@ class PartyServer:
             return {}, {"values": self.side.vector(kind, items, est, bins, rho, sigma, sens)}
         if q.op == "cross":
             return {}, self._cross(q.number, h, a, what)
+        if q.op == "release":
+            return {}, self._release(h, what)
         raise ConfigError(f"oracle query: op {q.op!r} is not answered by a party")
+
+    def _release(self, h: Mapping[str, Any], what: str) -> dict:
+        """This party's share of the measure's one release: refused where the run's plan has none, a second time,
+        or paid otherwise than the plan's charges of this share (`PartyBudget.check_release`), before a row is
+        read; then the key agreement with the other parties where the measure needs one (never with the server),
+        and the share from this party's columns and stream, for the server alone (the answer is sealed to it)."""
+        if not isinstance(self.measure, ReleasesAtParties):
+            raise ConfigError(f"{what}: this run's plan has no release (its measure answers each query); refused")
+        if self.released:
+            raise MessageError(f"{what}: {self.me!r} made its share of the release already; a second release is "
+                               "refused")
+        planned = self.measure.release_charges(self.me)
+        self.budget.check_release(h["charges"][self.me], planned, what)
+        self.released = True
+        key = None
+        if self.measure.agrees_keys():
+            seeded = self.measure.seeded_keys(self.side.noise.noise)
+            me = KeyParty.create(self.me, self.side.rng if seeded else None,
+                                 key_context(self.sess.state.run, self.sess.state.config))
+            key = agree_group_key(self.sess, list(self.partition.names), me, self.side.rng if seeded else None)
+        msg = self.side.release(self.measure, key)
+        return {"release": np.frombuffer(msg.to_bytes(), np.uint8)}
 
     def _cross(self, k: int, h: Mapping[str, Any], a: Mapping[str, np.ndarray], what: str) -> dict:
         sigma = float(h["sigma"])
@@ -454,13 +507,43 @@ class PartyServer:
         return _pack(published)
 
 
+def agree_group_key(sess: Session, names: Sequence[str], me: KeyParty, rng: np.random.Generator | None) -> KeyParty:
+    """`me`'s side of the parties' key agreement (core/keys.py: X25519 + HKDF; for three or more the leader wraps a
+    fresh group key for each other party under their pairwise key), each public key and wrapped key in an envelope
+    its sender signs: in a sealed session (a vertical twin's release) sealed to each other party and never sent to
+    the server; in an unsealed one (`party keys`) to every role (public keys, and AES-GCM-wrapped group keys).
+    `rng`: the party's seeded stream of a reproducible run, else None (the OS CSPRNG)."""
+    names, party = list(names), me.name
+    others = [n for n in names if n != party]
+    sess.send("keys-pub", others if sess.sealed else [ALL], "x25519_public", me.public_bytes())
+    got = sess.receive("keys-pub", others if sess.sealed else names, to=party)
+    published = {}
+    for who, [(_, body)] in got.items():
+        if len(body) != 32:
+            raise MessageError(f"keys-pub from {who!r}: a public key of {len(body)} bytes, expected 32; refused")
+        published[who] = body
+    if published.get(party, me.public_bytes()) != me.public_bytes():
+        raise MessageError(f"keys-pub: the exchange holds a public key under {party!r}'s name that is not ours; refused")
+    leader = names[0]
+    if len(names) == 2:
+        me.derive_pair_group(others[0], published[others[0]])
+    elif party == leader:
+        for n, blob in me.wrap_group_for({n: published[n] for n in names[1:]}, rng).items():
+            sess.send("keys-wrap", [n], "wrapped_group_key", blob, tag=n)
+    else:
+        [(_, blob)] = sess.receive("keys-wrap", [leader], to=party)[leader]
+        me.unwrap_group(leader, published[leader], blob)
+    return me
+
+
 def serve_oracle(plan: Any, synth: Any, sess: Session, domain: Domain, rng: np.random.Generator,
                  timeout: float) -> VerticalOracle:
     """The server's fit: `fit_oracle` against the parties, over the exchange. Every party is told when it is over
     (or why it failed)."""
-    measure = plan.measure.instance   # an AnswersInRounds, checked by plans.vertical_plan
+    measure = plan.measure.instance   # an AnswersInRounds or ReleasesAtParties, checked by plans.vertical_plan
     sess.sealed = True   # every query sealed to its party's run key (session.py): a relay reads no marginal asked
-    link = RemoteLink(sess, plan.partition, domain, measure, min(timeout, measure.round_timeout()))
+    wait = min(timeout, measure.round_timeout()) if isinstance(measure, AnswersInRounds) else timeout
+    link = RemoteLink(sess, plan.partition, domain, measure, wait, ledger=plan.ledger)
     oracle = VerticalOracle.over(link, plan.partition, domain, measure, plan.ledger, plan.measure.spec.name,
                                  synth.vertical_request().group_share)
     try:

@@ -26,7 +26,7 @@ import pandas as pd
 
 from vertisynth.core.chunks import view_chunks
 from vertisynth.core.encoding import TableSchema
-from vertisynth.core.envelope import ALL, canonical
+from vertisynth.core.envelope import canonical
 from vertisynth.core.errors import ConfigError, DataError, MessageError
 from vertisynth.core.keys import KeyParty
 from vertisynth.core.privacy import PrivacyLedger
@@ -36,7 +36,7 @@ from vertisynth.vertical import party_streams
 from vertisynth.vertical.link import PartyBudget, PartySide
 
 from .he_rounds import joint_encoder, party_rounds
-from .oracle_rounds import PartyServer, party_view
+from .oracle_rounds import PartyServer, agree_group_key, party_view
 from .plans import oracle_run, streams as _streams, vertical_plan as _vertical_plan
 from .session import (TEST_LABEL, RunState, Session, fetch_run_key, key_context, publish_party_key, session,
                       test_noise_seed)
@@ -133,25 +133,7 @@ def run_party_keys(config: RunConfig, party: str, exchange: str | Path, out: Pat
         me = KeyParty(party, X25519PrivateKey.from_private_bytes(raw[names.index(party)]), None, ctx)
     else:
         me = KeyParty.create(party, None, ctx)   # OS entropy
-    sess.send("keys-pub", [ALL], "x25519_public", me.public_bytes())
-    got = sess.receive("keys-pub", names, to=party)
-    published = {}
-    for who, [(_, body)] in got.items():
-        if len(body) != 32:
-            raise MessageError(f"keys-pub from {who!r}: a public key of {len(body)} bytes, expected 32; refused")
-        published[who] = body
-    if published[party] != me.public_bytes():
-        raise MessageError(f"keys-pub: the exchange holds a public key under {party!r}'s name that is not ours; refused")
-    leader = names[0]
-    if len(names) == 2:
-        other = names[1 - names.index(party)]
-        me.derive_pair_group(other, published[other])
-    elif party == leader:
-        for n, blob in me.wrap_group_for({n: published[n] for n in names[1:]}, key_rng).items():
-            sess.send("keys-wrap", [n], "wrapped_group_key", blob, tag=n)
-    else:
-        [(_, blob)] = sess.receive("keys-wrap", [leader], to=party)[leader]
-        me.unwrap_group(leader, published[leader], blob)
+    agree_group_key(sess, names, me, key_rng)   # the exchange itself: shared with a vertical twin's release
     out.mkdir(parents=True, exist_ok=True)
     return _private_json(out / f"{party}_keys.json", {
         "party": party, "parties": names, "run": state.run, "config": state.config,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vertisynth.core.capabilities import AnswersInRounds, PartyServerSplit
+from vertisynth.core.capabilities import AnswersInRounds, PartyServerSplit, ReleasesAtParties
 from vertisynth.core.errors import ConfigError
 from vertisynth.core.noise import named_streams
 from vertisynth.run.config import RunConfig
@@ -29,10 +29,12 @@ def vertical_plan(config: RunConfig, data_dir: str | None, aligned_csv: bool = F
     if oracle_run(plan):
         if config.evaluation.holdout > 0:
             raise ConfigError("a vertical twin across machines trains on every aligned row; set [evaluation] holdout = 0")
-        if not isinstance(plan.measure.instance, AnswersInRounds):
+        if not isinstance(plan.measure.instance, (AnswersInRounds, ReleasesAtParties)):
             raise ConfigError(f"synthesizer.params.vertical: measure {plan.measure.spec.name!r} has no rounds across "
-                              "machines (AnswersInRounds); it runs in one process only (`vertisynth run`)")
-        plan.measure.instance.check_across_machines()
+                              "machines (AnswersInRounds, ReleasesAtParties); it runs in one process only "
+                              "(`vertisynth run`)")
+        if isinstance(plan.measure.instance, AnswersInRounds):
+            plan.measure.instance.check_across_machines()
     # psi/psu: the parties aligned their rows beforehand with `vertisynth party align` (its --table output)
     if config.alignment.use not in ("positional", "psi", "psu"):
         raise ConfigError(f"party/server runs support alignment 'positional', 'psi' or 'psu', not {config.alignment.use!r}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import attrs
 
-from vertisynth.core.capabilities import PartyServerSplit
+from vertisynth.core.capabilities import PartyServerSplit, ReleasesAtParties
 from vertisynth.core.errors import ConfigError
 from vertisynth.core.identity import parse_test_secret
 from vertisynth.run.config import RunConfig
@@ -25,6 +25,8 @@ def simulate(config: RunConfig, test_secret: str, data_dir: str | None = None,
     run = run_id(fp, {p: test_nonce(secret, p) for p in plan.partition.names})
     synth = plan.synthesizer.instance
     if plan.measure is not None:   # a vertical twin: its parties draw from the test secret's streams
+        if isinstance(plan.measure.instance, ReleasesAtParties):   # a key the parties agree is bound to the run
+            plan.measure.instance.set_key_context(key_context(run, fp))
         return execute(plan, party_seed=test_noise_seed(secret))
     if not isinstance(synth, PartyServerSplit):
         raise ConfigError(f"synthesizer {plan.synthesizer.spec.name!r} has no party/server split; use 'vertimrf' "

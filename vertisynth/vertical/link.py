@@ -17,6 +17,7 @@ draws from its own stream in the same order wherever it runs, so the answers are
 """
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -93,6 +94,22 @@ class PartyBudget:
                 return c
         raise BudgetError(f"{charge.stage}/{charge.mechanism} ({charge.cost.describe()}) is not a charge of this "
                           "run's plan; refused before any row is read")
+
+    def check_release(self, asked: Sequence[Mapping[str, Any]], planned: Sequence[Charge], what: str) -> None:
+        """A release's payment, checked before anything is read: the charges the server paid for this party's share
+        (`asked`, as `Charge.to_dict`) are exactly the `planned` ones, each a charge of this run's plan not spent yet;
+        the release then spends them itself (`ReleasesAtParties.release_at`)."""
+        want = [json.loads(json.dumps(c.to_dict())) for c in planned]
+        if [json.loads(json.dumps(dict(a))) for a in asked] != want:
+            raise BudgetError(f"{what}: paid with {[a.get('mechanism') for a in asked]}, where this party's share of "
+                              f"the release plans {[c.mechanism for c in planned]}; refused before any row is read")
+        for c in map(self.ledger.grouped, planned):
+            if c not in self.ledger.planned:
+                raise BudgetError(f"{what}: {c.stage}/{c.mechanism} is not a charge of this run's plan; refused "
+                                  "before any row is read")
+            if self.ledger.spent.count(c) >= self.ledger.planned.count(c):
+                raise BudgetError(f"{what}: {c.stage}/{c.mechanism} is spent already (a second release); refused "
+                                  "before any row is read")
 
     def spend(self, spend: Spend, query: str) -> None:
         if query in self._paid:
@@ -205,6 +222,14 @@ class PartySide:
         self._scores = None
         logits = epsilon * (scores - scores.max()) / (2.0 * w.max())
         return int(np.argmax(logits + exponential_noise(logits.shape, self.rng, self.noise)))
+
+    def release(self, measure: Any, key: Any = None) -> Any:
+        """This party's share of a `ReleasesAtParties` measure's release from its own columns and stream (its
+        charges spent on its ledger first): the message it seals to the server."""
+        c0 = time.process_time()
+        out = measure.release_at(self.name, self.view, self.noise, self.rng, key)
+        self.cpu += time.process_time() - c0
+        return out
 
     def vector(self, kind: str, items: Sequence[tuple[str, ...]], estimates: Sequence[np.ndarray] | None,
                bins: Sequence[Bins] | None, rho: float, sigma: float, sensitivity: float) -> np.ndarray:

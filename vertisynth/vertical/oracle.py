@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from vertisynth.core.capabilities import CrossPartyMeasure, ReleasesOnce, SumsWholeRows
+from vertisynth.core.capabilities import CrossPartyMeasure, ReleasesAtParties, ReleasesOnce, SumsWholeRows
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import BudgetError, ConfigError
@@ -185,9 +185,10 @@ class VerticalOracle:
                               "(trust, released_variance, answer; or release_cost, release, answer_released)")
         if not isinstance(link, PartyLink):
             raise ConfigError(f"vertical oracle: {type(link).__name__} is not a PartyLink")
-        if isinstance(measure, ReleasesOnce) and not isinstance(link, InProcessLink):
-            raise ConfigError(f"vertical oracle: {measure_name or type(measure).__name__} releases once and runs in "
-                              "one process (vertisynth run); across machines use measure = \"he\"")
+        if isinstance(measure, ReleasesOnce) and not (isinstance(link, InProcessLink) or (
+                isinstance(measure, ReleasesAtParties) and callable(getattr(link, "release", None)))):
+            raise ConfigError(f"vertical oracle: {measure_name or type(measure).__name__} releases once and this link "
+                              "has no release round (a ReleasesAtParties measure over a link with `release`)")
         if len(partition) < 2:
             raise ConfigError("vertical oracle: needs at least two parties; one party's data is answered centrally")
         self = cls.__new__(cls)

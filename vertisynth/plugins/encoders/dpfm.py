@@ -203,6 +203,7 @@ class DPFMEncoder(Encoder):
         self._charges: dict[str, Charge] = {}
         self._count_charge: Charge | None = None
         self._released: list[DPFMMessage] | None = None   # the sealed sketches (as a cross-party measure)
+        self._release_domains: dict[str, Domain] = {}   # each party's planned attributes of the release
 
     # -- plan (public facts only) -------------------------------------------------------------
     def plan(self, ctx: PlanContext) -> list[Charge]:
@@ -418,22 +419,88 @@ class DPFMEncoder(Encoder):
                               f"× its {values[worst]} values × 2 B), over the {RELEASE_MAX_BYTES / 2**30:.0f} GB a release holds: lower dpfm t or bin the "
                               "attributes")
         self._released = None
+        self._release_domains = {p.name: ctx.domain.project(p.attributes) for p in ctx.partition}
         return self._plan_rho(ctx, rho)
 
     def release(self, views: Mapping[str, Dataset], ledger: PrivacyLedger,
                 rngs: Mapping[str, np.random.Generator]) -> None:
-        """Each party sketches its own columns (`encode`: its planned charge spent first), sealed to the server.
-        The FM keys are agreed among the parties from the OS CSPRNG under secure noise (a seeded stream only for
-        reproducible simulation); the server never holds them."""
+        """Each party sketches its own columns (`release_at`: its planned charge spent first), sealed to the server
+        (`take_release`). The FM keys are agreed among the parties, each drawing from the OS CSPRNG under secure
+        noise (its own seeded stream only for reproducible simulation, as on its own machine); the server never
+        holds them."""
         if self.params is None:
             raise DataError("dpfm: release_cost() must plan the release before it runs")
         if self._released is not None:
             raise DataError("dpfm: the sketches are released once per run")
-        first = next(iter(rngs.values()))
-        self._keys = agree_keys(list(self._attributes), first if ledger.noise != "secure" and
-                                self.config.reproducible_keys else None, self.key_context)
-        self._released = [self.encode(p, views[p].project(self._attributes[p]), ledger, rngs[p])
-                          for p in self._attributes]
+        names = list(self._attributes)
+        keys = agree_keys(names, {p: rngs[p] for p in names} if self.seeded_keys(ledger.noise) else None,
+                          self.key_context)
+        self.take_release([self.release_at(p, views[p].project(self._attributes[p]), ledger, rngs[p], keys[p])
+                           for p in names])
+
+    # -- the release's party/server split (core ReleasesAtParties: each party on its own machine) -----------------
+    def release_charges(self, party: str) -> list[Charge]:
+        """`party`'s sketches charge, then n̂'s at the counting party: the order `release_at` spends them."""
+        if self.params is None or party not in self._charges:
+            raise DataError(f"dpfm: no planned release for party {party!r}")
+        return [self._charges[party], *([self._count_charge] if party == self.params.count_party else [])]
+
+    def agrees_keys(self) -> bool:
+        return True
+
+    def seeded_keys(self, noise: str) -> bool:
+        return noise != "secure" and self.config.reproducible_keys
+
+    def set_key_context(self, context: bytes) -> None:
+        self.key_context = bytes(context)
+
+    def release_at(self, party: str, view: Dataset, ledger: PrivacyLedger, rng: np.random.Generator,
+                   key: KeyParty | None = None) -> DPFMMessage:
+        """`party`'s sketches of its columns with the FM key of its `key` (agreed among the parties), its charges
+        spent on `ledger` first (`encode`)."""
+        if self.params is None:
+            raise DataError("dpfm: release_cost() must plan the release before it runs")
+        if not isinstance(key, KeyParty) or key.name != party:
+            raise DataError(f"dpfm: party {party!r}'s sketches need its key of the agreement among the parties")
+        self._keys = {**(self._keys or {}), party: key}
+        return self.encode(party, view, ledger, rng)
+
+    def take_release(self, messages: Sequence[Message]) -> None:
+        """Every party's sketches, each checked against the plan before any is read: one message per planned party,
+        its planned attributes and sizes, the planned t, γ, ε', k_p and b, n̂ from the counting party only."""
+        if self.params is None:
+            raise DataError("dpfm: release_cost() must plan the release before it runs")
+        if self._released is not None:
+            raise MessageError("dpfm: the sketches were released already; a second release is refused")
+        by_party: dict[str, DPFMMessage] = {}
+        for m in messages:
+            if not isinstance(m, DPFMMessage):
+                raise MessageError(f"dpfm: a release of {getattr(m, 'party', '?')!r} holds {type(m).__name__}, not "
+                                   "DP FM sketches; refused")
+            if m.party not in self._attributes:
+                raise MessageError(f"dpfm: sketches of {m.party!r}, not a planned party ({list(self._attributes)}); "
+                                   "refused")
+            if m.party in by_party:
+                raise MessageError(f"dpfm: two releases of sketches from {m.party!r}; refused")
+            by_party[m.party] = m
+        missing = [p for p in self._attributes if p not in by_party]
+        if missing:
+            raise MessageError(f"dpfm: no sketches from {missing}; refused")
+        p = self.params
+        for name, m in by_party.items():
+            want = self._release_domains[name]
+            if (m.domain.attributes, m.domain.shape) != (want.attributes, want.shape):
+                raise MessageError(f"dpfm: {name!r} released sketches of {dict(zip(m.domain.attributes, m.domain.shape))}"
+                                   f", the plan says {dict(zip(want.attributes, want.shape))}; refused")
+            if (m.t, m.k_p, m.floor) != (p.t, p.k_p, p.floor) or not (
+                    math.isclose(m.gamma, p.gamma, rel_tol=1e-12) and math.isclose(m.eps_prime, p.eps_prime,
+                                                                                     rel_tol=1e-12)):
+                raise MessageError(f"dpfm: {name!r} released sketches with t={m.t}, γ={m.gamma}, ε'={m.eps_prime:.6g}, "
+                                   f"the plan says t={p.t}, γ={p.gamma}, ε'={p.eps_prime:.6g}; refused")
+            if (m.n_hat is not None) != (name == p.count_party):
+                raise MessageError(f"dpfm: the noisy count n̂ comes from {p.count_party!r} alone, not "
+                                   f"{'also ' if m.n_hat is not None else 'without '}{name!r}; refused")
+        self._released = [by_party[name] for name in self._attributes]
 
     def answer_released(self, queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]]
                         ) -> list[tuple[tuple[str, ...], np.ndarray, np.ndarray]]:

@@ -43,7 +43,7 @@ import numpy as np
 
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
-from vertisynth.core.errors import BudgetError, ConfigError, DataError, DomainError
+from vertisynth.core.errors import BudgetError, ConfigError, DataError, DomainError, MessageError
 from vertisynth.core.factor import Factor
 from vertisynth.core.interfaces import Encoder, PlanContext
 from vertisynth.core.messages import Message
@@ -250,18 +250,79 @@ class GRREncoder(Encoder):
                                              note=f"GRR ε₀ on {a!r}, once for every cross-party marginal")
                          for p in ctx.partition for a in p.attributes}
         self._released = None
+        self._release_domains = {p.name: ctx.domain.project(p.attributes) for p in ctx.partition}
         return list(self._charges.values())
 
     def release(self, views: Mapping[str, Dataset], ledger: PrivacyLedger,
                 rngs: Mapping[str, np.random.Generator]) -> None:
-        """Each party perturbs its own columns (`encode`: its charges spent first, its PRF key from the OS CSPRNG
-        under secure noise); the columns are sealed to the server."""
+        """Each party perturbs its own columns (`release_at`: its charges spent first, its PRF key from the OS
+        CSPRNG under secure noise); the columns are sealed to the server (`take_release`)."""
         if self.epsilon0 is None:
             raise DataError("grr: release_cost() must plan the release before it runs")
         if getattr(self, "_released", None) is not None:
             raise DataError("grr: the columns are released once per run")
-        self._released = [self.encode(p, views[p].project(self._attributes[p]), ledger, rngs[p])
-                          for p in self._attributes]
+        self.take_release([self.release_at(p, views[p].project(self._attributes[p]), ledger, rngs[p])
+                           for p in self._attributes])
+
+    # -- the release's party/server split (core ReleasesAtParties: each party on its own machine) -----------------
+    def release_charges(self, party: str) -> list[Charge]:
+        """`party`'s ε₀ charge per attribute, in its planned order (the order `release_at` spends them)."""
+        if party not in self._attributes or not self._charges:
+            raise DataError(f"grr: no planned release for party {party!r}")
+        return [self._charges[(party, a)] for a in self._attributes[party]]
+
+    def agrees_keys(self) -> bool:
+        return False   # each party's PRF key is its own and never leaves it
+
+    def seeded_keys(self, noise: str) -> bool:
+        return False
+
+    def set_key_context(self, context: bytes) -> None:
+        pass   # no key is agreed
+
+    def release_at(self, party: str, view: Dataset, ledger: PrivacyLedger, rng: np.random.Generator,
+                   key: object = None) -> GRRMessage:
+        """`party`'s perturbed columns (`encode`: its charges spent first, then its own PRF key drawn)."""
+        if self.epsilon0 is None:
+            raise DataError("grr: release_cost() must plan the release before it runs")
+        if set(view.attributes) != set(self._attributes.get(party, ())):
+            raise DomainError(f"grr: party {party!r} must release all its planned attributes "
+                              f"{list(self._attributes.get(party, ()))}, got {list(view.attributes)}")
+        return self.encode(party, view, ledger, rng)
+
+    def take_release(self, messages: Sequence[Message]) -> None:
+        """Every party's columns, each checked against the plan before any is read: one message per planned party,
+        its planned attributes and sizes, the planned ε₀, one row count for all."""
+        if self.epsilon0 is None:
+            raise DataError("grr: release_cost() must plan the release before it runs")
+        if getattr(self, "_released", None) is not None:
+            raise MessageError("grr: the columns were released already; a second release is refused")
+        by_party: dict[str, GRRMessage] = {}
+        for m in messages:
+            if not isinstance(m, GRRMessage):
+                raise MessageError(f"grr: a release of {getattr(m, 'party', '?')!r} holds {type(m).__name__}, not "
+                                   "GRR columns; refused")
+            if m.party not in self._attributes:
+                raise MessageError(f"grr: columns of {m.party!r}, not a planned party ({list(self._attributes)}); "
+                                   "refused")
+            if m.party in by_party:
+                raise MessageError(f"grr: two releases of columns from {m.party!r}; refused")
+            by_party[m.party] = m
+        missing = [p for p in self._attributes if p not in by_party]
+        if missing:
+            raise MessageError(f"grr: no columns from {missing}; refused")
+        for name, m in by_party.items():
+            want = self._release_domains[name]
+            if (m.domain.attributes, m.domain.shape) != (want.attributes, want.shape):
+                raise MessageError(f"grr: {name!r} released columns of {dict(zip(m.domain.attributes, m.domain.shape))}"
+                                   f", the plan says {dict(zip(want.attributes, want.shape))}; refused")
+            if not math.isclose(m.epsilon, self.epsilon0, rel_tol=1e-12):
+                raise MessageError(f"grr: {name!r} perturbed its columns at ε₀={m.epsilon:.6g}, the plan says "
+                                   f"{self.epsilon0:.6g}; refused")
+        rows = {name: m.n for name, m in by_party.items()}
+        if len(set(rows.values())) > 1:
+            raise MessageError(f"grr: the parties released different row counts {rows}; refused")
+        self._released = [by_party[name] for name in self._attributes]
 
     def answer_released(self, queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]]
                         ) -> list[tuple[tuple[str, ...], np.ndarray, np.ndarray]]:
