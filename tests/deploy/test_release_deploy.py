@@ -59,3 +59,145 @@ def _deployed_equals_simulated(tmp_path):
 def test_a_dpfm_twin_across_processes_equals_the_one_process_run(tmp_path, synth, params):
     ledger = _deployed_equals_simulated(_setup(tmp_path, synth, params, DPFM) or tmp_path)
     assert ledger["cross_party"]["through"] == ["dpfm (trust = server)"]
+
+
+# -- the release over the exchange, every role a thread of this process (fast) ----------------------------------------
+def _measures():
+    from vertisynth.plugins.encoders.dpfm import DPFMConfig, DPFMEncoder
+    from vertisynth.plugins.encoders.grr import GRREncoder
+    return {"dpfm": lambda: DPFMEncoder(DPFMConfig(t=300)), "grr": GRREncoder}
+
+
+class _Run:
+    """A two-party table, the plan's release charges, and the roles' identities over a folder exchange."""
+
+    def __init__(self, tmp_path, kind, noise="simulation", n=300):
+        from tests.synthetic_tables import correlated
+        from vertisynth.core.dataset import VerticalPartition
+        from vertisynth.core.identity import Identity, Roster
+        from vertisynth.core.interfaces import PlanContext
+        from vertisynth.core.privacy import Budget
+        from vertisynth.core.sealing import RunKey
+        from vertisynth.core.transport import FolderTransport
+
+        self.data = correlated(n)
+        self.part = VerticalPartition.from_lists([["a", "c", "e"], ["b", "d"]], ["P0", "P1"]).validate(self.data.domain)
+        self.views = self.part.views(self.data)
+        self.budget, self.noise, self.kind = Budget(1e6, 1e-9), noise, kind
+        self.ctx = PlanContext(self.data.domain, self.part, self.budget)
+        self.ids = {r: Identity.generate(r) for r in ["server", "P0", "P1"]}
+        self.roster = Roster.parse({r: i.public_text() for r, i in self.ids.items()})
+        self.transport, self.key = FolderTransport(tmp_path / "ex"), RunKey()
+        self.party_keys, self.errors, self.servers = {}, [], {}
+
+    def measure(self):
+        """A measure planned on the run's public facts, and a ledger holding its release's charges."""
+        from vertisynth.core.privacy import PrivacyLedger
+        enc = _measures()[self.kind]()
+        led = PrivacyLedger(self.budget, noise=self.noise)
+        led.plan(enc.release_cost(self.ctx, 4.0))
+        return enc, led
+
+    def state(self, role):
+        from vertisynth.deploy.session import RunState
+        return RunState(role, "run", "cfg", ("P0", "P1"))
+
+    def rngs(self):
+        import numpy as np
+        return {p: np.random.default_rng(7 + i) for i, p in enumerate(self.part.names)}
+
+    def party_session(self, p, timeout=30.0):
+        from vertisynth.deploy.session import Session, publish_party_key
+        sess = Session(self.ids[p], self.roster, self.transport, self.state(p), timeout, 0.01,
+                       server_key=self.key.public, sealed=True)
+        sess.run_key = self.party_keys[p] = publish_party_key(sess)
+        return sess
+
+    def serve(self, p, rng, measure=None):
+        from vertisynth.deploy.oracle_rounds import PartyServer
+        from vertisynth.vertical.link import PartyBudget, PartySide
+        enc, led = measure or self.measure()
+        sess = self.party_session(p)
+        server = self.servers[p] = PartyServer(sess, PartySide(p, self.views[p], rng, led), PartyBudget(led), enc,
+                                               self.part, self.data.domain, True)
+        try:
+            server.serve()
+        except Exception as exc:   # noqa: BLE001 - reported by the test
+            self.errors.append(exc)
+
+    def server(self, enc, led, timeout=30.0):
+        from vertisynth.deploy.oracle_rounds import RemoteLink
+        from vertisynth.deploy.session import Session
+        sess = Session(self.ids["server"], self.roster, self.transport, self.state("server"), timeout, 0.01,
+                       run_key=self.key, sealed=True)
+        return sess, RemoteLink(sess, self.part, self.data.domain, enc, timeout, 0.01, ledger=led)
+
+
+def _threads(run, parties=("P0", "P1")):
+    import threading
+    rngs = run.rngs()
+    threads = [threading.Thread(target=run.serve, args=(p, rngs[p])) for p in parties]
+    for t in threads:
+        t.start()
+    return threads
+
+
+ASKS = [("a", "b"), ("d", "c"), ("e", "b")]
+
+
+@pytest.mark.parametrize("kind", ["dpfm", "grr"])
+def test_the_release_over_the_exchange_answers_what_the_one_process_release_answers(tmp_path, kind):
+    """The server's RemoteLink and two PartyServers over a folder exchange against the one-process oracle with the
+    same streams (and the same key binding): every cross-party answer equal bit for bit, the server's ledger the same
+    spends in the same order, each party's ledger its own share's charges only. The server's measure never holds an
+    FM key; the parties' agree. A curious party holding that key opens no share but its own: every share is sealed
+    to the server."""
+    import numpy as np
+
+    from vertisynth.core.envelope import open_envelope
+    from vertisynth.core.errors import MessageError
+    from vertisynth.core.sealing import Sealed
+    from vertisynth.deploy.session import SEAL_INFO, Session, key_context, seal_aad
+    from vertisynth.vertical import VerticalOracle
+
+    run = _Run(tmp_path, kind)
+    local_enc, local_led = run.measure()
+    local_enc.set_key_context(key_context("run", "cfg"))
+    oracle = VerticalOracle(run.views, run.part, local_enc, local_led, run.rngs(), kind)
+    local = [oracle.measure(q, None, np.random.default_rng(0)).values for q in ASKS]
+    threads = _threads(run)
+    enc, led = run.measure()
+    sess, link = run.server(enc, led)
+    try:
+        remote_oracle = VerticalOracle.over(link, run.part, run.data.domain, enc, led, kind)
+        remote = [remote_oracle.measure(q, None, np.random.default_rng(0)).values for q in ASKS]
+    finally:
+        link.done()
+        for t in threads:
+            t.join(60)
+    assert not run.errors, run.errors
+    for x, y in zip(local, remote):
+        np.testing.assert_array_equal(x, y)
+    assert led.spent == local_led.spent
+    assert led.cross_party == local_led.cross_party
+    for p in run.part.names:   # each party spent its own share's charges, nothing else
+        assert run.servers[p].side.noise.spent == enc.release_charges(p)
+    names = sorted(f.name.removesuffix(".env") for f in (tmp_path / "ex").iterdir())
+    shares = [n for n in names if n.startswith("oracle-answer-")]
+    assert len(shares) == 2   # one release, one share per party
+    if kind == "dpfm":
+        fm = {p: s.measure.__dict__["_keys"][p].fm_key() for p, s in run.servers.items()}
+        assert fm["P0"] == fm["P1"] and enc.__dict__["_keys"] is None   # agreed by the parties; the server has none
+        assert len([n for n in names if n.startswith("keys-pub__")]) == 2   # one to each other party, none to the server
+        assert all(n.split("__")[3] != "server" for n in names if n.startswith("keys-"))
+    else:
+        assert not [n for n in names if n.startswith("keys-")]   # grr's PRF keys stay at their parties
+    for p in run.part.names:   # a curious party, with its run key (and dpfm's FM key), reads no other share
+        reader = Session(None, run.roster, run.transport, run.state(p), 5.0, run_key=run.party_keys[p], sealed=True)
+        other = next(n for n in shares if n.split("__")[1] != p)
+        with pytest.raises(MessageError, match="only the server opens it|does not open with this run key"):
+            reader.open(other, (other.split("__")[0],), "server")
+        header, body = open_envelope(run.transport.read(other), run.roster, None, other)   # its run key on the body
+        with pytest.raises(MessageError):
+            run.party_keys[p].open(Sealed.from_bytes(body, other), seal_aad(header.run, header.config, header.sender,
+                                                                             header.round, other), SEAL_INFO, other)

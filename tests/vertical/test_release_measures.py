@@ -202,7 +202,9 @@ def test_a_three_party_table_is_refused_before_the_release():
     assert led.spent == []
 
 
-def test_a_release_measure_refuses_to_run_across_machines():
+def test_a_release_measure_refuses_a_link_with_no_release_round():
+    """Across machines a release runs through the link's `release` (deploy/oracle_rounds.py); a link without one
+    (e.g. one that only carries per-query rounds) is refused in one line, before anything is asked."""
     from vertisynth.vertical.link import PartyLink
 
     class Link:
@@ -212,9 +214,13 @@ def test_a_release_measure_refuses_to_run_across_machines():
     data = correlated(100)
     part = VerticalPartition.from_lists([["a", "c", "e"], ["b", "d"]]).validate(data.domain)
     assert isinstance(Link(), PartyLink)
-    with pytest.raises(ConfigError, match="one process") as exc:
+    with pytest.raises(ConfigError, match="no release round") as exc:
         VerticalOracle.over(Link(), part, data.domain, GRREncoder(), PrivacyLedger(Budget(1.0, 1e-9)), "grr")
     _one_line(exc)
+
+    class Releasing(Link):
+        release = lambda self: None  # noqa: E731
+    VerticalOracle.over(Releasing(), part, data.domain, GRREncoder(), PrivacyLedger(Budget(1.0, 1e-9)), "grr")
 
 
 @pytest.mark.parametrize("enc", [GRREncoder(), DPFMEncoder(DPFMConfig(t=300))], ids=["grr", "dpfm"])
