@@ -201,3 +201,136 @@ def test_the_release_over_the_exchange_answers_what_the_one_process_release_answ
         with pytest.raises(MessageError):
             run.party_keys[p].open(Sealed.from_bytes(body, other), seal_aad(header.run, header.config, header.sender,
                                                                              header.round, other), SEAL_INFO, other)
+
+
+# -- refusals, each in one line, before a row is read or a share is used -----------------------------------------------
+def _one_line(exc):
+    assert "\n" not in str(exc.value).strip(), str(exc.value)
+
+
+def _release_query(charges, k=0):
+    from vertisynth.deploy.oracle_rounds import OracleQuery
+    return OracleQuery("server", k, "release", {"charges": charges, "what": "the release"}, {})
+
+
+def _grr_party(run):
+    import types
+
+    from vertisynth.deploy.oracle_rounds import PartyServer
+    from vertisynth.vertical.link import PartyBudget, PartySide
+    enc, led = run.measure()
+    return enc, led, PartyServer(types.SimpleNamespace(me="P0"), PartySide("P0", run.views["P0"], run.rngs()["P0"], led),
+                                 PartyBudget(led), enc, run.part, run.data.domain, True)
+
+
+def test_a_party_refuses_a_release_its_plan_lacks_a_second_one_and_one_paid_otherwise(tmp_path):
+    import types
+
+    import numpy as np
+
+    from vertisynth.core.errors import VertisynthError
+    from vertisynth.core.privacy import PrivacyLedger
+    from vertisynth.deploy.oracle_rounds import PartyServer
+    from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
+    from vertisynth.vertical.link import PartyBudget, PartySide
+
+    run = _Run(tmp_path, "grr")
+    enc, led, party = _grr_party(run)
+    mine = [c.to_dict() for c in enc.release_charges("P0")]
+    theirs = [c.to_dict() for c in enc.release_charges("P1")]
+    # paid otherwise than the plan's charges of this share: another party's, one short, one charge changed
+    changed = [dict(mine[0], rho=1.0, cost_type="ZCDP", epsilon=None)] + mine[1:]
+    for charges, match in (({"P0": theirs}, "plans"), ({"P0": mine[:-1]}, "plans"), ({"P0": changed}, "plans"),
+                           ({"P1": mine}, "P0")):
+        with pytest.raises(VertisynthError, match=match) as exc:
+            party.handle(_release_query(charges))
+        _one_line(exc)
+    assert led.spent == [] and not party.released
+    header, arrays = party.handle(_release_query({"P0": mine, "P1": theirs}))
+    assert led.spent == enc.release_charges("P0") and arrays["release"].dtype == np.uint8
+    with pytest.raises(VertisynthError, match="a second release is refused") as exc:   # a second release
+        party.handle(_release_query({"P0": mine}, 1))
+    _one_line(exc)
+    assert led.spent == enc.release_charges("P0")
+    # a run whose plan has no release (a twin over he): the party makes none
+    he_led = PrivacyLedger(run.budget, noise="simulation")
+    he = PartyServer(types.SimpleNamespace(me="P0"), PartySide("P0", run.views["P0"], run.rngs()["P0"], he_led),
+                     PartyBudget(he_led), HEEncoder(HEConfig(crypto="simulated")), run.part, run.data.domain, True)
+    with pytest.raises(VertisynthError, match="plan has no release") as exc:
+        he.handle(_release_query({"P0": mine}))
+    _one_line(exc)
+    assert he_led.spent == []
+
+
+@pytest.mark.parametrize("kind", ["dpfm", "grr"])
+def test_the_server_refuses_a_share_that_does_not_match_the_plan_and_a_second_release(tmp_path, kind):
+    """What the server checks before it answers anything from a release: one share per planned party, each of the
+    planned attributes and sizes and made with the planned parameters (t, ε', k_p, b, γ for dpfm; ε₀ and one row
+    count for grr); and a release is taken once."""
+    import attrs
+    import numpy as np
+
+    from vertisynth.core.domain import Domain
+    from vertisynth.core.errors import VertisynthError
+    from vertisynth.core.keys import agree_keys
+
+    run = _Run(tmp_path, kind)
+    enc, led = run.measure()
+    keys = agree_keys(run.part.names, np.random.default_rng(1)) if enc.agrees_keys() else {}
+    shares = [enc.release_at(p, run.views[p], led, r, keys.get(p)) for p, r in run.rngs().items()]
+    wide = Domain(shares[0].domain.attributes, tuple(s + 1 for s in shares[0].domain.shape))
+    if kind == "dpfm":   # sketches of a wider domain, and of a t other than the plan's
+        grown = attrs.evolve(shares[0], domain=wide, sketches={a: np.pad(x, ((0, 0), (0, 1)), constant_values=x.min())
+                                                                for a, x in shares[0].sketches.items()})
+        other = attrs.evolve(shares[0], t=shares[0].t - 1, sketches={a: x[1:] for a, x in shares[0].sketches.items()})
+    else:                # columns of a wider domain, and at an ε₀ other than the plan's
+        grown = attrs.evolve(shares[0], domain=wide)
+        other = attrs.evolve(shares[0], epsilon=shares[0].epsilon * 2)
+    bad = [([grown.validate(), shares[1]], "the plan says"), ([other.validate(), shares[1]], "the plan says"),
+           ([shares[0]], "no "), ([shares[0], shares[0], shares[1]], "two releases"),
+           ([shares[1], attrs.evolve(shares[1], party="P9")], "not a planned party")]
+    for messages, match in bad:
+        with pytest.raises(VertisynthError, match=match) as exc:
+            enc.take_release(messages)
+        _one_line(exc)
+    enc.take_release(shares)
+    with pytest.raises(VertisynthError, match="a second release is refused") as exc:
+        enc.take_release(shares)
+    _one_line(exc)
+
+
+@pytest.mark.parametrize("how", ["in clear", "sealed to another role"])
+def test_the_server_refuses_a_share_in_clear_or_sealed_to_another_role(tmp_path, how):
+    """A party's share reaches the server only sealed to the server's run key: one signed but in clear, or sealed to
+    the other party's run key, is refused in one line before it is read (and nothing is answered from it)."""
+    import numpy as np
+
+    from vertisynth.core.envelope import seal
+    from vertisynth.core.errors import MessageError
+    from vertisynth.core.sealing import seal_to
+    from vertisynth.deploy.oracle_rounds import ANSWER, OracleAnswer
+    from vertisynth.deploy.session import SEAL_INFO, SEALED, seal_aad
+    from vertisynth.vertical import VerticalOracle
+
+    run = _Run(tmp_path, "grr")
+    for p in run.part.names:
+        run.party_session(p)
+    enc, led = run.measure()
+    share = enc.release_at("P0", run.views["P0"], led, np.random.default_rng(0))
+    body = OracleAnswer("P0", 0, {}, {"release": np.frombuffer(share.to_bytes(), np.uint8)}).to_bytes()
+    name = f"{ANSWER}000000__P0__to__server__0"
+    if how == "in clear":
+        data = seal(run.ids["P0"], "run", "cfg", ["server"], f"{ANSWER}000000", "oracle_answer", body)
+    else:
+        raw = seal_to(run.party_keys["P1"].public, body, seal_aad("run", "cfg", "P0", f"{ANSWER}000000", name),
+                      SEAL_INFO)
+        data = seal(run.ids["P0"], "run", "cfg", ["server"], f"{ANSWER}000000", SEALED + "oracle_answer",
+                    raw.to_bytes())
+    run.transport.send(name, data)
+    s_enc, s_led = run.measure()
+    _, link = run.server(s_enc, s_led, timeout=5.0)
+    oracle = VerticalOracle.over(link, run.part, run.data.domain, s_enc, s_led, "grr")
+    with pytest.raises(MessageError, match="in clear" if how == "in clear" else "does not open") as exc:
+        oracle.measure(("a", "b"), None, np.random.default_rng(0))
+    _one_line(exc)
+    assert s_enc.__dict__.get("_released") is None and not s_led.cross_party

@@ -459,7 +459,11 @@ class PartyServer:
             raise MessageError(f"{what}: {self.me!r} made its share of the release already; a second release is "
                                "refused")
         planned = self.measure.release_charges(self.me)
-        self.budget.check_release(h["charges"][self.me], planned, what)
+        asked = dict(h.get("charges") or {})
+        if self.me not in asked:
+            raise BudgetError(f"{what}: the query pays for no share of {self.me!r} (only {sorted(asked)}); refused "
+                              "before any row is read")
+        self.budget.check_release(asked[self.me], planned, what)
         self.released = True
         key = None
         if self.measure.agrees_keys():
