@@ -55,10 +55,41 @@ def _deployed_equals_simulated(tmp_path):
     return ledger
 
 
-@pytest.mark.parametrize("synth, params", [("mst", "iters = 40,")], ids=["mst"])
-def test_a_dpfm_twin_across_processes_equals_the_one_process_run(tmp_path, synth, params):
-    ledger = _deployed_equals_simulated(_setup(tmp_path, synth, params, DPFM) or tmp_path)
-    assert ledger["cross_party"]["through"] == ["dpfm (trust = server)"]
+TWINS = [("mst", "iters = 40,", DPFM),
+         pytest.param("privmrf", "iters = 20, refine_iters = 5,", DPFM, marks=pytest.mark.slow),
+         pytest.param("aim", "iters = 40, rounds = 10, degree = 2,", GRR, marks=pytest.mark.slow),
+         pytest.param("mst", "iters = 40,", GRR, marks=pytest.mark.slow),
+         pytest.param("private_pgm", "iters = 40,", DPFM, marks=pytest.mark.slow),
+         pytest.param("dpsyn", "", GRR, marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("synth, params, vertical", TWINS,
+                         ids=["mst-dpfm", "privmrf-dpfm", "aim-grr", "mst-grr", "private_pgm-dpfm", "dpsyn-grr"])
+def test_a_twin_over_a_release_across_processes_equals_the_one_process_run(tmp_path, synth, params, vertical):
+    _setup(tmp_path, synth, params, vertical)
+    ledger = _deployed_equals_simulated(tmp_path)
+    measure = "dpfm (trust = server)" if "dpfm" in vertical else "grr (trust = none)"
+    assert ledger["cross_party"]["through"] == [measure] and "not for production" in json.dumps(ledger)
+    names = sorted(p.name for p in (tmp_path / "shared").iterdir())
+    assert all(n.endswith(".env") for n in names)   # only signed envelopes crossed
+    keys = [n for n in names if n.startswith("keys-")]
+    # dpfm: the FM key agreed between the two parties, each public key sealed to the other (none to the server)
+    assert sorted(n.split("__")[1] + ">" + n.split("__")[3] for n in keys) == (
+        ["party1>party2", "party2>party1"] if "dpfm" in vertical else [])
+
+
+@pytest.mark.slow
+def test_without_a_test_secret_a_twin_over_dpfm_draws_secure_noise_and_os_keys(tmp_path):
+    """Production mode: no test secret, so each party draws its side of the key agreement, the phantoms and n̂'s
+    noise from the OS CSPRNG; the released ledger says secure noise and spends exactly the plan."""
+    text = CONFIG.replace("SYNTH", "mst").replace("PARAMS", "iters = 40,").replace("VERTICAL", DPFM)
+    (tmp_path / "job.toml").write_text(with_roster(tmp_path, text, [*PARTIES, "server"]))
+    hello_all(tmp_path, PARTIES)
+    res = parallel([_party(p) for p in PARTIES] + [_server()], tmp_path, timeout=300)
+    assert all(r[0] == 0 for r in res), res
+    ledger = json.loads((tmp_path / "out" / "ledger.json").read_text())
+    assert ledger["noise"].startswith("secure") and not ledger["planned_but_unspent"], ledger["noise"]
+    assert "not for production" not in json.dumps(ledger) and len(pd.read_csv(tmp_path / "out" / "synthetic.csv"))
 
 
 # -- the release over the exchange, every role a thread of this process (fast) ----------------------------------------

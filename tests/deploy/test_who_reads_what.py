@@ -12,7 +12,10 @@ finds no attribute name outside the hellos (the public config).
 
 Runs (one each, shared by the tests): VertiMRF over dpfm, three parties after PSI (hellos, the alignment, the key
 agreement with its wrapped group key, the sealed sketches); VertiMRF over he (real 2048-bit Paillier, the server's
-clique tables mid-run); a vertical twin (mst) over the he measure.
+clique tables mid-run); a vertical twin (mst) over the he measure; a vertical twin (mst) over dpfm's release (the
+parties' key agreement sealed to each other, each party's sketches sealed to the server: a curious party, which holds
+the FM key, opens no other party's sketches). Slow: the twin over dpfm among three parties (the leader's wrapped group
+key) and over grr.
 """
 import json
 import re
@@ -58,12 +61,16 @@ DPFM = ('use = "vertimrf"\nparams = { encoder_params = { t = 200 }, iters = 5, r
         'refine_iters = 2 } }')
 TWIN = ('use = "mst"\nparams = { iters = 10, vertical = { measure = "he", trust = "none", params = { crypto = "real", '
         'workers = 1, round_timeout = 60.0 } } }')
+TWIN_DPFM = ('use = "mst"\nparams = { iters = 10, vertical = { measure = "dpfm", trust = "server", params = { t = 200 } } }')
+TWIN_GRR = 'use = "mst"\nparams = { iters = 10, vertical = { measure = "grr", trust = "none" } }'
 GRR = ('use = "vertimrf"\nparams = { encoder = "grr", iters = 5, rounds = 1, local_params = { iters = 5, '
        'refine_iters = 2 } }')
-RUNS = (("dpfm", THREE, DPFM, "psi"), ("vertimrf-he", TWO, HE, None), ("twin-he", TWO, TWIN, None))
+RUNS = (("dpfm", THREE, DPFM, "psi"), ("vertimrf-he", TWO, HE, None), ("twin-he", TWO, TWIN, None),
+        ("twin-dpfm", TWO, TWIN_DPFM, None))
 # heavier (`slow`): the he measure's trust = "server" rounds, VertiMRF's he rounds among three parties, PSU
 SLOW_RUNS = (("twin-he-server", TWO, TWIN.replace('trust = "none"', 'trust = "server"'), None),
-             ("vertimrf-he-3", THREE, HE, None), ("psu-grr", TWO, GRR, "psu"))
+             ("vertimrf-he-3", THREE, HE, None), ("psu-grr", TWO, GRR, "psu"),
+             ("twin-dpfm-3", THREE, TWIN_DPFM, None), ("twin-grr", TWO, TWIN_GRR, None))
 N = 120
 READERS = {"everyone": "everyone (clear)", "server": "the server", "party": "the addressed party"}
 
@@ -269,6 +276,32 @@ def test_a_curious_relay_reads_no_attribute_name_outside_the_hellos(runs, kind):
 def test_the_heavier_runs_are_read_as_documented_and_name_no_attribute(slow_runs, kind):
     _readers_as_documented(*slow_runs[kind], kind)
     _no_attribute_name_outside_the_hellos(*slow_runs[kind][:2])
+
+
+def test_a_curious_party_of_a_twin_over_dpfm_opens_no_other_party_s_sketches(runs):
+    """The twin's release: each party's DP FM sketches are sealed to the server. A party holds the FM key (agreed among
+    the parties), with which another party's sketches would give that party's values away; so it must not read them:
+    every run key it made opens its own share at most (none, in fact: the share is sealed to the server), and only
+    the server's opens each."""
+    from vertisynth.core.messages import Message
+    from vertisynth.deploy.oracle_rounds import OracleAnswer
+
+    folder, config, keys = runs["twin-dpfm"]
+    roster = roster_of(config)
+    shares = {}
+    for path in sorted((folder / "shared").glob("oracle-answer-*.env")):
+        header, body = open_envelope(path.read_bytes(), roster, None, path.name)
+        aad = seal_aad(header.run, header.config, header.sender, header.round, path.stem)
+        answer = Message.from_bytes(keys["server"][0].open(Sealed.from_bytes(body, path.name), aad, SEAL_INFO,
+                                                           path.name), path.name)
+        if isinstance(answer, OracleAnswer) and "release" in answer.arrays:
+            shares[header.sender] = (body, aad, path.name)
+    assert set(shares) == set(TWO)   # one share per party, in one release
+    for party in TWO:
+        for owner, (body, aad, name) in shares.items():
+            for key in keys[party]:
+                with pytest.raises(MessageError):
+                    key.open(Sealed.from_bytes(body, name), aad, SEAL_INFO, name)
 
 
 def test_vertimrf_he_refuses_a_query_in_clear_sealed_to_another_resigned_or_edited_in_one_line(runs, tmp_path):
