@@ -69,7 +69,9 @@ def test_a_twin_over_a_release_across_processes_equals_the_one_process_run(tmp_p
     _setup(tmp_path, synth, params, vertical)
     ledger = _deployed_equals_simulated(tmp_path)
     measure = "dpfm (trust = server)" if "dpfm" in vertical else "grr (trust = none)"
-    assert ledger["cross_party"]["through"] == [measure] and "not for production" in json.dumps(ledger)
+    # the release spent (aim may choose no cross-party marginal at this size: then it only scored them off it)
+    assert [c for c in ledger["charges"] if c["stage"] == "encoder"] and "not for production" in json.dumps(ledger)
+    assert ledger.get("cross_party", {"through": [measure]})["through"] == [measure]
     names = sorted(p.name for p in (tmp_path / "shared").iterdir())
     assert all(n.endswith(".env") for n in names)   # only signed envelopes crossed
     keys = [n for n in names if n.startswith("keys-")]
