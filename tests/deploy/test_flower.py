@@ -390,3 +390,29 @@ def test_flower_vertical_twin_equals_the_simulation(two_parties, use):
     assert all(n.endswith(".env") and n.split("__")[1] in [*split, "server"] for n in sent)
     for round_ in ("oracle-query-", "oracle-answer-", "he-rows-oracle-"):
         assert any(n.startswith(round_) for n in sent), round_
+
+
+RELEASE_TWIN = """[synthesizer]
+use = "privmrf"
+params = { iters = 20, refine_iters = 5, vertical = { measure = "dpfm", trust = "server", params = { t = 200 } } }
+[[evaluators]]
+use = "tvd"
+params = { ways = [2] }
+"""
+
+
+def test_flower_vertical_twin_over_a_release_equals_the_simulation(two_parties):
+    """privmrf over dpfm's release on Flower: at the server's first cross-party question each SuperNode's party pays
+    its share, agrees the FM key with the other party (its public key sealed to that party and relayed like any
+    envelope: the server gets none) and seals its sketches to the server. The table equals the one-process run."""
+    root, dep, split, roster = two_parties
+    _job(root, split, roster, RELEASE_TWIN)
+    out = root / "out_release"
+    res = dep.run(root / "app", {"config": str(root / "job.toml"), "out": str(out), "timeout": 120,
+                                 "server-key": str(root / "private_server" / "server_signing.pem")})
+    assert (out / "synthetic.csv").is_file(), res.stdout[-4000:] + res.stderr[-2000:]
+    simulate(load_config(root / "job.toml"), SECRET).synthetic.to_csv(root / "release_sim.csv", index=False)
+    pd.testing.assert_frame_equal(pd.read_csv(out / "synthetic.csv"), pd.read_csv(root / "release_sim.csv"))
+    sent = sorted(p.name for p in (out / "exchange").iterdir())
+    keys = [n for n in sent if n.startswith("keys-pub__")]
+    assert len(keys) == 2 and all(n.split("__")[3] in split for n in keys), keys

@@ -3,7 +3,9 @@
 
 The driver knows no synthesizer and no encoder: the server runs `fit_oracle` on `VerticalOracle.over(RemoteLink)`;
 each party answers with its `PartySide` (vertisynth/vertical/link.py) from its own columns and stream, and a
-cross-party query runs the measure's rounds (`AnswersInRounds`) between the two parties. Per query k, in the run's
+cross-party query runs the measure's rounds (`AnswersInRounds`) between the two parties, or, for a measure that
+releases once (`ReleasesAtParties`: dpfm, grr), the first one asks every party for its share of the release, which the
+server checks against the plan and answers every cross-party question from. Per query k, in the run's
 signed envelopes (core/envelope.py) over its transport, each sealed to its one recipient's run key (a sealed
 `Session`: only the hellos and the run keys travel in clear):
 
@@ -13,7 +15,11 @@ signed envelopes (core/envelope.py) over its transport, each sealed to its one r
                                                      one envelope per party, sealed to that party's run key
   <the measure's rounds>  party -> party             e.g. he-key/he-rows/he-sums-oracle-k (cross-party queries only),
                                                      each sealed to its recipient's run key
-  oracle-answer-k    party -> server                 its answer, sealed to the server's run key (session.py)
+  keys-pub, keys-wrap party -> party                 a release of a measure that agrees a key (dpfm: the FM key), at
+                                                     its release query only: the key agreement, sealed to each other
+                                                     party (never to the server)
+  oracle-answer-k    party -> server                 its answer (a release: its share, e.g. its DP FM sketches or GRR
+                                                     columns), sealed to the server's run key (session.py)
   oracle-refused-k   party -> server                 one line: why this party refused the query (nothing read), sealed
   oracle-query-k     server -> every party, op done  the fit is over (or failed: its one line)
   ledger             party -> server                 what it spent (sealed)
