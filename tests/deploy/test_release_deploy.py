@@ -104,7 +104,7 @@ def _measures():
 class _Run:
     """A two-party table, the plan's release charges, and the roles' identities over a folder exchange."""
 
-    def __init__(self, tmp_path, kind, noise="simulation", n=300):
+    def __init__(self, tmp_path, kind, noise="simulation", n=300, parts=(("a", "c", "e"), ("b", "d"))):
         from tests.synthetic_tables import correlated
         from vertisynth.core.dataset import VerticalPartition
         from vertisynth.core.identity import Identity, Roster
@@ -114,11 +114,12 @@ class _Run:
         from vertisynth.core.transport import FolderTransport
 
         self.data = correlated(n)
-        self.part = VerticalPartition.from_lists([["a", "c", "e"], ["b", "d"]], ["P0", "P1"]).validate(self.data.domain)
+        self.part = VerticalPartition.from_lists([list(p) for p in parts], [f"P{i}" for i in range(len(parts))]
+                                                 ).validate(self.data.domain)
         self.views = self.part.views(self.data)
         self.budget, self.noise, self.kind = Budget(1e6, 1e-9), noise, kind
         self.ctx = PlanContext(self.data.domain, self.part, self.budget)
-        self.ids = {r: Identity.generate(r) for r in ["server", "P0", "P1"]}
+        self.ids = {r: Identity.generate(r) for r in ["server", *self.part.names]}
         self.roster = Roster.parse({r: i.public_text() for r, i in self.ids.items()})
         self.transport, self.key = FolderTransport(tmp_path / "ex"), RunKey()
         self.party_keys, self.errors, self.servers = {}, [], {}
@@ -133,7 +134,7 @@ class _Run:
 
     def state(self, role):
         from vertisynth.deploy.session import RunState
-        return RunState(role, "run", "cfg", ("P0", "P1"))
+        return RunState(role, "run", "cfg", tuple(self.part.names))
 
     def rngs(self):
         import numpy as np
@@ -166,20 +167,22 @@ class _Run:
         return sess, RemoteLink(sess, self.part, self.data.domain, enc, timeout, 0.01, ledger=led)
 
 
-def _threads(run, parties=("P0", "P1")):
+def _threads(run):
     import threading
     rngs = run.rngs()
-    threads = [threading.Thread(target=run.serve, args=(p, rngs[p])) for p in parties]
+    threads = [threading.Thread(target=run.serve, args=(p, rngs[p])) for p in run.part.names]
     for t in threads:
         t.start()
     return threads
 
 
 ASKS = [("a", "b"), ("d", "c"), ("e", "b")]
+# two parties; three (dpfm: the leader wraps a fresh group key for each other party, sealed to it)
+PARTS = {2: (("a", "c", "e"), ("b", "d")), 3: (("a", "c"), ("b",), ("d", "e"))}
 
 
-@pytest.mark.parametrize("kind", ["dpfm", "grr"])
-def test_the_release_over_the_exchange_answers_what_the_one_process_release_answers(tmp_path, kind):
+@pytest.mark.parametrize("kind, parts", [("dpfm", 2), ("grr", 2), ("dpfm", 3)], ids=["dpfm", "grr", "dpfm-3"])
+def test_the_release_over_the_exchange_answers_what_the_one_process_release_answers(tmp_path, kind, parts):
     """The server's RemoteLink and two PartyServers over a folder exchange against the one-process oracle with the
     same streams (and the same key binding): every cross-party answer equal bit for bit, the server's ledger the same
     spends in the same order, each party's ledger its own share's charges only. The server's measure never holds an
@@ -193,7 +196,7 @@ def test_the_release_over_the_exchange_answers_what_the_one_process_release_answ
     from vertisynth.deploy.session import SEAL_INFO, Session, key_context, seal_aad
     from vertisynth.vertical import VerticalOracle
 
-    run = _Run(tmp_path, kind)
+    run = _Run(tmp_path, kind, parts=PARTS[parts])
     local_enc, local_led = run.measure()
     local_enc.set_key_context(key_context("run", "cfg"))
     oracle = VerticalOracle(run.views, run.part, local_enc, local_led, run.rngs(), kind)
@@ -217,11 +220,13 @@ def test_the_release_over_the_exchange_answers_what_the_one_process_release_answ
         assert run.servers[p].side.noise.spent == enc.release_charges(p)
     names = sorted(f.name.removesuffix(".env") for f in (tmp_path / "ex").iterdir())
     shares = [n for n in names if n.startswith("oracle-answer-")]
-    assert len(shares) == 2   # one release, one share per party
+    assert len(shares) == parts   # one release, one share per party
     if kind == "dpfm":
-        fm = {p: s.measure.__dict__["_keys"][p].fm_key() for p, s in run.servers.items()}
-        assert fm["P0"] == fm["P1"] and enc.__dict__["_keys"] is None   # agreed by the parties; the server has none
-        assert len([n for n in names if n.startswith("keys-pub__")]) == 2   # one to each other party, none to the server
+        fm = {s.measure.__dict__["_keys"][p].fm_key() for p, s in run.servers.items()}
+        assert len(fm) == 1 and enc.__dict__["_keys"] is None   # agreed by the parties; the server has none
+        # each public key to each other party, the wrapped group key (three parties) from the leader to each other
+        assert len([n for n in names if n.startswith("keys-pub__")]) == parts * (parts - 1)
+        assert len([n for n in names if n.startswith("keys-wrap__P0__")]) == (parts - 1 if parts > 2 else 0)
         assert all(n.split("__")[3] != "server" for n in names if n.startswith("keys-"))
     else:
         assert not [n for n in names if n.startswith("keys-")]   # grr's PRF keys stay at their parties
