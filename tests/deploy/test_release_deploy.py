@@ -372,3 +372,15 @@ def test_the_server_refuses_a_share_in_clear_or_sealed_to_another_role(tmp_path,
         oracle.measure(("a", "b"), None, np.random.default_rng(0))
     _one_line(exc)
     assert s_enc.__dict__.get("_released") is None and not s_led.cross_party
+
+
+def test_party_keys_is_refused_for_a_twin_whose_parties_agree_the_key_in_party_synth(tmp_path):
+    from vertisynth.core.errors import ConfigError
+    from vertisynth.deploy.party import run_party_keys
+    from vertisynth.run.config import parse_config
+    import tomllib
+
+    text = CONFIG.replace("SYNTH", "mst").replace("PARAMS", "iters = 40,").replace("VERTICAL", DPFM)
+    with pytest.raises(ConfigError, match="inside `party synth`") as exc:
+        run_party_keys(parse_config(tomllib.loads(text)), "party1", tmp_path / "shared", tmp_path / "private")
+    _one_line(exc)

@@ -117,6 +117,9 @@ def run_party_keys(config: RunConfig, party: str, exchange: str | Path, out: Pat
                    poll: float = 0.05, data_dir: str | None = None, key: Path | None = None) -> Path:
     """One party of the authenticated DPFM key agreement; writes `<party>_keys.json` (0600) to `out`."""
     plan, synth = _vertical_plan(config, data_dir, aligned_csv=True)   # psi/psu: keys come before or after align
+    if oracle_run(plan):   # a vertical twin: a release's key, if any, is agreed during `party synth`
+        raise ConfigError("party keys: a vertical twin's parties agree any key at the release, inside `party synth`; "
+                          "skip `party keys`")
     if not synth.needs_keys():
         raise ConfigError("party keys: the config's encoder needs no shared keys (only 'dpfm' does)")
     names = list(plan.partition.names)
