@@ -46,6 +46,7 @@ SEAL_INFO = b"vertisynth/deploy-seal/v1"  # the HKDF info of every sealed body (
 HELLO = "hello"                          # the round of every role's hello (deploy's parties, collab's custodians)
 EVERYONE = "all"                         # a slot's recipients: every role of the run
 SAFE = re.compile(r"[A-Za-z0-9_.-]+")    # a slot is a file name and a glob pattern matching only itself
+NAME = re.compile(r"[A-Za-z0-9_.+-]+")   # and '+' between several recipients
 MAX_HELLO_AGE = 3600.0   # seconds: an older hello is an earlier run's (or its sender's clock is that far behind)
 MAX_CLOCK_AHEAD = 300.0  # seconds: a hello dated further in the future comes from a clock that far ahead
 
@@ -95,7 +96,8 @@ def slot(round_: str, sender: str, to: list[str] | tuple[str, ...], tag: object 
 def parse_slot(name: str) -> Slot:
     """The round, sender, recipients and tag of a slot name; a name outside the grammar is refused in one line."""
     parts = name.split("__", 4)
-    if len(parts) != 5 or parts[2] != "to" or not all(parts) or not SAFE.fullmatch(name):
+    if (len(parts) != 5 or parts[2] != "to" or not all(parts) or not NAME.fullmatch(name)
+            or "+" in parts[0] + parts[1] + parts[4]):
         raise MessageError(f"{name}: not a message name (<round>__<sender>__to__<recipients>__<tag>); refused")
     label = parts[3]
     return Slot(parts[0], parts[1], (ALL,) if label == EVERYONE else tuple(label.split("+")), parts[4])
