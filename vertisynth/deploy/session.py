@@ -173,7 +173,7 @@ class Session(Courier):
         return self.keys[who]
 
     def send(self, round_: str, to: list[str], kind: str, body: bytes, tag: str = "0") -> None:
-        if self.sealed and round_ not in CLEAR_ROUNDS:
+        if self.sealed and not self._clear_round(round_):
             # one envelope per recipient, each sealed to its key
             for who in ([p for p in (*self.state.parties, SERVER) if p != self.me] if to == [ALL] else list(to)):
                 self.send_sealed(round_, who, self.key_of(who), kind, body, tag)
@@ -192,10 +192,14 @@ class Session(Courier):
     def open(self, name: str, rounds: tuple[str, ...], me: str | None = None) -> tuple[Header, bytes]:
         return self.checked_open(name, rounds, me)
 
+    def _clear_round(self, round_: str) -> bool:
+        """The hello and the key rounds (this session's among them): public by design."""
+        return round_ in CLEAR_ROUNDS or round_ == self.key_round
+
     def _clear_refused(self, header: Header) -> str:
         if self.run_key is not None and sealed_round(header.round):
             return "every party seals this round to the server's run key"
-        if self.sealed and header.round not in CLEAR_ROUNDS:
+        if self.sealed and not self._clear_round(header.round):
             return "every message of this run is sealed to its recipient's run key"
         return ""
 
