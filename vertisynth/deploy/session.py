@@ -1,6 +1,7 @@
 """A run across machines: who takes part (the roster), which run this is (the hello round) and how every
-message is sealed and checked (the envelope, `core/envelope.py`; the run id, the sealed-envelope format and the
-checked read are `core/courier.py`'s, which collab's Channel uses too), over a transport (`transport.py`).
+message is sealed and checked (the envelope, `core/envelope.py`), over a transport (`transport.py`). The slot
+grammar, the hello, the run id, the run-key body, the sealed-envelope format, the checked read and the receive are
+`core/courier.py`'s, which collab's Channel uses too: a Session is deploy's thin front end of it.
 
 `vertisynth party hello` runs the hello round: every party signs and posts its config fingerprint, every
 setting of the resolved public config and a fresh random nonce; each party checks every other party's hello
