@@ -307,31 +307,42 @@ class Courier:
             raise MessageError(f"{name}: from {header.sender!r}: sent in clear, where {why}; refused")
         return header, body
 
-    def collect(self, round_: str, senders: list[str], to: str | None = None, per_sender: int = 1, tag: str = "*",
-                what: str | None = None, timeout: float | None = None) -> dict[str, list[tuple[Header, bytes]]]:
-        """The one receive: every sender's `per_sender` message(s) of `round_` (slots matching `tag`) addressed to
-        `to` (default: me, or everybody), each checked and opened; waited for up to `timeout` s (default: the
-        role's), then a clear error naming what is missing. A message from a role not in `senders`, or too many from
-        one, is refused."""
+    def gather(self, round_: str, senders: list[str], to: str | None = None, per_sender: int | None = 1,
+               tag: str = "*", what: str | None = None, timeout: float | None = None, total: int | None = None
+               ) -> list[tuple[str, Header, bytes]]:
+        """The one receive: every sender's `per_sender` message(s) of `round_` (None: `total` messages from any of
+        `senders`; slots matching `tag`) addressed to `to` (default: me, or everybody), each checked and opened,
+        as (slot, header, body) in slot order; waited for up to `timeout` s (default: the role's), then a clear
+        error naming what is missing. A message from a role not in `senders`, or a count that differs, is refused."""
         to = to or self.me
-        want = len(senders) * per_sender
+        want = {"*": total or 0} if per_sender is None else dict.fromkeys(senders, per_sender)
         sender = senders[0] if len(senders) == 1 else "*"   # one sender: a store lists that sender's prefix only
 
         def mine(names: list[str]) -> list[str]:   # addressed to everybody or to `to` (never count another's mail)
             return [n for n in names if parse_slot(n).addresses(to)]
         what = what or f"round {round_!r} from {senders}"
-        names = wait_for(self._mail(), pattern(round_, sender, tag=tag), want, what,
+        names = wait_for(self._mail(), pattern(round_, sender, tag=tag), sum(want.values()), what,
                          self.timeout if timeout is None else timeout, self.poll, mine)
-        got: dict[str, list[tuple[Header, bytes]]] = {s: [] for s in senders}
+        out, count = [], dict.fromkeys(senders, 0)
         for name in names:
             header, body = self.checked_open(name, (round_,), to)
-            if header.sender not in got:
+            if header.sender not in count:
                 raise MessageError(f"{name}: from {header.sender!r}, who is not expected in round {round_!r} "
                                    f"({senders}); refused")
-            got[header.sender].append((header, body))
-        short = {s: len(v) for s, v in got.items() if len(v) != per_sender}
+            count[header.sender] += 1
+            out.append((name, header, body))
+        short = ({"in all": len(out)} if len(out) != want.get("*") else {}) if per_sender is None else \
+            {s: n for s, n in count.items() if n != want.get(s, 0)}
         if short:
             raise MessageError(f"round {round_!r}: expected {per_sender} message(s) from each of {senders}, got {short}")
+        return out
+
+    def collect(self, round_: str, senders: list[str], to: str | None = None, per_sender: int = 1, tag: str = "*",
+                what: str | None = None, timeout: float | None = None) -> dict[str, list[tuple[Header, bytes]]]:
+        """`gather`, by sender: sender -> its [(header, body)] in slot order."""
+        got: dict[str, list[tuple[Header, bytes]]] = {s: [] for s in senders}
+        for _, header, body in self.gather(round_, senders, to, per_sender, tag, what, timeout):
+            got[header.sender].append((header, body))
         return got
 
     def fetch_key(self, who: str, round_: str, timeout: float | None = None) -> bytes:
