@@ -6,8 +6,10 @@ import pytest
 from deploy_helpers import cli as run_cli
 from test_collab_distributed import _channel, _key, _setup, _spawn
 
+from vertisynth.collab.channel import Where
 from vertisynth.collab.distributed import noisy_slot, wait_for_custodians
 from vertisynth.collab.secure_aggregation import NoisyShare
+from vertisynth.core.courier import parse_slot
 from vertisynth.core.errors import MessageError
 from vertisynth.core.sealing import RunKey
 from vertisynth.core.transport import FsspecTransport, transport_for
@@ -53,7 +55,7 @@ def test_collab_roles_through_a_file_url(tmp_path):
     assert {p.name for p in store.iterdir()} == WRITERS
     for role in WRITERS:
         files = {p.name for p in (store / role).iterdir()}
-        assert files and all(f.startswith("collab_") and f.split(".env")[0].split("__")[1] == role for f in files)
+        assert files and all(parse_slot(f.split(".env")[0]).sender == role for f in files)
         assert {f for f in files if f.endswith(".env")} == {f[:-len(".done")] for f in files if f.endswith(".done")}
     # a server's noisy share copied to another slot (under that server's own prefix, so a store's access rules
     # would not stop it): the publisher's channel refuses it, naming the slot it was signed for
@@ -64,7 +66,7 @@ def test_collab_roles_through_a_file_url(tmp_path):
     assert exchange.names("collab_noisy__server0__*") == [n for n in everyone if n.split("__")[1] == "server0"]
     honest = exchange.names("collab_noisy__server0__to__publisher__*")[0]
     with pytest.raises(MessageError, match="only 'publisher' opens it"):   # sealed: the run key died with the process
-        publisher.receive(NoisyShare, noisy_slot(0, honest.split("__", 4)[-1]), "server 0's noisy share")
+        publisher.receive(NoisyShare, Where("collab_noisy", "server0", parse_slot(honest).tag), "server 0's noisy share")
     moved = noisy_slot(0, "some other query")
     exchange.send(f"collab_noisy__server0__to__publisher__{moved.tag}", exchange.read(honest))
     publisher.run_key = RunKey()   # whatever key: the body is bound to the slot it was sealed for
