@@ -6,9 +6,10 @@ import pandas as pd
 import pytest
 from deploy_helpers import cli, collab_census_job, popen
 
+from vertisynth.core.courier import parse_slot
 from vertisynth.core.transport import FolderTransport
 
-from vertisynth.collab.distributed import Hello, fingerprint, run_custodian, run_publisher, run_server
+from vertisynth.collab.distributed import fingerprint, run_custodian, run_publisher, run_server
 from vertisynth.run.config import load_config
 from vertisynth.core.errors import ConfigError, DataError, MessageError
 from vertisynth.run.pipeline import make_plan, run
@@ -49,16 +50,20 @@ def _channel(cfg, name, ex, run=""):
 
     plan = _plan(cfg)
     return Channel(_id(cfg.parent, name), roster_of(plan.config.section("roster")), transport_for(ex),
-                   fingerprint(plan), run, timeout=0.3)
+                   fingerprint(plan), run, timeout=0.3, roles=tuple(ROLES))
 
 
-def _body(cls, exchange, name, cfg):
-    """The message in slot `name` of an exchange (for assertions on what a role received), its signature checked."""
-    from vertisynth.core.envelope import open_envelope
-    from vertisynth.core.identity import roster_of
+def _hello(cfg, name, ex, fp=None, columns=None):
+    """Custodian `name`'s hello on exchange `ex`, as `run_custodian` posts it (core/courier.py's one hello)."""
+    import os
 
-    roster = roster_of(load_config(cfg).section("roster"))
-    return cls.from_bytes(open_envelope(exchange.read(name), roster, None, name)[1])
+    from vertisynth.collab.distributed import settings
+    from vertisynth.core.courier import hello_envelope
+    from vertisynth.core.transport import transport_for
+
+    plan = _plan(cfg)
+    transport_for(ex).send(*hello_envelope(_id(cfg.parent, name), fp or fingerprint(plan), settings(plan),
+                                           os.urandom(16), False, columns or list(plan.run.base.domain.attributes)))
 
 
 def _header(exchange, name, cfg):
@@ -135,16 +140,16 @@ def test_separate_processes_publish_exactly_the_simulation(tmp_path, preprocessi
     from vertisynth.core.transport import FolderTransport
 
     exchange = FolderTransport(ex)
-    assert {n.split("__")[0] for n in exchange.names("*")} == {
-        "collab_hello", "collab_key", "collab_share", "collab_noisy"}
-    assert sorted(exchange.names("collab_key__*")) == sorted(f"collab_key__{r}" for r in ROLES)
+    assert {parse_slot(n).round for n in exchange.names("*")} == {"hello", "collab_key", "collab_share", "collab_noisy"}
+    assert sorted(exchange.names("collab_key__*")) == sorted(f"collab_key__{r}__to__all__0" for r in ROLES)
+    assert sorted(exchange.names("hello__*")) == ["hello__A__to__all__0", "hello__B__to__all__0"]
     for s in (0, 1):
-        shares = exchange.names(f"collab_share__*__server{s}__*")
-        assert shares and all(n.endswith(f"__to__server{s}") for n in shares)
+        shares = exchange.names(f"collab_share__*__to__server{s}__*")
+        assert shares and len(shares) == len(exchange.names("collab_share__*")) // 2
         noisy = exchange.names(f"collab_noisy__server{s}__*")
-        assert {n.split("__to__")[1] for n in noisy} == {"A", "B", "publisher"}
+        assert {parse_slot(n).to for n in noisy} == {("A",), ("B",), ("publisher",)}
         measured = [n for n in noisy if "__measure-" in n]   # the measurement rounds: the publisher's only
-        assert measured and all(n.endswith("__to__publisher") for n in measured)
+        assert measured and all(parse_slot(n).to == ("publisher",) for n in measured)
         for n in shares + noisy:
             assert _header(exchange, n, cfg).kind.startswith("sealed:")
 
@@ -173,9 +178,7 @@ def test_missing_messages_time_out_with_a_clear_error(tmp_path):
         run_server(plan, 0, tmp_path / "ex", timeout=0.5, identity=_id(tmp_path, "server0"))
     assert time.monotonic() - t0 < 10
     for n in ("A", "B"):   # both custodians announced, but no server ever answers
-        _channel(cfg, n, tmp_path / "ex").post(
-            Hello(party=n, fingerprint=fingerprint(plan), columns=list(plan.run.base.domain.attributes)),
-            f"collab_hello__{n}", ["*"])
+        _hello(cfg, n, tmp_path / "ex")
     with pytest.raises(MessageError, match="waited 0 s for server 0's noisy share of 'age:grid'"):
         run_publisher(_plan(cfg), tmp_path / "ex", tmp_path / "out", timeout=0.3, identity=_id(tmp_path, "publisher"))
     assert not (tmp_path / "out" / "synthetic.csv").exists()
@@ -188,17 +191,13 @@ def test_a_custodian_with_a_different_schema_or_config_is_refused_by_everyone(tm
     with pytest.raises(DataError, match="custodian 'B' has a different schema: lacks \\['income'\\]"):
         run_custodian(_plan(cfg), "B", bad, tmp_path / "ex", timeout=1, identity=_id(tmp_path, "B"))
     plan = _plan(cfg)
-    _channel(cfg, "A", tmp_path / "ex").post(
-        Hello(party="A", fingerprint=fingerprint(plan), columns=list(plan.run.base.domain.attributes)),
-        "collab_hello__A", ["*"])
+    _hello(cfg, "A", tmp_path / "ex")
     # the server sees B's hello (written before B failed) and names the problem instead of waiting
     with pytest.raises(DataError, match="custodian 'B' has a different schema: lacks \\['income'\\]"):
         run_server(plan, 0, tmp_path / "ex", timeout=5, identity=_id(tmp_path, "server0"))
     other = tmp_path / "other"
     other.mkdir()
-    _channel(cfg, "A", other).post(
-        Hello(party="A", fingerprint="0123456789abcdef", columns=list(plan.run.base.domain.attributes)),
-        "collab_hello__A", ["*"])
+    _hello(cfg, "A", other, fp="0123456789abcdef")
     with pytest.raises(ConfigError, match="custodian 'A' runs a different config"):
         run_server(_plan(cfg), 1, other, timeout=5, identity=_id(tmp_path, "server1"))
 
@@ -213,7 +212,11 @@ def test_a_column_outside_the_schema_is_named_to_its_custodian_only(tmp_path):
     with pytest.raises(DataError, match="custodian 'B' has a different schema: has extra columns "
                                         "\\['patient_secret_code'\\]"):
         run_custodian(_plan(cfg), "B", bad, tmp_path / "ex", timeout=1, identity=_id(tmp_path, "B"))
-    hello = _body(Hello, FolderTransport(tmp_path / "ex"), "collab_hello__B", cfg)
+    from vertisynth.core.courier import read_hello
+    from vertisynth.core.identity import roster_of
+
+    hello = read_hello(FolderTransport(tmp_path / "ex").read("hello__B__to__all__0"),
+                       roster_of(load_config(cfg).section("roster")), "hello__B__to__all__0")
     assert "patient_secret_code" not in hello.columns and len(hello.columns) == len(_plan(cfg).run.base.domain) + 1
     with pytest.raises(DataError, match="custodian 'B' has a different schema: has extra columns "
                                         "\\['<a column outside the schema>'\\]"):
@@ -257,7 +260,7 @@ def test_tuning_as_separate_processes_equals_the_simulation(tmp_path, method, mo
     from vertisynth.collab.tuning import TEST_LABEL
 
     assert rep["collab"]["tuning"]["candidate_draws"] == TEST_LABEL and TEST_LABEL in outs[-1]
-    runs = len(FolderTransport(ex).names("collab_step__*__to__A")) - 1   # the participants do see K (docs/collab.md)
+    runs = len(FolderTransport(ex).names("collab_step__*__to__A__*")) - 1   # the participants do see K (docs/collab.md)
     if method == "private_selection":
         assert rep["collab"]["tuning"]["candidate_runs"] == KEPT_SECRET and "secret number" in outs[-1]
     else:
@@ -269,13 +272,13 @@ def test_tuning_as_separate_processes_equals_the_simulation(tmp_path, method, mo
     # tables and scores to the custodians, votes to the publisher
     exchange, sound = FolderTransport(ex), method != "paper"
     for c in ("A", "B"):
-        assert len(exchange.names(f"collab_synthetic__*__to__{c}")) == (0 if sound else 2 * runs)
-        assert len(exchange.names(f"collab_score__*__to__{c}")) == (runs if sound else 0)
-    assert len(exchange.names("collab_vote__*__to__publisher")) == len(exchange.names("collab_vote__*")) == 2 * runs
+        assert len(exchange.names(f"collab_synthetic__*__to__{c}__*")) == (0 if sound else 2 * runs)
+        assert len(exchange.names(f"collab_score__*__to__{c}__*")) == (runs if sound else 0)
+    assert len(exchange.names("collab_vote__*__to__publisher__*")) == len(exchange.names("collab_vote__*")) == 2 * runs
     assert len(exchange.names("collab_step__*")) == 4 * (runs + 1)
     for n in exchange.names("*"):   # in clear only the hellos and run keys (docs/threat-model.md)
-        if n.split("__")[0] not in ("collab_hello", "collab_key"):
-            assert n.split("__")[-2] == "to" and _header(exchange, n, cfg).kind.startswith("sealed:"), n
+        if parse_slot(n).round not in ("hello", "collab_key"):
+            assert len(parse_slot(n).to) == 1 and _header(exchange, n, cfg).kind.startswith("sealed:"), n
     if method == "paper":
         assert "not sound" in rep["privacy"]["tuning_accounting"]
 
@@ -299,16 +302,20 @@ def test_tuning_errors_missing_votes_and_thresholds_out_of_range(tmp_path):
     # the publisher waits for every custodian's vote on a candidate run, and names the missing one
     ex = tmp_path / "votes"
     ex.mkdir()
-    io = PublisherIO(PublisherFiles(2, _channel(cfg, "publisher", ex, "r1")), ["A", "B"],
-                     Selection("compose_all", [0, 1]), 3, plan.tuner.grid)
+    publisher = _channel(cfg, "publisher", ex, "r1")
+    publisher.publish_run_key()
+    io = PublisherIO(PublisherFiles(2, publisher), ["A", "B"], Selection("compose_all", [0, 1]), 3, plan.tuner.grid)
     f = vote_slot(0, "A")
-    _channel(cfg, "A", ex, "r1").post(Vote(party="A", run=0, yes=True), f, ["publisher"])
+    a = _channel(cfg, "A", ex, "r1")
+    a.post(Vote(party="A", run=0, yes=True), f, ["publisher"])
     t0 = time.monotonic()
     with pytest.raises(MessageError, match="waited 0 s for custodian 'B'.s vote on candidate run 0"):
         io.votes(0, {})
     assert time.monotonic() - t0 < 10
-    _channel(cfg, "A", ex, "r1").post(Vote(party="A", run=1, yes=True), vote_slot(0, "B"), ["publisher"])
-    with pytest.raises(MessageError, match="from 'A' where 'B'.s message belongs"):   # a vote in B's slot
+    b_slot = f"collab_vote__B__to__publisher__{vote_slot(0, 'B').tag}"   # a vote A sealed and signed, in B's slot
+    FolderTransport(ex).send(b_slot, a.sealed_envelope("publisher", a.key_of("publisher"), b_slot, "collab_vote",
+                                                       "collab_tuning_vote", Vote(party="A", run=0, yes=True).to_bytes()))
+    with pytest.raises(MessageError, match="from 'A' under another sender's name"):
         io.votes(0, {})
     # a custodian or server whose publisher never announces the next step times out clearly too
     with pytest.raises(MessageError, match="waited 0 s for the publisher's tuning step 0"):

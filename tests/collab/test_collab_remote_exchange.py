@@ -6,9 +6,12 @@ import pytest
 from deploy_helpers import cli as run_cli
 from test_collab_distributed import _channel, _key, _setup, _spawn
 
+from vertisynth.collab.channel import Where
 from vertisynth.collab.distributed import noisy_slot, wait_for_custodians
 from vertisynth.collab.secure_aggregation import NoisyShare
+from vertisynth.core.courier import parse_slot
 from vertisynth.core.errors import MessageError
+from vertisynth.core.sealing import RunKey
 from vertisynth.core.transport import FsspecTransport, transport_for
 from vertisynth.run.config import load_config
 from vertisynth.run.pipeline import make_plan, run
@@ -31,14 +34,14 @@ def _tampered_envelope_is_refused(tmp_path, cfg, url, store):
     """Flip one byte of a server's noisy share in the store: the publisher's channel refuses it (before any
     decryption); a second `collab publish` on the run is refused in one line (what was sealed to the first one's run
     key does not open with another)."""
-    victim = sorted((store / "server0").glob("collab_noisy__server0__*__to__publisher.env"))[0]
+    victim = sorted((store / "server0").glob("collab_noisy__server0__to__publisher__*.env"))[0]
     raw = bytearray(victim.read_bytes())
     raw[-5] ^= 1
     victim.write_bytes(bytes(raw))
     publisher = _channel(cfg, "publisher", url)
     wait_for_custodians(make_plan(load_config(cfg)), publisher)
     with pytest.raises(MessageError, match="the body does not match its signed hash"):
-        publisher.load(NoisyShare, victim.name[:-len(".env")], "server0")
+        publisher.checked_open(victim.name[:-len(".env")], ("collab_noisy",))
     res = run_cli("collab", "publish", str(cfg), "--exchange", url, "--out", str(tmp_path / "again"), "--timeout", "20",
                   *_key(cfg, "publisher"), ok=False, timeout=120)
     assert res.returncode == 2 and "already published its run key" in res.stderr, res.stderr
@@ -52,7 +55,7 @@ def test_collab_roles_through_a_file_url(tmp_path):
     assert {p.name for p in store.iterdir()} == WRITERS
     for role in WRITERS:
         files = {p.name for p in (store / role).iterdir()}
-        assert files and all(f.startswith("collab_") and f.split(".env")[0].split("__")[1] == role for f in files)
+        assert files and all(parse_slot(f.split(".env")[0]).sender == role for f in files)
         assert {f for f in files if f.endswith(".env")} == {f[:-len(".done")] for f in files if f.endswith(".done")}
     # a server's noisy share copied to another slot (under that server's own prefix, so a store's access rules
     # would not stop it): the publisher's channel refuses it, naming the slot it was signed for
@@ -61,13 +64,14 @@ def test_collab_roles_through_a_file_url(tmp_path):
     wait_for_custodians(make_plan(load_config(cfg)), publisher)   # this run's id, from the hellos in the store
     everyone = exchange.names("collab_noisy__*")   # lists every prefix; a literal sender lists its own only
     assert exchange.names("collab_noisy__server0__*") == [n for n in everyone if n.split("__")[1] == "server0"]
-    honest = exchange.names("collab_noisy__server0__*__to__publisher")[0]
+    honest = exchange.names("collab_noisy__server0__to__publisher__*")[0]
     with pytest.raises(MessageError, match="only 'publisher' opens it"):   # sealed: the run key died with the process
-        publisher.load(NoisyShare, honest, "server0")
+        publisher.receive(NoisyShare, Where("collab_noisy", "server0", parse_slot(honest).tag), "server 0's noisy share")
     moved = noisy_slot(0, "some other query")
-    exchange.send(moved, exchange.read(honest))
-    with pytest.raises(MessageError, match=f"round '{honest}'"):
-        publisher.load(NoisyShare, moved, "server0")
+    exchange.send(f"collab_noisy__server0__to__publisher__{moved.tag}", exchange.read(honest))
+    publisher.run_key = RunKey()   # whatever key: the body is bound to the slot it was sealed for
+    with pytest.raises(MessageError, match="does not open"):
+        publisher.receive(NoisyShare, moved, "server 0's noisy share")
     with pytest.raises(MessageError, match="already holds"):   # the store never overwrites a name
         exchange.send(honest, b"replacement")
     _tampered_envelope_is_refused(tmp_path, cfg, store.as_uri(), store)

@@ -273,7 +273,7 @@ def test_flower_collab_rounds_publish_the_simulation(tmp_path):
     run(load_config(cfg), tmp_path / "sim")
     assert (tmp_path / "out" / "synthetic.csv").read_bytes() == (tmp_path / "sim" / "synthetic.csv").read_bytes()
     sent = sorted(p.name for p in (tmp_path / "out" / "exchange").iterdir())
-    assert {n.split("__")[0] for n in sent} == {"collab_hello", "collab_key", "collab_share", "collab_noisy"}
+    assert {n.split("__")[0] for n in sent} == {"hello", "collab_key", "collab_share", "collab_noisy"}
     net = json.loads((tmp_path / "out" / "network.json").read_text())
     assert set(net["parties"]) == set(roles)
 

@@ -8,6 +8,7 @@ from deploy_helpers import SECRET, collab_census_job, with_roster
 
 from vertisynth.core.errors import MessageError
 from vertisynth.deploy.flower.bridge import DONE, FAILED, WAITING, Bridge, NodeSettings, Reply
+from vertisynth.core.courier import parse_slot
 from vertisynth.deploy.flower.relay import Relay, addressed_to, build, steps_for
 from vertisynth.deploy.simulate import simulate
 from vertisynth.run.config import load_config
@@ -162,22 +163,21 @@ def test_envelopes_go_only_to_their_recipients():
 
 
 def test_collab_slots_go_only_to_the_roles_that_read_them():
-    from vertisynth.collab.channel import CLEAR
-    from vertisynth.deploy.flower.relay import CLEAR as RELAY_CLEAR
-
-    assert RELAY_CLEAR == CLEAR
+    """One rule for deploy's and collab's slots (core/courier.py): a slot goes to the roles its name addresses. A
+    name outside the one grammar (collab's old `collab_<kind>__<sender>__<rest>[__to__<r>]`) is refused, not routed."""
     roles = ("A", "B", "server0", "server1", "publisher")
-    for sealed, to in (("collab_share__A__server1__measure-age-income__to__server1", "server1"),
-                       ("collab_noisy__server0__age-grid__to__A", "A"),
-                       ("collab_noisy__server0__measure-age-income__to__publisher", "publisher"),
-                       ("collab_vote__A__run0001__to__publisher", "publisher"),
-                       ("collab_step__publisher__0001__to__server0", "server0")):
+    for sealed, to in (("collab_share__A__to__server1__measure-age-income", "server1"),
+                       ("collab_noisy__server0__to__A__age-grid", "A"),
+                       ("collab_noisy__server0__to__publisher__measure-age-income", "publisher"),
+                       ("collab_vote__A__to__publisher__run0001", "publisher"),
+                       ("collab_step__publisher__to__server0__0001", "server0")):
         assert [r for r in roles if addressed_to(sealed, r)] == [to], sealed   # only its one recipient
-    for unaddressed in ("collab_noisy__server0__age-grid", "collab_vote__A__run0001"):   # never sent: goes nowhere
-        assert not any(addressed_to(unaddressed, r) for r in roles)
-    for broadcast in ("collab_hello__A", "collab_key__server0", "collab_key__publisher"):
+    for broadcast in ("hello__A__to__all__0", "collab_key__server0__to__all__0", "collab_key__publisher__to__all__0"):
         sender = broadcast.split("__")[1]
         assert all(addressed_to(broadcast, r) == (r != sender) for r in roles)
+    for old in ("collab_noisy__server0__age-grid__to__A", "collab_hello__A", "collab_vote__A__run0001"):
+        with pytest.raises(MessageError, match="not a message name"):
+            addressed_to(old, "A")
 
 
 HE = """
@@ -274,7 +274,7 @@ def test_collab_rounds_over_the_relay_publish_the_simulation(tmp_path, forked_br
     sim = run(config, tmp_path / "sim")
     assert (tmp_path / "out" / "synthetic.csv").read_bytes() == (tmp_path / "sim" / "synthetic.csv").read_bytes()
     for s in ("server0", "server1"):   # a compute server got its own shares, never another's nor any noisy share
-        kinds = {n.split("__")[0] for n in got[s]}
-        assert kinds <= {"collab_hello", "collab_key"} | {"collab_share"}, kinds
-        assert all(n.split("__")[2] == s and n.endswith(f"__to__{s}") for n in got[s] if n.startswith("collab_share__"))
+        kinds = {parse_slot(n).round for n in got[s]}
+        assert kinds <= {"hello", "collab_key"} | {"collab_share"}, kinds
+        assert all(parse_slot(n).to == (s,) for n in got[s] if n.startswith("collab_share__"))
     assert sim.report["privacy"]["spent_epsilon"] > 0

@@ -28,6 +28,7 @@ import pandas as pd
 import pytest
 from deploy_helpers import collab_census_job, relay_reads
 
+from vertisynth.core.courier import HELLO, Hello, read_hello, run_key_of
 from vertisynth.core.envelope import open_envelope, seal
 from vertisynth.core.errors import MessageError
 from vertisynth.core.identity import Identity
@@ -425,8 +426,9 @@ def collab_envelopes(folder: Path, config, keys: dict[str, RunKey]):
     roster = roster_of(config)
     for path in sorted(folder.glob("*.env")):
         header, body = open_envelope(path.read_bytes(), roster, None, path.stem)
-        if not header.kind.startswith(SEALED):
-            yield path.stem, header, Message.from_bytes(body, path.name), {"everyone"}
+        if not header.kind.startswith(SEALED):   # the one hello and the one run-key body (core/courier.py)
+            yield path.stem, header, (read_hello(path.read_bytes(), roster, path.stem) if header.round == HELLO
+                                      else run_key_of(body, header.sender)), {"everyone"}
             continue
         opened = {}
         for role, key in keys.items():
@@ -499,7 +501,7 @@ def _collab_readers_as_documented(runs, kind):
     assert got == want, ("docs/threat-model.md's collab table differs from the run", {
         r: (sorted(got.get(r, ())), sorted(want.get(r, ()))) for r in sorted(set(got) | set(want))
         if got.get(r) != want.get(r)})
-    assert {r for r, who in got.items() if who == {"everyone"}} <= {"collab_hello", "collab_key"}
+    assert {r for r, who in got.items() if who == {"everyone"}} <= {"hello", "collab_key"}
 
 
 def test_a_curious_collab_server_reads_only_uniform_shares(collab_runs):
@@ -522,12 +524,11 @@ def test_a_curious_collab_server_reads_only_uniform_shares(collab_runs):
 def _curious_server(folder, config, keys):
     from scipy import stats
 
-    from vertisynth.collab.channel import RunKeyMessage
-    from vertisynth.collab.distributed import Hello, TuningStep
+    from vertisynth.collab.distributed import TuningStep
     from vertisynth.collab.secure_aggregation import CountShare
 
     view = [msg for _, _, msg, who in collab_envelopes(folder, config, keys) if "server0" in who or "everyone" in who]
-    assert {type(m) for m in view} <= {Hello, RunKeyMessage, CountShare, TuningStep}, folder
+    assert {type(m) for m in view} <= {Hello, bytes, CountShare, TuningStep}, folder   # bytes: a run key
     shares = np.concatenate([m.share.ravel() for m in view if isinstance(m, CountShare)])
     assert shares.size > 100 and stats.kstest(shares / 2.0**64, "uniform").pvalue > 1e-4, folder
 
@@ -539,11 +540,10 @@ def test_the_collab_publisher_and_a_relay_read_only_what_they_are_given(collab_r
 
 
 def _publisher_and_relay(folder, config, keys, tuned=True):
-    from vertisynth.collab.channel import RunKeyMessage
-    from vertisynth.collab.distributed import Hello, Vote
+    from vertisynth.collab.distributed import Vote
     from vertisynth.collab.secure_aggregation import NoisyShare
 
     envelopes = list(collab_envelopes(folder, config, keys))
-    assert {type(m) for _, _, m, who in envelopes if who == {"everyone"}} == {Hello, RunKeyMessage}, folder
+    assert {type(m) for _, _, m, who in envelopes if who == {"everyone"}} == {Hello, bytes}, folder   # bytes: run keys
     publisher = {type(m) for _, _, m, who in envelopes if "publisher" in who}
     assert NoisyShare in publisher and publisher <= {NoisyShare, Vote} and (Vote in publisher) == tuned, folder

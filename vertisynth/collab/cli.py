@@ -268,10 +268,10 @@ def server(config: Path, index: int, exchange: str, timeout: float, seed: int | 
            data_dir: str | None, quiet: bool) -> None:
     """Run one compute server: per round, open the shares sealed to it, add them and its own discrete Gaussian noise.
 
-    Reads only the custodians' hellos, the shares addressed to it (collab_share__*__server<INDEX>__*) and, with
+    Reads only the custodians' hellos, the shares addressed to it (collab_share__*__to__server<INDEX>__*) and, with
     [collab.tuning], the publisher's steps (which candidate each run tries: public), never another server's
     messages; the noise scale of each round comes from the config, not from the custodians. Posts its noisy
-    share per round (collab_noisy__server<INDEX>__*; tuning: the test-fold rounds and every fold run's rounds,
+    share per round (collab_noisy__server<INDEX>__to__*; tuning: the test-fold rounds and every fold run's rounds,
     then the final run). Semi-honest, and not all servers may collude (docs/collab.md)."""
     from .distributed import run_server
 

@@ -3,21 +3,22 @@
 
 Three roles, each a small state machine that runs the *same* protocol code as the one-process simulation
 (`HorizontalRun.measure`: DP binning rounds, then the measurement round) with the exchange in place of the
-in-memory transport (message slots are named `collab_<kind>__<sender>__...`, channel.py); every secure sum is
+in-memory transport (message slots are named `collab_<kind>__<sender>__to__<recipient>__<tag>`, the one grammar
+of core/courier.py); every secure sum is
 one round of "custodians share → servers add shares and their own noise → noisy shares reconstructed". What
 differs per role is what it holds:
 
-  * custodian (`vertisynth collab custodian`): its own CSV only. It announces itself (`collab_hello__<name>`:
-    its name, the config's fingerprint and its CSV's column names), then for every round posts one
-    `CountShare` per server (`collab_share__<name>__server<s>__...`), sealed to that server's key
-    (`collab_key__server<s>`). For binning rounds it waits for the servers' noisy shares
+  * custodian (`vertisynth collab custodian`): its own CSV only. It announces itself (`hello__<name>__to__all__0`,
+    deploy's hello: every public setting, a fresh nonce and its CSV's column names), then for every round posts one
+    `CountShare` per server (`collab_share__<name>__to__server<s>__<query>`), sealed to that server's key
+    (`collab_key__server<s>__to__all__0`). For binning rounds it waits for the servers' noisy shares
     and reconstructs the noisy totals (the DP edges and bin means, released anyway) to bin its own rows; it
     never reconstructs the measurement round.
   * server s (`vertisynth collab server`): no rows. It publishes a fresh X25519 key for the run, opens only
     the shares addressed to it (uniformly random ring elements, sealed to it) and reads the custodians' hellos,
     adds its own discrete Gaussian noise from the OS CSPRNG (or seeded simulation noise with --seed), and
-    posts its `NoisyShare` (`collab_noisy__server<s>__...`). The noise scale of every round comes from the
-    config (public), never from a custodian's message; shapes are checked against the public schema.
+    posts its `NoisyShare` (`collab_noisy__server<s>__to__<reader>__<query>`). The noise scale of every round
+    comes from the config (public), never from a custodian's message; shapes are checked against the public schema.
   * publisher (`vertisynth collab publish`): no rows. It reconstructs every round's noisy total from the
     servers' noisy shares, fits the synthesizer on the measurement round and writes the only release:
     synthetic.csv, report.json, ledger.json. Nobody holds real rows of more than one custodian, so no evaluation
@@ -25,8 +26,8 @@ differs per role is what it holds:
 
 With [collab.tuning] the roles first run the tuning rounds (`tuning.tuning_protocol`, the simulation's code
 with a per-role `TuningIO`): custodians label their own rows with folds, contribute to the DP test-fold
-marginals and to every fold run the publisher announces (`collab_step__publisher__*`), score each candidate
-on the fold runs' synthetic tables the publisher sends (DP outputs) and write a yes/no vote; servers aggregate
+marginals and to every fold run the publisher announces (`collab_step__publisher__to__<role>__*`), score each
+candidate on the fold runs' synthetic tables the publisher sends (DP outputs) and write a yes/no vote; servers aggregate
 every round; the publisher draws the candidate runs, fits the fold runs, tallies the votes and announces
 the choice, after which the final run above runs with the chosen hyperparameters (or nothing is published).
 
@@ -52,15 +53,16 @@ import pandas as pd
 from vertisynth import __version__
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.errors import ConfigError, DataError, MessageError
+from vertisynth.core.courier import HELLO, check_hello, flat, hello_envelope, pattern, read_hello, run_id
 from vertisynth.core.envelope import ALL
 from vertisynth.core.identity import Identity, roster_of
 from vertisynth.core.messages import Message
 from vertisynth.core.privacy import NOISE_LABELS
 from vertisynth.core.transport import Transport as Exchange, transport_for
-from vertisynth.run.config import config_fingerprint, noise_for
+from vertisynth.run.config import config_fingerprint, noise_for, public_config
 from vertisynth.run.report import write_records
 
-from .channel import PUBLISHER, Channel, collab_run_id, server_name, slot
+from .channel import PUBLISHER, Channel, Where, check_role_name, server_name, where
 from .horizontal import check_custodians
 from .pipeline import (CollabPlan, candidate_runs, commit_choice, costs, read_custodian_csv, streams,
                        summary_markdown, tuning_report)
@@ -76,16 +78,6 @@ MEASURE = "measure:"   # the measurement round's scope (HorizontalRun.measure): 
 def is_measure(query: str) -> bool:
     """A measurement round, of the final run or of a tuning fold run ("tuning:run0:fold1:measure:...")."""
     return query.startswith(MEASURE) or f":{MEASURE}" in query
-
-
-@attrs.frozen(eq=False)
-class Hello(Message):
-    """A custodian's announcement: which config it runs and which columns its CSV has (no rows, no counts)."""
-
-    kind: ClassVar[str] = "collab_hello"
-    fingerprint: str = ""
-    columns: list[str] = attrs.field(factory=list)
-    nonce: str = ""   # fresh per run: the run id is the hash of every custodian's nonce (channel.py)
 
 
 @attrs.frozen(eq=False)
@@ -157,12 +149,13 @@ def readers_of(query: str, contributors: list[str]) -> list[str]:
     return [PUBLISHER] if is_measure(query) else [*contributors, PUBLISHER]
 
 
-def share_slot(custodian: str, server: int, query: str) -> str:
-    return slot("share", custodian, server_name(server), query_file(query))
+def share_slot(custodian: str, query: str) -> Where:
+    """A custodian's share of `query`, one envelope to each server (the server is its recipient)."""
+    return where("share", custodian, query_file(query))
 
 
-def noisy_slot(server: int, query: str) -> str:
-    return slot("noisy", server_name(server), query_file(query))
+def noisy_slot(server: int, query: str) -> Where:
+    return where("noisy", server_name(server), query_file(query))
 
 
 def _collect(channel: Channel, query: str, servers: int, contributors: list[str],
@@ -170,7 +163,7 @@ def _collect(channel: Channel, query: str, servers: int, contributors: list[str]
     noisy = []
     for s in range(servers):
         name = noisy_slot(s, query)
-        ns = channel.receive(NoisyShare, name, server_name(s), f"server {s}'s noisy share of {query!r}")
+        ns = channel.receive(NoisyShare, name, f"server {s}'s noisy share of {query!r}")
         if ns.query != query or ns.server != s or ns.n_servers != servers:
             raise MessageError(f"{name}: holds server {ns.server}'s share of {ns.query!r} for {ns.n_servers} "
                                f"servers, expected server {s}'s of {query!r} for {servers}")
@@ -198,7 +191,7 @@ class CustodianFiles(Transport):
         for sh in share_counts(self.me, query, counts.astype(np.int64), self.servers,
                                self.randomness.shares(self.me, query)):
             # sealed to that server's run key (channel.py): no other role, and no relay, opens it
-            self.channel.post(sh, share_slot(self.me, sh.server, query), [server_name(sh.server)])
+            self.channel.post(sh, share_slot(self.me, query), [server_name(sh.server)])
         self.rounds += 1
         if is_measure(query):   # the measurement round is for the publisher only
             return np.zeros(counts.shape, np.int64)
@@ -217,9 +210,8 @@ class ServerFiles(Transport):
         shape = list(np.asarray(next(iter(per_custodian.values()))).shape)   # public: from the schema
         shares = []
         for c in sorted(per_custodian):
-            f = share_slot(c, self.index, query)
-            sh = self.channel.receive(CountShare, f, c, f"custodian {c!r}'s share of {query!r} for server "
-                                      f"{self.index}")
+            f = share_slot(c, query)
+            sh = self.channel.receive(CountShare, f, f"custodian {c!r}'s share of {query!r} for server {self.index}")
             if sh.party != c or sh.query != query or sh.server != self.index or sh.n_servers != self.servers:
                 raise MessageError(f"{f}: holds {sh.party!r}'s share of {sh.query!r} for server {sh.server} of "
                                    f"{sh.n_servers}, expected {c!r}'s of {query!r} for server {self.index} of "
@@ -247,20 +239,20 @@ class PublisherFiles(Transport):
 
 
 # -- the tuning loop as messages ------------------------------------------------------------------------------
-def step_slot(run: int) -> str:
-    return slot("step", PUBLISHER, f"{run:04d}")
+def step_slot(run: int) -> Where:
+    return where("step", PUBLISHER, f"{run:04d}")
 
 
-def synthetic_slot(run: int, fold: int) -> str:
-    return slot("synthetic", PUBLISHER, f"run{run:04d}", f"fold{fold}")
+def synthetic_slot(run: int, fold: int) -> Where:
+    return where("synthetic", PUBLISHER, f"run{run:04d}", f"fold{fold}")
 
 
-def score_slot(run: int) -> str:
-    return slot("score", PUBLISHER, f"run{run:04d}")
+def score_slot(run: int) -> Where:
+    return where("score", PUBLISHER, f"run{run:04d}")
 
 
-def vote_slot(run: int, custodian: str) -> str:
-    return slot("vote", custodian, f"run{run:04d}")
+def vote_slot(run: int, custodian: str) -> Where:
+    return where("vote", custodian, f"run{run:04d}")
 
 
 @attrs.define
@@ -272,7 +264,7 @@ class FollowerIO(TuningIO):
 
     def next_run(self, run, tried):
         f = step_slot(run)
-        step = self.transport.channel.receive(TuningStep, f, PUBLISHER, f"the publisher's tuning step {run}")
+        step = self.transport.channel.receive(TuningStep, f, f"the publisher's tuning step {run}")
         if step.run != run:
             raise MessageError(f"{f} holds the publisher's step {step.run}, expected {run}")
         if step.action == "stop":
@@ -316,7 +308,7 @@ class CustodianIO(FollowerIO):
         if self.sound:   # sound methods: the custodian votes on the publisher's DP score, sees no fold table
             return None
         f = synthetic_slot(run, fold)
-        msg = self.transport.channel.receive(FoldSynthetic, f, PUBLISHER,
+        msg = self.transport.channel.receive(FoldSynthetic, f,
                                              f"the publisher's synthetic table of run {run}, fold {fold}")
         if (msg.run, msg.fold) != (run, fold) or msg.codes.ndim != 2 or msg.codes.shape[1] != len(self.domain):
             raise MessageError(f"{f}: holds run {msg.run}, fold {msg.fold} with shape {msg.codes.shape}, "
@@ -325,8 +317,7 @@ class CustodianIO(FollowerIO):
 
     def score(self, run, score):
         f = score_slot(run)
-        msg = self.transport.channel.receive(TuningScore, f, PUBLISHER,
-                                             f"the publisher's DP score of candidate run {run}")
+        msg = self.transport.channel.receive(TuningScore, f, f"the publisher's DP score of candidate run {run}")
         if msg.run != run or not np.isfinite(msg.score):
             raise MessageError(f"{f}: holds the score {msg.score!r} of run {msg.run}, expected a finite score "
                                f"of run {run}")
@@ -374,7 +365,7 @@ class PublisherIO(TuningIO):
         out = {}
         for c in self.custodians:
             f = vote_slot(run, c)
-            v = self.transport.channel.receive(Vote, f, c, f"custodian {c!r}'s vote on candidate run {run}")
+            v = self.transport.channel.receive(Vote, f, f"custodian {c!r}'s vote on candidate run {run}")
             if v.party != c or v.run != run:
                 raise MessageError(f"{f} holds {v.party!r}'s vote on run {v.run}, expected {c!r}'s on {run}")
             out[c] = bool(v.yes)
@@ -409,29 +400,32 @@ def _check_name(plan: CollabPlan, name: str) -> None:
                         "(collab.files keys, or custodian1..N for collab.custodians = N)")
 
 
+def settings(plan: CollabPlan) -> dict[str, Any]:
+    """What every hello carries and every role compares: the public config, flattened (as deploy's hello)."""
+    return flat(public_config(plan.config))
+
+
 def wait_for_custodians(plan: CollabPlan, channel: Channel) -> None:
-    """Every custodian's hello: a known name, the same config, the same columns (else a clear error); then the
-    run id, from every hello's nonce, binds every later message of the run."""
-    want, fp = set(plan.custodians), fingerprint(plan)
+    """Every custodian's hello (core/courier.py, deploy's hello): a known name, the same config (the first
+    differing settings named), a clock near ours, the same columns (else a clear error); then the run id, from
+    every hello's nonce, binds every later message of the run."""
+    want, fp, mine = set(plan.custodians), fingerprint(plan), settings(plan)
     deadline = time.monotonic() + channel.timeout
-    seen: dict[str, Hello] = {}
-    pattern = slot("hello", "X").replace("__X", "__*")   # every custodian's hello
+    seen: dict[str, bytes] = {}
     while True:
-        for f in channel.exchange.names(pattern):
-            name = f.split("__")[1]
-            if name in seen:
+        for f in channel.exchange.names(pattern(HELLO)):
+            h = read_hello(channel.exchange.read(f), channel.roster, f)
+            if h.sender in seen:
                 continue
-            _check_name(plan, name)
-            h = channel.load(Hello, f, name, hello=True)
-            if h.party != name:
-                raise MessageError(f"{f} holds the hello of {h.party!r}")
-            if h.fingerprint != fp:
-                raise ConfigError(f"custodian {h.party!r} runs a different config (fingerprint {h.fingerprint}, "
-                                  f"this one {fp}); every role must use the same config file")
-            check_custodians({h.party: pd.DataFrame(columns=h.columns, index=[0])}, _attributes(plan))
-            seen[name] = h
+            _check_name(plan, h.sender)
+            check_hello(h, f"custodian {h.sender!r} runs a different config", mine, fp, False)
+            if h.columns is None:
+                raise MessageError(f"{f}: from {h.sender!r}: a hello without its CSV's columns (not a custodian's); "
+                                   "refused")
+            check_custodians({h.sender: pd.DataFrame(columns=list(h.columns), index=[0])}, _attributes(plan))
+            seen[h.sender] = h.nonce
         if set(seen) == want:
-            channel.run = collab_run_id(channel.config, {n: h.nonce for n, h in seen.items()})
+            channel.run = run_id(channel.config, seen)
             return
         if time.monotonic() > deadline:
             raise MessageError(f"waited {channel.timeout:.0f} s for the custodians' hellos in {channel.exchange}: "
@@ -457,11 +451,11 @@ def channel_for(plan: CollabPlan, identity: Identity | None, role: str, exchange
                if n not in roster.keys]
     if missing:
         raise ConfigError(f"the config's [roster] names no public key for {missing}")
-    for n in [*plan.custodians, PUBLISHER]:
-        slot("hello", n)   # every role's name must be usable as a message name: refused before anything is sent
     roles = (*plan.custodians, *map(server_name, range(plan.run.servers)), PUBLISHER)
+    for n in roles:
+        check_role_name(n)   # every role's name must be usable as a message name: refused before anything is sent
     return Channel(identity, roster, exchange_of(exchange), fingerprint(plan), timeout=timeout, poll=poll,
-                   roles=roles, sealed=True)
+                   roles=roles)
 
 
 def run_custodian(plan: CollabPlan, name: str, csv: Path, exchange: str | Path | Exchange,
@@ -477,15 +471,14 @@ def run_custodian(plan: CollabPlan, name: str, csv: Path, exchange: str | Path |
         thresholds = {name: plan.tuner.check_threshold(name, threshold)}
     frame = read_custodian_csv(name, csv)
     channel = channel_for(plan, identity, name, exchange, timeout, poll)
-    if channel.exchange.names(slot("hello", name)):
+    if channel.exchange.names(pattern(HELLO, name)):
         raise MessageError(f"{channel.exchange} already holds custodian {name!r}'s hello from an earlier run: use a "
                            "fresh exchange for every run (old shares would be mixed into this one)")
     # announce first, so the others fail fast and clearly if this CSV has the wrong columns
     # a column outside the public schema is named only here: the hello (in clear) says that there is one
     schema = set(_attributes(plan))
-    channel.post(Hello(party=name, fingerprint=fingerprint(plan), nonce=os.urandom(16).hex(),
-                       columns=[str(c) if str(c) in schema else UNDISCLOSED for c in frame.columns]),
-                 slot("hello", name), [ALL])
+    channel.exchange.send(*hello_envelope(channel.identity, fingerprint(plan), settings(plan), os.urandom(16), False,
+                                          [str(c) if str(c) in schema else UNDISCLOSED for c in frame.columns]))
     check_custodians({name: frame}, _attributes(plan))
     frame = frame[_attributes(plan)]
     wait_for_custodians(plan, channel)   # the run id

@@ -1,13 +1,13 @@
 """How envelopes travel between roles, the deploy roles and the collab roles alike (so it lives in the kernel): a
 folder (shared, synced or mounted) or an object store / SFTP drop box through fsspec (`--exchange s3://...`,
 `sftp://...`; docs/network.md). Every transport implements the same three calls, `send`, `names` and `read`;
-`receive` and the envelope checks (deploy/session.py, collab/channel.py) work unchanged on top of them."""
+the receive and the envelope checks (core/courier.py, for deploy's Session and collab's Channel) work unchanged on
+top of them."""
 from __future__ import annotations
 
 import contextlib
 import fnmatch
 import os
-import time
 from pathlib import Path
 import json
 from typing import Protocol, runtime_checkable
@@ -250,18 +250,3 @@ def transport_for(exchange: str | Path) -> Transport:
     if text.startswith(RELAY):
         return RelayFolderTransport(Path(text[len(RELAY):]))
     return FsspecTransport(text) if "://" in text else FolderTransport(Path(text))
-
-
-def receive(transport: Transport, pattern: str, want: int, what: str, timeout: float, poll: float = 0.05) -> list[str]:
-    """The names matching `pattern` once there are at least `want`; a clear error after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = transport.names(pattern)
-        if len(found) >= want:
-            return found
-        if time.monotonic() > deadline:
-            raise MessageError(f"waited {timeout:.0f} s for {what} in {transport}, found {len(found)} of {want}; "
-                               "is another party down?")
-        if isinstance(transport, ReportsWaiting):
-            transport.waiting(what)
-        time.sleep(max(poll, getattr(transport, "min_poll", 0.0)))   # a remote store: fewer LISTs

@@ -44,7 +44,6 @@ from vertisynth.run.pipeline import build_component, make_plan
 
 from .plans import streams as _streams
 from .session import ALIGN_KEY_ROUND, TEST_LABEL, Session, publish_party_key, session, test_noise_seed
-from .transport import receive
 
 
 def _round(r: int) -> str:
@@ -53,13 +52,9 @@ def _round(r: int) -> str:
 
 def _inbox(sess: Session, aligner: AlignsAcrossMachines, party: str, r: int, expected: dict[str, int]
            ) -> list[Message]:
-    names = receive(sess.transport, f"{_round(r - 1)}__*__to__{party}__*", sum(expected.values()),
-                    f"party {party!r}'s round-{r} message(s) {expected}", sess.timeout, sess.poll)
-    out = []
-    for name in names:
-        header, body = sess.open(name, (_round(r - 1),))
-        out.append(aligner.read_round_message(body, name, header.sender, party, r - 1))
-    return out
+    got = sess.gather(_round(r - 1), list(sess.state.parties), party, None,   # a party may send itself a set
+                      what=f"party {party!r}'s round-{r} message(s) {expected}", total=sum(expected.values()))
+    return [aligner.read_round_message(body, name, header.sender, party, r - 1) for name, header, body in got]
 
 
 def _table_plan(config: RunConfig, party: str, frame: pd.DataFrame, id_column: str, data_dir: str | None):

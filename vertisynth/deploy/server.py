@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from vertisynth.core.capabilities import HasGraphicalModel, ReportsModel
+from vertisynth.core.courier import parse_slot, pattern
 from vertisynth.core.errors import ConfigError, MessageError
 from vertisynth.core.messages import Message
 from vertisynth.core.privacy import PrivacyLedger
@@ -79,7 +80,7 @@ def _wait_ledgers(transport, names: list[str], timeout: float, poll: float = 0.2
     the parties waits for them); a clear line naming who sent nothing."""
     deadline = time.monotonic() + timeout
     while True:
-        senders = {n.split("__")[1] for n in transport.names("ledger__*") if n.count("__") >= 1}
+        senders = {parse_slot(n).sender for n in transport.names(pattern("ledger"))}
         missing = [p for p in names if p not in senders]
         if not missing:
             return

@@ -1,6 +1,7 @@
 """A run across machines: who takes part (the roster), which run this is (the hello round) and how every
-message is sealed and checked (the envelope, `core/envelope.py`; the run id, the sealed-envelope format and the
-checked read are `core/courier.py`'s, which collab's Channel uses too), over a transport (`transport.py`).
+message is sealed and checked (the envelope, `core/envelope.py`), over a transport (`transport.py`). The slot
+grammar, the hello, the run id, the run-key body, the sealed-envelope format, the checked read and the receive are
+`core/courier.py`'s, which collab's Channel uses too: a Session is deploy's thin front end of it.
 
 `vertisynth party hello` runs the hello round: every party signs and posts its config fingerprint, every
 setting of the resolved public config and a fresh random nonce; each party checks every other party's hello
@@ -26,24 +27,22 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
-from typing import Any
 
 import attrs
 
-from vertisynth.core.courier import SEAL_INFO, SEALED, Courier, run_id, seal_aad  # noqa: F401 (re-exported)
-from vertisynth.core.envelope import ALL, Header, canonical, open_envelope, seal
+from vertisynth.core.courier import (SEAL_INFO, SEALED, check_hello_time, seal_aad)  # noqa: F401 (re-exported)
+from vertisynth.core.courier import (HELLO, Courier, check_hello, flat, hello_envelope, pattern, read_hello, run_id,
+                                     run_key_body, run_key_of, wait_for)
+from vertisynth.core.envelope import ALL, Header
 from vertisynth.core.errors import ConfigError, DataError, MessageError
 from vertisynth.core.identity import Identity, Roster, inside, roster_of as _roster_of
 from vertisynth.core.sealing import RunKey, hkdf
 from vertisynth.run.config import RunConfig, config_fingerprint, public_config
 
-from .transport import ReportsWaiting, Transport, local_folder, receive, transport_for
+from .transport import Transport, local_folder, transport_for
 
 TEST_LABEL = "TEST SECRET: reproducible run, not for production"
-MAX_HELLO_AGE = 3600.0   # seconds: an older hello is an earlier run's (or its sender's clock is that far behind)
-MAX_CLOCK_AHEAD = 300.0  # seconds: a hello dated further in the future comes from a clock that far ahead
 SERVER = "server"
 # party -> server rounds whose bodies are data-derived (DP FM sketches, GRR columns, local models, value
 # distributions, the he encoder's published tables, the signed ledger with its row tag): sealed to the server's
@@ -54,7 +53,7 @@ SEALED_PREFIXES = ("oracle-answer-",)
 RUN_KEY_ROUND = "server-key"
 PARTY_KEY_ROUND = "party-key"
 ALIGN_KEY_ROUND = "align-key"   # a party's run key of its alignment step (`party align`, its own process)
-CLEAR_ROUNDS = ("hello", RUN_KEY_ROUND, PARTY_KEY_ROUND, ALIGN_KEY_ROUND)   # in a sealed session, the only rounds in clear
+CLEAR_ROUNDS = (HELLO, RUN_KEY_ROUND, PARTY_KEY_ROUND, ALIGN_KEY_ROUND)   # in a sealed session, the only rounds in clear
 
 
 def sealed_round(round_: str) -> bool:
@@ -65,22 +64,6 @@ def sealed_round(round_: str) -> bool:
 def roster_of(config: RunConfig) -> Roster:
     return _roster_of(config.section("roster"))
 
-
-
-def flat(d: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(d, dict):
-        out: dict[str, Any] = {}
-        for k, v in d.items():
-            out.update(flat(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return {prefix: d}
-
-
-def differences(mine: dict[str, Any], theirs: dict[str, Any], limit: int = 4) -> list[str]:
-    keys = sorted(set(mine) | set(theirs), key=lambda k: (not k.startswith(("budget", "parties", "alignment")), k))
-    diffs = [f"{k} = {json.dumps(theirs.get(k, '<unset>'))} there, {json.dumps(mine.get(k, '<unset>'))} here"
-             for k in keys if mine.get(k, "<unset>") != theirs.get(k, "<unset>")]
-    return diffs[:limit] + ([f"and {len(diffs) - limit} more"] if len(diffs) > limit else [])
 
 
 # -- the explicit test secret ----------------------------------------------------------------------------------
@@ -187,73 +170,44 @@ class Session(Courier):
         if who == SERVER and self.server_key is not None:
             return self.server_key
         if who not in self.keys:
-            self.keys[who] = fetch_key(self, who, self.timeout if timeout is None else timeout)
+            self.keys[who] = self.fetch_key(who, RUN_KEY_ROUND if who == SERVER else self.key_round, timeout)
         return self.keys[who]
 
     def send(self, round_: str, to: list[str], kind: str, body: bytes, tag: str = "0") -> None:
-        if self.sealed and round_ not in CLEAR_ROUNDS:
-            targets = ([p for p in (*self.state.parties, SERVER) if p != self.me] if to == [ALL] else list(to))
-            if len(targets) != 1:   # one envelope per recipient, each sealed to its key
-                for who in targets:
-                    self.send(round_, [who], kind, body, tag)
-                return
-            name = f"{round_}__{self.me}__to__{targets[0]}__{tag}"
-            self.transport.send(name, self.sealed_envelope(targets[0], self.key_of(targets[0]), name, round_, kind,
-                                                           body))
+        if self.sealed and not self._clear_round(round_):
+            # one envelope per recipient, each sealed to its key
+            for who in ([p for p in (*self.state.parties, SERVER) if p != self.me] if to == [ALL] else list(to)):
+                self.send_sealed(round_, who, self.key_of(who), kind, body, tag)
             return
-        label = ALL if to == [ALL] else "+".join(to)
-        name = f"{round_}__{self.me}__to__{'all' if label == ALL else label}__{tag}"
         if sealed_round(round_) and to == [SERVER]:
             # seal, then sign the sealed body: every reader checks sender, run and round before any decryption,
             # and the AAD binds the plaintext to this run, config, sender, round and slot, so nobody can move a
             # party's ciphertext into an envelope of their own (it would not open there)
             if self.server_key is None:
-                raise MessageError(f"{self.me}: no run key of the server to seal {name} to; refused to send it in clear")
-            self.transport.send(name, self.sealed_envelope(SERVER, self.server_key, name, round_, kind, body))
+                raise MessageError(f"{self.me}: no run key of the server to seal {round_} to; refused to send it in "
+                                   "clear")
+            self.send_sealed(round_, SERVER, self.server_key, kind, body, tag)
             return
-        data = seal(self.identity, self.state.run, self.state.config, to, round_, kind, body)
-        self.transport.send(name, data)
+        self.send_clear(round_, to, kind, body, tag)
 
     def open(self, name: str, rounds: tuple[str, ...], me: str | None = None) -> tuple[Header, bytes]:
-        return self.checked_open(name, rounds, me, self._clear_refused)
+        return self.checked_open(name, rounds, me)
+
+    def _clear_round(self, round_: str) -> bool:
+        """The hello and the key rounds (this session's among them): public by design."""
+        return round_ in CLEAR_ROUNDS or round_ == self.key_round
 
     def _clear_refused(self, header: Header) -> str:
-        """Why `header`'s body may not travel in clear ("": it may)."""
         if self.run_key is not None and sealed_round(header.round):
             return "every party seals this round to the server's run key"
-        if self.sealed and header.round not in CLEAR_ROUNDS:
+        if self.sealed and not self._clear_round(header.round):
             return "every message of this run is sealed to its recipient's run key"
         return ""
 
     def receive(self, round_: str, senders: list[str], to: str | None = None, per_sender: int = 1
                 ) -> dict[str, list[tuple[Header, bytes]]]:
-        """Every sender's messages of `round_` addressed to `to` (default: me, or everybody)."""
-        to = to or self.me
-        want = len(senders) * per_sender
-
-        def mine(name: str) -> bool:   # addressed to everybody or to `to` (never count another's mail)
-            label = name.split("__")[3] if name.count("__") >= 3 else ""
-            return label == "all" or to in label.split("+")
-
-        deadline = time.monotonic() + self.timeout
-        while len(names := [n for n in self.transport.names(f"{round_}__*__to__*") if mine(n)]) < want:
-            if time.monotonic() > deadline:
-                raise MessageError(f"waited {self.timeout:.0f} s for round {round_!r} from {senders} in "
-                                   f"{self.transport}, found {len(names)} of {want}; is another party down?")
-            if isinstance(self.transport, ReportsWaiting):   # a relay (Flower) learns this role waits for more
-                self.transport.waiting(f"round {round_!r}")
-            time.sleep(max(self.poll, getattr(self.transport, "min_poll", 0.0)))
-        got: dict[str, list[tuple[Header, bytes]]] = {s: [] for s in senders}
-        for name in names:
-            header, body = self.open(name, (round_,), to)
-            if header.sender not in got:
-                raise MessageError(f"{name}: from {header.sender!r}, who is not expected in round {round_!r} "
-                                   f"({senders}); refused")
-            got[header.sender].append((header, body))
-        short = {s: len(v) for s, v in got.items() if len(v) != per_sender}
-        if short:
-            raise MessageError(f"round {round_!r}: expected {per_sender} message(s) from each of {senders}, got {short}")
-        return got
+        """Every sender's messages of `round_` addressed to `to` (default: me, or everybody): `Courier.collect`."""
+        return self.collect(round_, senders, to, per_sender)
 
 
 def hello(config: RunConfig, identity: Identity, transport: Transport, parties: list[str], out: Path,
@@ -264,74 +218,51 @@ def hello(config: RunConfig, identity: Identity, transport: Transport, parties: 
     party = identity.name
     if party not in parties:
         raise DataError(f"unknown party {party!r}; the config's parties are {parties}")
-    others = [n for n in transport.names("*") if not n.startswith("hello__")]
+    others = [n for n in transport.names("*") if not n.startswith(f"{HELLO}__")]
     if others:
         raise MessageError(f"exchange folder {transport} already holds messages of a run ({others[0]}, ...): a reused "
                            "exchange folder; use a fresh one for every run")
     settings = flat(public_config(config))
     fp = config_fingerprint(config)
     nonce = test_nonce(test_secret, party) if test_secret else os.urandom(16)
-    body = canonical({"nonce": nonce.hex(), "created": time.time(), "settings": settings, "test": bool(test_secret)})
-    transport.send(f"hello__{party}__to__all__0", seal(identity, "", fp, [ALL], "hello", "hello", body))
-    names = receive(transport, "hello__*", len(parties), f"every party's hello {parties}", timeout, poll)
+    transport.send(*hello_envelope(identity, fp, settings, nonce, bool(test_secret)))
     nonces = {}
-    for name in names:
-        header, raw = open_envelope(transport.read(name), roster, None, name)
-        who = header.sender
-        if name.split("__")[1] != who or header.round != "hello":
-            raise MessageError(f"{name}: from {who!r}: not {who!r}'s hello; refused")
-        if who not in parties:
-            raise MessageError(f"{name}: from {who!r}, who is not a party of this config ({parties}); refused")
-        content = json.loads(raw)
-        diffs = differences(settings, content["settings"])
-        if diffs:
-            raise ConfigError(f"hello from {who!r}: its config differs from this one: " + "; ".join(diffs))
-        if header.config != fp:
-            raise ConfigError(f"hello from {who!r}: config fingerprint {header.config[:12]}... is not ours {fp[:12]}...")
-        if content["test"] != bool(test_secret):
-            raise ConfigError(f"hello from {who!r}: {'a' if content['test'] else 'no'} test secret there, "
-                              f"{'a' if test_secret else 'no'} test secret here; every party must run the same way")
-        check_hello_time(name, who, float(content["created"]), time.time())
-        nonces[who] = bytes.fromhex(content["nonce"])
+    for h in _hellos(transport, roster, parties, f"every party's hello {parties}", timeout, poll):
+        check_hello(h, f"hello from {h.sender!r}", settings, fp, bool(test_secret))
+        nonces[h.sender] = h.nonce
     state = RunState(party, run_id(fp, nonces), fp, tuple(parties), test_secret.hex() if test_secret else None)
     state.save(out)
     return state
 
 
-def check_hello_time(name: str, who: str, created: float, now: float) -> None:
-    """A hello too old is an earlier run's (a reused exchange folder) or comes from a clock behind ours; one dated
-    in the future comes from a clock ahead of ours. Either way the skew is named."""
-    age = now - created
-    if age > MAX_HELLO_AGE:
-        raise MessageError(f"{name}: from {who!r}: dated {age:.0f} s before our clock (more than {MAX_HELLO_AGE:.0f} s): "
-                           f"an earlier run's hello (a reused exchange folder), or {who!r}'s clock is {age:.0f} s "
-                           "behind ours (clock skew: sync the clocks); refused")
-    if -age > MAX_CLOCK_AHEAD:
-        raise MessageError(f"{name}: from {who!r}: dated {-age:.0f} s after our clock (more than {MAX_CLOCK_AHEAD:.0f} "
-                           f"s): {who!r}'s clock is {-age:.0f} s ahead of ours (clock skew: sync the clocks); refused")
+def _hellos(transport: Transport, roster: Roster, parties: list[str], what: str, timeout: float, poll: float,
+            want: int | None = None) -> list:
+    """Every hello on the exchange (at least `want`, default every party's, waited for), each from a party."""
+    names = wait_for(transport, pattern(HELLO), len(parties) if want is None else want, what, timeout, poll)
+    out = []
+    for name in names:
+        h = read_hello(transport.read(name), roster, name)
+        if h.sender not in parties:
+            raise MessageError(f"{name}: from {h.sender!r}, who is not a party of this config ({parties}); refused")
+        out.append(h)
+    return out
 
 
 def read_hellos(config: RunConfig, transport: Transport, parties: list[str], role: str, timeout: float = 0.0,
                 poll: float = 0.2) -> str:
     """A role that took no part in the hello round (the server) checks it: same config, and the run id. It waits
     up to `timeout` s for every party's hello (a server started beside the parties)."""
-    roster = roster_of(config)
     settings, fp = flat(public_config(config)), config_fingerprint(config)
-    deadline = time.monotonic() + timeout
-    while len(names := transport.names("hello__*")) < len(parties) and time.monotonic() < deadline:
-        if isinstance(transport, ReportsWaiting):
-            transport.waiting("every party's hello")
-        time.sleep(max(poll, getattr(transport, "min_poll", 0.0)))
+    try:
+        hellos = _hellos(transport, roster_of(config), parties, "every party's hello", timeout, poll)
+    except MessageError as exc:
+        if "waited" not in str(exc):
+            raise
+        hellos = _hellos(transport, roster_of(config), parties, "every party's hello", 0.0, poll, want=0)
     nonces = {}
-    for name in names:
-        header, raw = open_envelope(transport.read(name), roster, None, name)
-        content = json.loads(raw)
-        diffs = differences(settings, content["settings"])
-        if diffs:
-            raise ConfigError(f"{role}: party {header.sender!r} ran a different config: " + "; ".join(diffs))
-        if header.sender not in parties or name.split("__")[1] != header.sender:
-            raise MessageError(f"{name}: from {header.sender!r}, who is not a party of this config; refused")
-        nonces[header.sender] = bytes.fromhex(content["nonce"])
+    for h in hellos:
+        check_hello(h, f"{role}: party {h.sender!r} ran a different config", settings, fp, h.test, now=h.created)
+        nonces[h.sender] = h.nonce
     missing = [p for p in parties if p not in nonces]
     if missing:
         raise MessageError(f"{role}: no hello from parties {missing} in {transport}"
@@ -370,7 +301,7 @@ def publish_run_key(sess: Session, signing_key: Path) -> RunKey:
                 key = RunKey.from_private_bytes(bytes.fromhex(saved["x25519_private"]))
         except (ValueError, KeyError, TypeError) as exc:
             raise DataError(f"run key {str(path)!r} is malformed ({exc}); remove it and start the server again") from None
-    published = sess.transport.names(f"{RUN_KEY_ROUND}__{SERVER}__*")
+    published = sess.transport.names(pattern(RUN_KEY_ROUND, SERVER))
     if key is None:
         if published:
             raise MessageError(f"the exchange holds the server's run key of this run ({published[0]}) but "
@@ -380,10 +311,10 @@ def publish_run_key(sess: Session, signing_key: Path) -> RunKey:
         _private_write(path, {"run": sess.state.run, "config": sess.state.config,
                               "x25519_private": key.private_bytes().hex()})
     if not published:
-        sess.send(RUN_KEY_ROUND, [ALL], "run_key", canonical({"x25519": key.public.hex()}))
+        sess.send(RUN_KEY_ROUND, [ALL], "run_key", run_key_body(key.public))
     else:
         _, body = sess.open(published[0], (RUN_KEY_ROUND,), SERVER)
-        if json.loads(body).get("x25519") != key.public.hex():
+        if run_key_of(body, SERVER) != key.public:
             raise MessageError(f"{published[0]}: the run key published for this run is not the one in {str(path)!r}; "
                                "refused")
     return key
@@ -400,50 +331,19 @@ def fetch_run_key(sess: Session) -> bytes:
         raise MessageError(f"{sess.me}: no run key from the server in {sess.transport} within {sess.timeout:.0f} s: "
                            "start `vertisynth server` (it publishes the key the parties seal their messages to) "
                            "beside the parties, or `vertisynth server --publish-key-only` before `party synth`") from None
-    return _run_key_of(body, SERVER)
+    return run_key_of(body, SERVER)
 
 
 def publish_party_key(sess: Session) -> RunKey:
     """A party of a sealed session: its X25519 key pair for this step (OS CSPRNG, held in memory only: the step is
     one process), published once in an envelope it signs (round `sess.key_round`, to every role)."""
-    if sess.transport.names(f"{sess.key_round}__{sess.me}__*"):
+    if sess.transport.names(pattern(sess.key_round, sess.me)):
         step = "party align" if sess.key_round == ALIGN_KEY_ROUND else "party synth"
         raise MessageError(f"{sess.me!r} already published its run key in this run (a second `{step}`, or "
                            "another process under its name); refused")
     key = RunKey()
-    sess.send(sess.key_round, [ALL], "run_key", canonical({"x25519": key.public.hex()}))
+    sess.send(sess.key_round, [ALL], "run_key", run_key_body(key.public))
     return key
-
-
-def fetch_key(sess: Session, who: str, timeout: float) -> bytes:
-    """`who`'s run key (the server's or a party's), from its envelope signed by `who`'s roster key and bound to this
-    run and config, waited for up to `timeout` s."""
-    round_ = RUN_KEY_ROUND if who == SERVER else sess.key_round
-    deadline = time.monotonic() + timeout
-    while not (names := sess.transport.names(f"{round_}__{who}__to__*")):
-        if time.monotonic() > deadline:
-            raise MessageError(f"{sess.me}: no run key from {who!r} in {sess.transport} within {timeout:.0f} s: is "
-                               f"{who!r} down?")
-        if isinstance(sess.transport, ReportsWaiting):
-            sess.transport.waiting(f"{who}'s run key")
-        time.sleep(max(sess.poll, getattr(sess.transport, "min_poll", 0.0)))
-    if len(names) != 1:
-        raise MessageError(f"{len(names)} run keys from {who!r} in this run ({', '.join(names)}); refused")
-    header, body = sess.open(names[0], (round_,), sess.me)
-    if header.sender != who:
-        raise MessageError(f"{names[0]}: a run key of {header.sender!r} filed under {who!r}; refused")
-    return _run_key_of(body, who)
-
-
-def _run_key_of(body: bytes, who: str) -> bytes:
-    """The X25519 public key in `who`'s verified run key envelope, refused in one line if it is not one."""
-    try:
-        raw = bytes.fromhex(json.loads(body)["x25519"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise MessageError(f"the run key envelope of {who!r} is malformed ({exc}); refused") from None
-    if len(raw) != 32:
-        raise MessageError(f"the run key of {who!r} has {len(raw)} bytes, not 32 (X25519); refused")
-    return raw
 
 
 def _private_write(path: Path, content: dict) -> None:

@@ -2,4 +2,4 @@
 them too; this module keeps the deploy layer's import path working."""
 from vertisynth.core.transport import (RELAY, FolderTransport, FsspecTransport, RelayFolderTransport,  # noqa: F401
                                        ReportsWaiting, Transport, check_sftp_host_key, local_folder,
-                                       read_generation, receive, store_failures, transport_for)
+                                       read_generation, store_failures, transport_for)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import attrs
 
+from vertisynth.core.courier import parse_slot, pattern
 from vertisynth.core.errors import ConfigError, MessageError
 from vertisynth.run.config import load_config
 
@@ -152,7 +153,7 @@ class Bridge:
         if step not in STEPS:
             raise ConfigError(f"unknown step {step!r}; the steps are {list(STEPS)}")
         for name, data in inbound.items():
-            if name.split("__")[1:2] == [self.s.party]:
+            if parse_slot(name).sender == self.s.party:
                 raise MessageError(f"the relay sent back an envelope under this party's own name ({name}); refused")
             if not (self.spool / (name + RelayFolderTransport.SUFFIX)).exists():
                 RelayFolderTransport(self.spool).send(name, data)
@@ -188,9 +189,7 @@ class Bridge:
         sent_file = self.s.work / "reported.json"
         sent = set(json.loads(sent_file.read_text())) if sent_file.exists() else set()
         relay = RelayFolderTransport(self.spool)
-        # `<round>__<party>__...` (deploy) or `collab_<kind>__<party>[__...]` (collab/channel.py)
-        new = {n: relay.read(n) for n in relay.names(f"*__{self.s.party}*") if n.split("__")[1] == self.s.party
-               and n not in sent}
+        new = {n: relay.read(n) for n in relay.names(pattern(sender=self.s.party)) if n not in sent}
         if new:
             tmp = sent_file.with_suffix(".part")
             tmp.write_text(json.dumps(sorted(sent | set(new))))

@@ -1,15 +1,15 @@
 """The server's side of the Flower runtime, without Flower: drive the parties through the steps of a run
 (hello, PSI/PSU alignment, key agreement, party synth), relaying each party's signed envelopes to the parties
 they are addressed to; the server role (deploy/server.py) runs beside the parties in the synth step, as a local
-participant: it publishes the run key the parties seal to, then builds the table.
+participant: it publishes the run key the parties seal to, then builds the table. Every envelope goes to the roles
+its slot name addresses (`addressed_to`: one rule for deploy's and collab's messages, core/courier.py).
 
 The server role (with encoder "he" it also signs the clique queries the parties answer mid-run,
 deploy/he_rounds.py; for a vertical twin, e.g. aim with params.vertical, it runs the synthesizer and signs every
 query the parties answer, deploy/oracle_rounds.py) is a `Local` participant of the synth step, its own worker (`vertisynth server`) on
 its own relay folder on the ServerApp's machine, relayed to and from like a party (envelopes `...__to__server__...`
 go to it, its `...__server__to__all__...` to the parties), and it writes the table itself. A [collab] run is one
-step, `collab`: custodians and compute servers on SuperNodes, the publisher the local participant, each collab slot
-routed by its kind (`collab_to`).
+step, `collab`: custodians and compute servers on SuperNodes, the publisher the local participant.
 
 The relay reads no envelope: every recipient checks every envelope (roster, signature, run, config, round,
 recipient) as in a folder exchange, and the server role does so again in `run_server`. What the relay checks
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Protocol
 
 from vertisynth.core.capabilities import PartyServerSplit
+from vertisynth.core.courier import parse_slot
 from vertisynth.core.errors import ConfigError, MessageError
 from vertisynth.run.config import RunConfig
 
@@ -64,27 +65,10 @@ def steps_for(config: RunConfig, data_dir: str | None = None) -> list[str]:
             + (["keys"] if isinstance(synth, PartyServerSplit) and synth.needs_keys() else []) + ["synth"])
 
 
-CLEAR = ("collab_hello", "collab_key")   # collab/channel.py's CLEAR (deploy may not import collab)
-
-
 def addressed_to(name: str, party: str) -> bool:
-    """Envelope names are `<round>__<sender>__to__<all | a+b | server>__<tag>` (deploy/session.py), or a collab
-    slot `collab_<kind>__<sender>[__...]` (collab/channel.py, routed by its kind: `collab_to`)."""
-    parts = name.split("__")
-    if parts[0].startswith("collab_"):
-        return collab_to(parts, party)
-    return len(parts) >= 4 and parts[1] != party and (parts[3] == "all" or party in parts[3].split("+"))
-
-
-def collab_to(parts: list[str], party: str) -> bool:
-    """Who gets a collab slot (collab/channel.py): a sealed one (`<slot>__to__<recipient>`, one envelope per
-    recipient) only its recipient; the hellos and run keys, the only slots in clear, every other role."""
-    kind, sender = parts[0], parts[1] if len(parts) > 1 else ""
-    if sender == party or not sender:
-        return False
-    if len(parts) >= 4 and parts[-2] == "to":
-        return parts[-1] == party
-    return kind in CLEAR
+    """The relay's one rule (core/courier.py, deploy's and collab's slots alike): a message goes to every role its
+    name `<round>__<sender>__to__<all | a+b | role>__<tag>` addresses, never back to its sender."""
+    return parse_slot(name).routes_to(party)
 
 
 class Relay:
@@ -121,7 +105,7 @@ class Relay:
             raise MessageError(f"SuperNode {node} spoke for {known!r} and now for {reply.party!r}; refused")
         new = False
         for name, data in reply.envelopes.items():
-            if name.split("__")[1:2] != [known]:
+            if parse_slot(name).sender != known:
                 raise MessageError(f"SuperNode {node} ({known!r}) sent {name}, under another sender's name; refused")
             if name in self.envelopes:
                 if self.envelopes[name] != data:
