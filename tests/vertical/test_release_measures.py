@@ -330,3 +330,12 @@ def test_the_one_ways_a_release_answer_is_made_consistent_with_average_every_wit
     counts, var = oracle._margins["a"]
     assert var == pytest.approx(1 / (1 / 200 + 1 / 800))
     assert np.allclose(counts, (m1.values.sum(1) / 200 + m2.values.sum(1) / 800) * var)
+
+
+def test_privmrf_over_a_release_rereads_its_cross_party_sets_for_the_last_fit():
+    """A cross-party set read off the release during the rounds was made consistent with the 1-ways measured by
+    then; the last fit reads it again (free), consistent with all of them: every such set is in the ledger's
+    cross-party reads at least twice."""
+    res = run(_cfg("privmrf", {"iters": 100, "refine_iters": 50, "vertical": DPFM}, eps=4.0))
+    reads = Counter(tuple(q["attributes"]) for q in res.ledger.cross_party if len(q["attributes"]) > 2)
+    assert reads and all(k >= 2 for k in reads.values()), reads
