@@ -339,3 +339,30 @@ def test_privmrf_over_a_release_rereads_its_cross_party_sets_for_the_last_fit():
     res = run(_cfg("privmrf", {"iters": 100, "refine_iters": 50, "vertical": DPFM}, eps=4.0))
     reads = Counter(tuple(q["attributes"]) for q in res.ledger.cross_party if len(q["attributes"]) > 2)
     assert reads and all(k >= 2 for k in reads.values()), reads
+
+
+def test_release_scores_are_free_and_refuse_a_within_party_candidate():
+    oracle, led, data = _oracle(DPFMEncoder(DPFMConfig(t=400)), n=2000, rho=2.0)
+    flat = np.full((8, 3), 2000 / 24)
+    s = oracle.release_scores([("b", "a"), ("b", "c")], [flat, np.full((8, 2), 2000 / 16)])
+    assert s.shape == (2,) and s[0] > 0 and led.spent == [c for c in led.spent if c.stage == "encoder"]
+    with pytest.raises(ConfigError, match="held by one party") as exc:
+        oracle.release_scores([("a", "c")], [np.ones((3, 2))])
+    _one_line(exc)
+
+
+def test_aim_over_a_release_pays_selection_for_within_party_candidates_only(monkeypatch):
+    """A cross-party candidate is scored and read off the release for free; the round's paid selection runs on
+    one party's candidates (while any is left), and the ledger still equals the plan."""
+    asked = []
+    real_select = VerticalOracle.select
+
+    def spy(self, candidates, *args, **kwargs):
+        asked.append([len({self.owner[a] for a in c}) for c in candidates])
+        return real_select(self, candidates, *args, **kwargs)
+    monkeypatch.setattr(VerticalOracle, "select", spy)
+    res = run(_cfg("aim", {"iters": 150, "rounds": 20, "vertical": DPFM}))
+    assert asked and all(max(p) == 1 for p in asked if min(p) == 1)
+    assert res.ledger.unspent() == [] and Counter(res.ledger.spent) == Counter(make_plan(
+        _cfg("aim", {"iters": 150, "rounds": 20, "vertical": DPFM})).ledger.planned)
+    assert any(len(q["attributes"]) >= 2 for q in res.ledger.cross_party)

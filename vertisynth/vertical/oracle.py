@@ -540,6 +540,31 @@ class VerticalOracle:
             e = bin_sum(e, axis, mp)
         return residual_above_noise(y - e, std * std)
 
+    def release_scores(self, candidates: Sequence[tuple[str, ...]], estimates: Sequence[np.ndarray],
+                       bins: Sequence[Bins] | None = None) -> np.ndarray:
+        """Each cross-party candidate's score read off the release (`release_score` against `estimates`, RELEASE_Z
+        null stds below the estimate): post-processing, nothing spent, so a twin need not pay a selection round
+        for what the release answers. Refused in one line for a measure that does not release once, or a
+        candidate within one party."""
+        if not self.releases:
+            raise ConfigError(f"release_scores: {self.measure_name} does not release once; cross-party candidates "
+                              "are scored by select")
+        if len(candidates) != len(estimates):
+            raise ConfigError("release_scores: needs one estimate per candidate")
+        bins = list(bins) if bins is not None else [None] * len(candidates)
+        out = np.empty(len(candidates))
+        for i, c in enumerate(candidates):
+            c = tuple(self.domain.check(c))
+            if len(self.parties_of(c)) != 2:
+                raise ConfigError(f"release_scores: {list(c)} is held by one party; select scores it there")
+            y, v = self._release_answer(c)
+            for axis, a in enumerate(c):
+                if bins[i] and a in bins[i]:
+                    y, v = bin_sum(y, axis, np.asarray(bins[i][a])), bin_sum(v, axis, np.asarray(bins[i][a]))
+            out[i] = release_score(y - np.asarray(estimates[i], float).reshape(y.shape), np.maximum(v, 1.0),
+                                   RELEASE_Z)
+        return out
+
     def select(self, candidates: Sequence[tuple[str, ...]], estimates: Sequence[np.ndarray],
                weights: Sequence[float], offsets: Sequence[float], epsilon: float, pay: Pay,
                rng: np.random.Generator, bins: Sequence[Bins] | None = None) -> int:
