@@ -356,6 +356,9 @@ def main() -> int:
     ap.add_argument("--measure", default="he", choices=["he", *RELEASE_TRUST],
                     help="the twins' cross-party measure (dpfm, grr: one release, at their own trust)")
     ap.add_argument("--release", type=float, default=None, help="dpfm/grr: the release's share of the ρ")
+    ap.add_argument("--central-from", default=None,
+                    help="reuse the central runs of these cells from this CSV (e.g. a grid before a change to the "
+                         "twins only: the central runs do not read the vertical oracle)")
     ap.add_argument("--report", default=None, help="summarise these CSVs (comma-separated) and exit")
     ap.add_argument("--markdown", action="store_true", help="with --report: one table per synthesizer")
     args = ap.parse_args()
@@ -372,6 +375,7 @@ def main() -> int:
         ap.error("--release is for --measure dpfm or grr")
     fields = csv_fields(args.csv, args.measure)
     done = {key(r): r for r in read_csv(args.csv) if not r["note"]}
+    earlier = {key(r): r for r in read_csv(args.central_from) if not r["note"]} if args.central_from else {}
     if args.csv and not Path(args.csv).exists():
         with open(args.csv, "w", newline="") as f:
             csv.DictWriter(f, FIELDS).writeheader()
@@ -397,6 +401,7 @@ def main() -> int:
                             "measure": args.measure, "release": args.release}
                     # the central run of this cell already in the CSV (any measure's): the twins compare to it
                     prior = [r for k, r in done.items() if k[:4] == (ds, eps, seed, method) and r["central"]]
+                    prior += [r for k, r in earlier.items() if k[:4] == (ds, eps, seed, method) and r["central"]]
                     if prior:   # the central run of this cell is already in the CSV: the twins are compared to it
                         spec["central"] = (float(prior[0]["central"]), float(prior[0]["cpu_central"]))
                     if args.cell_cpu:

@@ -334,6 +334,15 @@ class ReleasesAtParties(ReleasesOnce, Protocol):
 
 
 @runtime_checkable
+class CountsInRelease(Protocol):
+    """A `ReleasesOnce` measure whose release also carries a DP record count (dpfm's Gaussian n̂): the vertical
+    oracle averages it into the 0-way answer, post-processing of the release (docs/vertical.md)."""
+
+    def released_count(self) -> tuple[float, float]:
+        """(n̂, Var[n̂]) from the release (run already)."""
+
+
+@runtime_checkable
 class AnswersInRounds(CrossPartyMeasure, Protocol):
     """A cross-party measure whose `answer` also runs with each party on its own machine (deploy's vertical oracle,
     deploy/oracle_rounds.py): each of the two parties runs its `StageRounds` on its own (coarsened) columns, then

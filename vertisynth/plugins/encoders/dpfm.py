@@ -502,6 +502,12 @@ class DPFMEncoder(Encoder):
                                    f"{'also ' if m.n_hat is not None else 'without '}{name!r}; refused")
         self._released = [by_party[name] for name in self._attributes]
 
+    def released_count(self) -> tuple[float, float]:
+        """(n̂, Var[n̂]) of the release (core CountsInRelease): the Gaussian count its planned charge paid."""
+        if self._released is None:
+            raise DataError("dpfm: nothing released yet")
+        return _noisy_count(self._released)
+
     def answer_released(self, queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]]
                         ) -> list[tuple[tuple[str, ...], np.ndarray, np.ndarray]]:
         """Each two-party marginal from the sealed sketches (Alg. 4 with this encoder's estimator, no

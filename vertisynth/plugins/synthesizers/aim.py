@@ -34,7 +34,7 @@ from vertisynth.plugins.synthesizers.fitted import FittedGraphicalModel
 from vertisynth.pgm import estimate
 from vertisynth.pgm.graph import min_fill_cliques
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle, ZCDPFilter
-from vertisynth.vertical import owners, VerticalConfig
+from vertisynth.vertical import owners, VerticalConfig, VerticalOracle
 from vertisynth.vertical.probes import mass_bins, measure_probes
 
 STAGE = "synthesizer"
@@ -286,6 +286,10 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
         graphs: dict[tuple[int, ...], int] = {}   # a component's cells, for every graph of the run
         last_cliques: list[tuple[str, ...]] = []
         read: set[tuple[str, ...]] = set()   # candidates already read off a release
+        # over a release a cross-party candidate is scored and read for free (post-processing): each round adds the
+        # best one whose score beats the release's noise, and the round's paid selection runs on one party's
+        # candidates only (docs/vertical.md)
+        free = bool(getattr(self, "_free", False)) and isinstance(oracle, VerticalOracle) and oracle.releases
         t_select = t_fit = 0.0
         rounds = anneals = 0
         while True:
@@ -312,6 +316,16 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
                     sizes[r] = graph.cells(r)
                 if sizes[r] <= limit_cells * used / self._rho:
                     ok.append(i)
+            if free:
+                xs = [i for i in ok if parties(names[i]) == 2]
+                if xs:
+                    sc = oracle.release_scores([names[i] for i in xs], [model.marginal(names[i]).values for i in xs])
+                    if sc.max() > 0:
+                        x = names[xs[int(np.argmax(sc))]]
+                        read.add(x)
+                        meas.append(oracle.measure(x, None, rng))
+                own = [i for i in ok if parties(names[i]) == 1 and names[i] not in read]
+                ok = own or [i for i in ok if names[i] not in read] or ok
             est = [model.marginal(names[i]).values for i in ok]
             offsets = math.sqrt(2 / math.pi) * sigma * cells[ok]
             pick = ok[oracle.select([names[i] for i in ok], est, weight[ok], offsets, eps, filt, rng)]

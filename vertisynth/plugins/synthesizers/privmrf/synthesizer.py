@@ -590,6 +590,12 @@ class PrivMRFSynthesizer(Synthesizer):
             # answers measured since); a pair inside a cross-party set read already adds nothing new
             reused = [oracle.measure(m.attributes, None, rng) for m in reused
                       if not any(set(m.attributes) <= set(x.attributes) for x in meas)]
+            # so are the cross-party sets read during the rounds (replaced, not added: the same release): each
+            # was made consistent with the few 1-ways measured by then
+            fresh = [oracle.measure(m.attributes, None, rng, bins=m.bins) if self._crosses(m.attributes) else m
+                     for m in meas]
+            reused += [f for f, m in zip(fresh, meas) if f is not m]
+            meas = [m for m in meas if not self._crosses(m.attributes)]
         if reused:
             res = estimate(dom, meas + reused, total=n_hat, iters=c.refine_iters, warm_start=res.model,
                            max_cells=c.max_model_cells, atol=fit_atol(meas + reused))
