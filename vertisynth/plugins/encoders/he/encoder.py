@@ -1050,7 +1050,9 @@ def _op_costs(bits: int, randomness: str = "full", sigma: float | None = None) -
         t_key = cpu() - c0
         # packed plaintexts stay below 2^(per·w) < N/2 (HEU encrypts a larger m as m - N, a slower path); OU's
         # below its public bound
-        plains = [int.from_bytes(os.urandom((paillier.plain_bits(pk) - 1) // 8 - 1), "big") for _ in range(160)]
+        # OU's per-ciphertext work is vectorised over a chunk (`paillier._h_power`): timed in chunk-sized batches
+        size = 32 if not isinstance(pk, paillier.OUPublicKey) else 256
+        plains = [int.from_bytes(os.urandom((paillier.plain_bits(pk) - 1) // 8 - 1), "big") for _ in range(5 * size)]
         paillier.encrypt_many(pk, plains[:4], workers=1)   # warm: any lazy setup is not a per-ciphertext cost
 
         def batch(part):   # CPU per ciphertext of one batch: the median of five resists a burst of load
@@ -1058,7 +1060,7 @@ def _op_costs(bits: int, randomness: str = "full", sigma: float | None = None) -
             out = paillier.to_bytes(pk, np.array(paillier.encrypt_many(pk, part, workers=1), dtype=object))
             return (cpu() - c0) / len(part), out
 
-        runs = [batch(plains[i:i + 32]) for i in range(0, 160, 32)]
+        runs = [batch(plains[i:i + size]) for i in range(0, 5 * size, size)]
         t_enc = float(np.median([r[0] for r in runs]))
         raw = np.concatenate([r[1] for r in runs])
         cts = [int(v) for v in paillier.from_bytes(pk, raw)]
