@@ -3,7 +3,7 @@ measure after the charge, bad queries are refused in one line before anything is
 released answers for candidates that cross parties."""
 import math
 
-import attrs
+from attrs import evolve
 import numpy as np
 import pytest
 
@@ -122,7 +122,7 @@ def test_real_crypto_answers_what_the_simulation_answers(monkeypatch, scheme):
         ch = Charge("s", "m", ZCDP(0.5))
         o, _ = _oracle(data, _ledger(ch), crypto=crypto)
         if scheme == "ou":
-            o.cross_measure.config = attrs.evolve(o.cross_measure.config, scheme="ou", key_bits=1024)
+            o.cross_measure.config = evolve(o.cross_measure.config, scheme="ou", key_bits=1024)
         o.cross_measure.test_sources = {p: GeneratorSource(np.random.default_rng(11 + i))
                                         for i, p in enumerate(["P0", "P1"])}
         out[crypto] = o.measure(("d", "a", "b"), ch, np.random.default_rng(0)).values

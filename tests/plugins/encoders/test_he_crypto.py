@@ -295,3 +295,4 @@ def test_schemes_refused_in_one_line(ou_keys, monkeypatch):
     with pytest.raises(ConfigError, match="scheme = 'ou' needs SecretFlow's HEU: pip install sf-heu"):
         HEConfig(scheme="ou")
     HEConfig(scheme="ou", crypto="simulated")   # simulation needs no crypto library
+    assert paillier.resolve("auto", "ou", strict=False) == "ou"

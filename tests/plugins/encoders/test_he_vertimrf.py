@@ -101,6 +101,17 @@ def test_real_equals_simulated_under_fixed_noise(monkeypatch, scheme, bits):
     assert {p for v in r._encoder.encrypting.values() for p in v} <= {"party1", "party2"}
 
 
+def test_simulated_runs_are_the_same_under_either_scheme():
+    """The scheme changes the crypto only: with crypto = "simulated" the tables, the chosen cliques and the model
+    are those of the Paillier default, bit for bit."""
+    data = _data(n=300, seed=4)
+    parts = [["a", "c", "e"], ["b", "d", "f"]]
+    out = {sch: _fit(data, parts, {"crypto": "simulated", "cliques": 3, "scheme": sch})[0] for sch in ("paillier", "ou")}
+    assert out["ou"]._chosen == out["paillier"]._chosen
+    for m1, m2 in zip(out["ou"]._measurements, out["paillier"]._measurements):
+        np.testing.assert_array_equal(m1.values, m2.values)
+
+
 def test_config_refuses_short_keys_and_one_party():
     with pytest.raises(ConfigError, match="key_bits must be >= 2048"):
         _fit(_data(n=50), [["a", "b", "c"], ["d", "e", "f"]], {"key_bits": 1024})

@@ -125,7 +125,8 @@ class HEEncoder(Encoder):
                               "run trust = 'none'")
         if c.crypto == "real":
             paillier.require()
-        self.randomness = paillier.resolve(c.randomness, c.scheme)   # what the encrypting parties will use (the report says)
+        # what the encrypting parties will use (the report says)
+        self.randomness = paillier.resolve(c.randomness, c.scheme, strict=c.crypto == "real")
         self._domain, self._owner = ctx.domain, {a: p.name for p in ctx.partition for a in p.attributes}
         self._parties = [p.name for p in ctx.partition]
         pairs = [(a, b) for a, b in itertools.combinations(ctx.domain.attributes, 2) if self._owner[a] != self._owner[b]]
@@ -859,7 +860,8 @@ class HEEncoder(Encoder):
         c = self.config
         if c.trust != "none":
             raise ConfigError("he: answers_cost prices trust = 'none' (two-sided noise)")
-        self.randomness = getattr(self, "randomness", None) or paillier.resolve(c.randomness, c.scheme)
+        self.randomness = getattr(self, "randomness", None) or paillier.resolve(c.randomness, c.scheme,
+                                                                                 strict=c.crypto == "real")
         ct_bytes = paillier.plan_ct_bytes(c.key_bits, c.scheme)
         workers = c.workers or (os.cpu_count() or 1)
         out: dict[str, dict[str, float]] = {}
@@ -962,7 +964,8 @@ class HEEncoder(Encoder):
             dom = d if dom is None else dom.merge(d)
         self._domain, self._owner, self._parties = dom, owner, list(domains)
         paillier.require()   # across machines the parties always run real Paillier (crypto = "simulated" or not)
-        self.randomness = getattr(self, "randomness", None) or paillier.resolve(self.config.randomness, self.config.scheme)
+        self.randomness = getattr(self, "randomness", None) or paillier.resolve(self.config.randomness,
+                                                                                 self.config.scheme)
         return dom
 
     def check_across_machines(self) -> None:
