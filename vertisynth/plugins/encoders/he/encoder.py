@@ -1053,9 +1053,14 @@ def _op_costs(bits: int, randomness: str = "full", sigma: float | None = None) -
         t_key = cpu() - c0
         # packed plaintexts stay below 2^(per·w) < N/2 (HEU encrypts a larger m as m - N, a slower path); OU's
         # below its public bound
-        # OU's per-ciphertext work is vectorised over a chunk (`paillier._h_power`): timed in chunk-sized batches
-        size = 32 if not isinstance(pk, paillier.OUPublicKey) else 256
-        plains = [int.from_bytes(os.urandom((paillier.plain_bits(pk) - 1) // 8 - 1), "big") for _ in range(5 * size)]
+        ou = isinstance(pk, paillier.OUPublicKey)
+        size = 256 if ou else 32   # OU's randomness is vectorised over a chunk (`paillier._h_power`): chunk-sized
+        top = paillier.plain_bits(pk) - 1
+        plains = [int.from_bytes(os.urandom(top // 8 - 1), "big") for _ in range(5 * size)]   # dense: S's noise
+        # a row is one-hot: a few set bits, and OU's G^m (HEU's fixed-base table) costs per nonzero digit of m, so
+        # OU's row encryptions are timed on such plaintexts (Paillier's (1 + mN) costs the same for any m)
+        rows_plain = [sum(1 << (int.from_bytes(os.urandom(4), "big") % top) for _ in range(4)) for _ in plains] \
+            if ou else plains
         paillier.encrypt_many(pk, plains[:4], workers=1)   # warm: any lazy setup is not a per-ciphertext cost
 
         def batch(part):   # CPU per ciphertext of one batch: the median of five resists a burst of load
@@ -1063,7 +1068,7 @@ def _op_costs(bits: int, randomness: str = "full", sigma: float | None = None) -
             out = paillier.to_bytes(pk, np.array(paillier.encrypt_many(pk, part, workers=1), dtype=object))
             return (cpu() - c0) / len(part), out
 
-        runs = [batch(plains[i:i + size]) for i in range(0, 5 * size, size)]
+        runs = [batch(rows_plain[i:i + size]) for i in range(0, 5 * size, size)]
         t_enc = float(np.median([r[0] for r in runs]))
         raw = np.concatenate([r[1] for r in runs])
         cts = [int(v) for v in paillier.from_bytes(pk, raw)]
