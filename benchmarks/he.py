@@ -25,6 +25,12 @@ centralised PrivMRF, and the cost of the real crypto.
    ciphertexts each party encrypted per row, 3-way TVD, and the `vertisynth validate` estimate per party (on the
    run's clique tables and on the stand-in) against the measured CPU. Target: <= 90 CPU s on all of Adult.
    Quality options: `--two-way` (2-way TVD beside the 3-way), `--methods HE` (skip FM), `--he-params JSON`.
+6. Schemes (`--only schemes [--scheme-bits 2048,3072]`; not part of the default run): the per-operation CPU of each
+   scheme the encoder offers (`encoder._op_costs`, the run's own functions: a row encryption with its randomness,
+   a homomorphic addition, a decryption, one of S's full-randomness noise encryptions, a key pair), Paillier (short
+   exponents, the default) and OU (`scheme = "ou"`) at each key size, as ratios against 2048-bit Paillier measured in
+   the same run; and per plaintext bit (OU carries 617 bits per ciphertext at 2048 against Paillier's 2047), the
+   cost that decides a run. docs/he.md "Scheme OU: measured".
 5. Estimate (`--only estimate --estimate-rows 8000 --estimate-data adult,nltcs,zoo:strong`; not part of the default
    run): per dataset, `vertisynth validate`'s estimate before any row is read (`cost_estimate(n)`: the stand-in
    clique tables, per-operation costs timed here) against a real-crypto run of the same plan on n rows (a random
@@ -368,12 +374,44 @@ def estimate(data_dir: str, rows: int, datasets: list[str], eps: float = 1.6) ->
             f"({after[p]['cpu_s'] / max(ran[p], 1e-9):.2f}x)" for p in enc.parties()), flush=True)
 
 
+def schemes(bits_list: list[int], repeat: int = 3) -> None:
+    """Per-operation CPU per scheme and key size against 2048-bit Paillier in this run (median of `repeat` timings,
+    each from a fresh key: `_op_costs` times once per key and process)."""
+    from vertisynth.plugins.encoders.he import encoder as he_encoder, paillier
+
+    cases = [("paillier", 2048)] + [(sch, b) for b in bits_list for sch in ("paillier", "ou")
+                                    if (sch, b) != ("paillier", 2048)]
+    rows = {}
+    for sch, bits in cases:
+        kind = paillier.resolve("auto", sch)
+        got = []
+        for _ in range(repeat):
+            he_encoder._OP_COSTS.pop((bits, kind), None)
+            got.append(he_encoder._op_costs(bits, kind))
+        rows[(sch, bits)] = {k: statistics.median(g[k] for g in got) for k in got[0]}
+        rows[(sch, bits)]["plain_bits"] = paillier.plan_bits(bits, sch) - 1
+    base = rows[("paillier", 2048)]
+    print(f"per-operation CPU (ms), ratio against 2048-bit Paillier ({paillier.resolve('auto')} randomness) "
+          f"in this run; load {os.getloadavg()[0]:.1f}")
+    print(f"{'scheme':>9} {'bits':>5} {'enc':>8} {'x':>6} {'enc/bit':>8} {'x':>6} {'add':>7} {'x':>6} "
+          f"{'dec':>7} {'x':>6} {'noise':>7} {'x':>6} {'key':>8}")
+    for (sch, bits), r in rows.items():
+        per_bit, base_bit = r["enc"] / r["plain_bits"], base["enc"] / base["plain_bits"]
+        print(f"{sch:>9} {bits:>5} {1e3 * r['enc']:8.3f} {r['enc'] / base['enc']:6.3f} {1e6 * per_bit:8.3f} "
+              f"{per_bit / base_bit:6.3f} {1e3 * r['mul']:7.4f} {r['mul'] / base['mul']:6.3f} {1e3 * r['dec']:7.3f} "
+              f"{r['dec'] / base['dec']:6.3f} {1e3 * r['noise']:7.2f} {r['noise'] / base['noise']:6.3f} "
+              f"{1e3 * r['key']:8.0f}")
+    print("enc: one row ciphertext (with its randomness and serialisation); enc/bit: per plaintext bit (µs); "
+          "add: one homomorphic addition; noise: one of S's full-randomness encryptions")
+
+
 def main() -> int:
     global ZOO, RANDOMNESS, METHODS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", default=os.environ.get("VERTISYNTH_DATA",
                                                          str(Path(__file__).resolve().parents[2] / "shared" / "data")))
-    ap.add_argument("--only", choices=["quality", "nltcs", "adult", "zoo", "cost", "scale", "speed", "estimate"],
+    ap.add_argument("--only", choices=["quality", "nltcs", "adult", "zoo", "cost", "scale", "speed", "estimate",
+                                       "schemes"],
                     default=None,
                     help="quality = nltcs + adult + zoo")
     ap.add_argument("--runs", type=int, default=1, help="seeds per cell (CPU is scarce: default 1)")
@@ -398,6 +436,7 @@ def main() -> int:
     ap.add_argument("--two-way", action="store_true", help="also the 2-way TVD (quality)")
     ap.add_argument("--methods", default=None, help="quality: comma list of HE, FM (PrivMRF always runs)")
     ap.add_argument("--he-params", default=None, help='JSON merged into the he encoder params, e.g. {"cliques": 24}')
+    ap.add_argument("--scheme-bits", default="2048,3072", help="--only schemes: key sizes")
     args = ap.parse_args()
     RANDOMNESS = args.randomness
     if args.he_params:
@@ -410,8 +449,9 @@ def main() -> int:
         METHODS = {"HE": "VertiMRF-HE", "FM": "VertiMRF-FM"}
         METHODS = [METHODS[m] for m in args.methods.split(",")]
     dd = args.data_dir
-    want = lambda part: args.only == part or (args.only is None and part not in ("scale", "speed", "estimate")) or (  # noqa: E731
-        args.only == "quality" and part not in ("cost", "scale", "speed", "estimate"))
+    want = lambda part: args.only == part or (args.only is None and part not in ("scale", "speed", "estimate",  # noqa: E731
+                                                                                "schemes")) or (
+        args.only == "quality" and part not in ("cost", "scale", "speed", "estimate", "schemes"))
     if want("nltcs"):
         quality("NLTCS", {"name": "nltcs", "params": {"data_dir": dd}}, [0.4, 1.6], args.runs, args.marginals)
     if want("adult"):
@@ -442,6 +482,8 @@ def main() -> int:
         speed(dd, args.speed_rows, args.speed_eps, args.marginals)
     if want("estimate"):
         estimate(dd, args.estimate_rows, args.estimate_data.split(","))
+    if want("schemes"):
+        schemes([int(b) for b in args.scheme_bits.split(",")])
     if want("scale"):
         scale(dd, [int(r) for r in args.scale_rows.split(",")], not args.no_sum, args.queries_cache)
     return 0

@@ -26,22 +26,29 @@ def _plan(pairs, marginals):
 
 
 
-def _two_parties_real_crypto(monkeypatch):
-    """160 correlated rows split 3 + 2 attributes, the cross-party pairs, 7 planned marginals, real 512-bit Paillier."""
+SCHEME_CASES = [({}, 512), pytest.param({"scheme": "ou"}, 1024, marks=pytest.mark.skipif(
+    not paillier.short_available(), reason="scheme = 'ou' needs sf-heu"))]
+
+
+def _two_parties_real_crypto(monkeypatch, scheme=None, bits=512):
+    """160 correlated rows split 3 + 2 attributes, the cross-party pairs, 7 planned marginals, real 512-bit Paillier
+    (or `scheme`, e.g. OU at 1024 bits)."""
     monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
     data = correlated(160, seed=2)
     part = VerticalPartition.from_lists([["a", "c", "e"], ["b", "d"]], ["P0", "P1"]).validate(data.domain)
     pairs = [(a, b) for a in data.domain.attributes for b in data.domain.attributes
              if a < b and {a, b} & {"a", "c", "e"} and {a, b} & {"b", "d"}]
     planned = _plan(len(pairs), 7)
-    enc = HEEncoder(HEConfig(crypto="real", key_bits=512, workers=1))
+    enc = HEEncoder(HEConfig(crypto="real", key_bits=bits, workers=1, **(scheme or {})))
     return data, part, pairs, planned, enc
 
-def test_the_estimate_counts_the_ciphertexts_a_run_of_the_same_answers_makes(monkeypatch):
+@pytest.mark.parametrize("scheme, bits", SCHEME_CASES, ids=["paillier", "ou"])
+def test_the_estimate_counts_the_ciphertexts_a_run_of_the_same_answers_makes(monkeypatch, scheme, bits):
     """The probes (fixed by the plan) and the stand-in's adaptive answers, asked of the oracle with real crypto:
     every party's ciphertexts (encrypted rows and returned sums) are what `answers_cost` said before, exactly:
-    the probe stage's one packed run, each party's whole rows once, the rest summed again."""
-    data, part, pairs, planned, enc = _two_parties_real_crypto(monkeypatch)
+    the probe stage's one packed run, each party's whole rows once, the rest summed again. Under each scheme (OU:
+    fewer slots per ciphertext, priced from `paillier.plan_bits`)."""
+    data, part, pairs, planned, enc = _two_parties_real_crypto(monkeypatch, scheme, bits)
     asked, counted = answers(data.domain, part, 2, planned, enc.sigma_for_rho)
     # 6 of the 10 pairs cross parties: 7 marginals -> ceil(4.2) = 5 stand-in answers after the one probe answer
     assert counted == {"probes": 6, "adaptive": 5, "marginals": 7} and len(asked) == 6
@@ -50,7 +57,7 @@ def test_the_estimate_counts_the_ciphertexts_a_run_of_the_same_answers_makes(mon
     led = PrivacyLedger(Budget(1e6, 1e-9))
     led.plan(planned)
     rngs = {p: np.random.default_rng(i) for i, p in enumerate(part.names)}
-    run = HEEncoder(HEConfig(crypto="real", key_bits=512, workers=1))
+    run = HEEncoder(HEConfig(crypto="real", key_bits=bits, workers=1, **(scheme or {})))
     oracle = VerticalOracle(part.views(data), part, run, led, rngs, "he")
     bins = width_bins(data.domain, 2)
     rng = np.random.default_rng(0)

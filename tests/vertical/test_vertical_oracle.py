@@ -3,6 +3,7 @@ measure after the charge, bad queries are refused in one line before anything is
 released answers for candidates that cross parties."""
 import math
 
+from attrs import evolve
 import numpy as np
 import pytest
 
@@ -109,15 +110,19 @@ def test_the_measure_refuses_a_one_party_table_and_an_empty_side():
             enc.answer(part.views(data), [q], 1.0, "simulation", rngs)
 
 
-def test_real_crypto_answers_what_the_simulation_answers(monkeypatch):
-    """The oracle's cross-party route through real Paillier (small test keys) equals the plaintext simulation
-    under the same fixed noise sources."""
+@pytest.mark.parametrize("scheme", ["paillier", pytest.param("ou", marks=pytest.mark.skipif(
+    not paillier.short_available(), reason="scheme = 'ou' needs sf-heu"))])
+def test_real_crypto_answers_what_the_simulation_answers(monkeypatch, scheme):
+    """The oracle's cross-party route through real Paillier or OU (small test keys) equals the plaintext
+    simulation under the same fixed noise sources."""
     monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
     data = correlated(150, seed=3)
     out = {}
     for crypto in ("simulated", "real"):
         ch = Charge("s", "m", ZCDP(0.5))
         o, _ = _oracle(data, _ledger(ch), crypto=crypto)
+        if scheme == "ou":
+            o.cross_measure.config = evolve(o.cross_measure.config, scheme="ou", key_bits=1024)
         o.cross_measure.test_sources = {p: GeneratorSource(np.random.default_rng(11 + i))
                                         for i, p in enumerate(["P0", "P1"])}
         out[crypto] = o.measure(("d", "a", "b"), ch, np.random.default_rng(0)).values

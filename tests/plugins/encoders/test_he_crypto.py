@@ -27,6 +27,20 @@ def keys():
     return phe.generate_paillier_keypair(n_length=TEST_BITS)
 
 
+OU_TEST_BITS = 1024   # HEU's smallest OU key (its subgroup prime needs 6·160 - 2 bits); production: >= 2048
+
+
+@pytest.fixture(scope="module", params=["paillier", "ou"])
+def any_keys(request, keys):
+    """A key pair of each scheme (OU through sf-heu, where installed)."""
+    if request.param == "paillier":
+        return keys
+    pytest.importorskip("heu", reason="scheme = 'ou' needs sf-heu")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(paillier, "MIN_KEY_BITS", TEST_BITS)
+        return paillier.keypair(OU_TEST_BITS, "ou")
+
+
 @pytest.fixture(autouse=True)
 def tiny_keys_allowed(monkeypatch):
     monkeypatch.setattr(paillier, "MIN_KEY_BITS", TEST_BITS)
@@ -52,7 +66,8 @@ def plain(a: Dataset, b: Dataset, q) -> np.ndarray:
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(sizes=st.lists(st.integers(2, 6), min_size=2, max_size=5), split=st.integers(1, 4), n=st.integers(1, 40),
        seed=st.integers(0, 2**31), tuples=st.booleans())
-def test_exact_counts_against_plaintext(keys, sizes, split, n, seed, tuples):
+def test_exact_counts_against_plaintext(any_keys, sizes, split, n, seed, tuples):
+    keys = any_keys
     split = min(split, len(sizes) - 1)
     rng = np.random.default_rng(seed)
     names = [f"x{i}" for i in range(len(sizes))]
@@ -68,7 +83,8 @@ def test_exact_counts_against_plaintext(keys, sizes, split, n, seed, tuples):
         np.testing.assert_array_equal(got, plain(a, b, q))
 
 
-def test_simulated_equals_real_under_a_fixed_noise_seed(keys):
+def test_simulated_equals_real_under_a_fixed_noise_seed(any_keys):
+    keys = any_keys
     rng = np.random.default_rng(3)
     a, b = table(rng, {"a1": 3, "a2": 5}, 200), table(rng, {"b1": 4, "b2": 2}, 200)
     for queries in ([((x,), (y,)) for x in ("a1", "a2") for y in ("b1", "b2")],
@@ -106,8 +122,8 @@ def test_returned_ciphertexts_are_rerandomised(keys):
         assert plains[0] != plains[1]
 
 
-def test_slot_overflow_refused(keys):
-    pk, _ = keys
+def test_slot_overflow_refused(any_keys):
+    pk, _ = any_keys
     need = slot_width(1000, 50)
     with pytest.raises(ConfigError, match="could overflow"):
         Layout.build([("a",)], [3], 1000, 50, 512, width=need - 1)
@@ -129,9 +145,9 @@ def test_short_keys_and_foreign_ciphertexts_refused(keys, monkeypatch):
         paillier.from_bytes(pk, too_big)
 
 
-def test_unnoised_neighbour_blocks_refused(keys):
+def test_unnoised_neighbour_blocks_refused(any_keys):
     """S never returns a ciphertext column holding a block it was not asked to noise."""
-    pk, _ = keys
+    pk, _ = any_keys
     rng = np.random.default_rng(1)
     a, b = table(rng, {"a1": 3, "a2": 3}, 20), table(rng, {"b1": 2}, 20)
     full = [(("a1",), ("b1",)), (("a2",), ("b1",))]
@@ -200,3 +216,83 @@ def test_short_exponent_keys_give_standard_ciphertexts():
     assert sk.raw_decrypt(cts[2] * full % pk.nsquare) == 12350
     with pytest.raises(ConfigError, match="randomness must be one of"):
         paillier.resolve("fast")
+
+
+# -- scheme = "ou" (Okamoto-Uchiyama through sf-heu) -------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ou_keys():
+    pytest.importorskip("heu", reason="scheme = 'ou' needs sf-heu")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(paillier, "MIN_KEY_BITS", TEST_BITS)
+        return paillier.keypair(OU_TEST_BITS, "ou")
+
+
+def test_ou_ciphertexts_add_up_are_fresh_and_cross_as_text(ou_keys):
+    """HEU's OU encryptions in standard form decrypt exactly, add up as the product mod n, differ between two
+    encryptions of one value; the key crosses as text; the row randomness H^s (the fixed-base table) is H^s."""
+    pk, sk = ou_keys
+    top = paillier.plain_modulus(pk)
+    assert top == 1 << pk.bound_bits and paillier.plain_bits(pk) == paillier.plan_bits(OU_TEST_BITS, "ou")
+    values = [0, 1, 12345, top - 1, (top >> 1) + 7]
+    cts = paillier.encrypt_many(pk, values * 8, workers=1)
+    assert [sk.raw_decrypt(c) for c in cts] == values * 8 and len(set(cts)) == len(cts)
+    assert sk.raw_decrypt(cts[1] * cts[2] % pk.n) == 12346
+    assert paillier.ciphertext_bytes(pk) == (pk.n.bit_length() + 7) // 8 <= paillier.plan_ct_bytes(OU_TEST_BITS, "ou")
+    again = paillier.public_from_text(paillier.key_text(pk))
+    assert again == pk and sk.raw_decrypt(paillier.encrypt_many(again, [77], workers=1)[0]) == 77
+    full = paillier.encrypt_many(paillier.rerandomiser(pk), [5, 5], workers=1)   # S's noise: full-length H^r
+    assert [sk.raw_decrypt(c) for c in full] == [5, 5] and full[0] != full[1]
+    table = paillier._H_TABLES[(pk.n, pk.h)]
+    digits = np.random.default_rng(0).integers(0, 256, table.shape[0])
+    product = 1
+    for i, d in enumerate(digits):
+        product = product * int(table[i, d]) % pk.n
+    assert product == pow(pk.h, sum(int(d) << (8 * i) for i, d in enumerate(digits)), pk.n)
+    with pytest.raises(ConfigError, match="does not fit"):
+        paillier.encrypt_many(pk, [top], workers=1)
+
+
+def test_ou_refuses_what_an_honest_sum_cannot_decrypt_to(ou_keys):
+    """OU's chosen-ciphertext attack factors n from the decryption of a value at or above p: E (or the server)
+    refuses every decryption outside the public bound, which lies 64 bits below p."""
+    pk, sk = ou_keys
+    heu_enc = paillier._short_encryptor(pk.heu_key)
+    above = paillier._ou_value(heu_enc.encrypt_raw(1 << pk.bound_bits)) * pk.montgomery % pk.n
+    forged = [above, int(np.random.default_rng(1).integers(2, 2**62)) * 2**600 % pk.n + 1]
+    for c in forged:
+        with pytest.raises(MessageError, match="outside what an honest sum can make"):
+            sk.raw_decrypt(c)
+
+
+def test_schemes_refused_in_one_line(ou_keys, monkeypatch):
+    """An unknown scheme, a Paillier setting with OU, a key of the other scheme, a key below the floor, and OU
+    without sf-heu: each a one-line error."""
+    from vertisynth.plugins.encoders.he.encoder import HEConfig
+    from vertisynth.plugins.encoders.he.rounds import check_rows, modulus_fingerprint
+
+    with pytest.raises(ConfigError, match="scheme must be one of"):
+        HEConfig(scheme="elgamal")
+    with pytest.raises(ConfigError, match="scheme must be one of"):
+        paillier.resolve("auto", "dgk")
+    with pytest.raises(ConfigError, match="is a Paillier setting"):
+        HEConfig(scheme="ou", randomness="short")
+    monkeypatch.setattr(paillier, "MIN_KEY_BITS", 2048)
+    with pytest.raises(ConfigError, match="key_bits must be >= 2048"):
+        paillier.keypair(1024, "ou")
+    pk, _ = ou_keys
+    rng = np.random.default_rng(2)
+    a = table(rng, {"a1": 3}, 10)
+    monkeypatch.setattr(paillier, "MIN_KEY_BITS", TEST_BITS)
+    m1 = protocol.encrypt_rows("A", "B", a, [(("a1",), ("b1",))], pk, 3, workers=1)
+    key = {"modulus": m1.modulus, "fingerprint": modulus_fingerprint(m1.modulus)}
+    check_rows("B", m1, "A", key, "ou")
+    with pytest.raises(MessageError, match="a ou key, but this run's scheme is 'paillier'"):
+        check_rows("B", m1, "A", key)
+    phe_text = format(phe.generate_paillier_keypair(n_length=TEST_BITS)[0].n, "x")
+    with pytest.raises(MessageError, match="a paillier key, but this run's scheme is 'ou'"):
+        paillier.check_scheme(phe_text, "ou", "he-key from 'A'")
+    monkeypatch.setattr(paillier, "heu", None)
+    with pytest.raises(ConfigError, match="scheme = 'ou' needs SecretFlow's HEU: pip install sf-heu"):
+        HEConfig(scheme="ou")
+    HEConfig(scheme="ou", crypto="simulated")   # simulation needs no crypto library
+    assert paillier.resolve("auto", "ou", strict=False) == "ou"

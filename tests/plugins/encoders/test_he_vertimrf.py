@@ -78,14 +78,20 @@ def test_three_parties_simulated():
     assert _tvd(syn._model, data, ["a", "b"]) < _independent_tvd(data, ["a", "b"]) / 3
 
 
-def test_real_equals_simulated_under_fixed_noise(monkeypatch):
+SCHEMES = [("paillier", 512), pytest.param("ou", 1024, marks=pytest.mark.skipif(not paillier.short_available(),
+                                                                             reason="scheme = 'ou' needs sf-heu"))]
+
+
+@pytest.mark.parametrize("scheme, bits", SCHEMES)
+def test_real_equals_simulated_under_fixed_noise(monkeypatch, scheme, bits):
     monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
     data = _data(n=300, seed=2)
     parts = [["a", "c", "e"], ["b", "d", "f"]]
     src = lambda: {p: GeneratorSource(np.random.default_rng(i)) for i, p in enumerate(("party1", "party2"))}  # noqa: E731
     out = {}
     for crypto in ("real", "simulated"):
-        syn, _ = _fit(data, parts, {"crypto": crypto, "cliques": 3, "key_bits": 512, "workers": 1}, sources=src())
+        syn, _ = _fit(data, parts, {"crypto": crypto, "cliques": 3, "key_bits": bits, "workers": 1,
+                                    "scheme": scheme}, sources=src())
         out[crypto] = syn
     r, s = out["real"], out["simulated"]
     assert r._chosen == s._chosen
@@ -93,6 +99,17 @@ def test_real_equals_simulated_under_fixed_noise(monkeypatch):
         np.testing.assert_array_equal(m1.values, m2.values)
     assert r._encoder.costs["selection"].bytes_sent["party1"] > 0   # ciphertexts really went round
     assert {p for v in r._encoder.encrypting.values() for p in v} <= {"party1", "party2"}
+
+
+def test_simulated_runs_are_the_same_under_either_scheme():
+    """The scheme changes the crypto only: with crypto = "simulated" the tables, the chosen cliques and the model
+    are those of the Paillier default, bit for bit."""
+    data = _data(n=300, seed=4)
+    parts = [["a", "c", "e"], ["b", "d", "f"]]
+    out = {sch: _fit(data, parts, {"crypto": "simulated", "cliques": 3, "scheme": sch})[0] for sch in ("paillier", "ou")}
+    assert out["ou"]._chosen == out["paillier"]._chosen
+    for m1, m2 in zip(out["ou"]._measurements, out["paillier"]._measurements):
+        np.testing.assert_array_equal(m1.values, m2.values)
 
 
 def test_config_refuses_short_keys_and_one_party():
@@ -167,7 +184,8 @@ def test_tables_of_a_pair_are_split_between_the_sides_when_that_is_cheaper(monke
         np.testing.assert_array_equal(out["real"][k], out["simulated"][k])
 
 
-def test_cost_estimate_counts_the_ciphertexts_a_real_run_makes(monkeypatch):
+@pytest.mark.parametrize("scheme, bits", SCHEMES)
+def test_cost_estimate_counts_the_ciphertexts_a_real_run_makes(monkeypatch, scheme, bits):
     """The estimate goes through the run's table split and layouts: on the queries a real (small-key) run measured,
     every party's counted ciphertexts (rows encrypted, sums returned) equal the estimate's, stage by stage."""
     from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
@@ -175,7 +193,7 @@ def test_cost_estimate_counts_the_ciphertexts_a_real_run_makes(monkeypatch):
     monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
     data = _data(n=130, seed=5)
     part = VerticalPartition.from_lists([["a", "c", "e"], ["b", "d", "f"]])
-    enc = HEEncoder(HEConfig(crypto="real", key_bits=512, workers=1, cliques=3))
+    enc = HEEncoder(HEConfig(crypto="real", key_bits=bits, workers=1, cliques=3, scheme=scheme))
     ledger = PrivacyLedger(Budget(1.0, 1e-5))
     ledger.plan(enc.plan(PlanContext(data.domain, part, Budget(1.0, 1e-5))))
     rngs = {p: np.random.default_rng(i) for i, p in enumerate(part.names)}

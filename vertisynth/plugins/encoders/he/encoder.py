@@ -55,6 +55,7 @@ class HEConfig:
     slot_bits: int | None = None
     round_timeout: float = 600.0   # seconds a party or the server waits for the others in a deployed round
     randomness: str = "auto"       # "short" (sf-heu's DJN short exponents), "full" (phe), "auto": short if installed
+    scheme: str = "paillier"       # "paillier", or "ou" (Okamoto-Uchiyama through sf-heu; docs/he.md "Scheme OU")
     trust: str = "none"            # "none": two-sided noise, no trusted party; "server": server_trust.py
     reuse: bool = True             # the clique stage sums the selection stage's rows where it can (`reuse_plan`)
     keep_rows: bool = True         # oracle answers: S keeps E's encrypted blocks for later answers (`oracle_rows`)
@@ -73,6 +74,13 @@ class HEConfig:
             raise ConfigError("he: selection_pairs >= 1, cliques >= 1, max_cells >= 4, workers >= 0, chunk_rows >= 1")
         if self.randomness not in paillier.RANDOMNESS:
             raise ConfigError(f"he: randomness must be one of {list(paillier.RANDOMNESS)}, got {self.randomness!r}")
+        if self.scheme not in paillier.SCHEMES:
+            raise ConfigError(f"he: scheme must be one of {list(paillier.SCHEMES)}, got {self.scheme!r}")
+        if self.scheme == "ou" and self.randomness != "auto":
+            raise ConfigError(f"he: randomness = {self.randomness!r} is a Paillier setting; scheme = 'ou' draws its "
+                              "own (leave randomness out)")
+        if self.scheme == "ou" and self.crypto == "real":
+            paillier.resolve(self.randomness, self.scheme)   # without sf-heu: refused here, in one line
         if self.trust not in ("none", "server"):
             raise ConfigError(f"he: trust must be 'none' or 'server', got {self.trust!r}")
         if not self.round_timeout > 0:
@@ -117,7 +125,8 @@ class HEEncoder(Encoder):
                               "run trust = 'none'")
         if c.crypto == "real":
             paillier.require()
-        self.randomness = paillier.resolve(c.randomness)   # what the encrypting parties will use (the report says)
+        # what the encrypting parties will use (the report says)
+        self.randomness = paillier.resolve(c.randomness, c.scheme, strict=c.crypto == "real")
         self._domain, self._owner = ctx.domain, {a: p.name for p in ctx.partition for a in p.attributes}
         self._parties = [p.name for p in ctx.partition]
         pairs = [(a, b) for a, b in itertools.combinations(ctx.domain.attributes, 2) if self._owner[a] != self._owner[b]]
@@ -180,7 +189,7 @@ class HEEncoder(Encoder):
         if stage == "cliques":
             ts, size = support_bound(self.sigma["selection"]), lambda b: self._domain.project(b).size()  # noqa: E731
             for _, e, _, qs in self.pairs(self._selection, n, "selection"):
-                load[e] = load.get(e, 0) + protocol.row_ciphertexts(qs, size, n, ts, self.config.key_bits,
+                load[e] = load.get(e, 0) + protocol.row_ciphertexts(qs, size, n, ts, self.plan_bits(),
                                                                     self.config.slot_bits)
         reuse = self.reuse_plan(n) if stage == "cliques" else None
         out = []
@@ -211,9 +220,9 @@ class HEEncoder(Encoder):
                     out[(e, s)] = fan[e]
                     continue
                 blocks, groups = protocol.block_groups(protocol.unique(qs), separate=True)
-                lay = packing.Layout.build(blocks, [size(b) for b in blocks], n, t_sel, c.key_bits, groups,
+                lay = packing.Layout.build(blocks, [size(b) for b in blocks], n, t_sel, self.plan_bits(), groups,
                                            c.slot_bits, True)
-                if lay.plaintexts <= protocol.row_ciphertexts(qs, size, n, t_sel, c.key_bits, c.slot_bits):
+                if lay.plaintexts <= protocol.row_ciphertexts(qs, size, n, t_sel, self.plan_bits(), c.slot_bits):
                     out[(e, s)] = (protocol.unique(qs), lay)
         memo[n] = out
         return out
@@ -246,8 +255,8 @@ class HEEncoder(Encoder):
                 continue
             union = protocol.unique([q for qs in parts for q in qs])
             blocks, groups = protocol.block_groups(union, separate=True)
-            lay = packing.Layout.build(blocks, [size(b) for b in blocks], n, t, c.key_bits, groups, c.slot_bits, True)
-            if lay.plaintexts <= sum(protocol.row_ciphertexts(qs, size, n, t, c.key_bits, c.slot_bits) for qs in parts):
+            lay = packing.Layout.build(blocks, [size(b) for b in blocks], n, t, self.plan_bits(), groups, c.slot_bits, True)
+            if lay.plaintexts <= sum(protocol.row_ciphertexts(qs, size, n, t, self.plan_bits(), c.slot_bits) for qs in parts):
                 out[e] = (union, lay)
         return out
 
@@ -264,7 +273,7 @@ class HEEncoder(Encoder):
         plan = self.reused(enc, summ, queries, n, stage)
         if plan is None and fan and enc in fan:
             plan = fan[enc]
-        return protocol.stage_counts(queries, size, n, support_bound(self.sigma[stage]), c.key_bits, c.slot_bits,
+        return protocol.stage_counts(queries, size, n, support_bound(self.sigma[stage]), self.plan_bits(), c.slot_bits,
                                      separate=self.separate(enc, summ, n, stage),
                                      reuse=plan[1] if plan is not None else None)
 
@@ -371,6 +380,11 @@ class HEEncoder(Encoder):
             self._keys[party] = paillier.keypair(self.config.key_bits, self.randomness)
         return self._keys[party]
 
+    def plan_bits(self) -> int:
+        """The plaintext bits every key of this config gives a layout (`paillier.plan_bits`): plans and estimates
+        compute the layouts the run's keys will make."""
+        return paillier.plan_bits(self.config.key_bits, self.config.scheme)
+
     def round_timeout(self) -> float:
         return self.config.round_timeout
 
@@ -444,7 +458,7 @@ class HEEncoder(Encoder):
         if memo_key in memo:
             return memo[memo_key]
         size = functools.cache(lambda b: self._domain.project(b).size())
-        bits, sb = self.config.key_bits, self.config.slot_bits
+        bits, sb = self.plan_bits(), self.config.slot_bits
         enc0, _, _ = self._orient(p, q, qs, n, offset)
         rows: dict[tuple[bool, tuple[bool, ...]], int] = {}
 
@@ -504,7 +518,7 @@ class HEEncoder(Encoder):
         fewer ciphertexts per row encrypts (fewer slots on a tie)."""
         size = lambda b: self._domain.project(b).size()  # noqa: E731
         flipped = [(b, a) for a, b in qs]
-        bits, sb = self.config.key_bits, self.config.slot_bits
+        bits, sb = self.plan_bits(), self.config.slot_bits
         cost_p = (protocol.row_ciphertexts(qs, size, n, offset, bits, sb), sum(map(size, {x[0] for x in qs})))
         cost_q = (protocol.row_ciphertexts(flipped, size, n, offset, bits, sb), sum(map(size, {x[0] for x in flipped})))
         return (p, q, qs) if cost_p <= cost_q else (q, p, flipped)
@@ -516,7 +530,7 @@ class HEEncoder(Encoder):
         stage makes (`pairs`: the table split and the layouts `encrypt_rows` builds; `Costs` counts the same
         ciphertexts), and the CPU they take at this key size's measured per-operation costs."""
         c = self.config
-        ct_bytes = 2 * c.key_bits // 8
+        ct_bytes = paillier.plan_ct_bytes(c.key_bits, c.scheme)
         op = _op_costs(c.key_bits, self.randomness, self.sigma[stage]) if c.crypto == "real" else None
         size = lambda b: self._domain.project(b).size()  # noqa: E731
         workers = c.workers or (os.cpu_count() or 1)
@@ -661,7 +675,7 @@ class HEEncoder(Encoder):
             raise ConfigError("he: fixed test noise sources are for simulation noise only; this run has secure noise")
         if c.crypto == "real":
             paillier.require()
-            self.randomness = getattr(self, "randomness", None) or paillier.resolve(c.randomness)
+            self.randomness = getattr(self, "randomness", None) or paillier.resolve(c.randomness, c.scheme)
         self._domain, self._owner, self._parties = dom, owner, list(views)
         n = next(iter(views.values())).n
         t = support_bound(sigma)
@@ -673,11 +687,11 @@ class HEEncoder(Encoder):
         costs = self.costs.setdefault(stage, protocol.Costs())
         self.wire_bytes = getattr(self, "wire_bytes", {})   # what each party sends (real crypto's ciphertexts)
         size = lambda b: dom.project(b).size()  # noqa: E731
-        ct_bytes = 2 * c.key_bits // 8
+        ct_bytes = paillier.plan_ct_bytes(c.key_bits, c.scheme)
         tables: dict[str, np.ndarray] = {}
         for pair, enc, summ, qs in runs:
             src_e, src_s = self._sources(stage, pair, enc, summ, bases)
-            k = protocol.stage_counts(qs, size, n, t, c.key_bits, c.slot_bits)
+            k = protocol.stage_counts(qs, size, n, t, self.plan_bits(), c.slot_bits)
             sent = n * k["per_row"] * ct_bytes
             self.wire_bytes[summ] = self.wire_bytes.get(summ, 0) + k["returned"] * ct_bytes
             if c.crypto == "simulated":
@@ -686,7 +700,7 @@ class HEEncoder(Encoder):
                 costs.add(enc, protocol.cpu_now() - c0)
             else:
                 keys = self.keypair(enc)
-                store = self.blocks_store(enc, summ, keys[0].n, "S")
+                store = self.blocks_store(enc, summ, paillier.key_text(keys[0]), "S")
                 if by_whole:   # E's whole rows, encrypted once for S (no noise in them), summed again here
                     m1, wq, sent = self._whole_rows(enc, summ, whole[enc], t, store, costs)
                     msg = protocol.run_real(enc, summ, whole[enc], views[summ], qs, sigma, src_e, src_s, keys, stage,
@@ -709,11 +723,11 @@ class HEEncoder(Encoder):
     # E's encrypted one-hot blocks kept for later answers of the run (issue 31: every adaptive answer used to
     # encrypt all of E's rows again). S keeps the ciphertexts it received; E keeps a record of what S holds (the
     # same bounded store, driven by the same messages). Each answer's sums, S's noise and E's noise stay fresh.
-    def blocks_store(self, enc: str, summ: str, modulus: int, side: str) -> protocol.RowsCache:
+    def blocks_store(self, enc: str, summ: str, modulus: str, side: str) -> protocol.RowsCache:
         """S's store of E's blocks (side "S", with their ciphertexts) or E's record of what S holds ("E"), for one
         (E, S) pair and E's key of this run: at most `rows_cache_mb` of ciphertexts each."""
         stores = self.__dict__.setdefault("_blocks", {})
-        key = (side, enc, summ, int(modulus))
+        key = (side, enc, summ, str(modulus).lower())
         if key not in stores:
             stores[key] = protocol.RowsCache(self.config.rows_cache_mb * 2**20, arrays=side == "S")
         return stores[key]
@@ -779,7 +793,7 @@ class HEEncoder(Encoder):
             size = lambda b: int(np.prod([domain.size(a) for a in b]))  # noqa: E731
 
             def plaintexts(bl: list) -> int:
-                return protocol.usual_layout([(b, ()) for b in bl], size, n, offset, c.key_bits, c.slot_bits,
+                return protocol.usual_layout([(b, ()) for b in bl], size, n, offset, self.plan_bits(), c.slot_bits,
                                              separate=True).plaintexts
 
             out = [(a,) for a in domain.attributes]
@@ -830,7 +844,7 @@ class HEEncoder(Encoder):
             return None
         public = self.keypair(enc)[0]
         size = lambda b: int(np.prod([view.domain.size(a) for a in b]))  # noqa: E731
-        usual = protocol.row_ciphertexts(queries, size, view.n, offset, public.n.bit_length(), c.slot_bits)
+        usual = protocol.row_ciphertexts(queries, size, view.n, offset, paillier.plain_bits(public), c.slot_bits)
         return protocol.encrypt_blocks(enc, summ, view, queries, public, offset, self.block_salt(enc),
                                        held.__contains__, c.workers, c.chunk_rows, c.slot_bits, limit=usual)
 
@@ -846,8 +860,9 @@ class HEEncoder(Encoder):
         c = self.config
         if c.trust != "none":
             raise ConfigError("he: answers_cost prices trust = 'none' (two-sided noise)")
-        self.randomness = getattr(self, "randomness", None) or paillier.resolve(c.randomness)
-        ct_bytes = 2 * c.key_bits // 8
+        self.randomness = getattr(self, "randomness", None) or paillier.resolve(c.randomness, c.scheme,
+                                                                                 strict=c.crypto == "real")
+        ct_bytes = paillier.plan_ct_bytes(c.key_bits, c.scheme)
         workers = c.workers or (os.cpu_count() or 1)
         out: dict[str, dict[str, float]] = {}
         records: dict[tuple[str, str], protocol.RowsCache] = {}
@@ -872,7 +887,7 @@ class HEEncoder(Encoder):
                 if by_whole:   # E's whole rows (every attribute unbinned), encrypted on first use
                     whole = parties[enc]
                     lay = protocol.usual_layout(self.whole_queries(whole, n, t),
-                                                lambda b, w=whole: w.project(b).size(), n, t, c.key_bits,
+                                                lambda b, w=whole: w.project(b).size(), n, t, self.plan_bits(),
                                                 c.slot_bits, separate=True)
                     key = f"whole|{lay.width}"
                     new = 0 if key in record else lay.plaintexts
@@ -881,8 +896,8 @@ class HEEncoder(Encoder):
                     else:
                         record.get(key)
                 else:
-                    usual_lay = protocol.usual_layout(part, size, n, t, c.key_bits, c.slot_bits)
-                    lay = protocol.blocks_layout(part, size, n, t, c.key_bits, c.slot_bits)
+                    usual_lay = protocol.usual_layout(part, size, n, t, self.plan_bits(), c.slot_bits)
+                    lay = protocol.blocks_layout(part, size, n, t, self.plan_bits(), c.slot_bits)
                     ids = [f"{'|'.join(b)}:{lay.cells[i]}:{lay.width}" for i, b in enumerate(lay.blocks)]
                     fresh = [i for i, k in enumerate(ids) if k not in record]
                     new = sum(len(lay.columns(i)) for i in fresh)
@@ -894,7 +909,7 @@ class HEEncoder(Encoder):
                                 record.get(k)
                     else:
                         lay, new = usual_lay, usual_lay.plaintexts
-                k = protocol.stage_counts(part, size, n, t, c.key_bits, c.slot_bits, reuse=lay)
+                k = protocol.stage_counts(part, size, n, t, self.plan_bits(), c.slot_bits, reuse=lay)
                 self._price(out, op, enc, summ, n, new, lay, k, sum(size(x[0]) * size(x[1]) for x in part),
                             keyed, workers, ct_bytes)
         if c.crypto == "simulated":
@@ -949,7 +964,8 @@ class HEEncoder(Encoder):
             dom = d if dom is None else dom.merge(d)
         self._domain, self._owner, self._parties = dom, owner, list(domains)
         paillier.require()   # across machines the parties always run real Paillier (crypto = "simulated" or not)
-        self.randomness = getattr(self, "randomness", None) or paillier.resolve(self.config.randomness)
+        self.randomness = getattr(self, "randomness", None) or paillier.resolve(self.config.randomness,
+                                                                                 self.config.scheme)
         return dom
 
     def check_across_machines(self) -> None:
@@ -1035,8 +1051,16 @@ def _op_costs(bits: int, randomness: str = "full", sigma: float | None = None) -
         c0 = cpu()
         pk, sk = paillier.keypair(bits, randomness)
         t_key = cpu() - c0
-        # packed plaintexts stay below 2^(per·w) < N/2 (HEU encrypts a larger m as m - N, a slower path)
-        plains = [int.from_bytes(os.urandom(bits // 8 - 2), "big") for _ in range(160)]
+        # packed plaintexts stay below 2^(per·w) < N/2 (HEU encrypts a larger m as m - N, a slower path); OU's
+        # below its public bound
+        ou = isinstance(pk, paillier.OUPublicKey)
+        size = 256 if ou else 32   # OU's randomness is vectorised over a chunk (`paillier._h_power`): chunk-sized
+        top = paillier.plain_bits(pk) - 1
+        plains = [int.from_bytes(os.urandom(top // 8 - 1), "big") for _ in range(5 * size)]   # dense: S's noise
+        # a row is one-hot: a few set bits, and OU's G^m (HEU's fixed-base table) costs per nonzero digit of m, so
+        # OU's row encryptions are timed on such plaintexts (Paillier's (1 + mN) costs the same for any m)
+        rows_plain = [sum(1 << (int.from_bytes(os.urandom(4), "big") % top) for _ in range(4)) for _ in plains] \
+            if ou else plains
         paillier.encrypt_many(pk, plains[:4], workers=1)   # warm: any lazy setup is not a per-ciphertext cost
 
         def batch(part):   # CPU per ciphertext of one batch: the median of five resists a burst of load
@@ -1044,13 +1068,14 @@ def _op_costs(bits: int, randomness: str = "full", sigma: float | None = None) -
             out = paillier.to_bytes(pk, np.array(paillier.encrypt_many(pk, part, workers=1), dtype=object))
             return (cpu() - c0) / len(part), out
 
-        runs = [batch(plains[i:i + 32]) for i in range(0, 160, 32)]
+        runs = [batch(rows_plain[i:i + size]) for i in range(0, 5 * size, size)]
         t_enc = float(np.median([r[0] for r in runs]))
         raw = np.concatenate([r[1] for r in runs])
         cts = [int(v) for v in paillier.from_bytes(pk, raw)]
         t_setup = 0.0
         # forked pool workers inherit the encryptor E built with its key (paillier._ENCRYPTORS); spawned ones build it
-        if isinstance(pk, paillier.ShortExponentKey) and multiprocessing.get_start_method() != "fork":
+        if isinstance(pk, (paillier.ShortExponentKey, paillier.OUPublicKey)) and \
+                multiprocessing.get_start_method() != "fork":
             c0 = cpu()
             paillier.heu.setup(paillier.heu.PublicKey.load_from(pk.heu_key)).encryptor()
             t_setup = cpu() - c0
@@ -1060,15 +1085,16 @@ def _op_costs(bits: int, randomness: str = "full", sigma: float | None = None) -
         t_load = (cpu() - c0) / (10 * len(cts))
         x = paillier.gmpy2.mpz(cts[0])
         mpz = [paillier.gmpy2.mpz(v) for v in cts]
+        nsq = paillier.gmpy2.mpz(paillier.ct_modulus(pk))
         c0 = cpu()
         for v in mpz * 20:
-            x = (x * v) % pk.nsquare
+            x = (x * v) % nsq
         t_mul = (cpu() - c0) / (20 * len(mpz))
         c0 = cpu()
         for v in cts[:16]:
             sk.raw_decrypt(v)
         t_dec = (cpu() - c0) / 16
-        full = paillier.phe.PaillierPublicKey(pk.n)   # S's noise encryptions: phe, full randomness (`sum_and_noise`)
+        full = paillier.rerandomiser(pk)   # S's noise encryptions: full randomness (`sum_and_noise`)
         noise = []
         for i in range(0, 40, 10):
             c0 = cpu()

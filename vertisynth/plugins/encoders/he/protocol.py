@@ -82,8 +82,8 @@ class EncryptedOneHot(Message):
         sent = lay.plaintexts - sum(len(lay.columns(i)) for i, k in enumerate(self.block_ids) if k in self.kept)
         if self.ciphertexts.dtype != np.uint8 or self.ciphertexts.ndim != 3 or self.ciphertexts.shape[1] != sent:
             raise self._fail(f"ciphertexts have shape {self.ciphertexts.shape}, expected (rows, {sent}, bytes)")
-        if int(self.modulus, 16).bit_length() < paillier.MIN_KEY_BITS:
-            raise self._fail(f"Paillier modulus shorter than {paillier.MIN_KEY_BITS} bits")
+        if paillier.text_bits(self.modulus) < paillier.MIN_KEY_BITS:
+            raise self._fail(f"public key's modulus shorter than {paillier.MIN_KEY_BITS} bits")
         return self
 
 
@@ -213,11 +213,11 @@ def encrypt_rows(party: str, recipient: str, view: Dataset, queries: Sequence[Qu
     queries = unique(queries)
     blocks, groups = block_groups(queries, separate)
     codes, cells = zip(*(tuple_codes(view, b) for b in blocks))
-    lay = Layout.build(blocks, cells, view.n, offset, public_key.n.bit_length(), groups, slot_bits, share)
+    lay = Layout.build(blocks, cells, view.n, offset, paillier.plain_bits(public_key), groups, slot_bits, share)
     plain = lay.pack_rows(codes)
     cts = np.array(paillier.encrypt_many(public_key, plain.ravel().tolist(), workers, chunk, label="encrypt rows"),
                    dtype=object)
-    return EncryptedOneHot(party, recipient, format(public_key.n, "x"), [list(b) for b in blocks], list(cells),
+    return EncryptedOneHot(party, recipient, paillier.key_text(public_key), [list(b) for b in blocks], list(cells),
                            lay.width, lay.per, list(lay.groups),
                            paillier.to_bytes(public_key, cts.reshape(plain.shape)), lay.count_bits, lay.guard).validate()
 
@@ -284,7 +284,7 @@ def encrypt_blocks(party: str, recipient: str, view: Dataset, queries: Sequence[
     queries = unique(queries)
     blocks, groups = block_groups(queries, separate=True)
     codes, cells = zip(*(tuple_codes(view, b) for b in blocks))
-    bits, modulus = public_key.n.bit_length(), format(public_key.n, "x")
+    bits, modulus = paillier.plain_bits(public_key), paillier.key_text(public_key)
     lay = Layout.build(blocks, cells, view.n, offset, bits, groups, slot_bits, share=False)
     ids = [block_id(salt, modulus, b, lay.width, c) for b, c in zip(blocks, codes)]
     fresh = [i for i, k in enumerate(ids) if not held(k)]
@@ -386,10 +386,11 @@ def sum_and_noise(party: str, msg: EncryptedOneHot, view: Dataset, queries: Sequ
     T); every block of `queries` must be one of its blocks."""
     queries = unique(queries)
     paillier.require()
-    pk = paillier.phe.PaillierPublicKey(int(msg.modulus, 16))
+    pk = paillier.public_from_text(msg.modulus)
+    nsq, modulus = paillier.ct_modulus(pk), paillier.plain_modulus(pk)
     t = support_bound(sigma)
     lay = check_layout(msg.layout(), queries if plan_queries is None else plan_queries, view.n,
-                       t if offset is None else offset, pk.n.bit_length(), size, slot_bits, share, separate)
+                       t if offset is None else offset, paillier.plain_bits(pk), size, slot_bits, share, separate)
     missing = {q[0] for q in queries} - set(lay.blocks)
     if missing:
         raise MessageError(f"he: blocks {sorted(map(list, missing))} are not in the encrypting party's rows; refusing")
@@ -413,16 +414,16 @@ def sum_and_noise(party: str, msg: EncryptedOneHot, view: Dataset, queries: Sequ
         sub = cts[:, cols]
         for v in range(groups):
             step(f"homomorphic sums by {'|'.join(sb)}", v, groups)
-            acc = paillier.product_mod(sub[order[bounds[v]:bounds[v + 1]]], pk.nsquare)
+            acc = paillier.product_mod(sub[order[bounds[v]:bounds[v + 1]]], nsq)
             if extra is not None:
-                acc = (acc * np.array([paillier.gmpy2.mpz(int(c)) for c in extra(gi, v)], dtype=object)) % pk.nsquare
+                acc = (acc * np.array([paillier.gmpy2.mpz(int(c)) for c in extra(gi, v)], dtype=object)) % nsq
             plain = lay.pack_values([(b, noise[(lay.blocks[b], sb)][:, v] + t) for b in mine])
-            pending.append((gi, v, acc, [plain[c] + lay.mask(declared[c], pk.n, c) for c in cols]))
+            pending.append((gi, v, acc, [plain[c] + lay.mask(declared[c], modulus, c) for c in cols]))
         out_groupings.append({"attrs": list(sb), "columns": cols, "groups": groups})
     # the noise encryptions: the bulk of S's exponentiations, mapped over local processes
     flat = [p for *_, plains in pending for p in plains]
-    enc_noise = iter(paillier.encrypt_many(pk, flat, workers, label="encrypt noise (re-randomise)"))
-    nsq = pk.nsquare
+    enc_noise = iter(paillier.encrypt_many(paillier.rerandomiser(pk), flat, workers,
+                                           label="encrypt noise (re-randomise)"))
     per_g: dict[int, list] = {}
     for gi, v, acc, plains in pending:
         per_g.setdefault(gi, []).append([(int(a) * next(enc_noise)) % nsq for a in acc])

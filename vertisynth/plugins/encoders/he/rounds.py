@@ -33,7 +33,7 @@ from vertisynth.core.errors import MessageError
 from vertisynth.core.messages import Message
 from vertisynth.core.progress import step
 
-from . import protocol
+from . import paillier, protocol
 from .noise import SystemSource, support_bound
 
 Outgoing = tuple[list[str], str, bytes, str]   # (recipients, kind, body, tag)
@@ -43,10 +43,12 @@ def modulus_fingerprint(modulus: str) -> str:
     return hashlib.sha256(f"vertisynth/paillier-n/v1|{modulus}".encode()).hexdigest()
 
 
-def check_rows(me: str, m1: Message, sender: str, key: Mapping[str, Any]) -> None:
-    """S's checks on E's rows: E's own rows for S, under the modulus E announced (and signed) for this run."""
+def check_rows(me: str, m1: Message, sender: str, key: Mapping[str, Any], scheme: str = "paillier") -> None:
+    """S's checks on E's rows: E's own rows for S, under the modulus E announced (and signed) for this run, a key
+    of the run's `scheme`."""
     if not isinstance(m1, protocol.EncryptedOneHot) or m1.party != sender or m1.recipient != me:
         raise MessageError(f"he-rows from {sender!r}: not {sender!r}'s encrypted rows for {me!r}; refused")
+    paillier.check_scheme(str(key.get("modulus")), scheme, f"he-key from {sender!r}")
     if key.get("fingerprint") != modulus_fingerprint(str(key.get("modulus"))):
         raise MessageError(f"he-key from {sender!r}: its fingerprint does not match its modulus; refused")
     if m1.modulus != key["modulus"]:
@@ -92,7 +94,7 @@ class PartyStage:
         if kind == "key" and self.as_e:
             _progress(f"{self.me}: Paillier key ({cfg.key_bits} bits)")
             public, _ = self.encoder.keypair(self.me)
-            modulus = format(public.n, "x")
+            modulus = paillier.key_text(public)
             yield ([r[2] for r in self.as_e], "paillier_public_key",
                    canonical({"modulus": modulus, "fingerprint": modulus_fingerprint(modulus)}), "0")
         elif kind == "rows":
@@ -132,12 +134,12 @@ class PartyStage:
                     m1 = Message.from_bytes(self.rows_in[enc_party], f"{rnd.replace('sums', 'rows')} from {enc_party}")
                 else:   # E's selection rows, kept (and checked) then; checked again against this stage's key
                     m1 = kept[(enc_party, self.me)]
-                check_rows(self.me, m1, enc_party, self.keys_in[enc_party])
+                check_rows(self.me, m1, enc_party, self.keys_in[enc_party], cfg.scheme)
                 if m1.block_ids:   # rows made of blocks (`encrypt_blocks`): an oracle answer's only
                     if not self.oracle:
                         raise MessageError(f"{rnd.replace('sums', 'rows')} from {enc_party!r}: rows made of kept "
                                            f"blocks outside an oracle answer; refused")
-                    held = self.encoder.blocks_store(enc_party, self.me, int(m1.modulus, 16), "S")
+                    held = self.encoder.blocks_store(enc_party, self.me, m1.modulus, "S")
                     m1 = protocol.expand_rows(m1, held)
                     _progress(f"{self.me}: summing {enc_party}'s ciphertexts ({self.stage})")
                     m2 = protocol.sum_and_noise(self.me, m1, self.view, qs, sigma, self.sources(pair, "sum"),
@@ -164,7 +166,7 @@ class PartyStage:
     def _blocks(self, summ: str, queries, public: Any, offset: int) -> protocol.EncryptedOneHot | None:
         """An oracle answer's rows as E makes them in one process (`HEEncoder.oracle_rows`): the blocks S holds
         from earlier answers named, not sent; E's record of what S holds updated as S's store will be."""
-        record = self.encoder.blocks_store(self.me, summ, public.n, "E")
+        record = self.encoder.blocks_store(self.me, summ, paillier.key_text(public), "E")
         m1 = self.encoder.oracle_rows(self.me, summ, self.view, queries, offset, record)
         if m1 is not None:
             _progress(f"{self.me}: encrypting new blocks of {self.view.n:,} rows for {summ} ({self.stage})")

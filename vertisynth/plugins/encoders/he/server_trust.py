@@ -132,8 +132,8 @@ class ServerKey(Message):
 
     def validate(self) -> ServerKey:
         super().validate()
-        if int(self.modulus or "0", 16).bit_length() < paillier.MIN_KEY_BITS:
-            raise self._fail(f"Paillier modulus shorter than {paillier.MIN_KEY_BITS} bits")
+        if paillier.text_bits(self.modulus) < paillier.MIN_KEY_BITS:
+            raise self._fail(f"public key's modulus shorter than {paillier.MIN_KEY_BITS} bits")
         if self.heu_key.dtype != np.uint8 or self.heu_key.ndim != 1 or bool(self.heu_key.size) != bool(self.montgomery):
             raise self._fail("heu_key and montgomery come together (short exponents) or not at all")
         return self
@@ -142,6 +142,8 @@ class ServerKey(Message):
         """The key E encrypts under: HEU's short exponents when the server published them and sf-heu is here,
         after checking that HEU's key is this modulus; else phe's full-length randomness on the modulus alone."""
         paillier.require()
+        if self.modulus.startswith("ou:"):   # the whole OU key is in the text (HEU's serialised key)
+            return paillier.public_from_text(self.modulus)
         n = int(self.modulus, 16)
         if not self.heu_key.size or not paillier.short_available():
             return paillier.phe.PaillierPublicKey(n)
@@ -207,7 +209,7 @@ def make_server_key(bits: int, randomness: str = "full", party: str = SERVER) ->
     if isinstance(pk, paillier.ShortExponentKey):
         msg = ServerKey(party, format(pk.n, "x"), np.frombuffer(pk.heu_key, np.uint8).copy(), format(pk.montgomery, "x"))
     else:
-        msg = ServerKey(party, format(pk.n, "x"))
+        msg = ServerKey(party, paillier.key_text(pk))
     return msg.validate(), sk
 
 
@@ -237,7 +239,7 @@ def encrypt_noise(party: str, recipient: str, lay: Layout, queries: Sequence[Que
     shares = {f"g{i}": paillier.to_bytes(public_key, np.array([[next(cts) for _ in range(c)] for _ in range(g)],
                                                                dtype=object).reshape(g, c))
               for i, (g, c) in enumerate(shapes)}
-    return EncryptedNoise(party, recipient, format(public_key.n, "x"), groupings, shares).validate()
+    return EncryptedNoise(party, recipient, paillier.key_text(public_key), groupings, shares).validate()
 
 
 def sum_for_server(party: str, key: ServerKey, onehot: protocol.EncryptedOneHot, e_noise: EncryptedNoise,
@@ -256,7 +258,7 @@ def sum_for_server(party: str, key: ServerKey, onehot: protocol.EncryptedOneHot,
     if planned is not None and e_noise.groupings != planned:
         raise MessageError(f"he: the noise share of {e_noise.party!r} is laid out for {e_noise.groupings}, the sums for "
                            f"{planned}; refusing to sum")
-    pk = paillier.phe.PaillierPublicKey(int(key.modulus, 16))
+    pk = paillier.public_from_text(key.modulus)
     shares = {i: paillier.from_bytes(pk, e_noise.shares[f"g{i}"]) for i in range(len(e_noise.groupings))}
     m2 = protocol.sum_and_noise(party, onehot, view, queries, share_sigma(sigma), source, workers, size, slot_bits,
                                 offset=offset(sigma), extra=lambda gi, v: shares[gi][v], share=False)
@@ -277,12 +279,12 @@ def decrypt(private_key, sums: ServerSums, queries: Sequence[Query], sigma: floa
     """Round 3 at the server: the sums must be under its key, for the row count it knows and in the planned layout
     (the same check S made: `protocol.check_layout`); decrypt, unpack, remove 2T. The variance is σ²."""
     queries = protocol.unique(queries)
-    if sums.modulus.lower() != format(private_key.public_key.n, "x"):
+    if sums.modulus.lower() != paillier.key_text(private_key.public_key).lower():
         raise MessageError(f"he: the sums of {sums.party!r} are under a key other than this server's; refusing to decrypt")
     if rows is not None and sums.rows != rows:
         raise MessageError(f"he: {sums.party!r} summed {sums.rows} rows, the run aligned {rows}")
     lay = sums.the_layout()
-    protocol.check_layout(lay, queries, sums.rows, offset(sigma), private_key.public_key.n.bit_length(), size,
+    protocol.check_layout(lay, queries, sums.rows, offset(sigma), paillier.plain_bits(private_key.public_key), size,
                           slot_bits, share=False)
     got = protocol.open_sums(private_key, lay, protocol.EncryptedSums(sums.party, SERVER, sums.groupings, sums.sums),
                              queries, offset(sigma))
@@ -368,7 +370,8 @@ class ServerTrust:
 
     def server_key(self) -> tuple[ServerKey, Any]:
         if self._server is None:
-            self._server = make_server_key(self.config.key_bits, paillier.resolve(self.config.randomness))
+            self._server = make_server_key(self.config.key_bits, paillier.resolve(self.config.randomness,
+                                                                                  self.config.scheme))
         return self._server
 
     def answer(self, views: Mapping[str, Dataset], queries: Sequence[Query], sigma: float, noise: str,
@@ -430,7 +433,8 @@ def by_pairs(queries: Sequence[Query], owner: Mapping[str, str]) -> dict[tuple[s
 def orient(config: Any, p: str, q: str, qs: list[Query], size, n: int, sigma: float) -> tuple[str, str, list[Query]]:
     """The side whose layout needs fewer ciphertexts per row encrypts (fewer slots on a tie): public facts only, so
     every role (each party, the server) computes the same E and S."""
-    bits, sb, t = config.key_bits, config.slot_bits, offset(sigma)
+    bits = paillier.plan_bits(config.key_bits, getattr(config, "scheme", "paillier"))
+    sb, t = config.slot_bits, offset(sigma)
     flipped = [(b, a) for a, b in qs]
     rows = lambda q: protocol.row_ciphertexts(q, size, n, t, bits, sb, share=False)  # noqa: E731  (unshared)
     cost_p = (rows(qs), sum(map(size, {x[0] for x in qs})))
@@ -540,6 +544,7 @@ def party_stage(config: Any, me: str, view: Dataset, domains: Mapping[str, Any],
     sources per pair and role), else from the OS CSPRNG."""
     share_sigma(sigma)
     key = server_key_of(offer)
+    paillier.check_scheme(key.modulus, getattr(config, "scheme", "paillier"), "he: the server's key")
     owner = {a: p for p, d in domains.items() for a in d.attributes}
     size = lambda b: int(np.prod([domains[owner[a]].size(a) for a in b]))  # noqa: E731  (the public domain)
     runs = []
