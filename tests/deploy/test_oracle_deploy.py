@@ -78,7 +78,9 @@ def test_a_vertical_twin_across_processes_equals_the_one_process_run(tmp_path, s
             reader.open(name, (name.split("__")[0],), "server")
 
 
-@pytest.mark.parametrize("trust", ["none", pytest.param("server", marks=pytest.mark.slow)])
+# slow (CI's deploy step runs it): a second subprocess flow over the folder exchange, OU only in the crypto
+@pytest.mark.slow
+@pytest.mark.parametrize("trust", ["none", "server"])
 def test_scheme_ou_across_processes_equals_the_one_process_run(tmp_path, trust):
     """scheme = "ou" across machines over a folder exchange: E's OU key crosses as text (trust none: each E's; trust
     server: the server's, with its query), S sums mod n and re-randomises, E (or the server) decrypts within the
