@@ -305,7 +305,8 @@ class GraphicalModel:
             ids = {a: j for j, a in enumerate(dict.fromkeys(axes + list(cl[k])))}
             if len(ids) > 52:   # numpy's einsum names at most 52 axes
                 return self._eliminate(sub, top, par_in_sub, attrs_)
-            arr = np.einsum(arr, [ids[a] for a in axes], cond, [ids[a] for a in cl[k]], [ids[a] for a in out])
+            arr = np.einsum(arr, [ids[a] for a in axes], cond, [ids[a] for a in cl[k]], [ids[a] for a in out],
+                            optimize=True)   # a contraction over shared axes goes to BLAS (tensordot)
             axes = out
         return np.transpose(arr, [axes.index(a) for a in attrs_])
 
