@@ -1,6 +1,7 @@
 """pgm.graph without networkx (issue 33: its import was 0.2 CPU s of every run): the min-fill triangulation and the
 junction tree are the ones the networkx version built, clique for clique and edge for edge, so every model (and
 every bit-identical result downstream) is unchanged; and importing the estimation imports no networkx."""
+import itertools
 import os
 import subprocess
 import sys
@@ -79,3 +80,25 @@ def test_estimation_imports_no_networkx():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.strip() == "[]"
+
+
+def test_clique_for_is_the_smallest_first_clique_holding_the_attributes():
+    # the bitmask lookup against the plain scan it replaced (smallest cells, the first of equal size, None if none)
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        d = int(rng.integers(3, 12))
+        dom = Domain([f"x{i}" for i in range(d)], list(rng.integers(1, 5, d)))
+        cl = [list(rng.choice(dom.attributes, int(rng.integers(1, 4)), replace=False)) for _ in range(6)]
+        tree = build_junction_tree(dom, cl)
+
+        def scan(q):
+            best = None
+            for i, c in enumerate(tree.cliques):
+                if set(q) <= set(c) and (best is None or dom.project(c).size() < dom.project(tree.cliques[best]).size()):
+                    best = i
+            return best
+
+        for k in range(4):
+            for q in itertools.islice(itertools.combinations(dom.attributes, k), 60):
+                assert tree.clique_for(q) == scan(q)
+        assert tree.clique_for(["not an attribute"]) is None

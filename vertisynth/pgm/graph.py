@@ -68,6 +68,8 @@ class JunctionTree:
     domain: Domain
     cliques: tuple[tuple[str, ...], ...]
     edges: tuple[tuple[int, int], ...]  # tree edges between clique indices
+    # per-tree lookups built on first use (each attribute's cliques as a bitmask, the cliques' cells)
+    _memo: dict = attrs.field(factory=dict, init=False, repr=False)
 
     @property
     def size(self) -> int:
@@ -104,11 +106,23 @@ class JunctionTree:
         return tuple(a for a in self.cliques[i] if a in self.cliques[j])
 
     def clique_for(self, attrs_: Iterable[str]) -> int | None:
-        """Index of the smallest clique containing all of `attrs_`, or None."""
-        s = set(attrs_)
+        """Index of the smallest clique containing all of `attrs_` (the first of equal size), or None."""
+        if "holders" not in self._memo:   # AIM asks this of every candidate each round: no scan over the cliques
+            holders: dict[str, int] = {}
+            for i, c in enumerate(self.cliques):
+                for a in c:
+                    holders[a] = holders.get(a, 0) | (1 << i)
+            self._memo["holders"] = holders
+            self._memo["cells"] = [self.domain.project(c).size() for c in self.cliques]
+        holders, cells = self._memo["holders"], self._memo["cells"]
+        mask = (1 << len(self.cliques)) - 1
+        for a in attrs_:
+            mask &= holders.get(a, 0)
         best = None
-        for i, c in enumerate(self.cliques):
-            if s <= set(c) and (best is None or self.domain.project(c).size() < self.domain.project(self.cliques[best]).size()):
+        while mask:
+            i = (mask & -mask).bit_length() - 1
+            mask &= mask - 1
+            if best is None or cells[i] < cells[best]:
                 best = i
         return best
 

@@ -72,6 +72,7 @@ class GraphicalModel:
         self._order = self._schedule["order"]
         self._beliefs: list[np.ndarray] | None = None
         self._cond_cache: dict[tuple[int, int], np.ndarray] = {}
+        self._part_cache: dict[tuple[str, ...], np.ndarray] = {}
 
     @staticmethod
     def _make_schedule(tree: JunctionTree) -> dict:
@@ -103,6 +104,7 @@ class GraphicalModel:
         self.theta = [np.asarray(t, float) for t in log_potentials]
         self._beliefs = None
         self._cond_cache = {}
+        self._part_cache = {}
 
     def calibrate(self) -> list[np.ndarray]:
         """Log clique marginals (each logsumexps to 0 within its tree component)."""
@@ -216,8 +218,16 @@ class GraphicalModel:
             return Factor(self.domain.project(kept), self.total * p).transpose(attrs_)
         # each component's share, then their outer product (independent components), as Factor products did
         arr, axes = None, []
-        for comp, inside in self._split(attrs_):
-            part = self._component_marginal(comp, inside)
+        split = self._split(attrs_)
+        for comp, inside in split:
+            if len(split) == 1:
+                part = self._component_marginal(comp, inside)
+            else:   # a component's share recurs across queries (a triple over three components: AIM asks each
+                # attribute's one-way marginal ~700 times a round), so it is computed once per model
+                key = tuple(inside)
+                if key not in self._part_cache:
+                    self._part_cache[key] = self._component_marginal(comp, inside)
+                part = self._part_cache[key]
             arr = part if arr is None else np.multiply.outer(arr, part)
             axes += inside
         arr = np.transpose(arr * self.total, [axes.index(a) for a in attrs_])
@@ -295,7 +305,8 @@ class GraphicalModel:
             ids = {a: j for j, a in enumerate(dict.fromkeys(axes + list(cl[k])))}
             if len(ids) > 52:   # numpy's einsum names at most 52 axes
                 return self._eliminate(sub, top, par_in_sub, attrs_)
-            arr = np.einsum(arr, [ids[a] for a in axes], cond, [ids[a] for a in cl[k]], [ids[a] for a in out])
+            arr = np.einsum(arr, [ids[a] for a in axes], cond, [ids[a] for a in cl[k]], [ids[a] for a in out],
+                            optimize=True)   # a contraction over shared axes goes to BLAS (tensordot)
             axes = out
         return np.transpose(arr, [axes.index(a) for a in attrs_])
 

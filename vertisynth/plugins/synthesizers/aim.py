@@ -122,6 +122,7 @@ class ModelSize:
         for c in cliques:
             self._link(self.adj, [self.index[a] for a in c])
         self.cache = {} if cache is None else cache
+        self.memo: dict[tuple[tuple[int, int], ...], int] = {}   # missing edges -> cells, for this graph
         self.comp = [0] * len(self.sizes)   # each vertex's component, as a vertex mask
         left = (1 << len(self.sizes)) - 1
         while left:
@@ -151,17 +152,31 @@ class ModelSize:
 
     def cells(self, extra: tuple[str, ...]) -> int:
         idx = [self.index[a] for a in extra]
-        joined = set(self.comp[i] for i in idx)
-        merged = 0
-        for mask in joined:
-            merged |= mask
-        adj = list(self.adj)
-        self._link(adj, idx)
-        return self.total - sum(self._cells(mask, self.adj) for mask in joined) + self._cells(merged, adj, False)
+        # the graph with `extra` is this one plus the edges of `extra` it lacks: candidates lacking the same edges
+        # (a triple one of whose pairs is missing, and that pair) have the same model
+        missing = tuple((i, j) for k, i in enumerate(idx) for j in idx[k + 1:] if not self.adj[i] >> j & 1)
+        if missing not in self.memo:
+            joined = set(self.comp[i] for i in idx)
+            merged = 0
+            for mask in joined:
+                merged |= mask
+            adj = list(self.adj)
+            self._link(adj, idx)
+            self.memo[missing] = (self.total - sum(self._cells(mask, self.adj) for mask in joined)
+                                  + self._cells(merged, adj, False))
+        return self.memo[missing]
 
     def _cells(self, alive: int, adj: list[int], keep: bool = True) -> int:
         """Cells of the maximal elimination cliques of the component(s) `alive` (closed under `adj`); `keep`: look
-        up and store them in the cache (the graph's own components: what successive graphs share)."""
+        up and store them in the cache (the graph's own components: what successive graphs share).
+
+        Min-fill eliminates a simplicial vertex (fill 0) whenever there is one, and such a step adds no edge and
+        leaves the others simplicial, so which simplicial vertex goes first changes neither the graph that each
+        step with fill meets (all simplicial vertices peeled: the same core) nor its choice there, hence not the
+        filled graph nor its maximal cliques. So the simplicial vertices are peeled off a worklist (a vertex can
+        only become simplicial when a neighbour goes, or after a step with fill), and the full key (fill, cells,
+        order) is computed only on a core: O(vertices x degree) per call where re-keying every vertex at every
+        step was O(vertices² x degree), which dominated AIM's rounds once the model's graph was connected."""
         if keep:
             verts = []
             m = alive
@@ -174,9 +189,29 @@ class ModelSize:
                 return self.cache[key]
         adj = list(adj)
         sizes = self.sizes
-        found: list[int] = []
+        elim: list[tuple[int, int]] = []   # (vertex, its neighbours left) in elimination order
+        todo = alive
         while alive:
-            best, best_key = -1, None
+            while todo:   # peel the simplicial vertices
+                low = todo & -todo
+                todo ^= low
+                if not alive & low:
+                    continue
+                v = low.bit_length() - 1
+                nb = adj[v] & alive
+                m = nb
+                while m:
+                    lu = m & -m
+                    m ^= lu
+                    if nb & ~adj[lu.bit_length() - 1] & ~lu:
+                        break
+                else:
+                    elim.append((v, nb))
+                    alive ^= low
+                    todo |= nb   # only a neighbour of v can have become simplicial
+            if not alive:
+                break
+            best, best_key = -1, None   # no simplicial vertex left: min-fill's key on the core
             rest = alive
             while rest:
                 v = (rest & -rest).bit_length() - 1
@@ -186,7 +221,7 @@ class ModelSize:
                 while m:
                     u = (m & -m).bit_length() - 1
                     m &= m - 1
-                    fill += bin(nb & ~adj[u] & ~(1 << u)).count("1")
+                    fill += (nb & ~adj[u] & ~(1 << u)).bit_count()
                     cells *= sizes[u]
                 key_v = (fill, cells, v)
                 if best_key is None or key_v < best_key:
@@ -197,12 +232,29 @@ class ModelSize:
                 u = (m & -m).bit_length() - 1
                 m &= m - 1
                 adj[u] |= nb & ~(1 << u)
-            found.append(nb | (1 << best))
+            elim.append((best, nb))
             alive &= ~(1 << best)
-        maximal = {c for c in found if not any(c != o and c & o == c for o in found)}
+            todo = alive   # the fill changed neighbourhoods: every vertex is checked again
+        # the order is a perfect elimination order of the filled graph: a vertex's clique {v} + N⁺(v) is not
+        # maximal iff some u whose first later neighbour is v has N⁺(u) = {v} + N⁺(v) (Blair & Peyton 1993)
+        pos = {v: i for i, (v, _) in enumerate(elim)}
+        later = dict(elim)
+        inner = set()
+        for u, nb in elim:
+            if nb:
+                m, p = nb, None
+                while m:
+                    w = (m & -m).bit_length() - 1
+                    m &= m - 1
+                    if p is None or pos[w] < pos[p]:
+                        p = w
+                if nb.bit_count() == later[p].bit_count() + 1:
+                    inner.add(p)
         total = 0
-        for c in maximal:
-            cells, m = 1, c
+        for v, nb in elim:
+            if v in inner:
+                continue
+            cells, m = sizes[v], nb
             while m:
                 u = (m & -m).bit_length() - 1
                 m &= m - 1
