@@ -19,7 +19,7 @@ from vertisynth.deploy.flower.loopback import Deployment  # noqa: E402
 from vertisynth.deploy.flower.pki import node_key, trial_tls  # noqa: E402
 from vertisynth.deploy.flower.project import write_app  # noqa: E402
 
-pytestmark = pytest.mark.slow   # about a minute a run (Flower's SuperNode polls every 3 s); CI: .ci/run's step
+pytestmark = pytest.mark.slow   # about a minute a run (cold Flower processes per message, relayed rounds); CI: .ci/run
 
 CONFIG = """
 seed = 3
@@ -61,7 +61,7 @@ def _setup(tmp_path, split, extra=""):
 
 def _deployment(tmp_path, parties, csvs, start=True, configs=None, **node_extra):
     """SuperLink + one SuperNode per party; `configs` (name -> --node-config) replaces the vertical party's."""
-    dep = Deployment(tmp_path)
+    dep = Deployment(tmp_path, poll=0.5)   # the SuperNodes pull every 0.5 s, not every 3 s (loopback.py)
     dep.superlink(trial_tls(tmp_path / "tls", ["127.0.0.1"]))
     for p in parties:
         private, public = node_key(tmp_path / f"private_{p}", p)
@@ -182,6 +182,11 @@ def _wire_is_envelopes_and_the_run_key(out, split):
     assert [n for n in sent if n.split("__")[1] == "server"] == ["server-key__server__to__all__0.env"], sent
 
 
+# CI runs this file on two xdist workers (`--dist loadgroup`: its runs mostly wait on processes and polls, not on
+# the CPU); the runs on the shared deployment stay on one worker, so it starts once
+ON_TWO_PARTIES = pytest.mark.xdist_group("two_parties")
+
+
 @pytest.fixture(scope="module")
 def two_parties(tmp_path_factory):
     """One deployment (SuperLink + the hospital's and the insurer's SuperNodes) for several runs in turn, as an
@@ -210,6 +215,7 @@ def _job(root, split, roster, synthesizer):
     (root / "job.toml").write_text(head + synthesizer + roster)
 
 
+@ON_TWO_PARTIES
 def test_flower_run_equals_the_simulation_two_parties(two_parties):
     root, dep, split, roster = two_parties
     _job(root, split, roster, CONFIG[CONFIG.index("[synthesizer]"):].replace("{{", "{").replace("}}", "}"))
@@ -229,6 +235,7 @@ params = { ways = [2] }
 """
 
 
+@ON_TWO_PARTIES
 def test_flower_he_rounds_equal_the_simulation(two_parties):
     """Encoder "he" (real 2048-bit Paillier): the server role signs its clique queries mid-run, driven by the
     ServerApp as its own worker and relayed like a party; the table equals the one-process crypto "simulated" run.
@@ -369,6 +376,7 @@ params = {{ ways = [2] }}
 TWINS = {"aim": "iters = 20, rounds = 6, degree = 2", "privmrf": "iters = 20, refine_iters = 5"}
 
 
+@ON_TWO_PARTIES
 @pytest.mark.parametrize("use", list(TWINS))
 def test_flower_vertical_twin_equals_the_simulation(two_parties, use):
     """A vertical twin (aim, privmrf with params.vertical, the he measure with real 2048-bit Paillier): the server

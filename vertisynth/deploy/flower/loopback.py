@@ -24,14 +24,22 @@ def free_port() -> int:
 
 
 class Deployment:
-    def __init__(self, root: Path):
+    """`poll`: the SuperNodes' idle poll of the SuperLink and their SuperExec's task poll, in seconds. None keeps
+    Flower's (3 s and 1 s: a node that found no message sleeps 3 s, so each step of a run waits 1.5 s on average
+    per node for nothing); the tests set 0.5: the same messages, less waiting between them, and more pulls (each a
+    TLS request the SuperNode signs and the SuperLink checks: at 0.2 s the Flower step took 1.8x the CPU)."""
+
+    def __init__(self, root: Path, poll: float | None = None):
         self.root = root
+        self.poll = poll
         self.home = root / "flwr_home"
         self.home.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.procs: dict[str, subprocess.Popen] = {}
         self.env = {**os.environ, "FLWR_HOME": str(self.home), "FLWR_TELEMETRY_ENABLED": "0",
                     "FLWR_DISABLE_UPDATE_CHECK": "1", "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+        if poll is not None:
+            self.env["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] = str(poll)   # Flower reads it (0.01-60 s)
 
     def _start(self, name: str, cmd: list[str]) -> subprocess.Popen:
         log = open(self.root / f"{name}.log", "w")
@@ -72,8 +80,10 @@ class Deployment:
 
     def supernode(self, name: str, private_key: Path, node_config: dict, ca: Path | None = None) -> subprocess.Popen:
         cfg = " ".join(f'{k}="{v}"' for k, v in node_config.items())
+        binary = [str(BIN / "flower-supernode")] if self.poll is None else [
+            sys.executable, "-m", "vertisynth.deploy.flower.loopback", "supernode", str(self.poll)]
         return self._start(f"node_{name}", [
-            str(BIN / "flower-supernode"), "--superlink", f"127.0.0.1:{self.port}",
+            *binary, "--superlink", f"127.0.0.1:{self.port}",
             "--root-certificates", str(ca or self.ca), "--auth-supernode-private-key", str(private_key),
             "--node-config", cfg, "--port", str(free_port()), "--max-wait-time", "60"])
 
@@ -106,3 +116,32 @@ class Deployment:
                 os.killpg(int(pid_file.read_text()), signal.SIGKILL)
             except (ProcessLookupError, ValueError, PermissionError):
                 pass
+
+
+def _supernode_polling_every(poll: float) -> None:
+    """`flower-supernode` with its idle sleeps (3 s after a pull that found nothing, 0.5 s waiting for a reply)
+    capped at `poll`: Flower hard-codes them in this one module, so its `time` is wrapped, nothing else."""
+    import flwr.supernode.start_client_internal as node
+    from flwr.supernode.cli import flower_supernode
+
+    if node.time is not time:
+        raise RuntimeError("flwr.supernode.start_client_internal no longer sleeps through `time`: update loopback.py")
+
+    class _Time:
+        def __getattr__(self, name: str):
+            return getattr(time, name)
+
+        @staticmethod
+        def sleep(seconds: float) -> None:
+            time.sleep(min(seconds, poll))
+
+    node.time = _Time()
+    sys.argv[0] = "flower-supernode"
+    sys.exit(flower_supernode())
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["supernode"]:
+    # python -m vertisynth.deploy.flower.loopback supernode POLL <flower-supernode arguments>
+    _poll = float(sys.argv[2])
+    del sys.argv[1:3]
+    _supernode_polling_every(_poll)
