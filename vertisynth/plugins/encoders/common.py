@@ -43,6 +43,31 @@ def owners(messages: Sequence[Message], kind: type, encoder: str) -> dict[str, M
     return out
 
 
+def planned_shares(messages: Sequence[Message], kind: type, encoder: str, what: str,
+                   planned: dict[str, Domain]) -> dict[str, Message]:
+    """A release's shares by party, checked against the plan before any is read: each of type `kind`, one per
+    planned party, none missing, each over its planned attributes and sizes (`what` names the share in errors)."""
+    by_party: dict[str, Message] = {}
+    for m in messages:
+        if not isinstance(m, kind):
+            raise MessageError(f"{encoder}: a release of {getattr(m, 'party', '?')!r} holds {type(m).__name__}, not "
+                               f"{what}; refused")
+        if m.party not in planned:
+            raise MessageError(f"{encoder}: {what} of {m.party!r}, not a planned party ({list(planned)}); refused")
+        if m.party in by_party:
+            raise MessageError(f"{encoder}: two releases of {what} from {m.party!r}; refused")
+        by_party[m.party] = m
+    missing = [p for p in planned if p not in by_party]
+    if missing:
+        raise MessageError(f"{encoder}: no {what} from {missing}; refused")
+    for name, m in by_party.items():
+        want = planned[name]
+        if (m.domain.attributes, m.domain.shape) != (want.attributes, want.shape):
+            raise MessageError(f"{encoder}: {name!r} released {what} of {dict(zip(m.domain.attributes, m.domain.shape))}"
+                               f", the plan says {dict(zip(want.attributes, want.shape))}; refused")
+    return by_party
+
+
 def query_domain(by_attr: dict[str, Message], attrs_: Sequence[str], encoder: str) -> Domain:
     """The domain of the queried attributes, with a clear error for unknown or repeated ones."""
     attrs_ = tuple(attrs_)

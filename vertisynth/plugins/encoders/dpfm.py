@@ -57,7 +57,7 @@ from vertisynth.core.messages import Message
 from vertisynth.core.privacy import Budget, Charge, PrivacyLedger, ZCDP, zcdp_to_approx
 
 from .chunked import ChunkJob
-from .common import Estimate, agree, owners, project_to_simplex, query_domain
+from .common import Estimate, agree, owners, planned_shares, project_to_simplex, query_domain
 from .fm_sketch import EMPTY, block_bytes, cardinality, finalize, fm_parameters, grouping
 from vertisynth.core.keys import KeyParty, agree_keys
 from .prf import FM_LAYOUT, FM_PER_BLOCK, LZ16, FMRecordStream, geometric_from_prefix
@@ -472,26 +472,9 @@ class DPFMEncoder(Encoder):
             raise DataError("dpfm: release_cost() must plan the release before it runs")
         if self._released is not None:
             raise MessageError("dpfm: the sketches were released already; a second release is refused")
-        by_party: dict[str, DPFMMessage] = {}
-        for m in messages:
-            if not isinstance(m, DPFMMessage):
-                raise MessageError(f"dpfm: a release of {getattr(m, 'party', '?')!r} holds {type(m).__name__}, not "
-                                   "DP FM sketches; refused")
-            if m.party not in self._attributes:
-                raise MessageError(f"dpfm: sketches of {m.party!r}, not a planned party ({list(self._attributes)}); "
-                                   "refused")
-            if m.party in by_party:
-                raise MessageError(f"dpfm: two releases of sketches from {m.party!r}; refused")
-            by_party[m.party] = m
-        missing = [p for p in self._attributes if p not in by_party]
-        if missing:
-            raise MessageError(f"dpfm: no sketches from {missing}; refused")
+        by_party = planned_shares(messages, DPFMMessage, "dpfm", "sketches", self._release_domains)
         p = self.params
         for name, m in by_party.items():
-            want = self._release_domains[name]
-            if (m.domain.attributes, m.domain.shape) != (want.attributes, want.shape):
-                raise MessageError(f"dpfm: {name!r} released sketches of {dict(zip(m.domain.attributes, m.domain.shape))}"
-                                   f", the plan says {dict(zip(want.attributes, want.shape))}; refused")
             if (m.t, m.k_p, m.floor) != (p.t, p.k_p, p.floor) or not (
                     math.isclose(m.gamma, p.gamma, rel_tol=1e-12) and math.isclose(m.eps_prime, p.eps_prime,
                                                                                      rel_tol=1e-12)):

@@ -51,7 +51,7 @@ from vertisynth.core.noise import party_randomness
 from vertisynth.core.privacy import Charge, Composition, PrivacyLedger, PureDP
 
 from .chunked import ChunkJob
-from .common import Estimate, agree, owners, project_to_simplex, query_domain
+from .common import Estimate, agree, owners, planned_shares, project_to_simplex, query_domain
 from .prf import TAG_GRR, prf_words, uniform_open0
 
 STAGE = "encoder"
@@ -297,25 +297,8 @@ class GRREncoder(Encoder):
             raise DataError("grr: release_cost() must plan the release before it runs")
         if getattr(self, "_released", None) is not None:
             raise MessageError("grr: the columns were released already; a second release is refused")
-        by_party: dict[str, GRRMessage] = {}
-        for m in messages:
-            if not isinstance(m, GRRMessage):
-                raise MessageError(f"grr: a release of {getattr(m, 'party', '?')!r} holds {type(m).__name__}, not "
-                                   "GRR columns; refused")
-            if m.party not in self._attributes:
-                raise MessageError(f"grr: columns of {m.party!r}, not a planned party ({list(self._attributes)}); "
-                                   "refused")
-            if m.party in by_party:
-                raise MessageError(f"grr: two releases of columns from {m.party!r}; refused")
-            by_party[m.party] = m
-        missing = [p for p in self._attributes if p not in by_party]
-        if missing:
-            raise MessageError(f"grr: no columns from {missing}; refused")
+        by_party = planned_shares(messages, GRRMessage, "grr", "columns", self._release_domains)
         for name, m in by_party.items():
-            want = self._release_domains[name]
-            if (m.domain.attributes, m.domain.shape) != (want.attributes, want.shape):
-                raise MessageError(f"grr: {name!r} released columns of {dict(zip(m.domain.attributes, m.domain.shape))}"
-                                   f", the plan says {dict(zip(want.attributes, want.shape))}; refused")
             if not math.isclose(m.epsilon, self.epsilon0, rel_tol=1e-12):
                 raise MessageError(f"grr: {name!r} perturbed its columns at ε₀={m.epsilon:.6g}, the plan says "
                                    f"{self.epsilon0:.6g}; refused")
