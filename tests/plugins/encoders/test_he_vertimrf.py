@@ -566,3 +566,72 @@ def test_rounds_in_process_fan_out_and_reuse_equal_the_simulation(monkeypatch):
     assert got.keys() == want.keys()
     for k in got:
         np.testing.assert_array_equal(got[k], want[k])
+
+
+def test_ou_estimate_prices_the_set_bits_each_row_encrypts(monkeypatch):
+    """OU's encryption computes G^m of the packed plaintext, whose cost grows with m's set bits (docs/he.md "Scheme
+    OU"): the estimate charges `enc_bit` per set bit of the plaintexts E encrypts, counted here by packing one-hot
+    rows into each run's own layout (what `encrypt_rows` hands the key). Public facts only: Adult's domain."""
+    from vertisynth.plugins.encoders.he import encoder as he_encoder, protocol
+    from vertisynth.plugins.encoders.he.noise import support_bound
+
+    prices = {"key": 1.0, "enc": 1e-4, "setup": 0.0, "load": 1e-6, "mul": 2e-6, "dec": 3e-4, "noise": 4e-3,
+              "draw": 3e-5}
+    names = list(ADULT)
+    dom = Domain(names, list(ADULT.values()))
+    part = VerticalPartition.from_lists([names[:8], names[8:]])
+    n = 4000
+
+    def selection(enc_bit: float) -> tuple[dict, he_encoder.HEEncoder]:
+        monkeypatch.setattr(he_encoder, "_op_costs", lambda bits, randomness="full", sigma=None:
+                            {**prices, "enc_bit": enc_bit})
+        enc = he_encoder.HEEncoder(he_encoder.HEConfig(crypto="real", scheme="ou")
+                                   if paillier.short_available() else he_encoder.HEConfig(crypto="real"))
+        enc.plan(PlanContext(dom, part, Budget(1.6, 1e-5)))
+        return enc.stage_cost(enc.selection_queries(), n, "selection"), enc
+
+    flat, _ = selection(0.0)
+    priced, enc = selection(1e-3)
+    size = lambda b: dom.project(b).size()  # noqa: E731
+    rng = np.random.default_rng(0)
+    ones = {p: 0 for p in part.names}
+    for _, e, s, qs in enc.pairs(enc.selection_queries(), n, "selection"):
+        lay = protocol.usual_layout(qs, size, n, support_bound(enc.sigma["selection"]), enc.plan_bits(),
+                                    enc.config.slot_bits, separate=enc.separate(e, s, n, "selection"))
+        codes = [rng.integers(0, c, n) for c in lay.cells]
+        ones[e] += sum(bin(int(m)).count("1") for m in lay.pack_rows(codes).ravel())
+    assert sum(ones.values()) > 0
+    for p in part.names:
+        assert priced[p]["cpu_s"] - flat[p]["cpu_s"] == pytest.approx(ones[p] * 1e-3, rel=1e-9), (p, ones)
+
+
+@pytest.mark.skipif(not paillier.short_available(), reason="scheme = 'ou' needs sf-heu")
+def test_ou_per_bit_price_matches_the_encryption_on_a_small_key(monkeypatch):
+    """`_op_costs`'s OU prices, timed once per process, against encrypting plaintexts of 0 and of SPREAD set bits (one
+    per slot-like segment, as a layout's blocks sit) under a fresh 1024-bit key: the per-bit price is what the
+    encryption adds per set bit (CPU time, medians of five batches; a loose bound, timings move under load)."""
+    import random
+    import time
+
+    from vertisynth.plugins.encoders.he import encoder as he_encoder
+
+    monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
+    op = he_encoder._op_costs(1024, "ou")
+    assert op["enc"] > 0 and op["enc_bit"] > 0
+    pk, _ = paillier.keypair(1024, "ou")
+    top, k = paillier.plain_bits(pk) - 1, he_encoder.SPREAD
+    pick, seg = random.SystemRandom(), top // k
+
+    def per_ct(bits: int) -> float:
+        out = []
+        for _ in range(5):
+            ms = [sum(1 << (j * (top // max(bits, 1)) + pick.randrange(top // max(bits, 1))) for j in range(bits))
+                  for _ in range(256)]
+            c0 = time.process_time()
+            paillier.to_bytes(pk, np.array(paillier.encrypt_many(pk, ms, workers=1), dtype=object))
+            out.append((time.process_time() - c0) / 256)
+        return float(np.median(out))
+
+    assert seg > 8
+    added = per_ct(k) - per_ct(0)
+    assert added > 0 and 0.4 <= added / (k * op["enc_bit"]) <= 2.5, (added, op)

@@ -17,6 +17,7 @@ import itertools
 import math
 import multiprocessing
 import os
+import random
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
@@ -540,8 +541,12 @@ class HEEncoder(Encoder):
         for _, enc, summ, qs in runs:
             k = self.run_counts(enc, summ, qs, n, stage, fan)
             rows, back = n * k["per_row"], k["returned"]
+            # set bits of E's new plaintexts: one per block and row (one-hot), what OU's G^m costs by
+            ones = n * len(protocol.block_groups(protocol.unique(qs), self.separate(enc, summ, n, stage))[0]) \
+                if rows else 0
             if enc in fan and self.reused(enc, summ, qs, n, stage) is None:   # E's one encryption, sent to each S
                 rows = 0 if enc in fanned else n * fan[enc][1].plaintexts
+                ones = 0 if enc in fanned else n * len(fan[enc][1].blocks)
                 fanned.add(enc)
                 out[enc]["bytes"] += n * fan[enc][1].plaintexts * ct_bytes
             cells = sum(size(q[0]) * size(q[1]) for q in protocol.unique(qs))
@@ -554,8 +559,8 @@ class HEEncoder(Encoder):
             # what `Costs` counts (protocol.run_real): E's encryptions with their glue, its pool's per-process
             # encryptor setup, decryptions, its noise; S's reading of the rows, sums, noise encryptions and draws
             pool = min(workers, -(-rows // c.chunk_rows)) if workers > 1 and rows > c.chunk_rows else 0
-            out[enc]["cpu_s"] += rows * op["enc"] + pool * op["setup"] + back * (op["dec"] + op["load"]) \
-                + cells * op["draw"]
+            out[enc]["cpu_s"] += rows * op["enc"] + ones * op.get("enc_bit", 0.0) + pool * op["setup"] \
+                + back * (op["dec"] + op["load"]) + cells * op["draw"]
             out[summ]["cpu_s"] += rows * op["load"] + k["adds"] * op["mul"] + back * (op["noise"] + op["mul"]) \
                 + cells * op["draw"]
         return out
@@ -891,6 +896,7 @@ class HEEncoder(Encoder):
                                                 c.slot_bits, separate=True)
                     key = f"whole|{lay.width}"
                     new = 0 if key in record else lay.plaintexts
+                    ones = len(lay.blocks) if new else 0
                     if new:
                         record.put(key, None, n * lay.plaintexts * ct_bytes)
                     else:
@@ -900,7 +906,7 @@ class HEEncoder(Encoder):
                     lay = protocol.blocks_layout(part, size, n, t, self.plan_bits(), c.slot_bits)
                     ids = [f"{'|'.join(b)}:{lay.cells[i]}:{lay.width}" for i, b in enumerate(lay.blocks)]
                     fresh = [i for i, k in enumerate(ids) if k not in record]
-                    new = sum(len(lay.columns(i)) for i in fresh)
+                    new, ones = sum(len(lay.columns(i)) for i in fresh), len(fresh)
                     if c.keep_rows and c.rows_cache_mb > 0 and new <= usual_lay.plaintexts:
                         for i, k in enumerate(ids):
                             if i in fresh:
@@ -908,18 +914,19 @@ class HEEncoder(Encoder):
                             else:
                                 record.get(k)
                     else:
-                        lay, new = usual_lay, usual_lay.plaintexts
+                        lay, new, ones = usual_lay, usual_lay.plaintexts, len(usual_lay.blocks)
                 k = protocol.stage_counts(part, size, n, t, self.plan_bits(), c.slot_bits, reuse=lay)
                 self._price(out, op, enc, summ, n, new, lay, k, sum(size(x[0]) * size(x[1]) for x in part),
-                            keyed, workers, ct_bytes)
+                            keyed, workers, ct_bytes, ones)
         if c.crypto == "simulated":
             for v in out.values():
                 v["note"] = "crypto = simulated: no ciphertexts are made; figures are what real crypto would send"
         return out
 
     def _price(self, out: dict, op: Mapping[str, float] | None, enc: str, summ: str, n: int, new: int, lay: Any,
-               k: Mapping[str, int], cells: int, keyed: set, workers: int, ct_bytes: int) -> None:
-        """One run's share of `answers_cost`: E's `new` ciphertexts per row, S's sums over `lay`'s columns (`k`:
+               k: Mapping[str, int], cells: int, keyed: set, workers: int, ct_bytes: int, ones: int = 0) -> None:
+        """One run's share of `answers_cost`: E's `new` ciphertexts per row (`ones` set bits in them: its new
+        blocks, one-hot), S's sums over `lay`'s columns (`k`:
         `protocol.stage_counts` on it) and its returned ciphertexts, at this key size's per-operation costs (what
         `Costs` counts in `protocol.run_real`)."""
         rows, back = n * new, k["returned"]
@@ -933,8 +940,8 @@ class HEEncoder(Encoder):
             keyed.add(enc)
             out[enc]["cpu_s"] += op["key"]
         pool = min(workers, -(-rows // self.config.chunk_rows)) if workers > 1 and rows > self.config.chunk_rows else 0
-        out[enc]["cpu_s"] += rows * op["enc"] + pool * op["setup"] + back * (op["dec"] + op["load"]) \
-            + cells * op["draw"]
+        out[enc]["cpu_s"] += rows * op["enc"] + n * ones * op.get("enc_bit", 0.0) + pool * op["setup"] \
+            + back * (op["dec"] + op["load"]) + cells * op["draw"]
         out[summ]["cpu_s"] += n * lay.plaintexts * op["load"] + k["adds"] * op["mul"] \
             + back * (op["noise"] + op["mul"]) + cells * op["draw"]
 
@@ -1033,13 +1040,15 @@ class HEEncoder(Encoder):
 
 
 _OP_COSTS: dict[tuple, dict[str, float]] = {}
+SPREAD = 16   # set bits of the plaintexts OU's per-bit encryption price is timed on (a row's blocks per ciphertext: 1-10)
 
 
 def _op_costs(bits: int, randomness: str = "full", sigma: float | None = None) -> dict[str, float]:
     """CPU seconds of each operation the protocol's parties pay, timed once per process on this machine through
     the functions a run calls (about 2-3 s at 2048 bits): "key" a key pair; "enc" one row ciphertext through
     `encrypt_many` in this process (HEU's fixed-base table already built, as in a pool worker after its first
-    chunk) plus its serialisation; "setup" one pool process's encryptor (HEU: the fixed-base table); "load" reading
+    chunk) plus its serialisation, of an empty plaintext under OU; "enc_bit" what each set bit of the plaintext
+    adds to it (OU's G^m; 0 for Paillier); "setup" one pool process's encryptor (HEU: the fixed-base table); "load" reading
     one ciphertext (`from_bytes`); "mul" one homomorphic addition; "dec" one decryption; "noise" one of S's
     full-randomness encryptions; "draw" one secure noise draw (OpenDP) at `sigma` (timed once per σ)."""
     from .noise import SystemSource, discrete_gaussian
@@ -1057,10 +1066,6 @@ def _op_costs(bits: int, randomness: str = "full", sigma: float | None = None) -
         size = 256 if ou else 32   # OU's randomness is vectorised over a chunk (`paillier._h_power`): chunk-sized
         top = paillier.plain_bits(pk) - 1
         plains = [int.from_bytes(os.urandom(top // 8 - 1), "big") for _ in range(5 * size)]   # dense: S's noise
-        # a row is one-hot: a few set bits, and OU's G^m (HEU's fixed-base table) costs per nonzero digit of m, so
-        # OU's row encryptions are timed on such plaintexts (Paillier's (1 + mN) costs the same for any m)
-        rows_plain = [sum(1 << (int.from_bytes(os.urandom(4), "big") % top) for _ in range(4)) for _ in plains] \
-            if ou else plains
         paillier.encrypt_many(pk, plains[:4], workers=1)   # warm: any lazy setup is not a per-ciphertext cost
 
         def batch(part):   # CPU per ciphertext of one batch: the median of five resists a burst of load
@@ -1068,8 +1073,22 @@ def _op_costs(bits: int, randomness: str = "full", sigma: float | None = None) -
             out = paillier.to_bytes(pk, np.array(paillier.encrypt_many(pk, part, workers=1), dtype=object))
             return (cpu() - c0) / len(part), out
 
-        runs = [batch(rows_plain[i:i + size]) for i in range(0, 5 * size, size)]
-        t_enc = float(np.median([r[0] for r in runs]))
+        def set_bits(k: int) -> list[int]:
+            # one-hot-like plaintexts: k set bits, one in each k-th of the bits (a layout's blocks sit in distinct
+            # slots, so their bits never share one of G^m's digits)
+            pick, seg = random.SystemRandom(), top // max(k, 1)
+            return [sum(1 << (j * seg + pick.randrange(seg)) for j in range(k)) for _ in range(size)]
+
+        if ou:
+            # OU's G^m (HEU's fixed-base table) costs per nonzero digit of m: a row's plaintexts carry one set bit
+            # per block (one-hot), so a run's price is (ciphertexts)·enc + (blocks)·enc_bit, timed on empty
+            # plaintexts and on SPREAD set bits (Paillier's (1 + mN) costs the same for any m: enc_bit 0)
+            runs = [batch(set_bits(0 if i % 2 == 0 else SPREAD)) for i in range(10)]
+            t_enc = float(np.median([r[0] for r in runs[0::2]]))
+            t_bit = max(0.0, (float(np.median([r[0] for r in runs[1::2]])) - t_enc) / SPREAD)
+        else:
+            runs = [batch(plains[i:i + size]) for i in range(0, 5 * size, size)]
+            t_enc, t_bit = float(np.median([r[0] for r in runs])), 0.0
         raw = np.concatenate([r[1] for r in runs])
         cts = [int(v) for v in paillier.from_bytes(pk, raw)]
         t_setup = 0.0
@@ -1101,7 +1120,7 @@ def _op_costs(bits: int, randomness: str = "full", sigma: float | None = None) -
             paillier.encrypt_many(full, plains[i:i + 10], workers=1)
             noise.append((cpu() - c0) / 10)
         t_noise = float(np.median(noise))
-        _OP_COSTS[key] = {"key": t_key, "enc": t_enc, "setup": t_setup, "load": t_load, "mul": t_mul, "dec": t_dec,
+        _OP_COSTS[key] = {"key": t_key, "enc": t_enc, "enc_bit": t_bit, "setup": t_setup, "load": t_load, "mul": t_mul, "dec": t_dec,
                           "noise": t_noise}
     out = dict(_OP_COSTS[key])
     if sigma is not None:
