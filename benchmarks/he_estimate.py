@@ -10,10 +10,11 @@ alone, without the stand-in's guess of the tables)."""
 from __future__ import annotations
 
 import argparse
+import time
 import tomllib
 
 from vertisynth.core.capabilities import CostEstimate
-from vertisynth.plugins.encoders.he import protocol
+from vertisynth.plugins.encoders.he import encoder as he_encoder, paillier, protocol
 from vertisynth.run.config import parse_config
 from vertisynth.run.pipeline import execute, make_plan, twin_cost_estimate
 
@@ -32,9 +33,30 @@ def main() -> None:
     syn = plan.synthesizer.instance
     n = args.sample
     twin = not isinstance(syn, CostEstimate)
-    before = twin_cost_estimate(plan, n)[0] if twin else syn.cost_estimate(n)
+    estimate = (lambda: twin_cost_estimate(plan, n)[0]) if twin else (lambda: syn.cost_estimate(n))
+    before = estimate()
+    # the same prices with every row ciphertext at four set bits (the pricing before the layout's set bits were
+    # counted): the modelling change alone, at this process's timings
+    timed = he_encoder._op_costs
+    he_encoder._op_costs = lambda *a, **k: {**(o := timed(*a, **k)), "enc": o["enc"] + 4 * o.get("enc_bit", 0.0),
+                                            "enc_bit": 0.0}
+    try:
+        four = estimate()
+    finally:
+        he_encoder._op_costs = timed
+    op = timed(2048, "ou")   # the docs/lab configs: 2048-bit OU keys
+    keys, make = [], paillier.keypair
+
+    def timed_keypair(*a, **k):   # the run's key pairs (a random prime search each): their CPU, to set apart
+        t0 = time.process_time()
+        out = make(*a, **k)
+        keys.append(time.process_time() - t0)
+        return out
+
+    paillier.keypair = timed_keypair
     c0 = protocol.cpu_now()
     execute(plan)
+    paillier.keypair = make
     cpu = protocol.cpu_now() - c0
     enc = plan.measure.instance if twin else syn._encoder
     ran = {p: sum(c.cpu.get(p, 0.0) for c in enc.costs.values()) for p in before if p != "server"}
@@ -43,10 +65,13 @@ def main() -> None:
     if not twin:
         from benchmarks.he import _split
         after = enc.cost_estimate(n, clique_queries=_split(enc, syn._chosen))
-    print(f"{args.config} n={n:,}: {cpu:.1f} CPU s for the whole run")
+    print(f"{args.config} n={n:,}: {cpu:.1f} CPU s for the whole run; OU prices (ms): "
+          + ", ".join(f"{k} {v * 1e3:.4g}" for k, v in op.items()) + "; the run's key pairs (CPU s): "
+          + ", ".join(f"{t:.2f}" for t in keys))
     for p in ran:
         line = (f"  {p}: run {made[p]:,} ciphertexts, protocol CPU {ran[p]:.1f} s; estimate before the run "
                 f"{before[p]['ciphertexts']:,.0f}, {before[p]['cpu_s']:.1f} s ({before[p]['cpu_s'] / max(ran[p], 1e-9):.2f}x)")
+        line += f"; at four set bits per ciphertext {four[p]['cpu_s']:.1f} s ({four[p]['cpu_s'] / max(ran[p], 1e-9):.2f}x)"
         if after is not None:
             line += f"; on the run's tables {after[p]['cpu_s']:.1f} s ({after[p]['cpu_s'] / max(ran[p], 1e-9):.2f}x)"
         print(line, flush=True)
