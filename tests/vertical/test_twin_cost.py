@@ -141,3 +141,41 @@ def test_the_estimate_is_within_a_quarter_of_a_measured_runs_cpu(tmp_path):
     got = sum(spent.values())
     print(f"\nHE CPU s: measured {spent}, estimated {est}")
     assert math.isclose(got, want, rel_tol=0.25), (spent, est)
+
+
+@pytest.mark.skipif(not paillier.short_available(), reason="scheme = 'ou' needs sf-heu")
+def test_ou_estimate_prices_the_set_bits_the_runs_encryptions_take(monkeypatch):
+    """OU's G^m costs per set bit of the packed plaintext (docs/he.md "Scheme OU: validate's estimate against
+    runs"): the set bits `answers_cost` prices (its CPU at `enc_bit` 1 minus at 0) are those of the plaintexts E
+    hands `encrypt_many` in a real OU run of the same answers, S's full-randomness noise not counted."""
+    from vertisynth.plugins.encoders.he import encoder as he_encoder
+
+    data, part, pairs, planned, enc = _two_parties_real_crypto(monkeypatch, {"scheme": "ou"}, 1024)
+    asked, _ = answers(data.domain, part, 2, planned, enc.sigma_for_rho)
+    parties = {p.name: data.domain.project(p.attributes) for p in part}
+    zero = {"key": 0.0, "enc": 0.0, "setup": 0.0, "load": 0.0, "mul": 0.0, "dec": 0.0, "noise": 0.0, "draw": 0.0}
+    monkeypatch.setattr(he_encoder, "_op_costs", lambda bits, randomness="full", sigma=None: {**zero, "enc_bit": 1.0})
+    priced = sum(v["cpu_s"] for v in enc.answers_cost(asked, data.n, parties).values())
+    monkeypatch.undo()
+    monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
+    encrypt, ones = paillier.encrypt_many, []
+
+    def counting(public_key, plaintexts, *a, **k):
+        if isinstance(public_key, paillier.OUPublicKey) and not public_key.full:
+            ones.append(sum(bin(int(m)).count("1") for m in plaintexts))
+        return encrypt(public_key, plaintexts, *a, **k)
+
+    monkeypatch.setattr(paillier, "encrypt_many", counting)
+    led = PrivacyLedger(Budget(1e6, 1e-9))
+    led.plan(planned)
+    rngs = {p: np.random.default_rng(i) for i, p in enumerate(part.names)}
+    run = HEEncoder(HEConfig(crypto="real", key_bits=1024, workers=1, scheme="ou"))
+    oracle = VerticalOracle(part.views(data), part, run, led, rngs, "he")
+    bins = width_bins(data.domain, 2)
+    rng = np.random.default_rng(0)
+    probed = [tuple(x for q in a["queries"][i] for x in q) for a in asked[:1] for i in range(len(a["queries"]))]
+    oracle.measure_many(probed, planned[:6], rng, None, [{x: bins[x] for x in p if x in bins} or None for p in probed])
+    for a, ch in zip(asked[1:], planned[6:]):
+        (left, right), = a["queries"]
+        oracle.measure(left + right, ch, rng)
+    assert sum(ones) > 0 and priced == sum(ones), (priced, ones)
