@@ -7,7 +7,7 @@ import json
 
 import pandas as pd
 import pytest
-from deploy_helpers import SECRET, SERVER_KEY, cli, hello_all, parallel, popen, publish_key, relay_reads, with_roster
+from deploy_helpers import SECRET, SERVER_KEY, cli, hello_all, parallel, popen, relay_reads, with_roster
 
 from vertisynth.deploy.simulate import simulate
 from vertisynth.run.config import load_config

@@ -10,7 +10,6 @@ from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import ConfigError, MessageError
 from vertisynth.core.privacy import ZCDP
-from vertisynth.plugins.encoders.he import noise as he_noise
 from vertisynth.plugins.encoders.he import paillier, protocol
 from vertisynth.plugins.encoders.he.noise import GeneratorSource, SystemSource, discrete_gaussian, support_bound
 from vertisynth.plugins.encoders.he.packing import Layout, slot_width
