@@ -204,7 +204,8 @@ def test_one_schema_format_means_the_same_in_the_api_and_a_config(tmp_path):
     a = pd.DataFrame({"sex": rng.choice(["F", "M"], n)})
     b = pd.DataFrame({"income": np.round(np.exp(rng.normal(10, 0.9, n)), 2), "hours": rng.integers(10, 60, n)})
     schema = tomllib.loads(SCHEMA_TOML)["dataset"]["params"]["schema"]   # the TOML table is the API's dict
-    api = vertisynth.synthesize({"h": a, "i": b}, epsilon=1.0, schema=schema, **FAST)
+    # seeded noise, as in the bounds test above: under the OS CSPRNG the DP quantiles miss in ~1-2% of draws
+    api = vertisynth.synthesize({"h": a, "i": b}, epsilon=1.0, schema=schema, seed=2, noise="simulation", **FAST)
     pd.concat([a, b], axis=1).to_csv(tmp_path / "t.csv", index=False)
     cfg = parse_config({"budget": {"epsilon": 1.0, "delta": 1e-5}, "seed": 0,
                         "dataset": {"name": "csv", "params": {"path": str(tmp_path / "t.csv"), "schema": schema,
