@@ -257,7 +257,9 @@ def test_party_csv_without_schema_takes_public_bounds(tmp_path):
     pd.DataFrame({"id": ids, "sex": rng.choice(["F", "M"], n)}).to_csv(tmp_path / "a.csv", index=False)
     pd.DataFrame({"id": ids[::-1], "income": income[::-1]}).to_csv(tmp_path / "b.csv", index=False)
     files = {"h": str(tmp_path / "a.csv"), "i": str(tmp_path / "b.csv")}
-    cfg = parse_config({"budget": {"epsilon": 1.0, "delta": 1e-5}, "alignment": {"use": "psi"},
+    # seeded noise: under the OS CSPRNG the DP quantiles miss in ~1-2% of draws (the bounds test above)
+    cfg = parse_config({"budget": {"epsilon": 1.0, "delta": 1e-5}, "seed": 2, "noise": "simulation",
+                        "alignment": {"use": "psi"},
                         "dataset": {"name": "party_csv", "params": {"files": files, "bounds": {"income": [0, 1e6]}}},
                         "synthesizer": {"use": "independent"}, "evaluators": [{"use": "tvd", "params": {"ways": [2]}}]})
     with pytest.warns(InferredSchemaWarning, match=r"\['sex'\]"):   # income's bins are DP: only sex is read off
