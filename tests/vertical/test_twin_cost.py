@@ -42,6 +42,23 @@ def _two_parties_real_crypto(monkeypatch, scheme=None, bits=512):
     enc = HEEncoder(HEConfig(crypto="real", key_bits=bits, workers=1, **(scheme or {})))
     return data, part, pairs, planned, enc
 
+
+def _replay(data, part, planned, asked, run) -> None:
+    """Asks `run` (an he encoder) through a VerticalOracle what the estimate's stand-in asked: the one probe
+    answer (all probes as one stage, on 2 equal-width bins), then each adaptive answer."""
+    led = PrivacyLedger(Budget(1e6, 1e-9))
+    led.plan(planned)
+    rngs = {p: np.random.default_rng(i) for i, p in enumerate(part.names)}
+    oracle = VerticalOracle(part.views(data), part, run, led, rngs, "he")
+    bins = width_bins(data.domain, 2)
+    rng = np.random.default_rng(0)
+    probed = [tuple(x for q in a["queries"][i] for x in q) for a in asked[:1] for i in range(len(a["queries"]))]
+    oracle.measure_many(probed, planned[:6], rng, None, [{x: bins[x] for x in p if x in bins} or None for p in probed])
+    for a, ch in zip(asked[1:], planned[6:]):
+        (left, right), = a["queries"]
+        oracle.measure(left + right, ch, rng)
+
+
 @pytest.mark.parametrize("scheme, bits", SCHEME_CASES, ids=["paillier", "ou"])
 def test_the_estimate_counts_the_ciphertexts_a_run_of_the_same_answers_makes(monkeypatch, scheme, bits):
     """The probes (fixed by the plan) and the stand-in's adaptive answers, asked of the oracle with real crypto:
@@ -54,18 +71,8 @@ def test_the_estimate_counts_the_ciphertexts_a_run_of_the_same_answers_makes(mon
     assert counted == {"probes": 6, "adaptive": 5, "marginals": 7} and len(asked) == 6
     parties = {p.name: data.domain.project(p.attributes) for p in part}
     want = enc.answers_cost(asked, data.n, parties)
-    led = PrivacyLedger(Budget(1e6, 1e-9))
-    led.plan(planned)
-    rngs = {p: np.random.default_rng(i) for i, p in enumerate(part.names)}
     run = HEEncoder(HEConfig(crypto="real", key_bits=bits, workers=1, **(scheme or {})))
-    oracle = VerticalOracle(part.views(data), part, run, led, rngs, "he")
-    bins = width_bins(data.domain, 2)
-    rng = np.random.default_rng(0)
-    probed = [tuple(x for q in a["queries"][i] for x in q) for a in asked[:1] for i in range(len(a["queries"]))]
-    oracle.measure_many(probed, planned[:6], rng, None, [{x: bins[x] for x in p if x in bins} or None for p in probed])
-    for a, ch in zip(asked[1:], planned[6:]):
-        (left, right), = a["queries"]
-        oracle.measure(left + right, ch, rng)
+    _replay(data, part, planned, asked, run)
     got = run.costs["oracle"].ciphertexts
     assert got == {p: want[p]["ciphertexts"] for p in got}, (got, want)
     # each party encrypted its rows at most twice (its probe run, its whole rows), not once per answer
@@ -166,16 +173,6 @@ def test_ou_estimate_prices_the_set_bits_the_runs_encryptions_take(monkeypatch):
         return encrypt(public_key, plaintexts, *a, **k)
 
     monkeypatch.setattr(paillier, "encrypt_many", counting)
-    led = PrivacyLedger(Budget(1e6, 1e-9))
-    led.plan(planned)
-    rngs = {p: np.random.default_rng(i) for i, p in enumerate(part.names)}
     run = HEEncoder(HEConfig(crypto="real", key_bits=1024, workers=1, scheme="ou"))
-    oracle = VerticalOracle(part.views(data), part, run, led, rngs, "he")
-    bins = width_bins(data.domain, 2)
-    rng = np.random.default_rng(0)
-    probed = [tuple(x for q in a["queries"][i] for x in q) for a in asked[:1] for i in range(len(a["queries"]))]
-    oracle.measure_many(probed, planned[:6], rng, None, [{x: bins[x] for x in p if x in bins} or None for p in probed])
-    for a, ch in zip(asked[1:], planned[6:]):
-        (left, right), = a["queries"]
-        oracle.measure(left + right, ch, rng)
+    _replay(data, part, planned, asked, run)
     assert sum(ones) > 0 and priced == sum(ones), (priced, ones)
