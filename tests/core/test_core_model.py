@@ -185,6 +185,19 @@ def test_schema_errors():
         schema.fit(frame, None, np.random.default_rng(0)).encode(frame.iloc[:0])
 
 
+def test_dp_quantiles_inside_wide_bounds_stay_near_the_data():
+    """A lognormal income inside public bounds [0, 1e6] (n·ε = 300, 7 edges): drawn one by one at ε/7 each,
+    an edge often fell in the wide empty stretch above the data (mean largest rank error 0.16 over these 100
+    draws, and the middle edge of a 2,000-row column more than 2x off in 27 of 400); split recursively at ε/3 a
+    level (Kaplan et al. 2022) it is 0.07."""
+    vals = np.round(np.exp(np.random.default_rng(0).normal(10, 0.9, 3000)), 2)
+    qs = np.arange(1, 8) / 8
+    srt = np.sort(vals)
+    errs = [np.abs(np.searchsorted(srt, dp_quantiles(vals, qs, (0, 1e6), 0.1, np.random.default_rng(s))) / len(vals)
+                   - qs).max() for s in range(100)]
+    assert np.mean(errs) < 0.1, np.mean(errs)
+
+
 def test_dp_quantiles_accurate_at_large_epsilon_and_charged():
     rng = np.random.default_rng(0)
     values = rng.normal(50, 10, 5000)

@@ -1,5 +1,6 @@
 """Statistical privacy audits of the mechanisms outside the plugin kinds: DP quantiles and secure aggregation."""
 import numpy as np
+import pytest
 
 from vertisynth.collab.secure_aggregation import aggregate_at_server, reconstruct, share_counts
 from vertisynth.core.dataset import Dataset
@@ -27,6 +28,23 @@ def test_dp_median_passes_its_audit_and_an_overclaim_fails():
     assert ok.passed, ok.message()
     bad = audit(looped(lambda d, r: median(d, r, scale=4.0)), pairs, eps, 0.0, n_samples=20_000, seed=7,
                 name="dp median with 4x the epsilon it claims")
+    assert not bad.passed
+
+
+@pytest.mark.slow   # ~15 CPU s: 80,000 looped draws of three quantiles (CI's audit step)
+def test_dp_quantiles_split_recursively_pass_their_audit_and_an_overclaim_fails():
+    """Three quantiles: two recursion levels at ε/2 each over disjoint values (core/encoding.py). The added
+    record (9) lands above the median, so it moves the median's draw and then the upper side's."""
+    eps = 1.0
+
+    def quartiles(data, rng, scale=1.0):
+        return dp_quantiles(data.codes[:, 0].astype(float), [0.25, 0.5, 0.75], (0.0, 10.0), eps * scale, rng)
+
+    pairs = _pair([1, 2, 2, 3, 5, 7, 8, 8], 9)
+    ok = audit(looped(quartiles), pairs, eps, 0.0, n_samples=20_000, seed=11, name="dp quartiles")
+    assert ok.passed, ok.message()
+    bad = audit(looped(lambda d, r: quartiles(d, r, scale=4.0)), pairs, eps, 0.0, n_samples=20_000, seed=11,
+                name="dp quartiles with 4x the epsilon they claim")
     assert not bad.passed
 
 

@@ -44,8 +44,9 @@ def csv_na_args(labels: Any = ()) -> dict[str, Any]:
 
 
 PREPROCESSING_STAGE = "preprocessing"
-# below this n·quantile_epsilon, DP quantiles inside wide bounds miss badly (lognormal income, bounds [0, 1e6],
-# 7 quantiles, 20 seeds: n·ε 100 -> median edge off by 4.4x typically; 200 -> within 2x at worst; 400 -> 1.25x)
+# below this n·quantile_epsilon, DP quantiles inside wide bounds can miss badly (lognormal income, bounds [0, 1e6],
+# 7 quantiles, 20 seeds, split recursively: n·ε 100 -> median edge 1.12x off typically, 43x at worst; 200 -> 1.48x
+# at worst; 400 -> 1.09x. Drawn one by one at ε/7 each, as before: 100 -> 4.4x typically, 200 -> 2x at worst)
 QUANTILE_MIN_N_EPSILON = 200
 
 
@@ -146,27 +147,51 @@ def identifier_list_error(columns: Sequence[ColumnSchema], rows: int) -> DataErr
 
 def dp_quantiles(values: np.ndarray, qs: Sequence[float], bounds: tuple[float, float], epsilon: float,
                  rng: np.random.Generator, secure: bool = False) -> np.ndarray:
-    """ε-DP quantiles by the exponential mechanism over a public range (Smith 2011), ε/len(qs) each.
+    """ε-DP quantiles over a public range by recursive splitting (Kaplan, Schnapp and Stemmer, ICML 2022,
+    "ApproximateQuantiles"): the middle quantile asked for is drawn by the exponential mechanism (Smith 2011),
+    the values split at it, and each side's quantiles found the same way inside it, rescaled to that side.
 
-    Utility of the interval between the i-th and (i+1)-th sorted value is −|i − q·n| (sensitivity 1);
-    an interval is picked with probability ∝ width · exp(ε_q · utility / 2), then a point in it uniformly.
+    Privacy (add/remove neighbours): the calls of one recursion level read disjoint sets of values (split at
+    public points already drawn), so a level costs ε/L for L = ⌈log₂(k + 1)⌉ levels, not ε/k per quantile as
+    k independent draws would (on a lognormal income in [0, 1e6], n = 3,000, ε = 0.1, 7 quantiles, the mean
+    largest rank error fell 0.158 → 0.070: docs/privacy.md). One quantile is Smith's mechanism at ε.
     """
     lo, hi = bounds
     x = np.sort(np.clip(np.asarray(values, float), lo, hi))
+    levels = max(1, math.ceil(math.log2(len(qs) + 1)))
+    out: list[float] = []
+    _split_quantiles(x, [float(q) for q in qs], lo, hi, epsilon / levels, rng, secure, out)
+    return np.sort(np.asarray(out, float))
+
+
+def _split_quantiles(x: np.ndarray, qs: list[float], lo: float, hi: float, eps: float, rng: np.random.Generator,
+                     secure: bool, out: list[float]) -> None:
+    """Appends to `out` the quantiles `qs` (sorted, of the values `x`, sorted, inside [lo, hi]), middle first."""
+    if not qs:
+        return
+    m = len(qs) // 2
+    q = qs[m]
+    v = _exponential_quantile(x, q, lo, hi, eps, rng, secure)
+    cut = int(np.searchsorted(x, v, side="right"))
+    out.append(v)
+    # the recursion is at most ⌈log₂(k + 1)⌉ deep (k quantiles: a column's bins)
+    _split_quantiles(x[:cut], [p / q for p in qs[:m]], lo, v, eps, rng, secure, out)
+    _split_quantiles(x[cut:], [(p - q) / (1 - q) for p in qs[m + 1:]], v, hi, eps, rng, secure, out)
+
+
+def _exponential_quantile(x: np.ndarray, q: float, lo: float, hi: float, eps: float, rng: np.random.Generator,
+                          secure: bool) -> float:
+    """Smith's ε-DP q-quantile of the sorted values `x` in [lo, hi]: the interval between the i-th and (i+1)-th
+    value has utility −|i − q·n| (sensitivity 1) and is picked with probability ∝ width · exp(ε · utility / 2)
+    (Gumbel-max), then a point in it uniformly."""
     pts = np.concatenate([[lo], x, [hi]])
     widths = np.diff(pts)
-    ranks = np.arange(len(widths))
-    eps_q = epsilon / len(qs)
-    out = np.empty(len(qs))
     with np.errstate(divide="ignore"):
-        logw = np.log(widths)
-    for k, q in enumerate(qs):
-        score = logw - eps_q * np.abs(ranks - q * len(x)) / 2
-        gumbel = secure_gumbel(score.shape) if secure else rng.gumbel(size=score.shape)
-        i = int(np.argmax(score + gumbel))  # Gumbel-max = exponential mechanism
-        u = float(secure_uniform(1)[0]) if secure else rng.uniform()
-        out[k] = pts[i] + u * (pts[i + 1] - pts[i])
-    return np.sort(out)
+        score = np.log(widths) - eps * np.abs(np.arange(len(widths)) - q * len(x)) / 2
+    gumbel = secure_gumbel(score.shape) if secure else rng.gumbel(size=score.shape)
+    i = int(np.argmax(score + gumbel))
+    u = float(secure_uniform(1)[0]) if secure else rng.uniform()
+    return float(pts[i] + u * (pts[i + 1] - pts[i]))
 
 
 @attrs.frozen(eq=False)
