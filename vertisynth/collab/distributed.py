@@ -11,7 +11,7 @@ differs per role is what it holds:
   * custodian (`vertisynth collab custodian`): its own CSV only. It announces itself (`hello__<name>__to__all__0`,
     deploy's hello: every public setting, a fresh nonce and its CSV's column names), then for every round posts one
     `CountShare` per server (`collab_share__<name>__to__server<s>__<query>`), sealed to that server's key
-    (`collab_key__server<s>__to__all__0`). For binning rounds it waits for the servers' noisy shares
+    (`key__server<s>__to__all__collab`). For binning rounds it waits for the servers' noisy shares
     and reconstructs the noisy totals (the DP edges and bin means, released anyway) to bin its own rows; it
     never reconstructs the measurement round.
   * server s (`vertisynth collab server`): no rows. It publishes a fresh X25519 key for the run, opens only
