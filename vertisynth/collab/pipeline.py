@@ -17,7 +17,7 @@ import pandas as pd
 
 from vertisynth import __version__
 from vertisynth.core.structuring import structure
-from vertisynth.run.config import RunConfig, noise_for
+from vertisynth.run.config import RunConfig, noise_for, uses_user_data
 from vertisynth.run.console import progress_bar
 from vertisynth.run.pipeline import RunResult, build_component, build_evaluators, check_evaluator, dataset_loader
 from vertisynth.run.report import clear_previous_outputs, record_outputs, write_records
@@ -97,7 +97,9 @@ def make_collab_plan(config: RunConfig, registry: Registry, data_dir: str | None
         return factory(structure(merged, synth_cls, f"synthesizer.params of {synth.spec.name!r}"))
 
     budget = config.budget.to_budget()
-    ledger = PrivacyLedger(budget, noise=noise_for(config, cross_machine=False))
+    # the run layer's rule (make_plan): secure noise on someone's records, the custodians' own CSVs included
+    ledger = PrivacyLedger(budget, noise=noise_for(config, cross_machine=False,
+                                                   user_data=uses_user_data(config) or bool(cc.files)))
     ctx = PlanContext(base.domain, VerticalPartition.single(base.domain), budget)
     evals = build_evaluators(registry, config.evaluators)
     for e in evals:   # the run layer's checks, as every plan makes them
