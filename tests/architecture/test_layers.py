@@ -159,6 +159,84 @@ def private_writes(root: Path) -> list[str]:
     return bad
 
 
+# A plugin's capability is declared (core/capabilities.py: AlignsRows, EvaluatesCounts, ...) and asked with
+# isinstance, never probed: outside plugins/, `hasattr` and `except AttributeError` only probe the platform (the os
+# and sys modules) or an I/O stream.
+PLATFORM = {"os", "sys", "stream"}
+
+
+def _root(node: ast.expr) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Call, ast.Subscript)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _catches_attribute_error(handler: ast.ExceptHandler) -> bool:
+    kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(isinstance(k, ast.Name) and k.id == "AttributeError" for k in kinds)
+
+
+def capability_probes(root: Path) -> list[str]:
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if rel.parts[0].removesuffix(".py") not in PLUGIN_USERS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "hasattr" \
+                    and node.args and _root(node.args[0]) not in PLATFORM:
+                bad.append(f"{rel} line {node.lineno} probes {ast.unparse(node.args[0])} with hasattr")
+            elif isinstance(node, ast.Try) and any(_catches_attribute_error(h) for h in node.handlers):
+                probed = {_root(n) for b in node.body for n in ast.walk(b) if isinstance(n, ast.Attribute)}
+                if not probed <= PLATFORM:
+                    bad.append(f"{rel} line {node.lineno} probes {sorted(map(str, probed - PLATFORM))} with "
+                               "except AttributeError")
+    return sorted(bad, key=lambda b: (b.split(" line ")[0], int(b.split(" line ")[1].split()[0])))
+
+
+# One derivation of the random streams (core/noise.py: `named_streams`, `path_stream`, `path_seed`): outside core,
+# no part seeds a SeedSequence itself (a fresh one from the OS, `SeedSequence()`, is no derivation).
+def seed_derivations(root: Path) -> list[str]:
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if rel.parts[0].removesuffix(".py") not in PLUGIN_USERS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "SeedSequence" \
+                    and (node.args or node.keywords):
+                bad.append(f"{rel} line {node.lineno} derives {ast.unparse(node)}")
+    return bad
+
+
+def test_no_capability_probed_with_hasattr_or_attribute_error():
+    assert capability_probes(PACKAGE) == []
+
+
+def test_every_seeded_stream_is_derived_in_core_noise():
+    assert seed_derivations(PACKAGE) == []
+
+
+def test_the_contract_catches_capability_probes_and_own_seed_derivations(tmp_path):
+    root = tmp_path / "vertisynth"
+    (root / "deploy").mkdir(parents=True)
+    (root / "core").mkdir()
+    (root / "deploy" / "x.py").write_text(
+        "import os, sys\nimport numpy as np\n"
+        "def f(aligner, stream, chunks):\n"
+        "    a = hasattr(os, 'getuid') or hasattr(sys, 'x')\n"
+        "    if hasattr(aligner, 'align_rows'):\n        pass\n"
+        "    try:\n        stream.isatty()\n    except (AttributeError, ValueError):\n        pass\n"
+        "    try:\n        aligner.evaluate_counts()\n    except AttributeError:\n        pass\n"
+        "    r = np.random.default_rng(np.random.SeedSequence().entropy)\n"
+        "    s = np.random.SeedSequence([1, 2])\n")
+    (root / "core" / "y.py").write_text("import numpy as np\ns = np.random.SeedSequence([1, 2])\n"
+                                        "def g(x):\n    return hasattr(x, 'y')\n")
+    assert capability_probes(root) == ["deploy/x.py line 5 probes aligner with hasattr",
+                                       "deploy/x.py line 11 probes ['aligner'] with except AttributeError"]
+    assert seed_derivations(root) == ["deploy/x.py line 16 derives np.random.SeedSequence([1, 2])"]
+
+
 def test_no_upward_or_sideways_import():
     assert violations(PACKAGE) == []
 

@@ -140,8 +140,8 @@ def test_separate_processes_publish_exactly_the_simulation(tmp_path, preprocessi
     from vertisynth.core.transport import FolderTransport
 
     exchange = FolderTransport(ex)
-    assert {parse_slot(n).round for n in exchange.names("*")} == {"hello", "collab_key", "collab_share", "collab_noisy"}
-    assert sorted(exchange.names("collab_key__*")) == sorted(f"collab_key__{r}__to__all__0" for r in ROLES)
+    assert {parse_slot(n).round for n in exchange.names("*")} == {"hello", "key", "collab_share", "collab_noisy"}
+    assert sorted(exchange.names("key__*")) == sorted(f"key__{r}__to__all__collab" for r in ROLES)
     assert sorted(exchange.names("hello__*")) == ["hello__A__to__all__0", "hello__B__to__all__0"]
     for s in (0, 1):
         shares = exchange.names(f"collab_share__*__to__server{s}__*")
@@ -277,7 +277,7 @@ def test_tuning_as_separate_processes_equals_the_simulation(tmp_path, method, mo
     assert len(exchange.names("collab_vote__*__to__publisher__*")) == len(exchange.names("collab_vote__*")) == 2 * runs
     assert len(exchange.names("collab_step__*")) == 4 * (runs + 1)
     for n in exchange.names("*"):   # in clear only the hellos and run keys (docs/threat-model.md)
-        if parse_slot(n).round not in ("hello", "collab_key"):
+        if parse_slot(n).round not in ("hello", "key"):
             assert len(parse_slot(n).to) == 1 and _header(exchange, n, cfg).kind.startswith("sealed:"), n
     if method == "paper":
         assert "not sound" in rep["privacy"]["tuning_accounting"]

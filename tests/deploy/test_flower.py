@@ -177,9 +177,9 @@ def _wire_is_envelopes_and_the_run_key(out, split):
     assert set(net["parties"]) == set(split) and all(v["bytes_from_party"] > 0 for v in net["parties"].values())
     # what crossed the wire is kept for audit: only envelopes, each party's under its own name
     sent = sorted(p.name for p in (out / "exchange").iterdir())
-    assert sent and all(n.endswith(".env") and n.split("__")[1] in split for n in sent if not n.startswith("server-key__"))
+    assert sent and all(n.endswith(".env") and n.split("__")[1] in split for n in sent if not n.startswith("key__server__"))
     # the server's only message: its run key, which the parties seal their sketches, columns and ledgers to
-    assert [n for n in sent if n.split("__")[1] == "server"] == ["server-key__server__to__all__0.env"], sent
+    assert [n for n in sent if n.split("__")[1] == "server"] == ["key__server__to__all__server.env"], sent
 
 
 # CI runs this file on two xdist workers (`--dist loadgroup`: its runs mostly wait on processes and polls, not on
@@ -280,7 +280,7 @@ def test_flower_collab_rounds_publish_the_simulation(tmp_path):
     run(load_config(cfg), tmp_path / "sim")
     assert (tmp_path / "out" / "synthetic.csv").read_bytes() == (tmp_path / "sim" / "synthetic.csv").read_bytes()
     sent = sorted(p.name for p in (tmp_path / "out" / "exchange").iterdir())
-    assert {n.split("__")[0] for n in sent} == {"hello", "collab_key", "collab_share", "collab_noisy"}
+    assert {n.split("__")[0] for n in sent} == {"hello", "key", "collab_share", "collab_noisy"}
     net = json.loads((tmp_path / "out" / "network.json").read_text())
     assert set(net["parties"]) == set(roles)
 

@@ -77,8 +77,8 @@ def test_relay_and_bridges_publish_the_simulated_table(tmp_path):
     envelopes = run_relay(relay, config, [*bridges.values(), server])
     assert relay.rounds_per_step["hello"] == 2 and relay.rounds_per_step["keys"] == 2   # post, then collect
     keep_exchange(tmp_path / "out", envelopes)
-    assert any(n.startswith("server-key__server__to__all__") for n in envelopes)
-    assert all(n.startswith("server-key__") or (n.split("__")[0] not in ("synth", "ledger"))
+    assert "key__server__to__all__server" in envelopes
+    assert all(n.startswith("key__") or (n.split("__")[0] not in ("synth", "ledger"))
                or b"sealed:" in envelopes[n][:400] for n in envelopes)   # every synth/ledger body sealed
     simulated = simulate(config, SECRET).synthetic
     simulated.to_csv(tmp_path / "sim.csv", index=False)
@@ -172,7 +172,7 @@ def test_collab_slots_go_only_to_the_roles_that_read_them():
                        ("collab_vote__A__to__publisher__run0001", "publisher"),
                        ("collab_step__publisher__to__server0__0001", "server0")):
         assert [r for r in roles if addressed_to(sealed, r)] == [to], sealed   # only its one recipient
-    for broadcast in ("hello__A__to__all__0", "collab_key__server0__to__all__0", "collab_key__publisher__to__all__0"):
+    for broadcast in ("hello__A__to__all__0", "key__server0__to__all__collab", "key__publisher__to__all__collab"):
         sender = broadcast.split("__")[1]
         assert all(addressed_to(broadcast, r) == (r != sender) for r in roles)
     for old in ("collab_noisy__server0__age-grid__to__A", "collab_hello__A", "collab_vote__A__run0001"):
@@ -275,6 +275,6 @@ def test_collab_rounds_over_the_relay_publish_the_simulation(tmp_path, forked_br
     assert (tmp_path / "out" / "synthetic.csv").read_bytes() == (tmp_path / "sim" / "synthetic.csv").read_bytes()
     for s in ("server0", "server1"):   # a compute server got its own shares, never another's nor any noisy share
         kinds = {parse_slot(n).round for n in got[s]}
-        assert kinds <= {"hello", "collab_key"} | {"collab_share"}, kinds
+        assert kinds <= {"hello", "key"} | {"collab_share"}, kinds
         assert all(parse_slot(n).to == (s,) for n in got[s] if n.startswith("collab_share__"))
     assert sim.report["privacy"]["spent_epsilon"] > 0

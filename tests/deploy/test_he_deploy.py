@@ -94,7 +94,7 @@ def test_tampered_ciphertexts_are_refused(tmp_path):
     # the rows are sealed to the summing party's run key: it starts first and publishes it, then holds still (stopped)
     # while the encrypting party sends its rows, which are corrupted before the summing party reads them
     summing = popen(argv[parties.index(summ)], tmp_path)
-    wait_for(f"party-key__{summ}__*")
+    wait_for(f"key__{summ}__to__all__party.env")
     os.kill(summing.pid, signal.SIGSTOP)
     encrypting = popen(argv[parties.index(enc)], tmp_path)
     try:

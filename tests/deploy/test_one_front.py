@@ -31,7 +31,7 @@ def test_the_one_grammar_round_trips_and_refuses_what_it_cannot_name():
     assert parse_slot("align-r01__a__to__b+c__x").to == ("b", "c")
     assert slot("collab_noisy", "server0", ["publisher"], "measure-age-1f2e") == \
         "collab_noisy__server0__to__publisher__measure-age-1f2e"
-    assert pattern("collab_key", "A") == "collab_key__A__to__*__*"
+    assert pattern("collab_share", "A") == "collab_share__A__to__*__*"
     for bad in ("collab_hello__A", "synth__a__b__c__d", "x__a__to____t", "x__a+b__to__c__t", "x__a__to__c__t+u",
                 "x__a__to__c__t/u"):
         with pytest.raises(MessageError, match="not a message name"):
@@ -56,7 +56,7 @@ def test_a_collab_message_is_read_by_deploys_session_and_the_reverse(tmp_path):
 
     def deploy(role, run_key=None):
         return Session(ids[role], roster, ex, RunState(role, "run1", "cfg", ("A", "B")), timeout=0.5, run_key=run_key,
-                       sealed=True, key_round="collab_key")
+                       sealed=True, key_purpose="collab")
     [(header, body)] = deploy("server0", chans["server0"].run_key).receive("collab_share", ["A"])["A"]
     assert header.kind == "count_share" and CountShare.from_bytes(body).share.tolist() == [1, 2, 3]
     deploy("A").send("collab_share", ["server0"], "count_share", _share().to_bytes(), tag="q2")

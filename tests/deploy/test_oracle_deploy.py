@@ -165,7 +165,7 @@ def test_a_curious_relay_reads_no_query_of_a_vertical_twin(tmp_path):
         assert header.round in CLEAR_ROUNDS or header.kind.startswith(SEALED), (path.name, header.kind)
         assert len(header.to) == 1 or header.round in CLEAR_ROUNDS, path.name
     # the relay held queries, the parties' rounds and answers: all of them sealed
-    assert {"oracle-query-", "oracle-answer-", "he-rows-oracle-", "he-sums-oracle-", "party-key"} <= rounds, rounds
+    assert {"oracle-query-", "oracle-answer-", "he-rows-oracle-", "he-sums-oracle-", "key"} <= rounds, rounds
 
 
 def _as_server(tmp_path, exchange="shared"):

@@ -321,12 +321,12 @@ def test_a_run_key_not_signed_by_the_server_is_refused(dpfm_run, tmp_path):
 
     tmp, config, _ = dpfm_run
     shutil.copytree(tmp / "shared", tmp_path / "shared")
-    [real] = list((tmp_path / "shared").glob("server-key__server__*.env"))
+    [real] = list((tmp_path / "shared").glob("key__server__*.env"))
     data = real.read_bytes()
     n = struct.unpack(">I", data[len(MAGIC):len(MAGIC) + 4])[0]
     head = data[len(MAGIC) + 4:len(MAGIC) + 4 + n]
     insurer = Identity.load("insurer", tmp / "private_insurer" / "insurer_signing.pem")
-    body = canonical({"x25519": RunKey().public.hex()})
+    body = canonical({"x25519": RunKey().public.hex(), "purpose": "server"})
     header = json.loads(head)
     header["sha256"] = hashlib.sha256(body).hexdigest()
     forged_head = canonical(header)   # the server's header, the insurer's key and signature

@@ -245,7 +245,7 @@ def _readers_as_documented(folder, config, keys, kind):
         r: (got.get(r), want.get(r)) for r in sorted(set(got) | set(want)) if got.get(r) != want.get(r)})
     # only public keys, the public config and dpfm's wrapped group keys travel in clear
     clear = {r for r, who in got.items() if who == "everyone"}
-    assert clear <= {"hello", "server-key", "party-key", "align-key", "keys-pub", "keys-wrap"}, clear
+    assert clear <= {"hello", "key", "keys-pub", "keys-wrap"}, clear
 
 
 def _no_attribute_name_outside_the_hellos(folder, config):
@@ -501,7 +501,7 @@ def _collab_readers_as_documented(runs, kind):
     assert got == want, ("docs/threat-model.md's collab table differs from the run", {
         r: (sorted(got.get(r, ())), sorted(want.get(r, ()))) for r in sorted(set(got) | set(want))
         if got.get(r) != want.get(r)})
-    assert {r for r, who in got.items() if who == {"everyone"}} <= {"hello", "collab_key"}
+    assert {r for r, who in got.items() if who == {"everyone"}} <= {"hello", "key"}
 
 
 def test_a_curious_collab_server_reads_only_uniform_shares(collab_runs):

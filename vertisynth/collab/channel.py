@@ -6,8 +6,8 @@ messages under its own name), one hello, one run id, one run-key body, one seale
 Every custodian opens the run with a hello (round `hello`, in clear: every setting of the public config, a fresh
 nonce, its clock and its CSV's columns as the schema names them); the run id is the hash of the config fingerprint
 and every custodian's nonce, so a message from an earlier run on a reused exchange never verifies. Each role then
-makes an X25519 run key (OS CSPRNG, memory only) and publishes it in an envelope it signs (round `collab_key`,
-in clear); a sender takes a recipient's key only from that envelope, verified under the roster. Every other
+makes an X25519 run key (OS CSPRNG, memory only) and publishes it in an envelope it signs (the one key round of core/courier.py,
+`key__<role>__to__all__collab`, in clear); a sender takes a recipient's key only from that envelope, verified under the roster. Every other
 message is sealed to its one recipient's run key, one envelope per recipient: a relay, and every role it is not
 addressed to, reads ciphertext, and a message moved to another slot, run or sender does not open."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from vertisynth.core.courier import HELLO, Courier, pattern, run_key_body, slot
+from vertisynth.core.courier import COLLAB_KEY, HELLO, KEY, Courier, pattern, slot
 from vertisynth.core.envelope import ALL, Header
 from vertisynth.core.errors import ConfigError, MessageError
 from vertisynth.core.identity import Identity, Roster
@@ -25,8 +25,7 @@ from vertisynth.core.sealing import RunKey
 from vertisynth.core.transport import Transport
 
 PUBLISHER = "publisher"
-KEY_ROUND = "collab_key"
-CLEAR = (HELLO, KEY_ROUND)   # the only rounds in clear: public by design (the public config, public keys)
+CLEAR = (HELLO, KEY)   # the only rounds in clear: public by design (the public config, public keys)
 
 
 def server_name(index: int) -> str:
@@ -84,18 +83,14 @@ class Channel(Courier):
         signs; only after the run id is known (the envelope is bound to it)."""
         if not self.run:
             raise MessageError(f"{self.me}: no run id yet; a run key is published after every custodian's hello")
-        if self.exchange.names(pattern(KEY_ROUND, self.me)):
-            raise MessageError(f"{self.me!r} already published its run key in this run (a second role under its name "
-                               "on the same exchange: what was sealed to the first one's key opens with no other); "
-                               "refused")
-        self.run_key = RunKey()
-        self.send_clear(KEY_ROUND, [ALL], "run_key", run_key_body(self.run_key.public))
+        self.run_key = self.publish_key(COLLAB_KEY, again="a second role under its name on the same exchange: what "
+                                        "was sealed to the first one's key opens with no other")
         return self.run_key
 
     def key_of(self, who: str) -> bytes:
         """`who`'s run key: from its envelope (signed by `who`'s roster key, bound to this run), waited for."""
         if who not in self.keys:
-            self.keys[who] = self.fetch_key(who, KEY_ROUND)
+            self.keys[who] = self.fetch_key(who, COLLAB_KEY)
         return self.keys[who]
 
     def recipients(self, to: Sequence[str]) -> list[str]:

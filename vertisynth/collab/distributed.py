@@ -11,7 +11,7 @@ differs per role is what it holds:
   * custodian (`vertisynth collab custodian`): its own CSV only. It announces itself (`hello__<name>__to__all__0`,
     deploy's hello: every public setting, a fresh nonce and its CSV's column names), then for every round posts one
     `CountShare` per server (`collab_share__<name>__to__server<s>__<query>`), sealed to that server's key
-    (`collab_key__server<s>__to__all__0`). For binning rounds it waits for the servers' noisy shares
+    (`key__server<s>__to__all__collab`). For binning rounds it waits for the servers' noisy shares
     and reconstructs the noisy totals (the DP edges and bin means, released anyway) to bin its own rows; it
     never reconstructs the measurement round.
   * server s (`vertisynth collab server`): no rows. It publishes a fresh X25519 key for the run, opens only
@@ -60,7 +60,7 @@ from vertisynth.core.messages import Message
 from vertisynth.core.privacy import NOISE_LABELS
 from vertisynth.core.transport import Transport as Exchange, transport_for
 from vertisynth.run.config import config_fingerprint, noise_for, public_config
-from vertisynth.run.report import write_records
+from vertisynth.run.report import write_release
 
 from .channel import PUBLISHER, Channel, Where, check_role_name, server_name, where
 from .horizontal import check_custodians
@@ -586,9 +586,6 @@ def run_publisher(plan: CollabPlan, exchange: str | Path | Exchange, out: Path, 
         timings["fit and sample"] = time.perf_counter() - t1
         if plan.ledger.unspent():
             raise MessageError(f"the protocol ended with planned releases never made: {plan.ledger.unspent()}")
-    out.mkdir(parents=True, exist_ok=True)
-    if frame is not None:
-        frame.to_csv(out / "synthetic.csv", index=False)
     cc = cfg.section("collab")
     numeric = {} if codec is None else {
         c: {"edges": nb.edges.tolist(), "means": nb.means.tolist(), **({"custodians": list(nb.owners)} if nb.owners else {})}
@@ -615,7 +612,8 @@ def run_publisher(plan: CollabPlan, exchange: str | Path | Exchange, out: Path, 
                     **({"tuning_accounting": outcome.label} if outcome is not None else {})},
         "timings_seconds": timings,
     }
-    write_records(out, report, summary_markdown(report))
+    # the one output writer: an earlier run's table in `out` must not pass for this one's (an unpublished tuning)
+    write_release(out, report, summary_markdown(report), frame)
     return {"rounds": transport.rounds - hidden_rounds, "records": 0 if frame is None else len(frame),
             "out": str(out), "epsilon": plan.ledger.spent_epsilon(), "published": published,
             "tuning": None if outcome is None else {"label": outcome.label, "chosen": outcome.chosen,

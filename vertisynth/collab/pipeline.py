@@ -17,10 +17,10 @@ import pandas as pd
 
 from vertisynth import __version__
 from vertisynth.core.structuring import structure
-from vertisynth.run.config import RunConfig, noise_for
+from vertisynth.run.config import RunConfig, noise_for, uses_user_data
 from vertisynth.run.console import progress_bar
 from vertisynth.run.pipeline import RunResult, build_component, build_evaluators, check_evaluator, dataset_loader
-from vertisynth.run.report import clear_previous_outputs, record_outputs, write_records
+from vertisynth.run.report import write_release
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.encoding import TableCodec
 from vertisynth.core.errors import BudgetError, ConfigError, DataError
@@ -97,7 +97,9 @@ def make_collab_plan(config: RunConfig, registry: Registry, data_dir: str | None
         return factory(structure(merged, synth_cls, f"synthesizer.params of {synth.spec.name!r}"))
 
     budget = config.budget.to_budget()
-    ledger = PrivacyLedger(budget, noise=noise_for(config, cross_machine=False))
+    # the run layer's rule (make_plan): secure noise on someone's records, the custodians' own CSVs included
+    ledger = PrivacyLedger(budget, noise=noise_for(config, cross_machine=False,
+                                                   user_data=uses_user_data(config) or bool(cc.files)))
     ctx = PlanContext(base.domain, VerticalPartition.single(base.domain), budget)
     evals = build_evaluators(registry, config.evaluators)
     for e in evals:   # the run layer's checks, as every plan makes them
@@ -397,10 +399,5 @@ def summary_markdown(report: dict[str, Any]) -> str:
 
 def write_collab_outputs(result, out: Path, published: bool) -> Path:
     """Publish once: synthetic.csv is written only for the final run; the tuning's fold tables never are."""
-    out.mkdir(parents=True, exist_ok=True)
-    clear_previous_outputs(out)   # an earlier run's synthetic.csv must not pass for this unpublished run's
-    if published:
-        result.synthetic.to_csv(out / "synthetic.csv", index=False)
-    names = write_records(out, result.report, summary_markdown(result.report))
-    record_outputs(out, names + (["synthetic.csv"] if published else []))
-    return out
+    # the one output writer: an earlier run's synthetic.csv must not pass for this unpublished run's
+    return write_release(out, result.report, summary_markdown(result.report), result.synthetic if published else None)

@@ -38,7 +38,7 @@ import numpy as np
 from vertisynth.core.errors import DataError, MessageError
 from vertisynth.core.mechanisms import gaussian_sigma
 from vertisynth.core.messages import Message
-from vertisynth.core.noise import discrete_gaussian
+from vertisynth.core.noise import discrete_gaussian, path_stream
 from vertisynth.core.privacy import NOISE_KINDS, Charge, PrivacyLedger, ZCDP
 
 STAGE = "secure_aggregation"
@@ -180,12 +180,6 @@ def reconstruct(noisy: Sequence[NoisyShare], ledger: PrivacyLedger | None = None
 
 
 # -- randomness and transports: one code path for the simulation and for separate processes ----------------
-def _h(text: str) -> int:
-    import hashlib
-
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
-
-
 @attrs.frozen
 class Randomness:
     """Where shares and server noise come from, per (party, query) and independent of call order, so a
@@ -213,8 +207,7 @@ class Randomness:
     def _rng(self, role: int, index: int | str, query: str) -> np.random.Generator | None:
         if self.seed is None:
             return None
-        idx = index if isinstance(index, int) else _h(index)
-        return np.random.default_rng(np.random.SeedSequence([self.seed, role, idx, _h(self.run), _h(query)]))
+        return path_stream(self.seed, role, index, self.run, query)
 
     def noise(self, server: int, query: str) -> np.random.Generator | None:
         return self._rng(1, server, query)

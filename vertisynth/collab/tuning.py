@@ -46,11 +46,12 @@ import pandas as pd
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.errors import BudgetError, ConfigError, DataError
 from vertisynth.core.mechanisms import gaussian_sigma
+from vertisynth.core.noise import path_stream
 from vertisynth.core.privacy import ORDERS, RDP, Budget, Charge, Composition, Cost, PrivacyLedger, ZCDP
 
 from .horizontal import HorizontalRun, scratch_ledger
 from .preprocessing import _secure_sum
-from .secure_aggregation import InMemory, Randomness, Transport, _h, planned_charge
+from .secure_aggregation import InMemory, Randomness, Transport, planned_charge
 
 PAPER_LABEL = "paper: tuning not accounted — not sound"
 SOUND_LABEL = {"private_selection": "sound: Papernot–Steinke private selection (Poisson random search), accounted",
@@ -143,7 +144,7 @@ def party_rng(seed: int | None, *path: object) -> np.random.Generator:
     the custodians; ("fit", run, fold) at the publisher (the fold run's fit, sampling and decoding)."""
     if seed is None:
         return np.random.default_rng()
-    return np.random.default_rng(np.random.SeedSequence([int(seed), _h("tuning"), *(_h(str(p)) for p in path)]))
+    return path_stream(int(seed), "tuning", *(str(p) for p in path))
 
 
 # -- folds, scores and the vote --------------------------------------------------------------------------

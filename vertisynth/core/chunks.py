@@ -155,6 +155,27 @@ class mapped:
         return None if inner is None else (MappedSlice(s, self.fn) for s in inner)
 
 
+class counted:
+    """The stream, counting the rows of each full pass (`rows`: one count per pass, for a party's rows tag); its
+    slices are the stream's, so a Dask worker still reads the spilled rows itself (docs/scale.md, Dask)."""
+
+    def __init__(self, chunks: Chunks):
+        self.chunks, self.rows = chunks, []
+
+    def __call__(self) -> Iterator[tuple[np.ndarray, Dataset]]:
+        n = 0
+        for ids, rows in self.chunks():
+            n += rows.n
+            yield ids, rows
+        self.rows.append(n)
+
+    def slices(self, rows: int) -> list | None:
+        return chunk_slices(self.chunks, rows)
+
+    def live_slices(self, rows: int) -> Iterator | None:
+        return live_slices(self.chunks, rows)
+
+
 class ChunkedCounts:
     """Stands in for a Dataset where only `n` and `counts` are read: each marginal from one pass over the
     chunks (int64 sums, so equal to `Dataset.counts`), cached."""

@@ -15,8 +15,13 @@ the schema names it). `read_hello` opens one, `check_hello` compares it with the
 settings named at once). The run id is the hash of the config fingerprint and every hello's nonce (`run_id`), so
 it is new for every role that took part; a message of another run never verifies.
 
-**Run keys.** A role that is sent sealed messages publishes an X25519 key of this run in an envelope it signs
-(body `run_key_body`, read by `run_key_of`); a sender takes it only from that envelope.
+**Run keys.** A role that is sent sealed messages publishes an X25519 key of this run in an envelope it signs, in
+the one key round `key`, the key's purpose in the tag and in the signed body (`key__<sender>__to__all__<purpose>`:
+`server`, the deploy server's run key; `party`, a deploy party's key of its synth step; `align`, of its `party
+align` step; `collab`, a collab role's run key). `Courier.publish_key` sends it (body `run_key_body`), `fetch_key`
+takes it only from that envelope (`run_key_of` checks the purpose). The names these rounds had before (`server-key`,
+`party-key`, `align-key`, `collab_key`) are refused wherever a name is read (`parse_slot`): a role of an older
+version is named at once, not waited for.
 
 **Sealing.** A sealed message carries, as its body, the plaintext sealed to its one recipient's run key
 (core/sealing.py), with the run id, the config fingerprint, the sender, the round and the slot as associated
@@ -49,6 +54,14 @@ SAFE = re.compile(r"[A-Za-z0-9_.-]+")    # a slot is a file name and a glob patt
 NAME = re.compile(r"[A-Za-z0-9_.+-]+")   # and '+' between several recipients
 MAX_HELLO_AGE = 3600.0   # seconds: an older hello is an earlier run's (or its sender's clock is that far behind)
 MAX_CLOCK_AHEAD = 300.0  # seconds: a hello dated further in the future comes from a clock that far ahead
+KEY = "key"              # the one round of every run key; the purpose is its tag (and in its signed body)
+SERVER_KEY = "server"    # the deploy server's run key: the parties seal their data-derived messages to it
+PARTY_KEY = "party"      # a deploy party's run key of its synth step (a sealed session: he rounds, oracle answers)
+ALIGN_KEY = "align"      # a deploy party's run key of its `party align` step (its own process, its own key)
+COLLAB_KEY = "collab"    # a collab role's run key
+KEY_PURPOSES = (SERVER_KEY, PARTY_KEY, ALIGN_KEY, COLLAB_KEY)
+# the rounds that carried these keys before: a message under one of them is an older version's, refused by name
+RETIRED_KEY_ROUNDS = {"server-key": SERVER_KEY, "party-key": PARTY_KEY, "align-key": ALIGN_KEY, "collab_key": COLLAB_KEY}
 
 
 # -- the one slot grammar --------------------------------------------------------------------------------------------
@@ -73,7 +86,16 @@ class Slot:
         return role != self.sender and self.addresses(role)
 
 
+def _retired(round_: str, name: str) -> None:
+    if round_ in RETIRED_KEY_ROUNDS:
+        raise MessageError(f"{name}: round {round_!r} is the old name of the run-key round (now "
+                           f"`{KEY}__<sender>__to__all__{RETIRED_KEY_ROUNDS[round_]}`): a role runs an older vertisynth; "
+                           "refused (run every role on the same version)")
+
+
 def _part(value: str, what: str) -> str:
+    if what == "round":
+        _retired(value, value)
     if not value or "__" in value or not SAFE.fullmatch(value) or value == EVERYONE and what == "role":
         raise ConfigError(f"{what} name {value!r} cannot name a message on the exchange: use letters, digits, "
                           "'.', '-' and single '_' only")
@@ -99,6 +121,7 @@ def parse_slot(name: str) -> Slot:
     if (len(parts) != 5 or parts[2] != "to" or not all(parts) or not NAME.fullmatch(name)
             or "+" in parts[0] + parts[1] + parts[4]):
         raise MessageError(f"{name}: not a message name (<round>__<sender>__to__<recipients>__<tag>); refused")
+    _retired(parts[0], name)
     label = parts[3]
     return Slot(parts[0], parts[1], (ALL,) if label == EVERYONE else tuple(label.split("+")), parts[4])
 
@@ -199,17 +222,34 @@ def run_id(config_fp: str, nonces: Mapping[str, bytes]) -> str:
                           ).hexdigest()[:32]
 
 
-# -- the one run-key body ----------------------------------------------------------------------------------------------
-def run_key_body(public: bytes) -> bytes:
-    return canonical({"x25519": public.hex()})
+# -- the one run-key round and body ------------------------------------------------------------------------------------
+def key_purpose(purpose: str) -> str:
+    if purpose not in KEY_PURPOSES:
+        raise MessageError(f"run key purpose {purpose!r} is none of {list(KEY_PURPOSES)}")
+    return purpose
 
 
-def run_key_of(body: bytes, who: str) -> bytes:
-    """The X25519 public key in `who`'s verified run key envelope, refused in one line if it is not one."""
+def key_slot(sender: str, purpose: str) -> str:
+    """The one slot of `sender`'s run key of `purpose`: `key__<sender>__to__all__<purpose>`."""
+    return slot(KEY, sender, [ALL], key_purpose(purpose))
+
+
+def run_key_body(public: bytes, purpose: str) -> bytes:
+    return canonical({"x25519": public.hex(), "purpose": key_purpose(purpose)})
+
+
+def run_key_of(body: bytes, who: str, purpose: str | None = None) -> bytes:
+    """The X25519 public key in `who`'s verified run key envelope, refused in one line if it is not one, or (unless
+    `purpose` is None) is a key of another purpose: the purpose is signed, a renamed slot does not change it."""
     try:
-        raw = bytes.fromhex(json.loads(body)["x25519"])
+        raw_body = json.loads(body)
+        raw = bytes.fromhex(raw_body["x25519"])
+        got = raw_body["purpose"]
     except (ValueError, KeyError, TypeError) as exc:
         raise MessageError(f"the run key envelope of {who!r} is malformed ({exc}); refused") from None
+    if purpose is not None and got != purpose:
+        raise MessageError(f"the run key envelope of {who!r} holds its {got!r} key where its {purpose!r} key belongs "
+                           "(a moved or renamed envelope); refused")
     if len(raw) != 32:
         raise MessageError(f"the run key of {who!r} has {len(raw)} bytes, not 32 (X25519); refused")
     return raw
@@ -345,18 +385,34 @@ class Courier:
             got[header.sender].append((header, body))
         return got
 
-    def fetch_key(self, who: str, round_: str, timeout: float | None = None) -> bytes:
-        """`who`'s run key, from its one envelope of `round_` (signed by `who`'s roster key, bound to this run and
-        config), waited for up to `timeout` s (default: the role's)."""
+    def publish_key(self, purpose: str, key: RunKey | None = None, again: str = "") -> RunKey:
+        """This role's run key of `purpose` (a fresh one from the OS CSPRNG unless `key`), published once in clear in
+        an envelope it signs, bound to this run (so only once the run id is known). A second one of the same
+        purpose in this run is refused (`again`: what that would mean for this role)."""
+        if self._mail().names(key_slot(self.me, purpose)):
+            raise MessageError(f"{self.me!r} already published its run key in this run ("
+                               f"{again or 'a second role under its name on the same exchange'}); refused")
+        key = RunKey() if key is None else key
+        self.send_clear(KEY, [ALL], "run_key", run_key_body(key.public, purpose), purpose)
+        return key
+
+    def fetch_key(self, who: str, purpose: str, timeout: float | None = None, hint: str = "") -> bytes:
+        """`who`'s run key of `purpose`, from its one envelope of the key round (signed by `who`'s roster key, bound
+        to this run and config), waited for up to `timeout` s (default: the role's). `hint`: what to do when it
+        does not come. A key under a retired round name is refused at once (`parse_slot`), not waited for."""
         wait = self.timeout if timeout is None else timeout
+        want = key_slot(who, purpose)
+
+        def keys(names: list[str]) -> list[str]:   # `*key`: the key round and its retired names, `who`'s prefix only
+            return [n for n in names if parse_slot(n).round == KEY and n == want]
         try:
-            names = wait_for(self._mail(), pattern(round_, who), 1, f"{who}'s run key", wait, self.poll)
-        except MessageError:
-            raise MessageError(f"{self.me}: no run key from {who!r} in {self._mail()} within {wait:.0f} s: is "
-                               f"{who!r} down?") from None
-        if len(names) != 1:
-            raise MessageError(f"{len(names)} run keys from {who!r} in this run ({', '.join(names)}); refused")
-        header, body = self.checked_open(names[0], (round_,), self.me)
+            names = wait_for(self._mail(), pattern(f"*{KEY}", who), 1, f"{who}'s run key", wait, self.poll, keys)
+        except MessageError as exc:
+            if "waited" not in str(exc):
+                raise
+            raise MessageError(f"{self.me}: no run key from {who!r} in {self._mail()} within {wait:.0f} s: "
+                               + (hint or f"is {who!r} down?")) from None
+        header, body = self.checked_open(names[0], (KEY,), self.me)
         if header.sender != who:
             raise MessageError(f"{names[0]}: a run key of {header.sender!r} filed under {who!r}; refused")
-        return run_key_of(body, who)
+        return run_key_of(body, who, purpose)

@@ -14,6 +14,7 @@ OpenDP (Rust, samplers over the OS CSPRNG) does the sampling; see docs/privacy.m
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from functools import cache
 from types import SimpleNamespace
@@ -196,6 +197,28 @@ class SystemRandom:
 def party_randomness(rng: np.random.Generator, noise: str) -> np.random.Generator | SystemRandom:
     """`rng` for the simulation, the OS CSPRNG for secure noise."""
     return SystemRandom() if noise == "secure" else rng
+
+
+def label_int(label: str) -> int:
+    """A stream label as a 64-bit SeedSequence word (the first 8 bytes of its SHA-256, little-endian)."""
+    return int.from_bytes(hashlib.sha256(label.encode()).digest()[:8], "little")
+
+
+def _path_seed(seed: int, path: tuple[int | str, ...]) -> np.random.SeedSequence:
+    return np.random.SeedSequence([int(seed), *(p if isinstance(p, int) else label_int(p) for p in path)])
+
+
+def path_stream(seed: int, *path: int | str) -> np.random.Generator:
+    """The stream of one place of a run named by `path` (ints as they are, strings by `label_int`), from the config
+    seed and independent of call order: the one keyed derivation, so a role in its own process draws what the
+    one-process simulation draws there (collab's per-round server noise and shares, its tuning folds). Simulation
+    noise only: secure noise never reads it."""
+    return np.random.default_rng(_path_seed(seed, path))
+
+
+def path_seed(seed: int, *path: int | str) -> int:
+    """A 32-bit seed for the place `path` names, derived as `path_stream` derives its stream (a study's repeats)."""
+    return int(_path_seed(seed, path).generate_state(1)[0])
 
 
 def named_streams(seed: int | None, names: tuple[str, ...]) -> dict[str, np.random.Generator]:

@@ -8,7 +8,7 @@ in the one-process simulation's order (`_test_streams`), so the deployment publi
 (`deploy/simulate.py`). The exchange folder only ever holds blinded group
 elements (`BlindedSet` messages), each in a signed envelope bound to the run of `party hello` and to its
 round (`align-rNN`), sealed to the one party it goes to (each party's X25519 run key of this step, published in
-round `align-key`: a relay reads no blinded set, so it cannot compare them as the leader does); a party reads
+`key__<party>__to__all__align`: a relay reads no blinded set, so it cannot compare them as the leader does); a party reads
 the envelopes addressed to it, checks them before use (a replay from an earlier run or round is refused), waits
 for the ones it expects each round, and writes its own atomically. Mismatched settings (party order, normalize,
 fill, budget) are named by the hello round.
@@ -33,6 +33,7 @@ import pandas as pd
 
 from vertisynth.core.capabilities import AlignsAcrossMachines
 from vertisynth.core.cluster import dask_session
+from vertisynth.core.courier import ALIGN_KEY
 from vertisynth.core.encoding import TableSchema
 from vertisynth.core.errors import ConfigError, DataError, VertisynthError
 from vertisynth.core.outfiles import write_csv
@@ -43,7 +44,7 @@ from vertisynth.run.config import RunConfig, noise_for
 from vertisynth.run.pipeline import build_component, make_plan
 
 from .plans import streams as _streams
-from .session import ALIGN_KEY_ROUND, TEST_LABEL, Session, publish_party_key, session, test_noise_seed
+from .session import TEST_LABEL, Session, publish_party_key, session, test_noise_seed
 
 
 def _round(r: int) -> str:
@@ -163,7 +164,7 @@ def run_party_align(config: RunConfig, party: str, csv: Path, id_column: str, ex
         raise ConfigError(f"the hello round ran with parties {list(sess.state.parties)}, the config's ring is {ring}")
     # every round sealed to the party it goes to (a run key of this step, memory only): a relay that held the
     # blinded sets could compare them as the leader does (the sizes of every region of the sets' Venn diagram)
-    sess.key_round = ALIGN_KEY_ROUND
+    sess.key_purpose = ALIGN_KEY
     sess.run_key, sess.sealed = publish_party_key(sess), True
     frame = pd.read_csv(csv, dtype=str)   # as text: the schema's categories are text ("1" stays "1"), ids too
     if id_column not in frame.columns:

@@ -9,7 +9,7 @@ so that no ordering of three or more parties can deadlock); then it publishes it
 run keys is sealed to its one recipient's run key (a sealed `Session`, session.py; a message to several roles goes as
 one envelope per recipient), so a relay reads no clique table, row, sum or answer:
 
-  party-key           party -> every role   its X25519 run key for this run, signed (in clear: a public key)
+  key (tag party)     party -> every role   its X25519 run key for this run, signed (in clear: a public key)
   <the encoder's rounds>  party -> party   e.g. he-key/he-rows/he-sums (plugins/encoders/he/rounds.py), sealed to the
                                         party it goes to
   synth               party -> server   its answers, sealed to the server's run key

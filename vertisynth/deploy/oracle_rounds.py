@@ -9,7 +9,7 @@ server checks against the plan and answers every cross-party question from. Per 
 signed envelopes (core/envelope.py) over its transport, each sealed to its one recipient's run key (a sealed
 `Session`: only the hellos and the run keys travel in clear):
 
-  party-key          party -> every role             its X25519 run key for this run, signed (session.py)
+  key (tag party)    party -> every role             its X25519 run key for this run, signed (session.py)
   oracle-query-k     server -> the parties it asks   what to answer (op, attributes, σ, bins, estimates) and what the
                                                      server paid for it (`Spend`: the plan's charge or a filter draw),
                                                      one envelope per party, sealed to that party's run key

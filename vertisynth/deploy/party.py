@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from vertisynth.core.chunks import view_chunks
+from vertisynth.core.chunks import counted, view_chunks
 from vertisynth.core.encoding import TableSchema
 from vertisynth.core.envelope import canonical
 from vertisynth.core.errors import ConfigError, DataError, MessageError
@@ -189,23 +189,13 @@ def run_party(config: RunConfig, party: str, exchange: str | Path, out: Path, da
     else:             # the party's file, read chunk by chunk: memory bounded by chunk_rows, not by n
         codec = _fit_streamed(plan, schema, own, csv, streams["preprocessing"], synth.chunk_rows())
         domain, chunks = codec.domain, coded_chunks(csv, codec, synth.chunk_rows())
-    rows_seen: list[int] = []
-
-    def counted():   # the row count of the last full pass, for the rows tag
-        n = 0
-        for ids, rows in chunks():
-            n += rows.n
-            yield ids, rows
-        rows_seen.append(n)
-    for name in ("slices", "live_slices"):   # a Dask worker reads the spilled rows itself (docs/scale.md, Dask)
-        if hasattr(chunks, name):
-            setattr(counted, name, getattr(chunks, name))
+    counting = counted(chunks)   # the row count of the last full pass, for the rows tag
     _, rngs = synth.party_rngs(streams["fit"])
     # secure noise unless the config says otherwise; an explicit test secret reproduces the simulation's noise
     noise = noise_for(config, cross_machine=not state.test_secret)
     ledger = PrivacyLedger(plan.ledger.budget, [c for c in plan.ledger.planned if c.party == party],
                            group_size=plan.ledger.group_size, noise=noise)   # `sample` fill: group privacy
-    messages = synth.party_step_chunks(party, domain, counted, ledger, rngs[party], scheduler=scheduler)
+    messages = synth.party_step_chunks(party, domain, counting, ledger, rngs[party], scheduler=scheduler)
     sess.server_key = fetch_run_key(sess)   # every data-derived message below is sealed to it (session.SEALED_ROUNDS)
     if joint_encoder(synth) is not None:   # encoder "he": the protocol's rounds with the others (deploy/he_rounds.py)
         # every round sealed to its one recipient's run key, as a vertical twin's: a relay reads neither the server's
@@ -218,7 +208,7 @@ def run_party(config: RunConfig, party: str, exchange: str | Path, out: Path, da
     align_ledger = out / f"{party}_alignment_ledger.json"
     spent = (json.loads(align_ledger.read_text()) if align_ledger.is_file() else []) + [c.to_dict() for c in ledger.spent]
     sess.send("ledger", [SERVER], "ledger", canonical({
-        "party": party, "spent": spent, "messages": len(messages), "rows": rows_tag(rows_seen[-1], key_party, state.run),
+        "party": party, "spent": spent, "messages": len(messages), "rows": rows_tag(counting.rows[-1], key_party, state.run),
         "test": bool(state.test_secret), "noise": noise}))
     out.mkdir(parents=True, exist_ok=True)
     _private_json(marker, {"run": state.run, "messages": len(messages)})

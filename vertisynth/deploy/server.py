@@ -23,7 +23,7 @@ from vertisynth.run.config import RunConfig
 from vertisynth.run.model import MODEL_FILE, FittedModel
 from vertisynth.run.html import write_run_html
 from vertisynth.run.pipeline import RunResult, model_privacy, release_note
-from vertisynth.run.report import summary_markdown, write_records
+from vertisynth.run.report import summary_markdown, write_release
 from vertisynth.run.stream_out import stream_output
 
 from .he_rounds import joint_encoder, serve_rounds
@@ -141,14 +141,17 @@ def run_server(config: RunConfig, exchange: str | Path, out: Path, data_dir: str
     report["privacy"]["releases"] = release_note(plan.synthesizer.spec.name, model)
     if unnoised:
         report["privacy"]["unnoised_releases"] = unnoised
-    out.mkdir(parents=True, exist_ok=True)
-    if model is not None:
-        model.save(out / MODEL_FILE, identity=sess.identity)   # signed when the roster pins the server
-    # the run's writers; no real rows here, so no metric and no real-vs-synthetic figure
+    # the run's one output writer; no real rows here, so no metric and no real-vs-synthetic figure
     result = RunResult(None, None, None, {}, ledger, report, out, model, out / "synthetic.csv")
-    write_records(out, report, summary_markdown(result), {"run": run, **({"test_secret": TEST_LABEL} if test else {})})
-    write_run_html(result, out)
-    return out
+
+    def extras(folder: Path) -> list[str]:
+        write_run_html(result, folder)
+        if model is None:
+            return ["report.html"]
+        model.save(folder / MODEL_FILE, identity=sess.identity)   # signed when the roster pins the server
+        return ["report.html", MODEL_FILE]
+    return write_release(out, report, summary_markdown(result), out / "synthetic.csv", extras,
+                         {"run": run, **({"test_secret": TEST_LABEL} if test else {})})
 
 
 def _from_messages(plan, synth, sess: Session, names: list[str], timeout: float):

@@ -10,18 +10,20 @@ hash of the fingerprint and all nonces, so it is fresh for every party that took
 the run carries that run id and is refused elsewhere. The run state (run id, fingerprint, the optional test
 secret) is kept in the party's private folder for the later steps.
 
-The server makes an X25519 run key per run and publishes it in an envelope it signs (round `server-key`,
-`publish_run_key`); every party verifies it under the roster (`fetch_run_key`) and seals each data-derived message
+The server makes an X25519 run key per run and publishes it in an envelope it signs (the one key round of
+core/courier.py, `key__server__to__all__server`, `publish_run_key`); every party verifies it under the roster (`fetch_run_key`) and seals each data-derived message
 to the server (rounds `SEALED_ROUNDS`) with it: seal, then sign (`Session.send`). Only the server opens them
 (`Session.open`); another party or a relay reads ciphertext (docs/threat-model.md).
 
 A session that is `sealed` (the vertical oracle's runs, deploy/oracle_rounds.py) seals every message to its one
 recipient's run key: the server's queries to each party, the parties' rounds with each other, their answers. Each
-party publishes an X25519 run key of its own in an envelope it signs (round `party-key`, `publish_party_key`), as
+party publishes an X25519 run key of its own in an envelope it signs (`key__<party>__to__all__party`,
+`publish_party_key`), as
 the server does; a message to several roles goes as one envelope per recipient. Only the hello round and the key
 rounds travel in clear (the public config and public keys): a relay learns who talks to whom, when and how much,
 not which marginals are asked. VertiMRF's he rounds (deploy/he_rounds.py) run the same sealed session, and so does
-`party align` with a run key of its own step (round `align-key`): a relay reads no blinded set of the alignment.
+`party align` with a run key of its own step (`key__<party>__to__all__align`): a relay reads no blinded set of the
+alignment.
 """
 from __future__ import annotations
 
@@ -32,8 +34,8 @@ from pathlib import Path
 import attrs
 
 from vertisynth.core.courier import (SEAL_INFO, SEALED, check_hello_time, seal_aad)  # noqa: F401 (re-exported)
-from vertisynth.core.courier import (HELLO, Courier, check_hello, flat, hello_envelope, pattern, read_hello, run_id,
-                                     run_key_body, run_key_of, wait_for)
+from vertisynth.core.courier import (ALIGN_KEY, HELLO, KEY, PARTY_KEY, SERVER_KEY, Courier, check_hello, flat,
+                                     hello_envelope, key_slot, pattern, read_hello, run_id, run_key_of, wait_for)
 from vertisynth.core.envelope import ALL, Header
 from vertisynth.core.errors import ConfigError, DataError, MessageError
 from vertisynth.core.identity import Identity, Roster, inside, roster_of as _roster_of
@@ -50,10 +52,7 @@ SERVER = "server"
 SEALED_ROUNDS = ("synth", "ledger")
 # and the rounds of every party's answer to one query of the vertical oracle (deploy/oracle_rounds.py)
 SEALED_PREFIXES = ("oracle-answer-",)
-RUN_KEY_ROUND = "server-key"
-PARTY_KEY_ROUND = "party-key"
-ALIGN_KEY_ROUND = "align-key"   # a party's run key of its alignment step (`party align`, its own process)
-CLEAR_ROUNDS = (HELLO, RUN_KEY_ROUND, PARTY_KEY_ROUND, ALIGN_KEY_ROUND)   # in a sealed session, the only rounds in clear
+CLEAR_ROUNDS = (HELLO, KEY)   # in a sealed session, the only rounds in clear (the public config, public keys)
 
 
 def sealed_round(round_: str) -> bool:
@@ -152,7 +151,7 @@ class Session(Courier):
     run_key: RunKey | None = None     # its own run key pair (the server's; a party's in a sealed session)
     sealed: bool = False              # every message but CLEAR_ROUNDS sealed to its recipient's run key
     keys: dict[str, bytes] = attrs.field(factory=dict)   # recipients' run keys, verified in their signed envelopes
-    key_round: str = PARTY_KEY_ROUND   # the round of the parties' run keys of this step (ALIGN_KEY_ROUND: alignment)
+    key_purpose: str = PARTY_KEY   # the purpose of the parties' run keys of this step (ALIGN_KEY: alignment)
 
     @property
     def me(self) -> str:
@@ -170,7 +169,7 @@ class Session(Courier):
         if who == SERVER and self.server_key is not None:
             return self.server_key
         if who not in self.keys:
-            self.keys[who] = self.fetch_key(who, RUN_KEY_ROUND if who == SERVER else self.key_round, timeout)
+            self.keys[who] = self.fetch_key(who, SERVER_KEY if who == SERVER else self.key_purpose, timeout)
         return self.keys[who]
 
     def send(self, round_: str, to: list[str], kind: str, body: bytes, tag: str = "0") -> None:
@@ -194,8 +193,8 @@ class Session(Courier):
         return self.checked_open(name, rounds, me)
 
     def _clear_round(self, round_: str) -> bool:
-        """The hello and the key rounds (this session's among them): public by design."""
-        return round_ in CLEAR_ROUNDS or round_ == self.key_round
+        """The hello and the key round: public by design."""
+        return round_ in CLEAR_ROUNDS
 
     def _clear_refused(self, header: Header) -> str:
         if self.run_key is not None and sealed_round(header.round):
@@ -291,7 +290,7 @@ def run_key_path(signing_key: Path) -> Path:
 def publish_run_key(sess: Session, signing_key: Path) -> RunKey:
     """The server's X25519 key pair of this run (OS CSPRNG; kept 0600 beside its signing key, so a later
     `vertisynth server` of the same run opens what was sealed to it), published once in an envelope the server
-    signs (round `server-key`, to every party). Returns the pair."""
+    signs (`key__server__to__all__server`, to every party). Returns the pair."""
     path = run_key_path(signing_key)
     key = None
     if path.is_file():
@@ -301,7 +300,7 @@ def publish_run_key(sess: Session, signing_key: Path) -> RunKey:
                 key = RunKey.from_private_bytes(bytes.fromhex(saved["x25519_private"]))
         except (ValueError, KeyError, TypeError) as exc:
             raise DataError(f"run key {str(path)!r} is malformed ({exc}); remove it and start the server again") from None
-    published = sess.transport.names(pattern(RUN_KEY_ROUND, SERVER))
+    published = sess.transport.names(key_slot(SERVER, SERVER_KEY))
     if key is None:
         if published:
             raise MessageError(f"the exchange holds the server's run key of this run ({published[0]}) but "
@@ -311,10 +310,10 @@ def publish_run_key(sess: Session, signing_key: Path) -> RunKey:
         _private_write(path, {"run": sess.state.run, "config": sess.state.config,
                               "x25519_private": key.private_bytes().hex()})
     if not published:
-        sess.send(RUN_KEY_ROUND, [ALL], "run_key", run_key_body(key.public))
+        sess.publish_key(SERVER_KEY, key)
     else:
-        _, body = sess.open(published[0], (RUN_KEY_ROUND,), SERVER)
-        if run_key_of(body, SERVER) != key.public:
+        _, body = sess.open(published[0], (KEY,), SERVER)
+        if run_key_of(body, SERVER, SERVER_KEY) != key.public:
             raise MessageError(f"{published[0]}: the run key published for this run is not the one in {str(path)!r}; "
                                "refused")
     return key
@@ -323,27 +322,16 @@ def publish_run_key(sess: Session, signing_key: Path) -> RunKey:
 def fetch_run_key(sess: Session) -> bytes:
     """A party: the server's run key, from its envelope (signed by the server's roster key, bound to this run and
     config), waited for up to the session's timeout."""
-    try:
-        [(_, body)] = sess.receive(RUN_KEY_ROUND, [SERVER])[SERVER]
-    except MessageError as exc:
-        if "waited" not in str(exc):
-            raise
-        raise MessageError(f"{sess.me}: no run key from the server in {sess.transport} within {sess.timeout:.0f} s: "
-                           "start `vertisynth server` (it publishes the key the parties seal their messages to) "
-                           "beside the parties, or `vertisynth server --publish-key-only` before `party synth`") from None
-    return run_key_of(body, SERVER)
+    return sess.fetch_key(SERVER, SERVER_KEY, hint="start `vertisynth server` (it publishes the key the parties seal "
+                          "their messages to) beside the parties, or `vertisynth server --publish-key-only` before "
+                          "`party synth`")
 
 
 def publish_party_key(sess: Session) -> RunKey:
     """A party of a sealed session: its X25519 key pair for this step (OS CSPRNG, held in memory only: the step is
-    one process), published once in an envelope it signs (round `sess.key_round`, to every role)."""
-    if sess.transport.names(pattern(sess.key_round, sess.me)):
-        step = "party align" if sess.key_round == ALIGN_KEY_ROUND else "party synth"
-        raise MessageError(f"{sess.me!r} already published its run key in this run (a second `{step}`, or "
-                           "another process under its name); refused")
-    key = RunKey()
-    sess.send(sess.key_round, [ALL], "run_key", run_key_body(key.public))
-    return key
+    one process), published once in an envelope it signs (purpose `sess.key_purpose`, to every role)."""
+    step = "party align" if sess.key_purpose == ALIGN_KEY else "party synth"
+    return sess.publish_key(sess.key_purpose, again=f"a second `{step}`, or another process under its name")
 
 
 def _private_write(path: Path, content: dict) -> None:

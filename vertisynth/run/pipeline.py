@@ -41,7 +41,7 @@ from vertisynth.vertical.cost import answers as twin_answers
 from .config import RunConfig, noise_for, uses_user_data
 from .console import progress_bar
 from .model import MODEL_FILE, FittedModel
-from .report import build_report, record_outputs, write_outputs
+from .report import build_report, write_outputs
 from .stream import coded_chunks, fit_codec, joined_chunks
 from .stream_align import align_party_files, encode_party_files
 from .stream_out import WrittenTable, block_rows_of, decode_table, sample_table, stream_output
@@ -546,15 +546,16 @@ def _finish(plan: Plan, codec: TableCodec, loaded: Any, frame: pd.DataFrame | No
     result = RunResult(frame, synthetic, real_aligned, metrics, plan.ledger, report, model=model,
                        synthetic_path=None if written is None else written.path)
     if output_dir is not None:
-        result.output_dir = write_outputs(result, Path(output_dir), holdout)
-        written = ["synthetic.csv", "report.json", "ledger.json", "summary.md", "report.html"]
-        if model is not None:   # whole or not at all, as the other files
-            with replace_atomically(result.output_dir / MODEL_FILE, "path", suffix=".npz") as tmp:
-                model.save(tmp)
-            written.append(MODEL_FILE)
-        for comp in plan.evaluators:   # figures an evaluator made from its last scores (e.g. heatmaps)
-            written += comp.instance.write_artifacts(result.output_dir) or []
-        record_outputs(result.output_dir, written)
+        def extras(out: Path) -> list[str]:
+            written = []
+            if model is not None:   # whole or not at all, as the other files
+                with replace_atomically(out / MODEL_FILE, "path", suffix=".npz") as tmp:
+                    model.save(tmp)
+                written.append(MODEL_FILE)
+            for comp in plan.evaluators:   # figures an evaluator made from its last scores (e.g. heatmaps)
+                written += comp.instance.write_artifacts(out) or []
+            return written
+        result.output_dir = write_outputs(result, Path(output_dir), holdout, extras)
     return result
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import platform
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -101,18 +102,48 @@ def write_records(out: Path, report: dict[str, Any], summary: str, ledger_extra:
     return ["report.json", "ledger.json", "summary.md"]
 
 
-def write_outputs(result: RunResult, out: Path, holdout: Dataset | None = None) -> Path:
-    """report.json, ledger.json, summary.md and report.html beside synthetic.csv; `holdout`: the real rows the
-    synthesizer never saw, for the HTML report's reference points."""
+def write_release(out: Path, report: dict[str, Any], summary: str, table: Any,
+                  extras: Callable[[Path], list[str]] | None = None, ledger_extra: dict[str, Any] | None = None) -> Path:
+    """The one output writer of every release, whoever built it (the one-process run, the deploy server, collab in
+    one process and its publisher): synthetic.csv, report.json, ledger.json and summary.md, then `extras(out)`'s
+    files (report.html, the model, an evaluator's figures: it returns their names), each whole or not at all. What
+    the previous run in `out` wrote is cleared first (its manifest) and this run's files are recorded, so no stale
+    file of an earlier run (a table, a model) sits beside this one's as if it were its. `table`: the DataFrame to
+    write, the path of the table already streamed into `out` block by block (which cleared the folder before its
+    first block), or None (nothing published: no table)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    streamed = isinstance(table, Path)
+    if streamed and table != out / "synthetic.csv":
+        raise ValueError(f"a streamed table {str(table)!r} outside its release folder {str(out)!r}")
+    if not streamed:
+        clear_previous_outputs(out)
+    names = []
+    if table is not None:
+        if not streamed:
+            write_csv(out / "synthetic.csv", table)
+        names.append("synthetic.csv")
+    names += write_records(out, report, summary, ledger_extra)
+    names += extras(out) if extras is not None else []
+    record_outputs(out, names)
+    return out
+
+
+def write_outputs(result: RunResult, out: Path, holdout: Dataset | None = None,
+                  extras: Callable[[Path], list[str]] | None = None) -> Path:
+    """A one-process run's release (`write_release`): its table, records, report.html and `extras(out)`'s files;
+    `holdout`: the real rows the synthesizer never saw, for the HTML report's reference points."""
     from .html import write_run_html
 
-    out.mkdir(parents=True, exist_ok=True)
-    clear_previous_outputs(out)
-    if result.synthetic_path != out / "synthetic.csv":   # a streamed run wrote it already, block by block
-        result.synthetic_path = write_csv(out / "synthetic.csv", result.synthetic)
-    write_records(out, result.report, summary_markdown(result))
-    write_run_html(result, out, holdout)
-    return out
+    table = out / "synthetic.csv"
+    if result.synthetic_path != table:   # else a streamed run wrote it already, block by block
+        table = result.synthetic
+
+    def html(folder: Path) -> list[str]:
+        result.synthetic_path = folder / "synthetic.csv"
+        write_run_html(result, folder, holdout)
+        return ["report.html"] + (extras(folder) if extras is not None else [])
+    return write_release(out, result.report, summary_markdown(result), table, html)
 
 
 def json_default(o: Any) -> Any:

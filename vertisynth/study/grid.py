@@ -25,6 +25,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from vertisynth.core.noise import path_seed
 from vertisynth.core.registry import default_registry
 from vertisynth.core.structuring import structure
 from vertisynth.run.config import DatasetConfig, RunConfig, parse_config, section_classes
@@ -132,7 +133,7 @@ def check_params(config: RunConfig, keys: list[str], where: str) -> None:
 
 
 def repeat_seed(base_seed: int, repeat: int) -> int:
-    return int(np.random.SeedSequence([int(base_seed), int(repeat)]).generate_state(1)[0])
+    return path_seed(int(base_seed), int(repeat))
 
 
 def dataset_attributes(dataset: dict[str, Any], data_dir: str | None) -> tuple[str, ...]:
