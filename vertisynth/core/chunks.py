@@ -159,14 +159,17 @@ class ChunkedCounts:
     """Stands in for a Dataset where only `n` and `counts` are read: each marginal from one pass over the
     chunks (int64 sums, so equal to `Dataset.counts`), cached."""
 
-    def __init__(self, chunks: Chunks, domain: Domain, client: Any = None, window: int | None = None):
+    def __init__(self, chunks: Chunks, domain: Domain, client: Any = None, window: int | None = None,
+                 first_pass: Any = None):
         """`client`: a `distributed.Client`; each pass then maps the counting over its workers (at most
-        `window` chunks in flight, default twice the workers), this process only reading the chunks."""
+        `window` chunks in flight, default twice the workers), this process only reading the chunks.
+        `first_pass`: a `distributed.Client` on whose workers a stream that can (`counted_spans`: a party's
+        CSV) reads, codes, spills and counts its rows in its first pass, this process reading none."""
         self._chunks, self.domain = chunks, domain
         self._cache: dict[tuple[str, ...], np.ndarray] = {}
         self._n: int | None = None
         self.passes = 0
-        self._client, self._window = client, window
+        self._client, self._window, self._first_pass = client, window, first_pass
 
     @property
     def attributes(self) -> tuple[str, ...]:
@@ -200,6 +203,11 @@ class ChunkedCounts:
 
     def _counted(self, plan: list) -> Iterator[tuple[int, list[np.ndarray]]]:
         """Each chunk's (rows, counts per marginal of `plan`), here or on the Dask workers."""
+        spans = getattr(self._chunks, "counted_spans", None) if self._first_pass is not None else None
+        parts = spans(self._first_pass, plan) if spans is not None else None
+        if parts is not None:   # the stream's first pass on the workers: (rows, counts) from them
+            yield from parts
+            return
         need = sorted({a for axes, _ in plan for a in axes})
         narrow = getattr(self._chunks, "columns", None) if self._client is None else None
         parts = narrow(need, self.domain) if narrow is not None else None
