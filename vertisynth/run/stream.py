@@ -204,6 +204,10 @@ class CodeSpill:
         spill.parts, spill.n = list(parts), n
         return spill
 
+    def watch(self, watchers: Sequence[Callable]) -> None:
+        """Add watchers (see `__init__`)."""
+        self._watchers += list(watchers)
+
     def written(self, first: int, rows: int) -> None:
         """Rows first..first+rows-1 are in the file (written by another process): the watchers are told."""
         for tell in self._watchers:
@@ -484,7 +488,8 @@ class coded_chunks:
         if not seen or not all(seen.values()):
             out.close()
             return None
-        out._watchers, self._watchers = self._watchers, []
+        out.watch(self._watchers)
+        self._watchers = []
         return self._spans_pass(client, out, names, columns, spans, plan)
 
     def _labels(self) -> frozenset[str]:
