@@ -3,6 +3,7 @@ the workers reading the spilled rows themselves, one thread per numeric library 
 ledger and scores as the sequential local run (issue 33)."""
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import threading
@@ -474,4 +475,28 @@ def test_the_party_messages_with_the_first_pass_on_the_workers_equal_the_local_o
         remote = _party_messages(path, client)
     assert remote == local and len(local) >= 4
     assert [t["key"].split("-")[0] for t in tasks.data].count("code_span") == 30
+    assert _left(spill_dir) == []
+
+
+def test_the_spills_of_forked_parties_serve_the_later_passes_and_are_removed(tmp_path, spill_dir, monkeypatch):
+    """Each party steps in a forked process (party_processes = 2); the run's evaluation reads the rows those
+    processes spilled (this process parses the file in no pass) and no spill is left once the run is over."""
+    import vertisynth.run.stream as stream
+    path = tmp_path / "t.csv"
+    _table(path)
+    parsed = []
+    inner = stream.frames
+
+    def counted(path_, columns, *args, **kwargs):   # this process's parses of the file (children fork it)
+        parsed.append((os.getpid(), tuple(columns)))
+        return inner(path_, columns, *args, **kwargs)
+    monkeypatch.setattr(stream, "frames", counted)
+    cfg = _config(path).to_dict()
+    cfg["synthesizer"]["params"]["party_processes"] = 2
+    forked = run(parse_config(cfg))
+    assert not [c for pid, c in parsed if pid == os.getpid() and len(c) == 2], parsed
+    assert len(_left(spill_dir)) == 2   # the children's, adopted: the result's streams hold them
+    pd.testing.assert_frame_equal(forked.synthetic, run(_config(path)).synthetic)
+    del forked
+    gc.collect()   # the spills go with the result (the adopted ones too)
     assert _left(spill_dir) == []

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -25,6 +26,40 @@ from .factor import Factor
 
 
 Chunks = Callable[[], Iterator[tuple[np.ndarray, Dataset]]]   # a re-startable stream of (ids, rows)
+
+# A stream whose first pass runs in a forked party process hands its spill to the parent, which would otherwise
+# read the file again for its later passes (a streamed run's evaluation): each such stream is registered here
+# under a token (the same in both processes), the child lists what it hands over, the parent adopts it.
+_ADOPTABLE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_HANDED: dict[int, Any] = {}
+_TOKENS = itertools.count()
+
+
+def adoptable(stream: Any) -> int:
+    """Register `stream` (with an `adopt(state)` method); its token."""
+    token = next(_TOKENS)
+    _ADOPTABLE[token] = stream
+    return token
+
+
+def hand_over(token: int, state: Any) -> None:
+    """In a forked process: the state of the stream `token` that its parent adopts (`handed`, `adopt_all`)."""
+    _HANDED[token] = state
+
+
+def handed() -> dict[int, Any]:
+    """What this process hands over (and forgets)."""
+    out = dict(_HANDED)
+    _HANDED.clear()
+    return out
+
+
+def adopt_all(states: dict[int, Any]) -> None:
+    """In the parent: each registered stream adopts what its copy in a child handed over."""
+    for token, state in states.items():
+        stream = _ADOPTABLE.get(token)
+        if stream is not None:
+            stream.adopt(state)
 
 
 def view_chunks(view: Dataset, chunk_rows: int) -> Chunks:

@@ -19,14 +19,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from vertisynth.core.chunks import spill_slices
+from vertisynth.core.chunks import adoptable, hand_over, spill_slices
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.encoding import CSV_NULLS, TableCodec, TableSchema
 from vertisynth.core.errors import DataError, VertisynthError
 from vertisynth.core.privacy import PrivacyLedger
 
-from .spill import new_spill_folder, private_file
+from .spill import hand_to, new_spill_folder, private_file
 
 PARQUET = (".parquet", ".pq")
 
@@ -165,20 +165,29 @@ class CodeSpill:
     (a party's coded file, an aligned stream's first pass, the synthetic blocks).
     Disk: rows x columns x 1-2 bytes (+ 8 bytes a row with `ids`); memory: one chunk."""
 
-    def __init__(self, domain: Domain, prefix: str, ids: bool = False, watchers: Sequence[Callable] = ()):
+    def __init__(self, domain: Domain, prefix: str, ids: bool = False, watchers: Sequence[Callable] = (),
+                 adopt: dict[str, Any] | None = None):
         """`watchers`: called with (codes file, first row, rows) after each chunk is appended and flushed (a
-        Dask worker may read it from then on), and with (None, -1, 0) if the spill is closed unfinished."""
+        Dask worker may read it from then on), and with (None, -1, 0) if the spill is closed unfinished.
+        `adopt`: the finished spill a child process handed over (`handed_to`), taken instead of a new one."""
         self.domain, self.dtype = domain, code_dtype(domain)
         self._watchers = list(watchers)
-        folder = new_spill_folder(prefix)
+        folder = new_spill_folder(prefix) if adopt is None else Path(adopt["folder"])
         self._folder: Path | None = folder
         # removed on close, or when collected / at exit if never closed (not after SIGKILL: the sweep's job)
         self._finalizer = weakref.finalize(self, _remove_spill, folder, os.getpid())
-        self._files = [private_file(folder / "codes.bin")] + ([private_file(folder / "ids.bin")] if ids else [])
+        self._files = [] if adopt is not None else \
+            [private_file(folder / "codes.bin")] + ([private_file(folder / "ids.bin")] if ids else [])
         self._codes: np.ndarray | None = None
         self._ids: np.ndarray | None = None
         self.parts: list[tuple[int, int]] = []   # (first row, rows) of each chunk appended
         self.n = 0
+        if adopt is not None:
+            self.parts, self.n = [tuple(p) for p in adopt["parts"]], int(adopt["n"])
+            if self.n:
+                self._codes = np.memmap(folder / "codes.bin", dtype=self.dtype, mode="r", shape=(self.n, len(domain)))
+                if adopt["ids"]:
+                    self._ids = np.memmap(folder / "ids.bin", dtype=np.int64, mode="r", shape=(self.n,))
 
     def append(self, codes: np.ndarray, ids: np.ndarray | None = None) -> None:
         self._files[0].write(np.ascontiguousarray(codes, dtype=self.dtype).tobytes())
@@ -207,6 +216,18 @@ class CodeSpill:
     def watch(self, watchers: Sequence[Callable]) -> None:
         """Add watchers (see `__init__`)."""
         self._watchers += list(watchers)
+
+    def handed_to(self, pid: int) -> dict[str, Any]:
+        """Give this finished spill to process `pid` (this one's parent, which adopts the state returned): its
+        folder marked as `pid`'s, its removal left to `pid`."""
+        hand_to(self._folder, pid)
+        self._finalizer.detach()
+        return {"folder": str(self._folder), "n": self.n, "parts": list(self.parts), "ids": self._ids is not None}
+
+    @classmethod
+    def adopted(cls, domain: Domain, state: dict[str, Any]) -> CodeSpill:
+        """The finished spill a child process handed over (`handed_to`), now this process's to remove."""
+        return cls(domain, "", adopt=state)
 
     def written(self, first: int, rows: int) -> None:
         """Rows first..first+rows-1 are in the file (written by another process): the watchers are told."""
@@ -423,6 +444,20 @@ class coded_chunks:
         self.path, self.codec, self.chunk_rows, self.spill = Path(path), codec, chunk_rows, spill
         self._spilled: CodeSpill | None = None   # once a pass has completed
         self._watchers: list[Callable] = []      # told of each chunk the next first pass spills
+        self._pid, self._token = os.getpid(), adoptable(self)   # a forked party process hands its spill back
+
+    def _spilled_now(self, spill: CodeSpill) -> None:
+        """The first pass's spill, complete; in a forked process (a party's), handed to the parent as well."""
+        self._spilled = spill
+        if os.getpid() != self._pid and spill.folder is not None:
+            hand_over(self._token, spill.handed_to(self._pid))
+
+    def adopt(self, state: dict[str, Any]) -> None:
+        """Take the spill of this stream's first pass in a forked child (`_spilled_now` there)."""
+        if self._spilled is None:
+            self._spilled = CodeSpill.adopted(self.codec.domain, state)
+        else:   # this process has its own: the child's goes
+            shutil.rmtree(state["folder"], ignore_errors=True)
 
     def live_slices(self, rows: int) -> Iterator | None:
         """The spilled codes as slices of at most `rows` rows, each as soon as the next first pass has written
@@ -539,7 +574,7 @@ class coded_chunks:
                 return
             if rows != n_rows(spans):
                 raise DataError(f"{str(self.path)!r}: the workers coded {rows} rows of {n_rows(spans)}")
-            self._spilled = out.finish()
+            self._spilled_now(out.finish())
             done = True
         finally:
             if not done:
@@ -621,7 +656,7 @@ class coded_chunks:
             if out is not None and not done:   # an abandoned or failed pass: a later one reads the file again
                 out.close()
         if out is not None:
-            self._spilled = out.finish()
+            self._spilled_now(out.finish())
 
 
 def fit_codec(schema: TableSchema, path: Path, own: Sequence[str], ledger: PrivacyLedger | None,
