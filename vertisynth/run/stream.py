@@ -551,7 +551,12 @@ class coded_chunks:
         try:
             queued = as_completed([submit(i, sp) for i, sp in itertools.islice(todo, window_for(client))])
             for fut in queued:   # at most a window of spans in flight; each span's counts merged as it completes
-                i, got = index.pop(fut.key), fut.result()
+                i = index.pop(fut.key)
+                try:
+                    got = fut.result()
+                except Exception as exc:   # noqa: BLE001 - a worker's OS error, a lost worker: one line
+                    raise DataError(f"{str(self.path)!r}: a first-pass task on a Dask worker failed (rows "
+                                    f"{spans[i][0]}..): {type(exc).__name__}: {exc}") from None
                 fut.release()
                 if got[0] == "ok":
                     rows += got[1]
