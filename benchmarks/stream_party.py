@@ -12,10 +12,13 @@ Modes, per n: in-process (the parties one after the other, no cluster: the ancho
 count in `--workers` (both parties' chunk work at once on a Dask cluster of that many one-thread workers:
 `--separate` starts `dask scheduler` and `dask worker --no-nanny` processes, else a LocalCluster). Printed:
 
-- per-row CPU of the chunk work (read the spilled rows, bin, encode) in-process, and on the workers (the
+- per-row CPU of the chunk work (each party's first pass: read, code, spill and count pairs, which runs on the
+  workers as `code_span` tasks over byte spans of its CSV; then read the spilled rows, bin, encode) in-process,
+  and on the workers (the
   workers' process CPU through `client.run`, before and after, over the rows they encoded; without what idle
   workers cost, measured over 5 s before; and the tasks' own threads alone), and their ratios;
-- per party and pass, the party process's CPU (pass 1 reads and codes the file and counts the pairs; the
+- per party and pass, the party process's CPU (pass 1 reads and codes the file and counts the pairs, on a
+  cluster only submitting the span tasks and merging their counts; the
   next passes count marginals for the local fit; the last is the encoding), and the serial fraction: the
   party process's CPU outside the encoding over the whole CPU;
 - wall time and speed-up of each worker count against the in-process run and against 1 worker;
@@ -78,6 +81,10 @@ class _Logged:
         self.spans.append((c, time.process_time(), w, time.perf_counter()))
         self._log(f"end, {i + 1} chunks")
 
+    def counted_spans(self, client, plan):   # the first pass on the workers (byte spans of the CSV)
+        got = self.chunks.counted_spans(client, plan)
+        return None if got is None else self._pass(got)
+
     def slices(self, rows: int):   # the workers read the spilled rows themselves
         return self.chunks.slices(rows)
 
@@ -116,9 +123,12 @@ class _EncodeClock:
 
 
 def _task_cpu(client) -> float:
-    """The workers' map_slice tasks' own thread CPU seconds so far (core/cluster.py: task_cpu)."""
+    """The workers' map_slice and code_span tasks' own thread CPU seconds so far (core/cluster.py: task_cpu,
+    run/stream.py: span_task_cpu)."""
     from vertisynth.core.cluster import task_cpu
-    return float(sum(v["cpu_s"] for v in client.run(task_cpu).values()))
+    from vertisynth.run.stream import span_task_cpu
+    return float(sum(v["cpu_s"] for v in client.run(task_cpu).values())
+                 + sum(v["cpu_s"] for v in client.run(span_task_cpu).values()))
 
 
 def _worker_cpu(client) -> float:
@@ -293,7 +303,10 @@ def _report(n: int, runs: list[dict], parties: int, project: int, chunk_rows: in
     """The scale-out summary of one n from its in-process run and its cluster runs (see the docstring)."""
     local = next(r for r in runs if not r["workers"])
     rows = n * parties
-    per_row_local = local["encode_cpu_s"] / rows * 1e6
+    # the chunk work that the workers take over: each party's first pass (read, code, spill, pair counts:
+    # `code_span` tasks) and its encoding (`map_slice` tasks)
+    first_local = sum(local["passes"][p]["first_pass_cpu_s"] for p in local["passes"])
+    per_row_local = (local["encode_cpu_s"] + first_local) / rows * 1e6
     serial = {p: v["serial_cpu_s"] for p, v in local["per_party"].items()}
     print(f"\nn = {n:,} per party ({parties} parties), in-process: CPU {local['cpu_s']:.2f} s, wall "
           f"{local['wall_s']:.2f} s, load {local['load_before'][0]:.1f} -> {local['load_after'][0]:.1f}")
@@ -303,7 +316,8 @@ def _report(n: int, runs: list[dict], parties: int, project: int, chunk_rows: in
               f"pairs {ps['first_pass_cpu_s']:.2f}; {ps['counting_passes']} counting passes "
               f"{ps['counting_cpu_s']:.2f}; fits and the rest {v['fit_and_rest_cpu_s']:.2f}) + encoding "
               f"{v['encode_cpu_s']:.2f} s; serial fraction {v['serial_cpu_s'] / v['cpu_s']:.3f}")
-    print(f"  chunk work in-process: {per_row_local:.2f} µs CPU per row")
+    print(f"  chunk work in-process (first pass {first_local:.2f} + encoding {local['encode_cpu_s']:.2f} CPU s): "
+          f"{per_row_local:.2f} µs CPU per row")
     ratio = None
     base1 = None
     for r in sorted((r for r in runs if r["workers"]), key=lambda r: r["workers"]):
@@ -322,6 +336,9 @@ def _report(n: int, runs: list[dict], parties: int, project: int, chunk_rows: in
               f"{r['task_cpu_s'] / rows * 1e6:.2f} µs per row (x{r['task_cpu_s'] / rows * 1e6 / per_row_local:.3f}); "
               f"same messages: {'yes' if r['digest'] == local['digest'] else 'NO'}; "
               f"load {r['load_before'][0]:.1f} -> {r['load_after'][0]:.1f}")
+        print("      party process per party (first pass: its share, submitting and merging / counting passes): "
+              + ", ".join(f"{p} {v['first_pass_cpu_s']:.2f} (wall {v['first_pass_wall_s']:.2f}) / "
+                          f"{v['counting_cpu_s']:.2f} s" for p, v in r["passes"].items()))
     r = ratio or 1.0
     summary = {"n": n, "per_row_us_in_process": per_row_local, "worker_ratio": ratio, "serial_cpu_s": serial}
     for at in sorted({n, project}):
@@ -330,24 +347,27 @@ def _report(n: int, runs: list[dict], parties: int, project: int, chunk_rows: in
         counting = {p: local["passes"][p]["counting_cpu_s"] * scale for p in serial}
         fits = {p: local["per_party"][p]["fit_and_rest_cpu_s"] for p in serial}
         enc = {p: local["per_party"][p]["encode_cpu_s"] * scale * r for p in serial}
-        par = sum(enc.values())
+        spans = {p: first[p] * r for p in serial}   # the first pass, now on the workers too
+        par = sum(enc.values()) + sum(spans.values())
         print(f"  Amdahl projection at {at:,} rows per party ({'the measured n' if at == n else 'passes and encoding scaled'}"
               f"{'' if at == n else ' linearly from n, fits kept'}), a projection from CPU seconds, not a cluster measurement: parallel "
-              f"P = {par:.1f} CPU s (in-process encoding x {r:.3f}, the measured worker ratio)")
+              f"P = {par:.1f} CPU s (in-process first pass and encoding x {r:.3f}, the measured worker ratio)")
         chunks = -(-at // chunk_rows)
         task = {p: enc[p] / at * max(10_000, chunk_rows // 14) for p in serial}   # one task's CPU at 14 workers
-        own = {p: first[p] + counting[p] + fits[p] for p in serial}
+        own = {p: first[p] + counting[p] + fits[p] for p in serial}   # before: the party's own work
+        left = {p: counting[p] + fits[p] for p in serial}             # now: the first pass is the workers'
         models = {
             # before: the parties in turn, each party's reading, counting and fitting before its encoding, whose
             # tasks were chunk_rows each (a party's last round of chunks leaves workers idle)
             "before (parties in turn)": lambda w: sum(own[p] + -(-chunks // w) * enc[p] / chunks for p in serial),
+            # (the two below: each party's first pass as span tasks on the workers, with its encoding)
             # now: both parties at once in one process (their serial work summed: one interpreter), the
             # encoding from each party's first chunk on: the longer of the workers' share and the party
             # process's own work, plus the first chunk's read and one task at the end
-            "now, one process for both parties": lambda w: max(par / w, sum(own.values())) + max(
+            "now, one process for both parties": lambda w: max(par / w, sum(left.values())) + max(
                 first[p] / chunks for p in serial) + max(task.values()),
             # each party its own process or machine (the deployment): the slower party's own work
-            "now, a process per party": lambda w: max(par / w, max(own.values())) + max(
+            "now, a process per party": lambda w: max(par / w, max(left.values())) + max(
                 first[p] / chunks for p in serial) + max(task.values()),
         }
         for label, t in models.items():

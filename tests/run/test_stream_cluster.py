@@ -3,6 +3,7 @@ the workers reading the spilled rows themselves, one thread per numeric library 
 ledger and scores as the sequential local run (issue 33)."""
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import threading
@@ -87,8 +88,9 @@ def test_the_parties_at_once_on_a_cluster_equal_the_sequential_local_run(tmp_pat
     assert remote.metrics == local.metrics
     ran = [t["key"].split("-")[0] for t in tasks.data]
     # the workers read their rows from the parties' spills (paths and row ranges, no rows sent); 900 rows in
-    # chunks of 64: 15 tasks a party
+    # chunks of 64: 15 tasks a party; each party's first pass too: 15 spans of the file a party
     assert ran.count("map_slice") == 30, ran
+    assert ran.count("code_span") == 30, ran
 
 
 def test_the_parties_step_at_once_when_a_cluster_is_configured(tmp_path, cluster):
@@ -310,3 +312,191 @@ def test_id_keyed_parties_at_once_on_a_cluster_equal_the_local_run(tmp_path, clu
     pd.testing.assert_frame_equal(remote.synthetic, local.synthetic)
     assert remote.ledger.spent == local.ledger.spent and remote.metrics == local.metrics
     assert "map_slice" in {t["key"].split("-")[0] for t in tasks.data}
+
+
+# -- a party's first pass on the workers: byte spans of its CSV (issue 33) ----------------------------------
+def _spans_table(path, n=5_003, bad=(), extra_line=None, seed=5):
+    """A CSV of categorical and numeric columns (some missing values); `bad`: rows whose `a` is not a category;
+    `extra_line`: (row, text) written as the line before that row."""
+    rng = np.random.default_rng(seed)
+    a = np.array(["x", "y", "z"], dtype=object)[rng.integers(0, 3, n)]
+    a[list(bad)] = "w"
+    b = rng.integers(0, 10, n).astype(float)
+    b[rng.random(n) < 0.05] = np.nan
+    lines = pd.DataFrame({"a": a, "b": b, "c": rng.integers(0, 2, n)}).to_csv(index=False).splitlines()
+    if extra_line is not None:
+        lines.insert(extra_line[0] + 1, extra_line[1])
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _spans_codec():
+    from vertisynth.core.encoding import TableSchema
+    schema = TableSchema.from_config({"a": {"kind": "categorical", "categories": ["x", "y", "z"]},
+                                      "b": {"kind": "numeric", "bounds": [0.0, 9.0], "bins": 5,
+                                            "binning": "equal_width", "missing": "category"},
+                                      "c": {"kind": "categorical", "categories": ["0", "1"]}})
+    return schema.fit(pd.DataFrame({"a": [], "b": [], "c": []}, dtype=object), None, np.random.default_rng(0))
+
+
+def _first_pass(path, codec, chunk_rows, client):
+    """(the pair counts, the spilled codes, the spill's chunks, its folder) after a first pass, the
+    stream left open; on the workers if `client`."""
+    from vertisynth.core.chunks import ChunkedCounts
+    from vertisynth.run.stream import coded_chunks
+    chunks = coded_chunks(path, codec, chunk_rows)
+    table = ChunkedCounts(chunks, codec.domain, first_pass=client)
+    table.prefetch_pairs()
+    return chunks, table
+
+
+@pytest.fixture
+def spill_dir(tmp_path, monkeypatch):
+    root = tmp_path / "spill"
+    monkeypatch.setenv("VERTISYNTH_SPILL_DIR", str(root))
+    return root
+
+
+def _left(root):
+    return sorted(p.name for p in root.iterdir()) if root.exists() else []
+
+
+@pytest.mark.parametrize("task_rows", [10_000, 300])
+def test_a_first_pass_on_the_workers_equals_the_pass_here(tmp_path, cluster, monkeypatch, spill_dir, task_rows):
+    """Spans of 1,000-row chunks (or of fewer rows inside them): the same counts, spilled codes and chunks as
+    the party process's own pass, which never parses a row here; the spill private, then removed."""
+    import vertisynth.core.cluster as cluster_mod
+    import vertisynth.run.stream as stream
+    monkeypatch.setattr(cluster_mod, "MIN_TASK_ROWS", task_rows)
+    path = tmp_path / "t.csv"
+    _spans_table(path)
+    codec = _spans_codec()
+    here, want = _first_pass(path, codec, 1_000, None)
+    with distributed.Client(cluster) as client:
+        monkeypatch.setattr(stream, "frames", None)   # the party process parses no row
+        with distributed.get_task_stream(client) as tasks:
+            there, got = _first_pass(path, codec, 1_000, client)
+    ran = [t["key"].split("-")[0] for t in tasks.data]
+    # four tasks a worker: 626-row spans, two in each 1,000-row chunk (not across one)
+    assert ran.count("code_span") == (6 if task_rows > 1_000 else 2 * 5 + 1), ran
+    assert got.n == want.n == 5_003 and got._cache.keys() == want._cache.keys()
+    for key, vec in want._cache.items():
+        assert vec.dtype == got._cache[key].dtype and np.array_equal(vec, got._cache[key]), key
+    assert there._spilled.parts == here._spilled.parts
+    assert np.array_equal(np.concatenate([r.codes for _, r in there()]), np.concatenate([r.codes for _, r in here()]))
+    folder = there._spilled.folder
+    assert oct(os.stat(folder).st_mode & 0o777) == "0o700"
+    assert oct(os.stat(folder / "codes.bin").st_mode & 0o777) == "0o600"
+    here.close()
+    there.close()
+    assert _left(spill_dir) == []
+
+
+def test_a_bad_value_found_on_a_worker_names_its_line_as_the_pass_here(tmp_path, cluster, spill_dir):
+    """Two bad values in the third chunk (and one in the fifth): the error of the pass here, word for word (its
+    first line, the chunk's values), and no spill left."""
+    from vertisynth.run.stream import coded_chunks
+    path = tmp_path / "t.csv"
+    _spans_table(path, bad=(2_345, 2_700, 4_100))
+    codec = _spans_codec()
+    with pytest.raises(DataError) as here:
+        _first_pass(path, codec, 1_000, None)
+    with distributed.Client(cluster) as client, pytest.raises(DataError) as there:
+        _first_pass(path, codec, 1_000, client)
+    assert "line 2347" in str(there.value) and str(there.value) == str(here.value)
+    assert _left(spill_dir) == []
+    chunks = coded_chunks(path, codec, 1_000)
+    assert chunks.n is None
+
+
+@pytest.mark.parametrize("line, cut", [("x,1.0", True), ("", False), ('"x",1.0,0', False), ("x,1.0,0,5", True)])
+def test_a_file_not_cut_at_its_newlines_is_read_here(tmp_path, cluster, spill_dir, line, cut):
+    """A blank line, a quoted value: the party reads the file itself (a quoted line break could sit across a
+    span's start); a line too short or too wide: the spans refuse it, then the pass here names its line."""
+    import vertisynth.run.stream as stream
+    path = tmp_path / "t.csv"
+    _spans_table(path, extra_line=(1_500, line))
+    codec = _spans_codec()
+    assert (stream.csv_span_layout(path, 1_000, 1_000) is not None) == cut
+    try:
+        here = _first_pass(path, codec, 1_000, None)[1]
+    except DataError as exc:
+        here = exc
+    with distributed.Client(cluster) as client, distributed.get_task_stream(client) as tasks:
+        try:
+            there = _first_pass(path, codec, 1_000, client)[1]
+        except DataError as exc:
+            there = exc
+    ran = {t["key"].split("-")[0] for t in tasks.data}
+    assert ("code_span" in ran) == cut
+    if isinstance(here, DataError):
+        assert isinstance(there, DataError) and str(there) == str(here) and "line 1502" in str(here)
+    else:
+        assert all(np.array_equal(v, there._cache[k]) for k, v in here._cache.items())
+    assert _left(spill_dir) == [] or not isinstance(here, DataError)
+
+
+def test_the_span_layout_of_crlf_and_unterminated_files(tmp_path):
+    from vertisynth.run.stream import csv_span_layout
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"a,b\r\nx,1\r\ny,2\r\nz,3")
+    names, rows, spans = csv_span_layout(path, 2, 2)
+    assert names == ["a", "b"] and rows == 3 and [s[0] for s in spans] == [0, 2] and spans[-1][2] == path.stat().st_size
+    path.write_bytes(b"a,b\rx,1\ry,2\r")   # lone carriage returns end lines too: not cut here
+    assert csv_span_layout(path, 2, 2) is None
+    path.write_bytes(b"a,b\n")
+    assert csv_span_layout(path, 2, 2) is None
+
+
+def _party_messages(path, client):
+    """Each party's messages from its stream of the file (its codec fitted as a streamed run fits it)."""
+    from vertisynth.core.encoding import TableSchema
+    from vertisynth.run.stream import coded_chunks, fit_codec
+    plan = make_plan(_config(path))
+    syn = plan.synthesizer.instance
+    key_rng, rngs = syn.party_rngs(np.random.default_rng(1))
+    syn.agree_keys(key_rng)
+    out = []
+    for p in plan.partition:
+        own = list(p.attributes)
+        sub = TableSchema(tuple(c for c in plan.source.schema.columns if c.name in own))
+        codec = fit_codec(sub, path, own, plan.ledger, np.random.default_rng(3), 64, exact=False)
+        chunks = coded_chunks(path, codec, 64)
+        out += [m.to_bytes() for m in syn.party_step_chunks(p.name, codec.domain, chunks, plan.ledger, rngs[p.name],
+                                                             scheduler=client)]
+        chunks.close()
+    return out
+
+
+def test_the_party_messages_with_the_first_pass_on_the_workers_equal_the_local_ones(tmp_path, cluster, spill_dir):
+    path = tmp_path / "t.csv"
+    _table(path)
+    local = _party_messages(path, None)
+    with distributed.Client(cluster) as client, distributed.get_task_stream(client) as tasks:
+        remote = _party_messages(path, client)
+    assert remote == local and len(local) >= 4
+    assert [t["key"].split("-")[0] for t in tasks.data].count("code_span") == 30
+    assert _left(spill_dir) == []
+
+
+def test_the_spills_of_forked_parties_serve_the_later_passes_and_are_removed(tmp_path, spill_dir, monkeypatch):
+    """Each party steps in a forked process (party_processes = 2); the run's evaluation reads the rows those
+    processes spilled (this process parses the file in no pass) and no spill is left once the run is over."""
+    import vertisynth.run.stream as stream
+    path = tmp_path / "t.csv"
+    _table(path)
+    parsed = []
+    inner = stream.frames
+
+    def counted(path_, columns, *args, **kwargs):   # this process's parses of the file (children fork it)
+        parsed.append((os.getpid(), tuple(columns)))
+        return inner(path_, columns, *args, **kwargs)
+    monkeypatch.setattr(stream, "frames", counted)
+    cfg = _config(path).to_dict()
+    cfg["synthesizer"]["params"]["party_processes"] = 2
+    forked = run(parse_config(cfg))
+    assert not [c for pid, c in parsed if pid == os.getpid() and len(c) == 2], parsed
+    assert len(_left(spill_dir)) == 2   # the children's, adopted: the result's streams hold them
+    pd.testing.assert_frame_equal(forked.synthetic, run(_config(path)).synthetic)
+    del forked
+    gc.collect()   # the spills go with the result (the adopted ones too)
+    assert _left(spill_dir) == []

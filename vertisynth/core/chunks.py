@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -25,6 +26,40 @@ from .factor import Factor
 
 
 Chunks = Callable[[], Iterator[tuple[np.ndarray, Dataset]]]   # a re-startable stream of (ids, rows)
+
+# A stream whose first pass runs in a forked party process hands its spill to the parent, which would otherwise
+# read the file again for its later passes (a streamed run's evaluation): each such stream is registered here
+# under a token (the same in both processes), the child lists what it hands over, the parent adopts it.
+_ADOPTABLE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_HANDED: dict[int, Any] = {}
+_TOKENS = itertools.count()
+
+
+def adoptable(stream: Any) -> int:
+    """Register `stream` (with an `adopt(state)` method); its token."""
+    token = next(_TOKENS)
+    _ADOPTABLE[token] = stream
+    return token
+
+
+def hand_over(token: int, state: Any) -> None:
+    """In a forked process: the state of the stream `token` that its parent adopts (`handed`, `adopt_all`)."""
+    _HANDED[token] = state
+
+
+def handed() -> dict[int, Any]:
+    """What this process hands over (and forgets)."""
+    out = dict(_HANDED)
+    _HANDED.clear()
+    return out
+
+
+def adopt_all(states: dict[int, Any]) -> None:
+    """In the parent: each registered stream adopts what its copy in a child handed over."""
+    for token, state in states.items():
+        stream = _ADOPTABLE.get(token)
+        if stream is not None:
+            stream.adopt(state)
 
 
 def view_chunks(view: Dataset, chunk_rows: int) -> Chunks:
@@ -180,14 +215,17 @@ class ChunkedCounts:
     """Stands in for a Dataset where only `n` and `counts` are read: each marginal from one pass over the
     chunks (int64 sums, so equal to `Dataset.counts`), cached."""
 
-    def __init__(self, chunks: Chunks, domain: Domain, client: Any = None, window: int | None = None):
+    def __init__(self, chunks: Chunks, domain: Domain, client: Any = None, window: int | None = None,
+                 first_pass: Any = None):
         """`client`: a `distributed.Client`; each pass then maps the counting over its workers (at most
-        `window` chunks in flight, default twice the workers), this process only reading the chunks."""
+        `window` chunks in flight, default twice the workers), this process only reading the chunks.
+        `first_pass`: a `distributed.Client` on whose workers a stream that can (`counted_spans`: a party's
+        CSV) reads, codes, spills and counts its rows in its first pass, this process reading none."""
         self._chunks, self.domain = chunks, domain
         self._cache: dict[tuple[str, ...], np.ndarray] = {}
         self._n: int | None = None
         self.passes = 0
-        self._client, self._window = client, window
+        self._client, self._window, self._first_pass = client, window, first_pass
 
     @property
     def attributes(self) -> tuple[str, ...]:
@@ -221,6 +259,11 @@ class ChunkedCounts:
 
     def _counted(self, plan: list) -> Iterator[tuple[int, list[np.ndarray]]]:
         """Each chunk's (rows, counts per marginal of `plan`), here or on the Dask workers."""
+        spans = getattr(self._chunks, "counted_spans", None) if self._first_pass is not None else None
+        parts = spans(self._first_pass, plan) if spans is not None else None
+        if parts is not None:   # the stream's first pass on the workers: (rows, counts) from them
+            yield from parts
+            return
         need = sorted({a for axes, _ in plan for a in axes})
         narrow = getattr(self._chunks, "columns", None) if self._client is None else None
         parts = narrow(need, self.domain) if narrow is not None else None

@@ -145,14 +145,18 @@ def window_for(client: Any) -> int:
     return max(4 * _workers(client), 8)
 
 
+def task_rows(client: Any, n: int, chunk_rows: int) -> int:
+    """Rows per task for n rows: about four tasks per worker thread, at most chunk_rows, at least MIN_TASK_ROWS."""
+    return min(chunk_rows, max(-(-n // (4 * _workers(client))), MIN_TASK_ROWS))
+
+
 def task_slices(client: Any, chunks: Chunks, chunk_rows: int) -> list | None:
-    """The stream's spilled rows as task slices, about four per worker (at most chunk_rows rows, at least
-    MIN_TASK_ROWS), if the workers see the spill; else None."""
+    """The stream's spilled rows as task slices, about four per worker (`task_rows`), if the workers see the
+    spill; else None."""
     parts = chunk_slices(chunks, chunk_rows)
     if not parts or not workers_see(client, parts[0]):
         return None
-    rows = min(chunk_rows, max(-(-parts[-1].stop // (4 * _workers(client))), MIN_TASK_ROWS))
-    return chunk_slices(chunks, rows)
+    return chunk_slices(chunks, task_rows(client, parts[-1].stop, chunk_rows))
 
 
 def same_map(a: Any, b: Any) -> bool:

@@ -54,6 +54,17 @@ def new_spill_folder(prefix: str) -> Path:
     return folder
 
 
+def hand_to(folder: Path, pid: int) -> None:
+    """Mark the spill `folder` as process `pid`'s (a forked party process hands its spill to its parent before
+    it exits, so no sweep takes it for an orphan)."""
+    mark = {"pid": pid, "host": socket.gethostname(), "started": start_time(pid)}
+    tmp = folder / (OWNER + ".new")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(mark, fh)
+    os.replace(tmp, folder / OWNER)
+
+
 def private_file(path: Path):
     """A new file only its owner reads (0600), opened for binary writing."""
     return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb")

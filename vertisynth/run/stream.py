@@ -14,18 +14,19 @@ import shutil
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from vertisynth.core.chunks import spill_slices
+from vertisynth.core.chunks import adoptable, hand_over, spill_slices
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.encoding import CSV_NULLS, TableCodec, TableSchema
 from vertisynth.core.errors import DataError, VertisynthError
 from vertisynth.core.privacy import PrivacyLedger
 
-from .spill import new_spill_folder, private_file
+from .spill import hand_to, new_spill_folder, private_file
 
 PARQUET = (".parquet", ".pq")
 
@@ -101,9 +102,7 @@ def frames(path: Path, columns: list[str], chunk_rows: int, keep: frozenset[str]
 
     try:   # the reader parses its first block when it opens
         reader = pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=_block_size(path, chunk_rows)),
-                                convert_options=pacsv.ConvertOptions(
-                                    include_columns=columns, column_types={c: pa.string() for c in columns},
-                                    strings_can_be_null=True, null_values=[v for v in CSV_NULLS if v not in keep]))
+                                convert_options=_text_options(columns, keep))
     except pa.ArrowInvalid as exc:
         raise refused(exc) from None
     # chunks of exactly chunk_rows (the last one shorter) whatever the reader's batches: the rows a batch
@@ -128,6 +127,15 @@ def frames(path: Path, columns: list[str], chunk_rows: int, keep: frozenset[str]
         pending = frame.iloc[full:]
     if pending is not None and len(pending):
         yield start, pending
+
+
+def _text_options(columns: list[str], keep: frozenset[str]) -> Any:
+    """Every value of `columns` as text, the CSV null markers (but `keep`'s labels) as missing: how a party's
+    file is read, whole or in byte spans (`code_span`), so both give the same frames."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    return pacsv.ConvertOptions(include_columns=columns, column_types={c: pa.string() for c in columns},
+                                strings_can_be_null=True, null_values=[v for v in CSV_NULLS if v not in keep])
 
 
 def _first_wrong_width(path: Path, width: int) -> int | None:
@@ -157,20 +165,29 @@ class CodeSpill:
     (a party's coded file, an aligned stream's first pass, the synthetic blocks).
     Disk: rows x columns x 1-2 bytes (+ 8 bytes a row with `ids`); memory: one chunk."""
 
-    def __init__(self, domain: Domain, prefix: str, ids: bool = False, watchers: Sequence[Callable] = ()):
+    def __init__(self, domain: Domain, prefix: str, ids: bool = False, watchers: Sequence[Callable] = (),
+                 adopt: dict[str, Any] | None = None):
         """`watchers`: called with (codes file, first row, rows) after each chunk is appended and flushed (a
-        Dask worker may read it from then on), and with (None, -1, 0) if the spill is closed unfinished."""
+        Dask worker may read it from then on), and with (None, -1, 0) if the spill is closed unfinished.
+        `adopt`: the finished spill a child process handed over (`handed_to`), taken instead of a new one."""
         self.domain, self.dtype = domain, code_dtype(domain)
         self._watchers = list(watchers)
-        folder = new_spill_folder(prefix)
+        folder = new_spill_folder(prefix) if adopt is None else Path(adopt["folder"])
         self._folder: Path | None = folder
         # removed on close, or when collected / at exit if never closed (not after SIGKILL: the sweep's job)
         self._finalizer = weakref.finalize(self, _remove_spill, folder, os.getpid())
-        self._files = [private_file(folder / "codes.bin")] + ([private_file(folder / "ids.bin")] if ids else [])
+        self._files = [] if adopt is not None else \
+            [private_file(folder / "codes.bin")] + ([private_file(folder / "ids.bin")] if ids else [])
         self._codes: np.ndarray | None = None
         self._ids: np.ndarray | None = None
         self.parts: list[tuple[int, int]] = []   # (first row, rows) of each chunk appended
         self.n = 0
+        if adopt is not None:
+            self.parts, self.n = [tuple(p) for p in adopt["parts"]], int(adopt["n"])
+            if self.n:
+                self._codes = np.memmap(folder / "codes.bin", dtype=self.dtype, mode="r", shape=(self.n, len(domain)))
+                if adopt["ids"]:
+                    self._ids = np.memmap(folder / "ids.bin", dtype=np.int64, mode="r", shape=(self.n,))
 
     def append(self, codes: np.ndarray, ids: np.ndarray | None = None) -> None:
         self._files[0].write(np.ascontiguousarray(codes, dtype=self.dtype).tobytes())
@@ -183,6 +200,39 @@ class CodeSpill:
                 fh.flush()
             for tell in self._watchers:
                 tell(self._folder / "codes.bin", self.n - len(codes), len(codes))
+
+    @classmethod
+    def for_writers(cls, domain: Domain, prefix: str, n: int, parts: list[tuple[int, int]]) -> CodeSpill:
+        """A spill of n rows whose file (0600, its full size now) other processes fill in place (`code_span`
+        tasks on Dask workers, each its rows' bytes); `parts`: the chunks `replay` gives. The writers report
+        each range (`written`), then `finish` maps the file."""
+        spill = cls(domain, prefix)
+        fh = spill._files[0]
+        os.ftruncate(fh.fileno(), n * len(domain) * np.dtype(spill.dtype).itemsize)
+        fh.close()
+        spill.parts, spill.n = list(parts), n
+        return spill
+
+    def watch(self, watchers: Sequence[Callable]) -> None:
+        """Add watchers (see `__init__`)."""
+        self._watchers += list(watchers)
+
+    def handed_to(self, pid: int) -> dict[str, Any]:
+        """Give this finished spill to process `pid` (this one's parent, which adopts the state returned): its
+        folder marked as `pid`'s, its removal left to `pid`."""
+        hand_to(self._folder, pid)
+        self._finalizer.detach()
+        return {"folder": str(self._folder), "n": self.n, "parts": list(self.parts), "ids": self._ids is not None}
+
+    @classmethod
+    def adopted(cls, domain: Domain, state: dict[str, Any]) -> CodeSpill:
+        """The finished spill a child process handed over (`handed_to`), now this process's to remove."""
+        return cls(domain, "", adopt=state)
+
+    def written(self, first: int, rows: int) -> None:
+        """Rows first..first+rows-1 are in the file (written by another process): the watchers are told."""
+        for tell in self._watchers:
+            tell(self._folder / "codes.bin", first, rows)
 
     def finish(self) -> CodeSpill:
         """Close the files and map them: the spill is complete (its watchers are told: (codes file, n, 0))."""
@@ -250,6 +300,137 @@ class CodeSpill:
         self._folder = None
 
 
+def csv_span_layout(path: Path, chunk_rows: int, span_rows: int) -> tuple[list[str], int, list[tuple[int, int, int, int]]] | None:
+    """(header names, data rows, spans) of a CSV cut at its newlines, each span (first row, byte offset, byte end,
+    rows) of at most `span_rows` rows and never across a chunk of `chunk_rows` (the chunks the whole-file read
+    gives: a chunk is some spans' union), from one pass over its bytes (no parsing); None where a newline may
+    not end a record, so only the whole-file reader is safe: a quote in the data (a quoted line break), a blank
+    line (the reader skips it), a carriage return that is not part of CRLF, no data rows."""
+    size = path.stat().st_size
+    s = max(1, min(int(span_rows), chunk_rows))
+    starts: list[int] = []   # byte offset of each span's first row
+    seen, base, header_end, last_nl, prev = 0, 0, -1, -1, 0
+    crs = crlfs = 0
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 22):
+            buf = np.frombuffer(block, dtype=np.uint8)
+            nl = np.flatnonzero(buf == 10)
+            if header_end < 0 and nl.size:
+                header_end = base + int(nl[0])
+            data_from = max(header_end + 1 - base, 0) if header_end >= 0 else len(buf)
+            if data_from < len(buf) and (buf[data_from:] == 34).any():
+                return None
+            cr_before = np.where(nl > 0, buf[np.maximum(nl - 1, 0)] == 13, prev == 13)
+            crs += int((buf == 13).sum())
+            crlfs += int(cr_before.sum())
+            gaps = np.diff(np.concatenate([[last_nl], base + nl])) if nl.size else np.zeros(0, np.int64)
+            if last_nl < 0 and gaps.size:
+                gaps = gaps[1:]
+                cr_gap = cr_before[1:]
+            else:
+                cr_gap = cr_before
+            if ((gaps == 1) | ((gaps == 2) & cr_gap)).any():   # an empty line (or a CRLF one)
+                return None
+            # newline k (file-wide, 0-based) ends line k, so data row k starts after it
+            k = seen + np.arange(nl.size)
+            at = (k % chunk_rows) % s == 0
+            starts.extend((base + nl[at] + 1).tolist())
+            if nl.size:
+                last_nl = base + int(nl[-1])
+            seen += nl.size
+            base += len(buf)
+            prev = int(buf[-1])
+    if crs != crlfs or header_end < 0:
+        return None
+    rows = seen + (prev != 10) - 1
+    if rows <= 0:
+        return None
+    firsts = [i * chunk_rows + j for i in range(-(-rows // chunk_rows))   # the rows of `starts`, span by span
+              for j in range(0, min(chunk_rows, rows - i * chunk_rows), s)]
+    starts = starts[:len(firsts)]
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    with open(path, "rb") as fh:
+        head = fh.read(header_end + 1)
+    try:
+        names = pacsv.read_csv(pa.py_buffer(head), read_options=pacsv.ReadOptions(use_threads=False)).column_names
+    except (pa.ArrowInvalid, UnicodeDecodeError):
+        return None
+    ends = starts[1:] + [size]
+    nrows = [b - a for a, b in zip(firsts, firsts[1:] + [rows])]
+    return list(names), rows, list(zip(firsts, starts, ends, nrows))
+
+
+def _span_frame(path: str, offset: int, end: int, names: list[str], columns: list[str], keep: frozenset[str]
+                ) -> pd.DataFrame:
+    """The text frame of `columns` of a CSV's bytes offset..end (whole lines, no header), read as `frames`
+    reads the whole file (pyarrow.ArrowInvalid if they do not parse)."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        data = fh.read(end - offset)
+    table = pacsv.read_csv(pa.py_buffer(data), read_options=pacsv.ReadOptions(
+        column_names=names, use_threads=False, block_size=max(len(data), 1 << 16) + 1),
+        convert_options=_text_options(columns, keep))
+    del data
+    return table.to_pandas()
+
+
+_SPAN_TASKS = {"cpu_s": 0.0, "rows": 0}   # this process's code_span tasks: their own thread's CPU seconds, rows
+
+
+def code_span(path: str, names: list[str], columns: list[str], keep: frozenset[str], codec: TableCodec,
+              first: int, offset: int, end: int, rows: int, spill: str, plan: list) -> tuple:
+    """A Dask task of a party's first pass: parse the CSV's bytes offset..end (rows `first`..), code them with
+    the party's codec, write the codes into the spill at their rows, count the marginals of `plan`.
+    ("ok", rows, counts); ("bad", None) if the codec refuses a value (the party names its line); ("reread",
+    why) if the bytes do not parse as `rows` rows (the party reads the whole file, whose reader says why)."""
+    import time
+
+    import pyarrow as pa
+
+    from vertisynth.core.chunks import _count_codes
+    t0 = time.thread_time()
+    try:
+        frame = _span_frame(path, offset, end, names, columns, keep)
+    except pa.ArrowInvalid as exc:
+        return "reread", str(exc).splitlines()[0]
+    if len(frame) != rows:
+        return "reread", f"{len(frame)} rows where {rows} were expected"
+    try:
+        coded = codec.encode(frame)
+    except VertisynthError:
+        return "bad", None
+    codes = np.ascontiguousarray(coded.codes, dtype=code_dtype(codec.domain))
+    fd = os.open(spill, os.O_WRONLY)
+    try:
+        os.pwrite(fd, codes.tobytes(), first * codes.shape[1] * codes.itemsize)
+    finally:
+        os.close(fd)
+    n, counts = _count_codes(coded.codes, plan)
+    _SPAN_TASKS["cpu_s"] += time.thread_time() - t0
+    _SPAN_TASKS["rows"] += n
+    return "ok", n, counts
+
+
+def n_rows(spans: list[tuple[int, int, int, int]]) -> int:
+    """The rows of a CSV's spans (`csv_span_layout`)."""
+    return spans[-1][0] + spans[-1][3] if spans else 0
+
+
+def span_task_cpu() -> dict[str, float]:
+    """What this worker's `code_span` tasks cost in their own threads so far: `client.run(span_task_cpu)`."""
+    return dict(_SPAN_TASKS)
+
+
+def _sees(paths: list[tuple[str, int]]) -> bool:   # runs on each worker
+    try:
+        return all(os.path.getsize(p) == size and os.access(p, os.R_OK | os.W_OK) for p, size in paths)
+    except OSError:
+        return False
+
+
 class coded_chunks:
     """A re-startable stream of (global ids, coded rows) of the codec's columns of the file.
 
@@ -263,6 +444,20 @@ class coded_chunks:
         self.path, self.codec, self.chunk_rows, self.spill = Path(path), codec, chunk_rows, spill
         self._spilled: CodeSpill | None = None   # once a pass has completed
         self._watchers: list[Callable] = []      # told of each chunk the next first pass spills
+        self._pid, self._token = os.getpid(), adoptable(self)   # a forked party process hands its spill back
+
+    def _spilled_now(self, spill: CodeSpill) -> None:
+        """The first pass's spill, complete; in a forked process (a party's), handed to the parent as well."""
+        self._spilled = spill
+        if os.getpid() != self._pid and spill.folder is not None:
+            hand_over(self._token, spill.handed_to(self._pid))
+
+    def adopt(self, state: dict[str, Any]) -> None:
+        """Take the spill of this stream's first pass in a forked child (`_spilled_now` there)."""
+        if self._spilled is None:
+            self._spilled = CodeSpill.adopted(self.codec.domain, state)
+        else:   # this process has its own: the child's goes
+            shutil.rmtree(state["folder"], ignore_errors=True)
 
     def live_slices(self, rows: int) -> Iterator | None:
         """The spilled codes as slices of at most `rows` rows, each as soon as the next first pass has written
@@ -290,6 +485,120 @@ class coded_chunks:
         if self._spilled is not None:
             return self._spilled.replay()
         return self._read()
+
+    def counted_spans(self, client: Any, plan: list) -> Iterator[tuple[int, list[np.ndarray]]] | None:
+        """The first pass as Dask tasks over byte spans of the CSV (`code_span`: each parses its lines, codes
+        them with this codec, writes their codes into the spill and counts `plan`'s marginals (axes, shape)),
+        if `client` is given, no pass has completed, the file is a CSV that can be cut at its newlines
+        (`csv_span_layout`) and every worker sees it and the spill; else None (the pass runs here). Yields
+        (rows, the summed counts) once, at the end: the same spill, counts (int64 sums) and errors (a bad
+        value's line) as the pass here, the party process parsing no row; the watchers (an early map) are
+        told of each span as it is written."""
+        if client is None or not self.spill or self._spilled is not None or self.path.suffix.lower() in PARQUET:
+            return None
+        from vertisynth.core.cluster import task_rows
+        try:
+            size = self.path.stat().st_size
+            with open(self.path, "rb") as fh:
+                head = fh.read(1 << 16)
+        except OSError:
+            return None   # the pass here says what is wrong
+        guess = int(size * max(head.count(b"\n"), 1) / max(len(head), 1))   # rows, for the tasks' size
+        layout = csv_span_layout(self.path, self.chunk_rows, task_rows(client, guess, self.chunk_rows))
+        if layout is None:
+            return None
+        names, n, spans = layout
+        columns = [c.schema.name for c in self.codec.columns]
+        if len(set(names)) != len(names) or any(c not in names for c in columns):
+            return None
+        domain = self.codec.domain
+        parts = [(s, min(self.chunk_rows, n - s)) for s in range(0, n, self.chunk_rows)]
+        out = CodeSpill.for_writers(domain, "vertisynth-chunks-", n, parts)
+        codes = out.folder / "codes.bin"
+        try:
+            seen = client.run(_sees, [(str(self.path.resolve()), size),
+                                      (str(codes), n * len(domain) * np.dtype(out.dtype).itemsize)])
+        except Exception:   # noqa: BLE001 - a worker that cannot answer: the pass runs here
+            seen = {}
+        if not seen or not all(seen.values()):
+            out.close()
+            return None
+        out.watch(self._watchers)
+        self._watchers = []
+        return self._spans_pass(client, out, names, columns, spans, plan)
+
+    def _labels(self) -> frozenset[str]:
+        return frozenset(str(x) for c in self.codec.columns if c.schema.categories for x in c.schema.categories)
+
+    def _spans_pass(self, client: Any, out: CodeSpill, names: list[str], columns: list[str], spans: list,
+                    plan: list) -> Iterator[tuple[int, list[np.ndarray]]]:
+        from distributed import as_completed
+
+        from vertisynth.core.chunks import _count_chunk
+        from vertisynth.core.cluster import window_for
+        path, codes, keep = str(self.path.resolve()), str(out.folder / "codes.bin"), self._labels()
+        acc = [np.zeros(int(np.prod(shape, dtype=np.int64)), dtype=np.int64) for _, shape in plan]
+        rows, problem, done = 0, None, False
+        todo = iter(enumerate(spans))
+        index: dict[str, int] = {}
+
+        def submit(i: int, span: tuple[int, int, int, int]) -> Any:
+            fut = client.submit(code_span, path, names, columns, keep, self.codec, *span[:3], span[3], codes, plan,
+                                pure=False)
+            index[fut.key] = i
+            return fut
+
+        try:
+            queued = as_completed([submit(i, sp) for i, sp in itertools.islice(todo, window_for(client))])
+            for fut in queued:   # at most a window of spans in flight; each span's counts merged as it completes
+                i = index.pop(fut.key)
+                try:
+                    got = fut.result()
+                except Exception as exc:   # noqa: BLE001 - a worker's OS error, a lost worker: one line
+                    raise DataError(f"{str(self.path)!r}: a first-pass task on a Dask worker failed (rows "
+                                    f"{spans[i][0]}..): {type(exc).__name__}: {exc}") from None
+                fut.release()
+                if got[0] == "ok":
+                    rows += got[1]
+                    for vec, part in zip(acc, got[2]):
+                        vec += part
+                    out.written(spans[i][0], got[1])
+                elif problem is None or i < problem[0]:
+                    problem = (i, got[0])
+                if problem is None:   # after a problem, only the spans before it (all queued) are awaited
+                    nxt = next(todo, None)
+                    if nxt is not None:
+                        queued.add(submit(*nxt))
+            if problem is not None and problem[1] == "bad":
+                self._refused(spans, problem[0], names, columns, keep)
+            if problem is not None:   # the bytes did not parse as the lines counted: the reader here says why
+                out.close()
+                for _, chunk in self._read():
+                    yield _count_chunk(chunk, plan)
+                done = True
+                return
+            if rows != n_rows(spans):
+                raise DataError(f"{str(self.path)!r}: the workers coded {rows} rows of {n_rows(spans)}")
+            self._spilled_now(out.finish())
+            done = True
+        finally:
+            if not done:
+                out.close()
+        yield rows, acc
+
+    def _refused(self, spans: list, i: int, names: list[str], columns: list[str], keep: frozenset[str]) -> None:
+        """Raise the error the pass here raises for the first chunk holding a refused value (span i's): the
+        chunk read and coded here, its first bad line named."""
+        start = spans[i][0] // self.chunk_rows * self.chunk_rows
+        mine = [sp for sp in spans if start <= sp[0] < start + self.chunk_rows]
+        frame = _span_frame(str(self.path), mine[0][1], mine[-1][2], names, columns, keep)
+        try:
+            self.codec.encode(frame)
+        except VertisynthError as exc:
+            row = start + _first_bad_row(self.codec, frame)
+            raise DataError(f"CSV {str(self.path)!r} line {row + 2}: {exc}") from None
+        raise DataError(f"CSV {str(self.path)!r}: a worker refused a value in rows {spans[i][0]}.. that this "
+                        "process accepts (the workers' vertisynth differs?)")
 
     @property
     def n(self) -> int | None:
@@ -335,9 +644,8 @@ class coded_chunks:
         watchers, self._watchers = self._watchers, []
         out = CodeSpill(self.codec.domain, "vertisynth-chunks-", watchers=watchers) if self.spill else None
         done = False
-        labels = frozenset(str(x) for c in self.codec.columns if c.schema.categories for x in c.schema.categories)
         try:
-            for start, frame in frames(self.path, columns, self.chunk_rows, labels):
+            for start, frame in frames(self.path, columns, self.chunk_rows, self._labels()):
                 frame = frame.reset_index(drop=True)
                 try:
                     rows = self.codec.encode(frame)
@@ -353,7 +661,7 @@ class coded_chunks:
             if out is not None and not done:   # an abandoned or failed pass: a later one reads the file again
                 out.close()
         if out is not None:
-            self._spilled = out.finish()
+            self._spilled_now(out.finish())
 
 
 def fit_codec(schema: TableSchema, path: Path, own: Sequence[str], ledger: PrivacyLedger | None,

@@ -21,6 +21,7 @@ from typing import Any
 import attrs
 
 from vertisynth.core.chunks import ChunkedCounts, Chunks, mapped, view_chunks   # noqa: F401 (the party's names)
+from vertisynth.core.chunks import adopt_all, handed
 from vertisynth.core.errors import DataError, VertisynthError
 from vertisynth.core.messages import Message
 from vertisynth.core.privacy import Charge, PrivacyLedger
@@ -127,7 +128,9 @@ def _forked(step: Callable[[str, PrivacyLedger], list[Message]], names: Sequence
             if status != "ok":
                 kind, text = payload
                 raise (kind if isinstance(kind, type) and issubclass(kind, VertisynthError) else DataError)(text)
-            out[p] = payload
+            messages, spent, spills = payload
+            adopt_all(spills)   # the child's spilled rows, for this process's later passes
+            out[p] = (messages, spent)
     finally:
         for _, proc, recv in running:
             recv.close()
@@ -154,7 +157,7 @@ def _child(send: Any, step: Callable[[str, PrivacyLedger], list[Message]], party
     mine = _recording(ledger)
     try:
         messages = step(party, mine)
-        blob = pickle.dumps(("ok", (messages, mine.passed)), protocol=pickle.HIGHEST_PROTOCOL)
+        blob = pickle.dumps(("ok", (messages, mine.passed, handed())), protocol=pickle.HIGHEST_PROTOCOL)
     except BaseException as exc:   # noqa: BLE001 - reported to the parent, which raises it
         text = f"party {party!r}: {exc}" if isinstance(exc, VertisynthError) else \
             f"party {party!r} failed: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"

@@ -318,8 +318,9 @@ class VertiMRFSynthesizer(JointFit, Synthesizer):
         c = self.config
         out: list[Message] = []
         # counted here, not on the cluster: shipping a chunk to a worker costs this process more than the
-        # bincounts it would save (docs/scale.md, "Counting passes stay in the party process")
-        table = ChunkedCounts(chunks, domain)
+        # bincounts it would save (docs/scale.md, "Counting passes stay in the party process"); but a file's
+        # first pass (read, code, spill, the pair counts) runs on the workers where they see the file
+        table = ChunkedCounts(chunks, domain, first_pass=client)
         mine = [a for a in domain.attributes if a in self._binned]
         early = None
         try:
