@@ -14,6 +14,7 @@ batched for speed); it builds a GraphicalModel from the fitted potentials at the
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -28,6 +29,8 @@ from .graph import JunctionTree
 SAMPLE_BLOCK_ROWS = 131_072
 # numpy's hypergeometric draw needs ngood + nbad below 10**9 ("round" sampling in blocks draws from group counts)
 HYPERGEOMETRIC_MAX = 10**9
+# a marginal's elimination step over at most this many cells (all axes of both tables) skips einsum's path search
+EINSUM_DIRECT_CELLS = 1 << 15
 
 
 def code_dtype(domain) -> np.dtype:
@@ -305,8 +308,13 @@ class GraphicalModel:
             ids = {a: j for j, a in enumerate(dict.fromkeys(axes + list(cl[k])))}
             if len(ids) > 52:   # numpy's einsum names at most 52 axes
                 return self._eliminate(sub, top, par_in_sub, attrs_)
+            # a large contraction goes to BLAS (optimize=True: tensordot); a small one straight to numpy's C loop,
+            # where finding the path cost ~10x the sum (zoo wide: ~10^5 small contractions a round)
+            dims = dict(zip(axes, arr.shape))
+            dims.update(zip(cl[k], cond.shape))
+            big = math.prod(dims.values()) > EINSUM_DIRECT_CELLS
             arr = np.einsum(arr, [ids[a] for a in axes], cond, [ids[a] for a in cl[k]], [ids[a] for a in out],
-                            optimize=True)   # a contraction over shared axes goes to BLAS (tensordot)
+                            optimize=big)
             axes = out
         return np.transpose(arr, [axes.index(a) for a in attrs_])
 
