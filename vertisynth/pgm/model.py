@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 
 from vertisynth.core.dataset import Dataset
+from vertisynth.core.domain import Domain
 from vertisynth.core.errors import ConfigError, EstimationError
 from vertisynth.core.factor import Factor
 
@@ -216,9 +217,11 @@ class GraphicalModel:
         if i is not None:
             c = self.tree.cliques[i]
             drop = self._drop_axes(c, attrs_)
-            p = sum_out(self.clique_probs()[i], drop)
+            vals = self.total * sum_out(self.clique_probs()[i], drop)
             kept = tuple(a for a in c if a in attrs_)
-            return Factor(self.domain.project(kept), self.total * p).transpose(attrs_)
+            if kept != attrs_:
+                vals = np.transpose(vals, [kept.index(a) for a in attrs_])
+            return Factor(self._sub_domain(attrs_), vals)
         # each component's share, then their outer product (independent components), as Factor products did
         arr, axes = None, []
         split = self._split(attrs_)
@@ -234,7 +237,14 @@ class GraphicalModel:
             arr = part if arr is None else np.multiply.outer(arr, part)
             axes += inside
         arr = np.transpose(arr * self.total, [axes.index(a) for a in attrs_])
-        return Factor(self.domain.project(attrs_), arr)
+        return Factor(self._sub_domain(attrs_), arr)
+
+    def _sub_domain(self, attrs_: tuple[str, ...]) -> Domain:
+        """`domain.project(attrs_)`, kept per tree (AIM asks the same ~10^4 marginals of every model)."""
+        doms = self._lookups().setdefault("domains", {})
+        if attrs_ not in doms:
+            doms[attrs_] = self.domain.project(attrs_)
+        return doms[attrs_]
 
     def _lookups(self) -> dict:
         """Per-tree lookups for `marginal` (components, each attribute's component and smallest clique in it,
