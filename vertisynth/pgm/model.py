@@ -32,6 +32,8 @@ SAMPLE_BLOCK_ROWS = 131_072
 HYPERGEOMETRIC_MAX = 10**9
 # a marginal's elimination step over at most this many cells (all axes of both tables) skips einsum's path search
 EINSUM_DIRECT_CELLS = 1 << 15
+# sub-domains of a marginal's answers, per domain (a few domains at a time): id -> (domain, attrs -> sub-domain)
+_SUB_DOMAINS: dict[int, tuple[Domain, dict[tuple[str, ...], Domain]]] = {}
 
 
 def code_dtype(domain) -> np.dtype:
@@ -240,8 +242,14 @@ class GraphicalModel:
         return Factor(self._sub_domain(attrs_), arr)
 
     def _sub_domain(self, attrs_: tuple[str, ...]) -> Domain:
-        """`domain.project(attrs_)`, kept per tree (AIM asks the same ~10^4 marginals of every model)."""
-        doms = self._lookups().setdefault("domains", {})
+        """`domain.project(attrs_)`, kept per domain across models (AIM asks the same ~10^4 marginals of every
+        round's model, each on a new tree)."""
+        entry = _SUB_DOMAINS.get(id(self.domain))
+        if entry is None or entry[0] is not self.domain:   # (the domain is held, so its id is not reused)
+            if len(_SUB_DOMAINS) >= 8:
+                _SUB_DOMAINS.clear()
+            entry = _SUB_DOMAINS[id(self.domain)] = (self.domain, {})
+        doms = entry[1]
         if attrs_ not in doms:
             doms[attrs_] = self.domain.project(attrs_)
         return doms[attrs_]
