@@ -14,11 +14,13 @@ batched for speed); it builds a GraphicalModel from the fitted potentials at the
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
 from vertisynth.core.dataset import Dataset
+from vertisynth.core.domain import Domain
 from vertisynth.core.errors import ConfigError, EstimationError
 from vertisynth.core.factor import Factor
 
@@ -28,6 +30,10 @@ from .graph import JunctionTree
 SAMPLE_BLOCK_ROWS = 131_072
 # numpy's hypergeometric draw needs ngood + nbad below 10**9 ("round" sampling in blocks draws from group counts)
 HYPERGEOMETRIC_MAX = 10**9
+# a marginal's elimination step over at most this many cells (all axes of both tables) skips einsum's path search
+EINSUM_DIRECT_CELLS = 1 << 15
+# sub-domains of a marginal's answers, per domain (a few domains at a time): id -> (domain, attrs -> sub-domain)
+_SUB_DOMAINS: dict[int, tuple[Domain, dict[tuple[str, ...], Domain]]] = {}
 
 
 def code_dtype(domain) -> np.dtype:
@@ -213,9 +219,11 @@ class GraphicalModel:
         if i is not None:
             c = self.tree.cliques[i]
             drop = self._drop_axes(c, attrs_)
-            p = sum_out(self.clique_probs()[i], drop)
+            vals = self.total * sum_out(self.clique_probs()[i], drop)
             kept = tuple(a for a in c if a in attrs_)
-            return Factor(self.domain.project(kept), self.total * p).transpose(attrs_)
+            if kept != attrs_:
+                vals = np.transpose(vals, [kept.index(a) for a in attrs_])
+            return Factor(self._sub_domain(attrs_), vals)
         # each component's share, then their outer product (independent components), as Factor products did
         arr, axes = None, []
         split = self._split(attrs_)
@@ -231,7 +239,20 @@ class GraphicalModel:
             arr = part if arr is None else np.multiply.outer(arr, part)
             axes += inside
         arr = np.transpose(arr * self.total, [axes.index(a) for a in attrs_])
-        return Factor(self.domain.project(attrs_), arr)
+        return Factor(self._sub_domain(attrs_), arr)
+
+    def _sub_domain(self, attrs_: tuple[str, ...]) -> Domain:
+        """`domain.project(attrs_)`, kept per domain across models (AIM asks the same ~10^4 marginals of every
+        round's model, each on a new tree)."""
+        entry = _SUB_DOMAINS.get(id(self.domain))
+        if entry is None or entry[0] is not self.domain:   # (the domain is held, so its id is not reused)
+            if len(_SUB_DOMAINS) >= 8:
+                _SUB_DOMAINS.clear()
+            entry = _SUB_DOMAINS[id(self.domain)] = (self.domain, {})
+        doms = entry[1]
+        if attrs_ not in doms:
+            doms[attrs_] = self.domain.project(attrs_)
+        return doms[attrs_]
 
     def _lookups(self) -> dict:
         """Per-tree lookups for `marginal` (components, each attribute's component and smallest clique in it,
@@ -305,8 +326,13 @@ class GraphicalModel:
             ids = {a: j for j, a in enumerate(dict.fromkeys(axes + list(cl[k])))}
             if len(ids) > 52:   # numpy's einsum names at most 52 axes
                 return self._eliminate(sub, top, par_in_sub, attrs_)
+            # a large contraction goes to BLAS (optimize=True: tensordot); a small one straight to numpy's C loop,
+            # where finding the path cost ~10x the sum (zoo wide: ~10^5 small contractions a round)
+            dims = dict(zip(axes, arr.shape))
+            dims.update(zip(cl[k], cond.shape))
+            big = math.prod(dims.values()) > EINSUM_DIRECT_CELLS
             arr = np.einsum(arr, [ids[a] for a in axes], cond, [ids[a] for a in cl[k]], [ids[a] for a in out],
-                            optimize=True)   # a contraction over shared axes goes to BLAS (tensordot)
+                            optimize=big)
             axes = out
         return np.transpose(arr, [axes.index(a) for a in attrs_])
 

@@ -23,7 +23,7 @@ across parties; the synthesizers do not change.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -185,15 +185,34 @@ class CentralOracle:
 
     def select(self, candidates: Sequence[tuple[str, ...]], estimates: Sequence[np.ndarray],
                weights: Sequence[float], offsets: Sequence[float], epsilon: float, pay: Pay,
-               rng: np.random.Generator, bins: Sequence[Bins] | None = None) -> int:
+               rng: np.random.Generator, bins: Sequence[Bins] | None = None,
+               admissible: Callable[[int], bool] | None = None) -> int:
+        """The exponential mechanism (Gumbel-max) on w (error - offset), sensitivity max w. `admissible` (index ->
+        bool, a function of public state only, e.g. AIM's model-size cap) restricts it to the candidates it admits,
+        asked lazily: Gumbel-max over a subset picks the first of that subset in the order of noisy scores, so only
+        the candidates ahead of the pick (and the heaviest admitted one, for the sensitivity) are asked; the same
+        distribution as filtering every candidate first."""
         w = check_select(candidates, estimates, weights, offsets, epsilon)
         _spend(pay, self.ledger, epsilon * epsilon / 8.0, f"select among {len(candidates)} marginals")
         bins = list(bins) if bins is not None else [None] * len(candidates)
         exact = [self._exact(tuple(c), b) for c, b in zip(candidates, bins)]
         errors = np.array([np.abs(x - np.asarray(e, float).reshape(x.shape)).sum() for x, e in zip(exact, estimates)])
         scores = w * (errors - np.asarray(offsets, float))
-        logits = epsilon * (scores - scores.max()) / (2.0 * w.max())
-        return int(np.argmax(logits + exponential_noise(logits.shape, rng, self.ledger)))
+        if admissible is None:
+            logits = epsilon * (scores - scores.max()) / (2.0 * w.max())
+            return int(np.argmax(logits + exponential_noise(logits.shape, rng, self.ledger)))
+        asked: dict[int, bool] = {}
+
+        def admits(i: int) -> bool:
+            if i not in asked:
+                asked[i] = bool(admissible(i))
+            return asked[i]
+        heaviest = next((int(i) for i in np.argsort(-w, kind="stable") if admits(int(i))), None)
+        if heaviest is None:
+            raise ConfigError(f"select: none of the {len(candidates)} candidates is admissible")
+        logits = epsilon * (scores - scores.max()) / (2.0 * w[heaviest])
+        noisy = logits + exponential_noise(logits.shape, rng, self.ledger)
+        return next(int(i) for i in np.argsort(-noisy, kind="stable") if admits(int(i)))
 
     def _noisy_vector(self, x: np.ndarray, pay: Pay, rng: np.random.Generator, sigma: float | None,
                       sensitivity: float, what: str) -> np.ndarray:

@@ -85,6 +85,41 @@ def test_oracle_select_finds_the_worst_approximated_marginal_at_large_epsilon():
         oracle.select(cands, est, [1, 0, 1, 1], np.zeros(4), 1.0, filt, np.random.default_rng(0))
 
 
+def test_oracle_select_with_admissible_is_the_mechanism_on_the_admitted_candidates_asked_lazily():
+    # Gumbel-max over all candidates restricted to the admitted ones = the exponential mechanism on those alone,
+    # with the sensitivity of the heaviest admitted one; only the candidates ahead of the pick are asked
+    data = correlated(2000)
+    ledger = PrivacyLedger(Budget(1e6, 1e-9))
+    env = Charge("synthesizer", "rounds", ZCDP(1e6))
+    ledger.plan([env])
+    oracle = CentralOracle(data, ledger)
+    filt = ZCDPFilter(env, ledger)
+    cands = [("a",), ("b",), ("a", "b"), ("c", "d"), ("b", "e"), ("a", "c", "e")]
+    exact = [data.counts(c).values.astype(float) for c in cands]
+    est = [np.full_like(x, x.mean()) for x in exact]
+    w = np.array([1.0, 1.0, 2.0, 2.0, 2.0, 3.0])
+    off = np.zeros(6)
+    eps = 0.01
+    banned = {5, 3}   # the heaviest is not admitted: the sensitivity is 2, not 3
+    err = np.array([np.abs(x - e).sum() for x, e in zip(exact, est)])
+    q = w * err
+    keep = [i for i in range(6) if i not in banned]
+    logit = eps * q[keep] / (2 * 2.0)
+    want = np.exp(logit - logit.max())
+    want /= want.sum()
+    asked: list[int] = []
+    rng = np.random.default_rng(0)
+    n = 3000
+    picks = np.array([oracle.select(cands, est, w, off, eps, filt, rng,
+                                    admissible=lambda i: asked.append(i) or i not in banned) for _ in range(n)])
+    assert not set(picks) & banned
+    freq = np.array([(picks == i).sum() for i in keep]) / n
+    assert np.abs(freq - want).max() < 4 * np.sqrt(want * (1 - want) / n).max() + 1e-3
+    assert len(asked) < 6 * n * 0.8   # not every candidate every time
+    with pytest.raises(ConfigError, match="none of the 6 candidates is admissible"):
+        oracle.select(cands, est, w, off, eps, filt, rng, admissible=lambda i: False)
+
+
 def test_oracle_measures_coarsened_marginals():
     data = correlated(3000)
     ledger = PrivacyLedger(Budget(1e6, 1e-9))
@@ -130,6 +165,27 @@ def test_marginal_across_cliques_equals_factor_elimination():
         slow = gm._eliminate(sub, top, {n: p for n, p in tree.order(top) if n in sub}, inside)
         assert np.allclose(fast, slow, atol=1e-12)
         assert gm.marginal(q).values.sum() == pytest.approx(50.0)
+
+
+def test_marginal_small_elimination_steps_skip_einsums_path_search(monkeypatch):
+    # einsum's optimize=True searched a contraction path for every step (~10x the sum itself on small tables:
+    # zoo wide asks ~10^5 a round); small steps go straight to the C loop, the same numbers
+    rng = np.random.default_rng(3)
+    dom = Domain([f"x{i}" for i in range(7)], list(rng.integers(2, 5, 7)))
+    tree = build_junction_tree(dom, [("x0", "x1"), ("x1", "x2", "x3"), ("x3", "x4"), ("x4", "x5"), ("x2", "x6")])
+    gm = GraphicalModel(tree, [rng.normal(size=dom.project(c).shape) for c in tree.cliques], 50.0)
+    from numpy._core import einsumfunc
+
+    paths = []
+    real = einsumfunc.einsum_path
+    monkeypatch.setattr(einsumfunc, "einsum_path", lambda *a, **k: paths.append(1) or real(*a, **k))
+    for q in [("x0", "x5"), ("x6", "x4", "x0"), ("x5", "x1")]:
+        comp = gm._components()[0]
+        fast = gm._component_marginal(comp, list(q))
+        top = next(iter(gm._tree_order(next(iter(comp)))))[0]
+        slow = gm._eliminate(set(comp), top, {n: p for n, p in tree.order(top)}, list(q))
+        assert np.allclose(fast, slow, atol=1e-12)
+    assert paths == []
 
 
 def test_marginals_over_several_components_compute_each_share_once_per_model(monkeypatch):
@@ -309,6 +365,21 @@ def test_aim_keeps_the_model_under_its_size_cap():
     syn, ledger, _ = _fit(AIMSynthesizer, AIMConfig(iters=100, max_model_mb=cap_mb), data, eps=20.0)
     assert syn._model.tree.size <= 100
     assert not ledger.unspent()
+
+
+def test_aim_central_tests_the_size_cap_only_on_the_candidates_selection_reaches(monkeypatch):
+    # the cap is asked lazily by the central selection: a few size tests a round where the eager filter tested
+    # every candidate outside the model's cliques (most of a round on zoo wide); the cap still holds
+    rng = np.random.default_rng(5)
+    dom = Domain([f"x{i}" for i in range(10)], [3] * 10)
+    data = Dataset(rng.integers(0, 3, size=(2000, 10)), dom)
+    calls = []
+    real = ModelSize.cells
+    monkeypatch.setattr(ModelSize, "cells", lambda self, extra: calls.append(extra) or real(self, extra))
+    cap_mb = 300 * 8 / 2**20   # 300 cells: the cap binds
+    syn, ledger, _ = _fit(AIMSynthesizer, AIMConfig(iters=50, rounds=12, max_model_mb=cap_mb), data, eps=5.0)
+    assert syn._model.tree.size <= 300 and not ledger.unspent()
+    assert len(calls) <= 4 * syn._rounds_run   # eager: ~150 candidates a round outside the cliques
 
 
 def test_aim_bad_params_get_one_line_errors():

@@ -353,21 +353,23 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
             ts = time.perf_counter()
             model = res.model
             cliques = [tuple(q) for q in model.tree.cliques]
-            ok = []
             graph = None
             if cliques != last_cliques:
                 sizes, last_cliques = {}, cliques
-            for i, r in enumerate(names):
-                if r in read:
-                    continue
+
+            def under_cap(i: int) -> bool:   # the candidate is in a clique, or the model with it stays under the cap
+                nonlocal graph
+                r = names[i]
                 if model.tree.clique_for(r) is not None:
-                    ok.append(i)
-                    continue
+                    return True
                 if r not in sizes:
                     graph = graph or ModelSize(dom, cliques, graphs)
                     sizes[r] = graph.cells(r)
-                if sizes[r] <= limit_cells * used / self._rho:
-                    ok.append(i)
+                return sizes[r] <= limit_cells * used / self._rho
+            # the central oracle's selection asks the cap lazily (the same mechanism, a few size tests a round
+            # instead of one per candidate: on zoo wide they were most of a round); elsewhere every candidate first
+            lazy = isinstance(oracle, CentralOracle)
+            ok = [i for i, r in enumerate(names) if r not in read and (lazy or under_cap(i))]
             if free:
                 xs = [i for i in ok if parties(names[i]) == 2]
                 if xs:
@@ -380,7 +382,11 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
                 ok = own or [i for i in ok if names[i] not in read] or ok
             est = [model.marginal(names[i]).values for i in ok]
             offsets = math.sqrt(2 / math.pi) * sigma * cells[ok]
-            pick = ok[oracle.select([names[i] for i in ok], est, weight[ok], offsets, eps, filt, rng)]
+            if lazy:
+                pick = ok[oracle.select([names[i] for i in ok], est, weight[ok], offsets, eps, filt, rng,
+                                        admissible=lambda j: under_cap(ok[j]))]
+            else:
+                pick = ok[oracle.select([names[i] for i in ok], est, weight[ok], offsets, eps, filt, rng)]
             r = names[pick]
             if getattr(self, "_free", False) and parties(r) == 2:
                 read.add(r)   # read off a release: asked again, the same table would come back (no new information)
