@@ -1,4 +1,4 @@
-"""CPU seconds of test files, each in a pytest process of its own, conftest-free (issue 33).
+"""CPU seconds of test files, each in a pytest process of its own, conftest-free.
 
     PYTHONPATH=. python benchmarks/cpu_per_file.py [--repeat 1] [--pytest-args "-m slow"] FILE_OR_NODE [...]
     PYTHONPATH=. python benchmarks/cpu_per_file.py --against /tmp/main-clone FILE [...]   # the same file there, interleaved
