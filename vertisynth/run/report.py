@@ -12,7 +12,7 @@ import numpy as np
 from vertisynth import __version__
 from vertisynth.core.capabilities import HasPrivacyNotes, ReportsBudgetSplit, ReportsModel
 from vertisynth.core.dataset import Dataset
-from vertisynth.core.outfiles import OUTPUTS_MANIFEST, write_csv, write_text
+from vertisynth.core.outfiles import OUTPUTS_MANIFEST, write_text
 
 if TYPE_CHECKING:
     from .pipeline import Plan, RunResult
@@ -109,7 +109,7 @@ def write_outputs(result: RunResult, out: Path, holdout: Dataset | None = None) 
     out.mkdir(parents=True, exist_ok=True)
     clear_previous_outputs(out)
     if result.synthetic_path != out / "synthetic.csv":   # a streamed run wrote it already, block by block
-        result.synthetic_path = write_csv(out / "synthetic.csv", result.synthetic)
+        result.synthetic_path = result.write_synthetic_csv(out / "synthetic.csv")
     write_records(out, result.report, summary_markdown(result))
     write_run_html(result, out, holdout)
     return out
