@@ -102,3 +102,19 @@ def test_clique_for_is_the_smallest_first_clique_holding_the_attributes():
             for q in itertools.islice(itertools.combinations(dom.attributes, k), 60):
                 assert tree.clique_for(q) == scan(q)
         assert tree.clique_for(["not an attribute"]) is None
+
+
+def test_min_fill_prices_candidates_without_numpy_calls(monkeypatch):
+    """PrivMRF triangulates every trial graph of its structure search (63 triangulations in the default job), and
+    each step priced every candidate with an np.prod call; the same float products, without numpy, give the same
+    cliques (the elimination keys are exact integers)."""
+    dom = Domain([f"a{i}" for i in range(9)], [2, 40, 7, 16, 5, 3, 8, 2, 14])
+    cliques = [("a0", "a1"), ("a1", "a3"), ("a3", "a5", "a6"), ("a2", "a8"), ("a8", "a0"), ("a4", "a7"), ("a3", "a8")]
+    expected = nx_min_fill(dom, cliques)   # (with np.prod)
+    assert any(len(c) > 2 for c in expected)
+
+    def refuse(*a, **k):
+        raise AssertionError("np.prod called")
+
+    monkeypatch.setattr(np, "prod", refuse)
+    assert min_fill_cliques(dom, cliques) == expected

@@ -3,14 +3,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 import numpy as np
-import pandas as pd
 
 from .domain import Domain
 from .errors import DataError, DomainError, choices_text, suggest
 from .factor import Factor
+
+if TYPE_CHECKING:   # pandas only for tables as frames (a codes-only run never imports it: docs/speed.md)
+    import pandas as pd
 
 
 @attrs.frozen(eq=False)
@@ -103,6 +106,7 @@ class Dataset:
         return np.bincount(flat, weights=weights, minlength=math.prod(shape[a] for a in axes)).astype(float)
 
     def to_frame(self) -> pd.DataFrame:
+        import pandas as pd
         return pd.DataFrame(self.codes, columns=list(self.domain.attributes))
 
     def hstack(self, other: Dataset) -> Dataset:

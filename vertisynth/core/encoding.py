@@ -11,20 +11,23 @@ are handled explicitly:
 """
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
-import pandas as pd
 
 from .dataset import Dataset
 from .domain import Domain
 from .errors import ConfigError, DataError, DomainError, InferredSchemaWarning, VertisynthWarning
 from .noise import secure_gumbel, secure_uniform
 from .privacy import Charge, PrivacyLedger, PureDP
+
+if TYPE_CHECKING:   # pandas (with pyarrow, ≈ 0.4 CPU s to import) only where a table is read or built as a frame:
+    import pandas as pd   # a codes-native run (the default job) never imports it (docs/speed.md, fifth pass)
 
 MISSING_LABEL = "<missing>"
 # pandas.read_csv's missing-value spellings: the in-memory readers and the streamed one (run/stream.py) see the
@@ -208,6 +211,7 @@ class ColumnCodec:
         return len(self.labels)
 
     def encode(self, col: pd.Series) -> np.ndarray:
+        import pandas as pd
         s = self.schema
         miss = col.isna().to_numpy()
         if miss.any() and s.missing == "error":
@@ -234,7 +238,7 @@ class ColumnCodec:
                     vals = _seconds(pd.to_datetime(col[~miss]))
                 except pd.errors.OutOfBoundsDatetime as exc:
                     raise DomainError(f"datetime column {s.name!r} has a date outside the supported range ({exc}): "
-                                      f"{DATE_RANGE_NOTE}") from None
+                                      f"{_date_range_note()}") from None
                 except (TypeError, ValueError) as exc:
                     raise DomainError(f"datetime column {s.name!r} has values that are not dates: {exc}") from None
             else:
@@ -259,7 +263,53 @@ class ColumnCodec:
             codes[miss] = self.size - 1
         return codes
 
+    @property
+    def decodes_to_array(self) -> bool:
+        """Whether `decode_array` can decode this column (no pandas): categories all of one plain type (str,
+        int or float, not bool) or integer numbers, without a missing code. Known from the schema alone."""
+        s = self.schema
+        if s.missing == "category":
+            return False
+        if s.kind == "categorical":
+            return _category_type(s.categories) is not None
+        return s.kind == "numeric" and s.integer
+
+    def decode_array(self, codes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """`decode`'s values as a numpy array (object array of str for text categories), drawing from `rng`
+        exactly as `decode` does; only where `decodes_to_array`. `frame_values` turns it into `decode`'s Series."""
+        s = self.schema
+        if not self.decodes_to_array:
+            raise ConfigError(f"column {s.name!r} decodes through pandas only (missing code, datetime, or mixed "
+                              "categories)")
+        if s.kind == "categorical":
+            cats = np.array(list(s.categories), dtype=object if _category_type(s.categories) is str else None)
+            return cats[np.minimum(codes, len(cats) - 1)]
+        e = self.edges
+        nb = len(e) - 1
+        b = np.minimum(codes, nb - 1)
+        lo, hi = e[b], e[b + 1]
+        return self._integers_in_bins(b, lo, hi, nb, rng).astype(np.int64)
+
+    def series_of(self, values: np.ndarray) -> pd.Series:
+        """`decode_array`'s values as the Series `decode` returns (the same values, name and dtype)."""
+        import pandas as pd
+        s = self.schema
+        if s.kind == "categorical":   # the categories carry the column's type (ints stay ints, labels stay strings)
+            return pd.Series(values, name=s.name).astype(pd.Series(list(s.categories)).dtype)
+        return pd.Series(values, name=s.name)
+
+    @staticmethod
+    def _integers_in_bins(b: np.ndarray, lo: np.ndarray, hi: np.ndarray, nb: int,
+                          rng: np.random.Generator) -> np.ndarray:
+        ilo = np.ceil(lo)
+        ihi = np.where(b == nb - 1, np.floor(hi), np.ceil(hi) - 1)  # last bin is closed
+        ihi = np.maximum(ihi, ilo)
+        return np.floor(rng.uniform(ilo, ihi + 1)).clip(ilo, ihi)
+
     def decode(self, codes: np.ndarray, rng: np.random.Generator) -> pd.Series:
+        if self.decodes_to_array:   # one code path with the pandas-free decode (the same values, bit for bit)
+            return self.series_of(self.decode_array(codes, rng))
+        import pandas as pd
         s = self.schema
         has_missing_code = s.missing == "category"
         miss = codes == self.size - 1 if has_missing_code else np.zeros(len(codes), bool)
@@ -283,10 +333,7 @@ class ColumnCodec:
             out[miss] = pd.NaT
             return out
         if s.integer:
-            ilo = np.ceil(lo)
-            ihi = np.where(b == nb - 1, np.floor(hi), np.ceil(hi) - 1)  # last bin is closed
-            ihi = np.maximum(ihi, ilo)
-            vals = np.floor(rng.uniform(ilo, ihi + 1)).clip(ilo, ihi)
+            vals = self._integers_in_bins(b, lo, hi, nb, rng)
         elif s.decimals is not None:
             vals = _uniform_on_decimals(lo, hi, s.decimals, e[0], e[-1], rng)
         else:
@@ -363,8 +410,24 @@ class TableCodec:
         return Dataset(codes, self.domain)
 
     def decode(self, data: Dataset, rng: np.random.Generator) -> pd.DataFrame:
+        arrays = self.decode_arrays(data, rng)
+        if arrays is not None:
+            return self.frame_of(arrays)
+        import pandas as pd
         cols = {c.schema.name: c.decode(data.column(c.schema.name), rng) for c in self.columns}
         return pd.DataFrame(cols)
+
+    def decode_arrays(self, data: Dataset, rng: np.random.Generator) -> dict[str, np.ndarray] | None:
+        """`decode` without pandas: each column's values as a numpy array (the same draws from `rng`, in the
+        same order), or None (and no draw) where a column needs pandas (`ColumnCodec.decodes_to_array`)."""
+        if not all(c.decodes_to_array for c in self.columns):
+            return None
+        return {c.schema.name: c.decode_array(data.column(c.schema.name), rng) for c in self.columns}
+
+    def frame_of(self, arrays: Mapping[str, np.ndarray]) -> pd.DataFrame:
+        """`decode_arrays`' columns as the DataFrame `decode` returns."""
+        import pandas as pd
+        return pd.DataFrame({c.schema.name: c.series_of(arrays[c.schema.name]) for c in self.columns})
 
 
 @attrs.frozen
@@ -401,6 +464,7 @@ class TableSchema:
             release: bool = True) -> TableCodec:
         """`release`: the codec of a DP release (refuses an identifier list, `identifier_list_error`); False
         for scoring two given tables (evaluate), which releases nothing."""
+        import pandas as pd
         err = identifier_list_error(self.columns, len(frame)) if release else None
         if err is not None:
             raise err
@@ -409,39 +473,56 @@ class TableSchema:
             if c.name not in frame.columns:
                 raise DataError(f"table lacks column {c.name!r}; it has {list(map(str, frame.columns))}")
             dtype = str(frame[c.name].dtype)
-            if c.kind == "categorical":
-                labels = tuple(str(x) for x in c.categories)
-                edges = None
-            elif c.kind == "datetime":
+            if c.kind == "datetime":
                 edges = np.linspace(*(_seconds_of(b, c.name) for b in c.bounds), c.bins + 1)
                 labels = tuple(f"{pd.to_datetime(a, unit='s')} .. {pd.to_datetime(b, unit='s')}"
                                for a, b in zip(edges[:-1], edges[1:]))
+            elif c.kind == "numeric" and c.binning not in ("edges", "equal_width"):
+                if ledger is None:
+                    raise DataError(f"column {c.name!r}: DP quantile binning needs a privacy ledger")
+                for ch in c.planned_charges():
+                    ledger.spend(ch)
+                vals = pd.to_numeric(frame[c.name], errors="coerce").dropna().to_numpy(float)
+                if len(vals) * c.quantile_epsilon < QUANTILE_MIN_N_EPSILON:
+                    warnings.warn(
+                        f"column {c.name!r}: DP-quantile bins from quantile_epsilon={c.quantile_epsilon:.3g} on "
+                        f"{len(vals)} values (n·ε {len(vals) * c.quantile_epsilon:.0f} < {QUANTILE_MIN_N_EPSILON}) "
+                        "can land far from the data (the exponential mechanism favours wide empty stretches of "
+                        "the bounds); raise quantile_epsilon, tighten the bounds, or give public edges",
+                        VertisynthWarning, stacklevel=2)
+                inner = dp_quantiles(vals, np.arange(1, c.bins) / c.bins, c.bounds, c.quantile_epsilon, rng,
+                                     secure=ledger.noise == "secure")
+                edges = np.concatenate([[c.bounds[0]], inner, [c.bounds[1]]])
+                labels = _bin_labels(edges, c.integer)
             else:
-                if c.binning == "edges":
-                    edges = np.asarray(c.edges, float)
-                elif c.binning == "equal_width":
-                    edges = np.linspace(c.bounds[0], c.bounds[1], c.bins + 1)
-                else:
-                    if ledger is None:
-                        raise DataError(f"column {c.name!r}: DP quantile binning needs a privacy ledger")
-                    for ch in c.planned_charges():
-                        ledger.spend(ch)
-                    vals = pd.to_numeric(frame[c.name], errors="coerce").dropna().to_numpy(float)
-                    if len(vals) * c.quantile_epsilon < QUANTILE_MIN_N_EPSILON:
-                        warnings.warn(
-                            f"column {c.name!r}: DP-quantile bins from quantile_epsilon={c.quantile_epsilon:.3g} on "
-                            f"{len(vals)} values (n·ε {len(vals) * c.quantile_epsilon:.0f} < {QUANTILE_MIN_N_EPSILON}) "
-                            "can land far from the data (the exponential mechanism favours wide empty stretches of "
-                            "the bounds); raise quantile_epsilon, tighten the bounds, or give public edges",
-                            VertisynthWarning, stacklevel=2)
-                    inner = dp_quantiles(vals, np.arange(1, c.bins) / c.bins, c.bounds, c.quantile_epsilon, rng,
-                                         secure=ledger.noise == "secure")
-                    edges = np.concatenate([[c.bounds[0]], inner, [c.bounds[1]]])
-                labels = tuple(_bin_label(a, b, c.integer, last=i == len(edges) - 2)
-                               for i, (a, b) in enumerate(zip(edges[:-1], edges[1:])))
+                labels, edges = _public_coding(c)
             if c.missing == "category":
                 labels = labels + (MISSING_LABEL,)
             out.append(ColumnCodec(c, labels, edges, dtype))
+        return TableCodec(tuple(out))
+
+    @property
+    def coding_is_public(self) -> bool:
+        """Whether every column's coding follows from the schema alone (categories, public edges or equal-width
+        bins; no DP quantiles, no datetimes), so that `fit_public` codes the table without reading it."""
+        return all(c.kind == "categorical" or (c.kind == "numeric" and c.binning in ("edges", "equal_width"))
+                   for c in self.columns)
+
+    def fit_public(self, rows: int, dtypes: Mapping[str, str], release: bool = True) -> TableCodec:
+        """`fit`'s codec for a table of `rows` rows whose columns have the pandas `dtypes` (what `fit` records
+        from the frame), without the frame: where `coding_is_public`, the codec `fit` would give, as a
+        codes-native dataset (the built-in census) hands its codes to the pipeline without a DataFrame."""
+        if not self.coding_is_public:
+            raise ConfigError("fit_public: a column's coding needs its values (DP quantiles or datetimes)")
+        err = identifier_list_error(self.columns, rows) if release else None
+        if err is not None:
+            raise err
+        out = []
+        for c in self.columns:
+            labels, edges = _public_coding(c)
+            if c.missing == "category":
+                labels = labels + (MISSING_LABEL,)
+            out.append(ColumnCodec(c, labels, edges, dtypes[c.name]))
         return TableCodec(tuple(out))
 
     @classmethod
@@ -456,6 +537,7 @@ class TableSchema:
         equal-width bins over their observed min-max (not DP). `warn`: give an `InferredSchemaWarning`.
         `identifiers = "keep"` keeps identifier-like columns as categoricals (for a schema a person reviews).
         """
+        import pandas as pd
         if len(frame) == 0:
             raise DataError("the table is empty: there is nothing to synthesise")
         bounds = dict(bounds or {})
@@ -546,24 +628,67 @@ class TableSchema:
 
 def _seconds(values: pd.Series | pd.DatetimeIndex) -> np.ndarray:
     """Seconds since 1970 as floats (exact to the microsecond for today's dates)."""
+    import pandas as pd
     stamps = pd.DatetimeIndex(values)
     if stamps.tz is not None:
         stamps = stamps.tz_convert("UTC").tz_localize(None)
     return (stamps - pd.Timestamp(0)) / pd.Timedelta(seconds=1)
 
 
-# pandas' datetime64[ns]: the dates a datetime column can hold
-DATE_RANGE_NOTE = (f"datetime columns hold dates from {pd.Timestamp.min.ceil('D'):%Y-%m-%d} to "
-                   f"{pd.Timestamp.max:%Y-%m-%d} (pandas' datetime64[ns]); for others declare the column numeric "
-                   "(e.g. the year) or categorical")
+def _date_range_note() -> str:
+    """pandas' datetime64[ns]: the dates a datetime column can hold."""
+    import pandas as pd
+    return (f"datetime columns hold dates from {pd.Timestamp.min.ceil('D'):%Y-%m-%d} to "
+            f"{pd.Timestamp.max:%Y-%m-%d} (pandas' datetime64[ns]); for others declare the column numeric "
+            "(e.g. the year) or categorical")
+
+
+def __getattr__(name: str) -> Any:   # DATE_RANGE_NOTE is read off pandas, which this module imports only when used
+    if name == "DATE_RANGE_NOTE":
+        return _date_range_note()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _category_type(categories: Sequence[Any]) -> type | None:
+    """str, int or float when every category is of that one type (int: within int64; bool is not int here),
+    else None: the categories numpy holds as pandas does (an object array of str, int64, float64)."""
+    kinds = {type(c) for c in categories}
+    if len(kinds) != 1:
+        return None
+    kind = kinds.pop()
+    if kind is int:
+        return int if np.asarray(list(categories)).dtype == np.int64 else None
+    return kind if kind in (str, float) else None
+
+
+def decoded_dtypes(schema: TableSchema) -> dict[str, str]:
+    """The pandas dtype name of each column of the frame `TableCodec.decode` gives (what `fit` records from such
+    a frame), without pandas, for a schema whose every column `decode_array` decodes: int64 for integers and
+    integer categories, float64 for float categories, pandas' default string dtype for text ("str" from
+    pandas 3 on, "object" before)."""
+    out = {}
+    for c in schema.columns:
+        kind = (_category_type(c.categories) if c.kind == "categorical" else
+                int if c.kind == "numeric" and c.integer else None)
+        if kind is None or c.missing == "category":
+            raise ConfigError(f"decoded_dtypes: column {c.name!r} decodes through pandas only")
+        out[c.name] = {int: "int64", float: "float64", str: _pandas_str_dtype()}[kind]
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _pandas_str_dtype() -> str:
+    from importlib.metadata import version
+    return "str" if int(version("pandas").split(".")[0]) >= 3 else "object"
 
 
 def _seconds_of(value: Any, where: str) -> float:
+    import pandas as pd
     try:
         return float(_seconds(pd.DatetimeIndex([pd.Timestamp(value)]))[0])
     except pd.errors.OutOfBoundsDatetime:
         raise ConfigError(f"{where}: datetime bound {value!r} is outside the supported range: "
-                          f"{DATE_RANGE_NOTE}") from None
+                          f"{_date_range_note()}") from None
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: datetime bound {value!r} is not a date or time ({exc})") from None
 
@@ -574,6 +699,18 @@ def _decimals(vals: np.ndarray) -> int | None:
         if np.all(np.abs(np.round(vals, d) - vals) <= 1e-9 * np.maximum(1.0, np.abs(vals))):
             return d
     return None
+
+
+def _public_coding(c: ColumnSchema) -> tuple[tuple[str, ...], np.ndarray | None]:
+    """The labels and edges of a column whose coding the schema fixes (categories, public or equal-width edges)."""
+    if c.kind == "categorical":
+        return tuple(str(x) for x in c.categories), None
+    edges = np.asarray(c.edges, float) if c.binning == "edges" else np.linspace(c.bounds[0], c.bounds[1], c.bins + 1)
+    return _bin_labels(edges, c.integer), edges
+
+
+def _bin_labels(edges: np.ndarray, integer: bool) -> tuple[str, ...]:
+    return tuple(_bin_label(a, b, integer, last=i == len(edges) - 2) for i, (a, b) in enumerate(zip(edges[:-1], edges[1:])))
 
 
 def _bin_label(a: float, b: float, integer: bool, last: bool = False) -> str:

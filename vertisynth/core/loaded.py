@@ -5,16 +5,19 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
-import pandas as pd
 
+from .dataset import Dataset
 from .domain import Domain
 from .encoding import TableSchema
 from .errors import ConfigError, DataError
 from .factor import Factor
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @attrs.frozen(eq=False)
@@ -27,9 +30,14 @@ class LoadedData:
     ID-keyed data (each party its own table with an identifier column, partial overlap): `party_frames`
     holds each party's columns and `party_ids` its identifiers, row by row; `frame` is then None and an
     alignment protocol (psi/psu) brings the rows together.
+
+    A codes-native dataset (the built-in census draws codes) may hand over `codes` (the table's codes in the
+    schema's column order) and `dtypes` (the pandas dtype of each column of its frame) with `frame` a function
+    that builds the DataFrame: the pipeline then codes the table with `TableSchema.fit_public` and builds the
+    frame only if something asks for it (`frame`, once), so a run that needs no raw rows imports no pandas.
     """
 
-    frame: pd.DataFrame | None
+    _frame: pd.DataFrame | Callable[[], pd.DataFrame] | None = attrs.field(alias="frame")
     schema: TableSchema
     default_parties: Sequence[Sequence[str]]
     party_names: Sequence[str] | None = None
@@ -38,6 +46,14 @@ class LoadedData:
     info: dict[str, Any] = attrs.field(factory=dict)
     party_frames: Mapping[str, pd.DataFrame] | None = None
     party_ids: Mapping[str, Sequence[Any]] | None = None
+    codes: Dataset | None = attrs.field(default=None, kw_only=True)
+    dtypes: Mapping[str, str] | None = attrs.field(default=None, kw_only=True)
+
+    @property
+    def frame(self) -> pd.DataFrame | None:
+        if callable(self._frame):   # built on first use (a codes-native dataset's raw rows)
+            object.__setattr__(self, "_frame", self._frame())
+        return self._frame
 
     @property
     def domain(self) -> Domain:
@@ -107,6 +123,7 @@ def read_domain_json(path: Path) -> dict[str, int]:
 
 
 def read_codes_csv(path: Path, sizes: dict[str, int]) -> pd.DataFrame:
+    import pandas as pd
     if not path.is_file():
         raise DataError(f"data file {str(path)!r} does not exist")
     frame = pd.read_csv(path, dtype=str)

@@ -13,12 +13,13 @@
 from __future__ import annotations
 
 import contextlib
+import csv
 import datetime
 import json
 import os
 import secrets
 import socket
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,22 @@ def write_csv(path: str | Path, frame: Any, private: bool = False, **kw: Any) ->
     """A DataFrame as CSV, whole or not at all; `private`: 0600 (real rows, identifiers)."""
     with replace_atomically(path, "w", private) as fh:
         frame.to_csv(fh, index=False, **kw)
+    return Path(path)
+
+
+def write_columns_csv(path: str | Path, columns: Mapping[str, Any], private: bool = False) -> Path:
+    """Equal-length numpy columns, int64 or object arrays of str, as the CSV `DataFrame(columns).to_csv(index=
+    False)` writes, without pandas: pandas writes such cells as str() and hands the rows to the csv module with
+    these dialect settings (minimal quoting, '"' doubled, the platform's line ending). Other columns (floats,
+    missing values) are pandas' to format: the caller writes those with `write_csv`."""
+    if any(a.dtype != "int64" and a.dtype != object for a in columns.values()):
+        raise DataError("write_columns_csv: only int64 columns and columns of str are written without pandas")
+    cells = [a.astype(str).tolist() if a.dtype == "int64" else a.tolist() for a in columns.values()]
+    with replace_atomically(path, "w", private) as fh:
+        writer = csv.writer(fh, lineterminator=os.linesep, quoting=csv.QUOTE_MINIMAL, quotechar='"',
+                            doublequote=True, escapechar=None)
+        writer.writerow([str(c) for c in columns])
+        writer.writerows(zip(*cells))
     return Path(path)
 
 

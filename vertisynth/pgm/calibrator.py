@@ -274,6 +274,8 @@ class Calibrator:
                 self.base[off[i]:off[i] + sizes[i]] = np.asarray(base[i], float).ravel()
         self._up = np.ones(self.n_msg + 1)
         self._down = np.ones(self.n_msg + 1)
+        self._zbuf = np.ones(len(mat_order) + 1)   # the normalisers, then a constant 1 (measurements on big cliques)
+        self._meas_bounds = [(int(self.meas_off[k]), int(self.meas_off[k + 1])) for k in range(len(self.scopes))]
 
     # -- construction helpers ----------------------------------------------------------------------
     @staticmethod
@@ -478,14 +480,18 @@ class Calibrator:
             if not robust and not (1e-250 < z.min() and z.max() < 1e250):
                 return None
             mu = np.bincount(self.meas_idx, beliefs[self.cell_idx], minlength=self.M).astype(float, copy=False)
-            mu /= np.append(z, 1.0)[self.meas_pos]
+            zb = self._zbuf   # np.append(z, 1.0) without its allocation and Python wrapper
+            zb[:-1] = z
+            mu /= zb[self.meas_pos]
         else:
             mu = np.zeros(self.M)
+        bounds = self._meas_bounds
         for k, t in big_out:
             s = t.sum()
             if not robust and not 1e-250 < s < 1e250:
                 return None
-            mu[self.meas_off[k]:self.meas_off[k + 1]] = t / s if s > 0 else t
+            lo, hi = bounds[k]
+            mu[lo:hi] = t / s if s > 0 else t
         mu *= total
         return mu
 
@@ -507,9 +513,12 @@ class Calibrator:
         plan = self._plans[i]
         factors = []
         for gshape, gb, parts in plan["groups"]:
-            g = np.zeros(gshape)
-            for lo, hi, mshape in parts:
-                g += phi[lo:hi].reshape(mshape)
+            if len(parts) == 1 and parts[0][2] == gshape:   # exp(φ − max φ): 0 + φ would differ only in a zero's
+                g = phi[parts[0][0]:parts[0][1]].reshape(gshape)   # sign, which exp maps to the same 1
+            else:
+                g = np.zeros(gshape)
+                for lo, hi, mshape in parts:
+                    g += phi[lo:hi].reshape(mshape)
             factors.append(np.exp(g - g.max()).reshape(gb))
         if plan["base"] is not None:
             factors.append(plan["base"])

@@ -20,11 +20,10 @@ import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 import numpy as np
-import pandas as pd
 
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
@@ -37,6 +36,9 @@ from vertisynth.pgm import GraphicalModel, build_junction_tree
 from vertisynth.pgm.model import SAMPLE_BLOCK_ROWS
 
 from .config import RunConfig, config_fingerprint, load_config
+
+if TYPE_CHECKING:   # pandas is imported where a frame is built or read (docs/speed.md, fifth pass)
+    import pandas as pd
 
 MODEL_FILE = "model.npz"
 
@@ -171,6 +173,7 @@ class FittedModel:
 
     def sample(self, n: int | None = None, seed: int | np.random.Generator | None = None) -> pd.DataFrame:
         """n rows (default: the DP record count), decoded to look like the input. Post-processing: no budget."""
+        import pandas as pd
         frames = list(self.sample_frames(n, seed))
         return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
 

@@ -12,11 +12,10 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
-import pandas as pd
 
 from vertisynth.core.capabilities import (AlignsRows, CrossPartyMeasure, EstimatesMemory, EvaluatesCounts, FitsOnOracle,
                                           HasGraphicalModel, PartyServerSplit, PricesAnswers, ProbesWholeRows,
@@ -29,7 +28,7 @@ from vertisynth.core.errors import BudgetError, ConfigError, DataError
 from vertisynth.core.interfaces import Aligner, Alignment, Evaluator, PlanContext, Synthesizer, VerticalData
 from vertisynth.core.loaded import DatasetSource, LoadedData
 from vertisynth.core.noise import named_streams
-from vertisynth.core.outfiles import FolderLock, check_not_foreign, replace_atomically
+from vertisynth.core.outfiles import FolderLock, check_not_foreign, replace_atomically, write_csv
 from vertisynth.core.privacy import Charge, PrivacyLedger
 from vertisynth.core.registry import Registry, default_registry
 from vertisynth.core.specs import ComponentSpec
@@ -44,7 +43,10 @@ from .model import MODEL_FILE, FittedModel
 from .report import build_report, write_outputs
 from .stream import coded_chunks, fit_codec, joined_chunks
 from .stream_align import align_party_files, encode_party_files
-from .stream_out import WrittenTable, block_rows_of, decode_table, sample_table, stream_output
+from .stream_out import DecodedTable, WrittenTable, block_rows_of, decoded_table, sample_table, stream_output
+
+if TYPE_CHECKING:   # pandas is imported where a frame is built or read (docs/speed.md, fifth pass)
+    import pandas as pd
 
 RNG_STREAMS = ("preprocessing", "alignment", "fit", "sample", "decode", "evaluate", "split")
 
@@ -94,7 +96,9 @@ class Plan:
 
 @attrs.define
 class RunResult:
-    _synthetic: pd.DataFrame | None   # None: a streamed run's table of several blocks, in `synthetic_path` only
+    # None: a streamed run's table of several blocks, in `synthetic_path` only; a DecodedTable: numpy columns
+    # whose DataFrame is built when `synthetic` is first read (a run that only writes its CSV imports no pandas)
+    _synthetic: pd.DataFrame | DecodedTable | None
     synthetic_codes: Any               # a Dataset; a streamed run's table of several blocks: its counts only
     real_codes: Dataset | None   # None: the deploy server's result (it holds no real rows)
     metrics: dict[str, dict[str, float]]
@@ -113,7 +117,15 @@ class RunResult:
             raise DataError(f"this streamed run wrote its {self.synthetic_codes.n} synthetic rows block by block to "
                             f"{self.synthetic_path} and holds none in memory: read them from that file (e.g. "
                             "pd.read_csv(result.synthetic_path, chunksize=100_000))")
+        if isinstance(self._synthetic, DecodedTable):
+            return self._synthetic.frame
         return self._synthetic
+
+    def write_synthetic_csv(self, path: Path) -> Path:
+        """The synthetic table as CSV (`DataFrame.to_csv(index=False)`'s bytes), whole or not at all."""
+        if isinstance(self._synthetic, DecodedTable):
+            return self._synthetic.write_csv(path)
+        return write_csv(path, self.synthetic)
 
     def sample(self, n: int | None = None, seed: int | np.random.Generator | None = None) -> pd.DataFrame:
         """More rows from the fitted model: post-processing of the release, no budget spent."""
@@ -433,18 +445,20 @@ def _execute(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.Generator]
         loaded = plan.source.load()
     holdout, keyed = None, loaded.party_frames is not None
     raw = None   # the real rows as read (training, holdout), for evaluators that score raw values
+    # only built where an evaluator scores raw values: a codes-native dataset's frame (and pandas) is not needed
+    needs_raw = any(wants_raw_values(c.spec, c.instance) for c in plan.evaluators)
     with _timed(timings, "encode", bar):
         if keyed:
             codec, views = _encode_parties(plan, loaded, streams["preprocessing"])
         else:
-            codec = loaded.schema.fit(loaded.frame, plan.ledger, streams["preprocessing"])
-            real = codec.encode(loaded.frame)
-            raw = (loaded.frame.reset_index(drop=True), None)
+            codec, real = _encode_table(plan, loaded, streams["preprocessing"])
+            raw = (loaded.frame.reset_index(drop=True), None) if needs_raw else None
             if cfg.evaluation.holdout > 0:  # a seeded, data-independent split: the synthesizer never sees these rows
                 taken = _holdout_rows(np.arange(real.n), cfg.evaluation.holdout, streams["split"])
                 kept = np.setdiff1d(np.arange(real.n), taken)
                 holdout, real = real.take(taken), real.take(kept)
-                raw = (raw[0].iloc[kept].reset_index(drop=True), raw[0].iloc[taken].reset_index(drop=True))
+                if raw is not None:
+                    raw = (raw[0].iloc[kept].reset_index(drop=True), raw[0].iloc[taken].reset_index(drop=True))
             views = plan.partition.views(real)
     with _timed(timings, "align", bar):
         alignment = plan.aligner.instance.align(views, plan.ledger, streams["alignment"],
@@ -474,7 +488,7 @@ def _execute(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.Generator]
         synthetic = sample_table(plan.synthesizer.instance, cfg.sample_size, streams["sample"], block_rows,
                                  codec.domain.attributes)
     with _timed(timings, "decode", bar):
-        frame = decode_table(codec, synthetic, streams["decode"], block_rows)
+        decoded = decoded_table(codec, synthetic, streams["decode"], block_rows)
     metrics: dict[str, dict[str, float]] = {}
     # evaluators compare with the people every party holds for real (all rows unless a fill ran)
     everywhere = alignment.real_everywhere()
@@ -485,9 +499,9 @@ def _execute(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.Generator]
     with _timed(timings, "evaluate", bar):
         for comp in plan.evaluators:
             if wants_raw_values(comp.spec, comp.instance):
-                if raw is not None and frame is not None:
+                if raw is not None:
                     real_raw = raw[1] if raw[1] is not None and comp.instance.prefers_holdout else raw[0]
-                    metrics[comp.label] = comp.instance.evaluate_raw(real_raw[list(frame.columns)], frame,
+                    metrics[comp.label] = comp.instance.evaluate_raw(real_raw[decoded.columns], decoded.frame,
                                                                      column_kinds(loaded.schema), streams["evaluate"])
                     scored_on[comp.label] = "raw values (the decoded synthetic table against the real rows as read)"
                     continue
@@ -503,7 +517,7 @@ def _execute(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.Generator]
                                                                          streams["evaluate"])
 
         references = reference_points(plan, metrics, real_aligned, holdout)
-    return _finish(plan, codec, loaded, frame, synthetic, real_aligned, holdout, metrics, align_info, timings,
+    return _finish(plan, codec, loaded, decoded, synthetic, real_aligned, holdout, metrics, align_info, timings,
                    output_dir, references=references, scored_on=scored_on)
 
 
@@ -520,8 +534,8 @@ def reference_points(plan: Plan, metrics: dict[str, dict[str, float]], real: Any
             if c.label in metrics and isinstance(c.instance, ReportsReferencePoints)}
 
 
-def _finish(plan: Plan, codec: TableCodec, loaded: Any, frame: pd.DataFrame | None, synthetic: Any, real_aligned: Any,
-            holdout: Dataset | None, metrics: dict[str, dict[str, float]], align_info: dict[str, Any],
+def _finish(plan: Plan, codec: TableCodec, loaded: Any, frame: pd.DataFrame | DecodedTable | None, synthetic: Any,
+            real_aligned: Any, holdout: Dataset | None, metrics: dict[str, dict[str, float]], align_info: dict[str, Any],
             timings: dict[str, float], output_dir: str | Path | None,
             written: WrittenTable | None = None, references: dict[str, Any] | None = None,
             scored_on: dict[str, str] | None = None) -> RunResult:
@@ -701,6 +715,24 @@ def release_note(synthesizer: str, model: FittedModel | None) -> dict[str, str]:
             (f"not written: synthesizer {synthesizer!r} keeps no graphical model to sample from (it synthesises "
              "records directly); run it again with a larger sample_size, or use a model-based synthesizer "
              "(private_pgm, privmrf, vertimrf, independent)")}
+
+
+def _encode_table(plan: Plan, loaded: LoadedData, rng: np.random.Generator) -> tuple[TableCodec, Dataset]:
+    """The table's codec and codes. A codes-native dataset (`LoadedData.codes`, e.g. the built-in census) whose
+    schema fixes its coding is coded without its frame (`TableSchema.fit_public`: the codec `fit` gives on that
+    frame, and its codes are those `encode` gives); any other through its frame."""
+    if loaded.codes is not None and loaded.dtypes is not None and loaded.schema.coding_is_public:
+        codec = loaded.schema.fit_public(loaded.codes.n, loaded.dtypes)
+        if loaded.codes.n == 0:
+            raise DataError("the table is empty: there is nothing to synthesise")
+        if list(loaded.codes.domain.attributes) != list(codec.domain.attributes) or \
+                loaded.codes.domain.shape != codec.domain.shape:
+            raise DataError(f"the dataset's codes are on {list(loaded.codes.domain.attributes)} with sizes "
+                            f"{loaded.codes.domain.shape}, its schema codes {list(codec.domain.attributes)} with "
+                            f"sizes {codec.domain.shape}")
+        return codec, Dataset(loaded.codes.codes, codec.domain)
+    codec = loaded.schema.fit(loaded.frame, plan.ledger, rng)
+    return codec, codec.encode(loaded.frame)
 
 
 def _encode_parties(plan: Plan, loaded: Any, rng: np.random.Generator) -> tuple[TableCodec, dict[str, Dataset]]:

@@ -13,7 +13,7 @@ import numpy as np
 from vertisynth import __version__
 from vertisynth.core.capabilities import HasPrivacyNotes, ReportsBudgetSplit, ReportsModel
 from vertisynth.core.dataset import Dataset
-from vertisynth.core.outfiles import OUTPUTS_MANIFEST, write_csv, write_text
+from vertisynth.core.outfiles import OUTPUTS_MANIFEST, write_text
 
 if TYPE_CHECKING:
     from .pipeline import Plan, RunResult
@@ -136,11 +136,13 @@ def write_outputs(result: RunResult, out: Path, holdout: Dataset | None = None,
     from .html import write_run_html
 
     table = out / "synthetic.csv"
-    if result.synthetic_path != table:   # else a streamed run wrote it already, block by block
-        table = result.synthetic
+    if result.synthetic_path != table:   # else a streamed run wrote it already, block by block (clearing the folder)
+        Path(out).mkdir(parents=True, exist_ok=True)
+        clear_previous_outputs(out)
+        # from the decoded columns, without pandas where the table needs none (docs/speed.md, fifth pass)
+        result.synthetic_path = result.write_synthetic_csv(table)
 
     def html(folder: Path) -> list[str]:
-        result.synthetic_path = folder / "synthetic.csv"
         write_run_html(result, folder, holdout)
         return ["report.html"] + (extras(folder) if extras is not None else [])
     return write_release(out, result.report, summary_markdown(result), table, html)

@@ -6,6 +6,8 @@ one chunk of `chunk_rows` rows (plus the reader's block). A bad value names its 
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import csv
 import itertools
 import os
@@ -17,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from vertisynth.core.chunks import adoptable, hand_over, spill_slices
 from vertisynth.core.dataset import Dataset
@@ -28,11 +29,15 @@ from vertisynth.core.privacy import PrivacyLedger
 
 from .spill import hand_to, new_spill_folder, private_file
 
+if TYPE_CHECKING:   # pandas is imported where a frame is built or read (docs/speed.md, fifth pass)
+    import pandas as pd
+
 PARQUET = (".parquet", ".pq")
 
 
 def table_columns(path: Path) -> list[str]:
     """The column names of a CSV (its header line) or a Parquet file (its schema), without reading rows."""
+    import pandas as pd
     if path.suffix.lower() in PARQUET:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -72,6 +77,7 @@ def frames(path: Path, columns: list[str], chunk_rows: int, keep: frozenset[str]
            ) -> Iterator[tuple[int, pd.DataFrame]]:
     """(first data row, text frame of `columns`) per chunk of at most chunk_rows rows. `keep`: labels that
     are values, not missing cells, even where pandas would read them as missing (a category "None")."""
+    import pandas as pd
     if path.suffix.lower() in PARQUET:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -669,6 +675,7 @@ def fit_codec(schema: TableSchema, path: Path, own: Sequence[str], ledger: Priva
     """The codec of the columns `own` of a CSV or Parquet file, reading it in chunks: only columns binned at
     DP quantiles need their values (one column of floats each); the rest fit from the public schema.
     `exact`: the file must hold exactly `own` (a party's own file); else it may hold other columns too."""
+    import pandas as pd
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{'Parquet' if path.suffix.lower() in PARQUET else 'CSV'} {str(path)!r} does not exist")

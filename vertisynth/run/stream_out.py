@@ -16,11 +16,10 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
-import pandas as pd
 
 from vertisynth.core.capabilities import SamplesInBlocks
 from vertisynth.core.chunks import ChunkedCounts
@@ -28,11 +27,14 @@ from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.encoding import TableCodec
 from vertisynth.core.errors import DataError, VertisynthWarning
-from vertisynth.core.outfiles import make_folder, replace_atomically
+from vertisynth.core.outfiles import make_folder, replace_atomically, write_columns_csv, write_csv
 from vertisynth.pgm.model import SAMPLE_BLOCK_ROWS
 
 from .report import clear_previous_outputs
 from .stream import CodeSpill
+
+if TYPE_CHECKING:   # pandas is imported where a frame is built or read (docs/speed.md, fifth pass)
+    import pandas as pd
 
 TABLE_FILE = "synthetic.csv"
 
@@ -72,9 +74,49 @@ def _slices(table: Dataset, block_rows: int) -> Iterator[Dataset]:
 def decode_table(codec: TableCodec, table: Dataset, rng: np.random.Generator, block_rows: int) -> pd.DataFrame:
     """The in-memory run's decoded table: `codec.decode` block by block (the streamed run's order of the
     decode stream), concatenated. One block: `codec.decode(table, rng)` itself."""
-    if table.n <= block_rows:
-        return codec.decode(table, rng)
-    return pd.concat([codec.decode(b, rng) for b in _slices(table, block_rows)], ignore_index=True)
+    return decoded_table(codec, table, rng, block_rows).frame
+
+
+def decoded_table(codec: TableCodec, table: Dataset, rng: np.random.Generator, block_rows: int) -> DecodedTable:
+    """`decode_table`, kept as numpy columns where every column decodes without pandas
+    (`TableCodec.decode_arrays`): the DataFrame is built only when asked for (`DecodedTable.frame`), from the
+    same draws."""
+    blocks = [table] if table.n <= block_rows else list(_slices(table, block_rows))
+    first = codec.decode_arrays(blocks[0], rng)
+    if first is None:
+        import pandas as pd
+        frames = [codec.decode(b, rng) for b in blocks]
+        return DecodedTable(codec, None, frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True))
+    parts = [first] + [codec.decode_arrays(b, rng) for b in blocks[1:]]
+    arrays = first if len(parts) == 1 else {k: np.concatenate([p[k] for p in parts]) for k in first}
+    return DecodedTable(codec, arrays)
+
+
+@attrs.define(eq=False)
+class DecodedTable:
+    """A decoded synthetic table: numpy columns (`arrays`, from `TableCodec.decode_arrays`) whose DataFrame is
+    built on first use, or the DataFrame itself where a column decodes through pandas only."""
+
+    codec: TableCodec
+    arrays: dict[str, np.ndarray] | None
+    _frame: pd.DataFrame | None = None
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        if self._frame is None:
+            self._frame = self.codec.frame_of(self.arrays)
+        return self._frame
+
+    @property
+    def columns(self) -> list[str]:
+        return [c.schema.name for c in self.codec.columns]
+
+    def write_csv(self, path: Path) -> Path:
+        """synthetic.csv: `frame.to_csv(index=False)`, bit for bit; without pandas where every column is
+        integers or text (`write_columns_csv`)."""
+        if self.arrays is not None and all(a.dtype == np.int64 or a.dtype == object for a in self.arrays.values()):
+            return write_columns_csv(path, self.arrays)
+        return write_csv(path, self.frame)
 
 
 class BlockCounts(ChunkedCounts):

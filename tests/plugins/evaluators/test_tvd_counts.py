@@ -71,9 +71,12 @@ def test_column_counts_are_count_vector_bit_for_bit():
     from vertisynth.plugins.evaluators.tvd import _Columns
 
     rng = np.random.default_rng(7)
-    for sizes in ([2, 3, 4, 5, 2, 3], [300, 2, 700]):   # uint8 and uint16 codes
+    # uint8 and uint16 codes; pairs' codes in uint8, uint16 (300 · 2) and uint32 (300 · 700); 1- to 5-way, in the
+    # domain's order and reversed (the flat index follows the order asked for)
+    for sizes in ([2, 3, 4, 5, 2, 3], [300, 2, 700, 3]):
         dom = Domain([f"x{i}" for i in range(len(sizes))], sizes)
         t = Dataset(np.stack([rng.integers(0, s, 400) for s in sizes], axis=1), dom)
         cols = _Columns(t)
-        for attrs_ in itertools.chain.from_iterable(itertools.combinations(dom.attributes, k) for k in range(3)):
-            assert np.array_equal(cols.count_vector(attrs_), t.count_vector(attrs_))
+        for attrs_ in itertools.chain.from_iterable(itertools.combinations(dom.attributes, k) for k in range(6)):
+            for order in (attrs_, attrs_[::-1]):
+                assert np.array_equal(cols.count_vector(order), t.count_vector(order))

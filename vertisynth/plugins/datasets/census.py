@@ -8,17 +8,21 @@ the split (education → occupation, age → capital gain, ...), so cross-party 
 """
 from __future__ import annotations
 
+import copy
+from typing import TYPE_CHECKING
 
 import attrs
 import numpy as np
-import pandas as pd
 
 from vertisynth.core.dataset import Dataset
-from vertisynth.core.encoding import ColumnSchema, TableSchema
+from vertisynth.core.encoding import ColumnSchema, TableSchema, decoded_dtypes
 from vertisynth.core.errors import ConfigError
 from vertisynth.core.loaded import DatasetSource, LoadedData, keyed_party_tables
 
 from .bayesnet import BayesNet
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _CPT_SEED = 20261122  # fixes the network's tables; part of the dataset's definition
 
@@ -118,7 +122,7 @@ def schema() -> TableSchema:
 
 def decode_codes(codes: np.ndarray, rng: np.random.Generator) -> pd.DataFrame:
     """Raw-looking table from codes: labels for categories, integers drawn inside numeric bins."""
-    codec = schema().fit(pd.DataFrame({n[0]: [] for n in NODES}), None, rng)
+    codec = schema().fit_public(len(codes), {n[0]: "object" for n in NODES}, release=False)
     return codec.decode(Dataset(codes, codec.domain), rng)
 
 
@@ -130,12 +134,19 @@ def source(config: CensusConfig, data_dir: str | None = None) -> DatasetSource:
 def load(config: CensusConfig) -> LoadedData:
     net = CensusNetwork()
     rng = np.random.default_rng(config.seed)
-    frame = decode_codes(net.sample_codes(config.n, rng), rng)
-    frames = ids = None
+    codes = net.sample_codes(config.n, rng)
+    frames = ids = native = None
     if config.id_overlap is not None:
-        frames, ids = keyed_party_tables(frame, [p[0] for p in PARTIES], config.id_overlap,
+        frames, ids = keyed_party_tables(decode_codes(codes, rng), [p[0] for p in PARTIES], config.id_overlap,
                                          np.random.default_rng([config.seed, 1]))
         frame = None
+    else:
+        # codes-native: the pipeline codes the table from `codes` (the raw frame encodes back to them, bit for
+        # bit); the raw frame, from the same draws, only if asked for (an evaluator of raw values)
+        decode_rng = copy.deepcopy(rng)
+        frame = lambda: decode_codes(codes, decode_rng)  # noqa: E731
+        sch = schema()
+        native = dict(codes=Dataset(codes, sch.preview_domain()), dtypes=decoded_dtypes(sch))
     return LoadedData(
         frame=frame,
         schema=schema(),
@@ -146,4 +157,5 @@ def load(config: CensusConfig) -> LoadedData:
         info={"generator": "census", "n": config.n, "seed": config.seed, "id_overlap": config.id_overlap},
         party_frames=frames,
         party_ids=ids,
+        **(native or {}),
     )

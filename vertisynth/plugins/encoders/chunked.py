@@ -17,7 +17,6 @@ from typing import Any
 
 import attrs
 import numpy as np
-import pandas as pd
 
 from vertisynth.core.chunks import Chunks
 from vertisynth.core.dataset import Dataset
@@ -161,6 +160,7 @@ def csv_spans(path: str | Path, chunk_rows: int) -> list[tuple[int, int, int]]:
 def read_csv_span(path: str, domain: Domain, start: int, nrows: int, offset: int | None = None) -> tuple[np.ndarray, Dataset]:
     """Rows start..start+nrows-1 (0-based, after the header) of the domain's columns, with global ids.
     `offset`: the byte offset of row `start` (from `csv_spans`); without it the file is scanned for it."""
+    import pandas as pd
     header = [str(c) for c in pd.read_csv(path, nrows=0).columns]
     if offset is None:
         spans = [sp for sp in csv_spans(path, start if start > 0 else 1 << 62) if sp[0] == start]
@@ -180,6 +180,7 @@ def read_csv_span(path: str, domain: Domain, start: int, nrows: int, offset: int
 
 def csv_chunks(path: str | Path, domain: Domain, chunk_rows: int) -> Iterator[tuple[np.ndarray, Dataset]]:
     """Stream a CSV as (global ids, rows) chunks of at most chunk_rows rows (one pass, bounded memory)."""
+    import pandas as pd
     if chunk_rows < 1:
         raise ConfigError(f"chunk_rows must be positive, got {chunk_rows}")
     path = Path(path)

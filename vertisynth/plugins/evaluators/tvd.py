@@ -78,20 +78,42 @@ class _Columns:
     def __init__(self, table: Dataset) -> None:
         top = max(table.domain.shape, default=1)
         self.table = table
-        self.cols = np.ascontiguousarray(table.codes.T, dtype=np.uint8 if top <= 1 << 8 else
-                                         np.uint16 if top <= 1 << 16 else np.int64)
+        self.cols = np.ascontiguousarray(table.codes.T, dtype=_code_dtype(top))
+        self._pairs: dict[tuple[int, int], np.ndarray] = {}
+
+    def _pair(self, i: int, j: int) -> np.ndarray:
+        """The joint code c_i · size_j + c_j of two columns (uint16 where it fits), made once per pair: the
+        hundreds of 2-, 3- and 4-way marginals share their pairs of attributes."""
+        code = self._pairs.get((i, j))
+        if code is None:
+            shape = self.table.domain.shape
+            code = self.cols[i].astype(_code_dtype(shape[i] * shape[j]))
+            code *= shape[j]
+            code += self.cols[j]
+            self._pairs[(i, j)] = code
+        return code
 
     def count_vector(self, attrs_: tuple[str, ...]) -> np.ndarray:
+        """Counts on `attrs_` with the flat cell index ((c_0 · s_1 + c_1) · s_2 + c_2) · s_3 + c_3 computed from
+        the pairs' codes as (c_0 · s_1 + c_1) · s_2 s_3 + (c_2 · s_3 + c_3): the same integers (a 4-way marginal in
+        3 passes over the rows instead of 7), so the same counts."""
         dom = self.table.domain
         axes = dom.axes(attrs_)
         if not axes:
             return np.asarray([float(self.table.n)])
         shape = dom.shape
-        flat = self.cols[axes[0]].astype(np.int64)
-        for axis in axes[1:]:
-            flat *= shape[axis]
-            flat += self.cols[axis]
+        parts = [(self._pair(axes[k], axes[k + 1]), shape[axes[k]] * shape[axes[k + 1]]) if k + 1 < len(axes)
+                 else (self.cols[axes[k]], shape[axes[k]]) for k in range(0, len(axes), 2)]
+        flat = parts[0][0].astype(np.int64)
+        for code, size in parts[1:]:
+            flat *= size
+            flat += code
         return np.bincount(flat, minlength=math.prod(shape[a] for a in axes)).astype(float)
+
+
+def _code_dtype(top: int) -> type:
+    """The smallest unsigned type that holds codes 0..top-1 (int64 beyond 32 bits)."""
+    return np.uint8 if top <= 1 << 8 else np.uint16 if top <= 1 << 16 else np.uint32 if top <= 1 << 32 else np.int64
 
 
 def marginal_tvd(real: Dataset, synthetic: Dataset, attrs_: tuple[str, ...], p: np.ndarray | None = None) -> float:

@@ -12,13 +12,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from vertisynth import __version__
 from vertisynth.core.errors import DataError
 from vertisynth.core.outfiles import write_text
 
 from . import figures
+
+if TYPE_CHECKING:   # pandas is imported where a frame is built or read (docs/speed.md, fifth pass)
+    import pandas as pd
 
 if TYPE_CHECKING:
     from vertisynth.core.dataset import Dataset
