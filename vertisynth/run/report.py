@@ -13,7 +13,7 @@ import numpy as np
 from vertisynth import __version__
 from vertisynth.core.capabilities import HasPrivacyNotes, ReportsBudgetSplit, ReportsModel
 from vertisynth.core.dataset import Dataset
-from vertisynth.core.outfiles import OUTPUTS_MANIFEST, write_text
+from vertisynth.core.outfiles import OUTPUTS_MANIFEST, write_csv, write_text
 
 if TYPE_CHECKING:
     from .pipeline import Plan, RunResult
