@@ -7,6 +7,7 @@ import gc
 import hashlib
 import os
 import threading
+import time
 import tracemalloc
 
 import numpy as np
@@ -16,6 +17,7 @@ import pytest
 from vertisynth.core.chunks import SpillSlice, chunk_slices
 from vertisynth.core.cluster import THREAD_VARIABLES, dask_client, workers_see
 from vertisynth.core.domain import Domain
+from vertisynth.core.encoding import TableSchema
 from vertisynth.core.errors import DataError
 from vertisynth.core.privacy import Budget, PrivacyLedger
 from vertisynth.run.config import parse_config
@@ -500,3 +502,21 @@ def test_the_spills_of_forked_parties_serve_the_later_passes_and_are_removed(tmp
     del forked
     gc.collect()   # the spills go with the result (the adopted ones too)
     assert _left(spill_dir) == []
+
+
+def test_the_early_maps_wait_for_spilled_rows_is_bounded(tmp_path, monkeypatch):
+    """A first pass that never tells the waiting encoding (a watcher registered too late, a pass that died
+    silently) ends that wait with a one-line error after SPILL_NEWS_TIMEOUT_S, not a hang (the old wait had no
+    bound: a 14-worker run on 16 cores once sat there until its command's limit)."""
+    from vertisynth.run import stream
+    frame = pd.DataFrame({"a": np.arange(100) % 3})
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    codec = TableSchema.from_config({"a": {"kind": "categorical", "categories": [0, 1, 2]}}).fit(
+        frame, None, np.random.default_rng(0))
+    chunks = stream.coded_chunks(tmp_path / "t.csv", codec, 50)
+    monkeypatch.setattr(stream, "SPILL_NEWS_TIMEOUT_S", 0.2)
+    waiting = chunks.live_slices(10)   # no first pass ever runs
+    start = time.monotonic()
+    with pytest.raises(DataError, match=r"no rows spilled for 0 s while the encoding waited"):
+        next(waiting)
+    assert time.monotonic() - start < 5

@@ -159,6 +159,10 @@ def code_dtype(domain: Domain) -> type:
     return np.uint8 if top <= 256 else np.uint16 if top <= 65536 else np.int64
 
 
+# the longest the encoding's early map waits for the next spilled rows of a first pass (a chunk of chunk_rows)
+SPILL_NEWS_TIMEOUT_S = 900.0
+
+
 def _remove_spill(folder: Path, owner: int) -> None:
     if os.getpid() == owner:   # a forked party process must not remove the run's files
         shutil.rmtree(folder, ignore_errors=True)
@@ -479,7 +483,11 @@ class coded_chunks:
 
         def gen() -> Iterator:
             while True:
-                path, first, k = news.get()
+                try:   # bounded: a first pass that stops telling (a lost watcher) is an error, not a hang
+                    path, first, k = news.get(timeout=SPILL_NEWS_TIMEOUT_S)
+                except queue.Empty:
+                    raise DataError(f"{str(self.path)!r}: no rows spilled for {SPILL_NEWS_TIMEOUT_S:.0f} s while the "
+                                    "encoding waited for the first pass (docs/scale.md)") from None
                 if path is None:
                     raise DataError(f"{str(self.path)!r}: its first pass was abandoned before the rows were spilled")
                 if k == 0:
