@@ -28,7 +28,10 @@ from functools import lru_cache
 
 import numpy as np
 
+from vertisynth.core.errors import EstimationError
+
 from .graph import JunctionTree
+from .model import GraphicalModel
 
 # cliques from this size on are processed on their own (numpy axis reductions beat gather+bincount)
 BIG_MIN_CELLS = 4096
@@ -125,6 +128,7 @@ class Calibrator:
         self.shapes = [dom.project(c).shape for c in cl]
         sizes = [int(np.prod(s, dtype=np.int64)) for s in self.shapes]
         self.scopes = [tuple(s) for s in scopes]
+        self._base_tables = base   # for `_exact` (kept as given: the per-clique log-potentials)
         self.assign = list(assign)
         self.meas_shapes = [dom.project(s).shape for s in self.scopes]
         msz = [int(np.prod(s, dtype=np.int64)) for s in self.meas_shapes]
@@ -419,6 +423,22 @@ class Calibrator:
         mu = self._propagate(phi, total, robust=False)
         if mu is None:  # a message under- or overflowed with level-wide scaling: redo, every message scaled
             mu = self._propagate(phi, total, robust=True)
+            if not np.all(np.isfinite(mu)):   # a clique's every cell underflowed even so (a warm start whose
+                mu = self._exact(phi, total)  # potentials favour some cells by > e^700): the model's log-space pass
+        return mu
+
+    def _exact(self, phi: np.ndarray, total: float) -> np.ndarray:
+        """`marginals` through a GraphicalModel of the same potentials, whose beliefs fall back to log space
+        where products underflow (pgm/model.py): slower, for the rare tables the scaled passes cannot hold."""
+        try:
+            counts = GraphicalModel(self.tree, self.potentials(phi, self._base_tables), total).clique_counts()
+        except EstimationError:   # not finite even in log space: NaN, which estimation rejects (or refuses)
+            return np.full(self.M, np.nan)
+        cl = self.tree.cliques
+        mu = np.empty(self.M)
+        for k, ci in enumerate(self.assign):   # a scope is its clique's attributes in the clique's order
+            drop = tuple(j for j, a in enumerate(cl[ci]) if a not in self.scopes[k])
+            mu[self.meas_off[k]:self.meas_off[k + 1]] = counts[ci].sum(axis=drop).ravel()
         return mu
 
     def _propagate(self, phi: np.ndarray, total: float, robust: bool) -> np.ndarray | None:
@@ -491,7 +511,8 @@ class Calibrator:
             if not robust and not 1e-250 < s < 1e250:
                 return None
             lo, hi = bounds[k]
-            mu[lo:hi] = t / s if s > 0 else t
+            # s = 0: every cell underflowed (robust pass): NaN, so `marginals` takes the exact pass
+            mu[lo:hi] = t / s if s > 0 else np.nan
         mu *= total
         return mu
 
