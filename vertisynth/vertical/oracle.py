@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from vertisynth.core.capabilities import CountsInRelease, CrossPartyMeasure, ReleasesAtParties, ReleasesOnce, SumsWholeRows
+from vertisynth.core.capabilities import (CountsInRelease, CrossPartyMeasure, ReleasesAtParties, ReleasesOnce,
+                                         ReportsConsistentVariance, SumsWholeRows)
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import BudgetError, ConfigError
@@ -210,6 +211,8 @@ class VerticalOracle:
         # of that release, free; the release runs at the first cross-party question, its charges planned up front
         self.releases = isinstance(measure, ReleasesOnce)
         self._released: dict[tuple[str, ...], tuple[tuple[str, ...], np.ndarray, np.ndarray]] = {}
+        # (table, adjusted attributes) -> the measure's variance of the consistent answer (its axes, per cell)
+        self._kept: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[tuple[str, ...], np.ndarray] | None] = {}
         self._release_ran = False
         # attribute -> (its 1-way counts, their per-cell variance): the inverse-variance average of the 1-way
         # projections of every within-party answer given so far (public once released), which a release's answers
@@ -425,20 +428,22 @@ class VerticalOracle:
         the bound for fully correlated cells, cells · Σ v (at Σ v they were trusted too much: NLTCS, ε 1.6;
         replaced by the measured count outright, the noisier projections of large within-party marginals hurt:
         zoo mixed). An offset the estimator took as independent cell noise would also distort the interaction it
-        fits; the interaction is left as released. Each cell's variance is then v·(1 − (1 + Σ (u − 1)) / cells), what is left of
-        independent cell noise once the adjusted attributes' main effects are removed (v·Π(1 − 1/u) for a pair),
-        plus each averaged slice's variance over its cells squared."""
+        fits; the interaction is left as released. Each cell's variance is then what the measure says is left of
+        its answer's noise once the mean and the adjusted attributes' main effects are removed
+        (`ReportsConsistentVariance`, from the estimator's covariance; a measure that cannot say: v·(1 − (1 +
+        Σ (u − 1)) / cells), independent cells), plus each averaged slice's variance over its cells squared."""
         mine = [(axis, a) for axis, a in enumerate(attributes) if a in self._margins]
         if not mine:
             return table, var
         table = np.array(table, float)
-        # moving slices removes, per attribute adjusted, its main effect (u − 1 dimensions) and the mean from
-        # each cell's noise: 1 − (1 + Σ (u − 1)) / cells of it is left. For two attributes that is Π (1 − 1/u);
-        # Π (1 − 1/u) taken for more (1/32 for five binary ones instead of 26/32) made a 5-way cross-party answer
-        # look 4x less noisy than it was (NLTCS, ε 1.6: RMS error 40–63 against a reported std 13–15), and it
-        # outweighed the within-party answers in estimation (docs/vertical.md)
-        removed = 1 + sum(self.domain.size(a) - 1 for _, a in mine)
-        out_var = np.array(var, float) * max(1 - removed / table.size, 0.0)
+        # what is left depends on how the estimator's noise is spread over the effects, which only the measure
+        # knows: independent cells keep 1 − (1 + Σ (u − 1)) / cells; dpfm keeps less (its rows and columns carry
+        # common offsets), grr more (P⁻¹ scales an interaction's noise by more than a main effect's); the
+        # independent-cells share said 1.6x too little for a grr pair (docs/vertical.md)
+        out_var = self._kept_variance(attributes, [a for _, a in mine])
+        if out_var is None:   # a measure that cannot say: cells taken as independent
+            removed = 1 + sum(self.domain.size(a) - 1 for _, a in mine)
+            out_var = np.array(var, float) * max(1 - removed / table.size, 0.0)
         for axis, a in mine:
             other = tuple(i for i in range(table.ndim) if i != axis)
             cells = table.size // table.shape[axis]
@@ -452,6 +457,28 @@ class VerticalOracle:
             table = table + ((target - own) / cells).reshape(shape)
             out_var = out_var + (1 / (1 / own_var + 1 / m_var) / cells ** 2).reshape(shape)
         return table, out_var
+
+    def _kept_variance(self, attributes: tuple[str, ...], adjusted: list[str]) -> np.ndarray | None:
+        """Per cell (axes in `attributes`' order), the variance the measure says is left of the release's answer
+        once its mean and `adjusted`'s main effects are removed (`ReportsConsistentVariance`: from the
+        estimator's covariance between cells); None where the measure cannot say. Cached per (table, adjusted)."""
+        if not isinstance(self.cross_measure, ReportsConsistentVariance):
+            return None
+        key = tuple(sorted(attributes))
+        ck = (key, tuple(sorted(adjusted)))
+        if ck not in self._kept:
+            p, q = self.parties_of(key)
+            left = tuple(a for a in key if self.owner[a] == p)
+            right = tuple(a for a in key if self.owner[a] == q)
+            v = self.cross_measure.consistent_variance((left, right), list(ck[1]))
+            got = self._released[key][0]
+            if v is not None and np.shape(v) != tuple(self.domain.size(a) for a in got):
+                raise ConfigError(f"{self.measure_name}: a consistent variance of shape {np.shape(v)} for {list(got)}")
+            self._kept[ck] = None if v is None else (got, np.asarray(v, float))
+        if self._kept[ck] is None:
+            return None
+        got, v = self._kept[ck]
+        return np.transpose(v, [got.index(a) for a in attributes])
 
     def _from_release(self, attributes: Sequence[str], pay: Pay, bins: Bins) -> Measurement:
         """A two-party marginal read off the release (post-processing: nothing spent), summed into `bins` where
