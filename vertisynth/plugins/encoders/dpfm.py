@@ -887,7 +887,7 @@ def _pair_inclusion_exclusion(sketches: Sequence[np.ndarray], t: int, gamma: flo
     return est, var
 
 
-# repetitions × cells read to measure the share of a consistent answer's variance (`_kept_variance`)
+# repetitions × cells × unions read to measure the share of a consistent answer's variance (`_kept_variance`)
 KEPT_VARIANCE_WORK = 1 << 23
 KEPT_VARIANCE_MIN_REPS = 512
 
@@ -900,13 +900,13 @@ def _kept_variance(sketches: Sequence[np.ndarray], t: int, gamma: float, floor: 
     projected estimate's variance Var_h[P y_h] / t, covariances between cells included. Inclusion–exclusion puts
     much of the error in terms of one attribute's value (K̂ of a single value set: a whole row or column), which the
     projection removes, so far less is left than the independent-cells share 1 − (1 + Σ(u − 1))/cells says.
-    Read over the first R repetitions (all t where R·cells <= KEPT_VARIANCE_WORK, at least
-    KEPT_VARIANCE_MIN_REPS) as the share Var_R[P y]/Var_R[y] of the full variance `var`, so a subset only
-    estimates a ratio."""
+    Read over the first R repetitions (all t where R · cells · terms <= KEPT_VARIANCE_WORK, at least
+    KEPT_VARIANCE_MIN_REPS; terms: the 2^l − 1 unions) as the share Var_R[P y]/Var_R[y] of the full variance
+    `var`, so a subset only estimates a ratio (relative error about √(2/R))."""
     l = len(sketches)
     shape = tuple(s.shape[1] for s in sketches)
     cells = math.prod(shape)
-    reps = int(min(t, max(KEPT_VARIANCE_MIN_REPS, KEPT_VARIANCE_WORK // max(cells, 1))))
+    reps = int(min(t, max(KEPT_VARIANCE_MIN_REPS, KEPT_VARIANCE_WORK // max(cells * len(terms["means"]), 1))))
     q = 1.0 / (1.0 + gamma)
     qpow = q ** np.arange(np.iinfo(np.int16).max + 1, dtype=float)
     qs = [qpow[np.maximum(s[:reps], max(floor, 0))] for s in sketches]
