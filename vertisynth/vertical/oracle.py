@@ -77,7 +77,8 @@ NULL_ABOVE_NOISE, NULL_ABOVE_NOISE_STD = 0.3426, 0.6052
 RELEASE_Z = 5.0
 
 
-def release_score(r: np.ndarray, v: np.ndarray, z: float = 0.0, centred: np.ndarray | None = None) -> float:
+def release_score(r: np.ndarray, v: np.ndarray, z: float = 0.0, centred: np.ndarray | None = None,
+                  bound: bool = False, correlated: bool = True) -> float:
     """An estimate of ‖x − e‖₁ from a residual r = y − e of a released estimate with per-cell variance v:
     Σ √max(r² − v', 0) less its mean where x = e (0.3426 √v' a cell), so a cell whose noise dwarfs its signal
     adds about 0 on average rather than ~0.34 of its noise (a GRR or sketch answer's variance is large, and
@@ -86,7 +87,8 @@ def release_score(r: np.ndarray, v: np.ndarray, z: float = 0.0, centred: np.ndar
     between cells counted), else v (1 − 1/r)(1 − 1/c) (cells taken as independent: 1.6x too little for a grr
     pair). `z` > 0: an estimate not z null standard deviations above 0 is lowered by that many (a lower bound: noise
     alone must not win a selection round), a larger one is kept as it is (unbiased, as the within-party scores it
-    competes with are)."""
+    competes with are). `bound`: every estimate lowered (a lower bound whatever its size); `correlated` False: the
+    null std of independent cells (the centring's correlation left out), as before 2026-11-27's third pass."""
     v = np.asarray(v, float)
     spread = 1.0
     if r.ndim == 2:
@@ -95,13 +97,13 @@ def release_score(r: np.ndarray, v: np.ndarray, z: float = 0.0, centred: np.ndar
             v * (1 - 1 / r.shape[0]) * (1 - 1 / r.shape[1])
         # the centring correlates the cells: Σ ρ² over pairs of cells is cells²/dof, not cells, so the null
         # std is √(cells/dof) times the independent cells' (2x for a 2 × 2 table, whose four cells are ± one value)
-        spread = math.sqrt(r.size / max((r.shape[0] - 1) * (r.shape[1] - 1), 1))
+        spread = math.sqrt(r.size / max((r.shape[0] - 1) * (r.shape[1] - 1), 1)) if correlated else 1.0
     est = float((np.sqrt(np.maximum(r * r - v, 0.0)) - NULL_ABOVE_NOISE * np.sqrt(v)).sum())
     null_std = spread * NULL_ABOVE_NOISE_STD * float(np.sqrt(v.sum()))
     # z: a candidate whose estimate is not z null stds above 0 scores at its lower bound (noise alone must not win
     # a round); one that is keeps its estimate, unbiased like the within-party scores it competes with (a lower
     # bound there moved cross-party pairs 20-90 null stds above 0 behind weaker within-party ones: docs/vertical.md)
-    return est if est > z * null_std else est - z * null_std
+    return est if est > z * null_std and not bound else est - z * null_std
 
 
 class PartyOracle(CentralOracle):
@@ -586,7 +588,7 @@ class VerticalOracle:
         return residual_above_noise(y - e, std * std)
 
     def release_scores(self, candidates: Sequence[tuple[str, ...]], estimates: Sequence[np.ndarray],
-                       bins: Sequence[Bins] | None = None) -> np.ndarray:
+                       bins: Sequence[Bins] | None = None, bound: bool = False) -> np.ndarray:
         """Each cross-party candidate's score read off the release (`release_score` against `estimates`, RELEASE_Z
         null stds below the estimate): post-processing, nothing spent, so a twin need not pay a selection round
         for what the release answers. Refused in one line for a measure that does not release once, or a
@@ -607,7 +609,7 @@ class VerticalOracle:
                 if bins[i] and a in bins[i]:
                     y, v = bin_sum(y, axis, np.asarray(bins[i][a])), bin_sum(v, axis, np.asarray(bins[i][a]))
             out[i] = release_score(y - np.asarray(estimates[i], float).reshape(y.shape), np.maximum(v, 1.0),
-                                   RELEASE_Z, self._centred_variance(c, bins[i]))
+                                   RELEASE_Z, self._centred_variance(c, bins[i]), bound)
         return out
 
     def _centred_variance(self, attributes: tuple[str, ...], bins: Bins) -> np.ndarray | None:

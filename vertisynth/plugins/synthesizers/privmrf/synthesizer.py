@@ -313,28 +313,23 @@ class PrivMRFSynthesizer(Synthesizer):
         if self._charges["r_scores"]:
             out[[index[p] for p in self._within]] = oracle.indif(self._within, self._charges["r_scores"][0], rng) / 2
         if self._free:   # each cross-party pair read off the release at full resolution (free); its R̂ is
-            # already a lower bound (`release_score`: RELEASE_Z null stds below the estimate), so no margin is added
+            # already a lower bound (`release_score`: PRIVMRF_RELEASE_Z null stds below the estimate,
+            # vertical/probes.py), so no margin is added
             probes = [oracle.measure(p, None, rng) for p in self._cross]
         else:
             probes = measure_probes(oracle, self._cross, self._charges["cross_probe"], rng,
                                     width_bins(self._domain, self.config.vertical.probe_bins), whole=True)
-        if self._free and self._cross:   # scored by the oracle: the measure's variance of the double-centred
-            # answer (its covariance between cells counted), not the independent cells' `dependence` takes
-            free = oracle.release_scores(self._cross, [np.outer(m.values.sum(1), m.values.sum(0))
-                                                       / max(float(m.values.sum()), 1.0) for m in probes])
-        for k, (p, m) in enumerate(zip(self._cross, probes)):
-            out[index[p]] = (free[k] if self._free else dependence(m)) / 2
+        for p, m in zip(self._cross, probes):
+            out[index[p]] = dependence(m) / 2
             self._probed[frozenset(p)] = (m, 0.0 if self._free else dependence_std(m) / 2)
         return out
 
     def _crosses(self, s: tuple[str, ...]) -> bool:
         return bool(self._cross) and len({self._owner[a] for a in s}) > 1
 
-    def _cross_error(self, s: tuple[str, ...], model: GraphicalModel, pair: dict[frozenset[str], float],
-                     oracle: MarginalOracle | None = None) -> float:
+    def _cross_error(self, s: tuple[str, ...], model: GraphicalModel, pair: dict[frozenset[str], float]) -> float:
         """A lower bound on ‖x_s − e_s‖₁ of a cross-party set from released answers: the largest error of its
-        cross-party pairs read off their probes (a marginal's L1 error is at least its sub-marginals'); over a
-        release, scored by the oracle (`release_scores`: the measure's variance of the double-centred answer)."""
+        cross-party pairs read off their probes (a marginal's L1 error is at least its sub-marginals')."""
         best = 0.0
         for p in itertools.combinations(s, 2):
             key = frozenset(p)
@@ -342,9 +337,7 @@ class PrivMRFSynthesizer(Synthesizer):
                 continue
             if key not in pair:
                 m = self._probed[key][0]
-                pair[key] = (float(oracle.release_scores([m.attributes], [model.marginal(m.attributes).values])[0])
-                             if self._free and oracle is not None else
-                             residual_l1(m, model.marginal(m.attributes).values))
+                pair[key] = residual_l1(m, model.marginal(m.attributes).values)
             best = max(best, pair[key])
         return best
 
@@ -360,7 +353,7 @@ class PrivMRFSynthesizer(Synthesizer):
         pair: dict[frozenset[str], float] = {}
         for i, s in enumerate(remaining):
             if self._crosses(s):
-                out[i] = self._cross_error(s, model, pair, oracle)
+                out[i] = self._cross_error(s, model, pair)
         if own and charge is not None:
             mine = [remaining[i] for i in own]
             out[own] = oracle.l1_errors(mine, [bin_query(model.marginal(s).values, s, bins.get(s)) for s in mine],
