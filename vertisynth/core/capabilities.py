@@ -334,6 +334,22 @@ class ReleasesAtParties(ReleasesOnce, Protocol):
 
 
 @runtime_checkable
+class ReportsConsistentVariance(Protocol):
+    """A `ReleasesOnce` measure that reports what is left of an answer's noise once the vertical oracle makes it
+    consistent with measured 1-ways (core/anova.py: its mean and the main effects of those attributes removed).
+    How much that is depends on the estimator's covariance between cells, which only the measure knows: dpfm's
+    inclusion–exclusion puts much of its error in whole rows and columns (removed), grr's P⁻¹ most of it in the
+    interactions (kept); the independent-cells share 1 − (1 + Σ(u − 1))/cells is wrong both ways
+    (docs/vertical.md)."""
+
+    def consistent_variance(self, query: tuple[tuple[str, ...], tuple[str, ...]], adjusted: Sequence[str]
+                            ) -> np.ndarray | None:
+        """Per-cell variance of `query`'s answer (axes as `answer_released` gives them) after removing its mean and
+        the main effects of the attributes `adjusted` (a non-empty subset of the query's); None where the
+        measure cannot say (the oracle then takes cells as independent)."""
+
+
+@runtime_checkable
 class CountsInRelease(Protocol):
     """A `ReleasesOnce` measure whose release also carries a DP record count (dpfm's Gaussian n̂): the vertical
     oracle averages it into the 0-way answer, post-processing of the release (docs/vertical.md)."""

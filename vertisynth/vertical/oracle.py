@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from vertisynth.core.capabilities import CountsInRelease, CrossPartyMeasure, ReleasesAtParties, ReleasesOnce, SumsWholeRows
+from vertisynth.core.capabilities import (CountsInRelease, CrossPartyMeasure, ReleasesAtParties, ReleasesOnce,
+                                         ReportsConsistentVariance, SumsWholeRows)
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import BudgetError, ConfigError
@@ -65,26 +66,44 @@ def residual_above_noise(r: np.ndarray, v: float) -> float:
 # E[√max(z² − 1, 0)] for z ~ N(0, 1) and its std (numerically): what a cell with no signal adds to
 # Σ √max(r² − v, 0), per √v
 NULL_ABOVE_NOISE, NULL_ABOVE_NOISE_STD = 0.3426, 0.6052
-# a candidate read off a release is scored this many null standard deviations below its estimate (a lower
-# confidence bound): a GRR answer can be so noisy that, scored at its estimate, pure noise wins selection rounds
-# over within-party candidates with real signal. The std takes the cells as independent, which understates it for
-# GRR (P⁻¹ couples every cell of a table), hence the large z. NLTCS, grr, ε 0.4, mst, seed 0: TVD 0.245 at z 0-5
-# (the tree mostly noise, about independent's), 0.180 at z 10; dpfm 0.144 at z 0, 2 and 10 (docs/vertical.md)
-RELEASE_Z = 10.0
+# a candidate read off a release whose estimate is not this many null standard deviations above 0 scores at that
+# lower bound, one that is keeps its estimate (`release_score`). A GRR answer can be so noisy that, scored at its
+# estimate, pure noise wins selection rounds over within-party candidates with real signal (NLTCS, grr, ε 0.4,
+# mst: TVD 0.245 at a lower bound of 0-5 independent-cells stds, about independent's); a lower bound for every
+# candidate put dpfm's strong cross-party pairs behind weaker within-party ones (zoo small-domains, ε 0.4, mst:
+# 0.060 at 10 such stds, 0.035 at 0-3). The null std counts the correlation the centring puts between a pair's cells
+# and the measure's variance of the centred answer: then z 5 and 10 give 0.172 (grr NLTCS) and 0.036 (dpfm
+# small-domains) alike (docs/vertical.md)
+RELEASE_Z = 5.0
 
 
-def release_score(r: np.ndarray, v: np.ndarray, z: float = 0.0) -> float:
+def release_score(r: np.ndarray, v: np.ndarray, z: float = 0.0, centred: np.ndarray | None = None,
+                  bound: bool = False, correlated: bool = True) -> float:
     """An estimate of ‖x − e‖₁ from a residual r = y − e of a released estimate with per-cell variance v:
     Σ √max(r² − v', 0) less its mean where x = e (0.3426 √v' a cell), so a cell whose noise dwarfs its signal
     adds about 0 on average rather than ~0.34 of its noise (a GRR or sketch answer's variance is large, and
     without the correction the noisiest candidates would score highest). A two-way residual is double-centred
-    first, which leaves v' = v (1 − 1/r)(1 − 1/c). `z` > 0: that many null standard deviations less."""
+    first, which leaves v' = `centred` where the measure reports it (`ReportsConsistentVariance`: its covariance
+    between cells counted), else v (1 − 1/r)(1 − 1/c) (cells taken as independent: 1.6x too little for a grr
+    pair). `z` > 0: an estimate not z null standard deviations above 0 is lowered by that many (a lower bound: noise
+    alone must not win a selection round), a larger one is kept as it is (unbiased, as the within-party scores it
+    competes with are). `bound`: every estimate lowered (a lower bound whatever its size); `correlated` False: the
+    null std of independent cells (the centring's correlation left out), as before 2026-11-27's third pass."""
     v = np.asarray(v, float)
+    spread = 1.0
     if r.ndim == 2:
         r = r - r.mean(axis=0, keepdims=True) - r.mean(axis=1, keepdims=True) + r.mean()
-        v = v * (1 - 1 / r.shape[0]) * (1 - 1 / r.shape[1])
+        v = np.maximum(np.asarray(centred, float), 1.0) if centred is not None else \
+            v * (1 - 1 / r.shape[0]) * (1 - 1 / r.shape[1])
+        # the centring correlates the cells: Σ ρ² over pairs of cells is cells²/dof, not cells, so the null
+        # std is √(cells/dof) times the independent cells' (2x for a 2 × 2 table, whose four cells are ± one value)
+        spread = math.sqrt(r.size / max((r.shape[0] - 1) * (r.shape[1] - 1), 1)) if correlated else 1.0
     est = float((np.sqrt(np.maximum(r * r - v, 0.0)) - NULL_ABOVE_NOISE * np.sqrt(v)).sum())
-    return est - z * NULL_ABOVE_NOISE_STD * float(np.sqrt(v.sum()))   # z: a lower bound (cells taken independent)
+    null_std = spread * NULL_ABOVE_NOISE_STD * float(np.sqrt(v.sum()))
+    # z: a candidate whose estimate is not z null stds above 0 scores at its lower bound (noise alone must not win
+    # a round); one that is keeps its estimate, unbiased like the within-party scores it competes with (a lower
+    # bound there moved cross-party pairs 20-90 null stds above 0 behind weaker within-party ones: docs/vertical.md)
+    return est if est > z * null_std and not bound else est - z * null_std
 
 
 class PartyOracle(CentralOracle):
@@ -210,6 +229,8 @@ class VerticalOracle:
         # of that release, free; the release runs at the first cross-party question, its charges planned up front
         self.releases = isinstance(measure, ReleasesOnce)
         self._released: dict[tuple[str, ...], tuple[tuple[str, ...], np.ndarray, np.ndarray]] = {}
+        # (table, adjusted attributes) -> the measure's variance of the consistent answer (its axes, per cell)
+        self._kept: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[tuple[str, ...], np.ndarray] | None] = {}
         self._release_ran = False
         # attribute -> (its 1-way counts, their per-cell variance): the inverse-variance average of the 1-way
         # projections of every within-party answer given so far (public once released), which a release's answers
@@ -425,20 +446,22 @@ class VerticalOracle:
         the bound for fully correlated cells, cells · Σ v (at Σ v they were trusted too much: NLTCS, ε 1.6;
         replaced by the measured count outright, the noisier projections of large within-party marginals hurt:
         zoo mixed). An offset the estimator took as independent cell noise would also distort the interaction it
-        fits; the interaction is left as released. Each cell's variance is then v·(1 − (1 + Σ (u − 1)) / cells), what is left of
-        independent cell noise once the adjusted attributes' main effects are removed (v·Π(1 − 1/u) for a pair),
-        plus each averaged slice's variance over its cells squared."""
+        fits; the interaction is left as released. Each cell's variance is then what the measure says is left of
+        its answer's noise once the mean and the adjusted attributes' main effects are removed
+        (`ReportsConsistentVariance`, from the estimator's covariance; a measure that cannot say: v·(1 − (1 +
+        Σ (u − 1)) / cells), independent cells), plus each averaged slice's variance over its cells squared."""
         mine = [(axis, a) for axis, a in enumerate(attributes) if a in self._margins]
         if not mine:
             return table, var
         table = np.array(table, float)
-        # moving slices removes, per attribute adjusted, its main effect (u − 1 dimensions) and the mean from
-        # each cell's noise: 1 − (1 + Σ (u − 1)) / cells of it is left. For two attributes that is Π (1 − 1/u);
-        # Π (1 − 1/u) taken for more (1/32 for five binary ones instead of 26/32) made a 5-way cross-party answer
-        # look 4x less noisy than it was (NLTCS, ε 1.6: RMS error 40–63 against a reported std 13–15), and it
-        # outweighed the within-party answers in estimation (docs/vertical.md)
-        removed = 1 + sum(self.domain.size(a) - 1 for _, a in mine)
-        out_var = np.array(var, float) * max(1 - removed / table.size, 0.0)
+        # what is left depends on how the estimator's noise is spread over the effects, which only the measure
+        # knows: independent cells keep 1 − (1 + Σ (u − 1)) / cells; dpfm keeps less (its rows and columns carry
+        # common offsets), grr more (P⁻¹ scales an interaction's noise by more than a main effect's); the
+        # independent-cells share said 1.6x too little for a grr pair (docs/vertical.md)
+        out_var = self._kept_variance(attributes, [a for _, a in mine])
+        if out_var is None:   # a measure that cannot say: cells taken as independent
+            removed = 1 + sum(self.domain.size(a) - 1 for _, a in mine)
+            out_var = np.array(var, float) * max(1 - removed / table.size, 0.0)
         for axis, a in mine:
             other = tuple(i for i in range(table.ndim) if i != axis)
             cells = table.size // table.shape[axis]
@@ -452,6 +475,29 @@ class VerticalOracle:
             table = table + ((target - own) / cells).reshape(shape)
             out_var = out_var + (1 / (1 / own_var + 1 / m_var) / cells ** 2).reshape(shape)
         return table, out_var
+
+    def _kept_variance(self, attributes: tuple[str, ...], adjusted: list[str]) -> np.ndarray | None:
+        """Per cell (axes in `attributes`' order), the variance the measure says is left of the release's answer
+        once its mean and `adjusted`'s main effects are removed (`ReportsConsistentVariance`: from the
+        estimator's covariance between cells); None where the measure cannot say. Cached per (table, adjusted)."""
+        if not isinstance(self.cross_measure, ReportsConsistentVariance):
+            return None
+        key = tuple(sorted(attributes))
+        ck = (key, tuple(sorted(adjusted)))
+        if ck not in self._kept:
+            p, q = self.parties_of(key)
+            left = tuple(a for a in key if self.owner[a] == p)
+            right = tuple(a for a in key if self.owner[a] == q)
+            self._release_answer(key)   # (run and cached on first use)
+            v = self.cross_measure.consistent_variance((left, right), list(ck[1]))
+            got = self._released[key][0]
+            if v is not None and np.shape(v) != tuple(self.domain.size(a) for a in got):
+                raise ConfigError(f"{self.measure_name}: a consistent variance of shape {np.shape(v)} for {list(got)}")
+            self._kept[ck] = None if v is None else (got, np.asarray(v, float))
+        if self._kept[ck] is None:
+            return None
+        got, v = self._kept[ck]
+        return np.transpose(v, [got.index(a) for a in attributes])
 
     def _from_release(self, attributes: Sequence[str], pay: Pay, bins: Bins) -> Measurement:
         """A two-party marginal read off the release (post-processing: nothing spent), summed into `bins` where
@@ -542,7 +588,7 @@ class VerticalOracle:
         return residual_above_noise(y - e, std * std)
 
     def release_scores(self, candidates: Sequence[tuple[str, ...]], estimates: Sequence[np.ndarray],
-                       bins: Sequence[Bins] | None = None) -> np.ndarray:
+                       bins: Sequence[Bins] | None = None, bound: bool = False) -> np.ndarray:
         """Each cross-party candidate's score read off the release (`release_score` against `estimates`, RELEASE_Z
         null stds below the estimate): post-processing, nothing spent, so a twin need not pay a selection round
         for what the release answers. Refused in one line for a measure that does not release once, or a
@@ -563,8 +609,16 @@ class VerticalOracle:
                 if bins[i] and a in bins[i]:
                     y, v = bin_sum(y, axis, np.asarray(bins[i][a])), bin_sum(v, axis, np.asarray(bins[i][a]))
             out[i] = release_score(y - np.asarray(estimates[i], float).reshape(y.shape), np.maximum(v, 1.0),
-                                   RELEASE_Z)
+                                   RELEASE_Z, self._centred_variance(c, bins[i]), bound)
         return out
+
+    def _centred_variance(self, attributes: tuple[str, ...], bins: Bins) -> np.ndarray | None:
+        """For an unbinned cross-party pair read off the release: the variance of its double-centred answer as the
+        measure reports it (`_kept_variance` with both attributes adjusted); None otherwise (binned, more
+        attributes, or a measure that cannot say)."""
+        if len(attributes) != 2 or bins:
+            return None
+        return self._kept_variance(tuple(attributes), list(attributes))
 
     def select(self, candidates: Sequence[tuple[str, ...]], estimates: Sequence[np.ndarray],
                weights: Sequence[float], offsets: Sequence[float], epsilon: float, pay: Pay,
@@ -581,7 +635,9 @@ class VerticalOracle:
                     if bins[i] and a in bins[i]:
                         y, v = bin_sum(y, axis, np.asarray(bins[i][a])), bin_sum(v, axis, np.asarray(bins[i][a]))
                 e = np.asarray(estimates[i], float).reshape(y.shape)
-                cross[i] = w[i] * (release_score(y - e, np.maximum(v, 1.0), RELEASE_Z) - off[i])
+                cross[i] = w[i] * (release_score(y - e, np.maximum(v, 1.0), RELEASE_Z,
+                                                 self._centred_variance(tuple(self.domain.check(c)), bins[i]))
+                                   - off[i])
                 continue
             if len(r) == 2:
                 s = self._noisy_score(tuple(c), bins[i], estimates[i])

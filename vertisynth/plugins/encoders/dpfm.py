@@ -46,6 +46,7 @@ import attrs
 import numpy as np
 
 from vertisynth.core import progress
+from vertisynth.core.anova import remove_main_effects
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import BudgetError, ConfigError, DataError, DomainError, MessageError
@@ -204,6 +205,7 @@ class DPFMEncoder(Encoder):
         self._count_charge: Charge | None = None
         self._released: list[DPFMMessage] | None = None   # the sealed sketches (as a cross-party measure)
         self._release_domains: dict[str, Domain] = {}   # each party's planned attributes of the release
+        self._answer_terms: dict[tuple[str, ...], tuple[np.ndarray, dict]] = {}   # per answer: its variance, terms
 
     # -- plan (public facts only) -------------------------------------------------------------
     def plan(self, ctx: PlanContext) -> list[Charge]:
@@ -347,8 +349,10 @@ class DPFMEncoder(Encoder):
         dom, est, var, n_hat = self._raw_estimate(messages, attrs_)
         return self._postprocess(dom, est, var, n_hat)
 
-    def _raw_estimate(self, messages: Sequence[Message], attrs_: Sequence[str]) -> tuple[Domain, Any, Any, float]:
-        """(domain, raw estimate, its variance, n̂) of Alg. 4 before any post-processing."""
+    def _raw_estimate(self, messages: Sequence[Message], attrs_: Sequence[str],
+                      terms: dict | None = None) -> tuple[Domain, Any, Any, float]:
+        """(domain, raw estimate, its variance, n̂) of Alg. 4 before any post-processing; `terms` (inclusion–
+        exclusion only) receives the delta method's means and slopes (`_inclusion_exclusion`)."""
         by_attr = owners(messages, DPFMMessage, "dpfm")
         dom = query_domain(by_attr, attrs_, "dpfm")
         msgs = list({m.party: m for m in messages}.values())
@@ -359,7 +363,7 @@ class DPFMEncoder(Encoder):
         n_hat, n_var = _noisy_count(msgs)
         if self.config.estimator == "inclusion_exclusion":
             est, var = _inclusion_exclusion([by_attr[a].sketches[a] for a in dom.attributes], t, gamma, floor, k_p,
-                                            self._sketch_codes)
+                                            self._sketch_codes, terms)
             return dom, est, var, n_hat
         q = 1.0 / (1.0 + gamma)
         comps = [_complement(by_attr[a].sketches[a]) for a in dom.attributes]
@@ -419,6 +423,7 @@ class DPFMEncoder(Encoder):
                               f"× its {values[worst]} values × 2 B), over the {RELEASE_MAX_BYTES / 2**30:.0f} GB a release holds: lower dpfm t or bin the "
                               "attributes")
         self._released = None
+        self._answer_terms = {}
         self._release_domains = {p.name: ctx.domain.project(p.attributes) for p in ctx.partition}
         return self._plan_rho(ctx, rho)
 
@@ -500,9 +505,35 @@ class DPFMEncoder(Encoder):
             raise DataError("dpfm: nothing released yet")
         out = []
         for left, right in queries:
-            dom, est, var, _ = self._raw_estimate(self._released, tuple(left) + tuple(right))
-            out.append((dom.attributes, np.asarray(est, float), np.broadcast_to(var, dom.shape).astype(float)))
+            terms: dict = {}
+            dom, est, var, _ = self._raw_estimate(self._released, tuple(left) + tuple(right), terms)
+            var = np.broadcast_to(var, dom.shape).astype(float)
+            if terms:
+                self._answer_terms[dom.attributes] = (var, terms)
+            out.append((dom.attributes, np.asarray(est, float), var))
         return out
+
+    def consistent_variance(self, query: tuple[tuple[str, ...], tuple[str, ...]], adjusted: Sequence[str]
+                            ) -> np.ndarray | None:
+        """(core ReportsConsistentVariance) The per-cell variance of the answer to `query` (axes as
+        `answer_released` gives them) once its mean and the main effects of `adjusted` are removed: the delta
+        method over the repetitions with the projection inside (`_kept_variance`), covariances between cells
+        included. None for the "complement" estimator (no such terms)."""
+        if self._released is None:
+            raise DataError("dpfm: nothing released yet")
+        left, right = query
+        attrs_ = tuple(left) + tuple(right)
+        by_attr = owners(self._released, DPFMMessage, "dpfm")
+        dom = query_domain(by_attr, attrs_, "dpfm")
+        if dom.attributes not in self._answer_terms:
+            self.answer_released([query])
+        if dom.attributes not in self._answer_terms:
+            return None
+        var, terms = self._answer_terms[dom.attributes]
+        p = self.params
+        axes = [dom.attributes.index(a) for a in adjusted]
+        return _kept_variance([by_attr[a].sketches[a] for a in dom.attributes], p.t, p.gamma, p.floor, terms, var,
+                              axes)
 
 
 def sketch_maxima(key: bytes, view: Dataset, ids: np.ndarray, t: int, gamma: float, rep_block: int,
@@ -709,12 +740,15 @@ def _noisy_count(messages: Sequence[DPFMMessage]) -> tuple[float, float]:
 
 
 def _inclusion_exclusion(sketches: Sequence[np.ndarray], t: int, gamma: float, floor: int,
-                         k_p: int, codes: SketchCodes | None = None) -> tuple[np.ndarray, np.ndarray]:
+                         k_p: int, codes: SketchCodes | None = None,
+                         terms: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """|∩_i A_i| for every cell of the l sketches' joint table by inclusion–exclusion over the unions of the
     cell's own value sets (module docstring), and its variance; t × u_i sketches. The terms share
     repetitions and are strongly correlated (the sum of their variances overstates the estimate's about 4x),
     so the variance is the delta method's over the repetitions themselves: the estimate is Σ_S ± g⁻¹(m_S),
-    m_S the mean of q^α over repetitions, so Var ≈ Var_h[Σ_S ± q^{α_h^S} / g'(K̂_S)] / t."""
+    m_S the mean of q^α over repetitions, so Var ≈ Var_h[Σ_S ± q^{α_h^S} / g'(K̂_S)] / t. `terms` (a dict), where
+    given, receives each subset's mean and slope ("means", "slope": broadcastable to the joint shape), which
+    `_kept_variance` reads."""
     l = len(sketches)
     shape = tuple(s.shape[1] for s in sketches)
     q = 1.0 / (1.0 + gamma)
@@ -722,7 +756,7 @@ def _inclusion_exclusion(sketches: Sequence[np.ndarray], t: int, gamma: float, f
         codes = SketchCodes() if codes is None else codes
         levels = [codes.levels(s, floor) for s in sketches]
         if shape[0] * levels[0] * shape[1] * levels[1] <= PAIR_HISTOGRAM_BINS:
-            return _pair_inclusion_exclusion(sketches, t, gamma, floor, levels, codes)
+            return _pair_inclusion_exclusion(sketches, t, gamma, floor, levels, codes, terms)
     qpow = q ** np.arange(np.iinfo(np.int16).max + 1, dtype=float)
     # q^{max(α, b)} of every sketch entry, once (t × u_i, small): q < 1, so q^{max(α, b)} of a union is the
     # minimum of its members' (no table lookup on the joint-sized arrays)
@@ -748,6 +782,8 @@ def _inclusion_exclusion(sketches: Sequence[np.ndarray], t: int, gamma: float, f
         sign = 1.0 if len(sub) % 2 else -1.0
         est = est + sign * k_hat
         slope[sub] = sign * (k_up - k_hat) / (means[sub] * 1e-4)
+    if terms is not None:
+        terms.update(means=means, slope=slope)
     total, total2 = np.zeros(shape), np.zeros(shape)
     full = subsets[-1]   # the union of all l sets: its table has the joint shape, into which the others add
     for h0 in range(0, t, block):
@@ -802,7 +838,8 @@ class SketchCodes:
 
 
 def _pair_inclusion_exclusion(sketches: Sequence[np.ndarray], t: int, gamma: float, floor: int,
-                              levels: Sequence[int], codes: SketchCodes | None = None) -> tuple[np.ndarray, np.ndarray]:
+                              levels: Sequence[int], codes: SketchCodes | None = None,
+                              terms: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """`_inclusion_exclusion` for a pair, from the joint histogram of the two sketch values over the repetitions:
     N[v, a, w, c] = #{h: max(α_1[h, v], b) = b + a, max(α_2[h, w], b) = b + c}. The three unions' q^α and
     the delta-method term y_h of cell (v, w) are functions of (a, c) alone, so every mean over repetitions
@@ -839,6 +876,8 @@ def _pair_inclusion_exclusion(sketches: Sequence[np.ndarray], t: int, gamma: flo
         sign = 1.0 if len(sub) % 2 else -1.0
         est = est + sign * k_hat
         slope[sub] = sign * (k_up - k_hat) / (m * 1e-4)
+    if terms is not None:
+        terms.update(means=means, slope=slope)
     # y(v, w, a, c) = Σ_S slope_S (q_S − m_S): its mean and mean square under the histogram
     y = (slope[(0, 1)][:, None, :, None] * (qm[None, :, None, :] - m12[:, None, :, None])
          + (slope[(0,)] * 1.0)[:, None, :, None] * (qa[None, :, None, None] - m1[:, :1, None, None])
@@ -847,6 +886,51 @@ def _pair_inclusion_exclusion(sketches: Sequence[np.ndarray], t: int, gamma: flo
     total2 = np.einsum("vawc,vawc->vw", n, y * y)
     var = np.maximum(total2 / t - (total / t) ** 2, 0.0) / t
     return est, var
+
+
+# repetitions × cells × unions read to measure the share of a consistent answer's variance (`_kept_variance`)
+KEPT_VARIANCE_WORK = 1 << 23
+KEPT_VARIANCE_MIN_REPS = 512
+
+
+def _kept_variance(sketches: Sequence[np.ndarray], t: int, gamma: float, floor: int, terms: dict,
+                   var: np.ndarray, adjusted: Sequence[int]) -> np.ndarray:
+    """The delta-method variance of `_inclusion_exclusion`'s estimate after the vertical oracle's consistency
+    projection (core/anova.py: the mean and the main effects of the `adjusted` axes removed). The estimate's
+    influence per repetition y_h = Σ_S slope_S (q^{α_h^S} − m_S) is a table; its projection P y_h gives the
+    projected estimate's variance Var_h[P y_h] / t, covariances between cells included. Inclusion–exclusion puts
+    much of the error in terms of one attribute's value (K̂ of a single value set: a whole row or column), which the
+    projection removes, so far less is left than the independent-cells share 1 − (1 + Σ(u − 1))/cells says.
+    Read over the first R repetitions (all t where R · cells · terms <= KEPT_VARIANCE_WORK, at least
+    KEPT_VARIANCE_MIN_REPS; terms: the 2^l − 1 unions) as the share Var_R[P y]/Var_R[y] of the full variance
+    `var`, so a subset only estimates a ratio (relative error about √(2/R))."""
+    l = len(sketches)
+    shape = tuple(s.shape[1] for s in sketches)
+    cells = math.prod(shape)
+    reps = int(min(t, max(KEPT_VARIANCE_MIN_REPS, KEPT_VARIANCE_WORK // max(cells * len(terms["means"]), 1))))
+    q = 1.0 / (1.0 + gamma)
+    qpow = q ** np.arange(np.iinfo(np.int16).max + 1, dtype=float)
+    qs = [qpow[np.maximum(s[:reps], max(floor, 0))] for s in sketches]
+    means, slope = terms["means"], terms["slope"]
+    block = max(1, min(reps, (1 << 16) // max(cells, 1)))
+    sums = {k: np.zeros(shape) for k in ("y", "y2", "p", "p2")}
+    for h0 in range(0, reps, block):
+        y = np.zeros((min(block, reps - h0),) + shape)
+        for sub in means:
+            union = None
+            for i in sub:
+                ci = qs[i][h0:h0 + block].reshape([-1] + [shape[j] if j == i else 1 for j in range(l)])
+                union = ci if union is None else np.minimum(union, ci)
+            y += slope[sub] * (union - means[sub])
+        py = remove_main_effects(y, adjusted, lead=1)
+        sums["y"] += y.sum(axis=0)
+        sums["y2"] += np.einsum("i...,i...->...", y, y)
+        sums["p"] += py.sum(axis=0)
+        sums["p2"] += np.einsum("i...,i...->...", py, py)
+    var_y = np.maximum(sums["y2"] / reps - (sums["y"] / reps) ** 2, 0.0)
+    var_p = np.maximum(sums["p2"] / reps - (sums["p"] / reps) ** 2, 0.0)
+    share = np.where(var_y > 0, var_p / np.where(var_y > 0, var_y, 1.0), 1.0)
+    return np.broadcast_to(var, shape) * share
 
 
 def _complement(sketch: np.ndarray) -> np.ndarray:

@@ -41,6 +41,7 @@ from typing import ClassVar
 import attrs
 import numpy as np
 
+from vertisynth.core.anova import effect_weight, kept_effects
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import BudgetError, ConfigError, DataError, DomainError, MessageError
@@ -322,10 +323,22 @@ class GRREncoder(Encoder):
             counts = np.bincount(np.ravel_multi_index(cols, dom.shape), minlength=dom.size()).astype(float)
             pq = [keep_probability(self.epsilon0, u) for u in dom.shape]
             est = unbias(counts.reshape(dom.shape), pq)
-            var = grr_variance(dom, pq, n, lambda axes: np.clip(
-                est.sum(axis=tuple(i for i in range(len(dom)) if i not in axes)), 0, None))
+            var = grr_variance(dom, pq, n, _clipped_marginal(est))
             out.append((dom.attributes, est, var))
         return out
+
+    def consistent_variance(self, query: tuple[tuple[str, ...], tuple[str, ...]], adjusted: Sequence[str]
+                            ) -> np.ndarray:
+        """(core ReportsConsistentVariance) The per-cell variance of the answer to `query` (axes as
+        `answer_released` gives them) once its mean and the main effects of `adjusted` are removed: exact for
+        the estimator, the same plug-in as its variance (`grr_kept_variance`)."""
+        if getattr(self, "_released", None) is None:
+            raise DataError("grr: nothing released yet")
+        (_, est, _), = self.answer_released([query])
+        dom = query_domain(owners(self._released, GRRMessage, "grr"), tuple(query[0]) + tuple(query[1]), "grr")
+        n = agree(self._released, "n", "grr")
+        pq = [keep_probability(self.epsilon0, u) for u in dom.shape]
+        return grr_kept_variance(dom, pq, n, _clipped_marginal(est), [dom.attributes.index(a) for a in adjusted])
 
     # -- server side --------------------------------------------------------------------------
     def estimate(self, messages: Sequence[Message], attrs_: Sequence[str]) -> Factor:
@@ -352,12 +365,58 @@ class GRREncoder(Encoder):
         return Estimate(Factor(dom, est), Factor(dom, variance))
 
 
+def _clipped_marginal(est: np.ndarray):
+    """The plug-in for the unknown true sub-marginal T_S: the estimate's, clipped at 0."""
+    return lambda axes: np.clip(est.sum(axis=tuple(i for i in range(est.ndim) if i not in axes)), 0, None)
+
+
 def unbias(counts: np.ndarray, pq: list[tuple[float, float]]) -> np.ndarray:
     """P⁻¹ T̂ with P = ⊗ P_i: along each axis, P_i⁻¹ x = (x − q_i Σx) / (p_i − q_i) (as p_i + (u_i−1) q_i = 1)."""
     est = np.asarray(counts, float)
     for axis, (p, q) in enumerate(pq):
         est = (est - q * est.sum(axis=axis, keepdims=True)) / (p - q)
     return est
+
+
+def grr_kept_variance(dom: Domain, pq: list[tuple[float, float]], n: int, marginal,
+                      adjusted: Sequence[int]) -> np.ndarray:
+    """Var of every cell of P_A P⁻¹T̂, P_A the projection that removes the mean and the main effects of the axes
+    `adjusted` (core/anova.py: what the vertical oracle's consistency step does to the error once those 1-ways
+    are known). Exact for the estimator, plug-in as `grr_variance`. Per record with true x and report y
+    (y_i = c_i with probability π_i = p_i where x_i = c_i, else q_i, independently), P_A P⁻¹ adds at cell c
+    h(D) = Σ_{S kept} Π_{i∈S} (1[i∈D] − 1/u_i)/(p_i − q_i) Π_{i∉S} 1/u_i, D = {i: y_i = c_i}, with mean
+    k(D') = (P_A e_x)[c], D' = {i: x_i = c_i}: Var = Σ_records E[h²] − k² = Σ_{D'} F(D') #{x: matches c on D'
+    exactly}, which Möbius inversion turns into Σ_S coef_S · T_S[c_S] (T_∅ = n). With nothing adjusted it is
+    `grr_variance`. GRR's P⁻¹ scales an effect over S by Π_{i∈S} 1/(p_i − q_i), so most of the noise sits in the
+    interactions that the projection keeps: the independent-cells share 1 − (1 + Σ(u − 1))/cells understated
+    what is left (a pair: ×1.6, docs/vertical.md)."""
+    l = len(dom)
+    sizes = dom.shape
+    kept = kept_effects(l, adjusted)
+    scale = [1.0 / (p - q) for p, q in pq]
+    subsets = [s for k in range(l + 1) for s in combinations(range(l), k)]
+    h = {s: effect_weight([i in s for i in range(l)], sizes, kept, scale) for s in subsets}
+    f = {}
+    for d_x in subsets:   # x matches c exactly on d_x
+        g = 0.0
+        for d_y, hv in h.items():   # y matches c exactly on d_y
+            pr = 1.0
+            for i, (p, q) in enumerate(pq):
+                pi = p if i in d_x else q
+                pr *= pi if i in d_y else 1.0 - pi
+            g += hv * hv * pr
+        f[d_x] = g - effect_weight([i in d_x for i in range(l)], sizes, kept) ** 2
+    var = np.zeros(dom.shape)
+    for s in subsets:
+        coef = sum((-1) ** (len(s) - len(e)) * f[e] for k in range(len(s) + 1) for e in combinations(s, k))
+        if coef == 0.0:
+            continue
+        if not s:
+            var = var + coef * n
+            continue
+        m = np.asarray(marginal(s), float)
+        var = var + coef * m.reshape([dom.shape[i] if i in s else 1 for i in range(l)])
+    return np.maximum(var, 0.0)
 
 
 def grr_variance(dom: Domain, pq: list[tuple[float, float]], n: int, marginal) -> np.ndarray:

@@ -313,7 +313,8 @@ class PrivMRFSynthesizer(Synthesizer):
         if self._charges["r_scores"]:
             out[[index[p] for p in self._within]] = oracle.indif(self._within, self._charges["r_scores"][0], rng) / 2
         if self._free:   # each cross-party pair read off the release at full resolution (free); its R̂ is
-            # already a lower bound (`release_score`: RELEASE_Z null stds below the estimate), so no margin is added
+            # already a lower bound (`release_score`: PRIVMRF_RELEASE_Z null stds below the estimate,
+            # vertical/probes.py), so no margin is added
             probes = [oracle.measure(p, None, rng) for p in self._cross]
         else:
             probes = measure_probes(oracle, self._cross, self._charges["cross_probe"], rng,
