@@ -87,6 +87,11 @@ def plugin_internals(root: Path) -> list[str]:
 # Outside plugins/, the parts above them use a plugin only through core interfaces (capabilities.py) and the
 # registry: no import of a plugin's module. The entry points named here are the only exceptions.
 PLUGIN_USERS = ("deploy", "run", "collab", "study", "cli", "api")
+
+
+def _plugin_user_files(root: Path) -> list[Path]:
+    """The modules of the parts that must use plugins through the registry only (PLUGIN_USERS)."""
+    return [p for p in sorted(root.rglob("*.py")) if p.relative_to(root).parts[0].removesuffix(".py") in PLUGIN_USERS]
 REGISTRY_ENTRY_POINTS: set[str] = {"vertisynth.plugins"}   # the package itself (its hook registration)
 
 
@@ -113,9 +118,7 @@ def _imported_names(path: Path, root: Path) -> list[tuple[str, int]]:
 def plugin_use_outside(root: Path) -> list[str]:
     """Imports of a plugin's modules from the parts that must use plugins through the registry only."""
     bad = []
-    for path in sorted(root.rglob("*.py")):
-        if path.relative_to(root).parts[0].removesuffix(".py") not in PLUGIN_USERS:
-            continue
+    for path in _plugin_user_files(root):
         for mod, line in _imported_names(path, root):
             if mod.startswith(("vertisynth.plugins.", "vertisynth.plugins:")) and mod not in REGISTRY_ENTRY_POINTS:
                 bad.append(f"{path.relative_to(root)} line {line} imports {mod}")
@@ -178,10 +181,8 @@ def _catches_attribute_error(handler: ast.ExceptHandler) -> bool:
 
 def capability_probes(root: Path) -> list[str]:
     bad = []
-    for path in sorted(root.rglob("*.py")):
+    for path in _plugin_user_files(root):
         rel = path.relative_to(root)
-        if rel.parts[0].removesuffix(".py") not in PLUGIN_USERS:
-            continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "hasattr" \
                     and node.args and _root(node.args[0]) not in PLATFORM:
@@ -198,10 +199,8 @@ def capability_probes(root: Path) -> list[str]:
 # no part seeds a SeedSequence itself (a fresh one from the OS, `SeedSequence()`, is no derivation).
 def seed_derivations(root: Path) -> list[str]:
     bad = []
-    for path in sorted(root.rglob("*.py")):
+    for path in _plugin_user_files(root):
         rel = path.relative_to(root)
-        if rel.parts[0].removesuffix(".py") not in PLUGIN_USERS:
-            continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "SeedSequence" \
                     and (node.args or node.keywords):
