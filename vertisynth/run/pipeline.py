@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import numpy as np
 
-from vertisynth.core.capabilities import (AlignsRows, CrossPartyMeasure, EstimatesMemory, EvaluatesCounts, FitsOnOracle,
-                                          HasGraphicalModel, PartyServerSplit, PricesAnswers, ProbesWholeRows,
+from vertisynth.core.capabilities import (AlignsRows, ChoosesSampling, CrossPartyMeasure, EstimatesMemory,
+                                          EvaluatesCounts, FitsOnOracle, HasGraphicalModel, NamesEncoder,
+                                          PartyServerSplit, PricesAnswers, ProbesWholeRows,
                                           ReleasesOnce, ReportsReferencePoints, StepsInChunks, SumsWholeRows,
                                           wants_raw_values)
 from vertisynth.core.chunks import ChunkedCounts
@@ -152,7 +153,7 @@ def build_evaluators(registry: Registry, entries: list[Any], where: str = "evalu
     comps, seen = [], {}
     for i, e in enumerate(entries):
         comp = build_component(registry, "evaluator", e.use, e.params, f"{where}[{i}]")
-        comp.alias = getattr(e, "alias", None)
+        comp.alias = e.alias
         if comp.label in seen:
             raise ConfigError(f"{where}[{i}]: {comp.label!r} is already the name of {where}[{seen[comp.label]}]; give "
                               f'each entry its own name, e.g. as = "{comp.label}_{i + 1}"')
@@ -315,8 +316,9 @@ def preflight(plan: Plan) -> None:
                 raise err
     n = cfg.sample_size
     if n is not None:
-        sampling = getattr(plan.synthesizer.config, "sampling", None)
-        if sampling == "round" and n >= HYPERGEOMETRIC_MAX and n > block_rows_of(cfg):
+        synth_cfg = plan.synthesizer.config
+        if isinstance(synth_cfg, ChoosesSampling) and synth_cfg.sampling == "round" and n >= HYPERGEOMETRIC_MAX \
+                and n > block_rows_of(cfg):
             raise ConfigError(f"sample_size {n:,}: 'round' sampling in blocks draws at most "
                               f"{HYPERGEOMETRIC_MAX - 1:,} records; sample in several runs (vertisynth sample) "
                               "or with the synthesizer's sampling = 'sample'")
@@ -332,9 +334,8 @@ def twin_cost_estimate(plan: Plan, rows: int) -> tuple[dict[str, dict[str, float
     """A vertical twin's cross-party cost per party and for the server at `rows` rows, before any row is read:
     its planned probes and a stand-in for its adaptive answers (vertisynth/vertical/cost.py), priced by the
     measure (`PricesAnswers`); ({}, {}) where the run has no such measure."""
-    measure = getattr(plan, "measure", None)
-    if measure is None or not isinstance(measure.instance, PricesAnswers) or \
-            getattr(measure.instance, "trust", "none") != "none":
+    measure = plan.measure   # a CrossPartyMeasure: its `trust` is declared
+    if measure is None or not isinstance(measure.instance, PricesAnswers) or measure.instance.trust != "none":
         return {}, {}
     req = plan.synthesizer.instance.vertical_request()
     domain = plan.source.schema.preview_domain()
@@ -624,6 +625,10 @@ def _execute_streamed(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.G
                    output_dir, written, references=references)
 
 
+def _encoder_name(config: Any) -> str:
+    return config.encoder if isinstance(config, NamesEncoder) else "?"
+
+
 def _stream_refusal(plan: Plan) -> str | None:
     """Why `stream = true` cannot run this plan, or None (run and validate both ask: `preflight`)."""
     cfg, synth = plan.config, plan.synthesizer.instance
@@ -634,7 +639,7 @@ def _stream_refusal(plan: Plan) -> str | None:
            "`schema`)" if path is None and keyed is None else
            f"synthesizer {plan.synthesizer.spec.name!r} has no chunked party step" if not (
                isinstance(synth, StepsInChunks) and isinstance(synth, PartyServerSplit)) else
-           f"encoder {getattr(plan.synthesizer.config, 'encoder', '?')!r} of synthesizer "
+           f"encoder {_encoder_name(plan.synthesizer.config)!r} of synthesizer "
            f"{plan.synthesizer.spec.name!r} measures in rounds between the parties, not chunk by chunk (use "
            "encoder dpfm or grr to stream, or run without stream)" if not synth.streams_parties() else f"alignment {plan.aligner.spec.name!r} needs the identifiers (use positional: rows aligned)"
            if keyed is None and plan.aligner.spec.name != "positional" else
