@@ -110,8 +110,11 @@ def _forked(step: Callable[[str, PrivacyLedger], list[Message]], names: Sequence
         send.close()
         running.append((p, proc, recv))
     out: dict[str, tuple[list[Message], list[Any]]] = {}
+    failed: Exception | None = None
     try:
         for p, proc, recv in running:
+            if failed is not None and not recv.poll(0):
+                continue   # still stepping: stopped below (its spill, not handed over yet, is swept as its own)
             blob = None
             while blob is None:   # bounded by the child's life: a dead child without a result is an error
                 if recv.poll(0.2):
@@ -123,14 +126,22 @@ def _forked(step: Callable[[str, PrivacyLedger], list[Message]], names: Sequence
                     blob = b""
             proc.join(timeout=30)
             if not blob:
-                raise DataError(f"party {p!r}: its process ended (exit code {proc.exitcode}) without a result")
+                failed = failed or DataError(f"party {p!r}: its process ended (exit code {proc.exitcode}) without "
+                                             "a result")
+                continue
             status, payload = pickle.loads(blob)
             if status != "ok":
                 kind, text = payload
-                raise (kind if isinstance(kind, type) and issubclass(kind, VertisynthError) else DataError)(text)
+                failed = failed or (kind if isinstance(kind, type) and issubclass(kind, VertisynthError)
+                                    else DataError)(text)
+                continue
             messages, spent, spills = payload
-            adopt_all(spills)   # the child's spilled rows, for this process's later passes
+            # the child's spilled rows, for this process's later passes; adopted after another party's failure
+            # too, so that the run removes them when it ends (handed over, no other process would)
+            adopt_all(spills)
             out[p] = (messages, spent)
+        if failed is not None:
+            raise failed
     finally:
         for _, proc, recv in running:
             recv.close()
