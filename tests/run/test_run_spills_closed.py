@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -79,8 +81,9 @@ def test_no_spill_is_left_after_an_id_keyed_run(tmp_path, spill_dir):
 
 
 def test_a_party_process_that_fails_leaves_no_spill_of_the_other(tmp_path, spill_dir, monkeypatch):
-    """Party A's process fails after B's has finished and handed its spill over: the parent adopts it anyway
-    and the run removes it (before, nobody did: handed to the live parent, no sweep took it either)."""
+    """Party A's process fails once B's has handed its spill over: the parent waits for B's result
+    (FAILED_PARTY_GRACE_S), adopts its spill and the run removes it. Before, the parent raised at A's error and
+    stopped B: B's spill, marked the live parent's, stayed (no sweep takes a live owner's folder)."""
     import time
 
     from vertisynth.core.errors import DataError
@@ -91,8 +94,12 @@ def test_a_party_process_that_fails_leaves_no_spill_of_the_other(tmp_path, spill
     inner = VertiMRF.party_step_chunks
 
     def step(self, party, *args, **kwargs):
-        if party == "party1":   # A: fails once B is surely done
-            time.sleep(3)
+        if party == "party1":   # A fails once B has handed its spill to the run's process (marked the parent's)
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not any(
+                    json.loads((f / "owner.json").read_text())["pid"] == os.getppid()
+                    for f in (spill_dir.iterdir() if spill_dir.is_dir() else ()) if (f / "owner.json").is_file()):
+                time.sleep(0.1)
             raise DataError("party A's disk is full")
         return inner(self, party, *args, **kwargs)
     monkeypatch.setattr(VertiMRF, "party_step_chunks", step)
