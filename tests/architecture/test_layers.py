@@ -195,6 +195,54 @@ def capability_probes(root: Path) -> list[str]:
     return sorted(bad, key=lambda b: (b.split(" line ")[0], int(b.split(" line ")[1].split()[0])))
 
 
+# Nor is a capability probed with a defaulted getattr (`getattr(plan, "measure", None)`, `getattr(transport,
+# "min_poll", 0.0)`): an attribute a component may lack is declared (a data member of a capabilities.py Protocol,
+# e.g. `ChoosesSampling.sampling`, core/transport.py `ThrottlesPolls.min_poll`) and asked with isinstance; one every
+# object has is read directly. Outside plugins/, `getattr(x, "name", default)` reads only the platform (PLATFORM) or
+# what GETATTR_ALLOWED names, each with its reason: {(file under vertisynth/, attribute): why}.
+GETATTR_ALLOWED: dict[tuple[str, str], str] = {}
+
+
+def getattr_probes(root: Path) -> list[str]:
+    bad = []
+    for path in _plugin_user_files(root):
+        rel = path.relative_to(root)
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" \
+                    and len(node.args) == 3 and isinstance(node.args[1], ast.Constant) \
+                    and isinstance(node.args[1].value, str) and _root(node.args[0]) not in PLATFORM \
+                    and (rel.as_posix(), node.args[1].value) not in GETATTR_ALLOWED:
+                bad.append(f"{rel} line {node.lineno} probes {ast.unparse(node.args[0])}.{node.args[1].value} "
+                           "with getattr")
+    return sorted(bad, key=lambda b: (b.split(" line ")[0], int(b.split(" line ")[1].split()[0])))
+
+
+def test_no_capability_probed_with_a_defaulted_getattr():
+    assert getattr_probes(PACKAGE) == []
+
+
+def test_the_contract_catches_getattr_probes(tmp_path):
+    """The probes robust6 removed, as they were, fail the rule; the platform, a computed name and a plain read pass."""
+    root = tmp_path / "vertisynth"
+    (root / "run").mkdir(parents=True)
+    (root / "deploy").mkdir()
+    (root / "plugins").mkdir()
+    (root / "run" / "pipeline.py").write_text(
+        "import os, sys, time\n"
+        "def f(plan, measure, name):\n"
+        "    m = getattr(plan, 'measure', None)\n"
+        "    t = getattr(measure.instance, 'trust', 'none')\n"
+        "    s = getattr(plan.synthesizer.config, 'sampling', None)\n"
+        "    u = getattr(os, 'getuid', None), getattr(sys, 'frozen', False), getattr(time, name), plan.measure\n"
+        "    return getattr(plan, 'measure')\n")
+    (root / "deploy" / "server.py").write_text("def g(transport):\n    return getattr(transport, 'min_poll', 0.0)\n")
+    (root / "plugins" / "p.py").write_text("def h(enc):\n    return getattr(enc, 'early_mapper', None)\n")
+    assert getattr_probes(root) == ["deploy/server.py line 2 probes transport.min_poll with getattr",
+                                    "run/pipeline.py line 3 probes plan.measure with getattr",
+                                    "run/pipeline.py line 4 probes measure.instance.trust with getattr",
+                                    "run/pipeline.py line 5 probes plan.synthesizer.config.sampling with getattr"]
+
+
 # One derivation of the random streams (core/noise.py: `named_streams`, `path_stream`, `path_seed`): outside core,
 # no part seeds a SeedSequence itself (a fresh one from the OS, `SeedSequence()`, is no derivation).
 def seed_derivations(root: Path) -> list[str]:

@@ -58,7 +58,7 @@ from vertisynth.core.envelope import ALL
 from vertisynth.core.identity import Identity, roster_of
 from vertisynth.core.messages import Message
 from vertisynth.core.privacy import NOISE_LABELS
-from vertisynth.core.transport import Transport as Exchange, transport_for
+from vertisynth.core.transport import Transport as Exchange, poll_wait, transport_for
 from vertisynth.run.config import config_fingerprint, noise_for, public_config
 from vertisynth.run.report import write_release
 
@@ -430,7 +430,7 @@ def wait_for_custodians(plan: CollabPlan, channel: Channel) -> None:
         if time.monotonic() > deadline:
             raise MessageError(f"waited {channel.timeout:.0f} s for the custodians' hellos in {channel.exchange}: "
                                f"missing {sorted(want - set(seen))}; is a custodian down?")
-        time.sleep(max(channel.poll, getattr(channel.exchange, "min_poll", 0.0)))   # a remote store: fewer LISTs
+        time.sleep(poll_wait(channel.exchange, channel.poll))   # a remote store: fewer LISTs
 
 
 def exchange_of(exchange: str | Path | Exchange) -> Exchange:

@@ -73,6 +73,21 @@ class SamplesInBlocks(Protocol):
 
 
 @runtime_checkable
+class ChoosesSampling(Protocol):
+    """A synthesizer's config that says how records are drawn from its model: "sample" (independent draws) or
+    "round" (mbi's rounding: a block's counts rounded, so a block holds at most HYPERGEOMETRIC_MAX records)."""
+
+    sampling: str
+
+
+@runtime_checkable
+class NamesEncoder(Protocol):
+    """A synthesizer's config that names the encoder its parties measure with (VertiMRF's `encoder`)."""
+
+    encoder: str
+
+
+@runtime_checkable
 class ReportsModel(Protocol):
     """A synthesizer that describes what it built (cliques, selected marginals...) for the report."""
 

@@ -22,7 +22,7 @@ import numpy as np
 from .chunks import Chunks, chunk_slices, live_slices
 from .dataset import Dataset
 from .domain import Domain
-from .errors import ConfigError, DataError, VertisynthWarning
+from .errors import ConfigError, DataError, VertisynthError, VertisynthWarning
 
 MIN_TASK_ROWS = 10_000   # a task's fixed cost (its sketch arrays, the merge) stays far below its rows' cost
 
@@ -166,33 +166,80 @@ def same_map(a: Any, b: Any) -> bool:
     return a is b
 
 
+DASK_WAIT_ENV = "VERTISYNTH_DASK_WAIT_S"
+DASK_WAIT_S = 900.0   # the default: a task of chunk_rows rows takes seconds, a first pass's chunk as long to spill
+
+
+def dask_wait_s() -> float:
+    """The longest a party waits on the cluster without news (a task finished, a first pass's chunk spilled):
+    `VERTISYNTH_DASK_WAIT_S` seconds, default 900. Past it the wait is an error naming what it waited for, not a
+    hang (a lost worker, a paused one, a pass that stopped telling)."""
+    text = os.environ.get(DASK_WAIT_ENV, "").strip()
+    if not text:
+        return DASK_WAIT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ConfigError(f"{DASK_WAIT_ENV}={text!r}: give the seconds a wait on the Dask cluster may last, e.g. 900")
+    return value
+
+
+def future_result(fut: Any, wait: float, what: str) -> Any:
+    """A Dask future's result within `wait` seconds; else the future is cancelled and a one-line DataError names
+    `what` was waited for. A task's own error comes back as one line too."""
+    try:
+        return fut.result(timeout=wait)
+    except TimeoutError:   # distributed's and the builtin are one class
+        fut.cancel()
+        raise DataError(f"waited {wait:.0f} s on the Dask cluster for {what} and it did not come: cancelled "
+                        f"(a lost or paused worker? {DASK_WAIT_ENV} sets the wait; docs/scale.md)") from None
+    except VertisynthError:
+        raise
+    except Exception as exc:   # noqa: BLE001 - a worker's error, a killed worker, a cancelled task: one line
+        raise DataError(f"{what} failed on the Dask cluster: {type(exc).__name__}: {exc}") from None
+
+
 class EarlyMap:
     """A party's chunk map started on the cluster before its job exists (`early_mapper`): from its first pass
     on (`live_slices`: each slice as soon as the pass has spilled it) or from its spilled rows, its tasks run
     while the party reads, counts and fits; a thread here keeps at most a window of tasks queued and merges
     each result as it completes (the merge is order-free), so memory holds one merged result.
     `ChunkJob.run_cluster(..., early=)` (plugins/encoders/chunked.py) takes the merged result if the job's map
-    is this one, else stops it and maps anew; so does a map whose rows the workers do not see."""
+    is this one, else stops it and maps anew; so does a map whose rows the workers do not see.
+    Every wait is bounded (`dask_wait_s`): `result` gives up when the thread has had no news (a task done, a
+    slice spilled) for that long, cancels what is queued and names what the thread waited for; a task's error
+    or the thread's own comes back from `result` as one line."""
 
     def __init__(self, client: Any, chunks: Chunks, domain: Domain, mapper: Callable, combine: Callable,
-                 chunk_rows: int):
+                 chunk_rows: int, wait: float | None = None):
         self.mapper, self.combine, self.domain = mapper, combine, domain
-        self.running, self._stop = False, threading.Event()
+        self.wait = dask_wait_s() if wait is None else float(wait)
+        self.running, self._stop, self._done = False, threading.Event(), threading.Event()
         self._acc: Any = None
         self.n = 0
         self._error: BaseException | None = None
         self._unseen = False
+        self._client = client
+        self._queued: dict[str, tuple[Any, Any]] = {}   # key -> (future, its slice): the tasks not merged yet
+        self._lock = threading.Lock()
+        self._news, self._waiting = time.monotonic(), "the workers' check of the spilled rows"
         workers = _workers(client)
         pieces = live_slices(chunks, max(MIN_TASK_ROWS, chunk_rows // workers))
         if pieces is None:
             parts = task_slices(client, chunks, chunk_rows)
             if parts is None:
+                self._done.set()
                 return
             pieces = iter(parts)
         self.running = True
         self._thread = threading.Thread(target=self._run, args=(client, pieces), daemon=True,
                                         name="vertisynth-early-map")
         self._thread.start()
+
+    def _told(self, waiting: str) -> None:
+        self._news, self._waiting = time.monotonic(), waiting
 
     def _pieces(self, client: Any, pieces: Iterator) -> Iterator:
         for i, piece in enumerate(pieces):
@@ -204,39 +251,84 @@ class EarlyMap:
             self.n += piece.stop - piece.start
             yield piece
 
+    def _submit(self, client: Any, piece: Any) -> Any:
+        fut = client.submit(map_slice, piece, self.domain, self.mapper, pure=False)
+        with self._lock:
+            self._queued[fut.key] = (fut, piece)
+        return fut
+
+    def _next(self, todo: Iterator) -> Any:
+        self._waiting = "the next rows the party's first pass spills"
+        piece = next(todo, None)
+        self._told(f"the results of {len(self._queued)} map task(s) queued on the cluster")
+        return piece
+
     def _run(self, client: Any, pieces: Iterator) -> None:
         from distributed import as_completed
         try:
             todo = self._pieces(client, pieces)
-            queued = as_completed([client.submit(map_slice, piece, self.domain, self.mapper, pure=False)
-                                   for piece in itertools.islice(todo, window_for(client))])
+            first = [self._submit(client, piece) for piece in itertools.islice(todo, window_for(client))]
+            self._told(f"the results of {len(first)} map task(s) queued on the cluster")
+            queued = as_completed(first)
             for fut in queued:
+                with self._lock:
+                    piece = self._queued.pop(fut.key, (None, None))[1]
                 if self._stop.is_set():
                     fut.cancel()
                     continue
+                self._told(f"the results of {len(self._queued)} map task(s) queued on the cluster")
+                if fut.status != "finished":   # an error in the task, a worker lost for good, a cancelled task
+                    rows = f"rows {piece.start}..{piece.stop - 1}" if piece is not None else "a slice"
+                    future_result(fut, self.wait, f"the early map's task on {rows}")
                 part = fut.result()
                 fut.release()
                 self._acc = part if self._acc is None else self.combine(self._acc, part)
-                piece = next(todo, None)
-                if piece is not None:
-                    queued.add(client.submit(map_slice, piece, self.domain, self.mapper, pure=False))
+                piece = self._next(todo)
+                if piece is not None and not self._stop.is_set():
+                    queued.add(self._submit(client, piece))
         except BaseException as exc:   # noqa: BLE001 - raised in the party's thread by `result`
             self._error = exc
+        finally:
+            if self._error is not None or self._stop.is_set():
+                self._cancel()
+            self._done.set()
+
+    def _cancel(self) -> None:
+        """Cancel every task not merged yet (their workers drop them; their results are never fetched)."""
+        with self._lock:
+            futures = [fut for fut, _ in self._queued.values()]
+            self._queued.clear()
+        if futures:
+            with contextlib.suppress(Exception):   # a client already closed: its tasks went with it
+                self._client.cancel(futures)
 
     def result(self) -> tuple[Any, int] | None:
         """(the merged map over every row, the rows) once every task has finished; None if the workers did not
-        see the rows or there were none (the caller maps anew)."""
-        self._thread.join()
+        see the rows or there were none (the caller maps anew). A DataError, with the queued tasks cancelled, if
+        the map has had no news for `wait` seconds, or if a task or the thread failed."""
+        while not self._done.wait(min(1.0, self.wait)):
+            idle = time.monotonic() - self._news
+            if idle > self.wait:
+                waited, rows = self._waiting, self.n
+                self.stop(wait=0.0)
+                raise DataError(f"the early encoding map waited {idle:.0f} s for {waited} with no news ({rows} rows "
+                                f"sent so far): cancelled (a lost or paused Dask worker, or a first pass that "
+                                f"stopped? {DASK_WAIT_ENV} sets the wait; docs/scale.md)")
         self.running = False
-        if self._error is not None:
+        if isinstance(self._error, VertisynthError):
             raise self._error
+        if self._error is not None:
+            raise DataError(f"the early encoding map failed: {type(self._error).__name__}: {self._error}") \
+                from self._error
         return None if self._unseen or self._acc is None else (self._acc, self.n)
 
     def stop(self, wait: float = 60.0) -> None:
-        """Stop queueing tasks and drop what is queued (the party step failed, or its job maps differently).
-        A thread still waiting for a first pass that never comes is left (a daemon) after `wait` seconds."""
+        """Stop queueing tasks and cancel those queued (the party step failed, or its job maps differently).
+        A thread still waiting for a first pass that never comes is left (a daemon; it ends when the pass's
+        wait does) after `wait` seconds."""
         if self.running:
             self._stop.set()
+            self._cancel()
             self._thread.join(wait)
             self.running = False
 

@@ -44,7 +44,7 @@ from .envelope import ALL, Expect, Header, canonical, open_envelope, seal
 from .errors import ConfigError, MessageError
 from .identity import Identity, Roster
 from .sealing import RunKey, Sealed, seal_to
-from .transport import ReportsWaiting, Transport
+from .transport import ReportsWaiting, Transport, poll_wait
 
 SEALED = "sealed:"                       # the kind of a sealed body: "sealed:<kind of the plaintext>"
 SEAL_INFO = b"vertisynth/deploy-seal/v1"  # the HKDF info of every sealed body (deploy's and collab's)
@@ -271,7 +271,7 @@ def wait_for(mail: Transport, glob: str, want: int, what: str, timeout: float, p
                                "another role down?")
         if isinstance(mail, ReportsWaiting):
             mail.waiting(what)
-        time.sleep(max(poll, getattr(mail, "min_poll", 0.0)))   # a remote store: fewer LISTs
+        time.sleep(poll_wait(mail, poll))   # a remote store: fewer LISTs
     return names
 
 

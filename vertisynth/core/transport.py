@@ -32,6 +32,19 @@ class ReportsWaiting(Protocol):
         """Called by a role that listed the exchange, found too few envelopes and is about to wait."""
 
 
+@runtime_checkable
+class ThrottlesPolls(Protocol):
+    """A transport each of whose polls costs (it lists a remote store: a paid LIST on S3): a role waiting for
+    envelopes lists it at most once every `min_poll` seconds."""
+
+    min_poll: float
+
+
+def poll_wait(transport: object, poll: float) -> float:
+    """The seconds between two polls of `transport`: `poll`, or the transport's floor if it declares a longer one."""
+    return max(poll, transport.min_poll) if isinstance(transport, ThrottlesPolls) else poll
+
+
 class FolderTransport:
     """Envelopes as files `<name>.env` in one folder, written atomically (temp file + rename)."""
 

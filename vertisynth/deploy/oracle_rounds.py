@@ -56,7 +56,7 @@ from vertisynth.vertical.link import PartyBudget, PartySide, Spend, coarse_domai
 
 from .he_rounds import run_stage
 from .session import SERVER, Session, key_context
-from .transport import ReportsWaiting
+from .transport import ReportsWaiting, poll_wait
 
 QUERY, ANSWER, REFUSED = "oracle-query-", "oracle-answer-", "oracle-refused-"
 OPS = ("measure", "cross", "best", "em", "vector", "release", "done")
@@ -181,7 +181,7 @@ class RemoteLink:
                                    f"{self.sess.transport}: is {missing[0]!r} down?")
             if isinstance(self.sess.transport, ReportsWaiting):
                 self.sess.transport.waiting(f"the answer to query {k}")
-            time.sleep(max(self.poll, getattr(self.sess.transport, "min_poll", 0.0)))
+            time.sleep(poll_wait(self.sess.transport, self.poll))
 
     @staticmethod
     def _array(answer: OracleAnswer, name: str, party: str) -> np.ndarray:
@@ -375,7 +375,7 @@ class PartyServer:
                                    f"{self.sess.timeout:.0f} s after query {last}: is the server down?")
             if isinstance(self.sess.transport, ReportsWaiting):
                 self.sess.transport.waiting("the server's next query")
-            time.sleep(max(self.sess.poll, getattr(self.sess.transport, "min_poll", 0.0)))
+            time.sleep(poll_wait(self.sess.transport, self.sess.poll))
 
     # -- checks before anything is read or spent ---------------------------------------------------------------
     def _mine(self, attributes: Sequence[str], what: str) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ def streams(seed: int) -> dict[str, np.random.Generator]:
 def oracle_run(plan) -> bool:
     """Whether the run is a synthesizer fitted on the vertical oracle (its `vertical` table named a measure):
     the server runs the synthesizer and the parties answer its queries (deploy/oracle_rounds.py)."""
-    return getattr(plan, "measure", None) is not None
+    return plan.measure is not None
 
 
 def vertical_plan(config: RunConfig, data_dir: str | None, aligned_csv: bool = False):

@@ -31,7 +31,7 @@ from .oracle_rounds import check_spends, serve_oracle
 from .plans import oracle_run, streams as _streams, vertical_plan as _vertical_plan
 from .session import (SERVER, TEST_LABEL, RunState, Session, config_fingerprint, identity_path, load_identity,
                       publish_run_key, read_hellos, roster_of)
-from .transport import ReportsWaiting, transport_for
+from .transport import ReportsWaiting, poll_wait, transport_for
 
 ROW_COUNT_NOTE = ("the exact number of aligned rows n, released unnoised to the server (outside the DP accounting: "
                   "the guarantee above holds for neighbouring tables of the same size)")
@@ -88,7 +88,7 @@ def _wait_ledgers(transport, names: list[str], timeout: float, poll: float = 0.2
             raise MessageError(f"no messages from parties {missing}" + (f" within {timeout:.0f} s" if timeout else ""))
         if isinstance(transport, ReportsWaiting):
             transport.waiting("every party's ledger")
-        time.sleep(max(poll, getattr(transport, "min_poll", 0.0)))
+        time.sleep(poll_wait(transport, poll))
 
 
 def run_server(config: RunConfig, exchange: str | Path, out: Path, data_dir: str | None = None,

@@ -114,7 +114,7 @@ class ModelRelease(Message):
                 raise self._fail(f"clique {c}: {exc}") from None
             pot = self.potentials.get(str(i))
             if pot is None or pot.shape != shape:
-                raise self._fail(f"potential of clique {c} has shape {getattr(pot, 'shape', None)}, expected {shape}")
+                raise self._fail(f"potential of clique {c} has shape {None if pot is None else pot.shape}, expected {shape}")
         if not self.total > 0:
             raise self._fail(f"record count must be positive, got {self.total}")
         if self.sampling not in ("sample", "round"):

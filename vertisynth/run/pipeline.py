@@ -17,14 +17,15 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import numpy as np
 
-from vertisynth.core.capabilities import (AlignsRows, CrossPartyMeasure, EstimatesMemory, EvaluatesCounts, FitsOnOracle,
-                                          HasGraphicalModel, PartyServerSplit, PricesAnswers, ProbesWholeRows,
+from vertisynth.core.capabilities import (AlignsRows, ChoosesSampling, CrossPartyMeasure, EstimatesMemory,
+                                          EvaluatesCounts, FitsOnOracle, HasGraphicalModel, NamesEncoder,
+                                          PartyServerSplit, PricesAnswers, ProbesWholeRows,
                                           ReleasesOnce, ReportsReferencePoints, StepsInChunks, SumsWholeRows,
                                           wants_raw_values)
 from vertisynth.core.chunks import ChunkedCounts
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.encoding import ID_LIST_MIN, TableCodec, TableSchema, identifier_list_error
-from vertisynth.core.errors import BudgetError, ConfigError, DataError
+from vertisynth.core.errors import BudgetError, ConfigError, DataError, VertisynthError
 from vertisynth.core.interfaces import Aligner, Alignment, Evaluator, PlanContext, Synthesizer, VerticalData
 from vertisynth.core.loaded import DatasetSource, LoadedData
 from vertisynth.core.noise import named_streams
@@ -41,6 +42,7 @@ from .config import RunConfig, noise_for, uses_user_data
 from .console import progress_bar
 from .model import MODEL_FILE, FittedModel
 from .report import build_report, write_outputs
+from .spill import sweep
 from .stream import coded_chunks, fit_codec, joined_chunks
 from .stream_align import align_party_files, encode_party_files
 from .stream_out import DecodedTable, WrittenTable, block_rows_of, decoded_table, sample_table, stream_output
@@ -152,7 +154,7 @@ def build_evaluators(registry: Registry, entries: list[Any], where: str = "evalu
     comps, seen = [], {}
     for i, e in enumerate(entries):
         comp = build_component(registry, "evaluator", e.use, e.params, f"{where}[{i}]")
-        comp.alias = getattr(e, "alias", None)
+        comp.alias = e.alias
         if comp.label in seen:
             raise ConfigError(f"{where}[{i}]: {comp.label!r} is already the name of {where}[{seen[comp.label]}]; give "
                               f'each entry its own name, e.g. as = "{comp.label}_{i + 1}"')
@@ -315,8 +317,9 @@ def preflight(plan: Plan) -> None:
                 raise err
     n = cfg.sample_size
     if n is not None:
-        sampling = getattr(plan.synthesizer.config, "sampling", None)
-        if sampling == "round" and n >= HYPERGEOMETRIC_MAX and n > block_rows_of(cfg):
+        synth_cfg = plan.synthesizer.config
+        if isinstance(synth_cfg, ChoosesSampling) and synth_cfg.sampling == "round" and n >= HYPERGEOMETRIC_MAX \
+                and n > block_rows_of(cfg):
             raise ConfigError(f"sample_size {n:,}: 'round' sampling in blocks draws at most "
                               f"{HYPERGEOMETRIC_MAX - 1:,} records; sample in several runs (vertisynth sample) "
                               "or with the synthesizer's sampling = 'sample'")
@@ -332,9 +335,8 @@ def twin_cost_estimate(plan: Plan, rows: int) -> tuple[dict[str, dict[str, float
     """A vertical twin's cross-party cost per party and for the server at `rows` rows, before any row is read:
     its planned probes and a stand-in for its adaptive answers (vertisynth/vertical/cost.py), priced by the
     measure (`PricesAnswers`); ({}, {}) where the run has no such measure."""
-    measure = getattr(plan, "measure", None)
-    if measure is None or not isinstance(measure.instance, PricesAnswers) or \
-            getattr(measure.instance, "trust", "none") != "none":
+    measure = plan.measure   # a CrossPartyMeasure: its `trust` is declared
+    if measure is None or not isinstance(measure.instance, PricesAnswers) or measure.instance.trust != "none":
         return {}, {}
     req = plan.synthesizer.instance.vertical_request()
     domain = plan.source.schema.preview_domain()
@@ -581,17 +583,33 @@ def _execute_streamed(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.G
     synthetic table as the in-memory run of the same config (tests/run/test_stream_run.py). ID-keyed party files
     (party_csv) are aligned by PSI/PSU on their id columns alone, each party's codes read in the aligned order
     from its spill (run/stream_align.py, tests/run/test_stream_aligned.py)."""
-    synth = plan.synthesizer.instance
-    path, keyed = plan.source.stream_path, plan.source.stream_parties
     why = _stream_refusal(plan)
     if why:
         raise ConfigError(f"stream = true: {why}")
+    # every spill the run makes (the parties' coded files, aligned replays, the synthetic codes) goes when the run
+    # ends, returned or raised: not when its result is collected (the result's counts are cached; a marginal
+    # not counted yet re-reads the files)
+    with contextlib.ExitStack() as spills:
+        spills.callback(_sweep_spills)   # last: a party process stopped mid-pass (another failed) left its own
+        return _streamed(plan, cfg, streams, timings, bar, output_dir, spills)
+
+
+def _sweep_spills() -> None:
+    with contextlib.suppress(VertisynthError, OSError):   # the run's own error, if any, is the one to report
+        sweep()
+
+
+def _streamed(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.Generator], timings: dict[str, float],
+              bar: Any, output_dir: str | Path | None, spills: contextlib.ExitStack) -> RunResult:
+    synth = plan.synthesizer.instance
+    path, keyed = plan.source.stream_path, plan.source.stream_parties
     chunk_rows = synth.chunk_rows()
     if keyed is not None:
         chunks, codecs, codec, loaded, align_info, real_chunks = _streamed_keyed_input(
-            plan, streams, timings, bar, keyed, chunk_rows)
+            plan, streams, timings, bar, keyed, chunk_rows, spills)
     else:
-        chunks, codecs, codec, loaded, align_info = _streamed_file_input(plan, streams, timings, bar, path, chunk_rows)
+        chunks, codecs, codec, loaded, align_info = _streamed_file_input(plan, streams, timings, bar, path, chunk_rows,
+                                                                         spills)
         real_chunks = joined_chunks([chunks[p] for p in plan.partition.names], codec.domain)
     with _timed(timings, "fit", bar):
         key_rng, rngs = synth.party_rngs(streams["fit"])
@@ -608,6 +626,7 @@ def _execute_streamed(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.G
         synth.server_step(messages)
     with _timed(timings, "sample", bar):   # sampling, decoding and writing interleave, one block at a time
         written = stream_output(synth, cfg, codec, streams, output_dir, count=bool(plan.evaluators))
+        spills.callback(written.close)
     with _timed(timings, "decode", bar):
         pass
     timings.update(written.seconds)   # each phase's share of that loop
@@ -624,6 +643,10 @@ def _execute_streamed(plan: Plan, cfg: RunConfig, streams: dict[str, np.random.G
                    output_dir, written, references=references)
 
 
+def _encoder_name(config: Any) -> str:
+    return config.encoder if isinstance(config, NamesEncoder) else "?"
+
+
 def _stream_refusal(plan: Plan) -> str | None:
     """Why `stream = true` cannot run this plan, or None (run and validate both ask: `preflight`)."""
     cfg, synth = plan.config, plan.synthesizer.instance
@@ -634,7 +657,7 @@ def _stream_refusal(plan: Plan) -> str | None:
            "`schema`)" if path is None and keyed is None else
            f"synthesizer {plan.synthesizer.spec.name!r} has no chunked party step" if not (
                isinstance(synth, StepsInChunks) and isinstance(synth, PartyServerSplit)) else
-           f"encoder {getattr(plan.synthesizer.config, 'encoder', '?')!r} of synthesizer "
+           f"encoder {_encoder_name(plan.synthesizer.config)!r} of synthesizer "
            f"{plan.synthesizer.spec.name!r} measures in rounds between the parties, not chunk by chunk (use "
            "encoder dpfm or grr to stream, or run without stream)" if not synth.streams_parties() else f"alignment {plan.aligner.spec.name!r} needs the identifiers (use positional: rows aligned)"
            if keyed is None and plan.aligner.spec.name != "positional" else
@@ -646,7 +669,7 @@ def _stream_refusal(plan: Plan) -> str | None:
 
 
 def _streamed_file_input(plan: Plan, streams: dict[str, np.random.Generator], timings: dict[str, float], bar: Any,
-                         path: Path, chunk_rows: int) -> tuple:
+                         path: Path, chunk_rows: int, spills: contextlib.ExitStack) -> tuple:
     """One file, rows aligned: each party's columns coded chunk by chunk (positional alignment)."""
     loaded = LoadedData(None, plan.source.schema, plan.source.default_parties, plan.source.party_names,
                         f"{plan.source.description} (read in chunks of {chunk_rows} rows)", None,
@@ -662,6 +685,7 @@ def _streamed_file_input(plan: Plan, streams: dict[str, np.random.Generator], ti
             codecs[party.name] = fit_codec(sub, path, own, plan.ledger, streams["preprocessing"], chunk_rows,
                                            exact=False)
             chunks[party.name] = coded_chunks(path, codecs[party.name], chunk_rows)
+            spills.callback(chunks[party.name].close)
         by_name = {c.schema.name: c for pc in codecs.values() for c in pc.columns}
         codec = TableCodec(tuple(by_name[c.name] for c in plan.source.schema.columns))
     with _timed(timings, "align", bar):
@@ -670,7 +694,7 @@ def _streamed_file_input(plan: Plan, streams: dict[str, np.random.Generator], ti
 
 
 def _streamed_keyed_input(plan: Plan, streams: dict[str, np.random.Generator], timings: dict[str, float], bar: Any,
-                          files: Any, chunk_rows: int) -> tuple:
+                          files: Any, chunk_rows: int, spills: contextlib.ExitStack) -> tuple:
     """ID-keyed party files (run/stream_align.py): each party's file coded once into its spill, PSI/PSU on the
     identifier column alone (row maps), then each party's chunks in the aligned order from its spill."""
     loaded = LoadedData(None, plan.source.schema, plan.source.default_parties, plan.source.party_names,
@@ -681,12 +705,16 @@ def _streamed_keyed_input(plan: Plan, streams: dict[str, np.random.Generator], t
     with _timed(timings, "load data", bar):
         pass   # nothing is loaded: each party's file is read chunk by chunk below
     with _timed(timings, "encode", bar):
-        codecs, spills, codec = encode_party_files(files, plan.source.schema, plan.partition, plan.ledger,
-                                                   streams["preprocessing"], chunk_rows)
+        codecs, coded, codec = encode_party_files(files, plan.source.schema, plan.partition, plan.ledger,
+                                                  streams["preprocessing"], chunk_rows)
+        for stream in coded.values():
+            spills.callback(stream.close)
     with _timed(timings, "align", bar):
-        chunks, align_info, real_chunks = align_party_files(files, plan.aligner.instance, spills, codecs, plan.ledger,
+        chunks, align_info, real_chunks = align_party_files(files, plan.aligner.instance, coded, codecs, plan.ledger,
                                                             streams["alignment"], chunk_rows, plan.aligner.spec.name,
                                                             codec.domain)
+        for stream in (*chunks.values(), real_chunks):   # their replays of the aligned order
+            spills.callback(stream.close)
     return chunks, codecs, codec, loaded, align_info, real_chunks
 
 

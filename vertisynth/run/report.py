@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
+import secrets
+import shutil
 from pathlib import Path
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -13,7 +16,8 @@ import numpy as np
 from vertisynth import __version__
 from vertisynth.core.capabilities import HasPrivacyNotes, ReportsBudgetSplit, ReportsModel
 from vertisynth.core.dataset import Dataset
-from vertisynth.core.outfiles import OUTPUTS_MANIFEST, write_csv, write_text
+from vertisynth.core.outfiles import OUTPUTS_MANIFEST, make_folder, write_csv, write_text, written_by_tool
+from vertisynth.core.processes import process_alive
 
 if TYPE_CHECKING:
     from .pipeline import Plan, RunResult
@@ -102,31 +106,70 @@ def write_records(out: Path, report: dict[str, Any], summary: str, ledger_extra:
     return ["report.json", "ledger.json", "summary.md"]
 
 
+RELEASE_STAGING = ".vertisynth-release"   # a release being written: <out>/.vertisynth-release.<pid>.<token>/
+
+
 def write_release(out: Path, report: dict[str, Any], summary: str, table: Any,
                   extras: Callable[[Path], list[str]] | None = None, ledger_extra: dict[str, Any] | None = None) -> Path:
     """The one output writer of every release, whoever built it (the one-process run, the deploy server, collab in
-    one process and its publisher): synthetic.csv, report.json, ledger.json and summary.md, then `extras(out)`'s
-    files (report.html, the model, an evaluator's figures: it returns their names), each whole or not at all. What
-    the previous run in `out` wrote is cleared first (its manifest) and this run's files are recorded, so no stale
-    file of an earlier run (a table, a model) sits beside this one's as if it were its. `table`: the DataFrame to
-    write, the path of the table already streamed into `out` block by block (which cleared the folder before its
-    first block), or None (nothing published: no table)."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    one process and its publisher): synthetic.csv, report.json, ledger.json and summary.md, then `extras(folder)`'s
+    files (report.html, the model, an evaluator's figures: it returns their names). All or nothing: every file is
+    written first into a staging folder inside `out` (same file system) and fsynced; only then does each replace
+    its namesake in `out` (`os.replace`), the previous run's other files (its manifest) go, and this run's manifest
+    is written last. A failure (or a crash) before that leaves the previous release as it was and no partial file
+    beside it; a killed writer's staging folder is swept by the next. `table`: the DataFrame to write, a callable
+    writing the table to the path it is given, the path of the table already streamed into `out` block by block
+    (which cleared the folder before its first block), or None (nothing published: no table)."""
+    out = make_folder(Path(out))
     streamed = isinstance(table, Path)
     if streamed and table != out / "synthetic.csv":
         raise ValueError(f"a streamed table {str(table)!r} outside its release folder {str(out)!r}")
-    if not streamed:
-        clear_previous_outputs(out)
-    names = []
-    if table is not None:
-        if not streamed:
-            write_csv(out / "synthetic.csv", table)
-        names.append("synthetic.csv")
-    names += write_records(out, report, summary, ledger_extra)
-    names += extras(out) if extras is not None else []
-    record_outputs(out, names)
+    sweep_staging(out)
+    stage = out / f"{RELEASE_STAGING}.{os.getpid()}.{secrets.token_hex(4)}"
+    stage.mkdir(mode=0o700)
+    try:
+        names = []
+        if table is not None:
+            if not streamed:
+                table(stage / "synthetic.csv") if callable(table) else write_csv(stage / "synthetic.csv", table)
+            names.append("synthetic.csv")
+        names += write_records(stage, report, summary, ledger_extra)
+        names += extras(stage) if extras is not None else []
+        staged = [n for n in dict.fromkeys(names) if not (streamed and n == "synthetic.csv")]
+        for name in staged:
+            _fsync(stage / name)
+        # commit: the manifest first names every file the folder may hold meanwhile (so none reads as foreign),
+        # each file replaces its namesake atomically, the previous run's others go, and the manifest is set last
+        before = written_by_tool(out)
+        record_outputs(out, sorted(before | set(names)))
+        for name in staged:
+            (out / name).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(stage / name, out / name)
+        for name in before - set(names):
+            if name == Path(name).name and (out / name).is_file():
+                (out / name).unlink()
+        record_outputs(out, names)
+        _fsync(out)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
     return out
+
+
+def _fsync(path: Path) -> None:
+    """Flush a written file (or a folder's entries) to the disk: a crash after the rename keeps whole files."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sweep_staging(out: Path) -> None:
+    """Remove the staging folders of release writers that are gone (killed mid-write)."""
+    for stage in out.glob(f"{RELEASE_STAGING}.*"):
+        pid = stage.name[len(RELEASE_STAGING) + 1:].split(".")[0]
+        if stage.is_dir() and pid.isdigit() and not process_alive(int(pid)):
+            shutil.rmtree(stage, ignore_errors=True)
 
 
 def write_outputs(result: RunResult, out: Path, holdout: Dataset | None = None,
@@ -135,17 +178,17 @@ def write_outputs(result: RunResult, out: Path, holdout: Dataset | None = None,
     `holdout`: the real rows the synthesizer never saw, for the HTML report's reference points."""
     from .html import write_run_html
 
-    table = out / "synthetic.csv"
-    if result.synthetic_path != table:   # else a streamed run wrote it already, block by block (clearing the folder)
-        Path(out).mkdir(parents=True, exist_ok=True)
-        clear_previous_outputs(out)
-        # from the decoded columns, without pandas where the table needs none (docs/speed.md, fifth pass)
-        result.synthetic_path = result.write_synthetic_csv(table)
+    table = Path(out) / "synthetic.csv"
+    streamed = result.synthetic_path == table   # a streamed run wrote it already, block by block
 
     def html(folder: Path) -> list[str]:
         write_run_html(result, folder, holdout)
         return ["report.html"] + (extras(folder) if extras is not None else [])
-    return write_release(out, result.report, summary_markdown(result), table, html)
+    # from the decoded columns, without pandas where the table needs none (docs/speed.md, fifth pass)
+    written = write_release(out, result.report, summary_markdown(result),
+                            table if streamed else result.write_synthetic_csv, html)
+    result.synthetic_path = table
+    return written
 
 
 def json_default(o: Any) -> Any:

@@ -13,6 +13,7 @@ import itertools
 import os
 import queue
 import shutil
+import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from vertisynth.core.chunks import adoptable, hand_over, spill_slices
+from vertisynth.core.cluster import DASK_WAIT_ENV, dask_wait_s
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.encoding import CSV_NULLS, TableCodec, TableSchema
@@ -159,8 +161,6 @@ def code_dtype(domain: Domain) -> type:
     return np.uint8 if top <= 256 else np.uint16 if top <= 65536 else np.int64
 
 
-# the longest the encoding's early map waits for the next spilled rows of a first pass (a chunk of chunk_rows)
-SPILL_NEWS_TIMEOUT_S = 900.0
 
 
 def _remove_spill(folder: Path, owner: int) -> None:
@@ -480,14 +480,26 @@ class coded_chunks:
         news: queue.SimpleQueue = queue.SimpleQueue()
         self._watchers.append(lambda path, first, k: news.put((path, first, k)))
         domain, dtype = self.codec.domain, code_dtype(self.codec.domain)
+        wait = dask_wait_s()
 
         def gen() -> Iterator:
+            told = False
             while True:
-                try:   # bounded: a first pass that stops telling (a lost watcher) is an error, not a hang
-                    path, first, k = news.get(timeout=SPILL_NEWS_TIMEOUT_S)
-                except queue.Empty:
-                    raise DataError(f"{str(self.path)!r}: no rows spilled for {SPILL_NEWS_TIMEOUT_S:.0f} s while the "
-                                    "encoding waited for the first pass (docs/scale.md)") from None
+                quiet = time.monotonic() + wait
+                while True:   # bounded: a first pass that stops telling (a lost watcher) is an error, not a hang
+                    spilled = self._spilled
+                    try:
+                        path, first, k = news.get(timeout=min(1.0, wait))
+                        break
+                    except queue.Empty:
+                        pass
+                    if spilled is not None and not told:   # a pass began before this watcher and completed:
+                        yield from spilled.slices(rows)     # it never tells; its spill is whole
+                        return
+                    if time.monotonic() > quiet:
+                        raise DataError(f"{str(self.path)!r}: no rows spilled for {wait:.0f} s while the encoding "
+                                        f"waited for the first pass ({DASK_WAIT_ENV}; docs/scale.md)") from None
+                told = True
                 if path is None:
                     raise DataError(f"{str(self.path)!r}: its first pass was abandoned before the rows were spilled")
                 if k == 0:

@@ -52,12 +52,17 @@ def encode_party_files(files: PartyFiles, schema: TableSchema, partition: Vertic
         raise DataError(f"the dataset has tables for parties {sorted(files.paths)} but the config's parties are "
                         f"{names}")
     codecs, spills = {}, {}
-    for party in partition:
-        own = list(party.attributes)
-        path = Path(files.paths[party.name])
-        sub = TableSchema(tuple(c for c in schema.columns if c.name in own))
-        codecs[party.name] = fit_codec(sub, path, own, ledger, rng, chunk_rows, exact=False)
-        spills[party.name] = coded_chunks(path, codecs[party.name], chunk_rows).complete()   # a bad value: here
+    try:
+        for party in partition:
+            own = list(party.attributes)
+            path = Path(files.paths[party.name])
+            sub = TableSchema(tuple(c for c in schema.columns if c.name in own))
+            codecs[party.name] = fit_codec(sub, path, own, ledger, rng, chunk_rows, exact=False)
+            spills[party.name] = coded_chunks(path, codecs[party.name], chunk_rows).complete()   # a bad value: here
+    except BaseException:   # the parties' spills made so far go now, not when collected
+        for done in spills.values():
+            done.close()
+        raise
     by_name = {c.schema.name: c for pc in codecs.values() for c in pc.columns}
     return codecs, spills, TableCodec(tuple(by_name[c.name] for c in schema.columns))
 

@@ -78,7 +78,7 @@ class Relay:
             raise MessageError(f"{len(nodes)} SuperNode(s) connected, the config has {len(parties)} parties "
                                f"{parties}: start one SuperNode per party (and no other) before the run")
         if LOCAL in nodes or (local is not None and local.party in parties):
-            raise ConfigError(f"the local participant {getattr(local, 'party', LOCAL)!r} clashes with a party")
+            raise ConfigError(f"the local participant {local.party if local is not None else LOCAL!r} clashes with a party")
         self.parties, self.nodes, self.ask, self.timeout, self.local = parties, nodes, ask, timeout, local
         self.envelopes: dict[str, bytes] = {}
         self.delivered: dict[int, set[str]] = {n: set() for n in [*nodes, LOCAL]}

@@ -22,7 +22,8 @@ from vertisynth.core.chunks import Chunks
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import ConfigError, DataError
-from vertisynth.core.cluster import EarlyMap, dask_client, map_slice, same_map, task_slices, window_for
+from vertisynth.core.cluster import (EarlyMap, dask_client, dask_wait_s, future_result, map_slice, same_map,
+                                     task_slices, window_for)
 
 
 @attrs.frozen
@@ -76,22 +77,28 @@ class ChunkJob:
 
     def _merge_in_order(self, futures: Iterable[Any], window: int) -> Any:
         """Partial results of `futures` (submitted lazily, at most `window` in flight) combined in their order;
-        None when there were none."""
-        acc, pending = None, []
+        None when there were none. Each result is waited for at most `dask_wait_s()` seconds; past that, or on a
+        task's error, the tasks in flight are cancelled and a one-line DataError says which chunk was awaited."""
+        acc, pending, done, wait = None, [], 0, dask_wait_s()
 
         def merge_first() -> None:
-            nonlocal acc
+            nonlocal acc, done
             fut = pending.pop(0)
-            part = fut.result()
+            part = future_result(fut, wait, f"the map of chunk {done} (of the tasks queued so far)")
             acc = part if acc is None else self.combine(acc, part)
             fut.release()
+            done += 1
 
-        for fut in futures:
-            pending.append(fut)
-            if len(pending) >= window:
+        try:
+            for fut in futures:
+                pending.append(fut)
+                if len(pending) >= window:
+                    merge_first()
+            while pending:
                 merge_first()
-        while pending:
-            merge_first()
+        finally:
+            for fut in pending:   # an error or a timeout: nothing queued keeps a worker busy
+                fut.cancel()
         return acc
 
     def run_dask(self, chunks: Iterable[tuple[np.ndarray, Dataset]], scheduler: Any, window: int | None = None) -> Any:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import multiprocessing
 import pickle
+import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Sequence
@@ -98,6 +99,11 @@ def _recording(ledger: PrivacyLedger) -> _RecordingLedger:
                             noise=ledger.noise)
 
 
+# after a party's process failed, how long the others still running may take to finish (their results, and the
+# spills they hand over, are then adopted, so the run removes those spills when it ends)
+FAILED_PARTY_GRACE_S = 30.0
+
+
 def _forked(step: Callable[[str, PrivacyLedger], list[Message]], names: Sequence[str],
             ledger: PrivacyLedger) -> dict[str, tuple[list[Message], list[Any]]]:
     """One forked child per party (it inherits the data: nothing is copied in), the results back by pipe."""
@@ -110,8 +116,14 @@ def _forked(step: Callable[[str, PrivacyLedger], list[Message]], names: Sequence
         send.close()
         running.append((p, proc, recv))
     out: dict[str, tuple[list[Message], list[Any]]] = {}
+    failed: Exception | None = None
+    grace = 0.0
     try:
         for p, proc, recv in running:
+            if failed is not None and not recv.poll(max(grace - time.monotonic(), 0.0)):
+                # still stepping after the grace: stopped below; a spill it had not handed over yet is its own
+                # (swept once it is gone), one handed over stays marked this process's until it exits
+                continue
             blob = None
             while blob is None:   # bounded by the child's life: a dead child without a result is an error
                 if recv.poll(0.2):
@@ -123,14 +135,24 @@ def _forked(step: Callable[[str, PrivacyLedger], list[Message]], names: Sequence
                     blob = b""
             proc.join(timeout=30)
             if not blob:
-                raise DataError(f"party {p!r}: its process ended (exit code {proc.exitcode}) without a result")
+                failed = failed or DataError(f"party {p!r}: its process ended (exit code {proc.exitcode}) without "
+                                             "a result")
+                grace = grace or time.monotonic() + FAILED_PARTY_GRACE_S
+                continue
             status, payload = pickle.loads(blob)
             if status != "ok":
                 kind, text = payload
-                raise (kind if isinstance(kind, type) and issubclass(kind, VertisynthError) else DataError)(text)
+                failed = failed or (kind if isinstance(kind, type) and issubclass(kind, VertisynthError)
+                                    else DataError)(text)
+                grace = grace or time.monotonic() + FAILED_PARTY_GRACE_S
+                continue
             messages, spent, spills = payload
-            adopt_all(spills)   # the child's spilled rows, for this process's later passes
+            # the child's spilled rows, for this process's later passes; adopted after another party's failure
+            # too, so that the run removes them when it ends (handed over, no other process would)
+            adopt_all(spills)
             out[p] = (messages, spent)
+        if failed is not None:
+            raise failed
     finally:
         for _, proc, recv in running:
             recv.close()
