@@ -444,7 +444,7 @@ def _projected(k1: np.ndarray, k2: np.ndarray, m: int, n: int, a: float, delta: 
 # Turnbull 2000, ch. 10): the violation test at the end is unchanged (α exactly as before), and the chance that
 # the sequential audit passes where the full-size one would flag is at most 2a per pair and claim (a over the
 # looks' bounds if the event really violates, else the full test's own false alarm), so at most α in all.
-SEQUENTIAL_LOOKS = (1 / 8, 1 / 4, 1 / 2)
+SEQUENTIAL_LOOKS = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2)
 
 
 def _looks(n: int, sequential: bool) -> list[int]:
@@ -697,7 +697,7 @@ def audit(
     `n_samples` (default: the level's count) fresh samples per side per pair are drawn in phase 2,
     `selection_samples` (default n_samples // 4) in phase 1. Fixed `seed`: the same call gives the
     same verdict; never rerun a failed audit with another seed.
-    `sequential`: phase 2 looks at 1/8, 1/4 and 1/2 of n and stops a pair once every claim's event is cleared
+    `sequential`: phase 2 looks at 1/32, 1/16, ..., 1/2 of n and stops a pair once every claim's event is cleared
     (`SEQUENTIAL_LOOKS`): the same α, at most α less power, far fewer samples where the claim is loose.
     """
     if not isinstance(mechanism, AuditableMechanism):
