@@ -74,7 +74,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not config.getoption("--vertisynth-longest-first"):
         return
     ranked = sorted(items, key=_cost, reverse=True)   # stable: unmarked tests keep their order, last
-    workers = config.getoption("numprocesses", None) or 1
+    # an xdist worker collects on its own: it knows the worker count from workerinput, the controller from -n
+    workers = getattr(config, "workerinput", {}).get("workercount") or config.getoption("numprocesses", None) or 1
     workers = workers if isinstance(workers, int) and workers > 1 else 1
     # xdist gives worker w the w-th contiguous block: deal the ranked tests round-robin into those blocks
     items[:] = [t for w in range(workers) for t in ranked[w::workers]]
