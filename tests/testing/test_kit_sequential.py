@@ -64,3 +64,33 @@ def test_unique_rows_is_numpys_row_unique(rows, cols, lo, hi, dtype):
     got_u, got_inv = _unique_rows(x)
     assert np.array_equal(got_u, uniq) and got_u.dtype == uniq.dtype
     assert np.array_equal(got_inv, inv.ravel())
+
+
+class _Item:
+    def __init__(self, cost):
+        self.cost = cost
+
+    def get_closest_marker(self, name):
+        return pytest.mark.audit_cost(self.cost).mark if name == "audit_cost" and self.cost is not None else None
+
+
+class _Config:
+    def __init__(self, workerinput=None, numprocesses=None):
+        if workerinput is not None:
+            self.workerinput = workerinput
+        self.options = {"--vertisynth-longest-first": True, "numprocesses": numprocesses}
+
+    def getoption(self, name, default=None):
+        return self.options.get(name, default)
+
+
+@pytest.mark.parametrize("config", [_Config({"workercount": 2}), _Config(numprocesses=2)], ids=["worker", "controller"])
+def test_longest_first_deals_the_ranked_tests_into_the_workers_blocks(config):
+    """xdist hands worker w the w-th contiguous block of the collection: each block is longest first, the longest
+    tests alternate between the blocks, unmarked tests come last in their original order. A worker knows the worker
+    count from `workerinput` only (-n is not passed to it)."""
+    from vertisynth.testing.plugin import pytest_collection_modifyitems
+
+    items = [_Item(c) for c in (1, 9, None, 3, 7, 10, 2)]
+    pytest_collection_modifyitems(config, items)
+    assert [i.cost for i in items] == [10, 7, 2, None, 9, 3, 1]
