@@ -100,10 +100,10 @@ def _pairs():
                           "add_remove", "3 vs 4 records")]
 
 
-def _audit(kind, claimed, used, n):
+def _audit(kind, claimed, used, n, sequential=False):
     costs = [ZCDP(claimed)] if kind == "gaussian" else [PureDP(claimed)]
     return audit(_DiscreteCount(kind, claimed, used), _pairs(), claims=claimed_profile(costs, 1e-5),
-                 n_samples=n, seed=5, name=f"discrete {kind}")
+                 n_samples=n, seed=5, name=f"discrete {kind}", sequential=sequential)
 
 
 @pytest.mark.parametrize("kind, budget", [("laplace", 1.0), ("gaussian", 0.5)])
@@ -115,9 +115,10 @@ def test_discrete_mechanisms_pass_the_audit_and_an_overclaim_fails(kind, budget)
 
 
 @pytest.mark.slow
+@pytest.mark.audit_cost(50)
 @pytest.mark.parametrize("kind, budget", [("laplace", 0.5), ("laplace", 2.0), ("gaussian", 0.1), ("gaussian", 2.0)])
 def test_discrete_mechanisms_thorough_audit(kind, budget):
-    report = _audit(kind, budget, budget, 1_000_000)
+    report = _audit(kind, budget, budget, 1_000_000, sequential=True)
     assert report.passed, report.message()
 
 

@@ -103,17 +103,26 @@ def test_builtin_conformance(subject, check):
     check(subject)
 
 
+# independent's Gaussian measurement on its one add/remove pair here is the first pair of
+# test_independent_gaussian_measurement_audit_full (same code, budget, claims and samples; the rare cell differs,
+# which independent's equal per-cell noise cannot tell): run once, there
+AUDITED_ELSEWHERE = {"synthesizer:independent[mechanism=gaussian]"}
+AUDIT_CPU = {"synthesizer:private_pgm": 160, "synthesizer:dpsyn": 60, "encoder:grr": 35}   # CPU s, old size
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("subject", [s for s in BUILTINS if s.kind in ("synthesizer", "encoder")
-                                     and (s.kind, s.name) not in SKIP], ids=lambda s: s.label())
+@pytest.mark.parametrize("subject", [pytest.param(s, id=s.label(), marks=pytest.mark.audit_cost(AUDIT_CPU.get(s.label(), 20)))
+                                     for s in BUILTINS if s.kind in ("synthesizer", "encoder")
+                                     and (s.kind, s.name) not in SKIP and s.label() not in AUDITED_ELSEWHERE])
 def test_builtin_audits_at_the_chosen_level(subject):
     """The measurement-step audits at the full level (`pytest -m slow --vertisynth-audit=standard`);
-    looped real code, so minutes, not seconds (private_pgm: ~2.5 ms per measurement). The components
-    in SKIP have their own reduced slow audits."""
-    check_privacy_audit(attrs.evolve(subject, audit_samples=None, audit_pairs=2))
+    looped real code, so minutes, not seconds (private_pgm: ~2.5 ms per measurement), sequential (a pair stops
+    once every claim is cleared). The components in SKIP have their own reduced slow audits."""
+    check_privacy_audit(attrs.evolve(subject, audit_samples=None, audit_pairs=2, audit_sequential=True))
 
 
 @pytest.mark.slow
+@pytest.mark.audit_cost(55)
 def test_dpfm_audit_slow():
     """The DP FM sketches audited in the view their DP protects: the server's, who never holds the hash key. Each
     sample draws a fresh key (the encoder's key agreement on that sample's stream), so the hash of a record is
@@ -138,19 +147,21 @@ def test_dpfm_audit_slow():
             return _flat([component.encode(p, views[p], ledger, rng) for p in part.names])
         return looped(one)
 
-    check_privacy_audit(attrs.evolve(subject, audit_mechanism=server_view))
+    check_privacy_audit(attrs.evolve(subject, audit_mechanism=server_view, audit_sequential=True))
 
 
 @pytest.mark.slow
+@pytest.mark.audit_cost(62)
 def test_privmrf_audit_slow():
     subject = [s for s in BUILTINS if (s.kind, s.name) == ("synthesizer", "privmrf")][0]
     check_privacy_audit(attrs.evolve(subject, params={"iters": 20, "refine_iters": 10}, domain=TWO,
-                                     parties=TWO_PARTIES, audit_samples=4000))
+                                     parties=TWO_PARTIES, audit_samples=4000, audit_sequential=True))
 
 
 # -- the audit of independent's Gaussian measurement step ---------------------------------------
 def _independent_gaussian_audit(level: str, n_samples: int | None, config: IndependentConfig,
-                                budget: Budget, synth_cls=IndependentSynthesizer, pairs: int = 2):
+                                budget: Budget, synth_cls=IndependentSynthesizer, pairs: int = 2,
+                                sequential: bool = False):
     """Audit the measurement step on neighbours that differ in one person's record (all parties'
     columns), against the declared ρ converted to (ε(δ), δ) at the budget's δ and at δ = 1e-3, 1e-2
     (every point is promised by ρ-zCDP; the larger δ are where Gaussian over-spending shows)."""
@@ -169,12 +180,15 @@ def _independent_gaussian_audit(level: str, n_samples: int | None, config: Indep
         return independent_measure(synth, VerticalData(part, part.views(data)), AuditLedger(budget), rng)
 
     return audit(looped(one), adversarial_pairs(subject.domain, subject.data())[:pairs], claims=claims,
-                 level=level, n_samples=n_samples, seed=99, name="independent gaussian measurement")
+                 level=level, n_samples=n_samples, seed=99, name="independent gaussian measurement",
+                 sequential=sequential)
 
 
 @pytest.mark.slow
+@pytest.mark.audit_cost(40)
 def test_independent_gaussian_measurement_audit_full(audit_level):
-    report = _independent_gaussian_audit(audit_level, None, IndependentConfig("gaussian"), Budget(1.0, 1e-5))
+    report = _independent_gaussian_audit(audit_level, None, IndependentConfig("gaussian"), Budget(1.0, 1e-5),
+                                         sequential=True)
     assert report.passed, report.message()
 
 

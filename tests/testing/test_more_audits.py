@@ -32,6 +32,7 @@ def test_dp_median_passes_its_audit_and_an_overclaim_fails():
 
 
 @pytest.mark.slow   # ~15 CPU s: 80,000 looped draws of three quantiles (CI's audit step)
+@pytest.mark.audit_cost(15)
 def test_dp_quantiles_split_recursively_pass_their_audit_and_an_overclaim_fails():
     """Three quantiles: two recursion levels at ε/2 each over disjoint values (core/encoding.py). The added
     record (9) lands above the median, so it moves the median's draw and then the upper side's."""

@@ -318,14 +318,33 @@ def _threshold_counts(s1: np.ndarray, s2: np.ndarray, n_thresholds: int, tails: 
     return qs, c1, c2
 
 
+def _unique_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(x, axis=0, return_inverse=True)` for integer rows, the same rows in the same (lexicographic)
+    order: each row as one mixed-radix int64 key (column 0 most significant) when the ranges fit, which sorts
+    ~10x faster than numpy's row-wise unique (a structured view) on the audit's 10⁵-10⁶ outputs."""
+    if not len(x) or not x.shape[1]:
+        uniq, inv = np.unique(x, axis=0, return_inverse=True)
+        return uniq, inv.ravel()
+    lo = x.min(axis=0)
+    place, total = [], 1   # place value of each column, in Python ints (exact)
+    for span in (int(h) - int(l) + 1 for h, l in zip(x.max(axis=0)[::-1], lo[::-1])):
+        place.append(total)
+        total *= span
+    if total >= 2**62:
+        uniq, inv = np.unique(x, axis=0, return_inverse=True)
+        return uniq, inv.ravel()
+    _, first, inv = np.unique((x - lo).astype(np.int64) @ np.array(place[::-1], np.int64), return_index=True,
+                              return_inverse=True)
+    return x[first], inv.ravel()
+
+
 def _candidates(x1: np.ndarray, x2: np.ndarray, n_thresholds: int, max_outcomes: int) -> tuple[list[Event], np.ndarray, np.ndarray]:
     """Candidate events and their counts on the phase-1 samples of both sides."""
     events: list[Event] = []
     c1: list[np.ndarray] = []
     c2: list[np.ndarray] = []
     if x1.dtype.kind in "iu" and x2.dtype.kind in "iu":
-        uniq, inv = np.unique(np.concatenate([x1, x2]), axis=0, return_inverse=True)
-        inv = inv.ravel()
+        uniq, inv = _unique_rows(np.concatenate([x1, x2]))
         if len(uniq) <= max_outcomes:
             events += [Event("outcome", row) for row in uniq]
             c1.append(np.bincount(inv[: len(x1)], minlength=len(uniq)))
@@ -416,6 +435,29 @@ def _projected(k1: np.ndarray, k2: np.ndarray, m: int, n: int, a: float, delta: 
     return epsilon_lower_bound(p1 * n, p2 * n, n, a, delta)
 
 
+# -- sequential phase 2 ----------------------------------------------------------------------------
+# Looks of a sequential phase 2 (fractions of n) before the full size. At each, a claim whose chosen event is
+# already *cleared* needs no more samples: with the one-sided Clopper-Pearson bounds at level a / LOOKS,
+# CP_upper(k₁) − δ <= e^ε · CP_lower(k₂), so unless one of those two bounds is wrong the event's true
+# P[M(D) ∈ E] − δ is at most e^ε · P[M(D') ∈ E], and the full-size test on it could only flag by a false alarm.
+# Stopping for futility on a confidence bound (stochastic curtailment, Lan, Simon & Halperin 1982; Jennison &
+# Turnbull 2000, ch. 10): the violation test at the end is unchanged (α exactly as before), and the chance that
+# the sequential audit passes where the full-size one would flag is at most 2a per pair and claim (a over the
+# looks' bounds if the event really violates, else the full test's own false alarm), so at most α in all.
+SEQUENTIAL_LOOKS = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2)
+
+
+def _looks(n: int, sequential: bool) -> list[int]:
+    if not sequential:
+        return [n]
+    return sorted({max(1, int(n * f)) for f in SEQUENTIAL_LOOKS} | {n})
+
+
+def _cleared(k1: int, k2: int, n: int, epsilon: float, delta: float, a: float) -> bool:
+    """The event's ratio is within the claim (ε, δ) with confidence 1 − 2a on these n samples."""
+    return float(cp_upper(k1, n, a)) - delta <= math.exp(epsilon) * float(cp_lower(k2, n, a))
+
+
 # -- results ----------------------------------------------------------------------------------
 @attrs.frozen
 class PairResult:
@@ -431,6 +473,7 @@ class PairResult:
     epsilon: float
     delta: float
     alpha_per_interval: float
+    n_planned: int | None = None  # sequential audits: the planned phase-2 size, where it stopped before it (n)
 
     @property
     def violation(self) -> bool:
@@ -438,9 +481,10 @@ class PairResult:
 
     def describe(self) -> str:
         first, second = ("M(D')", "M(D)") if self.swapped else ("M(D)", "M(D')")
+        early = f" (cleared after {self.n} of {self.n_planned} samples)" if self.n_planned else ""
         return (f"pair [{self.pair}], event [{self.event}]: {first} in event {self.k1}/{self.n}, "
                 f"{second} in event {self.k2}/{self.n}; Clopper-Pearson p1 >= {self.p1_lower:.5g}, "
-                f"p2 <= {self.p2_upper:.5g}; ε_lb = ln((p1 − δ)/p2) = {self.epsilon_lb:.4g}")
+                f"p2 <= {self.p2_upper:.5g}; ε_lb = ln((p1 − δ)/p2) = {self.epsilon_lb:.4g}{early}")
 
 
 class PrivacyViolation(AssertionError):
@@ -456,6 +500,7 @@ class AuditReport:
     n_samples: int
     n_pairs: int
     results: tuple[PairResult, ...]  # one per pair and claim
+    sequential: bool = False
 
     @property
     def epsilon(self) -> float:
@@ -481,7 +526,8 @@ class AuditReport:
     def message(self) -> str:
         claims = "; ".join(f"(ε={e:.4g}, δ={d:.3g})" for e, d in self.claims)
         head = (f"privacy audit of {self.name}: claimed {claims}; "
-                f"level {self.level} ({self.n_samples} fresh samples per side per pair); "
+                f"level {self.level} ({self.n_samples} fresh samples per side per pair"
+                f"{', sequential: a pair stops once every claim is cleared' if self.sequential else ''}); "
                 f"false-alarm probability α = {self.alpha:.3g} for the whole check "
                 f"(split over {self.n_pairs} pair(s) x {len(self.claims)} claim(s) x 2 intervals)")
         if self.passed:
@@ -633,6 +679,7 @@ def audit(
     summaries: Sequence[Callable[[Any], Any]] = (),
     features: Callable[[Any], Any] | None = None,
     learned: bool = True,
+    sequential: bool = False,
 ) -> AuditReport:
     """Audit `mechanism`'s claim of (ε, δ)-DP on the given neighbouring pairs (see module doc).
 
@@ -650,6 +697,8 @@ def audit(
     `n_samples` (default: the level's count) fresh samples per side per pair are drawn in phase 2,
     `selection_samples` (default n_samples // 4) in phase 1. Fixed `seed`: the same call gives the
     same verdict; never rerun a failed audit with another seed.
+    `sequential`: phase 2 looks at 1/32, 1/16, ..., 1/2 of n and stops a pair once every claim's event is cleared
+    (`SEQUENTIAL_LOOKS`): the same α, at most α less power, far fewer samples where the claim is loose.
     """
     if not isinstance(mechanism, AuditableMechanism):
         raise ConfigError(f"audit: {mechanism!r} has no sample(dataset, n_samples, rng) method")
@@ -725,20 +774,34 @@ def audit(
             bwd = np.concatenate([_handicap(_projected(c2, c1, mg, n, a, d), h) for _, c1, c2, mg, h in groups])
             best = int(np.argmax(np.concatenate([fwd, bwd])))
             chosen.append((cands[best % len(cands)], best >= len(cands)))
-        # Phase 2: fresh samples, the pre-chosen events, one test per claim.
-        w1 = _views(mechanism.sample(pair.base, n, r_test1), n, features, has_user)
-        w2 = _views(mechanism.sample(pair.neighbour, n, r_test2), n, features, has_user)
-        for view in ("builtin", "learned"):
-            if not w1[view].shape[1] == w2[view].shape[1] == shape[view][2]:
-                raise DataError(f"audit: phase-2 outputs have widths {w1[view].shape[1]} and {w2[view].shape[1]}, "
-                                f"phase 1 had {shape[view][2]} (a feature map must give a fixed width)")
-            w1[view], w2[view] = _prepare(w1[view], *shape[view][:2]), _prepare(w2[view], *shape[view][:2])
-        for (e, d), (event, swapped) in zip(claims, chosen):
-            k1, k2 = int(event.indicator(w1).sum()), int(event.indicator(w2).sum())
-            if swapped:
-                k1, k2 = k2, k1
-            lb = float(epsilon_lower_bound(k1, k2, n, a, d))
-            results.append(PairResult(pair.describe(), event.describe(), swapped, k1, k2, n,
-                                      float(cp_lower(k1, n, a)), float(cp_upper(k2, n, a)), lb, e, d, a))
+        # Phase 2: fresh samples, the pre-chosen events, one test per claim (sequential: in looks, see _looks).
+        looks = _looks(n, sequential)
+        k = np.zeros((len(claims), 2), np.int64)
+        seen = 0
+        for look in looks:
+            step, seen = look - seen, look
+            w1 = _views(mechanism.sample(pair.base, step, r_test1), step, features, has_user)
+            w2 = _views(mechanism.sample(pair.neighbour, step, r_test2), step, features, has_user)
+            for view in ("builtin", "learned"):
+                if not w1[view].shape[1] == w2[view].shape[1] == shape[view][2]:
+                    raise DataError(f"audit: phase-2 outputs have widths {w1[view].shape[1]} and "
+                                    f"{w2[view].shape[1]}, phase 1 had {shape[view][2]} (a feature map must give "
+                                    f"a fixed width)")
+                w1[view], w2[view] = _prepare(w1[view], *shape[view][:2]), _prepare(w2[view], *shape[view][:2])
+            counted: dict[int, tuple[int, int]] = {}   # claims that chose the same event count it once
+            for j, (event, swapped) in enumerate(chosen):
+                if id(event) not in counted:
+                    counted[id(event)] = (int(event.indicator(w1).sum()), int(event.indicator(w2).sum()))
+                c1, c2 = counted[id(event)]
+                k[j] += (c2, c1) if swapped else (c1, c2)
+            if seen < n and all(_cleared(k[j, 0], k[j, 1], seen, e, d, a / len(SEQUENTIAL_LOOKS))
+                                for j, (e, d) in enumerate(claims)):
+                break
+        for j, ((e, d), (event, swapped)) in enumerate(zip(claims, chosen)):
+            k1, k2 = int(k[j, 0]), int(k[j, 1])
+            lb = float(epsilon_lower_bound(k1, k2, seen, a, d))
+            results.append(PairResult(pair.describe(), event.describe(), swapped, k1, k2, seen,
+                                      float(cp_lower(k1, seen, a)), float(cp_upper(k2, seen, a)), lb, e, d, a,
+                                      n if seen < n else None))
     label = name or getattr(mechanism, "name", None) or type(mechanism).__name__
-    return AuditReport(str(label), tuple(claims), float(alpha), level, n, len(pairs), tuple(results))
+    return AuditReport(str(label), tuple(claims), float(alpha), level, n, len(pairs), tuple(results), sequential)

@@ -95,6 +95,8 @@ class Subject:
         (replaces the looped real path; prove elsewhere that it matches it).
     audit_samples: fresh samples per side per pair (default: the audit level's count).
     audit_pairs: how many of the adversarial pairs to audit (they are ordered by suspicion).
+    audit_sequential: phase 2 in looks, a pair stopping once every claim is cleared (`audit(sequential=)`:
+        the same α, at most α less power; for looped audits whose claims are loose).
     neighbours: the neighbouring relation the component's guarantee is stated for: "add_remove"
         (unbounded DP, the project's default) or "substitute" (bounded DP, e.g. local randomizers that
         release one row per aligned record, whose record count is public).
@@ -115,6 +117,7 @@ class Subject:
     audit_samples: int | None = None
     audit_pairs: int = 2
     audit_seed: int = 20261122
+    audit_sequential: bool = False
     neighbours: str = attrs.field(default="add_remove", validator=attrs.validators.in_(("add_remove", "substitute")))
 
     @property
@@ -473,7 +476,7 @@ def check_privacy_audit(subject: Subject) -> None:
     level = default_level()
     n = subject.audit_samples or audit_samples_for(points, level, len(pairs))
     report = audit(_measurement(subject, component), pairs, claims=points, level=level, n_samples=n,
-                   seed=subject.audit_seed, name=subject.label())
+                   seed=subject.audit_seed, name=subject.label(), sequential=subject.audit_sequential)
     if not report.passed and subject.kind == "synthesizer" and subject.measure is None \
             and subject.audit_mechanism is None:
         raise PrivacyViolation(report.message() + "\n  (audited: the number of rows sample(None) draws, then the "

@@ -11,7 +11,11 @@ It adds
   * fixtures: `audit_level` (the chosen level), `privacy_audit` (audit() with that level and a fixed
     seed), `vs_rng` (a seeded numpy Generator), `test_domain`, `test_dataset` (the check test bed);
   * a Hypothesis profile "vertisynth-ci" (derandomised, no deadline, 200 examples, failure blobs
-    printed): select it with `--hypothesis-profile=vertisynth-ci`.
+    printed): select it with `--hypothesis-profile=vertisynth-ci`;
+  * the marker `audit_cost(cpu_seconds)` and the option `--vertisynth-longest-first`: the selected tests
+    run in order of their marked cost, longest first, dealt in turn to the pytest-xdist workers (whose
+    `--dist load`/`worksteal` hand out the collection in contiguous blocks), so that a long audit never
+    starts last and the workers end together.
 """
 from __future__ import annotations
 
@@ -47,8 +51,34 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+    group.addoption(
+        "--vertisynth-longest-first",
+        action="store_true",
+        default=False,
+        help="run tests marked audit_cost(cpu_seconds) longest first, dealt in turn to the xdist workers",
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     set_default_level(config.getoption("--vertisynth-audit"))
+    config.addinivalue_line("markers", "audit_cost(cpu_seconds): a test's CPU seconds, for --vertisynth-longest-first")
+
+
+def _cost(item: pytest.Item) -> float:
+    mark = item.get_closest_marker("audit_cost")
+    return float(mark.args[0]) if mark and mark.args else 0.0
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--vertisynth-longest-first"):
+        return
+    ranked = sorted(items, key=_cost, reverse=True)   # stable: unmarked tests keep their order, last
+    # an xdist worker collects on its own: it knows the worker count from workerinput, the controller from -n
+    workers = getattr(config, "workerinput", {}).get("workercount") or config.getoption("numprocesses", None) or 1
+    workers = workers if isinstance(workers, int) and workers > 1 else 1
+    # xdist gives worker w the w-th contiguous block: deal the ranked tests round-robin into those blocks
+    items[:] = [t for w in range(workers) for t in ranked[w::workers]]
 
 
 def pytest_report_header(config: pytest.Config) -> str:

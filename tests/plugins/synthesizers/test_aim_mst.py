@@ -464,10 +464,11 @@ def _audit_subject(name, cls, config_cls, params, domain, samples):
 
     return Subject("synthesizer", name, cls, config_cls, params, domain=domain,
                    parties=tuple((a,) for a in domain.attributes), measure=_released_model,
-                   audit_samples=samples, audit_pairs=1)
+                   audit_samples=samples, audit_pairs=1, audit_sequential=True)
 
 
 @pytest.mark.slow
+@pytest.mark.audit_cost(50)
 def test_aim_audit_slow():
     """The released model of a 4-round AIM (1-ways, then selections among a0, a1, a0a1 with annealing) audited
     against ρ on adversarial neighbours; looped real code."""
@@ -477,6 +478,7 @@ def test_aim_audit_slow():
 
 
 @pytest.mark.slow
+@pytest.mark.audit_cost(100)
 def test_mst_audit_slow():
     """The released model of MST on three binary attributes (two of three pairs selected)."""
     from vertisynth.testing.checks import check_privacy_audit

@@ -171,6 +171,7 @@ def _vertical_release(synth, data, ledger, rng):
 
 
 @pytest.mark.slow
+@pytest.mark.audit_cost(110)
 def test_vertical_twin_privmrf_audit_slow():
     """The twin's release on three binary attributes over two parties (a0 | a1 a2: the cross-party probes, the
     within-party InDif vector, refinement's within-party L1 vector and probe scores, the two-sided cross-party
@@ -182,4 +183,4 @@ def test_vertical_twin_privmrf_audit_slow():
     check_privacy_audit(Subject("synthesizer", "privmrf (vertical)", PrivMRFSynthesizer, PrivMRFConfig,
                                 {"iters": 20, "refine_iters": 10, "vertical": HE}, domain=three,
                                 parties=(("a0",), ("a1", "a2")), measure=_vertical_release,
-                                audit_samples=2000, audit_pairs=1))
+                                audit_samples=2000, audit_pairs=1, audit_sequential=True))

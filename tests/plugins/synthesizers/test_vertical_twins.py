@@ -90,8 +90,9 @@ def _vertical_release(synth, data, ledger, rng):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name, cls, config_cls, params", [
-    ("aim", AIMSynthesizer, AIMConfig, {"iters": 30, "rounds": 4, "vertical": HE}),
-    ("mst", MSTSynthesizer, MSTConfig, {"iters": 50, "vertical": HE}),
+    pytest.param("aim", AIMSynthesizer, AIMConfig, {"iters": 30, "rounds": 4, "vertical": HE},
+                 marks=pytest.mark.audit_cost(60)),
+    pytest.param("mst", MSTSynthesizer, MSTConfig, {"iters": 50, "vertical": HE}, marks=pytest.mark.audit_cost(105)),
 ])
 def test_vertical_twin_audit_slow(name, cls, config_cls, params):
     """The released model of a vertical twin on three binary attributes over two parties (a0 | a1 a2: the
@@ -103,7 +104,7 @@ def test_vertical_twin_audit_slow(name, cls, config_cls, params):
     three = Domain(("a0", "a1", "a2"), (2, 2, 2))
     check_privacy_audit(Subject("synthesizer", f"{name} (vertical)", cls, config_cls, params, domain=three,
                                 parties=(("a0",), ("a1", "a2")), measure=_vertical_release,
-                                audit_samples=2000, audit_pairs=1))
+                                audit_samples=2000, audit_pairs=1, audit_sequential=True))
 
 
 @pytest.mark.parametrize("cls, config_cls, params", [

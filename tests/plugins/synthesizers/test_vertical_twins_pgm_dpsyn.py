@@ -174,6 +174,7 @@ def test_the_twin_runs_on_secure_noise(name, params):
 
 
 @pytest.mark.slow
+@pytest.mark.audit_cost(70)
 @pytest.mark.parametrize("name, params", SMALL)
 def test_vertical_twin_pgm_dpsyn_audit_slow(name, params):
     """The twin's release on three binary attributes over two parties (a0 | a1 a2: probes, the InDif vector or the
@@ -186,4 +187,4 @@ def test_vertical_twin_pgm_dpsyn_audit_slow(name, params):
     three = Domain(("a0", "a1", "a2"), (2, 2, 2))
     check_privacy_audit(Subject("synthesizer", f"{name} (vertical)", cls, config_cls, params, domain=three,
                                 parties=(("a0",), ("a1", "a2")), measure=_vertical_release,
-                                audit_samples=2000, audit_pairs=1))
+                                audit_samples=2000, audit_pairs=1, audit_sequential=True))
