@@ -61,7 +61,8 @@ def _setup(tmp_path, split, extra=""):
 
 def _deployment(tmp_path, parties, csvs, start=True, configs=None, **node_extra):
     """SuperLink + one SuperNode per party; `configs` (name -> --node-config) replaces the vertical party's."""
-    dep = Deployment(tmp_path, poll=0.5)   # the SuperNodes pull every 0.5 s, not every 3 s (loopback.py)
+    # the SuperNodes pull every 0.5 s, not every 3 s; each message's ClientApp forks warm, not cold (loopback.py)
+    dep = Deployment(tmp_path, poll=0.5, warm=True)
     dep.superlink(trial_tls(tmp_path / "tls", ["127.0.0.1"]))
     for p in parties:
         private, public = node_key(tmp_path / f"private_{p}", p)

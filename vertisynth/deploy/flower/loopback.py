@@ -1,7 +1,12 @@
 """A Flower deployment on 127.0.0.1, for the tests and benchmarks/network.py: a SuperLink with TLS and SuperNode
 authentication, one SuperNode per party, each a separate OS process group, Flower's own commands exactly as the
 README runs them on three machines. Every wait is bounded; `close` kills the process groups started here (and
-the party workers their bridges started), by their ids."""
+the party workers their bridges started), by their ids.
+
+`warm=True` (the tests): Flower still starts one ClientApp process per message and one ServerApp process per run,
+each talking to its SuperNode / SuperLink over the Runtime API with its own token, but forks it from a process
+that imported flwr and vertisynth once (a forkserver in the SuperExec) instead of starting a cold interpreter:
+about 2 CPU s a message less (docs/lab/ci-speed-2026-11-28.md)."""
 from __future__ import annotations
 
 import os
@@ -15,6 +20,7 @@ from pathlib import Path
 from vertisynth.core.errors import MessageError
 
 BIN = Path(sys.executable).parent
+MODULE = "vertisynth.deploy.flower.loopback"   # this file as `python -m` runs it (its __name__ is "__main__" there)
 
 
 def free_port() -> int:
@@ -29,9 +35,10 @@ class Deployment:
     per node for nothing); the tests set 0.5: the same messages, less waiting between them, and more pulls (each a
     TLS request the SuperNode signs and the SuperLink checks: at 0.2 s the Flower step took 1.8x the CPU)."""
 
-    def __init__(self, root: Path, poll: float | None = None):
+    def __init__(self, root: Path, poll: float | None = None, warm: bool = False):
         self.root = root
         self.poll = poll
+        self.warm = warm
         self.home = root / "flwr_home"
         self.home.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -60,7 +67,8 @@ class Deployment:
 
     def superlink(self, tls: dict[str, Path]) -> None:
         self.ca = tls["ca.crt"]
-        self._start("superlink", [str(BIN / "flower-superlink"), "--ssl-ca-certfile", str(tls["ca.crt"]),
+        binary = [sys.executable, "-m", MODULE, "superlink"] if self.warm else [str(BIN / "flower-superlink")]
+        self._start("superlink", [*binary, "--ssl-ca-certfile", str(tls["ca.crt"]),
                                   "--ssl-certfile", str(tls["superlink.crt"]), "--ssl-keyfile", str(tls["superlink.key"]),
                                   "--enable-supernode-auth", "--disable-runtime-dependency-installation",
                                   "--host", "127.0.0.1", "--port", str(self.port)])
@@ -80,8 +88,8 @@ class Deployment:
 
     def supernode(self, name: str, private_key: Path, node_config: dict, ca: Path | None = None) -> subprocess.Popen:
         cfg = " ".join(f'{k}="{v}"' for k, v in node_config.items())
-        binary = [str(BIN / "flower-supernode")] if self.poll is None else [
-            sys.executable, "-m", "vertisynth.deploy.flower.loopback", "supernode", str(self.poll)]
+        binary = [str(BIN / "flower-supernode")] if self.poll is None and not self.warm else [
+            sys.executable, "-m", MODULE, "supernode", str(self.poll or 0), "warm" if self.warm else "cold"]
         return self._start(f"node_{name}", [
             *binary, "--superlink", f"127.0.0.1:{self.port}",
             "--root-certificates", str(ca or self.ca), "--auth-supernode-private-key", str(private_key),
@@ -118,14 +126,16 @@ class Deployment:
                 pass
 
 
-def _supernode_polling_every(poll: float) -> None:
+def _supernode_polling_every(poll: float, warm: bool = False) -> None:
     """`flower-supernode` with its idle sleeps (3 s after a pull that found nothing, 0.5 s waiting for a reply)
-    capped at `poll`: Flower hard-codes them in this one module, so its `time` is wrapped, nothing else."""
+    capped at `poll` (0: Flower's own), its SuperExec warm (`warm`, see _superexec): Flower hard-codes both in this
+    one module, so its `time` and `subprocess` are wrapped, nothing else."""
     import flwr.supernode.start_client_internal as node
     from flwr.supernode.cli import flower_supernode
 
-    if node.time is not time:
-        raise RuntimeError("flwr.supernode.start_client_internal no longer sleeps through `time`: update loopback.py")
+    if node.time is not time or node.subprocess is not subprocess:
+        raise RuntimeError("flwr.supernode.start_client_internal no longer sleeps through `time` or starts its "
+                           "SuperExec through `subprocess`: update loopback.py")
 
     class _Time:
         def __getattr__(self, name: str):
@@ -135,13 +145,114 @@ def _supernode_polling_every(poll: float) -> None:
         def sleep(seconds: float) -> None:
             time.sleep(min(seconds, poll))
 
-    node.time = _Time()
+    class _Subprocess:
+        def __getattr__(self, name: str):
+            return getattr(subprocess, name)
+
+        @staticmethod
+        def Popen(command, *args, **kwargs):   # noqa: N802 - subprocess's name
+            return subprocess.Popen(_warm_superexec(command, "flwr-clientapp"), *args, **kwargs)
+
+    if poll:
+        node.time = _Time()
+    if warm:
+        node.subprocess = _Subprocess()
     sys.argv[0] = "flower-supernode"
     sys.exit(flower_supernode())
 
 
-if __name__ == "__main__" and sys.argv[1:2] == ["supernode"]:
-    # python -m vertisynth.deploy.flower.loopback supernode POLL <flower-supernode arguments>
-    _poll = float(sys.argv[2])
-    del sys.argv[1:3]
-    _supernode_polling_every(_poll)
+# the app processes a SuperExec launches: Flower's entry point, and the vertisynth component it loads
+APPS = {"flwr-clientapp": ("flwr.supernode.cli", "flwr_clientapp", "vertisynth.deploy.flower.clientapp"),
+        "flwr-serverapp": ("flwr.superlink.cli", "flwr_serverapp", "vertisynth.deploy.flower.serverapp")}
+
+
+def _warm_superexec(command: list[str], app: str) -> list[str]:
+    """Flower's `flower-superexec ARGS` command as this module's warm SuperExec for `app`, ARGS unchanged."""
+    if not command or command[0] != "flower-superexec":
+        raise RuntimeError(f"Flower no longer starts its SuperExec as `flower-superexec ...` ({command[:1]}): "
+                           "update loopback.py")
+    return [sys.executable, "-m", MODULE, "superexec", app, *command[1:]]
+
+
+def _superlink_warm() -> None:
+    """`flower-superlink` whose SuperExec (it launches a ServerApp process per run) is warm (_superexec)."""
+    import importlib
+
+    link = importlib.import_module("flwr.superlink.cli.flower_superlink")   # the package's name is its function
+    flower_command = link._get_superexec_command
+
+    def command(*args, **kwargs) -> list[str]:
+        return _warm_superexec(flower_command(*args, **kwargs), "flwr-serverapp")
+
+    link._get_superexec_command = command
+    sys.argv[0] = "flower-superlink"
+    sys.exit(link.flower_superlink())
+
+
+def _run_app(module: str, entry: str, argv: list[str]) -> None:
+    """In a process forked from the forkserver: the app's entry point (Flower's own), with Flower's arguments."""
+    import importlib
+
+    sys.argv = argv
+    getattr(importlib.import_module(module), entry)()
+
+
+class WarmLauncher:
+    """The `subprocess` a SuperExec's SubprocessExecutor launches through: `Popen([app, ...])` becomes a process
+    forked from this launcher's forkserver, which imported `preload` once (entry point `module:entry` runs with
+    the same argv); any other command, or one with options, is left to subprocess.Popen."""
+
+    def __init__(self, app: str, module: str, entry: str, preload: list[str]) -> None:
+        import multiprocessing
+        from multiprocessing import forkserver
+
+        self.app, self.module, self.entry = app, module, entry
+        self.ctx = multiprocessing.get_context("forkserver")
+        self.ctx.set_forkserver_preload(preload)
+        forkserver.ensure_running()   # now, so the first message does not wait for the imports
+
+    def __getattr__(self, name: str):
+        return getattr(subprocess, name)
+
+    def Popen(self, args, *rest, **kwargs):   # noqa: N802 - subprocess's name
+        if not args or args[0] != self.app or rest or kwargs:
+            return subprocess.Popen(args, *rest, **kwargs)
+        proc = self.ctx.Process(target=_run_app, args=(self.module, self.entry, list(args)), name=self.app)
+        proc.start()
+        return proc
+
+
+def _superexec(app: str) -> None:
+    """`flower-superexec` that launches each `app` process (the same command, arguments and token Flower gives it)
+    as a fork of a forkserver that imported Flower's entry point and vertisynth's component once, not as a cold
+    interpreter (about 2 CPU s each, minutes of wall at load 10). Every message still gets a process of its own."""
+    import flwr.supercore.superexec.executor.subprocess_executor as executor
+    from flwr.supercore.cli import flower_superexec
+
+    if executor.subprocess is not subprocess:
+        raise RuntimeError("Flower's SubprocessExecutor no longer launches through `subprocess`: update loopback.py")
+    module, entry, component = APPS[app]
+    executor.subprocess = WarmLauncher(app, module, entry, [module, component])
+    sys.argv[0] = "flower-superexec"
+    sys.exit(flower_superexec())
+
+
+if __name__ == "__main__":
+    # python -m vertisynth.deploy.flower.loopback supernode POLL warm|cold <flower-supernode arguments>
+    #                                           superlink <flower-superlink arguments>
+    #                                           superexec flwr-clientapp|flwr-serverapp <flower-superexec arguments>
+    _what = sys.argv[1:2]
+    if _what == ["supernode"]:
+        _poll, _warm = float(sys.argv[2]), sys.argv[3] == "warm"
+        del sys.argv[1:4]
+        _supernode_polling_every(_poll, _warm)
+    elif _what == ["superlink"]:
+        del sys.argv[1:2]
+        _superlink_warm()
+    elif _what == ["superexec"] and sys.argv[2:3] and sys.argv[2] in APPS:
+        _app = sys.argv[2]
+        del sys.argv[1:3]
+        _superexec(_app)
+    else:
+        sys.exit(f"usage: python -m {MODULE} supernode POLL warm|cold ... | superlink ... | "
+                 f"superexec {'|'.join(APPS)} ...")
