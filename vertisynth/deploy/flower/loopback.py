@@ -29,16 +29,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def slowdown(cpu: float = 0.3) -> float:
+    """Seconds of wall one second of CPU takes a process here now (>= 1; about load / cores on a busy machine):
+    `cpu` s of this thread's CPU in a busy loop, timed. The tests scale their wall-clock bounds by it, so the load
+    of a shared machine, not a fixed guess, sets how long they wait."""
+    t0, c0 = time.monotonic(), time.thread_time()
+    while time.thread_time() - c0 < cpu:
+        pass
+    return max(1.0, (time.monotonic() - t0) / cpu)
+
+
 class Deployment:
     """`poll`: the SuperNodes' idle poll of the SuperLink and their SuperExec's task poll, in seconds. None keeps
     Flower's (3 s and 1 s: a node that found no message sleeps 3 s, so each step of a run waits 1.5 s on average
     per node for nothing); the tests set 0.5: the same messages, less waiting between them, and more pulls (each a
-    TLS request the SuperNode signs and the SuperLink checks: at 0.2 s the Flower step took 1.8x the CPU)."""
+    TLS request the SuperNode signs and the SuperLink checks: at 0.2 s the Flower step took 1.8x the CPU).
+    Its waits for Flower's processes to start scale with the machine's `slowdown()`, measured when it starts."""
 
     def __init__(self, root: Path, poll: float | None = None, warm: bool = False):
         self.root = root
         self.poll = poll
         self.warm = warm
+        self.slowdown = slowdown()
         self.home = root / "flwr_home"
         self.home.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -59,6 +71,7 @@ class Deployment:
         return (self.root / f"{name}.log").read_text(errors="replace")
 
     def wait_for(self, name: str, text: str, timeout: float = 60) -> None:
+        timeout *= self.slowdown   # seconds on a quiet machine
         deadline = time.monotonic() + timeout
         while text not in self.log(name):
             if self.procs[name].poll() is not None or time.monotonic() > deadline:
@@ -78,13 +91,34 @@ class Deployment:
         self.wait_for("superlink", "Application startup complete")
 
     def flwr(self, *args, timeout: float = 60) -> subprocess.CompletedProcess:
-        return subprocess.run([str(BIN / "flwr"), *args], capture_output=True, text=True, env=self.env,
-                              cwd=self.root, timeout=timeout)
+        try:
+            return subprocess.run([str(BIN / "flwr"), *args], capture_output=True, text=True, env=self.env,
+                                  cwd=self.root, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:   # say what was waited for, and what it had said so far
+            said = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+            raise MessageError(f"`flwr {' '.join(map(str, args[:2]))}` did not finish within {timeout:.0f} s: "
+                               f"{said[-3000:]}") from None
 
-    def register(self, public_key: Path) -> None:
-        res = self.flwr("supernode", "register", str(public_key), "local")
-        if res.returncode != 0 or "registered successfully" not in res.stdout:
-            raise MessageError(f"flwr supernode register {public_key}: {res.stdout[-2000:]} {res.stderr[-2000:]}")
+    def register(self, *public_keys: Path, timeout: float = 60) -> None:
+        """`flwr supernode register KEY local` for each key, all at once (each a cold `flwr` process)."""
+        timeout *= self.slowdown   # seconds on a quiet machine
+        procs = {key: subprocess.Popen([str(BIN / "flwr"), "supernode", "register", str(key), "local"],
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env,
+                                       cwd=self.root) for key in public_keys}
+        deadline = time.monotonic() + timeout
+        try:
+            for key, proc in procs.items():
+                try:
+                    said, _ = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    raise MessageError(f"`flwr supernode register {key}` did not finish within {timeout:.0f} s") from None
+                if proc.returncode != 0 or "registered successfully" not in said:
+                    raise MessageError(f"flwr supernode register {key}: {said[-2000:]}")
+        finally:
+            for proc in procs.values():
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(timeout=10)
 
     def supernode(self, name: str, private_key: Path, node_config: dict, ca: Path | None = None) -> subprocess.Popen:
         cfg = " ".join(f'{k}="{v}"' for k, v in node_config.items())
@@ -100,8 +134,15 @@ class Deployment:
         return " ".join(f'{k}="{v}"' if isinstance(v, str) else f"{k}={v}" for k, v in run_config.items())
 
     def run(self, app: Path, run_config: dict, timeout: float = 400) -> subprocess.CompletedProcess:
-        return self.flwr("run", str(app), "local", "--run-config", self._run_config(run_config), "--stream",
-                         timeout=timeout)
+        """`flwr run APP --stream`: returns when the run has ended; a MessageError after `timeout` s of a quiet
+        machine (times the slowdown measured now: the run's processes share the machine with whatever else runs)."""
+        slow = slowdown()
+        try:
+            return self.flwr("run", str(app), "local", "--run-config", self._run_config(run_config), "--stream",
+                             timeout=timeout * slow)
+        except MessageError as exc:
+            raise MessageError(f"{exc} ({timeout:.0f} s x slowdown {slow:.1f} measured at its start); the SuperLink: "
+                               f"{self.log('superlink')[-2000:]}") from None
 
     def start_run(self, app: Path, run_config: dict) -> subprocess.Popen:
         """`flwr run` in the background (its log stream to `flwr_run.log`)."""
