@@ -204,11 +204,8 @@ def _wire_is_envelopes_and_the_run_key(out, split):
     assert [n for n in sent if n.split("__")[1] == "server"] == ["key__server__to__all__server.env"], sent
 
 
-# CI runs this file on two xdist workers (`--dist loadgroup`: its runs mostly wait on processes and polls, not on
-# the CPU); the runs on the shared deployment stay on one worker, so it starts once
-ON_TWO_PARTIES = pytest.mark.xdist_group("two_parties")
-
-
+# CI runs this file on two xdist workers (`-n 2`): each worker starts this deployment once, at its first run on it,
+# and the five runs on it spread over both workers with the others
 @pytest.fixture(scope="module")
 def two_parties(tmp_path_factory):
     """One deployment (SuperLink + the hospital's and the insurer's SuperNodes) for several runs in turn, as an
@@ -237,7 +234,6 @@ def _job(root, split, roster, synthesizer):
     (root / "job.toml").write_text(head + synthesizer + roster)
 
 
-@ON_TWO_PARTIES
 def test_flower_run_equals_the_simulation_two_parties(two_parties):
     root, dep, split, roster = two_parties
     _job(root, split, roster, CONFIG[CONFIG.index("[synthesizer]"):].replace("{{", "{").replace("}}", "}"))
@@ -257,7 +253,6 @@ params = { ways = [2] }
 """
 
 
-@ON_TWO_PARTIES
 def test_flower_he_rounds_equal_the_simulation(two_parties):
     """Encoder "he" (real 2048-bit Paillier): the server role signs its clique queries mid-run, driven by the
     ServerApp as its own worker and relayed like a party; the table equals the one-process crypto "simulated" run.
@@ -398,7 +393,6 @@ params = {{ ways = [2] }}
 TWINS = {"aim": "iters = 20, rounds = 6, degree = 2", "privmrf": "iters = 20, refine_iters = 5"}
 
 
-@ON_TWO_PARTIES
 @pytest.mark.parametrize("use", list(TWINS))
 def test_flower_vertical_twin_equals_the_simulation(two_parties, use):
     """A vertical twin (aim, privmrf with params.vertical, the he measure with real 2048-bit Paillier): the server
