@@ -147,14 +147,15 @@ def test_strangers_are_refused_and_a_party_lost_mid_run_stops_every_role(tmp_pat
         csvs[p] = tmp_path / f"{p}.csv"
     dep = _deployment(tmp_path, list(split), csvs, timeout=40)
     try:
-        # a SuperNode whose key was never registered at the SuperLink is refused
+        # a SuperNode whose key was never registered at the SuperLink is refused; and one with a registered key
+        # that trusts another CA (a SuperLink it cannot verify), before any byte (both started at once)
         stranger, _ = node_key(tmp_path / "private_stranger", "stranger")
-        _refused(dep, "stranger", dep.supernode("stranger", stranger, {"party": "hospital"}),
-                 "Failed to activate SuperNode")
-        # a registered key, but the node trusts another CA (a SuperLink it cannot verify): refused before any byte
         other = trial_tls(tmp_path / "other_tls", ["127.0.0.1"])
-        _refused(dep, "misled", dep.supernode("misled", tmp_path / "private_hospital" / "hospital_node_key",
-                                              {"party": "hospital"}, ca=other["ca.crt"]), "CERTIFICATE_VERIFY_FAILED")
+        refused = {"stranger": dep.supernode("stranger", stranger, {"party": "hospital"}),
+                   "misled": dep.supernode("misled", tmp_path / "private_hospital" / "hospital_node_key",
+                                           {"party": "hospital"}, ca=other["ca.crt"])}
+        _refused(dep, "stranger", refused["stranger"], "Failed to activate SuperNode")
+        _refused(dep, "misled", refused["misled"], "CERTIFICATE_VERIFY_FAILED")
         # the run starts; once the hello round is done, the insurer's SuperNode goes away
         dep.start_run(tmp_path / "app", {"config": str(tmp_path / "job.toml"), "out": str(tmp_path / "out"),
                                          "timeout": 20,
