@@ -186,18 +186,10 @@ def _supernode_polling_every(poll: float, warm: bool = False) -> None:
         def sleep(seconds: float) -> None:
             time.sleep(min(seconds, poll))
 
-    class _Subprocess:
-        def __getattr__(self, name: str):
-            return getattr(subprocess, name)
-
-        @staticmethod
-        def Popen(command, *args, **kwargs):   # noqa: N802 - subprocess's name
-            return subprocess.Popen(_warm_superexec(command, "flwr-clientapp"), *args, **kwargs)
-
     if poll:
         node.time = _Time()
     if warm:
-        node.subprocess = _Subprocess()
+        node.subprocess = _StartsWarmSuperExec("flwr-clientapp")
     sys.argv[0] = "flower-supernode"
     sys.exit(flower_supernode())
 
@@ -215,17 +207,29 @@ def _warm_superexec(command: list[str], app: str) -> list[str]:
     return [sys.executable, "-m", MODULE, "superexec", app, *command[1:]]
 
 
+class _StartsWarmSuperExec:
+    """The `subprocess` of the Flower module that starts the SuperExec: its `flower-superexec ...` becomes this
+    module's warm SuperExec for `app` (_warm_superexec); everything else is subprocess's own."""
+
+    def __init__(self, app: str) -> None:
+        self.app = app
+
+    def __getattr__(self, name: str):
+        return getattr(subprocess, name)
+
+    def Popen(self, command, *args, **kwargs):   # noqa: N802 - subprocess's name
+        return subprocess.Popen(_warm_superexec(command, self.app), *args, **kwargs)
+
+
 def _superlink_warm() -> None:
     """`flower-superlink` whose SuperExec (it launches a ServerApp process per run) is warm (_superexec)."""
     import importlib
 
     link = importlib.import_module("flwr.superlink.cli.flower_superlink")   # the package's name is its function
-    flower_command = link._get_superexec_command
-
-    def command(*args, **kwargs) -> list[str]:
-        return _warm_superexec(flower_command(*args, **kwargs), "flwr-serverapp")
-
-    link._get_superexec_command = command
+    if link.subprocess is not subprocess:
+        raise RuntimeError("flwr.superlink.cli.flower_superlink no longer starts its SuperExec through "
+                           "`subprocess`: update loopback.py")
+    link.subprocess = _StartsWarmSuperExec("flwr-serverapp")
     sys.argv[0] = "flower-superlink"
     sys.exit(link.flower_superlink())
 
