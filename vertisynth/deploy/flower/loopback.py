@@ -6,7 +6,7 @@ the party workers their bridges started), by their ids.
 `warm=True` (the tests): Flower still starts one ClientApp process per message and one ServerApp process per run,
 each talking to its SuperNode / SuperLink over the Runtime API with its own token, but forks it from a process
 that imported flwr and vertisynth once (a forkserver in the SuperExec) instead of starting a cold interpreter:
-about 2 CPU s a message less (docs/lab/ci-speed-2026-11-28.md)."""
+about 2 CPU s a message less (docs/lab/ci-speed-2026-11-28-flower.md)."""
 from __future__ import annotations
 
 import os
