@@ -20,7 +20,7 @@ from vertisynth.deploy.flower.loopback import Deployment, slowdown  # noqa: E402
 from vertisynth.deploy.flower.pki import node_key, trial_tls  # noqa: E402
 from vertisynth.deploy.flower.project import write_app  # noqa: E402
 
-pytestmark = pytest.mark.slow   # about a minute a run (cold Flower processes per message, relayed rounds); CI: .ci/run
+pytestmark = pytest.mark.slow   # up to a few minutes a run at load (Flower processes, relayed rounds); CI: .ci/run
 
 CONFIG = """
 seed = 3
