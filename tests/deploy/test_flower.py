@@ -2,6 +2,7 @@
 (certificates and keys made here), one SuperNode per party reading only its own table, the vertisynth Flower app
 submitted with `flwr run`. The published table equals the one-process simulation under the test secret."""
 import json
+import subprocess
 import threading
 import time
 from types import SimpleNamespace
@@ -15,11 +16,11 @@ from vertisynth.deploy.simulate import simulate
 from vertisynth.run.config import load_config
 
 pytest.importorskip("flwr")
-from vertisynth.deploy.flower.loopback import Deployment  # noqa: E402
+from vertisynth.deploy.flower.loopback import Deployment, slowdown  # noqa: E402
 from vertisynth.deploy.flower.pki import node_key, trial_tls  # noqa: E402
 from vertisynth.deploy.flower.project import write_app  # noqa: E402
 
-pytestmark = pytest.mark.slow   # about a minute a run (cold Flower processes per message, relayed rounds); CI: .ci/run
+pytestmark = pytest.mark.slow   # up to a few minutes a run at load (Flower processes, relayed rounds); CI: .ci/run
 
 CONFIG = """
 seed = 3
@@ -61,11 +62,13 @@ def _setup(tmp_path, split, extra=""):
 
 def _deployment(tmp_path, parties, csvs, start=True, configs=None, **node_extra):
     """SuperLink + one SuperNode per party; `configs` (name -> --node-config) replaces the vertical party's."""
-    dep = Deployment(tmp_path, poll=0.5)   # the SuperNodes pull every 0.5 s, not every 3 s (loopback.py)
+    # the SuperNodes pull every 0.5 s, not every 3 s; each message's ClientApp forks warm, not cold (loopback.py)
+    dep = Deployment(tmp_path, poll=0.5, warm=True)
     dep.superlink(trial_tls(tmp_path / "tls", ["127.0.0.1"]))
+    keys = {p: node_key(tmp_path / f"private_{p}", p) for p in parties}
+    dep.register(*(public for _, public in keys.values()))   # all at once: each is a cold `flwr` process
     for p in parties:
-        private, public = node_key(tmp_path / f"private_{p}", p)
-        dep.register(public)
+        private, _ = keys[p]
         dep.supernode(p, private, configs[p] if configs else {
             "party": p, "config": tmp_path / "job.toml", "out": tmp_path / f"private_{p}",
             "work": tmp_path / f"work_{p}", "csv": csvs[p], "timeout": 120, **node_extra})
@@ -116,6 +119,25 @@ def _says(folder, text):
     return any(text in p.read_text(errors="replace") for p in folder.glob("run-*/*.log"))
 
 
+def _wait(done, seconds, what, dep, log):
+    """Poll `done` for up to `seconds`; else fail saying what was waited for, with the tail of `log`."""
+    deadline = time.monotonic() + seconds
+    while not done():
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {seconds:.0f} s for {what}; {log}: {dep.log(log)[-3000:]}")
+        time.sleep(0.2)
+
+
+def _refused(dep, name, proc, says):
+    """The SuperNode `name` exits non-zero, its log saying `says` (bounded: 120 s of a quiet machine)."""
+    bound = 120 * dep.slowdown
+    try:
+        rc = proc.wait(timeout=bound)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"SuperNode {name!r} was not refused within {bound:.0f} s: {dep.log(f'node_{name}')[-3000:]}")
+    assert rc != 0 and says in dep.log(f"node_{name}"), dep.log(f"node_{name}")[-3000:]
+
+
 def test_strangers_are_refused_and_a_party_lost_mid_run_stops_every_role(tmp_path):
     split = SPLITS[2]
     full = _setup(tmp_path, split)
@@ -125,36 +147,37 @@ def test_strangers_are_refused_and_a_party_lost_mid_run_stops_every_role(tmp_pat
         csvs[p] = tmp_path / f"{p}.csv"
     dep = _deployment(tmp_path, list(split), csvs, timeout=40)
     try:
-        # a SuperNode whose key was never registered at the SuperLink is refused
+        # a SuperNode whose key was never registered at the SuperLink is refused; and one with a registered key
+        # that trusts another CA (a SuperLink it cannot verify), before any byte (both started at once)
         stranger, _ = node_key(tmp_path / "private_stranger", "stranger")
-        proc = dep.supernode("stranger", stranger, {"party": "hospital"})
-        assert proc.wait(timeout=120) != 0 and "Failed to activate SuperNode" in dep.log("node_stranger")
-        # a registered key, but the node trusts another CA (a SuperLink it cannot verify): refused before any byte
         other = trial_tls(tmp_path / "other_tls", ["127.0.0.1"])
-        proc = dep.supernode("misled", tmp_path / "private_hospital" / "hospital_node_key", {"party": "hospital"},
-                             ca=other["ca.crt"])
-        assert proc.wait(timeout=120) != 0 and "CERTIFICATE_VERIFY_FAILED" in dep.log("node_misled")
+        refused = {"stranger": dep.supernode("stranger", stranger, {"party": "hospital"}),
+                   "misled": dep.supernode("misled", tmp_path / "private_hospital" / "hospital_node_key",
+                                           {"party": "hospital"}, ca=other["ca.crt"])}
+        _refused(dep, "stranger", refused["stranger"], "Failed to activate SuperNode")
+        _refused(dep, "misled", refused["misled"], "CERTIFICATE_VERIFY_FAILED")
         # the run starts; once the hello round is done, the insurer's SuperNode goes away
         dep.start_run(tmp_path / "app", {"config": str(tmp_path / "job.toml"), "out": str(tmp_path / "out"),
                                          "timeout": 20,
                                          "server-key": str(tmp_path / "private_server" / "server_signing.pem")})
-        deadline = time.monotonic() + 300
-        while not list((tmp_path / "work_insurer").glob("run-*/hello.rc")) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert list((tmp_path / "work_insurer").glob("run-*/hello.rc")), dep.log("superlink")[-3000:]
+        slow = slowdown()   # the machine's pace now: Flower's part of each wait below scales with it
+        _wait(lambda: list((tmp_path / "work_insurer").glob("run-*/hello.rc")), 300 * slow,
+              "the insurer's hello step to end", dep, "superlink")
         dep.stop("node_insurer")
         lost = time.monotonic()
-        while not (tmp_path / "out" / "error.txt").exists() and time.monotonic() < lost + 120:
-            time.sleep(0.2)
+        # the answer timeout (20 s), the bridge's wait (10 s), Flower's polling and the ServerApp's round (30 s)
+        bound = 20 + 10 + 30 * slow
+        _wait(lambda: (tmp_path / "out" / "error.txt").exists(), bound, "the ServerApp to stop the run (error.txt)",
+              dep, "flwr_run")
         took = time.monotonic() - lost
-        while not _says(tmp_path / "work_hospital", "aborted by the server") and time.monotonic() < lost + 180:
-            time.sleep(0.2)
+        _wait(lambda: _says(tmp_path / "work_hospital", "aborted by the server"), 60 * slow,
+              "the hospital's SuperNode to stop its worker (aborted by the server)", dep, "node_hospital")
     finally:
         dep.close()
     assert (tmp_path / "out" / "error.txt").is_file(), dep.log("flwr_run")[-3000:] + dep.log("superlink")[-3000:]
     error = (tmp_path / "out" / "error.txt").read_text()
     assert "insurer" in error and ("did not answer within 20 s" in error or "no longer connected" in error), error
-    assert took < 20 + 10 + 30, took        # the answer timeout, the bridge's wait (10 s), Flower's polling
+    assert took < bound, (took, bound)
     # nothing half-written: no table, no model, no report; the hospital's worker was stopped with the reason
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["error.txt"]
     logs = "".join(p.read_text() for p in (tmp_path / "work_hospital").glob("run-*/*.log"))
@@ -182,11 +205,8 @@ def _wire_is_envelopes_and_the_run_key(out, split):
     assert [n for n in sent if n.split("__")[1] == "server"] == ["key__server__to__all__server.env"], sent
 
 
-# CI runs this file on two xdist workers (`--dist loadgroup`: its runs mostly wait on processes and polls, not on
-# the CPU); the runs on the shared deployment stay on one worker, so it starts once
-ON_TWO_PARTIES = pytest.mark.xdist_group("two_parties")
-
-
+# CI runs this file on two xdist workers (`-n 2`): each worker starts this deployment once, at its first run on it,
+# and the five runs on it spread over both workers with the others
 @pytest.fixture(scope="module")
 def two_parties(tmp_path_factory):
     """One deployment (SuperLink + the hospital's and the insurer's SuperNodes) for several runs in turn, as an
@@ -215,7 +235,6 @@ def _job(root, split, roster, synthesizer):
     (root / "job.toml").write_text(head + synthesizer + roster)
 
 
-@ON_TWO_PARTIES
 def test_flower_run_equals_the_simulation_two_parties(two_parties):
     root, dep, split, roster = two_parties
     _job(root, split, roster, CONFIG[CONFIG.index("[synthesizer]"):].replace("{{", "{").replace("}}", "}"))
@@ -235,7 +254,6 @@ params = { ways = [2] }
 """
 
 
-@ON_TWO_PARTIES
 def test_flower_he_rounds_equal_the_simulation(two_parties):
     """Encoder "he" (real 2048-bit Paillier): the server role signs its clique queries mid-run, driven by the
     ServerApp as its own worker and relayed like a party; the table equals the one-process crypto "simulated" run.
@@ -376,7 +394,6 @@ params = {{ ways = [2] }}
 TWINS = {"aim": "iters = 20, rounds = 6, degree = 2", "privmrf": "iters = 20, refine_iters = 5"}
 
 
-@ON_TWO_PARTIES
 @pytest.mark.parametrize("use", list(TWINS))
 def test_flower_vertical_twin_equals_the_simulation(two_parties, use):
     """A vertical twin (aim, privmrf with params.vertical, the he measure with real 2048-bit Paillier): the server

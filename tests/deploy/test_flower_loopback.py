@@ -1,4 +1,5 @@
-"""loopback.Deployment(poll=...): the SuperNode's idle sleeps capped (Flower hard-codes 3 s), nothing else changed."""
+"""loopback.Deployment(poll=...): the SuperNode's idle sleeps capped (Flower hard-codes 3 s), nothing else changed;
+Deployment(warm=True): each app process Flower launches forks from a process that imported it once."""
 import os
 import sys
 import time
@@ -41,7 +42,65 @@ def test_a_deployment_with_a_poll_starts_the_shim_and_tells_the_superexec(tmp_pa
         started[poll, "env"] = dep.env.get("FLWR_SUPEREXEC_TASK_POLL_INTERVAL")
     assert started[None][0].endswith("flower-supernode")   # Flower's own command and polls by default
     assert started[None, "env"] == os.environ.get("FLWR_SUPEREXEC_TASK_POLL_INTERVAL")
-    assert started[0.5][:5] == [sys.executable, "-m", "vertisynth.deploy.flower.loopback", "supernode", "0.5"]
+    assert started[0.5][:6] == [sys.executable, "-m", "vertisynth.deploy.flower.loopback", "supernode", "0.5", "cold"]
     flags = [[a for a in started[k] if a.startswith("--")] for k in (None, 0.5)]
     assert flags[0] == flags[1] and "--superlink" in flags[1]   # the same arguments (ports are each their own)
     assert started[0.5, "env"] == "0.5"
+
+
+def test_a_warm_deployment_wraps_flowers_commands_and_keeps_their_arguments(tmp_path, monkeypatch):
+    started = {}
+    for warm in (False, True):
+        dep = loopback.Deployment(tmp_path / str(warm), poll=0.5, warm=warm)
+        monkeypatch.setattr(dep, "_start", lambda name, cmd, warm=warm: started.setdefault((warm, name), cmd))
+        monkeypatch.setattr(dep, "wait_for", lambda *a, **k: None)
+        dep.superlink({"ca.crt": tmp_path / "ca.crt", "superlink.crt": tmp_path / "s.crt", "superlink.key": tmp_path / "s.key"})
+        dep.supernode("hospital", tmp_path / "key.pem", {"party": "hospital"})
+    shim = [sys.executable, "-m", "vertisynth.deploy.flower.loopback"]
+    assert started[False, "superlink"][0].endswith("flower-superlink")
+    assert started[True, "superlink"][:4] == [*shim, "superlink"]
+    flags = [[a for a in started[w, "superlink"] if a.startswith("--")] for w in (False, True)]
+    assert flags[0] == flags[1] and "--enable-supernode-auth" in flags[1]   # Flower's own arguments (ports differ)
+    assert started[True, "node_hospital"][:6] == [*shim, "supernode", "0.5", "warm"]
+    # the SuperExec command Flower builds, rewritten to the warm one for its app, its arguments unchanged
+    flower = ["flower-superexec", "--insecure", "--runtime-api-address", "127.0.0.1:9094", "--parent-pid", "7"]
+    assert loopback._warm_superexec(flower, "flwr-clientapp") == [*shim, "superexec", "flwr-clientapp", *flower[1:]]
+    with pytest.raises(RuntimeError, match="update loopback.py"):   # a Flower that starts it otherwise: said, loudly
+        loopback._warm_superexec(["flwr-superexec-v2", "--insecure"], "flwr-clientapp")
+
+
+PROBE = """import json, os, sys
+IMPORTED_IN = os.getpid()   # the process that imported this module
+
+def main():
+    out = os.environ["PROBE_OUT"] + "." + str(os.getpid())
+    with open(out, "w") as fh:
+        json.dump({"argv": sys.argv, "pid": os.getpid(), "imported_in": IMPORTED_IN}, fh)
+"""
+DRIVER = """import json, sys
+from vertisynth.deploy.flower.loopback import WarmLauncher
+launch = WarmLauncher("probe-app", "probe", "main", ["probe"])
+procs = [launch.Popen(["probe-app", "--token", t]) for t in ("a", "b")]
+for p in procs:
+    p.join(60)
+other = launch.Popen([sys.executable, "-c", "pass"])   # any other command: a plain subprocess
+print(json.dumps([p.exitcode for p in procs] + [other.wait(60), type(other).__name__]))
+"""
+
+
+def test_the_warm_launcher_forks_one_process_per_launch_from_a_process_that_imported_the_app(tmp_path):
+    import json
+    import subprocess
+
+    (tmp_path / "probe.py").write_text(PROBE)
+    env = {**os.environ, "PROBE_OUT": str(tmp_path / "ran"),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    res = subprocess.run([sys.executable, "-c", DRIVER], capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads(res.stdout) == [0, 0, 0, "Popen"]
+    ran = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("ran.*"))]
+    assert sorted(r["argv"][2] for r in ran) == ["a", "b"]                     # one process per launch, its own argv
+    assert all(r["argv"][:2] == ["probe-app", "--token"] for r in ran)
+    assert len({r["pid"] for r in ran}) == 2
+    # both imported the app before they were forked: in the forkserver (one process, not either of them)
+    assert len({r["imported_in"] for r in ran}) == 1 and ran[0]["imported_in"] not in {r["pid"] for r in ran}
