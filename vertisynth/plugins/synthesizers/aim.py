@@ -373,7 +373,10 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
             if free:
                 xs = [i for i in ok if parties(names[i]) == 2]
                 if xs:
-                    sc = oracle.release_scores([names[i] for i in xs], [model.marginal(names[i]).values for i in xs])
+                    # every candidate at its lower bound (as privmrf's): aim decides *whether* to add a free read,
+                    # so a noisy read that only beats the bound's gate must not pass (docs/vertical.md, fourth pass)
+                    sc = oracle.release_scores([names[i] for i in xs], [model.marginal(names[i]).values for i in xs],
+                                               bound=True)
                     if sc.max() > 0:
                         x = names[xs[int(np.argmax(sc))]]
                         read.add(x)
