@@ -59,7 +59,7 @@ def test_benchmark_verdicts_at_the_default_level(case):
 
 
 # One test per case (CI's audit step runs them on two workers, longest first: `audit_cost`, CPU s at the old
-# sizes), the same audits as the loops they were.
+# sizes: these audits run full-size), the same audits as the loops they were.
 @pytest.mark.slow
 @pytest.mark.parametrize("case", [pytest.param(c, id=f"1.5-{c.name}",
                                                marks=pytest.mark.audit_cost(60 if isinstance(c.mechanism, SparseVector)

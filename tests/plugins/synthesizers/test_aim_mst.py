@@ -468,7 +468,7 @@ def _audit_subject(name, cls, config_cls, params, domain, samples):
 
 
 @pytest.mark.slow
-@pytest.mark.audit_cost(50)
+@pytest.mark.audit_cost(12)
 def test_aim_audit_slow():
     """The released model of a 4-round AIM (1-ways, then selections among a0, a1, a0a1 with annealing) audited
     against ρ on adversarial neighbours; looped real code."""
@@ -478,7 +478,7 @@ def test_aim_audit_slow():
 
 
 @pytest.mark.slow
-@pytest.mark.audit_cost(100)
+@pytest.mark.audit_cost(16)
 def test_mst_audit_slow():
     """The released model of MST on three binary attributes (two of three pairs selected)."""
     from vertisynth.testing.checks import check_privacy_audit

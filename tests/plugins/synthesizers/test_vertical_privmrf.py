@@ -171,7 +171,7 @@ def _vertical_release(synth, data, ledger, rng):
 
 
 @pytest.mark.slow
-@pytest.mark.audit_cost(110)
+@pytest.mark.audit_cost(28)
 def test_vertical_twin_privmrf_audit_slow():
     """The twin's release on three binary attributes over two parties (a0 | a1 a2: the cross-party probes, the
     within-party InDif vector, refinement's within-party L1 vector and probe scores, the two-sided cross-party

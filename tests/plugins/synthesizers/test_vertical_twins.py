@@ -91,8 +91,8 @@ def _vertical_release(synth, data, ledger, rng):
 @pytest.mark.slow
 @pytest.mark.parametrize("name, cls, config_cls, params", [
     pytest.param("aim", AIMSynthesizer, AIMConfig, {"iters": 30, "rounds": 4, "vertical": HE},
-                 marks=pytest.mark.audit_cost(60)),
-    pytest.param("mst", MSTSynthesizer, MSTConfig, {"iters": 50, "vertical": HE}, marks=pytest.mark.audit_cost(105)),
+                 marks=pytest.mark.audit_cost(15)),
+    pytest.param("mst", MSTSynthesizer, MSTConfig, {"iters": 50, "vertical": HE}, marks=pytest.mark.audit_cost(25)),
 ])
 def test_vertical_twin_audit_slow(name, cls, config_cls, params):
     """The released model of a vertical twin on three binary attributes over two parties (a0 | a1 a2: the

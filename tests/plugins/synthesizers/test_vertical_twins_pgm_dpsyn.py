@@ -174,7 +174,7 @@ def test_the_twin_runs_on_secure_noise(name, params):
 
 
 @pytest.mark.slow
-@pytest.mark.audit_cost(70)
+@pytest.mark.audit_cost(18)
 @pytest.mark.parametrize("name, params", SMALL)
 def test_vertical_twin_pgm_dpsyn_audit_slow(name, params):
     """The twin's release on three binary attributes over two parties (a0 | a1 a2: probes, the InDif vector or the
