@@ -333,8 +333,7 @@ def twin_cost_estimate(plan: Plan, rows: int) -> tuple[dict[str, dict[str, float
     its planned probes and a stand-in for its adaptive answers (vertisynth/vertical/cost.py), priced by the
     measure (`PricesAnswers`); ({}, {}) where the run has no such measure."""
     measure = getattr(plan, "measure", None)
-    if measure is None or not isinstance(measure.instance, PricesAnswers) or \
-            getattr(measure.instance, "trust", "none") != "none":
+    if measure is None or not isinstance(measure.instance, PricesAnswers):
         return {}, {}
     req = plan.synthesizer.instance.vertical_request()
     domain = plan.source.schema.preview_domain()
@@ -347,7 +346,7 @@ def twin_cost_estimate(plan: Plan, rows: int) -> tuple[dict[str, dict[str, float
     parties = {p.name: domain.project(p.attributes) for p in plan.partition}
     cost = measure.instance.answers_cost(asked, rows, parties)
     # trust none: the server reads the published tables and holds no key (no ciphertext, no HE CPU)
-    cost["server"] = {"ciphertexts": 0.0, "bytes": 0.0, "cpu_s": 0.0, "note": "reads the published tables only"}
+    cost.setdefault("server", {"ciphertexts": 0.0, "bytes": 0.0, "cpu_s": 0.0, "note": "reads the published tables only"})
     return cost, counted
 
 

@@ -868,10 +868,11 @@ class HEEncoder(Encoder):
         whole rows, as `answer` without `whole`); a block is taken to recur where its attributes and cells do (an
         estimate: the run names a block by its codes). Reads only public facts (no row)."""
         c = self.config
-        if c.trust != "none":
-            raise ConfigError("he: answers_cost prices trust = 'none' (two-sided noise)")
         self.randomness = getattr(self, "randomness", None) or paillier.resolve(c.randomness, c.scheme,
                                                                                  strict=c.crypto == "real")
+        if c.trust == "server":   # no rows kept: every answer encrypts afresh, the server decrypts (server_trust.py)
+            return self.server_trust.answers_cost(answers, n, lambda sigma: _op_costs(
+                c.key_bits, self.randomness, sigma) if c.crypto == "real" else None)
         ct_bytes = paillier.plan_ct_bytes(c.key_bits, c.scheme)
         workers = c.workers or (os.cpu_count() or 1)
         out: dict[str, dict[str, float]] = {}
@@ -1067,9 +1068,11 @@ def _op_costs(bits: int, randomness: str = "full", sigma: float | None = None) -
     the functions a run calls (about 2-3 s at 2048 bits): "key" a key pair; "enc" one row ciphertext through
     `encrypt_many` in this process (HEU's fixed-base table already built, as in a pool worker after its first
     chunk) plus its serialisation, of an empty plaintext under OU; "enc_bit" what each set bit of the plaintext
-    adds to it (OU's G^m; 0 for Paillier); "setup" one pool process's encryptor (HEU: the fixed-base table); "load" reading
-    one ciphertext (`from_bytes`); "mul" one homomorphic addition; "dec" one decryption; "noise" one of S's
-    full-randomness encryptions; "draw" one secure noise draw (OpenDP) at `sigma` (timed once per σ)."""
+    adds to it (OU's G^m; 0 for Paillier); "setup" one pool process's encryptor (HEU: the fixed-base table); "load"
+    reading one ciphertext (`from_bytes`); "mul" one homomorphic addition; "dec" one decryption; "share" one of E's
+    noise shares under trust = "server" (timed on dense plaintexts); "noise" one of S's full-randomness
+    encryptions; "draw" one secure noise draw (OpenDP) at `sigma` (timed once per σ). `ops.py` counts the same
+    operations where a run does them."""
     from .noise import SystemSource, discrete_gaussian
 
     key = (bits, randomness)
@@ -1098,7 +1101,10 @@ def _op_costs(bits: int, randomness: str = "full", sigma: float | None = None) -
             pick, seg = random.SystemRandom(), top // max(k, 1)
             return [sum(1 << (j * seg + pick.randrange(seg)) for j in range(k)) for _ in range(size)]
 
+        t_share = 0.0
         if ou:
+            # E's noise shares (trust = "server") are dense packed values, not one-hot: timed on dense plaintexts
+            t_share = float(np.median([batch(plains[i:i + size])[0] for i in range(0, 3 * size, size)]))
             # OU's G^m (HEU's fixed-base table) costs per nonzero digit of m: a row's plaintexts carry one set bit
             # per block (one-hot), so a run's price is (ciphertexts)·enc + (blocks)·enc_bit, timed on empty
             # plaintexts and on SPREAD set bits (Paillier's (1 + mN) costs the same for any m: enc_bit 0)
@@ -1108,6 +1114,7 @@ def _op_costs(bits: int, randomness: str = "full", sigma: float | None = None) -
         else:
             runs = [batch(plains[i:i + size]) for i in range(0, 5 * size, size)]
             t_enc, t_bit = float(np.median([r[0] for r in runs])), 0.0
+            t_share = t_enc   # (1 + mN) costs the same for any m
         raw = np.concatenate([r[1] for r in runs])
         cts = [int(v) for v in paillier.from_bytes(pk, raw)]
         t_setup = 0.0
@@ -1139,8 +1146,8 @@ def _op_costs(bits: int, randomness: str = "full", sigma: float | None = None) -
             paillier.encrypt_many(full, plains[i:i + 10], workers=1)
             noise.append((cpu() - c0) / 10)
         t_noise = float(np.median(noise))
-        _OP_COSTS[key] = {"key": t_key, "enc": t_enc, "enc_bit": t_bit, "setup": t_setup, "load": t_load, "mul": t_mul, "dec": t_dec,
-                          "noise": t_noise}
+        _OP_COSTS[key] = {"key": t_key, "enc": t_enc, "enc_bit": t_bit, "share": t_share, "setup": t_setup,
+                          "load": t_load, "mul": t_mul, "dec": t_dec, "noise": t_noise}
     out = dict(_OP_COSTS[key])
     if sigma is not None:
         if sigma not in _DRAW_COSTS:

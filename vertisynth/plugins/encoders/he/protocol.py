@@ -432,6 +432,7 @@ def sum_and_noise(party: str, msg: EncryptedOneHot, view: Dataset, queries: Sequ
             acc = paillier.product_mod(sub[order[bounds[v]:bounds[v + 1]]], nsq)
             if extra is not None:
                 acc = (acc * np.array([paillier.gmpy2.mpz(int(c)) for c in extra(gi, v)], dtype=object)) % nsq
+                ops.count("mul", len(acc))
             plain = lay.pack_values([(b, noise[(lay.blocks[b], sb)][:, v] + t) for b in mine])
             pending.append((gi, v, acc, [plain[c] + lay.mask(declared[c], modulus, c) for c in cols]))
         out_groupings.append({"attrs": list(sb), "columns": cols, "groups": groups})

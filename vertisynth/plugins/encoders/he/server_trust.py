@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -235,7 +236,7 @@ def encrypt_noise(party: str, recipient: str, lay: Layout, queries: Sequence[Que
             plains += [packed[c] for c in cols]
         groupings.append({"attrs": list(sb), "columns": cols, "groups": groups})
         shapes.append((groups, len(cols)))
-    cts = iter(paillier.encrypt_many(public_key, plains, workers, label="encrypt noise share"))
+    cts = iter(paillier.encrypt_many(public_key, plains, workers, label="encrypt noise share", op="share"))
     shares = {f"g{i}": paillier.to_bytes(public_key, np.array([[next(cts) for _ in range(c)] for _ in range(g)],
                                                                dtype=object).reshape(g, c))
               for i, (g, c) in enumerate(shapes)}
@@ -412,6 +413,50 @@ class ServerTrust:
                                "answer", self.costs, c.workers, c.chunk_rows, c.slot_bits, self.transcript)
             got.update(msg.tables)
         return assemble(queries, got, size, sigma)
+
+    def answers_cost(self, answers: Sequence[Mapping[str, Any]], n: int, prices: Callable[[float], Any]
+                     ) -> dict[str, dict[str, Any]]:
+        """Ciphertexts, bytes, operations and CPU per role of a sequence of oracle answers at `n` rows under trust =
+        "server", made as `answer` makes them (every answer encrypts E's rows afresh: no rows are kept): per pair
+        of parties `orient`'s E, the unshared layout at offset 2T, E's noise shares (one ciphertext per returned
+        sum, op "share"), S's sums with E's share and its own multiplied in, the server's decryptions and its
+        one key pair. `answers` as `HEEncoder.answers_cost` takes them; `prices(σ)`: the timed per-operation
+        prices (None: counts only). Reads only public facts."""
+        from .encoder import _book, _pool   # the estimate's bookkeeping, shared with trust none
+
+        c = self.config
+        bits = paillier.plan_bits(c.key_bits, getattr(c, "scheme", "paillier"))
+        ct_bytes = paillier.plan_ct_bytes(c.key_bits, getattr(c, "scheme", "paillier"))
+        workers = c.workers or (os.cpu_count() or 1)
+        out: dict[str, dict[str, Any]] = {SERVER: {"ciphertexts": 0.0, "bytes": 0.0, "cpu_s": 0.0}}
+        for i, ans in enumerate(answers):
+            domains, sigma = ans["domains"], float(ans["sigma"])
+            op = prices(sigma)
+            owner = {a: p for p, d in domains.items() for a in d.attributes}
+            for p in domains:
+                out.setdefault(p, {"ciphertexts": 0.0, "bytes": 0.0, "cpu_s": 0.0})
+            size = lambda b: int(np.prod([domains[owner[a]].size(a) for a in b]))  # noqa: E731
+            if i == 0 and c.crypto == "real":
+                _book(out[SERVER], op, key=1)
+            t = offset(sigma)
+            queries = [(tuple(a), tuple(b)) for a, b in ans["queries"]]
+            for (p, q), qs in by_pairs(queries, owner).items():
+                enc, summ, part = orient(c, p, q, protocol.unique(qs), size, n, sigma)
+                blocks, groups = protocol.block_groups(part)
+                lay = Layout.build(blocks, [size(b) for b in blocks], n, t, bits, groups, c.slot_bits, False)
+                k = protocol.stage_counts(part, size, n, t, bits, c.slot_bits, reuse=lay)
+                rows, back = n * lay.plaintexts, k["returned"]
+                cells = sum(size(a) * size(b) for a, b in part)
+                out[enc]["ciphertexts"] += rows + back
+                out[enc]["bytes"] += (rows + back) * ct_bytes
+                out[summ]["ciphertexts"] += back
+                out[summ]["bytes"] += back * ct_bytes
+                _book(out[enc], op, enc=rows, enc_bit=n * len(blocks), share=back, draw=cells,
+                      setup=_pool(workers, rows, c.chunk_rows) + _pool(workers, back))
+                _book(out[summ], op, load=rows + back, mul=k["adds"] + 2 * back, noise=back, draw=cells,
+                      setup=_pool(workers, back))
+                _book(out[SERVER], op, load=back, dec=back)
+        return out
 
     def _orient(self, p: str, q: str, qs: list[Query], size, n: int, sigma: float) -> tuple[str, str, list[Query]]:
         return orient(self.config, p, q, qs, size, n, sigma)
