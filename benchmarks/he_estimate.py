@@ -83,7 +83,8 @@ def main() -> None:
                 ops[o] = ops.get(o, 0) + v
         est = before.get(p, {"cpu_s": 0.0, "ops": {}, "ciphertexts": 0})
         want = est.get("ops", {})
-        priced = sum(v * price.get(o, 0.0) for o, v in ops.items() if o != "draw")
+        draw = sum(he_encoder._DRAW_COSTS.values()) / max(len(he_encoder._DRAW_COSTS), 1)   # per σ: their mean
+        priced = sum(v * (draw if o == "draw" else price.get(o, 0.0)) for o, v in ops.items())
         key_est = want.get("key", 0) * price["key"]
         line = (f"  {p}: run {ran:.2f} s, estimate {est['cpu_s']:.2f} s ({est['cpu_s'] / max(ran, 1e-9):.2f}x); "
                 f"ciphertexts run {sum(k.ciphertexts.get(p, 0) for k in costs):,} est {est['ciphertexts']:,.0f}; "
