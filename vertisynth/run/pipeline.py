@@ -341,9 +341,11 @@ def twin_cost_estimate(plan: Plan, rows: int) -> tuple[dict[str, dict[str, float
     whole = measure.instance.whole_rows_party(plan.partition.names) \
         if isinstance(plan.synthesizer.instance, ProbesWholeRows) and plan.synthesizer.instance.probes_whole_rows() \
         and isinstance(measure.instance, SumsWholeRows) else None
-    asked, counted = twin_answers(domain, plan.partition, req.probe_bins, plan.ledger.planned,
-                                  measure.instance.sigma_for_rho, whole)
     parties = {p.name: domain.project(p.attributes) for p in plan.partition}
+    absorbed = (lambda p, side, sigma: measure.instance.in_whole_rows(parties[p], side, rows, sigma)) \
+        if whole is not None else None
+    asked, counted = twin_answers(domain, plan.partition, req.probe_bins, plan.ledger.planned,
+                                  measure.instance.sigma_for_rho, whole, absorbed)
     cost = measure.instance.answers_cost(asked, rows, parties)
     # trust none: the server reads the published tables and holds no key (no ciphertext, no HE CPU)
     cost.setdefault("server", {"ciphertexts": 0.0, "bytes": 0.0, "cpu_s": 0.0, "note": "reads the published tables only"})

@@ -815,6 +815,11 @@ class HEEncoder(Encoder):
             cache[key] = out
         return list(cache[key])
 
+    def in_whole_rows(self, domain: Domain, side: Sequence[str], n: int, sigma: float) -> bool:
+        """Whether `side` (attributes of the party whose whole domain is `domain`, unbinned) is a block of that
+        party's whole rows at `n` rows and σ (`SumsWholeRows`; the twin's estimate picks its stand-in with it)."""
+        return frozenset(side) in {frozenset(b) for b in self.whole_blocks(domain, n, support_bound(sigma))}
+
     def whole_queries(self, domain: Domain, n: int, offset: int) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
         """The blocks of E's whole rows as queries (`whole_blocks`, each its own group): what the layout of E's
         whole rows is built and checked from."""
