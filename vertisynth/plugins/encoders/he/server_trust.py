@@ -456,6 +456,9 @@ class ServerTrust:
                 _book(out[summ], op, load=rows + back, mul=k["adds"] + 2 * back, noise=back, draw=cells,
                       setup=_pool(workers, back))
                 _book(out[SERVER], op, load=back, dec=back)
+        if c.crypto == "simulated":
+            for v in out.values():
+                v["note"] = "crypto = simulated: no ciphertexts are made; figures are what real crypto would send"
         return out
 
     def _orient(self, p: str, q: str, qs: list[Query], size, n: int, sigma: float) -> tuple[str, str, list[Query]]:
