@@ -1,16 +1,20 @@
-"""`vertisynth validate`'s HE cost per party against a run, on a config file (docs/he.md "Scheme OU: measured").
+"""`vertisynth validate`'s HE cost per party against a run, on a config file (docs/he.md "The cost model: operations
+times prices").
 
-    PYTHONPATH=. nice -n 5 python benchmarks/he_estimate.py docs/lab/he_adult_ou.toml --sample 4000
+    PYTHONPATH=. VERTISYNTH_DATA=../shared/data nice -n 5 python benchmarks/he_estimate.py \
+        docs/lab/vertical_privmrf_adult_he_ou.toml --rows 4000 [--scheme paillier|ou] [--trust none|server]
 
-The config's dataset is subsampled (`sample`, `sample_seed` 1); the estimate is made from the plan before any row is
-read (VertiMRF: `cost_estimate(n)`, a vertical twin: `twin_cost_estimate`), exactly as `validate` makes it, then
-the plan runs in this process and each party's protocol CPU (`HEEncoder.costs`: E's encryption pool included) is
-set against it. VertiMRF also prints the estimate on the clique tables the run chose (the per-operation prices
-alone, without the stand-in's guess of the tables)."""
+Adult/NLTCS are subsampled (`sample`, `sample_seed` 1), a zoo table is drawn at `n` = --rows. The estimate is made
+from the plan before any row is read (VertiMRF: `cost_estimate(n)`, a vertical twin: `twin_cost_estimate`), exactly
+as `validate` makes it, then the plan runs in this process and each party's protocol CPU (`HEEncoder.costs`: E's
+encryption pool included) and operations (`Costs.ops`) are set against it. Per party it prints: the run's CPU and
+the estimate's (ratio); the CPU without the key pair on both sides (a key pair is a prime search of random length);
+the run's operations priced at the estimate's prices (what the count model alone would say, so run CPU / priced run
+is the prices' error) and the operations that differ in count. The load average is printed before and after."""
 from __future__ import annotations
 
 import argparse
-import time
+import os
 import tomllib
 
 from vertisynth.core.capabilities import CostEstimate
@@ -22,58 +26,75 @@ from vertisynth.run.pipeline import execute, make_plan, twin_cost_estimate
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("config")
-    ap.add_argument("--sample", type=int, required=True)
+    ap.add_argument("--rows", "--sample", type=int, required=True)
+    ap.add_argument("--scheme", choices=["paillier", "ou"], default=None)
+    ap.add_argument("--trust", choices=["none", "server"], default=None)
     ap.add_argument("--data-dir", default=None)
     args = ap.parse_args()
     with open(args.config, "rb") as f:
         raw = tomllib.load(f)
-    raw["dataset"]["params"] = {**raw["dataset"].get("params", {}), "sample": args.sample, "sample_seed": 1}
+    ds = raw["dataset"]
+    extra = {"n": args.rows} if ds["name"] == "zoo" else {"sample": args.rows, "sample_seed": 1}
+    ds["params"] = {**ds.get("params", {}), **extra}
     raw["evaluators"] = []
+    syn_params = raw["synthesizer"].setdefault("params", {})
+    he = syn_params.setdefault("encoder_params", {}) if "vertical" not in syn_params else \
+        syn_params["vertical"].setdefault("params", {})
+    if args.scheme:
+        he["scheme"] = args.scheme
+    if args.trust:
+        syn_params["vertical"]["trust"] = args.trust
     plan = make_plan(parse_config(raw), data_dir=args.data_dir)
     syn = plan.synthesizer.instance
-    n = args.sample
+    n = args.rows
     twin = not isinstance(syn, CostEstimate)
-    estimate = (lambda: twin_cost_estimate(plan, n)[0]) if twin else (lambda: syn.cost_estimate(n))
-    before = estimate()
-    # the same prices with every row ciphertext at four set bits (the pricing before the layout's set bits were
-    # counted): the modelling change alone, at this process's timings
-    timed = he_encoder._op_costs
-    he_encoder._op_costs = lambda *a, **k: {**(o := timed(*a, **k)), "enc": o["enc"] + 4 * o.get("enc_bit", 0.0),
-                                            "enc_bit": 0.0}
-    try:
-        four = estimate()
-    finally:
-        he_encoder._op_costs = timed
-    op = timed(2048, "ou")   # the docs/lab configs: 2048-bit OU keys
+    load0 = os.getloadavg()[0]
+    before = twin_cost_estimate(plan, n)[0] if twin else syn.cost_estimate(n)
     keys, make = [], paillier.keypair
 
-    def timed_keypair(*a, **k):   # the run's key pairs (a random prime search each): their CPU, to set apart
-        t0 = time.process_time()
+    def timed_keypair(*a, **k):   # the run's key pairs (a prime search of random length each): their CPU, set apart
+        t0 = protocol.cpu_now()
         out = make(*a, **k)
-        keys.append(time.process_time() - t0)
+        keys.append(protocol.cpu_now() - t0)
         return out
 
     paillier.keypair = timed_keypair
     c0 = protocol.cpu_now()
-    execute(plan)
-    paillier.keypair = make
+    try:
+        execute(plan)
+    finally:
+        paillier.keypair = make
     cpu = protocol.cpu_now() - c0
     enc = plan.measure.instance if twin else syn._encoder
-    ran = {p: sum(c.cpu.get(p, 0.0) for c in enc.costs.values()) for p in before if p != "server"}
-    made = {p: sum(c.ciphertexts.get(p, 0) for c in enc.costs.values()) for p in ran}
-    after = None
-    if not twin:
-        from benchmarks.he import _split
-        after = enc.cost_estimate(n, clique_queries=_split(enc, syn._chosen))
-    print(f"{args.config} n={n:,}: {cpu:.1f} CPU s for the whole run; OU prices (ms): "
-          + ", ".join(f"{k} {v * 1e3:.4g}" for k, v in op.items()) + "; the run's key pairs (CPU s): "
-          + ", ".join(f"{t:.2f}" for t in keys))
-    for p in ran:
-        line = (f"  {p}: run {made[p]:,} ciphertexts, protocol CPU {ran[p]:.1f} s; estimate before the run "
-                f"{before[p]['ciphertexts']:,.0f}, {before[p]['cpu_s']:.1f} s ({before[p]['cpu_s'] / max(ran[p], 1e-9):.2f}x)")
-        line += f"; at four set bits per ciphertext {four[p]['cpu_s']:.1f} s ({four[p]['cpu_s'] / max(ran[p], 1e-9):.2f}x)"
-        if after is not None:
-            line += f"; on the run's tables {after[p]['cpu_s']:.1f} s ({after[p]['cpu_s'] / max(ran[p], 1e-9):.2f}x)"
+    costs = list(enc.server_trust.costs for _ in [0]) if enc.config.trust == "server" else list(enc.costs.values())
+    c = enc.config
+    price = he_encoder._op_costs(c.key_bits, enc.randomness)   # the prices the estimate used (timed once here)
+    parties = sorted({p for k in costs for p in k.cpu})
+    keyed = ["server"] if c.trust == "server" else list(enc._keys)   # in the order their keys were made
+    key_cpu = dict(zip(keyed, keys))
+    print(f"{args.config} rows={n:,} run's key pairs (CPU s) {', '.join(f'{k:.2f}' for k in keys)}; scheme={c.scheme} trust={c.trust} workers={c.workers}: whole run {cpu:.1f} CPU "
+          f"s; load {load0:.1f} -> {os.getloadavg()[0]:.1f}; prices (ms): "
+          + ", ".join(f"{k} {v * 1e3:.4g}" for k, v in price.items()), flush=True)
+    for p in parties:
+        ran = sum(k.cpu.get(p, 0.0) for k in costs)
+        ops: dict[str, int] = {}
+        for k in costs:
+            for o, v in k.ops.get(p, {}).items():
+                ops[o] = ops.get(o, 0) + v
+        est = before.get(p, {"cpu_s": 0.0, "ops": {}, "ciphertexts": 0})
+        want = est.get("ops", {})
+        draw = sum(he_encoder._DRAW_COSTS.values()) / max(len(he_encoder._DRAW_COSTS), 1)   # per σ: their mean
+        priced = sum(v * (draw if o == "draw" else price.get(o, 0.0)) for o, v in ops.items())
+        key_est = want.get("key", 0) * price["key"]
+        line = (f"  {p}: run {ran:.2f} s, estimate {est['cpu_s']:.2f} s ({est['cpu_s'] / max(ran, 1e-9):.2f}x); "
+                f"ciphertexts run {sum(k.ciphertexts.get(p, 0) for k in costs):,} est {est['ciphertexts']:,.0f}; "
+                f"run's ops at the estimate's prices {priced:.2f} s (run / that {ran / max(priced, 1e-9):.2f}x; "
+                f"without the key {(ran - key_cpu.get(p, 0.0)) / max(priced - ops.get('key', 0) * price['key'], 1e-9):.2f}x); "
+                f"key pair run {key_cpu.get(p, 0.0):.2f} s est {key_est:.2f} s; without it: run "
+                f"{ran - key_cpu.get(p, 0.0):.2f} s est {est['cpu_s'] - key_est:.2f} s "
+                f"({(est['cpu_s'] - key_est) / max(ran - key_cpu.get(p, 0.0), 1e-9):.2f}x)")
+        diff = {o: (ops.get(o, 0), want.get(o, 0)) for o in sorted(set(ops) | set(want)) if ops.get(o, 0) != want.get(o, 0)}
+        line += "; ops run/est that differ: " + (", ".join(f"{o} {a:,}/{b:,}" for o, (a, b) in diff.items()) or "none")
         print(line, flush=True)
 
 

@@ -79,6 +79,45 @@ def test_the_estimate_counts_the_ciphertexts_a_run_of_the_same_answers_makes(mon
     assert all(k < 2 * data.n + data.n for k in got.values())
 
 
+@pytest.mark.parametrize("scheme, bits", SCHEME_CASES, ids=["paillier", "ou"])
+def test_the_estimate_counts_every_operation_a_run_of_the_same_answers_performs(monkeypatch, scheme, bits):
+    """`answers_cost`'s CPU is (operations) x (their timed prices); its operations per party (key pairs, row
+    encryptions and their set bits, ciphertexts read, folded into sums, decrypted, S's noise encryptions, noise
+    draws) are those the run performs as `Costs.ops` counts them where they are done, exactly, under either
+    scheme: E's key pair too (the twin's run did not book it, so its CPU was short of the estimate by one key per
+    encrypting party), and S reads E's kept whole rows once, not once per answer."""
+    data, part, pairs, planned, enc = _two_parties_real_crypto(monkeypatch, scheme, bits)
+    asked, _ = answers(data.domain, part, 2, planned, enc.sigma_for_rho)
+    parties = {p.name: data.domain.project(p.attributes) for p in part}
+    want = enc.answers_cost(asked, data.n, parties)
+    run = HEEncoder(HEConfig(crypto="real", key_bits=bits, workers=1, **(scheme or {})))
+    _replay(data, part, planned, asked, run)
+    done = run.costs["oracle"].ops
+    assert {p: done.get(p, {}) for p in want} == {p: v["ops"] for p, v in want.items()}, (done, want)
+    assert done["P0"]["key"] == 1   # the whole rows' party encrypts; its key pair is booked, once
+    ran = run.costs["oracle"].cpu
+    assert all(ran[p] > 0 for p in done)
+
+
+@pytest.mark.parametrize("scheme, bits", SCHEME_CASES, ids=["paillier", "ou"])
+def test_under_trust_server_the_estimate_counts_every_operation_of_each_role(monkeypatch, scheme, bits):
+    """trust = "server": `answers_cost` prices every role (before: no estimate at all) from public facts, as
+    `ServerTrust.answer` runs (each answer encrypts E's rows afresh, with E's noise shares; S sums and multiplies
+    both shares in; the server makes its key once and decrypts); every role's ciphertexts and operations equal
+    those the run performs, exactly, under either scheme."""
+    data, part, pairs, planned, _ = _two_parties_real_crypto(monkeypatch, scheme, bits)
+    enc = HEEncoder(HEConfig(crypto="real", key_bits=bits, workers=1, trust="server", **(scheme or {})))
+    asked, _ = answers(data.domain, part, 2, planned, enc.sigma_for_rho)
+    want = enc.answers_cost(asked, data.n, {p.name: data.domain.project(p.attributes) for p in part})
+    run = HEEncoder(HEConfig(crypto="real", key_bits=bits, workers=1, trust="server", **(scheme or {})))
+    _replay(data, part, planned, asked, run)
+    costs = run.server_trust.costs
+    assert {p: v["ops"] for p, v in want.items()} == costs.ops, (costs.ops, want)
+    assert {p: v["ciphertexts"] for p, v in want.items() if v["ciphertexts"]} == \
+        {p: v for p, v in costs.ciphertexts.items() if v}
+    assert costs.ops["server"]["key"] == 1 and want["server"]["cpu_s"] > 0
+
+
 def test_probes_on_whole_rows_cost_no_pass_of_their_own_and_the_estimate_counts_them(monkeypatch):
     """Issue 31: privmrf's probes leave the side of the party whose whole rows the measure sums unbinned
     (`measure_probes(whole=True)`), so the probes, every adaptive answer with a side of one attribute (or a joint

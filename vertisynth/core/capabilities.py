@@ -291,6 +291,11 @@ class SumsWholeRows(Protocol):
         """Of two parties, the one whose whole rows answer a table of one unbinned attribute per side; None when
         this run keeps no whole rows."""
 
+    def in_whole_rows(self, domain: Any, side: Sequence[str], n: int, sigma: float) -> bool:
+        """Whether a table side of a party whose whole public domain is `domain` (all of its attributes unbinned)
+        is summed from that party's whole rows at `n` rows and noise σ (a block of them: one attribute, or a joint
+        pair in the rows' spare slots): what an estimate before a run needs to know which side encrypts."""
+
 
 @runtime_checkable
 class ReleasesOnce(Protocol):

@@ -336,7 +336,7 @@ def twin_cost_estimate(plan: Plan, rows: int) -> tuple[dict[str, dict[str, float
     its planned probes and a stand-in for its adaptive answers (vertisynth/vertical/cost.py), priced by the
     measure (`PricesAnswers`); ({}, {}) where the run has no such measure."""
     measure = plan.measure   # a CrossPartyMeasure: its `trust` is declared
-    if measure is None or not isinstance(measure.instance, PricesAnswers) or measure.instance.trust != "none":
+    if measure is None or not isinstance(measure.instance, PricesAnswers):
         return {}, {}
     req = plan.synthesizer.instance.vertical_request()
     domain = plan.source.schema.preview_domain()
@@ -344,12 +344,14 @@ def twin_cost_estimate(plan: Plan, rows: int) -> tuple[dict[str, dict[str, float
     whole = measure.instance.whole_rows_party(plan.partition.names) \
         if isinstance(plan.synthesizer.instance, ProbesWholeRows) and plan.synthesizer.instance.probes_whole_rows() \
         and isinstance(measure.instance, SumsWholeRows) else None
-    asked, counted = twin_answers(domain, plan.partition, req.probe_bins, plan.ledger.planned,
-                                  measure.instance.sigma_for_rho, whole)
     parties = {p.name: domain.project(p.attributes) for p in plan.partition}
+    absorbed = (lambda p, side, sigma: measure.instance.in_whole_rows(parties[p], side, rows, sigma)) \
+        if whole is not None else None
+    asked, counted = twin_answers(domain, plan.partition, req.probe_bins, plan.ledger.planned,
+                                  measure.instance.sigma_for_rho, whole, absorbed)
     cost = measure.instance.answers_cost(asked, rows, parties)
     # trust none: the server reads the published tables and holds no key (no ciphertext, no HE CPU)
-    cost["server"] = {"ciphertexts": 0.0, "bytes": 0.0, "cpu_s": 0.0, "note": "reads the published tables only"}
+    cost.setdefault("server", {"ciphertexts": 0.0, "bytes": 0.0, "cpu_s": 0.0, "note": "reads the published tables only"})
     return cost, counted
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from vertisynth.core.dataset import VerticalPartition
@@ -44,11 +44,16 @@ def _domains(domain: Domain, owner: dict[str, str], attributes: Sequence[str],
 
 
 def answers(domain: Domain, partition: VerticalPartition, probe_bins: int, planned: Sequence[Charge],
-            sigma_for_rho: Any, whole_party: str | None = None) -> tuple[list[dict[str, Any]], dict[str, int]]:
+            sigma_for_rho: Any, whole_party: str | None = None,
+            absorbed: Callable[[str, tuple[str, ...], float], bool] | None = None
+            ) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """The twin's probe answer and the adaptive stand-in (module docstring), from the plan's charges, the public
     domain and the partition; and what was counted ({"probes", "adaptive", "marginals"}). `whole_party`: the party
     whose side the probes leave unbinned (the twin's probes sum that party's whole rows: `measure_probes(whole=
-    True)`), None: both sides binned."""
+    True)`), None: both sides binned. `absorbed(party, side, σ)`: whether the measure sums that side from the
+    party's whole rows (a joint block in their spare slots): the first answer's pair is then the smallest one that
+    is not, so that it makes the second party encrypt as the runs do (issue 31: on the zoo and NLTCS the smallest
+    pairs are joint blocks, and the stand-in priced no encryption for the second party)."""
     owner = {a: p.name for p in partition for a in p.attributes}
     attrs = [a for a in domain.attributes if a in owner]
     pairs = [(a, b) for a, b in itertools.combinations(attrs, 2) if owner[a] != owner[b]]
@@ -69,7 +74,9 @@ def answers(domain: Domain, partition: VerticalPartition, probe_bins: int, plann
         other = sorted((a for a in attrs if owner[a] == second), key=lambda a: (domain.size(a), a))
         ordered = sorted(pairs, key=lambda p: (domain.size(p[0]) * domain.size(p[1]), p))
         ordered = ordered[len(ordered) // 2:] + ordered[: len(ordered) // 2]
-        tables = [(tuple(mine[:2]), (other[0],))] if len(mine) >= 2 else []
+        duo = sorted(itertools.combinations(mine, 2), key=lambda b: (domain.project(b).size(), b))
+        free = [b for b in duo if absorbed is None or not absorbed(first, b, sigma)]
+        tables = [((free or duo)[0], (other[0],))] if duo else []
         tables += [((a,), (b,)) for a, b in itertools.islice(itertools.cycle(ordered), adaptive - len(tables))]
         for left, right in tables[:adaptive]:
             out.append({"domains": _domains(domain, owner, left + right), "queries": [(left, right)],

@@ -214,6 +214,44 @@ def test_cost_estimate_counts_the_ciphertexts_a_real_run_makes(monkeypatch, sche
     assert all(before[p]["ciphertexts"] > 0 for p in part.names)
 
 
+@pytest.mark.parametrize("scheme, bits", SCHEMES)
+@pytest.mark.parametrize("workers", [1, 2])
+def test_cost_estimate_counts_every_operation_a_real_run_performs(monkeypatch, scheme, bits, workers):
+    """The CPU estimate is (operations) x (their timed prices): on the queries a real (small-key) run measured,
+    every party's operations as `Costs.ops` counts them where they are done (paillier.py, noise.py: key pairs, row
+    encryptions and their plaintexts' set bits, pool processes, ciphertexts read, folded into sums, decrypted, S's
+    noise encryptions, noise draws) equal the estimate's, exactly, stage by stage and in total (the key pairs
+    included), under either scheme, in process and with the pool (workers = 2, small chunks)."""
+    from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
+
+    monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
+    data = _data(n=130, seed=5)
+    part = VerticalPartition.from_lists([["a", "c", "e"], ["b", "d", "f"]])
+    enc = HEEncoder(HEConfig(crypto="real", key_bits=bits, workers=workers, chunk_rows=64, cliques=3, scheme=scheme))
+    ledger = PrivacyLedger(Budget(1.0, 1e-5))
+    ledger.plan(enc.plan(PlanContext(data.domain, part, Budget(1.0, 1e-5))))
+    rngs = {p: np.random.default_rng(i) for i, p in enumerate(part.names)}
+    views = part.views(data)
+    cliques = [(("a", "c"), ("b",)), (("d",), ("e",)), (("a",), ("d", "f"))]
+    want = enc.cost_estimate(data.n, clique_queries=cliques)
+    enc.measure(views, enc.selection_queries(), "selection", ledger, rngs)
+    enc.measure(views, cliques, "cliques", ledger, rngs)
+    for stage, queries in (("selection", enc.selection_queries()), ("cliques", cliques)):
+        est = enc.stage_cost(queries, data.n, stage)
+        done = {p: {k: v for k, v in o.items() if k != "key"} for p, o in enc.costs[stage].ops.items()}
+        assert {p: v["ops"] for p, v in est.items() if v["ops"]} == {p: o for p, o in done.items() if o}, stage
+    done = {p: {} for p in part.names}
+    for c in enc.costs.values():
+        for p, o in c.ops.items():
+            for k, v in o.items():
+                done[p][k] = done[p].get(k, 0) + v
+    assert {p: want[p]["ops"] for p in part.names} == done
+    assert sum(o.get("key", 0) for o in done.values()) >= 1 and all(o.get("enc_bit", 0) >= o.get("enc", 0)
+                                                                     for o in done.values())
+    if workers == 2:
+        assert any(o.get("setup", 0) for o in done.values())   # the pool ran, and was counted and priced
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 def test_cost_estimate_cpu_is_within_25_percent_of_a_real_run(workers):

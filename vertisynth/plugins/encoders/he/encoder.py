@@ -311,20 +311,20 @@ class HEEncoder(Encoder):
                 costs.add(enc, protocol.cpu_now() - c0)
             else:
                 if enc not in self._keys:   # the key pair is E's cost too (`cost_estimate`)
-                    c0 = protocol.cpu_now()
+                    c0 = protocol.mark()
                     self.keypair(enc)
-                    costs.add(enc, protocol.cpu_now() - c0)
+                    costs.since(enc, c0)
                 kept = self.__dict__.setdefault("_rows_kept", {})   # S's copy of E's selection rows, for reuse
                 plan = self.reused(enc, summ, qs, n, stage)
                 separate = self.separate(enc, summ, n, stage)
                 reuse = None if plan is None else (kept[(enc, summ)], plan[0], support_bound(self.sigma["selection"]))
                 if plan is None and enc in fan:   # E encrypts once for all its summing parties (`fanout`)
                     if enc not in fanned:
-                        c0 = protocol.cpu_now()
+                        c0 = protocol.mark()
                         fanned[enc] = protocol.encrypt_rows(enc, summ, views[enc], fan[enc][0], self.keypair(enc)[0],
                                                             support_bound(sigma), c.workers, c.chunk_rows,
                                                             c.slot_bits, separate=True)
-                        costs.add(enc, protocol.cpu_now() - c0, 0, int(np.prod(fanned[enc].ciphertexts.shape[:2])))
+                        costs.since(enc, c0, 0, int(np.prod(fanned[enc].ciphertexts.shape[:2])))
                     costs.add(enc, 0.0, fanned[enc].ciphertexts.nbytes)
                     reuse = (attrs.evolve(fanned[enc], recipient=summ), fan[enc][0], support_bound(sigma))
                     if separate:   # the selection rows, kept for the clique stage
@@ -554,15 +554,12 @@ class HEEncoder(Encoder):
             out[enc]["bytes"] += rows * ct_bytes if enc not in fan else 0
             out[summ]["ciphertexts"] += back
             out[summ]["bytes"] += back * ct_bytes
-            if op is None:
-                continue
-            # what `Costs` counts (protocol.run_real): E's encryptions with their glue, its pool's per-process
-            # encryptor setup, decryptions, its noise; S's reading of the rows, sums, noise encryptions and draws
-            pool = min(workers, -(-rows // c.chunk_rows)) if workers > 1 and rows > c.chunk_rows else 0
-            out[enc]["cpu_s"] += rows * op["enc"] + ones * op.get("enc_bit", 0.0) + pool * op["setup"] \
-                + back * (op["dec"] + op["load"]) + cells * op["draw"]
-            out[summ]["cpu_s"] += rows * op["load"] + k["adds"] * op["mul"] + back * (op["noise"] + op["mul"]) \
-                + cells * op["draw"]
+            # what `Costs` counts (protocol.run_real): E's encryptions with their glue, its pool's processes,
+            # decryptions, its noise; S's reading of the rows, sums, noise encryptions (its pool) and draws
+            _book(out[enc], op, enc=rows, enc_bit=ones, setup=_pool(workers, rows, c.chunk_rows), dec=back,
+                  load=back, draw=cells)
+            _book(out[summ], op, load=rows, mul=k["adds"] + back, noise=back, setup=_pool(workers, back),
+                  draw=cells)
         return out
 
     def clique_stand_in(self, n: int | None = None) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
@@ -605,11 +602,15 @@ class HEEncoder(Encoder):
         cliques = clique_queries if clique_queries is not None else self.clique_stand_in(n)
         stages = [self.stage_cost(self._selection, n, "selection"), self.stage_cost(cliques, n, "cliques")]
         out = {p: {k: sum(s[p][k] for s in stages) for k in ("ciphertexts", "bytes", "cpu_s")} for p in self._parties}
+        for p in self._parties:
+            out[p]["ops"] = {}
+            for st in stages:
+                _book(out[p], None, **st[p]["ops"])
         if c.crypto == "real":   # one key pair per encrypting party and run
             keyed = {e for st, qs in (("selection", self._selection), ("cliques", cliques))
                      for _, e, _, _ in self.pairs(qs, n, st)}
             for p in keyed:
-                out[p]["cpu_s"] += _op_costs(c.key_bits, self.randomness, self.sigma["cliques"])["key"]
+                _book(out[p], _op_costs(c.key_bits, self.randomness, self.sigma["cliques"]), key=1)
         if c.crypto == "simulated":
             for v in out.values():
                 v["note"] = "crypto = simulated: no ciphertexts are made; figures are what real crypto would send"
@@ -704,6 +705,10 @@ class HEEncoder(Encoder):
                 msg = protocol.simulate(enc, summ, views[enc], views[summ], qs, sigma, src_e, src_s, stage)
                 costs.add(enc, protocol.cpu_now() - c0)
             else:
+                if enc not in self._keys:   # E's key pair: its cost, as under `measure` (`answers_cost` prices it)
+                    c0 = protocol.mark()
+                    self.keypair(enc)
+                    costs.since(enc, c0)
                 keys = self.keypair(enc)
                 store = self.blocks_store(enc, summ, paillier.key_text(keys[0]), "S")
                 if by_whole:   # E's whole rows, encrypted once for S (no noise in them), summed again here
@@ -713,11 +718,11 @@ class HEEncoder(Encoder):
                     self.wire_bytes[enc] = self.wire_bytes.get(enc, 0) + sent
                     tables.update(msg.tables)
                     continue
-                c0 = protocol.cpu_now()
+                c0 = protocol.mark()
                 rows = self.oracle_rows(enc, summ, views[enc], qs, t, store)
                 if rows is not None:   # S fills in the blocks it holds from earlier answers (E's CPU: its new ones)
                     sent = rows.ciphertexts.nbytes
-                    costs.add(enc, protocol.cpu_now() - c0, sent, int(np.prod(rows.ciphertexts.shape[:2])))
+                    costs.since(enc, c0, sent, int(np.prod(rows.ciphertexts.shape[:2])))
                     rows = protocol.expand_rows(rows, store)
                 msg = protocol.run_real(enc, summ, views[enc], views[summ], qs, sigma, src_e, src_s,
                                         keys, stage, costs, c.workers, c.chunk_rows, c.slot_bits, rows=rows)
@@ -810,6 +815,11 @@ class HEEncoder(Encoder):
             cache[key] = out
         return list(cache[key])
 
+    def in_whole_rows(self, domain: Domain, side: Sequence[str], n: int, sigma: float) -> bool:
+        """Whether `side` (attributes of the party whose whole domain is `domain`, unbinned) is a block of that
+        party's whole rows at `n` rows and σ (`SumsWholeRows`; the twin's estimate picks its stand-in with it)."""
+        return frozenset(side) in {frozenset(b) for b in self.whole_blocks(domain, n, support_bound(sigma))}
+
     def whole_queries(self, domain: Domain, n: int, offset: int) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
         """The blocks of E's whole rows as queries (`whole_blocks`, each its own group): what the layout of E's
         whole rows is built and checked from."""
@@ -827,10 +837,10 @@ class HEEncoder(Encoder):
         key = f"whole|{width}"
         if key in store:
             return store.get(key), wq, 0
-        c0 = protocol.cpu_now()
+        c0 = protocol.mark()
         m1 = protocol.encrypt_rows(enc, summ, view, wq, public, offset, c.workers, c.chunk_rows, c.slot_bits,
                                    separate=True)
-        costs.add(enc, protocol.cpu_now() - c0, m1.ciphertexts.nbytes, int(np.prod(m1.ciphertexts.shape[:2])))
+        costs.since(enc, c0, m1.ciphertexts.nbytes, int(np.prod(m1.ciphertexts.shape[:2])))
         store.put(key, m1, m1.ciphertexts.nbytes)
         return m1, wq, m1.ciphertexts.nbytes
 
@@ -863,10 +873,11 @@ class HEEncoder(Encoder):
         whole rows, as `answer` without `whole`); a block is taken to recur where its attributes and cells do (an
         estimate: the run names a block by its codes). Reads only public facts (no row)."""
         c = self.config
-        if c.trust != "none":
-            raise ConfigError("he: answers_cost prices trust = 'none' (two-sided noise)")
         self.randomness = getattr(self, "randomness", None) or paillier.resolve(c.randomness, c.scheme,
                                                                                  strict=c.crypto == "real")
+        if c.trust == "server":   # no rows kept: every answer encrypts afresh, the server decrypts (server_trust.py)
+            return self.server_trust.answers_cost(answers, n, lambda sigma: _op_costs(
+                c.key_bits, self.randomness, sigma) if c.crypto == "real" else None)
         ct_bytes = paillier.plan_ct_bytes(c.key_bits, c.scheme)
         workers = c.workers or (os.cpu_count() or 1)
         out: dict[str, dict[str, float]] = {}
@@ -917,14 +928,15 @@ class HEEncoder(Encoder):
                         lay, new, ones = usual_lay, usual_lay.plaintexts, len(usual_lay.blocks)
                 k = protocol.stage_counts(part, size, n, t, self.plan_bits(), c.slot_bits, reuse=lay)
                 self._price(out, op, enc, summ, n, new, lay, k, sum(size(x[0]) * size(x[1]) for x in part),
-                            keyed, workers, ct_bytes, ones)
+                            keyed, workers, ct_bytes, ones, new if by_whole else lay.plaintexts)
         if c.crypto == "simulated":
             for v in out.values():
                 v["note"] = "crypto = simulated: no ciphertexts are made; figures are what real crypto would send"
         return out
 
     def _price(self, out: dict, op: Mapping[str, float] | None, enc: str, summ: str, n: int, new: int, lay: Any,
-               k: Mapping[str, int], cells: int, keyed: set, workers: int, ct_bytes: int, ones: int = 0) -> None:
+               k: Mapping[str, int], cells: int, keyed: set, workers: int, ct_bytes: int, ones: int = 0,
+               loads: int = 0) -> None:
         """One run's share of `answers_cost`: E's `new` ciphertexts per row (`ones` set bits in them: its new
         blocks, one-hot), S's sums over `lay`'s columns (`k`:
         `protocol.stage_counts` on it) and its returned ciphertexts, at this key size's per-operation costs (what
@@ -934,16 +946,13 @@ class HEEncoder(Encoder):
         out[enc]["bytes"] += rows * ct_bytes
         out[summ]["ciphertexts"] += back
         out[summ]["bytes"] += back * ct_bytes
-        if op is None:
-            return
-        if enc not in keyed:   # one key pair per encrypting party and run
+        if enc not in keyed and self.config.crypto == "real":   # one key pair per encrypting party and run
             keyed.add(enc)
-            out[enc]["cpu_s"] += op["key"]
-        pool = min(workers, -(-rows // self.config.chunk_rows)) if workers > 1 and rows > self.config.chunk_rows else 0
-        out[enc]["cpu_s"] += rows * op["enc"] + n * ones * op.get("enc_bit", 0.0) + pool * op["setup"] \
-            + back * (op["dec"] + op["load"]) + cells * op["draw"]
-        out[summ]["cpu_s"] += n * lay.plaintexts * op["load"] + k["adds"] * op["mul"] \
-            + back * (op["noise"] + op["mul"]) + cells * op["draw"]
+            _book(out[enc], op, key=1)
+        _book(out[enc], op, enc=rows, enc_bit=n * ones, setup=_pool(workers, rows, self.config.chunk_rows), dec=back,
+              load=back, draw=cells)
+        # S reads E's rows once per message it receives: kept whole rows are read on their first answer only
+        _book(out[summ], op, load=n * loads, mul=k["adds"] + back, noise=back, setup=_pool(workers, back), draw=cells)
 
     def _tables_for(self, queries, tables: Mapping[str, np.ndarray], dom: Domain, sigma: float
                     ) -> list[tuple[tuple[str, ...], np.ndarray, float]]:
@@ -1039,27 +1048,50 @@ class HEEncoder(Encoder):
         return self._tables_for([(tuple(a), tuple(b)) for a, b in queries], tables, dom, sigma)
 
 
+def _pool(workers: int, jobs: int, chunk: int = 2048) -> int:
+    """The processes `paillier.encrypt_many` starts for `jobs` encryptions in chunks of `chunk` (0: in process)."""
+    return min(workers, -(-jobs // chunk)) if workers > 1 and jobs > chunk else 0
+
+
+def _book(out: dict, op: Mapping[str, float] | None, **done: int) -> None:
+    """Count the operations `done` (op -> count, `ops.py`'s names) into a party's estimate `out`, and their CPU at
+    the prices `op` (None: counts only, as under crypto = "simulated")."""
+    mine = out.setdefault("ops", {})
+    for k, v in done.items():
+        if v:
+            mine[k] = mine.get(k, 0) + int(v)
+            if op is not None:
+                out["cpu_s"] += v * op.get(k, 0.0)
+
+
 _OP_COSTS: dict[tuple, dict[str, float]] = {}
+KEY_DRAWS = 3   # a key pair is a prime search of random length (2048-bit OU: 1.3-8.7 CPU s, sd 0.7 of its mean;
+                # Paillier 0.25; docs/he.md): priced at the mean of this many draws, not one
 SPREAD = 16   # set bits of the plaintexts OU's per-bit encryption price is timed on (a row's blocks per ciphertext: 1-10)
 
 
 def _op_costs(bits: int, randomness: str = "full", sigma: float | None = None) -> dict[str, float]:
     """CPU seconds of each operation the protocol's parties pay, timed once per process on this machine through
-    the functions a run calls (about 2-3 s at 2048 bits): "key" a key pair; "enc" one row ciphertext through
+    the functions a run calls (about 8-12 s at 2048 bits): "key" a key pair (the mean of KEY_DRAWS); "enc" one row ciphertext through
     `encrypt_many` in this process (HEU's fixed-base table already built, as in a pool worker after its first
     chunk) plus its serialisation, of an empty plaintext under OU; "enc_bit" what each set bit of the plaintext
-    adds to it (OU's G^m; 0 for Paillier); "setup" one pool process's encryptor (HEU: the fixed-base table); "load" reading
-    one ciphertext (`from_bytes`); "mul" one homomorphic addition; "dec" one decryption; "noise" one of S's
-    full-randomness encryptions; "draw" one secure noise draw (OpenDP) at `sigma` (timed once per σ)."""
+    adds to it (OU's G^m; 0 for Paillier); "setup" one pool process's encryptor (HEU: the fixed-base table); "load"
+    reading one ciphertext (`from_bytes`); "mul" one homomorphic addition; "dec" one decryption; "share" one of E's
+    noise shares under trust = "server" (timed on dense plaintexts); "noise" one of S's full-randomness
+    encryptions; "draw" one secure noise draw (OpenDP) at `sigma` (timed once per σ). `ops.py` counts the same
+    operations where a run does them."""
     from .noise import SystemSource, discrete_gaussian
 
     key = (bits, randomness)
     if key not in _OP_COSTS:
         paillier.require()
         cpu = time.process_time
-        c0 = cpu()
-        pk, sk = paillier.keypair(bits, randomness)
-        t_key = cpu() - c0
+        draws = []
+        for _ in range(KEY_DRAWS):
+            c0 = cpu()
+            pk, sk = paillier.keypair(bits, randomness)
+            draws.append(cpu() - c0)
+        t_key = float(np.mean(draws))
         # packed plaintexts stay below 2^(per·w) < N/2 (HEU encrypts a larger m as m - N, a slower path); OU's
         # below its public bound
         ou = isinstance(pk, paillier.OUPublicKey)
@@ -1079,7 +1111,10 @@ def _op_costs(bits: int, randomness: str = "full", sigma: float | None = None) -
             pick, seg = random.SystemRandom(), top // max(k, 1)
             return [sum(1 << (j * seg + pick.randrange(seg)) for j in range(k)) for _ in range(size)]
 
+        t_share = 0.0
         if ou:
+            # E's noise shares (trust = "server") are dense packed values, not one-hot: timed on dense plaintexts
+            t_share = float(np.median([batch(plains[i:i + size])[0] for i in range(0, 3 * size, size)]))
             # OU's G^m (HEU's fixed-base table) costs per nonzero digit of m: a row's plaintexts carry one set bit
             # per block (one-hot), so a run's price is (ciphertexts)·enc + (blocks)·enc_bit, timed on empty
             # plaintexts and on SPREAD set bits (Paillier's (1 + mN) costs the same for any m: enc_bit 0)
@@ -1089,6 +1124,7 @@ def _op_costs(bits: int, randomness: str = "full", sigma: float | None = None) -
         else:
             runs = [batch(plains[i:i + size]) for i in range(0, 5 * size, size)]
             t_enc, t_bit = float(np.median([r[0] for r in runs])), 0.0
+            t_share = t_enc   # (1 + mN) costs the same for any m
         raw = np.concatenate([r[1] for r in runs])
         cts = [int(v) for v in paillier.from_bytes(pk, raw)]
         t_setup = 0.0
@@ -1120,8 +1156,8 @@ def _op_costs(bits: int, randomness: str = "full", sigma: float | None = None) -
             paillier.encrypt_many(full, plains[i:i + 10], workers=1)
             noise.append((cpu() - c0) / 10)
         t_noise = float(np.median(noise))
-        _OP_COSTS[key] = {"key": t_key, "enc": t_enc, "enc_bit": t_bit, "setup": t_setup, "load": t_load, "mul": t_mul, "dec": t_dec,
-                          "noise": t_noise}
+        _OP_COSTS[key] = {"key": t_key, "enc": t_enc, "enc_bit": t_bit, "share": t_share, "setup": t_setup,
+                          "load": t_load, "mul": t_mul, "dec": t_dec, "noise": t_noise}
     out = dict(_OP_COSTS[key])
     if sigma is not None:
         if sigma not in _DRAW_COSTS:

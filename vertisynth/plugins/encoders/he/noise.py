@@ -22,6 +22,8 @@ import numpy as np
 from vertisynth.core import noise as secure_noise
 from vertisynth.core.errors import ConfigError
 
+from . import ops
+
 TAIL = 12.0          # support half-width in units of σ
 MAX_SUPPORT = 4_000_000   # table entries (32 MB): σ beyond ~1.6e5 means a budget far too small to be useful
 REDRAWS = 8          # rounds of redrawing the (< 1e-31 likely) summing-party draws beyond T before giving up
@@ -83,6 +85,7 @@ def discrete_gaussian(shape: tuple[int, ...], sigma: float, source, bounded: boo
     if not sigma > 0:
         raise ConfigError(f"he: noise σ must be positive, got {sigma}")
     size = int(np.prod(shape, dtype=np.int64))
+    ops.count("draw", size)
     if isinstance(source, SystemSource):
         if 2 * support_bound(sigma) + 1 > MAX_SUPPORT:
             _cdf(sigma)   # the simulation's refusal, alike: such a σ is a budget too small to be useful

@@ -36,6 +36,8 @@ import numpy as np
 from vertisynth.core.errors import ConfigError, MessageError
 from vertisynth.core.progress import step
 
+from . import ops
+
 try:
     import gmpy2
     import phe
@@ -102,6 +104,7 @@ def keypair(bits: int, randomness: str = "full"):
     require()
     if bits < MIN_KEY_BITS:
         raise ConfigError(f"he: key_bits must be >= {MIN_KEY_BITS}, got {bits}")
+    ops.count("key", 1)
     if randomness == "ou":
         return _ou_keypair(bits)
     if resolve(randomness) == "full":
@@ -184,7 +187,7 @@ def _encrypt_chunk_short(n: int, heu_key: bytes, montgomery: int, plaintexts: li
 
 
 def encrypt_many(public_key, plaintexts: Sequence[int], workers: int = 0, chunk: int = 2048,
-                 label: str = "encrypt") -> list[int]:
+                 label: str = "encrypt", op: str = "enc") -> list[int]:
     """Encrypt every plaintext with fresh randomness (short exponents when the key is a `ShortExponentKey`); chunks
     go to `workers` local processes (0: all cores, 1: in this process)."""
     require()
@@ -199,6 +202,12 @@ def encrypt_many(public_key, plaintexts: Sequence[int], workers: int = 0, chunk:
     workers = workers or (os.cpu_count() or 1)
     parts = [plaintexts[i:i + chunk] for i in range(0, len(plaintexts), chunk)]
     out: list[int] = []
+    # counted as `op` ("enc": E's rows, whose set bits drive OU's G^m; "noise": S's full-randomness encryptions)
+    ops.count(op, len(plaintexts))
+    if op == "enc":
+        ops.count("enc_bit", sum(m.bit_count() for m in plaintexts))
+    if workers > 1 and len(parts) > 1:
+        ops.count("setup", min(workers, len(parts)))
     if workers == 1 or len(parts) <= 1:
         for part in parts:
             out += job(*head, part)
@@ -224,6 +233,7 @@ def from_bytes(public_key, raw: np.ndarray) -> np.ndarray:
     width = raw.shape[-1]
     flat = raw.reshape(-1, width)
     out = np.empty(len(flat), dtype=object)
+    ops.count("load", len(flat))
     nsq = ct_modulus(public_key)
     for i, row in enumerate(flat):
         v = int.from_bytes(row.tobytes(), "big")
@@ -251,6 +261,7 @@ def product_mod(cts: np.ndarray, nsquare) -> np.ndarray:
     (numpy applies each level elementwise). An empty set sums to the trivial encryption of 0, namely 1."""
     nsq = gmpy2.mpz(nsquare)
     x = np.asarray(cts, dtype=object)
+    ops.count("mul", x.size)   # the ciphertexts folded in (what the estimate counts: a sum's rows x columns)
     if len(x) == 0:
         return np.full(x.shape[1:], gmpy2.mpz(1), dtype=object)
     while len(x) > 1:
@@ -261,6 +272,7 @@ def product_mod(cts: np.ndarray, nsquare) -> np.ndarray:
 
 
 def decrypt_many(private_key, ciphertexts: Sequence[int]) -> list[int]:
+    ops.count("dec", len(ciphertexts))
     return [int(private_key.raw_decrypt(int(c))) for c in ciphertexts]
 
 

@@ -32,7 +32,7 @@ from vertisynth.core.errors import ConfigError, MessageError
 from vertisynth.core.messages import Message
 from vertisynth.core.progress import step
 
-from . import paillier
+from . import ops, paillier
 from .noise import UniformSource, discrete_gaussian, support_bound
 from .packing import Layout
 
@@ -125,16 +125,31 @@ class NoisyCounts(Message):
 # -- the protocol ---------------------------------------------------------------------------------
 @attrs.define
 class Costs:
-    """What one protocol run cost each side (CPU seconds of this process, bytes sent)."""
+    """What one protocol run cost each side (CPU seconds of this process, bytes sent, and the priced operations
+    it performed: `ops.OPS`'s change, op -> count, the same names `HEEncoder`'s estimates count)."""
 
     cpu: dict = attrs.field(factory=dict)
     bytes_sent: dict = attrs.field(factory=dict)
     ciphertexts: dict = attrs.field(factory=dict)
+    ops: dict = attrs.field(factory=dict)
 
-    def add(self, party: str, cpu: float = 0.0, sent: int = 0, cts: int = 0) -> None:
+    def add(self, party: str, cpu: float = 0.0, sent: int = 0, cts: int = 0, done: Mapping[str, int] | None = None
+            ) -> None:
         self.cpu[party] = self.cpu.get(party, 0.0) + cpu
         self.bytes_sent[party] = self.bytes_sent.get(party, 0) + sent
         self.ciphertexts[party] = self.ciphertexts.get(party, 0) + cts
+        mine = self.ops.setdefault(party, {})
+        for op, k in (done or {}).items():
+            mine[op] = mine.get(op, 0) + k
+
+    def since(self, party: str, start: tuple[float, Any], sent: int = 0, cts: int = 0) -> None:
+        """Book to `party` the CPU and operations since `start` (`mark()`)."""
+        self.add(party, cpu_now() - start[0], sent, cts, dict(ops.now() - start[1]))
+
+
+def mark() -> tuple[float, Any]:
+    """Now, for `Costs.since`: this process's CPU (with its reaped pool workers) and its operation counts."""
+    return cpu_now(), ops.now()
 
 
 def unique(queries: Sequence[Query]) -> list[Query]:
@@ -417,13 +432,15 @@ def sum_and_noise(party: str, msg: EncryptedOneHot, view: Dataset, queries: Sequ
             acc = paillier.product_mod(sub[order[bounds[v]:bounds[v + 1]]], nsq)
             if extra is not None:
                 acc = (acc * np.array([paillier.gmpy2.mpz(int(c)) for c in extra(gi, v)], dtype=object)) % nsq
+                ops.count("mul", len(acc))
             plain = lay.pack_values([(b, noise[(lay.blocks[b], sb)][:, v] + t) for b in mine])
             pending.append((gi, v, acc, [plain[c] + lay.mask(declared[c], modulus, c) for c in cols]))
         out_groupings.append({"attrs": list(sb), "columns": cols, "groups": groups})
     # the noise encryptions: the bulk of S's exponentiations, mapped over local processes
     flat = [p for *_, plains in pending for p in plains]
     enc_noise = iter(paillier.encrypt_many(paillier.rerandomiser(pk), flat, workers,
-                                           label="encrypt noise (re-randomise)"))
+                                           label="encrypt noise (re-randomise)", op="noise"))
+    ops.count("mul", len(flat))   # each sum times its noise ciphertext
     per_g: dict[int, list] = {}
     for gi, v, acc, plains in pending:
         per_g.setdefault(gi, []).append([(int(a) * next(enc_noise)) % nsq for a in acc])
@@ -494,24 +511,24 @@ def run_real(enc_party: str, sum_party: str, enc_view: Dataset, sum_view: Datase
     if rows is not None:
         m1, plan, offset, separate, share = rows, None, None, True, False
     elif reuse is None:
-        c0 = cpu_now()
+        c0 = mark()
         m1 = encrypt_rows(enc_party, sum_party, enc_view, queries, public_key, t, workers, chunk, slot_bits,
                           separate=separate)
-        costs.add(enc_party, cpu_now() - c0, m1.ciphertexts.nbytes, int(np.prod(m1.ciphertexts.shape[:2])))
+        costs.since(enc_party, c0, m1.ciphertexts.nbytes, int(np.prod(m1.ciphertexts.shape[:2])))
         plan, offset = None, None
         if keep is not None:
             keep(m1)
     else:
         m1, plan, offset = reuse
         separate = True
-    c0 = cpu_now()
+    c0 = mark()
     m2 = sum_and_noise(sum_party, m1, sum_view, queries, sigma, sum_source, workers, size, slot_bits, offset=offset,
                        share=share, plan_queries=plan, separate=separate)
-    costs.add(sum_party, cpu_now() - c0, sum(a.nbytes for a in m2.sums.values()),
-              sum(int(np.prod(a.shape[:2])) for a in m2.sums.values()))
-    c0 = cpu_now()
+    costs.since(sum_party, c0, sum(a.nbytes for a in m2.sums.values()),
+                sum(int(np.prod(a.shape[:2])) for a in m2.sums.values()))
+    c0 = mark()
     m3 = decrypt_and_publish(enc_party, private_key, m1, m2, queries, sigma, enc_source, stage)
-    costs.add(enc_party, cpu_now() - c0, sum(a.nbytes for a in m3.tables.values()))
+    costs.since(enc_party, c0, sum(a.nbytes for a in m3.tables.values()))
     return m3
 
 

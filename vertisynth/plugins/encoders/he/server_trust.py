@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -235,7 +236,7 @@ def encrypt_noise(party: str, recipient: str, lay: Layout, queries: Sequence[Que
             plains += [packed[c] for c in cols]
         groupings.append({"attrs": list(sb), "columns": cols, "groups": groups})
         shapes.append((groups, len(cols)))
-    cts = iter(paillier.encrypt_many(public_key, plains, workers, label="encrypt noise share"))
+    cts = iter(paillier.encrypt_many(public_key, plains, workers, label="encrypt noise share", op="share"))
     shares = {f"g{i}": paillier.to_bytes(public_key, np.array([[next(cts) for _ in range(c)] for _ in range(g)],
                                                                dtype=object).reshape(g, c))
               for i, (g, c) in enumerate(shapes)}
@@ -305,22 +306,22 @@ def run_real(enc_party: str, sum_party: str, enc_view: Dataset, sum_view: Datase
     size = lambda b: int(np.prod([d.domain.size(a) for d in (enc_view, sum_view) for a in b  # noqa: E731
                                   if a in d.domain.attributes]))   # the public domain
     log += [(SERVER, enc_party, key_msg), (SERVER, sum_party, key_msg)]
-    c0 = protocol.cpu_now()
+    c0 = protocol.mark()
     pk = key_msg.public_key()
     m1 = protocol.encrypt_rows(enc_party, sum_party, enc_view, queries, pk, offset(sigma), workers, chunk, slot_bits,
                                share=False)   # unshared: the server's ServerSums carries no count bits
     mn = encrypt_noise(enc_party, sum_party, m1.layout(), queries, sigma, pk, enc_source, size, workers)
-    costs.add(enc_party, protocol.cpu_now() - c0, m1.ciphertexts.nbytes + sum(a.nbytes for a in mn.shares.values()),
-              int(np.prod(m1.ciphertexts.shape[:2])) + sum(int(np.prod(a.shape[:2])) for a in mn.shares.values()))
+    costs.since(enc_party, c0, m1.ciphertexts.nbytes + sum(a.nbytes for a in mn.shares.values()),
+                int(np.prod(m1.ciphertexts.shape[:2])) + sum(int(np.prod(a.shape[:2])) for a in mn.shares.values()))
     log += [(enc_party, sum_party, m1), (enc_party, sum_party, mn)]
-    c0 = protocol.cpu_now()
+    c0 = protocol.mark()
     m2 = sum_for_server(sum_party, key_msg, m1, mn, sum_view, queries, sigma, sum_source, size, workers, slot_bits)
-    costs.add(sum_party, protocol.cpu_now() - c0, sum(a.nbytes for a in m2.sums.values()),
-              sum(int(np.prod(a.shape[:2])) for a in m2.sums.values()))
+    costs.since(sum_party, c0, sum(a.nbytes for a in m2.sums.values()),
+                sum(int(np.prod(a.shape[:2])) for a in m2.sums.values()))
     log.append((sum_party, SERVER, m2))
-    c0 = protocol.cpu_now()
+    c0 = protocol.mark()
     out = decrypt(private_key, m2, queries, sigma, stage, size, enc_view.n, slot_bits)
-    costs.add(SERVER, protocol.cpu_now() - c0)
+    costs.since(SERVER, c0)
     return out
 
 
@@ -369,9 +370,11 @@ class ServerTrust:
         return rho_per_table(sigma)
 
     def server_key(self) -> tuple[ServerKey, Any]:
-        if self._server is None:
+        if self._server is None:   # the server's key pair: its cost, booked as the rounds' are
+            c0 = protocol.mark()
             self._server = make_server_key(self.config.key_bits, paillier.resolve(self.config.randomness,
                                                                                   self.config.scheme))
+            self.costs.since(SERVER, c0)
         return self._server
 
     def answer(self, views: Mapping[str, Dataset], queries: Sequence[Query], sigma: float, noise: str,
@@ -410,6 +413,53 @@ class ServerTrust:
                                "answer", self.costs, c.workers, c.chunk_rows, c.slot_bits, self.transcript)
             got.update(msg.tables)
         return assemble(queries, got, size, sigma)
+
+    def answers_cost(self, answers: Sequence[Mapping[str, Any]], n: int, prices: Callable[[float], Any]
+                     ) -> dict[str, dict[str, Any]]:
+        """Ciphertexts, bytes, operations and CPU per role of a sequence of oracle answers at `n` rows under trust =
+        "server", made as `answer` makes them (every answer encrypts E's rows afresh: no rows are kept): per pair
+        of parties `orient`'s E, the unshared layout at offset 2T, E's noise shares (one ciphertext per returned
+        sum, op "share"), S's sums with E's share and its own multiplied in, the server's decryptions and its
+        one key pair. `answers` as `HEEncoder.answers_cost` takes them; `prices(σ)`: the timed per-operation
+        prices (None: counts only). Reads only public facts."""
+        from .encoder import _book, _pool   # the estimate's bookkeeping, shared with trust none
+
+        c = self.config
+        bits = paillier.plan_bits(c.key_bits, getattr(c, "scheme", "paillier"))
+        ct_bytes = paillier.plan_ct_bytes(c.key_bits, getattr(c, "scheme", "paillier"))
+        workers = c.workers or (os.cpu_count() or 1)
+        out: dict[str, dict[str, Any]] = {SERVER: {"ciphertexts": 0.0, "bytes": 0.0, "cpu_s": 0.0}}
+        for i, ans in enumerate(answers):
+            domains, sigma = ans["domains"], float(ans["sigma"])
+            op = prices(sigma)
+            owner = {a: p for p, d in domains.items() for a in d.attributes}
+            for p in domains:
+                out.setdefault(p, {"ciphertexts": 0.0, "bytes": 0.0, "cpu_s": 0.0})
+            size = lambda b: int(np.prod([domains[owner[a]].size(a) for a in b]))  # noqa: E731
+            if i == 0 and c.crypto == "real":
+                _book(out[SERVER], op, key=1)
+            t = offset(sigma)
+            queries = [(tuple(a), tuple(b)) for a, b in ans["queries"]]
+            for (p, q), qs in by_pairs(queries, owner).items():
+                enc, summ, part = orient(c, p, q, protocol.unique(qs), size, n, sigma)
+                blocks, groups = protocol.block_groups(part)
+                lay = Layout.build(blocks, [size(b) for b in blocks], n, t, bits, groups, c.slot_bits, False)
+                k = protocol.stage_counts(part, size, n, t, bits, c.slot_bits, reuse=lay)
+                rows, back = n * lay.plaintexts, k["returned"]
+                cells = sum(size(a) * size(b) for a, b in part)
+                out[enc]["ciphertexts"] += rows + back
+                out[enc]["bytes"] += (rows + back) * ct_bytes
+                out[summ]["ciphertexts"] += back
+                out[summ]["bytes"] += back * ct_bytes
+                _book(out[enc], op, enc=rows, enc_bit=n * len(blocks), share=back, draw=cells,
+                      setup=_pool(workers, rows, c.chunk_rows) + _pool(workers, back))
+                _book(out[summ], op, load=rows + back, mul=k["adds"] + 2 * back, noise=back, draw=cells,
+                      setup=_pool(workers, back))
+                _book(out[SERVER], op, load=back, dec=back)
+        if c.crypto == "simulated":
+            for v in out.values():
+                v["note"] = "crypto = simulated: no ciphertexts are made; figures are what real crypto would send"
+        return out
 
     def _orient(self, p: str, q: str, qs: list[Query], size, n: int, sigma: float) -> tuple[str, str, list[Query]]:
         return orient(self.config, p, q, qs, size, n, sigma)
