@@ -509,7 +509,14 @@ class VerticalOracle:
             if bins and a in bins:
                 table, var = bin_sum(table, axis, np.asarray(bins[a])), bin_sum(var, axis, np.asarray(bins[a]))
         var = np.maximum(var, 1.0)
-        m = Measurement(attributes, table, math.sqrt(float(var.mean())), bins, variance=var)
+        # made consistent: its mean and the adjusted attributes' main effects are the 1-ways' (already in the fit
+        # through the within-party answers), its noise lives in the rest; estimation fits that part alone, at the
+        # variance per dimension it keeps (pgm/estimation.py; bins keep every slice sum, so it holds binned too).
+        # Unless nothing is left (a table binned down to one axis): then as before
+        centred = tuple(a for a in attributes if a in self._margins)
+        kept = table.size - 1 - sum(table.shape[i] - 1 for i, a in enumerate(attributes) if a in centred)
+        m = Measurement(attributes, table, math.sqrt(float(var.mean())), bins, variance=var,
+                        centred=centred if kept >= 1 else ())
         self.answered.append(m)
         self.ledger.cross_party.append({
             "attributes": list(attributes), "parties": self.parties_of(attributes), "measure": self.measure_name,
