@@ -70,9 +70,12 @@ def test_centred_fit_equals_a_dense_gls_solve_with_the_pseudo_inverse():
     ya, yb, yw, yr = _draw(rng, truth, s1, sw, sr)
     dims = 12 - 1 - 2 - 3
     v = sr**2 * dims / 12   # each cell's variance of P z (the diagonal of sr² P)
+    yr2 = _draw(rng, truth, s1, sw, sr)[3]   # a second answer: two centred blocks of one shape, centred as a batch
     meas = [Measurement(("a",), ya, s1), Measurement(("b",), yb, s1), Measurement(("a", "b"), yw, sw),
             Measurement(("a", "b"), yr, float(np.sqrt(v)), variance=np.full((3, 4), v), centred=("a", "b"))]
     fit = estimate(DOM, meas, total=N, iters=20_000, tol=1e-15).model.marginal(("a", "b")).values
+    both = estimate(DOM, meas + [Measurement(("b", "a"), yr2.T, 1.0, variance=np.full((4, 3), 2 * v),
+                                             centred=("b", "a"))], total=N, iters=20_000, tol=1e-15)
     qa = np.kron(np.eye(3), np.ones((1, 4)))
     qb = np.kron(np.ones((1, 3)), np.eye(4))
     p = _projector((3, 4), (0, 1))
@@ -81,6 +84,11 @@ def test_centred_fit_equals_a_dense_gls_solve_with_the_pseudo_inverse():
                         (np.eye(12), yr.ravel(), np.linalg.pinv(sr**2 * p))], N)
     assert dense.min() > 0
     assert np.abs(fit - dense).max() < 0.05
+    dense2 = _dense_gls([(qa, ya, np.eye(3) / s1**2), (qb, yb, np.eye(4) / s1**2),
+                         (np.eye(12), yw.ravel(), np.eye(12) / sw**2),
+                         (np.eye(12), yr.ravel(), np.linalg.pinv(sr**2 * p)),
+                         (np.eye(12), yr2.ravel(), np.linalg.pinv(2 * sr**2 * p))], N)
+    assert np.abs(both.model.marginal(("a", "b")).values - dense2).max() < 0.05
     # weighting each cell by its own variance (independent cells) is a different estimator: the test can tell
     old = estimate(DOM, meas[:3] + [Measurement(("a", "b"), yr, float(np.sqrt(v)), variance=np.full((3, 4), v))],
                    total=N, iters=20_000, tol=1e-15).model.marginal(("a", "b")).values

@@ -294,6 +294,10 @@ def test_a_release_answer_is_made_consistent_with_the_measured_one_ways():
     assert np.abs(m.values - truth).sum() < 0.7 * np.abs(raw.values - truth).sum()
     # the projection moves noise between cells (a cell gets its row's mean error): less in all, not in every cell
     assert m.variance.sum() < raw.variance.sum()
+    # and it says so: estimation fits only what is left off the mean and both main effects (pgm/estimation.py)
+    assert raw.centred == () and set(m.centred) == {"a", "b"}
+    partly = oracle.measure(("b", "c"), None, np.random.default_rng(1))   # c's 1-way not measured: b's alone
+    assert partly.centred == ("b",)
 
 
 def _consistent_draws(make, k, n, rho, query):

@@ -280,11 +280,18 @@ def _estimate(domain: Domain, measurements: Sequence[Measurement], total: float 
                               "non-finite ones): pass an earlier result's phi on a prefix of these measurements")
         phi[:phi0.size] = phi0
 
+    # the centred blocks grouped by (shape, axes), each group's cells as one index array: one batched centring
+    # per group, not per measurement
+    groups: dict[tuple[tuple[int, ...], tuple[int, ...]], list[int]] = {}
+    for off, shape, axes in centred:
+        groups.setdefault((shape, axes), []).append(off)
+    blocks = [(shape, axes, np.asarray(offs)[:, None] + np.arange(int(np.prod(shape))))
+              for (shape, axes), offs in groups.items()]
+
     def project(r: np.ndarray) -> np.ndarray:
         """P r: each centred measurement's block with its mean and centred main effects removed (in place)."""
-        for off, shape, axes in centred:
-            size = int(np.prod(shape))
-            r[off:off + size] = remove_main_effects(r[off:off + size].reshape(shape), axes).ravel()
+        for shape, axes, idx in blocks:
+            r[idx] = remove_main_effects(r[idx].reshape((len(idx),) + shape), axes, lead=1).reshape(idx.shape)
         return r
 
     def loss_and_grad(ph: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
