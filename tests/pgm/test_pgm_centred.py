@@ -59,6 +59,10 @@ def test_centred_measurement_keeps_dimensions_and_refuses_what_informs_nothing()
     assert kept_dimensions(Measurement(("a", "b"), np.ones((3, 4)), 1.0, centred=("b",))) == 12 - 1 - 3
     with pytest.raises(ConfigError, match="nothing"):
         Measurement(("a",), np.ones(3), 1.0, centred=("a",))
+    with pytest.raises(ConfigError, match="kept variance is for a centred"):
+        Measurement(("a", "b"), np.ones((3, 4)), 1.0, kept_variance=np.ones((3, 4)))
+    with pytest.raises(ConfigError, match="kept variance is for a centred"):
+        Measurement(("a", "b"), np.ones((3, 4)), 1.0, centred=("a",), kept_variance=np.ones((4, 3)))
     with pytest.raises(ConfigError, match="distinct measured"):
         Measurement(("a", "b"), np.ones((3, 4)), 1.0, centred=("c",))
 
@@ -71,8 +75,11 @@ def test_centred_fit_equals_a_dense_gls_solve_with_the_pseudo_inverse():
     dims = 12 - 1 - 2 - 3
     v = sr**2 * dims / 12   # each cell's variance of P z (the diagonal of sr² P)
     yr2 = _draw(rng, truth, s1, sw, sr)[3]   # a second answer: two centred blocks of one shape, centred as a batch
+    # `variance` is each cell's whole error (here with the 1-ways' part, outside the kept span); the fit weighs
+    # the kept part alone
     meas = [Measurement(("a",), ya, s1), Measurement(("b",), yb, s1), Measurement(("a", "b"), yw, sw),
-            Measurement(("a", "b"), yr, float(np.sqrt(v)), variance=np.full((3, 4), v), centred=("a", "b"))]
+            Measurement(("a", "b"), yr, float(np.sqrt(v)), variance=np.full((3, 4), 3 * v), centred=("a", "b"),
+                        kept_variance=np.full((3, 4), v))]
     fit = estimate(DOM, meas, total=N, iters=20_000, tol=1e-15).model.marginal(("a", "b")).values
     both = estimate(DOM, meas + [Measurement(("b", "a"), yr2.T, 1.0, variance=np.full((4, 3), 2 * v),
                                              centred=("b", "a"))], total=N, iters=20_000, tol=1e-15)

@@ -296,6 +296,8 @@ def test_a_release_answer_is_made_consistent_with_the_measured_one_ways():
     assert m.variance.sum() < raw.variance.sum()
     # and it says so: estimation fits only what is left off the mean and both main effects (pgm/estimation.py)
     assert raw.centred == () and set(m.centred) == {"a", "b"}
+    # what it weighs is the noise off those effects: less than each cell's whole error, which holds the 1-ways'
+    assert raw.kept_variance is None and np.all(m.kept_variance <= m.variance)
     partly = oracle.measure(("b", "c"), None, np.random.default_rng(1))   # c's 1-way not measured: b's alone
     assert partly.centred == ("b",)
 

@@ -38,7 +38,8 @@ Centred measurements (`centred`, e.g. a release answer a vertical oracle made co
 the values' grand mean and the main effects of the centred attributes came from elsewhere, so their noise lives
 in the rest, the span of P = I − Π_∅ − Σ_{a centred} Π_{a} (core/anova.py), of dimension
 cells − (1 + Σ (u_a − 1)), and is correlated across cells there. The loss takes ½ (P r)ᵀ W (P r) with W each
-cell's inverse variance per kept dimension, 1 / (v · cells / dims) (the diagonal of σ² P is σ² dims / cells):
+cell's inverse variance per kept dimension, 1 / (v · cells / dims), v its `kept_variance` (the noise's part in
+that span; the error of the 1-ways it was set to lies outside it) (the diagonal of σ² P is σ² dims / cells):
 with equal v, generalised least squares with the pseudo-inverse of the noise covariance σ² P; its gradient is
 P W P r, the residual centred along axes twice (no dense P). Weighting each cell by v alone, as independent noise,
 would fit the main effects the answer no longer informs about, and count its kept noise cells / dims times over.
@@ -83,6 +84,9 @@ class Measurement:
     # adjusted to measured 1-ways): its noise lives off them, so estimation fits the residual's projection there
     # alone, each cell at its variance per remaining dimension (module docstring, "Centred measurements")
     centred: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    # centred only: each cell's variance of the noise left off those effects (the values' shape), what the fit
+    # weighs; None: `variance` (or std²). `variance` and `std` stay each cell's whole error, which scores read
+    kept_variance: np.ndarray | None = None
 
     def __attrs_post_init__(self) -> None:
         if not self.std > 0:
@@ -102,6 +106,12 @@ class Measurement:
             if self.values.ndim != len(self.attributes) or kept_dimensions(self) < 1:
                 raise ConfigError(f"measurement on {list(self.attributes)}: centred on {list(self.centred)}, nothing "
                                   f"of its {self.values.size} cells is left to inform the fit")
+        if self.kept_variance is not None:
+            k = np.asarray(self.kept_variance, float)
+            if not self.centred or k.shape != self.values.shape or not np.all(np.isfinite(k)) or not np.all(k > 0):
+                raise ConfigError(f"measurement on {list(self.attributes)}: a kept variance is for a centred "
+                                  f"measurement, positive and finite, of the values' shape {self.values.shape}")
+            object.__setattr__(self, "kept_variance", k)
         for a, b in (self.bins or {}).items():
             if a not in self.attributes:
                 raise ConfigError(f"measurement on {list(self.attributes)}: bins given for {a!r}, not measured")
@@ -247,11 +257,12 @@ def _estimate(domain: Domain, measurements: Sequence[Measurement], total: float 
         y = m.values if kept == m.attributes else np.transpose(m.values, order)
         scopes.append(kept)
         ys.append(y.ravel())
-        if m.variance is None:
+        var = m.kept_variance if m.kept_variance is not None else m.variance
+        if var is None:
             wm = np.full(y.size, 1.0 / m.std**2)
         else:   # each cell by its own variance
-            wm = 1.0 / (m.variance if kept == m.attributes else np.transpose(m.variance, order)).ravel()
-        if m.centred:   # a cell's variance spread over the kept dimensions: per dimension, v · cells / dims
+            wm = 1.0 / (var if kept == m.attributes else np.transpose(var, order)).ravel()
+        if m.centred:   # a cell's kept variance spread over the kept dimensions: per dimension, v · cells / dims
             wm = wm * (kept_dimensions(m) / y.size)
             centred.append((offset, y.shape, tuple(kept.index(a) for a in m.centred)))
         ws.append(wm)
