@@ -277,10 +277,14 @@ def test_aim_reads_each_cross_party_candidate_off_a_release_once(vertical):
     assert asked and len(asked) == len(set(asked))
 
 
-def test_a_release_answer_is_made_consistent_with_the_measured_one_ways():
+@pytest.mark.parametrize("centre", [False, True], ids=["default", "centred"])
+def test_a_release_answer_is_made_consistent_with_the_measured_one_ways(centre, monkeypatch):
     """dpfm's inclusion–exclusion subtracts one cardinality estimate per value, so a row (column) of its answer
     shares one offset; once the 1-ways of a and b are measured within their parties (here almost exactly), the
-    answer's margins are pulled to them and the table's error falls, its interaction left as released."""
+    answer's margins are pulled to them and the table's error falls, its interaction left as released.
+    `CENTRE_RELEASE_ANSWERS` (off by default): the answer says so, for estimation to fit what is left."""
+    from vertisynth.vertical import oracle as vo
+    monkeypatch.setattr(vo, "CENTRE_RELEASE_ANSWERS", centre)
     oracle, led, data = _oracle(DPFMEncoder(DPFMConfig(t=400)), n=3000, rho=2.0)
     raw = oracle.measure(("b", "a"), None, np.random.default_rng(1))
     ones = [Charge("synthesizer", "gaussian_1way", ZCDP(1e4)) for _ in range(2)]
@@ -294,6 +298,15 @@ def test_a_release_answer_is_made_consistent_with_the_measured_one_ways():
     assert np.abs(m.values - truth).sum() < 0.7 * np.abs(raw.values - truth).sum()
     # the projection moves noise between cells (a cell gets its row's mean error): less in all, not in every cell
     assert m.variance.sum() < raw.variance.sum()
+    if not centre:   # as before: cells weighed as independent
+        assert m.centred == () and m.kept_variance is None
+        return
+    # it says so: estimation fits only what is left off the mean and both main effects (pgm/estimation.py)
+    assert raw.centred == () and set(m.centred) == {"a", "b"}
+    # what it weighs is the noise off those effects: less than each cell's whole error, which holds the 1-ways'
+    assert raw.kept_variance is None and np.all(m.kept_variance <= m.variance)
+    partly = oracle.measure(("b", "c"), None, np.random.default_rng(1))   # c's 1-way not measured: b's alone
+    assert partly.centred == ("b",)
 
 
 def _consistent_draws(make, k, n, rho, query):

@@ -34,6 +34,16 @@ backtrack) small relative progress is not counted towards the small-progress sto
 fit at its start.
 The total mass is n̂: given, or the inverse-variance weighted mean of the measurements' totals.
 
+Centred measurements (`centred`, e.g. a release answer a vertical oracle made consistent with measured 1-ways):
+the values' grand mean and the main effects of the centred attributes came from elsewhere, so their noise lives
+in the rest, the span of P = I − Π_∅ − Σ_{a centred} Π_{a} (core/anova.py), of dimension
+cells − (1 + Σ (u_a − 1)), and is correlated across cells there. The loss takes ½ (P r)ᵀ W (P r) with W each
+cell's inverse variance per kept dimension, 1 / (v · cells / dims), v its `kept_variance` (the noise's part in
+that span; the error of the 1-ways it was set to lies outside it) (the diagonal of σ² P is σ² dims / cells):
+with equal v, generalised least squares with the pseudo-inverse of the noise covariance σ² P; its gradient is
+P W P r, the residual centred along axes twice (no dense P). Weighting each cell by v alone, as independent noise,
+would fit the main effects the answer no longer informs about, and count its kept noise cells / dims times over.
+
 A measurement may be of a coarsened marginal: `bins` maps some of its attributes' values to bins, and
 `values` then holds the counts per bin (a linear query Q μ_m, Q summing the cells of each bin). Its
 gradient is the bin residual copied back onto every cell of the bin (Qᵀ). VertiMRF uses this to fit
@@ -50,6 +60,7 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from vertisynth.core import progress
+from vertisynth.core.anova import remove_main_effects
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import ConfigError, DomainError, EstimationError
 
@@ -69,6 +80,13 @@ class Measurement:
     # per-cell noise variance (the shape of `values`), where cells differ (a sketch estimator's); None: std² each.
     # Estimation weights each cell by its inverse; `std` stays the scalar summary that scores read.
     variance: np.ndarray | None = None
+    # attributes whose main effects (and the grand mean) the values were made consistent with (a release answer
+    # adjusted to measured 1-ways): its noise lives off them, so estimation fits the residual's projection there
+    # alone, each cell at its variance per remaining dimension (module docstring, "Centred measurements")
+    centred: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    # centred only: each cell's variance of the noise left off those effects (the values' shape), what the fit
+    # weighs; None: `variance` (or std²). `variance` and `std` stay each cell's whole error, which scores read
+    kept_variance: np.ndarray | None = None
 
     def __attrs_post_init__(self) -> None:
         if not self.std > 0:
@@ -81,6 +99,19 @@ class Measurement:
                 raise ConfigError(f"measurement on {list(self.attributes)}: a per-cell variance must be positive and "
                                   f"finite, of the values' shape {self.values.shape}")
             object.__setattr__(self, "variance", v)
+        if self.centred:
+            if not set(self.centred) <= set(self.attributes) or len(set(self.centred)) != len(self.centred):
+                raise ConfigError(f"measurement on {list(self.attributes)}: centred on {list(self.centred)}, which "
+                                  "must be distinct measured attributes")
+            if self.values.ndim != len(self.attributes) or kept_dimensions(self) < 1:
+                raise ConfigError(f"measurement on {list(self.attributes)}: centred on {list(self.centred)}, nothing "
+                                  f"of its {self.values.size} cells is left to inform the fit")
+        if self.kept_variance is not None:
+            k = np.asarray(self.kept_variance, float)
+            if not self.centred or k.shape != self.values.shape or not np.all(np.isfinite(k)) or not np.all(k > 0):
+                raise ConfigError(f"measurement on {list(self.attributes)}: a kept variance is for a centred "
+                                  f"measurement, positive and finite, of the values' shape {self.values.shape}")
+            object.__setattr__(self, "kept_variance", k)
         for a, b in (self.bins or {}).items():
             if a not in self.attributes:
                 raise ConfigError(f"measurement on {list(self.attributes)}: bins given for {a!r}, not measured")
@@ -97,6 +128,13 @@ class Measurement:
     def project(self, counts: np.ndarray) -> np.ndarray:
         """The measured query on a full table over `attributes` (axes in that order): bin sums where binned."""
         return bin_query(counts, self.attributes, self.bins)
+
+
+def kept_dimensions(m: Measurement) -> int:
+    """The dimension of the space a centred measurement's noise lives in: its cells less the grand mean and the
+    centred attributes' main effects (1 + Σ (u − 1), u each one's values or bins)."""
+    axes = [m.attributes.index(a) for a in m.centred]
+    return int(m.values.size - (1 + sum(m.values.shape[i] - 1 for i in axes))) if axes else int(m.values.size)
 
 
 def bin_query(counts: np.ndarray, attributes: Sequence[str], bins: dict[str, np.ndarray] | None) -> np.ndarray:
@@ -140,6 +178,8 @@ class EstimationResult:
 
 
 def _total(measurements: Sequence[Measurement]) -> float:
+    # a centred measurement's total is not information (it was set from the 1-ways it was made consistent with)
+    measurements = [m for m in measurements if not m.centred] or measurements
     tot = np.array([m.values.sum() for m in measurements])
     w = np.array([1.0 / (m.std**2 * m.values.size) for m in measurements])
     return float(max(np.average(tot, weights=w), 1.0))
@@ -208,16 +248,25 @@ def _estimate(domain: Domain, measurements: Sequence[Measurement], total: float 
     assign = [model.tree.clique_for(m.attributes) for m in measurements]
     # each measurement in its clique's axis order (the calibrator's convention), flattened and concatenated
     scopes, ys, ws = [], [], []
+    # centred measurements: (offset, shape in clique order, axes centred) of each, in measurement space
+    centred: list[tuple[int, tuple[int, ...], tuple[int, ...]]] = []
+    offset = 0
     for m, ci in zip(measurements, assign):
         kept = tuple(a for a in cliques[ci] if a in m.attributes)
         order = [m.attributes.index(a) for a in kept]
         y = m.values if kept == m.attributes else np.transpose(m.values, order)
         scopes.append(kept)
         ys.append(y.ravel())
-        if m.variance is None:
-            ws.append(np.full(y.size, 1.0 / m.std**2))
+        var = m.kept_variance if m.kept_variance is not None else m.variance
+        if var is None:
+            wm = np.full(y.size, 1.0 / m.std**2)
         else:   # each cell by its own variance
-            ws.append(1.0 / (m.variance if kept == m.attributes else np.transpose(m.variance, order)).ravel())
+            wm = 1.0 / (var if kept == m.attributes else np.transpose(var, order)).ravel()
+        if m.centred:   # a cell's kept variance spread over the kept dimensions: per dimension, v · cells / dims
+            wm = wm * (kept_dimensions(m) / y.size)
+            centred.append((offset, y.shape, tuple(kept.index(a) for a in m.centred)))
+        ws.append(wm)
+        offset += y.size
     y, w = np.concatenate(ys), np.concatenate(ws)
     # binned measurements see Q μ; the gradient in measurement space is Qᵀ w (Q μ − y). Q is the identity
     # (and skipped) when nothing is binned. Q μ is a bincount of the cells into their bins and Qᵀ g a gather (each cell is in one bin): the sums of the
@@ -242,9 +291,27 @@ def _estimate(domain: Domain, measurements: Sequence[Measurement], total: float 
                               "non-finite ones): pass an earlier result's phi on a prefix of these measurements")
         phi[:phi0.size] = phi0
 
+    # the centred blocks grouped by (shape, axes), each group's cells as one index array: one batched centring
+    # per group, not per measurement
+    groups: dict[tuple[tuple[int, ...], tuple[int, ...]], list[int]] = {}
+    for off, shape, axes in centred:
+        groups.setdefault((shape, axes), []).append(off)
+    blocks = [(shape, axes, np.asarray(offs)[:, None] + np.arange(int(np.prod(shape))))
+              for (shape, axes), offs in groups.items()]
+
+    def project(r: np.ndarray) -> np.ndarray:
+        """P r: each centred measurement's block with its mean and centred main effects removed (in place)."""
+        for shape, axes, idx in blocks:
+            r[idx] = remove_main_effects(r[idx].reshape((len(idx),) + shape), axes, lead=1).reshape(idx.shape)
+        return r
+
     def loss_and_grad(ph: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         mu = cal.marginals(ph, total)
         resid = (mu if bin_of is None else np.bincount(bin_of, mu, minlength=n_bins).astype(float, copy=False)) - y
+        if centred:   # L = ½ (P r)ᵀ W (P r), ∇ = P W P r (P symmetric)
+            resid = project(resid)
+            g = w * resid
+            return 0.5 * float(g @ resid), (project(g) if bin_of is None else project(g)[bin_of]), mu
         g = w * resid
         return 0.5 * float(g @ resid), (g if bin_of is None else g[bin_of]), mu
 

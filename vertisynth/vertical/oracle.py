@@ -75,6 +75,11 @@ NULL_ABOVE_NOISE, NULL_ABOVE_NOISE_STD = 0.3426, 0.6052
 # and the measure's variance of the centred answer: then z 5 and 10 give 0.172 (grr NLTCS) and 0.036 (dpfm
 # small-domains) alike (docs/vertical.md)
 RELEASE_Z = 5.0
+# mark a release answer made consistent with measured 1-ways as centred (`Measurement.centred`, its kept variance
+# weighed per dimension: GLS off the effects it no longer informs about). Off: right (tests/pgm/test_pgm_centred.py)
+# but not better on the grid, privmrf over dpfm on the zoo and NLTCS, seeds 0-1, median new/old 1.00, below
+# VertiMRF-FM in fewer cells (docs/vertical.md, "Fourth pass")
+CENTRE_RELEASE_ANSWERS = False
 
 
 def release_score(r: np.ndarray, v: np.ndarray, z: float = 0.0, centred: np.ndarray | None = None,
@@ -436,7 +441,7 @@ class VerticalOracle:
         return np.transpose(table, order), np.transpose(var, order)
 
     def _consistent(self, attributes: tuple[str, ...], table: np.ndarray, var: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray]:
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """A release answer made consistent with the within-party 1-way answers given so far (post-processing of
         released answers): along each attribute with one, every cell of a slice moves by the same share of the
         difference between the inverse-variance average of the measured 1-way count and the answer's own slice
@@ -449,10 +454,12 @@ class VerticalOracle:
         fits; the interaction is left as released. Each cell's variance is then what the measure says is left of
         its answer's noise once the mean and the adjusted attributes' main effects are removed
         (`ReportsConsistentVariance`, from the estimator's covariance; a measure that cannot say: v·(1 − (1 +
-        Σ (u − 1)) / cells), independent cells), plus each averaged slice's variance over its cells squared."""
+        Σ (u − 1)) / cells), independent cells), plus each averaged slice's variance over its cells squared.
+        Returned: (table, that variance, the first part alone: the noise off the mean and main effects, what
+        estimation of a centred measurement weighs; None where nothing was adjusted)."""
         mine = [(axis, a) for axis, a in enumerate(attributes) if a in self._margins]
         if not mine:
-            return table, var
+            return table, var, None
         table = np.array(table, float)
         # what is left depends on how the estimator's noise is spread over the effects, which only the measure
         # knows: independent cells keep 1 − (1 + Σ (u − 1)) / cells; dpfm keeps less (its rows and columns carry
@@ -462,6 +469,7 @@ class VerticalOracle:
         if out_var is None:   # a measure that cannot say: cells taken as independent
             removed = 1 + sum(self.domain.size(a) - 1 for _, a in mine)
             out_var = np.array(var, float) * max(1 - removed / table.size, 0.0)
+        kept = np.array(out_var, float)
         for axis, a in mine:
             other = tuple(i for i in range(table.ndim) if i != axis)
             cells = table.size // table.shape[axis]
@@ -474,7 +482,7 @@ class VerticalOracle:
             shape[axis] = table.shape[axis]
             table = table + ((target - own) / cells).reshape(shape)
             out_var = out_var + (1 / (1 / own_var + 1 / m_var) / cells ** 2).reshape(shape)
-        return table, out_var
+        return table, out_var, kept
 
     def _kept_variance(self, attributes: tuple[str, ...], adjusted: list[str]) -> np.ndarray | None:
         """Per cell (axes in `attributes`' order), the variance the measure says is left of the release's answer
@@ -504,12 +512,21 @@ class VerticalOracle:
         given (the cells' variances summed too: the estimator's covariances between cells are left out), each cell
         floored at variance 1; the ledger's `cross_party` names it with ρ 0."""
         attributes = self._check_free(attributes, pay, bins)
-        table, var = self._consistent(attributes, *self._release_answer(attributes))
+        table, var, kept = self._consistent(attributes, *self._release_answer(attributes))
         for axis, a in enumerate(attributes):
             if bins and a in bins:
                 table, var = bin_sum(table, axis, np.asarray(bins[a])), bin_sum(var, axis, np.asarray(bins[a]))
+                kept = None if kept is None else bin_sum(kept, axis, np.asarray(bins[a]))
         var = np.maximum(var, 1.0)
-        m = Measurement(attributes, table, math.sqrt(float(var.mean())), bins, variance=var)
+        # made consistent: its mean and the adjusted attributes' main effects are the 1-ways' (already in the fit
+        # through the within-party answers), its noise lives in the rest; estimation fits that part alone, at the
+        # variance per dimension it keeps (pgm/estimation.py; bins keep every slice sum, so it holds binned too).
+        # Unless nothing is left (a table binned down to one axis): then as before
+        centred = tuple(a for a in attributes if a in self._margins)
+        dims = table.size - 1 - sum(table.shape[i] - 1 for i, a in enumerate(attributes) if a in centred)
+        centred = centred if CENTRE_RELEASE_ANSWERS and kept is not None and dims >= 1 else ()
+        m = Measurement(attributes, table, math.sqrt(float(var.mean())), bins, variance=var, centred=centred,
+                        kept_variance=np.maximum(kept, 1.0) if centred else None)
         self.answered.append(m)
         self.ledger.cross_party.append({
             "attributes": list(attributes), "parties": self.parties_of(attributes), "measure": self.measure_name,
