@@ -66,11 +66,13 @@ def _server(*extra):
 @pytest.mark.parametrize("synth", [AIM, MST, PRIVMRF, *[pytest.param(o, marks=pytest.mark.slow) for o in OTHERS]],
                          ids=["aim", "mst", "privmrf", *[o[0] for o in OTHERS]])
 def test_a_vertical_twin_across_processes_equals_the_one_process_run(tmp_path, synth, monkeypatch, request):
-    # aim's roles are separate OS processes at 2048 bits: the twin kind's end-to-end flow across processes. The
-    # other twins run the same commands with each role in a thread of this process (issue 33: one subprocess flow
-    # per deployment kind, the rest in process): what they add is their synthesizer's queries over the exchange
-    _in_process(request, monkeypatch, synth is not AIM)
-    _setup(tmp_path, synth, small_keys=synth is not AIM)
+    # aim's roles are separate OS processes at 2048 bits: the twin kind's end-to-end flow across processes in the
+    # default run (the slow private_pgm and dpsyn twins too, in CI's slow-flows step). mst and privmrf run the same
+    # commands with each role in a thread of this process (issue 33: one subprocess flow per deployment kind, the
+    # rest in process): what they add is their synthesizer's queries over the exchange
+    threads = synth in (MST, PRIVMRF)
+    _in_process(request, monkeypatch, threads)
+    _setup(tmp_path, synth, small_keys=threads)
     res = parallel([_party(p) for p in PARTIES] + [_server()], tmp_path, timeout=300)
     assert all(r[0] == 0 for r in res), res
     deployed = pd.read_csv(tmp_path / "out" / "synthetic.csv")
@@ -368,7 +370,7 @@ def test_a_party_refuses_a_misrouted_cross_party_query_before_it_pays(query, mat
     assert led.spent == []
 
 
-def test_trust_server_across_processes_equals_the_one_process_run(tmp_path, monkeypatch, request):
+def test_trust_server_over_a_folder_exchange_equals_the_one_process_run(tmp_path, monkeypatch, request):
     """he with trust = "server" across machines: the server makes the run's Paillier key and sends its public half
     with each cross-party query (signed, sealed to each party); E sends S its rows and its noise share under that
     key, sealed to S's run key; S returns the sums with both shares to the server, who decrypts count + both shares
@@ -395,9 +397,9 @@ def test_trust_server_across_processes_equals_the_one_process_run(tmp_path, monk
 
 def test_trust_server_the_curious_server_decrypts_counts_plus_both_shares_never_one(tmp_path, monkeypatch):
     """The server of a trust = "server" run across machines (parties in threads over a folder exchange, real
-    Paillier with 512-bit test keys: what is decrypted and what opens does not depend on the key's size; the
-    2048-bit run across processes is test_trust_server_across_processes_equals_the_one_process_run; the test
-    secret's seeded shares), holding everything it legitimately has: its Paillier private
+    Paillier with 512-bit test keys: what is decrypted and what opens does not depend on the key's size; the whole
+    run over the exchange is test_trust_server_over_a_folder_exchange_equals_the_one_process_run, across processes
+    the slow test_scheme_ou_across_processes_equals_the_one_process_run[server]; the test secret's seeded shares), holding everything it legitimately has: its Paillier private
     key, its run key, every file of the exchange. What it decrypts is count + E's share + S's share (both shares
     reproduced from the parties' seeded sources, each non-zero); E's rows and E's share travel sealed to S's run key
     and do not open with the server's. Opened with S's key (the collusion the mode excludes), E's share would read
