@@ -91,6 +91,7 @@ def in_threads(argvs, cwd, timeout=180):
     import io
     import os
     import threading
+    import time
     import traceback
 
     import click
@@ -123,8 +124,9 @@ def in_threads(argvs, cwd, timeout=180):
         threads = [threading.Thread(target=role, args=(i, a), daemon=True) for i, a in enumerate(argvs)]
         for t in threads:
             t.start()
+        deadline = time.monotonic() + timeout   # one bound for all the roles, as `parallel` waits
         for t in threads:
-            t.join(timeout)
+            t.join(max(0.0, deadline - time.monotonic()))
     finally:
         os.chdir(old[0])
         sys.stdout, sys.stderr = old[1], old[2]
