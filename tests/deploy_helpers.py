@@ -124,7 +124,7 @@ def in_threads(argvs, cwd, timeout=180):
         threads = [threading.Thread(target=role, args=(i, a), daemon=True) for i, a in enumerate(argvs)]
         for t in threads:
             t.start()
-        deadline = time.monotonic() + timeout   # one bound for all the roles, as `parallel` waits
+        deadline = time.monotonic() + timeout   # one wall bound for all the roles together
         for t in threads:
             t.join(max(0.0, deadline - time.monotonic()))
     finally:
