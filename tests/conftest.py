@@ -52,6 +52,15 @@ def cold_start(monkeypatch):
 
 
 @pytest.fixture
+def in_process(monkeypatch):
+    """`cli` and `parallel` (deploy_helpers) run each role in a thread of this process: the same commands over the
+    same exchange, for the flows whose deployment kind another test already runs as processes (issue 33)."""
+    import deploy_helpers
+
+    monkeypatch.setattr(deploy_helpers, "THREADS", True)
+
+
+@pytest.fixture
 def forked_bridges(monkeypatch):
     """The flower bridges' steps forked from the warm forkserver (forked_cli.start_bridge_step) instead of a cold
     `python -m vertisynth.deploy.flower.worker` + `python -m vertisynth.cli` each: every relay flow but the one

@@ -1,13 +1,16 @@
 """Shared helpers of the cross-machine tests: identities, a roster in the config, roles as real processes.
 
 Each role runs in an OS process of its own, forked from a warm interpreter (forked_cli.py); a test that uses the
-`cold_start` fixture starts every one as `python -m vertisynth.cli` instead (one such flow per deployment kind)."""
+`cold_start` fixture starts every one as `python -m vertisynth.cli` instead (one such flow per deployment kind), and
+one that uses `in_process` runs `cli` and `parallel`'s roles in threads of the test's process (`in_threads`: flows
+whose deployment kind another test already runs as processes)."""
 import subprocess
 import sys
 
 import forked_cli
 
 COLD = False   # True (the cold_start fixture): real `python -m vertisynth.cli` subprocesses
+THREADS = False   # True (the in_process fixture): `cli` and `parallel` run each role in a thread here (in_threads)
 
 SECRET = "9f1c2b7a4e6d8c0b5a3f1e2d7c9b8a60"   # an explicit test secret (128 bits), not the config seed
 
@@ -21,7 +24,13 @@ def popen(args, cwd=None, env=None):
 
 
 def cli(*args, cwd=None, ok=True, timeout=180, env=None):
-    if COLD:
+    if THREADS:
+        import os
+
+        assert env is None, "a role in a thread runs in this process's environment"
+        code, out, err = in_threads([args], cwd or os.getcwd(), timeout)[0]
+        res = subprocess.CompletedProcess(list(args), code, out, err)
+    elif COLD:
         res = subprocess.run([sys.executable, "-m", "vertisynth.cli", *args], capture_output=True, text=True,
                              cwd=cwd, timeout=timeout, env=env)
     else:
@@ -32,6 +41,8 @@ def cli(*args, cwd=None, ok=True, timeout=180, env=None):
 
 
 def parallel(argvs, cwd, timeout=180):
+    if THREADS:
+        return in_threads(argvs, cwd, timeout)
     procs = [popen(a, cwd) for a in argvs]
     outs = []
     for p in procs:
@@ -41,6 +52,85 @@ def parallel(argvs, cwd, timeout=180):
             p.kill()
             outs.append(p.communicate())
     return [(p.returncode, o, e) for p, (o, e) in zip(procs, outs)]
+
+
+class _PerThread:
+    """sys.stdout / sys.stderr while `in_threads` runs: what a role's thread writes goes to that role's buffer, the
+    rest to the stream it replaced."""
+
+    encoding, errors = "utf-8", "strict"
+
+    def __init__(self, fallback):
+        self.fallback, self.buffers = fallback, {}
+
+    def _target(self):
+        import threading
+
+        return self.buffers.get(threading.get_ident(), self.fallback)
+
+    def write(self, text):
+        return self._target().write(text)
+
+    def flush(self):
+        self._target().flush()
+
+    def isatty(self):
+        return False
+
+    def writable(self):
+        return True
+
+
+def in_threads(argvs, cwd, timeout=180):
+    """`parallel`'s roles in this process, a thread each: the same click commands and code path, meeting only
+    through the exchange, without a process each (for the flows whose deployment kind another test already runs as
+    processes; issue 33: "one end-to-end subprocess flow per deployment kind, the rest in process"). Relative paths
+    resolve against `cwd`, as in `parallel`; each role's stdout and stderr are its own. (exit status, stdout,
+    stderr) per role, as `parallel` returns. In process, a test may lower the Paillier key floor
+    (paillier.MIN_KEY_BITS), which a forked role keeps."""
+    import io
+    import os
+    import threading
+    import time
+    import traceback
+
+    import click
+
+    from vertisynth.cli.main import main
+
+    results = [None] * len(argvs)
+    out, err = _PerThread(sys.stdout), _PerThread(sys.stderr)
+
+    def role(i, argv):
+        me = threading.get_ident()
+        out.buffers[me], err.buffers[me] = io.StringIO(), io.StringIO()
+        try:
+            main.main(args=list(argv), prog_name=forked_cli.PROG, standalone_mode=False)
+            code = 0
+        except SystemExit as exc:   # the commands' `fail`: its line is on this role's stderr
+            code = exc.code if isinstance(exc.code, int) else 1
+        except click.ClickException as exc:
+            exc.show(err.buffers[me])
+            code = exc.exit_code
+        except BaseException:   # noqa: BLE001 - reported as the role's failure
+            err.buffers[me].write(traceback.format_exc())
+            code = 1
+        results[i] = (code, out.buffers[me].getvalue(), err.buffers[me].getvalue())
+
+    old = os.getcwd(), sys.stdout, sys.stderr
+    os.chdir(cwd)
+    sys.stdout, sys.stderr = out, err
+    try:
+        threads = [threading.Thread(target=role, args=(i, a), daemon=True) for i, a in enumerate(argvs)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + timeout   # one wall bound for all the roles together
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+    finally:
+        os.chdir(old[0])
+        sys.stdout, sys.stderr = old[1], old[2]
+    return [r if r is not None else (1, "", f"still running after {timeout} s") for r in results]
 
 
 SERVER_KEY = ["--key", "private_server/server_signing.pem"]   # the server's signing key (with_roster makes it)

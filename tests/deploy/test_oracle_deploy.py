@@ -32,12 +32,26 @@ OTHERS = [("private_pgm", ""), ("dpsyn", "")]
 PARTIES = ["party1", "party2"]
 
 
-def _setup(tmp_path, synth=AIM):
+def _setup(tmp_path, synth=AIM, small_keys=False):
+    """`small_keys`: 512-bit Paillier keys, for roles run in this process (`_in_process` lowers the floor here only:
+    a forked role keeps 2048). What is encrypted, summed, decrypted and sealed, and so the release, does not depend on
+    the key's size; the 2048-bit flow across processes is the aim twin's."""
     text = CONFIG.replace("SYNTH", synth[0]).replace("PARAMS", synth[1])
+    if small_keys:
+        text = text.replace("workers = 1,", "workers = 1, key_bits = 512,")
     text = with_roster(tmp_path, text.replace("CRYPTO", "real"), [*PARTIES, "server"])
     (tmp_path / "job.toml").write_text(text)
     (tmp_path / "sim.toml").write_text(text.replace('crypto = "real"', 'crypto = "simulated"'))
     hello_all(tmp_path, PARTIES, secret=SECRET)
+
+
+def _in_process(request, monkeypatch, yes=True):
+    """The roles in threads of this process (the `in_process` fixture), the Paillier key floor lowered to 512 bits."""
+    if yes:
+        from vertisynth.plugins.encoders.he import paillier
+
+        request.getfixturevalue("in_process")
+        monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
 
 
 def _party(p, *extra):
@@ -51,8 +65,14 @@ def _server(*extra):
 
 @pytest.mark.parametrize("synth", [AIM, MST, PRIVMRF, *[pytest.param(o, marks=pytest.mark.slow) for o in OTHERS]],
                          ids=["aim", "mst", "privmrf", *[o[0] for o in OTHERS]])
-def test_a_vertical_twin_across_processes_equals_the_one_process_run(tmp_path, synth):
-    _setup(tmp_path, synth)
+def test_a_vertical_twin_across_processes_equals_the_one_process_run(tmp_path, synth, monkeypatch, request):
+    # aim's roles are separate OS processes at 2048 bits: the twin kind's end-to-end flow across processes in the
+    # default run (the slow private_pgm and dpsyn twins too, in CI's slow-flows step). mst and privmrf run the same
+    # commands with each role in a thread of this process (issue 33: one subprocess flow per deployment kind, the
+    # rest in process): what they add is their synthesizer's queries over the exchange
+    threads = synth in (MST, PRIVMRF)
+    _in_process(request, monkeypatch, threads)
+    _setup(tmp_path, synth, small_keys=threads)
     res = parallel([_party(p) for p in PARTIES] + [_server()], tmp_path, timeout=300)
     assert all(r[0] == 0 for r in res), res
     deployed = pd.read_csv(tmp_path / "out" / "synthetic.csv")
@@ -125,13 +145,15 @@ params = { iters = 40, vertical = { measure = "he", trust = "none", params = { c
 """
 
 
-def test_a_curious_relay_reads_no_query_of_a_vertical_twin(tmp_path):
+def test_a_curious_relay_reads_no_query_of_a_vertical_twin(tmp_path, monkeypatch, request):
     """Every query, every round between the parties and every answer is sealed to its one recipient's run key: the
     relay (a folder, sftp or s3 host, a Flower SuperLink), holding every byte of the exchange after the run and
     unpacking every body it can (messages are compressed npz), finds no attribute name in any of them; only the
     hellos (the public config, which every party holds) carry the names. Long names, so a chance match in
     ciphertext is out of the question (2^-200 per position). Before the seal the queries, the he rows' layouts and
-    the sums' groupings named them. The run still equals the one-process simulation."""
+    the sums' groupings named them. The run still equals the one-process simulation. The roles run the same
+    commands in threads of this process, on 512-bit keys: what the relay holds is the same envelopes, smaller
+    ciphertexts (the twin kind's flow across processes at 2048 bits is the aim twin's)."""
     import numpy as np
 
     from vertisynth.core.envelope import open_envelope
@@ -141,8 +163,9 @@ def test_a_curious_relay_reads_no_query_of_a_vertical_twin(tmp_path):
     pd.DataFrame({"hospital_length_of_stay_days": los, "hospital_discharge_ward_code": rng.integers(1, 4, 200),
                   "insurer_claimed_amount_band": np.clip(los + rng.integers(-1, 2, 200), 1, 4)}
                  ).to_csv(tmp_path / "full.csv", index=False)
-    text = with_roster(tmp_path, RELAY_CONFIG.replace("PATH", str(tmp_path / "full.csv")).replace("CRYPTO", "real"),
-                       [*PARTIES, "server"])
+    _in_process(request, monkeypatch)
+    text = with_roster(tmp_path, RELAY_CONFIG.replace("PATH", str(tmp_path / "full.csv")).replace("CRYPTO", "real")
+                       .replace("workers = 1,", "workers = 1, key_bits = 512,"), [*PARTIES, "server"])
     (tmp_path / "job.toml").write_text(text)
     (tmp_path / "sim.toml").write_text(text.replace('crypto = "real"', 'crypto = "simulated"'))
     hello_all(tmp_path, PARTIES, secret=SECRET)
@@ -347,13 +370,15 @@ def test_a_party_refuses_a_misrouted_cross_party_query_before_it_pays(query, mat
     assert led.spent == []
 
 
-def test_trust_server_across_processes_equals_the_one_process_run(tmp_path):
+def test_trust_server_over_a_folder_exchange_equals_the_one_process_run(tmp_path, monkeypatch, request):
     """he with trust = "server" across machines: the server makes the run's Paillier key and sends its public half
     with each cross-party query (signed, sealed to each party); E sends S its rows and its noise share under that
     key, sealed to S's run key; S returns the sums with both shares to the server, who decrypts count + both shares
     (variance σ²). Under the test secret the release equals the one-process run, and so does the ledger's list of
-    cross-party tables with its trust assumption."""
-    _setup(tmp_path)
+    cross-party tables with its trust assumption. The roles run the same commands in threads of this process, on
+    512-bit keys (the twin kind's flow across processes at 2048 bits is the aim twin's, trust = "none")."""
+    _in_process(request, monkeypatch)
+    _setup(tmp_path, small_keys=True)
     for name in ("job.toml", "sim.toml"):
         (tmp_path / name).write_text((tmp_path / name).read_text().replace('trust = "none"', 'trust = "server"'))
     hello_all(tmp_path, PARTIES, exchange="server_trust", secret=SECRET)
@@ -372,9 +397,9 @@ def test_trust_server_across_processes_equals_the_one_process_run(tmp_path):
 
 def test_trust_server_the_curious_server_decrypts_counts_plus_both_shares_never_one(tmp_path, monkeypatch):
     """The server of a trust = "server" run across machines (parties in threads over a folder exchange, real
-    Paillier with 512-bit test keys: what is decrypted and what opens does not depend on the key's size; the
-    2048-bit run across processes is test_trust_server_across_processes_equals_the_one_process_run; the test
-    secret's seeded shares), holding everything it legitimately has: its Paillier private
+    Paillier with 512-bit test keys: what is decrypted and what opens does not depend on the key's size; the whole
+    run over the exchange is test_trust_server_over_a_folder_exchange_equals_the_one_process_run, across processes
+    the slow test_scheme_ou_across_processes_equals_the_one_process_run[server]; the test secret's seeded shares), holding everything it legitimately has: its Paillier private
     key, its run key, every file of the exchange. What it decrypts is count + E's share + S's share (both shares
     reproduced from the parties' seeded sources, each non-zero); E's rows and E's share travel sealed to S's run key
     and do not open with the server's. Opened with S's key (the collusion the mode excludes), E's share would read

@@ -92,14 +92,19 @@ def test_a_server_started_beside_the_parties_waits_for_them(tmp_path, encoder):
     assert (tmp_path / "out" / "synthetic.csv").is_file()
 
 
-def test_a_server_that_sends_parties_different_clique_tables_is_named_at_once(tmp_path):
+def test_a_server_that_sends_parties_different_clique_tables_is_named_at_once(tmp_path, monkeypatch, in_process):
     pytest.importorskip("phe")
     pytest.importorskip("gmpy2")
     from vertisynth.deploy.party import run_party
     from vertisynth.deploy.session import RunState, Session, config_fingerprint, read_hellos, roster_of
+    from vertisynth.plugins.encoders.he import paillier
 
-    he = ('encoder = "he", bins = 1000, encoder_params = { crypto = "real", cliques = 1, selection_pairs = 1, '
-          'workers = 1, round_timeout = 40.0 }')
+    # every role runs in this process (`in_process`: the hellos, the run key): 512-bit test keys (the tables' check
+    # comes before any decryption and does not depend on the key's size; the 2048-bit run across processes is
+    # tests/deploy/test_he_deploy.py's)
+    monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
+    he = ('encoder = "he", bins = 1000, encoder_params = { crypto = "real", key_bits = 512, cliques = 1, '
+          'selection_pairs = 1, workers = 1, round_timeout = 40.0 }')
     (tmp_path / "job.toml").write_text(with_roster(tmp_path, SMALL.replace("ENCODER", he), PARTIES))
     _csvs(tmp_path, 60)
     hello_all(tmp_path, PARTIES)

@@ -11,9 +11,9 @@ not send, a reader that differs: each fails). The relay, unpacking every body it
 finds no attribute name outside the hellos (the public config).
 
 Runs (one each, shared by the tests): VertiMRF over dpfm, three parties after PSI (hellos, the alignment, the key
-agreement with its wrapped group key, the sealed sketches); VertiMRF over he (real 2048-bit Paillier, the server's
-clique tables mid-run); a vertical twin (mst) over the he measure; a vertical twin (mst) over dpfm's release (the
-parties' key agreement sealed to each other, each party's sketches sealed to the server: a curious party, which holds
+agreement with its wrapped group key, the sealed sketches); VertiMRF over he (real Paillier at 512-bit test keys,
+the server's clique tables mid-run); a vertical twin (mst) over the he measure; a vertical twin (mst) over dpfm's
+release (the parties' key agreement sealed to each other, each party's sketches sealed to the server: a curious party, which holds
 the FM key, opens no other party's sketches). Slow: the twin over dpfm among three parties (the leader's wrapped group
 key) and over grr.
 """
@@ -55,13 +55,15 @@ SCHEMA = f"""[dataset.params.schema]
 """
 TWO = {"registry": [LOS, WARD], "employer": [BAND]}
 THREE = {"registry": [LOS], "clinic": [WARD], "employer": [BAND]}
+# real Paillier at 512-bit test keys (_all_runs lowers the floor in this process): who opens what does not depend on
+# the key's size; the 2048-bit runs across processes are test_he_deploy.py's and test_oracle_deploy.py's aim twin
 HE = ('use = "vertimrf"\nparams = { encoder = "he", bins = 1000, iters = 5, rounds = 1, local_params = { iters = 5, '
-      'refine_iters = 2 }, encoder_params = { crypto = "real", cliques = 1, selection_pairs = 1, workers = 1, '
-      'round_timeout = 60.0 } }')
+      'refine_iters = 2 }, encoder_params = { crypto = "real", key_bits = 512, cliques = 1, selection_pairs = 1, '
+      'workers = 1, round_timeout = 60.0 } }')
 DPFM = ('use = "vertimrf"\nparams = { encoder_params = { t = 200 }, iters = 5, rounds = 1, local_params = { iters = 5, '
         'refine_iters = 2 } }')
 TWIN = ('use = "mst"\nparams = { iters = 10, vertical = { measure = "he", trust = "none", params = { crypto = "real", '
-        'workers = 1, round_timeout = 60.0 } } }')
+        'key_bits = 512, workers = 1, round_timeout = 60.0 } } }')
 TWIN_DPFM = ('use = "mst"\nparams = { iters = 10, vertical = { measure = "dpfm", trust = "server", params = { t = 200 } } }')
 TWIN_GRR = 'use = "mst"\nparams = { iters = 10, vertical = { measure = "grr", trust = "none" } }'
 GRR = ('use = "vertimrf"\nparams = { encoder = "grr", iters = 5, rounds = 1, local_params = { iters = 5, '
@@ -165,7 +167,9 @@ def _all_runs(tmp_path_factory, which):
         made.setdefault(sess.me, []).append(key)
         return key
     out = {}
+    from vertisynth.plugins.encoders.he import paillier
     with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(paillier, "MIN_KEY_BITS", 512)
         mp.setattr(party_module, "publish_party_key", keep)
         mp.setattr(align_module, "publish_party_key", keep, raising=False)
         for kind, parts, synth, align in which:
