@@ -59,3 +59,17 @@ def epsilon_lower_bound(out_d: np.ndarray, out_d2: np.ndarray, events, alpha: fl
             if lo > 0 and hi > 0:
                 best = max(best, math.log(lo / hi))
     return best
+
+
+class SpilledStream:
+    """A chunk stream backed by a spill (what coded_chunks is after its first pass): replayed whole, or cut into
+    the task slices a Dask job maps."""
+
+    def __init__(self, spill):
+        self.spill = spill
+
+    def __call__(self):
+        return self.spill.replay()
+
+    def slices(self, rows):
+        return self.spill.slices(rows)

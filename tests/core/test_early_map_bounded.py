@@ -17,6 +17,8 @@ from vertisynth.core.errors import DataError
 from vertisynth.core.encoding import TableSchema
 from vertisynth.run.stream import CodeSpill, coded_chunks
 
+from encoder_helpers import SpilledStream
+
 distributed = pytest.importorskip("distributed")
 
 RELEASE = threading.Event()   # the blocked tasks end when a test is over (an in-process worker's thread)
@@ -37,17 +39,6 @@ def _boom(rows, ids):
 
 def _add(a, b):
     return a + b
-
-
-class _Spilled:
-    def __init__(self, spill):
-        self.spill = spill
-
-    def __call__(self):
-        return self.spill.replay()
-
-    def slices(self, rows):
-        return self.spill.slices(rows)
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +79,7 @@ def test_a_task_that_never_finishes_ends_the_wait_with_one_line_and_is_cancelled
     from vertisynth.core.cluster import EarlyMap
     monkeypatch.setenv("VERTISYNTH_DASK_WAIT_S", "1.5")
     RELEASE.clear()
-    early = EarlyMap(client, _Spilled(spill), spill.domain, _blocked, _add, 10_000)
+    early = EarlyMap(client, SpilledStream(spill), spill.domain, _blocked, _add, 10_000)
     assert early.running
     start = time.monotonic()
     got, came = _within(early.result, 30)
@@ -104,7 +95,7 @@ def test_a_task_that_never_finishes_ends_the_wait_with_one_line_and_is_cancelled
 def test_a_task_error_and_a_merge_error_come_back_as_one_line(client, spill, monkeypatch):
     from vertisynth.core.cluster import EarlyMap
     monkeypatch.setenv("VERTISYNTH_DASK_WAIT_S", "30")
-    early = EarlyMap(client, _Spilled(spill), spill.domain, _boom, _add, 10_000)
+    early = EarlyMap(client, SpilledStream(spill), spill.domain, _boom, _add, 10_000)
     got, came = _within(early.result, 30)
     assert came and isinstance(got, DataError), got
     assert "ValueError: a worker's bad day" in str(got) and "the early map's task on rows" in str(got), got
@@ -112,7 +103,7 @@ def test_a_task_error_and_a_merge_error_come_back_as_one_line(client, spill, mon
 
     def bad_merge(a, b):
         raise MemoryError("merge")
-    early = EarlyMap(client, _Spilled(spill), spill.domain, _count, bad_merge, 10_000)
+    early = EarlyMap(client, SpilledStream(spill), spill.domain, _count, bad_merge, 10_000)
     got, came = _within(early.result, 30)
     assert came and isinstance(got, DataError) and "MemoryError: merge" in str(got), got
 
@@ -122,11 +113,11 @@ def test_the_in_order_merge_of_a_chunk_job_is_bounded_too(client, spill, monkeyp
     monkeypatch.setenv("VERTISYNTH_DASK_WAIT_S", "1.5")
     RELEASE.clear()
     job = ChunkJob(spill.domain, _blocked, _add, lambda acc, n: (acc, n))
-    got, came = _within(lambda: job.run_cluster(_Spilled(spill), client, 10_000), 30)
+    got, came = _within(lambda: job.run_cluster(SpilledStream(spill), client, 10_000), 30)
     RELEASE.set()
     assert came, "ChunkJob.run_cluster waited without a bound"
     assert isinstance(got, DataError) and "the map of chunk 0" in str(got) and "\n" not in str(got), got
-    assert job.run_cluster(_Spilled(spill), client, 10_000)[1] == 30_000   # and a healthy job still maps
+    assert job.run_cluster(SpilledStream(spill), client, 10_000)[1] == 30_000   # and a healthy job still maps
 
 
 def test_a_first_pass_begun_before_the_map_waited_gives_its_spill_not_a_hang(tmp_path):

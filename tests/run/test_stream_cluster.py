@@ -23,6 +23,8 @@ from vertisynth.run.config import parse_config
 from vertisynth.run.pipeline import make_plan, run
 from vertisynth.run.stream import CodeSpill
 
+from encoder_helpers import SpilledStream
+
 distributed = pytest.importorskip("distributed")
 dask = pytest.importorskip("dask")
 
@@ -134,19 +136,6 @@ def test_slices_read_back_the_spilled_chunks():
         assert spill.slices(10) is None and not parts[0].visible()
 
 
-class _Spilled:
-    """A chunk stream backed by a spill (what coded_chunks is after its first pass)."""
-
-    def __init__(self, spill):
-        self.spill = spill
-
-    def __call__(self):
-        return self.spill.replay()
-
-    def slices(self, rows):
-        return self.spill.slices(rows)
-
-
 def job_encoder(domain, t=16):
     """A planned DPFM encoder with agreed keys for party alice holding `domain` (bob holds one more column)."""
     from vertisynth.core.dataset import VerticalPartition
@@ -183,7 +172,7 @@ def test_the_party_process_holds_no_rows_while_the_workers_encode(cluster):
             local = _digest(_job(dom).run_local(spill.replay()))
             job = _job(dom)
             tracemalloc.start()
-            got = job.run_cluster(_Spilled(spill), client, chunk_rows)
+            got = job.run_cluster(SpilledStream(spill), client, chunk_rows)
             peaks[n] = tracemalloc.get_traced_memory()[1]
             tracemalloc.stop()
             assert _digest(got) == local
@@ -196,7 +185,7 @@ def test_the_party_process_holds_no_rows_while_the_workers_encode(cluster):
                   for p in spill.slices(chunk_rows)]
         assert not workers_see(client, unseen[0]) and workers_see(client, spill.slices(chunk_rows)[0])
 
-        class Elsewhere(_Spilled):   # a stream whose file the workers do not see: its rows are sent
+        class Elsewhere(SpilledStream):   # a stream whose file the workers do not see: its rows are sent
             def slices(self, rows):
                 return unseen
         with distributed.get_task_stream(client) as tasks:
@@ -245,16 +234,16 @@ def test_an_early_map_gives_the_jobs_result_and_a_different_map_is_mapped_anew(c
     want = _digest(_job(dom).run_local(spill.replay()))
     with distributed.Client(cluster) as client:
         job = _job(dom)
-        early = EarlyMap(client, _Spilled(spill), dom, *job_encoder(dom).early_mapper("alice", dom), 100_000)
+        early = EarlyMap(client, SpilledStream(spill), dom, *job_encoder(dom).early_mapper("alice", dom), 100_000)
         assert early.running
         early._thread.join(timeout=120)
         with distributed.get_task_stream(client) as tasks:
-            got = job.run_cluster(_Spilled(spill), client, 100_000, early=early)
+            got = job.run_cluster(SpilledStream(spill), client, 100_000, early=early)
         assert _digest(got) == want and not tasks.data
         other = job_encoder(dom, t=8)
-        early = EarlyMap(client, _Spilled(spill), dom, *other.early_mapper("alice", dom), 100_000)
+        early = EarlyMap(client, SpilledStream(spill), dom, *other.early_mapper("alice", dom), 100_000)
         with distributed.get_task_stream(client) as tasks:
-            got = _job(dom).run_cluster(_Spilled(spill), client, 100_000, early=early)
+            got = _job(dom).run_cluster(SpilledStream(spill), client, 100_000, early=early)
         assert _digest(got) == want and not early.running
         assert "map_slice" in {t["key"].split("-")[0] for t in tasks.data}
     spill.close()
