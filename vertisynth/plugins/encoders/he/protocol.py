@@ -126,7 +126,8 @@ class NoisyCounts(Message):
 @attrs.define
 class Costs:
     """What one protocol run cost each side (CPU seconds of this process, bytes sent, and the priced operations
-    it performed: `ops.OPS`'s change, op -> count, the same names `HEEncoder`'s estimates count)."""
+    it performed: the change of the calling thread's `ops` counter, op -> count, the same names `HEEncoder`'s
+    estimates count)."""
 
     cpu: dict = attrs.field(factory=dict)
     bytes_sent: dict = attrs.field(factory=dict)
