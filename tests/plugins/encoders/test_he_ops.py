@@ -50,3 +50,23 @@ def test_two_roles_stepping_at_once_in_threads_book_only_their_own_operations():
     assert costs.ops["A"] == {"enc": 3, "enc_bit": bits(3), "dec": 1}, costs.ops
     assert costs.ops["B"] == {"enc": 5, "enc_bit": bits(5), "dec": 2}, costs.ops
 
+
+@pytest.mark.parametrize("randomness, bits", [("full", 512), pytest.param("ou", 1024, marks=pytest.mark.skipif(
+    not paillier.short_available(), reason="scheme = 'ou' needs sf-heu"))])
+def test_pricing_makes_one_key_pair_and_prices_the_key_from_the_prime_search_model(monkeypatch, randomness, bits):
+    """`validate` times its per-operation prices with one key pair (it needs a key to time encryptions) and prices
+    a key pair at its expectation, KEY_RATIO reference exponentiations scaled by bits / 2048, without drawing more
+    keys (before: the mean of KEY_DRAWS = 3 key pairs, two of them drawn for the price alone, 5-7 CPU s at 2048
+    bits)."""
+    from vertisynth.plugins.encoders.he import encoder as he_encoder, ops
+
+    monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
+    monkeypatch.setattr(he_encoder, "_OP_COSTS", {})
+    reference = []
+    real = he_encoder._key_reference
+    monkeypatch.setattr(he_encoder, "_key_reference", lambda b: reference.append(real(b)) or reference[-1])
+    before = ops.now()
+    price = he_encoder._op_costs(bits, randomness)
+    assert (ops.now() - before)["key"] == 1
+    assert reference and price["key"] == pytest.approx(he_encoder.KEY_RATIO[randomness] * bits / 2048 * reference[0])
+    assert price["key"] > 0

@@ -1065,14 +1065,39 @@ def _book(out: dict, op: Mapping[str, float] | None, **done: int) -> None:
 
 
 _OP_COSTS: dict[tuple, dict[str, float]] = {}
-KEY_DRAWS = 3   # a key pair is a prime search of random length (2048-bit OU: 1.3-8.7 CPU s, sd 0.7 of its mean;
-                # Paillier 0.25; docs/he.md): priced at the mean of this many draws, not one
+
+
+# A key pair's expected CPU in reference exponentiations (`_key_reference`) at 2048 bits, per kind of key: the
+# mean key CPU over the mean reference CPU of 30 draws each, every draw timed beside its own reference (2026-11-27,
+# load 5-12; docs/lab/he_key_model_costest7.md). A property of the libraries' prime searches (phe/gmpy2, HEU), not
+# of the machine: both sides are CPU of the same kind, so the machine's speed and load scale them alike.
+KEY_RATIO = {"full": 120.0, "short": 3700.0, "ou": 4800.0}
+
+
+def _key_reference(bits: int) -> float:
+    """CPU seconds of one reference modular exponentiation (gmpy2, a bits/2-bit odd modulus and exponent: a
+    Miller-Rabin round on a candidate prime of a `bits`-bit Paillier key), the median of 5 batches of 8 (about
+    0.1 s at 2048 bits). A key pair's prime search is priced as KEY_RATIO of these (`_op_costs`)."""
+    import gmpy2
+
+    half = max(bits // 2, 64)
+    r = random.Random(half)   # fixed operands: the price of the work, not of its inputs
+    mod = gmpy2.mpz(r.getrandbits(half) | (1 << (half - 1)) | 1)
+    base, exp = gmpy2.mpz(r.getrandbits(half - 1)), gmpy2.mpz(r.getrandbits(half) | (1 << (half - 1)))
+    cpu, out = time.process_time, []
+    for _ in range(5):
+        c0 = cpu()
+        for _ in range(8):
+            gmpy2.powmod(base, exp, mod)
+        out.append((cpu() - c0) / 8)
+    return float(np.median(out))
 SPREAD = 16   # set bits of the plaintexts OU's per-bit encryption price is timed on (a row's blocks per ciphertext: 1-10)
 
 
 def _op_costs(bits: int, randomness: str = "full", sigma: float | None = None) -> dict[str, float]:
     """CPU seconds of each operation the protocol's parties pay, timed once per process on this machine through
-    the functions a run calls (about 8-12 s at 2048 bits): "key" a key pair (the mean of KEY_DRAWS); "enc" one row ciphertext through
+    the functions a run calls (one key pair and a few seconds at 2048 bits): "key" a key pair (its expectation:
+    KEY_RATIO reference exponentiations, no key drawn for it); "enc" one row ciphertext through
     `encrypt_many` in this process (HEU's fixed-base table already built, as in a pool worker after its first
     chunk) plus its serialisation, of an empty plaintext under OU; "enc_bit" what each set bit of the plaintext
     adds to it (OU's G^m; 0 for Paillier); "setup" one pool process's encryptor (HEU: the fixed-base table); "load"
@@ -1086,12 +1111,11 @@ def _op_costs(bits: int, randomness: str = "full", sigma: float | None = None) -
     if key not in _OP_COSTS:
         paillier.require()
         cpu = time.process_time
-        draws = []
-        for _ in range(KEY_DRAWS):
-            c0 = cpu()
-            pk, sk = paillier.keypair(bits, randomness)
-            draws.append(cpu() - c0)
-        t_key = float(np.mean(draws))
+        pk, sk = paillier.keypair(bits, randomness)   # the one key the other prices are timed with
+        # a key pair is a prime search of random length (2048-bit OU: 1.3-8.7 CPU s): priced at its expectation,
+        # KEY_RATIO reference exponentiations (the search's own unit of work) timed here, scaled by bits / 2048
+        # (the expected candidates per prime grow with the bits), never by drawing more keys
+        t_key = KEY_RATIO[randomness] * bits / 2048 * _key_reference(bits)
         # packed plaintexts stay below 2^(per·w) < N/2 (HEU encrypts a larger m as m - N, a slower path); OU's
         # below its public bound
         ou = isinstance(pk, paillier.OUPublicKey)
