@@ -17,6 +17,8 @@ import argparse
 import os
 import tomllib
 
+import numpy as np
+
 from vertisynth.core.capabilities import CostEstimate
 from vertisynth.plugins.encoders.he import encoder as he_encoder, paillier, protocol
 from vertisynth.run.config import parse_config
@@ -30,6 +32,8 @@ def main() -> None:
     ap.add_argument("--scheme", choices=["paillier", "ou"], default=None)
     ap.add_argument("--trust", choices=["none", "server"], default=None)
     ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--repeat", type=int, default=1, help="runs of the same plan (fresh keys, fresh secure noise): "
+                    "each printed, then each party's median run CPU against the one estimate")
     args = ap.parse_args()
     with open(args.config, "rb") as f:
         raw = tomllib.load(f)
@@ -48,8 +52,27 @@ def main() -> None:
     syn = plan.synthesizer.instance
     n = args.rows
     twin = not isinstance(syn, CostEstimate)
-    load0 = os.getloadavg()[0]
+    c0 = protocol.cpu_now()
     before = twin_cost_estimate(plan, n)[0] if twin else syn.cost_estimate(n)
+    print(f"{args.config} rows={n:,}: the estimate took {protocol.cpu_now() - c0:.1f} CPU s (prices timed in it)",
+          flush=True)
+    medians: dict[str, list[float]] = {}
+    for r in range(args.repeat):
+        if r:
+            plan = make_plan(parse_config(raw), data_dir=args.data_dir)   # a fresh run: new keys, noise, stores
+        for p, ran in one_run(args, plan, twin, n, before).items():
+            medians.setdefault(p, []).append(ran)
+    if args.repeat > 1:
+        for p, runs in medians.items():
+            est = before.get(p, {"cpu_s": 0.0})["cpu_s"]
+            med = float(np.median(runs))
+            print(f"  {p}: median of {len(runs)} runs {med:.2f} s (runs {', '.join(f'{x:.2f}' for x in runs)}), "
+                  f"estimate {est:.2f} s ({est / max(med, 1e-9):.2f}x)", flush=True)
+
+
+def one_run(args, plan, twin: bool, n: int, before: dict) -> dict[str, float]:
+    """Run `plan` once in this process and print each party's run against the estimate `before`."""
+    load0 = os.getloadavg()[0]
     keys, make = [], paillier.keypair
 
     def timed_keypair(*a, **k):   # the run's key pairs (a prime search of random length each): their CPU, set apart
@@ -65,13 +88,14 @@ def main() -> None:
     finally:
         paillier.keypair = make
     cpu = protocol.cpu_now() - c0
-    enc = plan.measure.instance if twin else syn._encoder
+    enc = plan.measure.instance if twin else plan.synthesizer.instance._encoder
     costs = list(enc.server_trust.costs for _ in [0]) if enc.config.trust == "server" else list(enc.costs.values())
     c = enc.config
     price = he_encoder._op_costs(c.key_bits, enc.randomness)   # the prices the estimate used (timed once here)
     parties = sorted({p for k in costs for p in k.cpu})
     keyed = ["server"] if c.trust == "server" else list(enc._keys)   # in the order their keys were made
     key_cpu = dict(zip(keyed, keys))
+    out = {}
     print(f"{args.config} rows={n:,} run's key pairs (CPU s) {', '.join(f'{k:.2f}' for k in keys)}; scheme={c.scheme} trust={c.trust} workers={c.workers}: whole run {cpu:.1f} CPU "
           f"s; load {load0:.1f} -> {os.getloadavg()[0]:.1f}; prices (ms): "
           + ", ".join(f"{k} {v * 1e3:.4g}" for k, v in price.items()), flush=True)
@@ -96,6 +120,8 @@ def main() -> None:
         diff = {o: (ops.get(o, 0), want.get(o, 0)) for o in sorted(set(ops) | set(want)) if ops.get(o, 0) != want.get(o, 0)}
         line += "; ops run/est that differ: " + (", ".join(f"{o} {a:,}/{b:,}" for o, (a, b) in diff.items()) or "none")
         print(line, flush=True)
+        out[p] = ran
+    return out
 
 
 if __name__ == "__main__":

@@ -170,8 +170,10 @@ def test_validate_prints_a_twins_he_cost_per_party_and_the_server(tmp_path):
 @pytest.mark.slow
 def test_the_estimate_is_within_a_quarter_of_a_measured_runs_cpu(tmp_path):
     """A vertical privmrf run on a zoo table with real 2048-bit Paillier: the HE CPU each party spent (the
-    measure's `Costs`, its pool workers included) against `validate`'s estimate for the same plan and rows,
-    made before the run: the two parties together within 25%."""
+    measure's `Costs`, its pool workers included) against `validate`'s estimate for the same plan and rows, made
+    before the runs: each party's median of three runs within 25%. Three, not one: which party's answers are
+    encrypted follows privmrf's adaptive picks, which follow secure noise, and a key pair is a prime search of
+    random length, so one run is one draw of what the estimate prices at its expectation (docs/he.md)."""
     from vertisynth.run.config import load_config
     from vertisynth.run.pipeline import execute, make_plan, twin_cost_estimate
 
@@ -179,14 +181,16 @@ def test_the_estimate_is_within_a_quarter_of_a_measured_runs_cpu(tmp_path):
     cfg.write_text('seed = 3\nbudget = { epsilon = 1.6, delta = 1e-9 }\n[dataset]\nname = "zoo"\n'
                    'params = { preset = "strong", n = 3000 }\n[synthesizer]\nuse = "privmrf"\n'
                    'params = { vertical = { measure = "he", trust = "none", params = { crypto = "real" } } }\n')
-    plan = make_plan(load_config(cfg))
-    est, _ = twin_cost_estimate(plan, 3000)
-    execute(plan, tmp_path / "out", progress=False)
-    spent = plan.measure.instance.costs["oracle"].cpu
-    want = sum(v["cpu_s"] for p, v in est.items() if p != "server")
-    got = sum(spent.values())
-    print(f"\nHE CPU s: measured {spent}, estimated {est}")
-    assert math.isclose(got, want, rel_tol=0.25), (spent, est)
+    est, _ = twin_cost_estimate(make_plan(load_config(cfg)), 3000)
+    runs = []
+    for i in range(3):
+        plan = make_plan(load_config(cfg))
+        execute(plan, tmp_path / f"out{i}", progress=False)
+        runs.append(plan.measure.instance.costs["oracle"].cpu)
+    got = {p: float(np.median([r.get(p, 0.0) for r in runs])) for p in est if p != "server"}
+    print(f"\nHE CPU s: runs {runs}, medians {got}, estimated {est}")
+    for p, v in got.items():
+        assert math.isclose(v, est[p]["cpu_s"], rel_tol=0.25), (p, runs, est)
 
 
 @pytest.mark.skipif(not paillier.short_available(), reason="scheme = 'ou' needs sf-heu")
