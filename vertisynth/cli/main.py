@@ -207,7 +207,11 @@ def validate(config: Path, data_dir: str | None, rows: int, memory: str | None) 
         for party, c in cost.items():
             click.echo(f"  {party:<12} ciphertexts {c['ciphertexts']:>14,.0f}  sent {c['bytes'] / 1e6:>10,.1f} MB "
                        f"({c['bytes'] / rows:,.0f} B)  CPU {c['cpu_s']:>9,.1f} s ({1e3 * c['cpu_s'] / rows:.2f} ms)"
+                       + (f", of which key pair {c['key_s']:,.1f} s" if c.get("key_s") else "")
                        + (f"  [{c['note']}]" if c.get("note") else ""))
+        if any(c.get("key_s") for c in cost.values()):
+            click.echo("  (a key pair is priced at its expectation; it is a prime search of random length, and one "
+                       "run's took 0.3-3.4x of that in 30 draws: at small n it dominates; docs/he.md)")
     if isinstance(plan, Plan):
         whole = run_memory_estimate(plan, rows)
         click.echo(f"Estimated peak memory of `vertisynth run` (one process, every party and the server, {rows:,} "

@@ -70,3 +70,29 @@ def test_pricing_makes_one_key_pair_and_prices_the_key_from_the_prime_search_mod
     assert (ops.now() - before)["key"] == 1
     assert reference and price["key"] == pytest.approx(he_encoder.KEY_RATIO[randomness] * bits / 2048 * reference[0])
     assert price["key"] > 0
+
+
+def test_validate_names_each_partys_key_pair_share_of_the_estimate(monkeypatch, tmp_path):
+    """At small n a key pair (a prime search of random length) is most of a party's HE CPU, so `validate` prints
+    its share beside the total and says that one run's key is a draw around it; the share is the key pairs the
+    estimate counts at the priced key."""
+    from click.testing import CliRunner
+
+    from vertisynth.cli.main import main
+    from vertisynth.plugins.encoders.he import encoder as he_encoder
+
+    monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
+    monkeypatch.setattr(he_encoder, "_OP_COSTS", {})
+    cfg = tmp_path / "twin.toml"
+    cfg.write_text('seed = 1\nbudget = { epsilon = 1.0, delta = 1e-5 }\n[dataset]\nname = "zoo"\n'
+                   'params = { preset = "small-split", n = 300 }\n[synthesizer]\nuse = "privmrf"\n'
+                   'params = { vertical = { measure = "he", trust = "none", params = { crypto = "real", '
+                   'key_bits = 512, randomness = "full" } } }\n')
+    out = CliRunner().invoke(main, ["validate", str(cfg), "--rows", "1000"])
+    assert out.exit_code == 0, out.output
+    lines = [ln for ln in out.output.splitlines() if "ciphertexts" in ln and not ln.split()[0] == "server"]
+    assert len(lines) == 2 and all("of which key pair" in ln for ln in lines), out.output
+    key = he_encoder._op_costs(512, "full")["key"]
+    shares = [float(ln.split("of which key pair")[1].split()[0]) for ln in lines]
+    assert all(s == pytest.approx(key, abs=0.05) for s in shares), (shares, key)
+    assert "prime search of random length" in out.output
