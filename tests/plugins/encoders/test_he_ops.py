@@ -55,7 +55,7 @@ def test_two_roles_stepping_at_once_in_threads_book_only_their_own_operations():
     not paillier.short_available(), reason="scheme = 'ou' needs sf-heu"))])
 def test_pricing_makes_one_key_pair_and_prices_the_key_from_the_prime_search_model(monkeypatch, randomness, bits):
     """`validate` times its per-operation prices with one key pair (it needs a key to time encryptions) and prices
-    a key pair at its expectation, KEY_RATIO reference exponentiations scaled by bits / 2048, without drawing more
+    a key pair at its expectation, KEY_RATIO reference exponentiations at that key size, without drawing more
     keys (before: the mean of KEY_DRAWS = 3 key pairs, two of them drawn for the price alone, 5-7 CPU s at 2048
     bits)."""
     from vertisynth.plugins.encoders.he import encoder as he_encoder, ops
@@ -68,7 +68,7 @@ def test_pricing_makes_one_key_pair_and_prices_the_key_from_the_prime_search_mod
     before = ops.now()
     price = he_encoder._op_costs(bits, randomness)
     assert (ops.now() - before)["key"] == 1
-    assert reference and price["key"] == pytest.approx(he_encoder.KEY_RATIO[randomness] * bits / 2048 * reference[0])
+    assert reference and price["key"] == pytest.approx(he_encoder.KEY_RATIO[randomness] * reference[0])
     assert price["key"] > 0
 
 

@@ -1069,10 +1069,11 @@ def _book(out: dict, op: Mapping[str, float] | None, **done: int) -> None:
 _OP_COSTS: dict[tuple, dict[str, float]] = {}
 
 
-# A key pair's expected CPU in reference exponentiations (`_key_reference`) at 2048 bits, per kind of key: the
-# mean key CPU over the mean reference CPU of 30 draws each, every draw timed beside its own reference (2026-11-27,
-# load 5-12; docs/lab/he_key_model_costest7.md). A property of the libraries' prime searches (phe/gmpy2, HEU), not
-# of the machine: both sides are CPU of the same kind, so the machine's speed and load scale them alike.
+# A key pair's expected CPU in reference exponentiations (`_key_reference` at the same key size), per kind of key:
+# the mean key CPU over the mean reference CPU of 30 draws each at 2048 bits, every draw timed beside its own
+# reference (2026-11-27, load 5-12; at 3072 bits 3-4 draws each gave 138, 3,857 and 3,625: no trend with the size;
+# docs/lab/he_cost_model_costest7.md). A property of the libraries' prime searches (phe/gmpy2, HEU), not of the
+# machine: both sides are CPU of the same kind, so the machine's speed and load scale them alike.
 KEY_RATIO = {"full": 120.0, "short": 3700.0, "ou": 4800.0}
 
 
@@ -1114,10 +1115,10 @@ def _op_costs(bits: int, randomness: str = "full", sigma: float | None = None) -
         paillier.require()
         cpu = time.process_time
         pk, sk = paillier.keypair(bits, randomness)   # the one key the other prices are timed with
-        # a key pair is a prime search of random length (2048-bit OU: 1.3-8.7 CPU s): priced at its expectation,
-        # KEY_RATIO reference exponentiations (the search's own unit of work) timed here, scaled by bits / 2048
-        # (the expected candidates per prime grow with the bits), never by drawing more keys
-        t_key = KEY_RATIO[randomness] * bits / 2048 * _key_reference(bits)
+        # a key pair is a prime search of random length (2048-bit OU: 0.9-8.8 CPU s): priced at its expectation,
+        # KEY_RATIO reference exponentiations at this key size (the search's own unit of work) timed here, never by
+        # drawing more keys
+        t_key = KEY_RATIO[randomness] * _key_reference(bits)
         # packed plaintexts stay below 2^(per·w) < N/2 (HEU encrypts a larger m as m - N, a slower path); OU's
         # below its public bound
         ou = isinstance(pk, paillier.OUPublicKey)
