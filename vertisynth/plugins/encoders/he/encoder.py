@@ -1071,7 +1071,7 @@ _OP_COSTS: dict[tuple, dict[str, float]] = {}
 
 # A key pair's expected CPU in reference exponentiations (`_key_reference` at the same key size), per kind of key:
 # the mean key CPU over the mean reference CPU of 30 draws each at 2048 bits, every draw timed beside its own
-# reference (2026-11-27, load 5-12; at 3072 bits 3-4 draws each gave 138, 3,857 and 3,625: no trend with the size;
+# reference (2026-11-27, load 5-12; at 3072 bits a few draws each gave ratios within that spread: no trend with size;
 # docs/lab/he_cost_model_costest7.md). A property of the libraries' prime searches (phe/gmpy2, HEU), not of the
 # machine: both sides are CPU of the same kind, so the machine's speed and load scale them alike.
 KEY_RATIO = {"full": 120.0, "short": 3700.0, "ou": 4800.0}
