@@ -1070,30 +1070,37 @@ _OP_COSTS: dict[tuple, dict[str, float]] = {}
 
 
 # A key pair's expected CPU in reference exponentiations (`_key_reference` at the same key size), per kind of key:
-# the mean key CPU over the mean reference CPU of 30 draws each at 2048 bits, every draw timed beside its own
-# reference (2026-11-27, load 5-12; at 3072 bits a few draws each gave ratios within that spread: no trend with size;
-# docs/lab/he_cost_model_costest7.md). A property of the libraries' prime searches (phe/gmpy2, HEU), not of the
-# machine: both sides are CPU of the same kind, so the machine's speed and load scale them alike.
-KEY_RATIO = {"full": 120.0, "short": 3700.0, "ou": 4800.0}
+# the mean key CPU of 30 draws each at 2048 bits (2026-11-27, load 5-12) over the reference's unloaded level there
+# (0.487 ms: the 5th percentile of the 90 references timed beside the draws; docs/lab/he_cost_model_costest7.md).
+# A property of the libraries' prime searches (phe/gmpy2, HEU), not of the machine: both are CPU of the same kind.
+# At 3072 bits a few draws each gave ratios within the 2048-bit draws' spread: no trend with the key size.
+KEY_RATIO = {"full": 140.0, "short": 4200.0, "ou": 5300.0}
 
 
 def _key_reference(bits: int) -> float:
     """CPU seconds of one reference modular exponentiation (gmpy2, a bits/2-bit odd modulus and exponent: a
-    Miller-Rabin round on a candidate prime of a `bits`-bit Paillier key), the median of 5 batches of 8 (about
-    0.1 s at 2048 bits). A key pair's prime search is priced as KEY_RATIO of these (`_op_costs`)."""
+    Miller-Rabin round on a candidate prime of a `bits`-bit Paillier key) at this machine's unloaded level: the
+    least of 10 batches of 8, 50 ms apart (about 0.5 s of wall time, 40 ms of CPU at 2048 bits). On the shared
+    machine a short timing runs up to 1.8x slower for seconds at a time under load while a key pair's seconds of
+    search average over it (the runs' key pairs at load 12-23 took what those at load 5-12 took), so the price is
+    scaled from the unloaded level, not from whatever phase one short timing hits."""
     import gmpy2
 
     half = max(bits // 2, 64)
     r = random.Random(half)   # fixed operands: the price of the work, not of its inputs
     mod = gmpy2.mpz(r.getrandbits(half) | (1 << (half - 1)) | 1)
     base, exp = gmpy2.mpz(r.getrandbits(half - 1)), gmpy2.mpz(r.getrandbits(half) | (1 << (half - 1)))
-    cpu, out = time.process_time, []
-    for _ in range(5):
+    cpu, out = time.thread_time, []
+    for i in range(10):
+        if i:
+            time.sleep(0.05)   # spread over time: a slow phase of the machine passes
         c0 = cpu()
         for _ in range(8):
             gmpy2.powmod(base, exp, mod)
         out.append((cpu() - c0) / 8)
-    return float(np.median(out))
+    return float(min(out))
+
+
 SPREAD = 16   # set bits of the plaintexts OU's per-bit encryption price is timed on (a row's blocks per ciphertext: 1-10)
 
 
