@@ -11,6 +11,17 @@ _THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS
 for _var in _THREAD_VARIABLES:
     os.environ.setdefault(_var, "1")
 
+# Dask's diagnostics in the test clusters (LocalCluster here, its spawned workers through the environment): the
+# workers' stack profiler (every 10 ms), the event-loop tick (20 ms), the system monitor (0.5 s) and the nannies'
+# memory monitor (0.1 s) cost an idle two-worker cluster ~0.1 CPU s per wall second, charged at teardown, and a
+# loaded machine stretches a module's wall (issue 33; docs/lab/ci-speed-2026-11-29.md). No test reads them: the
+# tasks, their results and where they run are the same. Set before dask loads its config; a value already set wins.
+for _var, _value in (("DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED", "False"),
+                     ("DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL", "1s"),
+                     ("DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__INTERVAL", "2s"),
+                     ("DASK_DISTRIBUTED__WORKER__MEMORY__MONITOR_INTERVAL", "1s")):
+    os.environ.setdefault(_var, _value)
+
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from threadpoolctl import threadpool_limits  # noqa: E402
