@@ -26,6 +26,7 @@ party's `PartySide`, reached through a `PartyLink` (link.py): in this process by
 """
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -230,6 +231,7 @@ class VerticalOracle:
         self.owner = {a: p.name for p in partition for a in p.attributes}
         self.domain: Domain = domain
         self.answered: list[Measurement] = []     # cross-party answers (public once released): select scores by them
+        self._best_cache: tuple[int, dict] = (0, {})   # (answers seen, candidate -> its least noisy answer)
         # a measure that releases once (sealed sketches, GRR columns): every cross-party answer is post-processing
         # of that release, free; the release runs at the first cross-party question, its charges planned up front
         self.releases = isinstance(measure, ReleasesOnce)
@@ -577,11 +579,15 @@ class VerticalOracle:
         return out
 
     # -- select -----------------------------------------------------------------------------------
-    def _noisy_score(self, cand: tuple[str, ...], bins: Bins, estimate: np.ndarray) -> float | None:
-        """An estimate of ‖x − e‖₁ from the least noisy answer y that holds `cand` (on the same bins): per cell
-        √max((y − e)² − v, 0), v the noise variance (|x − e| where it dominates the noise, small where the noise
-        dominates; |y − e| would add ~0.8σ per cell). A two-way residual is first double-centred (the margins are
-        measured already; a pair's dependence lives in its interaction), which removes noise: v (1 − 1/r)(1 − 1/c)."""
+    def _best_answer(self, cand: tuple[str, ...], bins: Bins) -> tuple[np.ndarray, float, list] | None:
+        """The least noisy answer that holds `cand` on the same or coarser bins, summed down to `cand`: (table,
+        its per-cell std, per attribute the map from the candidate's bins to the answer's); None if none does.
+        Cached until the next answer (selection asks it for every cross-party candidate, every round)."""
+        if self._best_cache[0] != len(self.answered):
+            self._best_cache = (len(self.answered), {})
+        key = (cand, tuple(sorted((a, np.asarray(b).tobytes()) for a, b in (bins or {}).items())))
+        if key in self._best_cache[1]:
+            return self._best_cache[1][key]
         best = None
         for m in self.answered:
             if not set(cand) <= set(m.attributes):
@@ -596,8 +602,38 @@ class VerticalOracle:
             std = m.std * math.sqrt(summed)
             if best is None or (std, y.size) < (best[1], best[0].size):
                 best = (y, std, maps)
+        self._best_cache[1][key] = best
+        return best
+
+    def _noisy_score(self, cand: tuple[str, ...], bins: Bins, estimate: np.ndarray) -> float | None:
+        """An estimate of ‖x − e‖₁ from the least noisy answer y that holds `cand` (on the same bins): per cell
+        √max((y − e)² − v, 0), v the noise variance (|x − e| where it dominates the noise, small where the noise
+        dominates; |y − e| would add ~0.8σ per cell). A two-way residual is first double-centred (the margins are
+        measured already; a pair's dependence lives in its interaction), which removes noise: v (1 − 1/r)(1 − 1/c).
+
+        A candidate of three or more attributes that no answer holds (a cross-party triple before it is measured)
+        scores the largest such estimate among its sub-marginals across the two parties that an answer holds
+        (its cross-party pairs' probes at least): a lower bound, since summing out an attribute never raises an
+        L1 distance (‖x_r − e_r‖₁ ≥ ‖x_s − e_s‖₁ for s ⊂ r). Post-processing of released answers, as for a pair."""
+        best = self._best_answer(cand, bins)
         if best is None:
-            return None
+            if len(cand) < 3:
+                return None
+            shape = tuple(int(np.asarray(bins[a]).max()) + 1 if bins and a in bins else self.domain.size(a)
+                          for a in cand)
+            e = np.asarray(estimate, float).reshape(shape)
+            out = None
+            for k in range(len(cand) - 1, 1, -1):
+                for keep in itertools.combinations(range(len(cand)), k):
+                    sub = tuple(cand[i] for i in keep)
+                    if len({self.owner[a] for a in sub}) < 2:
+                        continue   # no role holds a within-party answer's exact counts here; the parties do
+                    sub_bins = {a: b for a, b in (bins or {}).items() if a in sub} or None
+                    s = self._noisy_score(sub, sub_bins, e.sum(axis=tuple(i for i in range(len(cand))
+                                                                          if i not in keep)))
+                    if s is not None and (out is None or s > out):
+                        out = s
+            return out
         y, std, maps = best
         e = np.asarray(estimate, float).reshape(tuple(len(mp) for mp in maps))
         for axis, mp in enumerate(maps):   # the estimate on the answer's (coarser) bins

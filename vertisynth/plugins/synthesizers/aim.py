@@ -13,8 +13,8 @@ The workload is every `degree`-way marginal (default 3) with weight 1, or the ma
 Every question goes through a MarginalOracle. With `vertical = { measure = "he", trust = "none" }` the run's oracle
 is a vertical one (vertisynth/vertical): the same charges, and two deviations (docs/vertical.md): every cross-party
 pair of the candidates is measured once first (`probe` of the rounds' ρ; estimation uses a pair's once chosen), so the
-selection can score cross-party candidates on released answers; cross-party candidates of three or more attributes
-are left out (no released answer holds them).
+selection can score cross-party candidates on released answers (a cross-party triple by its cross-party pairs'
+answers, a lower bound); candidates over three parties or more are left out (no measure answers them).
 """
 from __future__ import annotations
 
@@ -313,8 +313,11 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
             # (each is estimated from the release once, for its score: post-processing, but not free of CPU)
             cands = {r: w for r, w in cands.items() if parties(r) == 1 or len(r) == 2
                      or (parties(r) == 2 and dom.project(r).size() <= RELEASE_CELLS)}
-        elif c.vertical is not None:   # no released answer holds a cross-party triple: left out (docs/vertical.md)
-            cands = {r: w for r, w in cands.items() if parties(r) == 1 or len(r) == 2}
+        elif c.vertical is not None:
+            # a candidate over two parties is one the measure answers: a cross-party triple is scored by its
+            # cross-party sub-pairs' answers (a lower bound, VerticalOracle.select) and measured across parties;
+            # over three parties or more no measure answers it: left out (docs/vertical.md, "aim, fifth pass")
+            cands = {r: w for r, w in cands.items() if parties(r) <= 2}
         names = list(cands)
         weight = np.array([cands[r] for r in names])
         cells = np.array([dom.project(r).size() for r in names], dtype=float)
