@@ -34,7 +34,7 @@ def _independent(data, c):
     return e.ravel()
 
 
-def test_a_cross_party_triple_scores_its_best_cross_party_pair_a_lower_bound_of_its_error():
+def test_a_cross_party_triple_no_answer_holds_has_its_best_cross_party_pair_as_a_lower_bound():
     data = correlated(6000)
     probe, rounds = Charge("s", "probe", ZCDP(100.0)), Charge("s", "rounds", ZCDP(10.0))
     o, led = _oracle(data, probe, rounds)
@@ -49,18 +49,50 @@ def test_a_cross_party_triple_scores_its_best_cross_party_pair_a_lower_bound_of_
              o._noisy_score(("c", "b"), None, e3.sum(axis=0).ravel())]
     assert got == pytest.approx(max(pairs)) and min(pairs) > 0
     assert got <= np.abs(data.counts(tri).values.ravel() - e).sum()   # a lower bound of the exact L1 error
-    # selection reads it off the released answers: a round among cross-party candidates only is post-processing
+
+
+def test_a_cross_party_triple_is_scored_at_the_party_holding_two_of_its_attributes_and_measured_across():
+    """Selection asks P0 (which holds a and c) to score the triple (a, c, b) as the entry w/2 (‖x_ac − e_ac‖₁ − o')
+    with o' = 2o − c_ab − c_cb (its cross-party pairs' public estimates): AIM's score with the triple's error taken
+    as half its three pairs' errors; chosen, the triple is measured through the cross-party measure, paid first."""
+    data = correlated(6000)
+    probe, rounds = Charge("s", "probe", ZCDP(100.0)), Charge("s", "rounds", ZCDP(1e6))
+    o, led = _oracle(data, probe, rounds)
+    probes = ZCDPFilter(probe, led)
+    for pair in [("a", "b"), ("c", "b"), ("c", "d")]:
+        o.measure(pair, probes, np.random.default_rng(0), 1.0)
+    tri = ("a", "c", "b")
+    cands = [("a", "b"), tri, ("c", "e"), ("b", "d")]
+    est = [_independent(data, c) for c in cands]
+    asked = []
+    best = o.link.best
+
+    def spy(party, candidates, estimates, weights, offsets, *rest):
+        asked.append((party, list(candidates), np.array(weights), np.array(offsets)))
+        return best(party, candidates, estimates, weights, offsets, *rest)
+    o.link.best = spy
     filt = ZCDPFilter(rounds, led)
-    cands = [("a", "b"), tri]
-    pick = o.select(cands, [_independent(data, c) for c in cands], [2.0, 3.0], [0.0, 0.0], 2.0, filt,
-                    np.random.default_rng(0))
-    assert cands[pick] == tri and filt.used == pytest.approx(0.5)   # 3 × bound > 2 × the pair's own score
+    pick = o.select(cands, est, [2.0, 3.0, 2.0, 2.0], [1.0, 5.0, 1.0, 1.0], 2000.0, filt, np.random.default_rng(0))
+    e3 = est[1].reshape(data.domain.project(tri).shape)
+    c_ab = o._noisy_score(("a", "b"), None, e3.sum(axis=1).ravel())
+    c_cb = o._noisy_score(("c", "b"), None, e3.sum(axis=0).ravel())
+    (p0, got, w0, off0), = [q for q in asked if q[0] == "P0"]
+    assert got == [("c", "e"), ("a", "c")] and w0.tolist() == [2.0, 1.5]
+    assert off0[1] == pytest.approx(2 * 5.0 - c_ab - c_cb)
+    # at this ε the choice is the best score: the triple's (its pairs' errors halved) beats (a, b), (c, e), (b, d)
+    l1 = {c: np.abs(data.counts(c).values.ravel() - e).sum() for c, e in zip(cands, est)}
+    e_ac = e3.sum(axis=2).ravel()
+    tri_score = 3.0 * ((np.abs(data.counts(("a", "c")).values.ravel() - e_ac).sum() + c_ab + c_cb) / 2 - 5.0)
+    assert tri_score > max(2.0 * (l1[c] - 1.0) for c in [("c", "e"), ("b", "d")])
+    assert cands[pick] == tri and filt.used == pytest.approx(2000.0 ** 2 / 8)
     # chosen, it is measured through the cross-party measure like any two-party marginal, paid first
     m = o.measure(tri, filt, np.random.default_rng(0), 40.0)
     assert m.attributes == tri and led.cross_party[-1]["attributes"] == list(tri)
     assert led.cross_party[-1]["trust"] == "server" and led.cross_party[-1]["released_variance"] == 1600.0
-    # once answered, the triple is scored off its own answer, not its pairs'
-    assert o._noisy_score(tri, None, e) > got
+    # answered, it is scored off its own answer like any cross-party candidate (no longer at the party)
+    asked.clear()
+    o.select([tri, ("c", "e")], [est[1], est[2]], [3.0, 2.0], [5.0, 1.0], 1.0, filt, np.random.default_rng(0))
+    assert [q[1] for q in asked] == [[("c", "e")]]
 
 
 def test_a_cross_party_triple_with_no_answered_cross_party_part_is_refused_with_nothing_spent():
