@@ -10,6 +10,8 @@
 * select: no role may read a cross-party marginal, so (docs/vertical.md has the argument)
     - a candidate that crosses parties is scored on the noisy answers this oracle has already given (post-processing:
       the synthesizer measures such candidates once, paid from its budget, and also estimates with them);
+    - a triple over two parties that no answer holds yet is scored at the party holding two of its attributes: its
+      pair there (exact, at that party) plus its cross-party pairs' released estimates, halved (`_party_triple`);
     - the candidates of one party are scored at that party. The round's ρ = ε²/8 is split: `group_share` of it
       releases each party's best exact score with Gaussian noise (one vector of sensitivity √Σ Δ_P²), the rest runs
       the exponential mechanism at the party whose noisy best is highest, if it beats the best cross-party score.
