@@ -10,6 +10,8 @@
 * select: no role may read a cross-party marginal, so (docs/vertical.md has the argument)
     - a candidate that crosses parties is scored on the noisy answers this oracle has already given (post-processing:
       the synthesizer measures such candidates once, paid from its budget, and also estimates with them);
+    - a triple over two parties that no answer holds yet is scored at the party holding two of its attributes: its
+      pair there (exact, at that party) plus its cross-party pairs' released estimates, halved (`_party_triple`);
     - the candidates of one party are scored at that party. The round's ρ = ε²/8 is split: `group_share` of it
       releases each party's best exact score with Gaussian noise (one vector of sensitivity √Σ Δ_P²), the rest runs
       the exponential mechanism at the party whose noisy best is highest, if it beats the best cross-party score.
@@ -26,6 +28,7 @@ party's `PartySide`, reached through a `PartyLink` (link.py): in this process by
 """
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -80,6 +83,10 @@ RELEASE_Z = 5.0
 # but not better on the grid, privmrf over dpfm on the zoo and NLTCS, seeds 0-1, median new/old 1.00, below
 # VertiMRF-FM in fewer cells (docs/vertical.md, "Fourth pass")
 CENTRE_RELEASE_ANSWERS = False
+# a two-party triple no answer holds is scored at the party holding two of its attributes, from that pair's exact
+# error and its cross-party pairs' released estimates (`VerticalOracle._party_triple`); off: by its largest
+# cross-party pair's estimate alone, a lower bound (aim's fifth pass, docs/vertical.md)
+PARTY_SCORES_TRIPLES = True
 
 
 def release_score(r: np.ndarray, v: np.ndarray, z: float = 0.0, centred: np.ndarray | None = None,
@@ -230,6 +237,7 @@ class VerticalOracle:
         self.owner = {a: p.name for p in partition for a in p.attributes}
         self.domain: Domain = domain
         self.answered: list[Measurement] = []     # cross-party answers (public once released): select scores by them
+        self._best_cache: tuple[int, dict] = (0, {})   # (answers seen, candidate -> its least noisy answer)
         # a measure that releases once (sealed sketches, GRR columns): every cross-party answer is post-processing
         # of that release, free; the release runs at the first cross-party question, its charges planned up front
         self.releases = isinstance(measure, ReleasesOnce)
@@ -577,11 +585,15 @@ class VerticalOracle:
         return out
 
     # -- select -----------------------------------------------------------------------------------
-    def _noisy_score(self, cand: tuple[str, ...], bins: Bins, estimate: np.ndarray) -> float | None:
-        """An estimate of ‖x − e‖₁ from the least noisy answer y that holds `cand` (on the same bins): per cell
-        √max((y − e)² − v, 0), v the noise variance (|x − e| where it dominates the noise, small where the noise
-        dominates; |y − e| would add ~0.8σ per cell). A two-way residual is first double-centred (the margins are
-        measured already; a pair's dependence lives in its interaction), which removes noise: v (1 − 1/r)(1 − 1/c)."""
+    def _best_answer(self, cand: tuple[str, ...], bins: Bins) -> tuple[np.ndarray, float, list] | None:
+        """The least noisy answer that holds `cand` on the same or coarser bins, summed down to `cand`: (table,
+        its per-cell std, per attribute the map from the candidate's bins to the answer's); None if none does.
+        Cached until the next answer (selection asks it for every cross-party candidate, every round)."""
+        if self._best_cache[0] != len(self.answered):
+            self._best_cache = (len(self.answered), {})
+        key = (cand, tuple(sorted((a, np.asarray(b).tobytes()) for a, b in (bins or {}).items())))
+        if key in self._best_cache[1]:
+            return self._best_cache[1][key]
         best = None
         for m in self.answered:
             if not set(cand) <= set(m.attributes):
@@ -596,8 +608,38 @@ class VerticalOracle:
             std = m.std * math.sqrt(summed)
             if best is None or (std, y.size) < (best[1], best[0].size):
                 best = (y, std, maps)
+        self._best_cache[1][key] = best
+        return best
+
+    def _noisy_score(self, cand: tuple[str, ...], bins: Bins, estimate: np.ndarray) -> float | None:
+        """An estimate of ‖x − e‖₁ from the least noisy answer y that holds `cand` (on the same bins): per cell
+        √max((y − e)² − v, 0), v the noise variance (|x − e| where it dominates the noise, small where the noise
+        dominates; |y − e| would add ~0.8σ per cell). A two-way residual is first double-centred (the margins are
+        measured already; a pair's dependence lives in its interaction), which removes noise: v (1 − 1/r)(1 − 1/c).
+
+        A candidate of three or more attributes that no answer holds (a cross-party triple before it is measured)
+        scores the largest such estimate among its sub-marginals across the two parties that an answer holds
+        (its cross-party pairs' probes at least): a lower bound, since summing out an attribute never raises an
+        L1 distance (‖x_r − e_r‖₁ ≥ ‖x_s − e_s‖₁ for s ⊂ r). Post-processing of released answers, as for a pair."""
+        best = self._best_answer(cand, bins)
         if best is None:
-            return None
+            if len(cand) < 3:
+                return None
+            shape = tuple(int(np.asarray(bins[a]).max()) + 1 if bins and a in bins else self.domain.size(a)
+                          for a in cand)
+            e = np.asarray(estimate, float).reshape(shape)
+            out = None
+            for k in range(len(cand) - 1, 1, -1):
+                for keep in itertools.combinations(range(len(cand)), k):
+                    sub = tuple(cand[i] for i in keep)
+                    if len({self.owner[a] for a in sub}) < 2:
+                        continue   # no role holds a within-party answer's exact counts here; the parties do
+                    sub_bins = {a: b for a, b in (bins or {}).items() if a in sub} or None
+                    s = self._noisy_score(sub, sub_bins, e.sum(axis=tuple(i for i in range(len(cand))
+                                                                          if i not in keep)))
+                    if s is not None and (out is None or s > out):
+                        out = s
+            return out
         y, std, maps = best
         e = np.asarray(estimate, float).reshape(tuple(len(mp) for mp in maps))
         for axis, mp in enumerate(maps):   # the estimate on the answer's (coarser) bins
@@ -645,6 +687,9 @@ class VerticalOracle:
         bins = list(bins) if bins is not None else [None] * len(candidates)
         routes = [self.parties_of(c) for c in candidates]
         cross = {}   # candidate index -> score from released answers (public)
+        # a triple over two parties that no answer holds is scored at the party holding two of its attributes
+        # (`_party_triple`): (its index, that party, the pair there, the pair's estimate, weight, offset, bins)
+        at_party: list[tuple[int, str, tuple[str, ...], np.ndarray, float, float, Bins]] = []
         for i, (c, r) in enumerate(zip(candidates, routes)):
             if len(r) == 2 and self.releases:   # read off the release: post-processing, free
                 y, v = self._release_answer(tuple(self.domain.check(c)))
@@ -656,6 +701,11 @@ class VerticalOracle:
                                                  self._centred_variance(tuple(self.domain.check(c)), bins[i]))
                                    - off[i])
                 continue
+            if len(r) == 2 and PARTY_SCORES_TRIPLES and len(c) == 3 and self._best_answer(tuple(c), bins[i]) is None:
+                v = self._party_triple(tuple(c), bins[i], estimates[i], float(w[i]), float(off[i]))
+                if v is not None:
+                    at_party.append((i, *v))
+                    continue
             if len(r) == 2:
                 s = self._noisy_score(tuple(c), bins[i], estimates[i])
                 if s is None:
@@ -666,8 +716,18 @@ class VerticalOracle:
         for i, r in enumerate(routes):
             if len(r) == 1:
                 groups.setdefault(r[0], []).append(i)
+        back = list(range(len(candidates)))   # an entry scored at a party -> the candidate it stands for
+        if at_party:   # each such triple joins its party's group as one more entry: its pair there, re-weighted
+            candidates, estimates, bins = list(candidates), list(estimates), list(bins)
+            for i, p, pair, e, wi, oi, b in at_party:
+                groups.setdefault(p, []).append(len(back))
+                back.append(i)
+                candidates.append(pair)
+                estimates.append(e)
+                bins.append(b)
+                w, off = np.append(w, wi), np.append(off, oi)
         rho_round = epsilon * epsilon / 8.0
-        what = f"select among {len(candidates)} marginals"
+        what = f"select among {len(back)} marginals"
         _spend(pay, self.ledger, rho_round, what)
         if not groups:   # every candidate crosses parties: the choice is post-processing of released answers
             return max(cross, key=lambda i: (cross[i], -i))
@@ -678,7 +738,7 @@ class VerticalOracle:
                     [bins[i] for i in idx])
         if len(groups) == 1 and not cross:   # one party holds every candidate: the central mechanism, there
             (p, idx), = groups.items()
-            return idx[self.link.em(p, epsilon, spend, *args(idx))]
+            return back[idx[self.link.em(p, epsilon, spend, *args(idx))]]
         rho_g = self.group_share * rho_round
         eps_em = math.sqrt(8 * (rho_round - rho_g))
         parties = list(groups)
@@ -692,7 +752,37 @@ class VerticalOracle:
         if cross and max(cross.values()) > noisy[top]:
             return max(cross, key=lambda i: (cross[i], -i))
         p = parties[top]
-        return groups[p][self.link.em(p, eps_em, spend)]
+        return back[groups[p][self.link.em(p, eps_em, spend)]]
+
+    def _party_triple(self, cand: tuple[str, ...], bins: Bins, estimate: np.ndarray, weight: float,
+                      offset: float) -> tuple[str, tuple[str, ...], np.ndarray, float, float, Bins] | None:
+        """A triple over two parties that no answer holds, as an entry of the party P that holds two of its
+        attributes: AIM's score w (‖x_r − e_r‖₁ − o) with ‖x_r − e_r‖₁ estimated by half the sum of its three
+        pairs' errors, (c₁ + c₂ + ‖x_s − e_s‖₁) / 2: c₁, c₂ its cross-party pairs' estimates from released answers
+        (public), s its pair at P, whose exact error only P reads. That is the entry w/2 (‖x_s − e_s‖₁ − o') with
+        o' = 2o − c₁ − c₂, a score P computes like any of its own, of sensitivity w/2 (≤ the group's Δ_P): it joins
+        P's noisy best and exponential mechanism at no new cost. Against the independent model half the pairs'
+        sum was 0.92-0.98 of a triple's error (median; rank correlation 0.95-0.97) on zoo small-domains, mixed and
+        NLTCS, where the largest cross-party pair alone was 0.71-0.75 and told the triples sharing it apart not at
+        all (docs/vertical.md, "aim, fifth pass"). None when neither cross-party pair has an answer."""
+        by = {p: [a for a in cand if self.owner[a] == p] for p in dict.fromkeys(self.owner[a] for a in cand)}
+        p = next(q for q, held in by.items() if len(held) == 2)
+        e = np.asarray(estimate, float).reshape(tuple(int(np.asarray(bins[a]).max()) + 1 if bins and a in bins
+                                                      else self.domain.size(a) for a in cand))
+        public, pair = [], None
+        for keep in itertools.combinations(range(3), 2):
+            sub = tuple(cand[i] for i in keep)
+            e_sub = e.sum(axis=tuple(i for i in range(3) if i not in keep))
+            sub_bins = {a: b for a, b in (bins or {}).items() if a in sub} or None
+            if all(self.owner[a] == p for a in sub):
+                pair = (sub, e_sub.ravel(), sub_bins)
+                continue
+            s = self._noisy_score(sub, sub_bins, e_sub)
+            if s is not None:
+                public.append(s)
+        if not public:
+            return None
+        return p, pair[0], pair[1], weight / 2, 2 * offset - sum(public), pair[2]
 
     # -- score vectors (PrivMRF's R-scores and refinement errors, DPSyn's selection) ---------------------
     def indif(self, pairs: Sequence[tuple[str, str]], pay: Pay, rng: np.random.Generator,

@@ -13,8 +13,9 @@ The workload is every `degree`-way marginal (default 3) with weight 1, or the ma
 Every question goes through a MarginalOracle. With `vertical = { measure = "he", trust = "none" }` the run's oracle
 is a vertical one (vertisynth/vertical): the same charges, and two deviations (docs/vertical.md): every cross-party
 pair of the candidates is measured once first (`probe` of the rounds' ρ; estimation uses a pair's once chosen), so the
-selection can score cross-party candidates on released answers; cross-party candidates of three or more attributes
-are left out (no released answer holds them).
+selection can score cross-party candidates on released answers; a triple over two parties is a candidate under
+trust = "server" (scored at the party holding two of its attributes, with its cross-party pairs' released estimates),
+left out under two-sided noise; candidates over three parties or more are left out (no measure answers them).
 """
 from __future__ import annotations
 
@@ -313,8 +314,15 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
             # (each is estimated from the release once, for its score: post-processing, but not free of CPU)
             cands = {r: w for r, w in cands.items() if parties(r) == 1 or len(r) == 2
                      or (parties(r) == 2 and dom.project(r).size() <= RELEASE_CELLS)}
-        elif c.vertical is not None:   # no released answer holds a cross-party triple: left out (docs/vertical.md)
-            cands = {r: w for r, w in cands.items() if parties(r) == 1 or len(r) == 2}
+        elif c.vertical is not None:
+            # a triple over two parties is a candidate where a cross-party answer carries the central variance
+            # (trust server): VerticalOracle.select scores it at the party holding two of its attributes, and it is
+            # measured across parties. Under two-sided noise (2σ² a cell) such triples made the twin worse
+            # (docs/vertical.md, "aim, fifth pass"): left out there, as over three parties (no measure answers them)
+            central_noise = isinstance(oracle, VerticalOracle) and \
+                oracle.cross_measure.released_variance(1.0) <= 1.0 + 1e-9
+            cands = {r: w for r, w in cands.items() if parties(r) == 1 or len(r) == 2
+                     or (central_noise and parties(r) == 2)}
         names = list(cands)
         weight = np.array([cands[r] for r in names])
         cells = np.array([dom.project(r).size() for r in names], dtype=float)

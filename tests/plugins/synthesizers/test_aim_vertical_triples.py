@@ -1,0 +1,84 @@
+"""aim's vertical twin chooses cross-party triples (docs/vertical.md "aim, fifth pass"): a triple over two parties is
+a candidate, scored on released answers (its cross-party pairs' probes: a lower bound), and once chosen it is
+measured through the cross-party measure, paid from the rounds' filter before it is answered; every cross-party
+draw of the filter is one entry of the ledger's `cross_party`, at the same ρ."""
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from vertisynth.core.dataset import VerticalPartition
+from vertisynth.core.interfaces import PlanContext
+from vertisynth.core.privacy import Budget, PrivacyLedger
+from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
+from vertisynth.plugins.synthesizers.aim import AIMConfig, AIMSynthesizer
+from vertisynth.vertical import VerticalConfig, VerticalOracle, party_streams
+
+from tests.synthetic_tables import correlated
+
+
+def _fit(trust):
+    data = correlated(6000)
+    part = VerticalPartition.from_lists([["a", "c", "e"], ["b", "d"]], ["P0", "P1"]).validate(data.domain)
+    syn = AIMSynthesizer(AIMConfig(iters=100, rounds=8, vertical=VerticalConfig(
+        trust=trust, params={"crypto": "simulated"})))
+    budget = Budget(2.0, 1e-6)
+    ledger = PrivacyLedger(budget)
+    ledger.plan(syn.plan(PlanContext(data.domain, part, budget)))
+    planned = Counter(ledger.planned)
+    rng = np.random.default_rng(3)
+    oracle = VerticalOracle(part.views(data), part, HEEncoder(HEConfig(crypto="simulated", trust=trust, workers=1)),
+                            ledger, party_streams(rng, part.names), "he")
+    syn.fit_oracle(oracle, rng)
+    return syn, ledger, planned
+
+
+def test_the_twin_measures_a_cross_party_triple_through_the_measure_and_the_ledger_says_what_was_spent():
+    trust = "server"
+    syn, ledger, planned = _fit(trust)
+    cross = ledger.cross_party
+    triples = [q for q in cross if len(q["attributes"]) == 3]
+    # chosen and measured at full resolution across the two parties (the probes are binned pairs)
+    assert triples and all("binned" not in q and sorted(q["parties"]) == ["P0", "P1"] and q["trust"] == trust
+                           for q in triples)
+    measured = {tuple(m.attributes) for m in syn._measurements}
+    assert {tuple(q["attributes"]) for q in triples} <= measured
+    # the charges: the plan spent exactly, and each cross-party answer a draw of the filter at its ρ, in order
+    assert ledger.unspent() == [] and Counter(ledger.spent) == planned
+    draws = [rho for what, rho in syn._filter_log if " across " in what]
+    assert len(draws) == len(cross)
+    np.testing.assert_allclose(draws, [q["rho"] for q in cross], rtol=1e-9)
+    assert sum(rho for _, rho in syn._filter_log) <= syn._charges["rounds"].cost.rho * (1 + 1e-9)
+
+
+def test_under_two_sided_noise_the_twin_keeps_to_pairs_across_parties():
+    """trust = "none": a cross-party answer carries 2σ² a cell, and two-party triples made the twin worse there
+    (docs/vertical.md, "aim, fifth pass"): none is measured, the probes and the chosen pairs are."""
+    syn, ledger, planned = _fit("none")
+    assert ledger.cross_party and all(len(q["attributes"]) == 2 for q in ledger.cross_party)
+    assert ledger.unspent() == [] and Counter(ledger.spent) == planned
+
+
+def _server_release(synth, data, ledger, rng):
+    """The released model of aim's twin under trust = "server" (simulated crypto: the same released tables)."""
+    oracle = VerticalOracle(data.views, data.partition, HEEncoder(HEConfig(crypto="simulated", trust="server")),
+                            ledger, party_streams(rng, data.partition.names), "he")
+    synth.fit_oracle(oracle, rng)
+    return synth._model.marginal(synth._domain.attributes).values.ravel()
+
+
+@pytest.mark.slow
+@pytest.mark.audit_cost(15)
+def test_vertical_twin_aim_trust_server_audit_slow():
+    """Under trust = "server" the triple (a0, a1, a2) over two parties is a candidate scored at the party holding
+    a1, a2 (its pair's exact error joins that party's noisy best and exponential mechanism at sensitivity w/2) and
+    measured across parties: the released model audited against the planned ρ on adversarial neighbours."""
+    from vertisynth.core.domain import Domain
+    from vertisynth.testing.checks import Subject, check_privacy_audit
+
+    three = Domain(("a0", "a1", "a2"), (2, 2, 2))
+    params = {"iters": 30, "rounds": 4,
+              "vertical": {"measure": "he", "trust": "server", "params": {"crypto": "simulated"}}}
+    check_privacy_audit(Subject("synthesizer", "aim (vertical, trust server)", AIMSynthesizer, AIMConfig, params,
+                                domain=three, parties=(("a0",), ("a1", "a2")), measure=_server_release,
+                                audit_samples=2000, audit_pairs=1, audit_sequential=True))
