@@ -80,6 +80,14 @@ def test_no_spill_is_left_after_an_id_keyed_run(tmp_path, spill_dir):
     assert result.metrics
 
 
+def _owner(folder):
+    """The pid a spill folder's owner mark names; None before the mark is there."""
+    try:
+        return json.loads((folder / "owner.json").read_text())["pid"]
+    except FileNotFoundError:
+        return None
+
+
 def test_a_party_process_that_fails_leaves_no_spill_of_the_other(tmp_path, spill_dir, monkeypatch):
     """Party A's process fails once B's has handed its spill over: the parent waits for B's result
     (FAILED_PARTY_GRACE_S), adopts its spill and the run removes it. Before, the parent raised at A's error and
@@ -97,8 +105,7 @@ def test_a_party_process_that_fails_leaves_no_spill_of_the_other(tmp_path, spill
         if party == "party1":   # A fails once B has handed its spill to the run's process (marked the parent's)
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline and not any(
-                    json.loads((f / "owner.json").read_text())["pid"] == os.getppid()
-                    for f in (spill_dir.iterdir() if spill_dir.is_dir() else ()) if (f / "owner.json").is_file()):
+                    _owner(f) == os.getppid() for f in (spill_dir.iterdir() if spill_dir.is_dir() else ())):
                 time.sleep(0.1)
             raise DataError("party A's disk is full")
         return inner(self, party, *args, **kwargs)

@@ -47,16 +47,14 @@ def new_spill_folder(prefix: str) -> Path:
     root = spill_root()
     sweep(root)
     folder = Path(tempfile.mkdtemp(prefix=prefix, dir=root))   # 0700
-    mark = {"pid": os.getpid(), "host": socket.gethostname(), "started": start_time(os.getpid())}
-    fd = os.open(folder / OWNER, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(mark, fh)
+    hand_to(folder, os.getpid())
     return folder
 
 
 def hand_to(folder: Path, pid: int) -> None:
     """Mark the spill `folder` as process `pid`'s (a forked party process hands its spill to its parent before
-    it exits, so no sweep takes it for an orphan)."""
+    it exits, so no sweep takes it for an orphan). Written whole and renamed into place: a reader never sees a
+    half-written mark."""
     mark = {"pid": pid, "host": socket.gethostname(), "started": start_time(pid)}
     tmp = folder / (OWNER + ".new")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
