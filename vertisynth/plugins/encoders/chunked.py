@@ -233,17 +233,23 @@ def encode_csv(encoder: Any, party: str, path: str | Path, domain: Domain, ledge
     if not spans:
         raise DataError(f"CSV {str(path)!r} has no data rows")
     client = scheduler if isinstance(scheduler, Client) else Client(scheduler)
+    futures: list = []
     try:
-        k = len(spans)
+        k, wait = len(spans), dask_wait_s()
         futures = client.map(_map_span, [str(path)] * k, [domain] * k, [sp[0] for sp in spans], [sp[2] for sp in spans],
                              [job.mapper] * k, [sp[1] for sp in spans], pure=False)
         acc, n = None, 0
-        for fut in futures:  # in chunk order: GRR's concatenation needs it, DPFM's max does not care
-            rows, part = fut.result()
+        for i, fut in enumerate(futures):  # in chunk order: GRR's concatenation needs it, DPFM's max does not care
+            # bounded: a lost or paused worker is a one-line DataError naming the span, not a hang
+            rows, part = future_result(fut, wait, f"the map of CSV span {i} of {k} (rows from {spans[i][0]}) "
+                                                  f"of {str(path)!r}")
             acc = part if acc is None else job.combine(acc, part)
             n += rows
             fut.release()
         return job.finish(acc, n)
     finally:
+        for fut in futures:   # an error or a timeout: nothing queued keeps a worker busy (no-op on finished ones)
+            if fut.status == "pending":
+                fut.cancel()
         if client is not scheduler:
             client.close()
