@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from vertisynth.core.capabilities import ChunksOnCluster
 from vertisynth.core.chunks import Chunks
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
@@ -216,8 +217,9 @@ def encode_csv(encoder: Any, party: str, path: str | Path, domain: Domain, ledge
     """Encode the party's columns of a CSV chunk by chunk; on Dask when `scheduler` is an address
     (e.g. "tcp://10.0.0.5:8786") or a `distributed.Client`. Both default to the encoder's config
     (`chunk_rows`, `dask_scheduler`). Returns the encoder's message."""
-    chunk_rows = chunk_rows or getattr(encoder.config, "chunk_rows", 100_000)
-    scheduler = scheduler if scheduler is not None else getattr(encoder.config, "dask_scheduler", None)
+    declared = isinstance(encoder, ChunksOnCluster)   # its config's chunk_rows and dask_scheduler
+    chunk_rows = chunk_rows or (encoder.chunk_rows if declared else 100_000)
+    scheduler = scheduler if scheduler is not None else (encoder.dask_scheduler if declared else None)
     job = encoder.chunk_job(party, domain, ledger, rng)
     if scheduler is None:
         return job.run_local(csv_chunks(path, domain, chunk_rows))
