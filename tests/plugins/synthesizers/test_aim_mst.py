@@ -484,8 +484,8 @@ def _record_count(synth, data, ledger, rng):
     adversarial pair: no record vs one record at the last code of each attribute, `strategies.adversarial_pairs`)
     differs there, so this is where MST's Gaussian measurements shift and the audit's thresholds on a scalar can
     see it. The whole joint table (`_released_model`) spreads that shift over 8 noisy cells that a linear
-    discriminant learned from 1,000 phase-1 samples could not find: a 4x over-claim passed (docs/testing.md,
-    "MST's audit")."""
+    discriminant learned from 1,000 phase-1 samples could not find: a 4x over-claim passed at the test's seed
+    (docs/testing.md, "An audit that can fail")."""
     synth.fit(data, ledger, rng)
     m, dom = synth._model, synth._domain
     record = tuple(s - 1 for s in dom.shape)   # the pair's record (the last code of each attribute)
@@ -534,8 +534,8 @@ def test_mst_audit_slow():
 @pytest.mark.audit_cost(40)
 def test_mst_audit_flags_an_mst_whose_noise_is_a_quarter_slow():
     """The audit above can fail: the same audit (seed, pair, samples) on MST with every noise divided by 4
-    (a 4x over-claimed ε) is a violation. benchmarks/mst_audit_power.py: flagged in every one of 20 seeds, the
-    honest MST in none (docs/testing.md, "MST's audit")."""
+    (a 4x over-claimed ε) is a violation. benchmarks/mst_audit_power.py: flagged in 11 of 16 seeds (moderate power,
+    not high), the honest MST in none of 18 (docs/testing.md, "An audit that can fail")."""
     from vertisynth.testing.audit import PrivacyViolation
     from vertisynth.testing.checks import check_privacy_audit
 
