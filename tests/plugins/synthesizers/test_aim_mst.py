@@ -534,7 +534,7 @@ def test_mst_audit_slow():
 @pytest.mark.audit_cost(40)
 def test_mst_audit_flags_an_mst_whose_noise_is_a_quarter_slow():
     """The audit above can fail: the same audit (seed, pair, samples) on MST with every noise divided by 4
-    (a 4x over-claimed ε) is a violation. benchmarks/mst_audit_power.py: flagged in 11 of 16 seeds (moderate power,
+    (a 4x over-claimed ε) is a violation. benchmarks/mst_audit_power.py: flagged in 11 of 17 seeds (moderate power,
     not high), the honest MST in none of 18 (docs/testing.md, "An audit that can fail")."""
     from vertisynth.testing.audit import PrivacyViolation
     from vertisynth.testing.checks import check_privacy_audit
