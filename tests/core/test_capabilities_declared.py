@@ -58,3 +58,23 @@ def test_vertimrf_fits_in_rounds_with_the_he_encoder_only():
     dpfm = _component("synthesizer", "vertimrf", {"encoder": "dpfm"})
     dpfm.plan(PlanContext(DOM, PART, BUDGET))
     assert dpfm.joint_rounds() is None
+
+
+def test_encoders_declare_their_chunking_cluster_early_map_buffer_and_phantoms():
+    """Issue 33 (robust7): what VertiMRF's party phase and encode_csv read of an encoder is declared (before, each was a
+    defaulted getattr probe of its config or params: tests/architecture/test_layers.py now covers plugins/)."""
+    from vertisynth.core.capabilities import BuffersBlocks, ChunksOnCluster, CountsPhantoms, MapsEarly
+    from vertisynth.plugins.synthesizers.vertimrf.synthesizer import VertiMRFConfig, VertiMRFSynthesizer
+
+    dpfm = _component("encoder", "dpfm", {"chunk_rows": 77, "dask_scheduler": "tcp://10.0.0.5:8786", "block_mb": 4.0})
+    assert all(isinstance(dpfm, c) for c in (ChunksOnCluster, MapsEarly, BuffersBlocks, CountsPhantoms))
+    assert (dpfm.chunk_rows, dpfm.dask_scheduler, dpfm.block_mb, dpfm.k_p) == (77, "tcp://10.0.0.5:8786", 4.0, None)
+    grr = _component("encoder", "grr", {"chunk_rows": 55})
+    assert isinstance(grr, ChunksOnCluster) and (grr.chunk_rows, grr.dask_scheduler) == (55, None)
+    assert not any(isinstance(grr, c) for c in (MapsEarly, BuffersBlocks, CountsPhantoms))
+    he = _component("encoder", "he", {"chunk_rows": 33})
+    assert isinstance(he, ChunksOnCluster) and (he.chunk_rows, he.dask_scheduler) == (33, None)
+    # the synthesizer reads them through the capabilities: the same values as the configs' fields
+    syn = VertiMRFSynthesizer(VertiMRFConfig(encoder="dpfm", encoder_params={"chunk_rows": 77, "t": 32}))
+    syn.plan(PlanContext(DOM, PART, BUDGET))
+    assert syn.chunk_rows() == 77 and syn._scheduler() is None and syn._encoder.k_p == syn._encoder.params.k_p > 0

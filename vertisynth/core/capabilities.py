@@ -459,6 +459,41 @@ class EncodesInChunks(Protocol):
 
 
 @runtime_checkable
+class ChunksOnCluster(Protocol):
+    """An encoder that says how its party side is chunked and where it maps: `chunk_rows` rows a chunk (memory is
+    bounded by it), `dask_scheduler` the Dask cluster the chunks map on (an address; None: in this process). Read
+    by VertiMRF's party phase and `encoders.chunked.encode_csv`; without it they take 100,000 rows, here."""
+
+    chunk_rows: int
+    dask_scheduler: Any
+
+
+@runtime_checkable
+class MapsEarly(Protocol):
+    """An encoder whose chunk map is known before its chunk job is made (DPFM with agreed keys: the map draws
+    nothing from the party's stream): (map, order-free merge), or None where it is not known yet. A cluster then
+    maps the party's rows while the party fits its local model (core/cluster.py `EarlyMap`)."""
+
+    def early_mapper(self, party: str, domain: Any) -> tuple[Any, Any] | None: ...
+
+
+@runtime_checkable
+class BuffersBlocks(Protocol):
+    """An encoder whose party step holds a working buffer of `block_mb` MiB per chunk (DPFM's sketch blocks), for
+    `EstimatesMemory`; without it the estimate counts two int64 columns per chunk value (GRR's)."""
+
+    block_mb: float
+
+
+@runtime_checkable
+class CountsPhantoms(Protocol):
+    """A sketch encoder that pads every sketch with `k_p` phantom elements once planned (DP FM sketches; None
+    before its plan): a plan whose budget needs millions of them is refused, every estimate would be noise."""
+
+    k_p: int | None
+
+
+@runtime_checkable
 class EstimatesMemory(Protocol):
     """A synthesizer that estimates, from its plan alone, the peak memory of each party and of the server:
     {"parties": {party: bytes}, "server": bytes, "server_largest_clique_cells": int} (`vertisynth validate`)."""

@@ -73,7 +73,7 @@ def pin_worker_threads(client: Any) -> None:
         client.register_plugin(PinThreads(), name=PinThreads.name)
     except Exception:   # an older distributed, or a worker that cannot answer: the workers there now at least
         try:
-            client.run(_pin_threads)
+            run_on_workers(client, _pin_threads, what="the workers' thread setup")
         except Exception:   # reported by the real work, with its own error
             pass
 
@@ -82,11 +82,26 @@ def _sees(piece: Any) -> bool:   # runs on each worker
     return bool(piece.visible())
 
 
-def workers_see(client: Any, piece: Any) -> bool:
-    """Whether every worker sees the spilled file of `piece` (a `SpillSlice`): then the workers read their rows
-    themselves, else the rows are sent."""
+def run_on_workers(client: Any, fn: Callable, *args: Any, wait: float | None = None, what: str) -> dict:
+    """`client.run(fn, *args)` (fn on every worker, {worker: result}) within `wait` seconds (default
+    `dask_wait_s()`); past that the broadcast is cancelled and a one-line DataError names `what` was waited for.
+    `Client.run` itself takes no time limit: its sync call does (`callback_timeout`), hence `client.sync`."""
+    wait = dask_wait_s() if wait is None else float(wait)
     try:
-        got = client.run(_sees, piece)
+        return client.sync(client._run, fn, *args, callback_timeout=wait)
+    except TimeoutError:   # asyncio's, distributed's and the builtin are one class
+        raise DataError(f"waited {wait:.0f} s on the Dask cluster for {what} and it did not come: cancelled "
+                        f"(a lost or paused worker? {DASK_WAIT_ENV} sets the wait; docs/scale.md)") from None
+
+
+def workers_see(client: Any, piece: Any, wait: float | None = None) -> bool:
+    """Whether every worker sees the spilled file of `piece` (a `SpillSlice`): then the workers read their rows
+    themselves, else the rows are sent. Bounded by `dask_wait_s()`: a worker that does not answer is an error
+    (`run_on_workers`), not a hang; a worker's own error means "send the rows"."""
+    try:
+        got = run_on_workers(client, _sees, piece, wait=wait, what="the workers' check that they see the spilled rows")
+    except DataError:
+        raise
     except Exception:
         return False
     return bool(got) and all(got.values())
@@ -101,7 +116,7 @@ def warn_malloc_trim(client: Any) -> list[str]:
     glibc then returns every freed large buffer and the next chunk faults it in again, which doubled the
     encoder's chunk cost in docs/scale.md. A warning, not a change: the cluster is the user's."""
     try:
-        got = client.run(_malloc_trim_setting)
+        got = run_on_workers(client, _malloc_trim_setting, what="the workers' MALLOC_TRIM_THRESHOLD_ setting")
     except Exception:   # a worker that cannot answer is reported by the real work, with its own error
         return []
     slow = sorted(worker for worker, value in got.items() if value is not None)
@@ -150,11 +165,11 @@ def task_rows(client: Any, n: int, chunk_rows: int) -> int:
     return min(chunk_rows, max(-(-n // (4 * _workers(client))), MIN_TASK_ROWS))
 
 
-def task_slices(client: Any, chunks: Chunks, chunk_rows: int) -> list | None:
+def task_slices(client: Any, chunks: Chunks, chunk_rows: int, wait: float | None = None) -> list | None:
     """The stream's spilled rows as task slices, about four per worker (`task_rows`), if the workers see the
-    spill; else None."""
+    spill; else None. The workers' answer is waited for at most `wait` seconds (default `dask_wait_s()`)."""
     parts = chunk_slices(chunks, chunk_rows)
-    if not parts or not workers_see(client, parts[0]):
+    if not parts or not workers_see(client, parts[0], wait):
         return None
     return chunk_slices(chunks, task_rows(client, parts[-1].stop, chunk_rows))
 
@@ -228,7 +243,7 @@ class EarlyMap:
         workers = _workers(client)
         pieces = live_slices(chunks, max(MIN_TASK_ROWS, chunk_rows // workers))
         if pieces is None:
-            parts = task_slices(client, chunks, chunk_rows)
+            parts = task_slices(client, chunks, chunk_rows, self.wait)
             if parts is None:
                 self._done.set()
                 return
@@ -245,7 +260,7 @@ class EarlyMap:
         for i, piece in enumerate(pieces):
             if self._stop.is_set():
                 return
-            if i == 0 and not workers_see(client, piece):
+            if i == 0 and not workers_see(client, piece, self.wait):
                 self._unseen = True
                 return
             self.n += piece.stop - piece.start

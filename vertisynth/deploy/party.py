@@ -189,6 +189,18 @@ def run_party(config: RunConfig, party: str, exchange: str | Path, out: Path, da
     else:             # the party's file, read chunk by chunk: memory bounded by chunk_rows, not by n
         codec = _fit_streamed(plan, schema, own, csv, streams["preprocessing"], synth.chunk_rows())
         domain, chunks = codec.domain, coded_chunks(csv, codec, synth.chunk_rows())
+    try:   # the --csv stream's spill (its coded rows) goes when the command ends, returned or raised (issue 31)
+        return _party_step(config, plan, synth, sess, party, out, marker, key_party, streams, domain, chunks,
+                           scheduler)
+    finally:
+        if csv is not None:
+            chunks.close()
+
+
+def _party_step(config: RunConfig, plan, synth, sess: Session, party: str, out: Path, marker: Path, key_party,
+                streams, domain, chunks, scheduler: str | None) -> list[str]:
+    """`run_party` from its chunk stream on: encode, send the messages and the signed ledger."""
+    state = sess.state
     counting = counted(chunks)   # the row count of the last full pass, for the rows tag
     _, rngs = synth.party_rngs(streams["fit"])
     # secure noise unless the config says otherwise; an explicit test secret reproduces the simulation's noise

@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from vertisynth.core.capabilities import ChunksOnCluster
 from vertisynth.core.chunks import Chunks
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
@@ -216,8 +217,9 @@ def encode_csv(encoder: Any, party: str, path: str | Path, domain: Domain, ledge
     """Encode the party's columns of a CSV chunk by chunk; on Dask when `scheduler` is an address
     (e.g. "tcp://10.0.0.5:8786") or a `distributed.Client`. Both default to the encoder's config
     (`chunk_rows`, `dask_scheduler`). Returns the encoder's message."""
-    chunk_rows = chunk_rows or getattr(encoder.config, "chunk_rows", 100_000)
-    scheduler = scheduler if scheduler is not None else getattr(encoder.config, "dask_scheduler", None)
+    declared = isinstance(encoder, ChunksOnCluster)   # its config's chunk_rows and dask_scheduler
+    chunk_rows = chunk_rows or (encoder.chunk_rows if declared else 100_000)
+    scheduler = scheduler if scheduler is not None else (encoder.dask_scheduler if declared else None)
     job = encoder.chunk_job(party, domain, ledger, rng)
     if scheduler is None:
         return job.run_local(csv_chunks(path, domain, chunk_rows))
@@ -233,17 +235,23 @@ def encode_csv(encoder: Any, party: str, path: str | Path, domain: Domain, ledge
     if not spans:
         raise DataError(f"CSV {str(path)!r} has no data rows")
     client = scheduler if isinstance(scheduler, Client) else Client(scheduler)
+    futures: list = []
     try:
-        k = len(spans)
+        k, wait = len(spans), dask_wait_s()
         futures = client.map(_map_span, [str(path)] * k, [domain] * k, [sp[0] for sp in spans], [sp[2] for sp in spans],
                              [job.mapper] * k, [sp[1] for sp in spans], pure=False)
         acc, n = None, 0
-        for fut in futures:  # in chunk order: GRR's concatenation needs it, DPFM's max does not care
-            rows, part = fut.result()
+        for i, fut in enumerate(futures):  # in chunk order: GRR's concatenation needs it, DPFM's max does not care
+            # bounded: a lost or paused worker is a one-line DataError naming the span, not a hang
+            rows, part = future_result(fut, wait, f"the map of CSV span {i} of {k} (rows from {spans[i][0]}) "
+                                                  f"of {str(path)!r}")
             acc = part if acc is None else job.combine(acc, part)
             n += rows
             fut.release()
         return job.finish(acc, n)
     finally:
+        for fut in futures:   # an error or a timeout: nothing queued keeps a worker busy (no-op on finished ones)
+            if fut.status == "pending":
+                fut.cancel()
         if client is not scheduler:
             client.close()

@@ -207,6 +207,23 @@ class DPFMEncoder(Encoder):
         self._release_domains: dict[str, Domain] = {}   # each party's planned attributes of the release
         self._answer_terms: dict[tuple[str, ...], tuple[np.ndarray, dict]] = {}   # per answer: its variance, terms
 
+    # core/capabilities.py ChunksOnCluster: how the party side is chunked and where it maps (its config says)
+    @property
+    def chunk_rows(self) -> int:
+        return self.config.chunk_rows
+
+    @property
+    def dask_scheduler(self) -> str | None:
+        return self.config.dask_scheduler
+
+    @property
+    def block_mb(self) -> float:   # BuffersBlocks: the sketch blocks' working buffer
+        return self.config.block_mb
+
+    @property
+    def k_p(self) -> int | None:   # CountsPhantoms: phantom elements per sketch, once planned
+        return None if self.params is None else self.params.k_p
+
     # -- plan (public facts only) -------------------------------------------------------------
     def plan(self, ctx: PlanContext) -> list[Charge]:
         cfg = self.config

@@ -166,6 +166,15 @@ class GRREncoder(Encoder):
         self.epsilon0: float | None = None
         self._attributes: dict[str, tuple[str, ...]] = {}
 
+    # core/capabilities.py ChunksOnCluster: how the party side is chunked and where it maps (its config says)
+    @property
+    def chunk_rows(self) -> int:
+        return self.config.chunk_rows
+
+    @property
+    def dask_scheduler(self) -> str | None:
+        return self.config.dask_scheduler
+
     # -- plan (public facts only) -------------------------------------------------------------
     def plan(self, ctx: PlanContext) -> list[Charge]:
         d = len(ctx.domain)

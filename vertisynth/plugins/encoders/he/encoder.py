@@ -118,6 +118,13 @@ class HEEncoder(Encoder):
         self.costs: dict[str, protocol.Costs] = {}
         self.encrypting: dict[str, list[str]] = {}    # "P|Q (stage)" -> the parties that encrypted (tables of each)
 
+    # core/capabilities.py ChunksOnCluster: rows a chunk of its rounds; it maps on no Dask cluster
+    @property
+    def chunk_rows(self) -> int:
+        return self.config.chunk_rows
+
+    dask_scheduler = None
+
     # -- plan -------------------------------------------------------------------------------
     def plan(self, ctx: PlanContext) -> list[Charge]:
         c = self.config

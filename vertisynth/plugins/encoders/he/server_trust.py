@@ -425,8 +425,8 @@ class ServerTrust:
         from .encoder import _book, _pool   # the estimate's bookkeeping, shared with trust none
 
         c = self.config
-        bits = paillier.plan_bits(c.key_bits, getattr(c, "scheme", "paillier"))
-        ct_bytes = paillier.plan_ct_bytes(c.key_bits, getattr(c, "scheme", "paillier"))
+        bits = paillier.plan_bits(c.key_bits, c.scheme)
+        ct_bytes = paillier.plan_ct_bytes(c.key_bits, c.scheme)
         workers = c.workers or (os.cpu_count() or 1)
         out: dict[str, dict[str, Any]] = {SERVER: {"ciphertexts": 0.0, "bytes": 0.0, "cpu_s": 0.0}}
         for i, ans in enumerate(answers):
@@ -483,7 +483,7 @@ def by_pairs(queries: Sequence[Query], owner: Mapping[str, str]) -> dict[tuple[s
 def orient(config: Any, p: str, q: str, qs: list[Query], size, n: int, sigma: float) -> tuple[str, str, list[Query]]:
     """The side whose layout needs fewer ciphertexts per row encrypts (fewer slots on a tie): public facts only, so
     every role (each party, the server) computes the same E and S."""
-    bits = paillier.plan_bits(config.key_bits, getattr(config, "scheme", "paillier"))
+    bits = paillier.plan_bits(config.key_bits, config.scheme)
     sb, t = config.slot_bits, offset(sigma)
     flipped = [(b, a) for a, b in qs]
     rows = lambda q: protocol.row_ciphertexts(q, size, n, t, bits, sb, share=False)  # noqa: E731  (unshared)
@@ -594,7 +594,7 @@ def party_stage(config: Any, me: str, view: Dataset, domains: Mapping[str, Any],
     sources per pair and role), else from the OS CSPRNG."""
     share_sigma(sigma)
     key = server_key_of(offer)
-    paillier.check_scheme(key.modulus, getattr(config, "scheme", "paillier"), "he: the server's key")
+    paillier.check_scheme(key.modulus, config.scheme, "he: the server's key")
     owner = {a: p for p, d in domains.items() for a in d.attributes}
     size = lambda b: int(np.prod([domains[owner[a]].size(a) for a in b]))  # noqa: E731  (the public domain)
     runs = []

@@ -26,6 +26,7 @@ from vertisynth.core.chunks import adopt_all, handed
 from vertisynth.core.errors import DataError, VertisynthError
 from vertisynth.core.messages import Message
 from vertisynth.core.privacy import Charge, PrivacyLedger
+from vertisynth.core.capabilities import MapsEarly
 from vertisynth.core.cluster import EarlyMap
 
 
@@ -35,8 +36,7 @@ def start_early_map(encoder: Any, party: str, low: Chunks, low_domain: Any, clie
     (`early_mapper`: DPFM with agreed keys) and the workers see the spilled rows; else None. The job made
     later (after the local fit, its charge spent then, as always) takes the merged result if its map is this
     one: the same message bit for bit, with the fit's time hidden behind the workers'."""
-    get = getattr(encoder, "early_mapper", None)
-    got = get(party, low_domain) if get is not None else None
+    got = encoder.early_mapper(party, low_domain) if isinstance(encoder, MapsEarly) else None
     if got is None:
         return None
     early = EarlyMap(client, low, low_domain, *got, chunk_rows)

@@ -17,8 +17,8 @@ from typing import Any, ClassVar
 import attrs
 import numpy as np
 
-from vertisynth.core.capabilities import (CostEstimate, EncodesInChunks, MeasuresJointly, ReleasesNoisyCount,
-                                         SharedKeyEncoder)
+from vertisynth.core.capabilities import (BuffersBlocks, ChunksOnCluster, CostEstimate, CountsPhantoms,
+                                          EncodesInChunks, MeasuresJointly, ReleasesNoisyCount, SharedKeyEncoder)
 from vertisynth.core.cluster import dask_session
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
@@ -237,7 +237,7 @@ class VertiMRFSynthesizer(JointFit, Synthesizer):
         # the report shows the configuration that ran, nested defaults included
         self.config = attrs.evolve(c, encoder_params=CONVERTER.unstructure(enc_cfg) if enc_cfg is not None else {},
                                    local_params=CONVERTER.unstructure(lp) if c.use_local else dict(c.local_params))
-        k_p = getattr(getattr(self._encoder, "params", None), "k_p", None)
+        k_p = self._encoder.k_p if isinstance(self._encoder, CountsPhantoms) else None
         if k_p is not None and k_p > 10**6:
             raise ConfigError(
                 f"vertimrf: the encoder's budget is too small: every DP FM sketch would carry k_p = {k_p:,} phantom "
@@ -257,7 +257,7 @@ class VertiMRFSynthesizer(JointFit, Synthesizer):
         return self._party_phase(steps, ledger)
 
     def _party_phase(self, steps: Callable[[str, PrivacyLedger], list[Message]], ledger: PrivacyLedger) -> list[Message]:
-        scheduler = getattr(getattr(self._encoder, "config", None), "dask_scheduler", None)
+        scheduler = self._scheduler()
         if scheduler is None or self.config.party_processes > 1:
             return party_phase(steps, self._partition.names, ledger, self.config.party_processes)
         with dask_session(scheduler) as client:   # party_step_chunks maps on it
@@ -273,7 +273,11 @@ class VertiMRFSynthesizer(JointFit, Synthesizer):
 
     def chunk_rows(self) -> int:
         """Rows per chunk of the party phase: the encoder's `chunk_rows` (bounds memory independent of n)."""
-        return int(getattr(getattr(self._encoder, "config", None), "chunk_rows", None) or 100_000)
+        return int((self._encoder.chunk_rows if isinstance(self._encoder, ChunksOnCluster) else None) or 100_000)
+
+    def _scheduler(self) -> Any:
+        """The Dask cluster the encoder's chunks map on (its `dask_scheduler`), or None: here."""
+        return self._encoder.dask_scheduler if isinstance(self._encoder, ChunksOnCluster) else None
 
     def memory_estimate(self) -> dict[str, Any]:
         """Peak bytes per party of the streamed party phase and of the server's fit, from the plan alone
@@ -281,13 +285,13 @@ class VertiMRFSynthesizer(JointFit, Synthesizer):
         Party: one chunk as text and codes, the encoder's step buffers, the pair counts, the local model.
         Server: its largest clique is capped at max_clique_cells; the estimator keeps a few arrays per clique."""
         rows = self.chunk_rows()
-        enc = getattr(self._encoder, "config", None)
+        block_mb = self._encoder.block_mb if isinstance(self._encoder, BuffersBlocks) else 0
         out: dict[str, Any] = {"parties": {}}
         for p in self._partition:
             dom = self._domain.project(p.attributes)
             k = len(dom)
             chunk = rows * k * (64 + 3 * 8)            # pyarrow/pandas text (~64 B a value), codes, bins, ids
-            step = int(getattr(enc, "block_mb", 0) * 2**20) or rows * k * 8 * 2   # DPFM step buffers, else GRR columns
+            step = int(block_mb * 2**20) or rows * k * 8 * 2   # DPFM step buffers, else GRR columns
             pairs = sum(dom.size(a) * dom.size(b) for a, b in itertools.combinations(dom.attributes, 2)) * 16
             local = 0
             if self.config.use_local:
@@ -306,8 +310,7 @@ class VertiMRFSynthesizer(JointFit, Synthesizer):
         chunk, the encoder's chunk job maps the chunks (on a Dask cluster when `scheduler` is an address or a
         Client; default: the encoder's `dask_scheduler`). Equals the in-memory run bit for bit."""
         if scheduler is None:
-            scheduler = getattr(self, "_client", None) or getattr(getattr(self._encoder, "config", None),
-                                                                  "dask_scheduler", None)
+            scheduler = getattr(self, "_client", None) or self._scheduler()
         if scheduler is None:
             return self._party_chunks(party, domain, chunks, ledger, rng, None)
         with dask_session(scheduler) as client:   # the encoding map on it

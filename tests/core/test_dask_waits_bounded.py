@@ -1,0 +1,129 @@
+"""Issue 33 (robust7): the last unbounded waits on the Dask path. `workers_see` (whether the workers see a spill,
+asked by `ChunkJob.run_cluster` through `task_slices`) called `client.run` with no time limit, and `encode_csv`'s
+Dask path waited on `fut.result()` with none: a worker that never answered (lost, paused) held the party step until
+its command's limit. Now both wait at most VERTISYNTH_DASK_WAIT_S seconds, cancel what is outstanding and raise a
+one-line DataError naming what they waited for. Real LocalCluster (in-process workers), a tiny wait, and a worker
+call that blocks until the test releases it; on the old code these tests see the wait last past their bound."""
+from __future__ import annotations
+
+import threading
+import time
+
+import attrs
+import numpy as np
+import pytest
+
+from vertisynth.core.chunks import SpillSlice
+from vertisynth.core.domain import Domain
+from vertisynth.core.errors import DataError
+from vertisynth.run.stream import CodeSpill
+
+from encoder_helpers import SpilledStream, planned, toy_data
+
+distributed = pytest.importorskip("distributed")
+
+RELEASE = threading.Event()   # what blocks ends when the test is over (an in-process worker's thread)
+BOUND = 15.0                  # seconds: far past the 1 s wait, far below the 60 s a blocked call lasts
+
+
+@pytest.fixture(scope="module")
+def client():
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cl, \
+            distributed.Client(cl) as c:
+        yield c
+    RELEASE.set()
+
+
+@pytest.fixture()
+def spill():
+    dom = Domain(["a", "b"], [3, 4])
+    out = CodeSpill(dom, "vertisynth-test-")
+    out.append(np.random.default_rng(0).integers(0, dom.shape, size=(30_000, 2)))
+    yield out.finish()
+    out.close()
+
+
+def _within(fn, seconds):
+    """fn() in a thread: (its result or its exception, whether it came within `seconds`)."""
+    got = []
+
+    def call():
+        try:
+            got.append(fn())
+        except BaseException as exc:   # noqa: BLE001 - compared by the test
+            got.append(exc)
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    t.join(seconds)
+    return (got[0] if got else None), not t.is_alive()
+
+
+def _count(rows, ids):
+    return np.bincount(rows.codes[:, 0], minlength=3)
+
+
+def _add(a, b):
+    return a + b
+
+
+def _stuck_visible(self):   # a worker that never answers the "do you see the spill?" question
+    RELEASE.wait(60)
+    return True
+
+
+def test_the_workers_check_of_a_spill_is_bounded_where_a_chunk_job_maps_it(client, spill, monkeypatch):
+    from vertisynth.plugins.encoders.chunked import ChunkJob
+    monkeypatch.setenv("VERTISYNTH_DASK_WAIT_S", "1")
+    monkeypatch.setattr(SpillSlice, "visible", _stuck_visible)   # in-process workers: the same class
+    RELEASE.clear()
+    job = ChunkJob(spill.domain, _count, _add, lambda acc, n: (acc, n))
+    start = time.monotonic()
+    got, came = _within(lambda: job.run_cluster(SpilledStream(spill), client, 10_000), BOUND)
+    RELEASE.set()
+    assert came, "ChunkJob.run_cluster waited on workers_see (client.run) without a bound"
+    assert isinstance(got, DataError) and "\n" not in str(got), got
+    assert "the workers' check that they see the spilled rows" in str(got) and "VERTISYNTH_DASK_WAIT_S" in str(got)
+    assert time.monotonic() - start < BOUND
+    monkeypatch.undo()
+    counts, n = job.run_cluster(SpilledStream(spill), client, 10_000)   # a healthy cluster still maps
+    assert n == 30_000 and counts.sum() == 30_000
+
+
+def test_workers_see_still_answers_on_a_healthy_cluster(client, spill):
+    from vertisynth.core.cluster import workers_see
+    piece = spill.slices(1000)[0]
+    assert workers_see(client, piece, wait=30) is True
+    assert workers_see(client, attrs.evolve(piece, codes="/nonexistent/codes.bin"), wait=30) is False
+
+
+def _blocked(rows, ids):
+    RELEASE.wait(60)
+    return _count(rows, ids)
+
+
+def test_encode_csv_on_dask_waits_a_bounded_time_for_each_span_and_cancels_the_rest(client, tmp_path, monkeypatch):
+    from vertisynth.plugins.encoders.chunked import encode_csv
+    from vertisynth.plugins.encoders.grr import GRREncoder
+    data, part = toy_data(700, seed=2)
+    enc = GRREncoder()
+    ledger = planned(enc, data, part, 1.0)
+    view = part.views(data)["bob"]
+    path = tmp_path / "bob.csv"
+    view.to_frame().to_csv(path, index=False)
+    real = enc.chunk_job
+    enc.chunk_job = lambda *a: attrs.evolve(real(*a), mapper=_blocked)   # every span's task blocks on its worker
+    monkeypatch.setenv("VERTISYNTH_DASK_WAIT_S", "1")
+    RELEASE.clear()
+    start = time.monotonic()
+    got, came = _within(lambda: encode_csv(enc, "bob", path, view.domain, ledger, np.random.default_rng(4),
+                                           chunk_rows=100, scheduler=client), BOUND)
+    assert came, "encode_csv waited on a Dask future without a bound"
+    assert isinstance(got, DataError) and "\n" not in str(got), got
+    assert "the map of CSV span 0 of 7" in str(got) and "VERTISYNTH_DASK_WAIT_S" in str(got), got
+    assert time.monotonic() - start < BOUND
+    # nothing of the job stays queued on the cluster: every span's task was cancelled
+    deadline = time.monotonic() + 10
+    while client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks)) == 0
+    RELEASE.set()
