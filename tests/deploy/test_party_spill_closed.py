@@ -5,31 +5,15 @@ process that runs several steps), and a forked command exits without running fin
 this process with the cycle collector off, so nothing rests on a collection."""
 from __future__ import annotations
 
-import gc
 
 import pytest
 from deploy_helpers import hello_all, publish_key, with_roster
 from test_server_waits import PARTIES, SMALL, _csvs
+from spill_helpers import spills_left
 
 import vertisynth.deploy.party as party_mod
 from vertisynth.deploy.party import run_party
 from vertisynth.run.config import load_config
-
-
-@pytest.fixture()
-def spill_dir(tmp_path, monkeypatch):
-    root = tmp_path / "spill"
-    monkeypatch.setenv("VERTISYNTH_SPILL_DIR", str(root))
-    gc.collect()
-    gc.disable()   # nothing below may rest on a collection
-    try:
-        yield root
-    finally:
-        gc.enable()
-
-
-def _left(root):
-    return sorted(p.name for p in root.iterdir()) if root.exists() else []
 
 
 def test_party_synth_csv_leaves_no_spill_when_it_returns_or_fails(tmp_path, spill_dir, monkeypatch, in_process):
@@ -49,7 +33,7 @@ def test_party_synth_csv_leaves_no_spill_when_it_returns_or_fails(tmp_path, spil
 
     names = run_party(config, "hospital", tmp_path / "shared", tmp_path / "private_hospital",
                       csv=tmp_path / "hospital.csv", timeout=30)
-    assert names and made and _left(spill_dir) == [], (made, _left(spill_dir))   # the step's result is held
+    assert names and made and spills_left(spill_dir) == [], (made, spills_left(spill_dir))   # the step's result is held
 
     def boom(sess):   # the step fails after its passes over the file (the spill exists) and before it sends
         raise RuntimeError("no run key")
@@ -58,5 +42,5 @@ def test_party_synth_csv_leaves_no_spill_when_it_returns_or_fails(tmp_path, spil
     with pytest.raises(RuntimeError, match="no run key") as failed:
         run_party(config, "insurer", tmp_path / "shared", tmp_path / "private_insurer", csv=tmp_path / "insurer.csv",
                   timeout=30)
-    assert made and _left(spill_dir) == [], (made, _left(spill_dir))   # the traceback holds the step's frames
+    assert made and spills_left(spill_dir) == [], (made, spills_left(spill_dir))   # the traceback holds the step's frames
     del failed

@@ -4,13 +4,13 @@ never closed them: they stayed on disk as long as the result (or a traceback) he
 with the cycle collector off, holding the result or the error, and find the spill folder empty."""
 from __future__ import annotations
 
-import gc
 import importlib.util
 import json
 import os
 from pathlib import Path
 
 import pytest
+from spill_helpers import spills_left
 
 import vertisynth.run.pipeline as pipeline
 from vertisynth.run.pipeline import run
@@ -21,22 +21,6 @@ def _helpers(name):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
-
-
-@pytest.fixture()
-def spill_dir(tmp_path, monkeypatch):
-    root = tmp_path / "spill"
-    monkeypatch.setenv("VERTISYNTH_SPILL_DIR", str(root))
-    gc.collect()
-    gc.disable()   # nothing below may rest on a collection
-    try:
-        yield root
-    finally:
-        gc.enable()
-
-
-def _left(root):
-    return sorted(p.name for p in root.iterdir()) if root.exists() else []
 
 
 def _seen(made):
@@ -59,7 +43,7 @@ def test_no_spill_is_left_once_a_streamed_run_returns_or_raises(tmp_path, spill_
     made: list[str] = []
     monkeypatch.setattr("vertisynth.run.stream.new_spill_folder", _seen(made))
     result = run(streamed._config(path, True, 64, processes))
-    assert made and _left(spill_dir) == [], (made, _left(spill_dir))   # the result is held, nothing collected
+    assert made and spills_left(spill_dir) == [], (made, spills_left(spill_dir))   # the result is held, nothing collected
     assert result.metrics and len(result.synthetic) > 0
 
     def boom(*args, **kwargs):   # the evaluation fails after every spill (coded rows, synthetic codes) was made
@@ -68,7 +52,7 @@ def test_no_spill_is_left_once_a_streamed_run_returns_or_raises(tmp_path, spill_
     made.clear()
     with pytest.raises(RuntimeError, match="evaluation failed") as failed:
         run(streamed._config(path, True, 64, processes))
-    assert made and _left(spill_dir) == [], (made, _left(spill_dir))   # the traceback holds the run's frames
+    assert made and spills_left(spill_dir) == [], (made, spills_left(spill_dir))   # the traceback holds the run's frames
     del failed
 
 
@@ -76,7 +60,7 @@ def test_no_spill_is_left_after_an_id_keyed_run(tmp_path, spill_dir):
     aligned = _helpers("test_stream_aligned")
     paths = aligned._files(tmp_path)
     result = run(aligned._config(paths, True, "psu"))
-    assert _left(spill_dir) == []
+    assert spills_left(spill_dir) == []
     assert result.metrics
 
 
@@ -112,4 +96,4 @@ def test_a_party_process_that_fails_leaves_no_spill_of_the_other(tmp_path, spill
     monkeypatch.setattr(VertiMRF, "party_step_chunks", step)
     with pytest.raises(DataError, match="disk is full"):
         run(streamed._config(path, True, 64, 2))
-    assert _left(spill_dir) == []
+    assert spills_left(spill_dir) == []

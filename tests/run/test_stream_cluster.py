@@ -24,6 +24,7 @@ from vertisynth.run.pipeline import make_plan, run
 from vertisynth.run.stream import CodeSpill
 
 from encoder_helpers import SpilledStream
+from spill_helpers import spills_left
 
 distributed = pytest.importorskip("distributed")
 dask = pytest.importorskip("dask")
@@ -340,14 +341,10 @@ def _first_pass(path, codec, chunk_rows, client):
 
 
 @pytest.fixture
-def spill_dir(tmp_path, monkeypatch):
+def spill_dir(tmp_path, monkeypatch):   # the garbage collector left on (tests/spill_helpers.py's turns it off)
     root = tmp_path / "spill"
     monkeypatch.setenv("VERTISYNTH_SPILL_DIR", str(root))
     return root
-
-
-def _left(root):
-    return sorted(p.name for p in root.iterdir()) if root.exists() else []
 
 
 @pytest.mark.parametrize("task_rows", [10_000, 300])
@@ -378,7 +375,7 @@ def test_a_first_pass_on_the_workers_equals_the_pass_here(tmp_path, cluster, mon
     assert oct(os.stat(folder / "codes.bin").st_mode & 0o777) == "0o600"
     here.close()
     there.close()
-    assert _left(spill_dir) == []
+    assert spills_left(spill_dir) == []
 
 
 def test_a_bad_value_found_on_a_worker_names_its_line_as_the_pass_here(tmp_path, cluster, spill_dir):
@@ -393,7 +390,7 @@ def test_a_bad_value_found_on_a_worker_names_its_line_as_the_pass_here(tmp_path,
     with distributed.Client(cluster) as client, pytest.raises(DataError) as there:
         _first_pass(path, codec, 1_000, client)
     assert "line 2347" in str(there.value) and str(there.value) == str(here.value)
-    assert _left(spill_dir) == []
+    assert spills_left(spill_dir) == []
     chunks = coded_chunks(path, codec, 1_000)
     assert chunks.n is None
 
@@ -422,7 +419,7 @@ def test_a_file_not_cut_at_its_newlines_is_read_here(tmp_path, cluster, spill_di
         assert isinstance(there, DataError) and str(there) == str(here) and "line 1502" in str(here)
     else:
         assert all(np.array_equal(v, there._cache[k]) for k, v in here._cache.items())
-    assert _left(spill_dir) == [] or not isinstance(here, DataError)
+    assert spills_left(spill_dir) == [] or not isinstance(here, DataError)
 
 
 def test_the_span_layout_of_crlf_and_unterminated_files(tmp_path):
@@ -465,7 +462,7 @@ def test_the_party_messages_with_the_first_pass_on_the_workers_equal_the_local_o
         remote = _party_messages(path, client)
     assert remote == local and len(local) >= 4
     assert [t["key"].split("-")[0] for t in tasks.data].count("code_span") == 30
-    assert _left(spill_dir) == []
+    assert spills_left(spill_dir) == []
 
 
 def test_the_spills_of_forked_parties_serve_the_later_passes_and_are_removed(tmp_path, spill_dir, monkeypatch):
@@ -485,7 +482,7 @@ def test_the_spills_of_forked_parties_serve_the_later_passes_and_are_removed(tmp
     cfg["synthesizer"]["params"]["party_processes"] = 2
     forked = run(parse_config(cfg))
     assert not [c for pid, c in parsed if pid == os.getpid() and len(c) == 2], parsed
-    assert _left(spill_dir) == []   # the children's, adopted, went when the run ended (robust6: not with the result)
+    assert spills_left(spill_dir) == []   # the children's, adopted, went when the run ended (robust6: not with the result)
     pd.testing.assert_frame_equal(forked.synthetic, run(_config(path)).synthetic)
 
 

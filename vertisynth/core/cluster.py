@@ -85,10 +85,10 @@ def _sees(piece: Any) -> bool:   # runs on each worker
 def run_on_workers(client: Any, fn: Callable, *args: Any, wait: float | None = None, what: str) -> dict:
     """`client.run(fn, *args)` (fn on every worker, {worker: result}) within `wait` seconds (default
     `dask_wait_s()`); past that the broadcast is cancelled and a one-line DataError names `what` was waited for.
-    `Client.run` itself takes no time limit: its sync call does (`callback_timeout`), hence `client.sync`."""
+    `Client.run` names no time limit, but hands its keywords to its sync call, which takes `callback_timeout`."""
     wait = dask_wait_s() if wait is None else float(wait)
     try:
-        return client.sync(client._run, fn, *args, callback_timeout=wait)
+        return client.run(fn, *args, callback_timeout=wait)
     except TimeoutError:   # asyncio's, distributed's and the builtin are one class
         raise DataError(f"waited {wait:.0f} s on the Dask cluster for {what} and it did not come: cancelled "
                         f"(a lost or paused worker? {DASK_WAIT_ENV} sets the wait; docs/scale.md)") from None

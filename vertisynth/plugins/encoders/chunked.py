@@ -27,6 +27,19 @@ from vertisynth.core.cluster import (EarlyMap, dask_client, dask_wait_s, future_
                                      task_slices, window_for)
 
 
+class ChunksByConfig:
+    """core/capabilities.py ChunksOnCluster as an encoder's config says it: `chunk_rows` rows a chunk, mapped on
+    the Dask cluster at `dask_scheduler` (None: in this process). Mixed into the DPFM and GRR encoders."""
+
+    @property
+    def chunk_rows(self) -> int:
+        return self.config.chunk_rows
+
+    @property
+    def dask_scheduler(self) -> str | None:
+        return self.config.dask_scheduler
+
+
 @attrs.frozen
 class ChunkJob:
     """mapper(rows, ids) -> partial result; combine(a, b) -> merged; finish(merged, n) -> message."""

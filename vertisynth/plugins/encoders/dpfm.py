@@ -57,7 +57,7 @@ from vertisynth.core.noise import party_randomness
 from vertisynth.core.messages import Message
 from vertisynth.core.privacy import Budget, Charge, PrivacyLedger, ZCDP, zcdp_to_approx
 
-from .chunked import ChunkJob
+from .chunked import ChunkJob, ChunksByConfig
 from .common import Estimate, agree, owners, planned_shares, project_to_simplex, query_domain
 from .fm_sketch import EMPTY, block_bytes, cardinality, finalize, fm_parameters, grouping
 from vertisynth.core.keys import KeyParty, agree_keys
@@ -191,7 +191,7 @@ class DPFMMessage(Message):
 
 
 # -- the encoder -------------------------------------------------------------------------------------
-class DPFMEncoder(Encoder):
+class DPFMEncoder(Encoder, ChunksByConfig):
     stage = STAGE
 
     def __init__(self, config: DPFMConfig | None = None) -> None:
@@ -206,15 +206,6 @@ class DPFMEncoder(Encoder):
         self._released: list[DPFMMessage] | None = None   # the sealed sketches (as a cross-party measure)
         self._release_domains: dict[str, Domain] = {}   # each party's planned attributes of the release
         self._answer_terms: dict[tuple[str, ...], tuple[np.ndarray, dict]] = {}   # per answer: its variance, terms
-
-    # core/capabilities.py ChunksOnCluster: how the party side is chunked and where it maps (its config says)
-    @property
-    def chunk_rows(self) -> int:
-        return self.config.chunk_rows
-
-    @property
-    def dask_scheduler(self) -> str | None:
-        return self.config.dask_scheduler
 
     @property
     def block_mb(self) -> float:   # BuffersBlocks: the sketch blocks' working buffer

@@ -51,7 +51,7 @@ from vertisynth.core.messages import Message
 from vertisynth.core.noise import party_randomness
 from vertisynth.core.privacy import Charge, Composition, PrivacyLedger, PureDP
 
-from .chunked import ChunkJob
+from .chunked import ChunkJob, ChunksByConfig
 from .common import Estimate, agree, owners, planned_shares, project_to_simplex, query_domain
 from .prf import TAG_GRR, prf_words, uniform_open0
 
@@ -157,7 +157,7 @@ class GRRMessage(Message):
 
 
 # -- the encoder ------------------------------------------------------------------------------------
-class GRREncoder(Encoder):
+class GRREncoder(Encoder, ChunksByConfig):
     stage = STAGE
 
     def __init__(self, config: GRRConfig | None = None) -> None:
@@ -165,15 +165,6 @@ class GRREncoder(Encoder):
         self._charges: dict[tuple[str, str], Charge] = {}
         self.epsilon0: float | None = None
         self._attributes: dict[str, tuple[str, ...]] = {}
-
-    # core/capabilities.py ChunksOnCluster: how the party side is chunked and where it maps (its config says)
-    @property
-    def chunk_rows(self) -> int:
-        return self.config.chunk_rows
-
-    @property
-    def dask_scheduler(self) -> str | None:
-        return self.config.dask_scheduler
 
     # -- plan (public facts only) -------------------------------------------------------------
     def plan(self, ctx: PlanContext) -> list[Charge]:

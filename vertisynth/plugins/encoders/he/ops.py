@@ -11,14 +11,16 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
-_LOCAL = threading.local()
+class _PerThread(threading.local):
+    def __init__(self) -> None:   # run once in each thread that touches it
+        self.ops: Counter = Counter()
+
+
+_LOCAL = _PerThread()
 
 
 def _mine() -> Counter:
-    c = getattr(_LOCAL, "ops", None)
-    if c is None:
-        c = _LOCAL.ops = Counter()
-    return c
+    return _LOCAL.ops
 
 
 def count(op: str, k: int) -> None:
