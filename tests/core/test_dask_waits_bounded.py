@@ -127,3 +127,39 @@ def test_encode_csv_on_dask_waits_a_bounded_time_for_each_span_and_cancels_the_r
         time.sleep(0.05)
     assert client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks)) == 0
     RELEASE.set()
+
+
+def _stuck_span(*args):   # a first-pass task whose worker never finishes it
+    RELEASE.wait(60)
+    return ("ok", 0, [])
+
+
+def test_a_first_pass_on_the_workers_waits_a_bounded_time_for_its_spans(client, tmp_path, monkeypatch):
+    """run/stream.py's first pass over CSV byte spans waited on `as_completed` with no bound: a worker that never
+    finished a span held the party step. Now each wait for the next finished span is bounded and the rest are
+    cancelled."""
+    import pandas as pd
+
+    import vertisynth.run.stream as stream
+    from vertisynth.core.chunks import ChunkedCounts
+    from vertisynth.core.encoding import TableSchema
+    path = tmp_path / "t.csv"
+    rng = np.random.default_rng(3)
+    pd.DataFrame({"a": np.array(["x", "y", "z"])[rng.integers(0, 3, 3_000)],
+                  "c": rng.integers(0, 2, 3_000)}).to_csv(path, index=False)
+    schema = TableSchema.from_config({"a": {"kind": "categorical", "categories": ["x", "y", "z"]},
+                                      "c": {"kind": "categorical", "categories": ["0", "1"]}})
+    codec = schema.fit(pd.DataFrame({"a": [], "c": []}, dtype=object), None, np.random.default_rng(0))
+    monkeypatch.setenv("VERTISYNTH_DASK_WAIT_S", "1")
+    monkeypatch.setenv("VERTISYNTH_SPILL_DIR", str(tmp_path / "spill"))
+    monkeypatch.setattr(stream, "code_span", _stuck_span)   # in-process workers: the patched function runs there
+    RELEASE.clear()
+    chunks = stream.coded_chunks(path, codec, 1_000)
+    start = time.monotonic()
+    got, came = _within(lambda: ChunkedCounts(chunks, codec.domain, first_pass=client).prefetch_pairs(), BOUND)
+    RELEASE.set()
+    assert came, "the first pass on the workers waited for its spans without a bound"
+    assert isinstance(got, DataError) and "\n" not in str(got), got
+    assert "first-pass span" in str(got) and "VERTISYNTH_DASK_WAIT_S" in str(got), got
+    assert time.monotonic() - start < BOUND
+    chunks.close()

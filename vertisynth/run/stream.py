@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from vertisynth.core.chunks import adoptable, hand_over, spill_slices
-from vertisynth.core.cluster import DASK_WAIT_ENV, dask_wait_s
+from vertisynth.core.cluster import DASK_WAIT_ENV, dask_wait_s, run_on_workers
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
 from vertisynth.core.encoding import CSV_NULLS, TableCodec, TableSchema
@@ -541,9 +541,10 @@ class coded_chunks:
         parts = [(s, min(self.chunk_rows, n - s)) for s in range(0, n, self.chunk_rows)]
         out = CodeSpill.for_writers(domain, "vertisynth-chunks-", n, parts)
         codes = out.folder / "codes.bin"
-        try:
-            seen = client.run(_sees, [(str(self.path.resolve()), size),
-                                      (str(codes), n * len(domain) * np.dtype(out.dtype).itemsize)])
+        try:   # bounded (dask_wait_s): a worker that does not answer in time is one that cannot
+            seen = run_on_workers(client, _sees, [(str(self.path.resolve()), size),
+                                                  (str(codes), n * len(domain) * np.dtype(out.dtype).itemsize)],
+                                  what="the workers' check that they see the CSV and its spill")
         except Exception:   # noqa: BLE001 - a worker that cannot answer: the pass runs here
             seen = {}
         if not seen or not all(seen.values()):
@@ -558,10 +559,11 @@ class coded_chunks:
 
     def _spans_pass(self, client: Any, out: CodeSpill, names: list[str], columns: list[str], spans: list,
                     plan: list) -> Iterator[tuple[int, list[np.ndarray]]]:
-        from distributed import as_completed
+        from distributed import wait as first_done
 
         from vertisynth.core.chunks import _count_chunk
         from vertisynth.core.cluster import window_for
+        limit = dask_wait_s()
         path, codes, keep = str(self.path.resolve()), str(out.folder / "codes.bin"), self._labels()
         acc = [np.zeros(int(np.prod(shape, dtype=np.int64)), dtype=np.int64) for _, shape in plan]
         rows, problem, done = 0, None, False
@@ -574,9 +576,26 @@ class coded_chunks:
             index[fut.key] = i
             return fut
 
+        def finished() -> list:   # the spans done so far, waiting at most `limit` seconds for the next one
+            nonlocal queued
+            try:
+                done_now, queued = first_done(queued, timeout=limit, return_when="FIRST_COMPLETED")
+            except TimeoutError:   # distributed's and the builtin are one class
+                for f in queued:
+                    f.cancel()
+                raise DataError(f"{str(self.path)!r}: waited {limit:.0f} s on the Dask cluster for a first-pass "
+                                f"span to finish and none did: cancelled (a lost or paused worker? {DASK_WAIT_ENV} "
+                                "sets the wait; docs/scale.md)") from None
+            return sorted(done_now, key=lambda f: index[f.key])
+
+        def completed() -> Iterator:   # each span's future as it completes, while any is queued
+            while queued:
+                yield from finished()
+
         try:
-            queued = as_completed([submit(i, sp) for i, sp in itertools.islice(todo, window_for(client))])
-            for fut in queued:   # at most a window of spans in flight; each span's counts merged as it completes
+            queued = {submit(i, sp) for i, sp in itertools.islice(todo, window_for(client))}
+            # at most a window of spans in flight; each span's counts merged as it completes
+            for fut in completed():
                 i = index.pop(fut.key)
                 try:
                     got = fut.result()
