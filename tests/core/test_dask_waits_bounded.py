@@ -6,7 +6,6 @@ one-line DataError naming what they waited for. Real LocalCluster (in-process wo
 call that blocks until the test releases it; on the old code these tests see the wait last past their bound."""
 from __future__ import annotations
 
-import threading
 import time
 
 import attrs
@@ -14,56 +13,14 @@ import numpy as np
 import pytest
 
 from vertisynth.core.chunks import SpillSlice
-from vertisynth.core.domain import Domain
 from vertisynth.core.errors import DataError
-from vertisynth.run.stream import CodeSpill
 
+from dask_blocking import RELEASE, add as _add, blocked as _blocked, count as _count, within as _within
 from encoder_helpers import SpilledStream, planned, toy_data
 
 distributed = pytest.importorskip("distributed")
 
-RELEASE = threading.Event()   # what blocks ends when the test is over (an in-process worker's thread)
 BOUND = 15.0                  # seconds: far past the 1 s wait, far below the 60 s a blocked call lasts
-
-
-@pytest.fixture(scope="module")
-def client():
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cl, \
-            distributed.Client(cl) as c:
-        yield c
-    RELEASE.set()
-
-
-@pytest.fixture()
-def spill():
-    dom = Domain(["a", "b"], [3, 4])
-    out = CodeSpill(dom, "vertisynth-test-")
-    out.append(np.random.default_rng(0).integers(0, dom.shape, size=(30_000, 2)))
-    yield out.finish()
-    out.close()
-
-
-def _within(fn, seconds):
-    """fn() in a thread: (its result or its exception, whether it came within `seconds`)."""
-    got = []
-
-    def call():
-        try:
-            got.append(fn())
-        except BaseException as exc:   # noqa: BLE001 - compared by the test
-            got.append(exc)
-    t = threading.Thread(target=call, daemon=True)
-    t.start()
-    t.join(seconds)
-    return (got[0] if got else None), not t.is_alive()
-
-
-def _count(rows, ids):
-    return np.bincount(rows.codes[:, 0], minlength=3)
-
-
-def _add(a, b):
-    return a + b
 
 
 def _stuck_visible(self):   # a worker that never answers the "do you see the spill?" question
@@ -94,11 +51,6 @@ def test_workers_see_still_answers_on_a_healthy_cluster(client, spill):
     piece = spill.slices(1000)[0]
     assert workers_see(client, piece, wait=30) is True
     assert workers_see(client, attrs.evolve(piece, codes="/nonexistent/codes.bin"), wait=30) is False
-
-
-def _blocked(rows, ids):
-    RELEASE.wait(60)
-    return _count(rows, ids)
 
 
 def test_encode_csv_on_dask_waits_a_bounded_time_for_each_span_and_cancels_the_rest(client, tmp_path, monkeypatch):

@@ -5,74 +5,23 @@ step waiting until its command's limit, and a task's error came back raw. Now a 
 seconds with no news cancels what is queued and raises a one-line DataError naming what it waited for."""
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from vertisynth.core.domain import Domain
 from vertisynth.core.errors import DataError
 from vertisynth.core.encoding import TableSchema
-from vertisynth.run.stream import CodeSpill, coded_chunks
+from vertisynth.run.stream import coded_chunks
 
+from dask_blocking import RELEASE, add as _add, blocked as _blocked, count as _count, within as _within
 from encoder_helpers import SpilledStream
 
 distributed = pytest.importorskip("distributed")
 
-RELEASE = threading.Event()   # the blocked tasks end when a test is over (an in-process worker's thread)
-
-
-def _count(rows, ids):
-    return np.bincount(rows.codes[:, 0], minlength=3)
-
-
-def _blocked(rows, ids):
-    RELEASE.wait(60)
-    return _count(rows, ids)
-
-
 def _boom(rows, ids):
     raise ValueError("a worker's bad day")
-
-
-def _add(a, b):
-    return a + b
-
-
-@pytest.fixture(scope="module")
-def client():
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cl, \
-            distributed.Client(cl) as c:
-        yield c
-    RELEASE.set()
-
-
-@pytest.fixture()
-def spill():
-    dom = Domain(["a", "b"], [3, 4])
-    out = CodeSpill(dom, "vertisynth-test-")
-    rng = np.random.default_rng(0)
-    out.append(rng.integers(0, dom.shape, size=(30_000, 2)))
-    yield out.finish()
-    out.close()
-
-
-def _within(fn, seconds):
-    """fn() in a thread: (its result or its exception, whether it came within `seconds`)."""
-    got = []
-    t = threading.Thread(target=lambda: got.append(_call(fn)), daemon=True)
-    t.start()
-    t.join(seconds)
-    return (got[0] if got else None), not t.is_alive()
-
-
-def _call(fn):
-    try:
-        return fn()
-    except BaseException as exc:   # noqa: BLE001 - compared by the test
-        return exc
 
 
 def test_a_task_that_never_finishes_ends_the_wait_with_one_line_and_is_cancelled(client, spill, monkeypatch):
