@@ -115,3 +115,32 @@ def test_a_first_pass_on_the_workers_waits_a_bounded_time_for_its_spans(client, 
     assert "first-pass span" in str(got) and "VERTISYNTH_DASK_WAIT_S" in str(got), got
     assert time.monotonic() - start < BOUND
     chunks.close()
+
+
+def test_an_unreachable_scheduler_is_one_line_for_encode_csv_and_the_study(tmp_path, monkeypatch):
+    """encode_csv and the study's Dask path opened their own `Client(address)` (distributed's OSError traceback
+    after its own timeout, and no thread pinning); both now go through `dask_client` like every other path."""
+    import socket
+
+    from vertisynth.core import cluster
+    from vertisynth.core.errors import ConfigError
+    from vertisynth.plugins.encoders.chunked import encode_csv
+    from vertisynth.plugins.encoders.grr import GRREncoder
+    from vertisynth.study.runner import _run_dask
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT", "1s")
+    with socket.socket() as s:   # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    data, part = toy_data(200, seed=3)
+    enc = GRREncoder()
+    ledger = planned(enc, data, part, 1.0)
+    view = part.views(data)["bob"]
+    path = tmp_path / "bob.csv"
+    view.to_frame().to_csv(path, index=False)
+    for call in (lambda: encode_csv(enc, "bob", path, view.domain, ledger, np.random.default_rng(4),
+                                    chunk_rows=100, scheduler=address),
+                 lambda: _run_dask([], str(tmp_path), None, address, None)):
+        got, came = _within(call, BOUND)
+        assert came, "no bound on reaching the scheduler"
+        assert isinstance(got, ConfigError) and "\n" not in str(got), got
+        assert "cannot reach the Dask scheduler" in str(got), got

@@ -24,6 +24,7 @@ from .dataset import Dataset
 from .domain import Domain
 from .errors import ConfigError, DataError, VertisynthError, VertisynthWarning
 
+CONNECT_TIMEOUT = "20s"   # reaching the scheduler: past it a one-line ConfigError, not a hang
 MIN_TASK_ROWS = 10_000   # a task's fixed cost (its sketch arrays, the merge) stays far below its rows' cost
 
 _CHECKED: weakref.WeakSet = weakref.WeakSet()   # clients whose workers were set up (threads) and looked at (malloc)
@@ -43,7 +44,7 @@ def dask_client(scheduler: Any) -> Any:
         client = scheduler
     else:
         try:
-            client = Client(scheduler, timeout="20s")
+            client = Client(scheduler, timeout=CONNECT_TIMEOUT)
         except (OSError, TimeoutError) as exc:
             raise ConfigError(f"cannot reach the Dask scheduler {scheduler!r}: {exc}") from None
     if client not in _CHECKED:

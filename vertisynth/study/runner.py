@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 from vertisynth.run.config import parse_config
 from vertisynth.run.console import PlainProgress, is_terminal
 from vertisynth.run.pipeline import make_plan, run
+from vertisynth.core.cluster import dask_client
 from vertisynth.core.errors import ConfigError, PluginError, VertisynthWarning
 from vertisynth.core.processes import process_alive
 from vertisynth.study.grid import Cell, apply_quick, dataset_label, expand_grid
@@ -136,11 +137,12 @@ def run_study(data: dict[str, Any], out_dir: str | Path, *, quick: bool = False,
 
 def _run_dask(todo: list[Cell], cache: str, data_dir: str | None, scheduler: str, bar: Any) -> None:
     try:
-        from dask.distributed import Client, as_completed
+        from dask.distributed import as_completed
     except ImportError:
         raise ConfigError("study: a scheduler was given but dask.distributed is not installed "
                           "(pip install 'vertisynth[dask]')") from None
-    with Client(scheduler) as client:
+    client = dask_client(scheduler)   # an unreachable scheduler: one line, not a traceback from distributed
+    with client:
         futures = [client.submit(run_cell, c, cache, data_dir, pure=False) for c in todo]
         for fut in as_completed(futures):
             fut.result()

@@ -236,18 +236,15 @@ def encode_csv(encoder: Any, party: str, path: str | Path, domain: Domain, ledge
     job = encoder.chunk_job(party, domain, ledger, rng)
     if scheduler is None:
         return job.run_local(csv_chunks(path, domain, chunk_rows))
-    try:
-        from distributed import Client
-    except ImportError:
-        raise ConfigError("a Dask scheduler is configured but dask.distributed is not installed "
-                          "(pip install 'vertisynth[dask]')") from None
     path = Path(path)
     if not path.is_file():
         raise DataError(f"CSV file {str(path)!r} does not exist")
     spans = csv_spans(path, chunk_rows)
     if not spans:
         raise DataError(f"CSV {str(path)!r} has no data rows")
-    client = scheduler if isinstance(scheduler, Client) else Client(scheduler)
+    # as every other cluster path: an unreachable scheduler or a missing dask.distributed is one line, and the
+    # workers' numeric libraries are pinned to one thread per task
+    client = dask_client(scheduler)
     futures: list = []
     try:
         k, wait = len(spans), dask_wait_s()
