@@ -4,9 +4,9 @@ or a cycle fails the build wherever it hides."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
-import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "vertisynth"
 
@@ -28,12 +28,22 @@ ALLOWED: dict[str, set[str]] = {
 }
 
 
+def nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of the module at `path` (ast.walk order). Parsed and walked once per source text: the rules
+    below read each of the package's modules nine times, which was most of this file's CPU (issue 33)."""
+    return _nodes(str(path), path.read_text())
+
+
+@functools.lru_cache(maxsize=None)
+def _nodes(name: str, text: str) -> tuple[ast.AST, ...]:
+    return tuple(ast.walk(ast.parse(text, name)))
+
+
 def imports(path: Path, root: Path) -> list[tuple[str, int]]:
     """Absolute names of the vertisynth modules `path` (inside package `root`) imports, with line numbers."""
-    tree = ast.parse(path.read_text(), str(path))
     pkg = list(path.relative_to(root.parent).with_suffix("").parts)[:-1]
     out = []
-    for node in ast.walk(tree):
+    for node in nodes(path):
         if isinstance(node, ast.Import):
             out += [(a.name, node.lineno) for a in node.names if a.name.split(".")[0] == "vertisynth"]
         elif isinstance(node, ast.ImportFrom):
@@ -98,10 +108,9 @@ REGISTRY_ENTRY_POINTS: set[str] = {"vertisynth.plugins"}   # the package itself 
 def _imported_names(path: Path, root: Path) -> list[tuple[str, int]]:
     """Every vertisynth module name `path` imports or loads, `from m import x` counted as m and m.x (x may be a
     module), and a constant handed to importlib.import_module / __import__."""
-    tree = ast.parse(path.read_text(), str(path))
     pkg = list(path.relative_to(root.parent).with_suffix("").parts)[:-1]
     out = []
-    for node in ast.walk(tree):
+    for node in nodes(path):
         if isinstance(node, ast.Import):
             out += [(a.name, node.lineno) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -149,7 +158,7 @@ def private_writes(root: Path) -> list[str]:
             elif isinstance(t, ast.Attribute) and _private(t.attr) and not _is_self(t.value):
                 bad.append(f"{rel} line {line} writes {ast.unparse(t)}")
 
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in nodes(path):
             if isinstance(node, ast.Assign):
                 for t in node.targets:
                     target(t, node.lineno)
@@ -183,7 +192,7 @@ def capability_probes(root: Path) -> list[str]:
     bad = []
     for path in _plugin_user_files(root):
         rel = path.relative_to(root)
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in nodes(path):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "hasattr" \
                     and node.args and _root(node.args[0]) not in PLATFORM:
                 bad.append(f"{rel} line {node.lineno} probes {ast.unparse(node.args[0])} with hasattr")
@@ -225,7 +234,7 @@ def getattr_probes(root: Path) -> list[str]:
     for path in _plugin_user_files(root) + _plugin_files(root):
         rel = path.relative_to(root)
         own = rel.parts[0] == "plugins"   # a plugin may read its own state with a default
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in nodes(path):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" \
                     and len(node.args) == 3 and isinstance(node.args[1], ast.Constant) \
                     and isinstance(node.args[1].value, str) and _root(node.args[0]) not in PLATFORM \
@@ -294,7 +303,7 @@ def seed_derivations(root: Path) -> list[str]:
     bad = []
     for path in _plugin_user_files(root):
         rel = path.relative_to(root)
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in nodes(path):
             if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "SeedSequence" \
                     and (node.args or node.keywords):
                 bad.append(f"{rel} line {node.lineno} derives {ast.unparse(node)}")

@@ -166,21 +166,30 @@ def test_the_party_process_holds_no_rows_while_the_workers_encode(cluster):
     workers read theirs); the message equals the local run's; a worker that cannot see the file gets the rows."""
     dom = Domain(["a", "b"], [3, 5])
     chunk_rows = 100_000
+    one_chunk = chunk_rows * len(dom) * 8   # a chunk's int64 codes, what was sent before
     with distributed.Client(cluster) as client:
-        peaks = {}
+        peaks, tries = {}, {}
         for n in (200_000, 800_000):
             spill = _spill(n, dom)
             local = _digest(_job(dom).run_local(spill.replay()))
-            job = _job(dom)
-            tracemalloc.start()
-            got = job.run_cluster(SpilledStream(spill), client, chunk_rows)
-            peaks[n] = tracemalloc.get_traced_memory()[1]
-            tracemalloc.stop()
-            assert _digest(got) == local
+            # tracemalloc traces the whole process, the Dask comm of this process's scheduler and client too: on a
+            # loaded machine a transient ~3.8 MB message read there (distributed's get_data_from_worker ->
+            # msgpack) lands in about one run in 25 at load 10, at either n (docs/lab/ci-speed-2026-11-30.md).
+            # Rows held here are there in every run, so the least of up to four runs is bounded: a run over the
+            # bound is run again, and four spikes in a row have odds < 1e-3 even at one run in eight.
+            bound = min(one_chunk, 1.5 * peaks[200_000] + 200_000) if peaks else one_chunk
+            runs = []
+            while len(runs) < 4 and min(runs, default=bound) >= bound:
+                job = _job(dom)
+                tracemalloc.start()
+                got = job.run_cluster(SpilledStream(spill), client, chunk_rows)
+                runs.append(tracemalloc.get_traced_memory()[1])
+                tracemalloc.stop()
+                assert _digest(got) == local
+            peaks[n], tries[n] = min(runs), runs
             spill.close()
-        one_chunk = chunk_rows * len(dom) * 8   # a chunk's int64 codes, what was sent before
-        assert max(peaks.values()) < one_chunk, peaks   # sending, 4 chunks were in flight at once
-        assert peaks[800_000] < 1.5 * peaks[200_000] + 200_000, peaks
+        assert max(peaks.values()) < one_chunk, tries   # sending, 4 chunks were in flight at once
+        assert peaks[800_000] < 1.5 * peaks[200_000] + 200_000, tries
         spill = _spill(50_000, dom)
         unseen = [SpillSlice(p.codes, p.ids, p.dtype, p.domain, p.start, p.stop, p.size + 1)
                   for p in spill.slices(chunk_rows)]

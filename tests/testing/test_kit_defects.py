@@ -50,11 +50,14 @@ class Marginals(Synthesizer):
             ledger.spend(charge)
             noisy = np.clip(table.counts((a,)).values + self._noise(self._dom.size(a), rng), 0, None) + 1e-9
             self._p.append(noisy / noisy.sum())
+        self._cdf = [np.cumsum(p) / np.cumsum(p)[-1] for p in self._p]
         self._n_hat = max(1, int(round(noisy.sum())))   # a noisy count (the last marginal's total)
 
     def sample(self, n, rng):
         n = (self._rows if self.true_count else self._n_hat) if n is None else int(n)
-        cols = [rng.choice(len(p), size=n, p=p) for p in self._p]
+        # rng.choice(len(p), size=n, p=p)'s very draws (its cdf and uniforms), without its checks of p on every
+        # call: the audits below sample this ~10⁵ times
+        cols = [cdf.searchsorted(rng.random(n), side="right") for cdf in self._cdf]
         return Dataset(np.column_stack(cols).astype(np.int64).reshape(n, len(self._p)), self._dom)
 
 

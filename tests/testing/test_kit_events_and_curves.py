@@ -177,3 +177,40 @@ def test_halved_sigma_caught_on_the_curve_at_the_smoke_level():
     assert not audit(bad, ONE, cost=ZCDP(1 / (2 * good.sigma**2)), delta=1e-5, level="standard", seed=3).passed
     with pytest.raises(ConfigError, match="not several"):
         audit(bad, ONE, 1.0, cost=ZCDP(0.1))
+
+
+def test_answer_features_are_their_definition_row_by_row():
+    from vertisynth.testing.features import answer_features
+
+    rng = np.random.default_rng(3)
+    codes = rng.integers(-1, 2, (300, 6))
+    values = np.where(codes == 1, rng.normal(size=codes.shape), 0.0)
+    for vals in (None, values):
+        feats = answer_features(codes, vals)
+        for row, c, v in zip(feats, codes, values):
+            want = [*c]
+            for k in (0, 1):
+                hits = np.flatnonzero(c == k)
+                want += [len(hits), hits[0] if len(hits) else 6]
+            want.append(np.sum(c != -1))
+            if vals is not None:
+                nz = v[(c != -1) & (v != 0)]
+                want += [*v, v.sum(), nz[0] if len(nz) else 0.0, nz[-1] if len(nz) else 0.0]
+            assert np.allclose(row, want), (row, want)
+
+
+def test_a_real_valued_column_whole_in_its_first_rows_is_not_taken_for_codes():
+    """Outputs are taken as integer codes (single outcomes become events) only when every value is whole: one
+    fraction far down a column is enough to keep it real-valued."""
+    from importlib import import_module
+
+    informative = import_module("vertisynth.testing.audit")._informative_columns
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 3, (5000, 2)).astype(float)
+    y = x.copy()
+    assert informative(x, y)[1]
+    y[4000, 1] += 0.5
+    cols, as_int = informative(x, y)
+    assert list(cols) == [0, 1] and not as_int
+    const = np.c_[x, np.full(5000, 7.0)]   # a column equal on both sides is uninformative
+    assert list(informative(const, const)[0]) == [0, 1]

@@ -291,11 +291,17 @@ def _summaries(x1: np.ndarray, x2: np.ndarray) -> list[Summary | None]:
 def _informative_columns(x1: np.ndarray, x2: np.ndarray) -> tuple[np.ndarray, bool]:
     """Columns that vary in phase 1 (constants such as a message's declared ε carry no evidence), and
     whether they are all integer-valued (then single outcomes are candidate events too)."""
-    both = np.concatenate([x1, x2])
-    cols = np.flatnonzero(np.any(both != both[:1], axis=0))
-    sub = both[:, cols]
-    as_int = sub.dtype.kind in "iu" or bool(np.all(np.abs(sub) < 2**53) and np.all(sub == np.round(sub)))
-    return cols, as_int
+    # per column: min != max on either side (no NaN here: _as_2d refuses them), without stacking the sides
+    cols = np.flatnonzero(np.minimum(x1.min(0), x2.min(0)) != np.maximum(x1.max(0), x2.max(0)))
+    if x1.dtype.kind in "iu" and x2.dtype.kind in "iu":
+        return cols, True
+
+    def whole(x: np.ndarray) -> bool:
+        return bool(np.all(np.abs(x) < 2**53) and np.all(x == np.round(x)))
+
+    subs = [x1[:, cols], x2[:, cols]]
+    # the first rows settle it for real-valued outputs (most are not whole numbers), without a pass over all
+    return cols, all(whole(s[:1000]) for s in subs) and all(whole(s) for s in subs)
 
 
 def _prepare(x: np.ndarray, cols: np.ndarray, as_int: bool) -> np.ndarray:

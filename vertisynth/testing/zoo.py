@@ -177,6 +177,14 @@ class SparseVector:
         k = q.size
         rho = rng.laplace(0.0, b_rho, n_samples)
         nu = rng.laplace(0.0, b_nu, (n_samples, k)) if b_nu > 0 else np.zeros((n_samples, k))
+        if not resample:   # one threshold noise per output: every query at once (the same draws and outputs)
+            noisy = q + nu
+            above = noisy >= (self.threshold + rho)[:, None]
+            # answered while fewer than c earlier queries were ⊤ (a query past the cutoff is never ⊤ itself)
+            live = (np.cumsum(above, axis=1) - above < self.cutoff) if has_cutoff else np.ones_like(above)
+            above &= live
+            codes = np.where(live, above.astype(np.int64) * (TOP - BOTTOM) + BOTTOM, UNANSWERED)
+            return np.hstack([codes, np.where(above, noisy, 0.0)]) if outputs_value else codes
         codes = np.full((n_samples, k), UNANSWERED, dtype=np.int64)
         values = np.zeros((n_samples, k))
         tops = np.zeros(n_samples, dtype=np.int64)
