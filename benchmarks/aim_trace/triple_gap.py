@@ -11,6 +11,8 @@ Per cell, the grid's settings (iters 1000, he, crypto simulated, 3-way TVD over 
   exact        the twin whose `select` is answered by the central oracle (exact scores, the same ρ per round)
   exact_no2p   both
   truetriple   the twin whose two-party triples score their true error at the party (the rest as the twin)
+  exactscores  truetriple, and every cross-party candidate the server scores has its true error: what is left is
+               the twin's mechanism (each party's noisy best, then the exponential mechanism at the winning party)
 `--trace`: in the twin's run, every round, for every two-party triple scored at a party (`_party_triple`), the
 triple's true L1 error against the round's model, its three pairs' true errors, the score the party computes (half
 the sum: its pair's exact error plus its cross pairs' released estimates), and whether each pair is already
@@ -61,7 +63,7 @@ def main() -> int:
         k, _, v = kv.partition("=")
         if not hasattr(vo, k):
             raise SystemExit(f"--set: vertisynth.vertical.oracle has no {k}")
-        setattr(vo, k, type(getattr(vo, k))(eval(v)))
+        setattr(vo, k, eval(v) if getattr(vo, k) is None else type(getattr(vo, k))(eval(v)))
 
     from vertisynth.core.interfaces import PlanContext
     from vertisynth.core.privacy import Budget, PrivacyLedger
@@ -105,7 +107,9 @@ def main() -> int:
             oracle = VerticalOracle(partition.views(real), partition, cross_party_measure(reg, comp, partition).instance,
                                     ledger, party_streams(rng, partition.names), "he")
             inner = oracle
-            if variant == "truetriple":   # a two-party triple's entry scores its true error (not DP: diagnostic)
+            if variant == "exactscores":   # every server-side score exact too (cross pairs): the twin's mechanism
+                inner._noisy_score = lambda cand, bins, estimate: l1(cand, estimate) if bins is None else None
+            if variant in ("truetriple", "exactscores"):   # a two-party triple's entry scores its true error (not DP: diagnostic)
                 real_pt = inner._party_triple
 
                 def true_triple(cand, bins, estimate, weight, offset):
@@ -128,6 +132,18 @@ def main() -> int:
                     measured = [set(m.attributes) for m in syn_meas()]
                     for c, e, w, o in zip(candidates, estimates, weights, offsets):
                         c = tuple(c)
+                        if len(c) == 2 and len(inner.parties_of(c)) == 2:   # a cross pair the server scores
+                            sc = inner._noisy_score(c, None, e)
+                            trace_rows.append({
+                                "dataset": args.dataset, "epsilon": args.epsilon, "seed": args.seed,
+                                "label": args.label, "round": rnd[0], "triple": "|".join(c),
+                                "true": round(l1(c, e), 2), "offset": round(float(o), 2), "weight": float(w),
+                                "pair_in": "", "pair_in_measured": int(any(set(c) <= m for m in measured)),
+                                "cross1": "", "cross1_measured": "", "cross2": "", "cross2_measured": "",
+                                "cross_released": round(sc, 2) if sc is not None else "",
+                                "score_half": round(inner._pair_error(c, None, e), 2)
+                                if hasattr(inner, "_pair_error") and sc is not None else ""})
+                            continue
                         if len(c) != 3 or len(inner.parties_of(c)) != 2 or inner._best_answer(c, None) is not None:
                             continue
                         v = inner._party_triple(c, None, e, float(w), float(o))
