@@ -87,12 +87,6 @@ CENTRE_RELEASE_ANSWERS = False
 # error and its cross-party pairs' released estimates (`VerticalOracle._party_triple`); off: by its largest
 # cross-party pair's estimate alone, a lower bound (aim's fifth pass, docs/vertical.md)
 PARTY_SCORES_TRIPLES = True
-# a triple's cross-party pair whose answer the model is fitted to (its centred residual's Σ r² below FITTED_Q · σ² per
-# degree of freedom) counts at least at that answer's noise level (`VerticalOracle._pair_error`; aim's sixth pass,
-# docs/vertical.md); FITTED_FULL_ONLY: only answers at the pair's full resolution (not a coarse probe). Off: main's
-TRIPLE_FITTED_FLOOR = True
-FITTED_Q = 0.5
-FITTED_FULL_ONLY = True
 
 
 def release_score(r: np.ndarray, v: np.ndarray, z: float = 0.0, centred: np.ndarray | None = None,
@@ -783,44 +777,12 @@ class VerticalOracle:
             if all(self.owner[a] == p for a in sub):
                 pair = (sub, e_sub.ravel(), sub_bins)
                 continue
-            s = self._pair_error(sub, sub_bins, e_sub) if TRIPLE_FITTED_FLOOR else self._noisy_score(sub, sub_bins, e_sub)
+            s = self._noisy_score(sub, sub_bins, e_sub)
             if s is not None:
                 public.append(s)
         if not public:
             return None
         return p, pair[0], pair[1], weight / 2, 2 * offset - sum(public), pair[2]
-
-    def _pair_error(self, pair: tuple[str, ...], bins: Bins, estimate: np.ndarray) -> float | None:
-        """A cross-party pair's ‖x − e‖₁ estimated from its least noisy answer y (per-cell std σ), for a triple's
-        score at a party: `residual_above_noise` of y − e, unless the model is fitted to y, then at least the noise
-        a fitted pair keeps, √(2/π) σ' |Ω| with σ'² = σ² (1 − 1/r)(1 − 1/c) (AIM's noise level of a measured
-        marginal, on the interaction its measured margins leave: x − e ≈ −noise there). Fitted or not is read off
-        the residual: an estimate independent of y's noise leaves Σ r² ≥ σ² per degree of freedom of the centred
-        residual (noise alone), a fitted one far less (y − e → 0 while x − e → the noise); only an answer at the
-        pair's full resolution (a coarse probe's noise says little of the fine pair's error). Without the floor a
-        fitted pair's estimate read 0.08-0.34 of its true error, and a triple holding one scored 0.24-0.54 of its
-        own, ranked at 0.54 against the true errors late in a run (docs/vertical.md, "aim, sixth pass").
-        Post-processing of released answers. None when no answer holds the pair."""
-        best = self._best_answer(pair, bins)
-        if best is None:
-            return None
-        y, std, maps = best
-        e = np.asarray(estimate, float).reshape(tuple(len(mp) for mp in maps))
-        for axis, mp in enumerate(maps):
-            e = bin_sum(e, axis, mp)
-        r = y - e
-        est = residual_above_noise(r, std * std)
-        full = all(len(mp) == self.domain.size(a) and np.array_equal(mp, np.arange(len(mp)))
-                   for a, mp in zip(pair, maps)) and not bins
-        if r.ndim == 2 and min(r.shape) > 1 and (full or not FITTED_FULL_ONLY):
-            c = r - r.mean(axis=0, keepdims=True) - r.mean(axis=1, keepdims=True) + r.mean()
-            dof = (r.shape[0] - 1) * (r.shape[1] - 1)
-            if float((c * c).sum()) < FITTED_Q * std * std * dof:
-                # the margins are measured elsewhere: the noise a fitted pair keeps is its interaction's, the
-                # double-centred noise (variance v (1 − 1/r)(1 − 1/c) a cell), as `residual_above_noise` centres
-                keep = math.sqrt((1 - 1 / r.shape[0]) * (1 - 1 / r.shape[1]))
-                est = max(est, math.sqrt(2 / math.pi) * std * keep * r.size)
-        return est
 
     # -- score vectors (PrivMRF's R-scores and refinement errors, DPSyn's selection) ---------------------
     def indif(self, pairs: Sequence[tuple[str, str]], pay: Pay, rng: np.random.Generator,
