@@ -16,7 +16,10 @@ Per cell, the grid's settings (iters 1000, he, crypto simulated, 3-way TVD over 
 `--trace`: in the twin's run, every round, for every two-party triple scored at a party (`_party_triple`), the
 triple's true L1 error against the round's model, its three pairs' true errors, the score the party computes (half
 the sum: its pair's exact error plus its cross pairs' released estimates), and whether each pair is already
-measured. Reads exact cross-party counts no role may read: a measurement of the design only. Only NLTCS and the zoo.
+measured; and every cross-party pair the server scores (rows with an empty `pair_in`: its true error, `cross_released`
+its score off the released answers, `pair_in_measured` whether it is measured). `--set NAME=VALUE` sets a constant of
+vertisynth/vertical/oracle.py for the run (an ablation). Reads exact cross-party counts no role may read: a
+measurement of the design only (docs/vertical.md, "aim, sixth pass"). Only NLTCS and the zoo.
 """
 from __future__ import annotations
 
