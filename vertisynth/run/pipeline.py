@@ -252,6 +252,9 @@ def cross_party_measure(registry: Registry, synth: Component, partition: Vertica
         return None
     where = "synthesizer.params.vertical"
     owners(synth.spec.name, req, partition)   # a run of one party: refused as each twin's plan refuses it
+    if req.probe_whole_rows and not isinstance(synth.instance, ProbesWholeRows):
+        raise ConfigError(f"{where}: probe_whole_rows is read by privmrf's probes only; {synth.spec.name} would "
+                          "ignore it: drop the key")
     if req.measure not in registry.names("encoder"):
         raise ConfigError(f"{where}: unknown measure {req.measure!r}; encoders: {sorted(registry.names('encoder'))}")
     cls = registry.get("encoder", req.measure).load_config_cls()

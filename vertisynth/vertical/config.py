@@ -20,6 +20,10 @@ class VerticalConfig:
     probe: float | None = None
     probe_bins: int = 4     # each attribute of a probe coarsened to at most this many bins (equal noisy 1-way mass)
     group_share: float = 0.5   # share of each selection round that releases every party's noisy best score
+    # privmrf under `he`: leave the side of the party whose whole rows the measure sums unbinned in the probes, so
+    # they cost no encryption pass of their own; a finer table at the same σ per cell, so noisier selection scores
+    # (off by default: it cost privmrf's trust-none twin 1.06 -> 1.12 median over the grid, docs/vertical.md)
+    probe_whole_rows: bool = False
     # a measure that releases once (dpfm, grr): the share of the synthesizer's zCDP ρ its one release costs, planned
     # before the synthesizer's own (within-party) charges, which get the rest
     release: float = 0.5

@@ -184,3 +184,40 @@ def test_vertical_twin_privmrf_audit_slow():
                                 {"iters": 20, "refine_iters": 10, "vertical": HE}, domain=three,
                                 parties=(("a0",), ("a1", "a2")), measure=_vertical_release,
                                 audit_samples=2000, audit_pairs=1, audit_sequential=True))
+
+
+def _probe_bins_asked(params, monkeypatch):
+    """Each probe of a privmrf twin's fit on the strong cross table as the oracle was asked it: pair -> the
+    attributes it was binned on."""
+    from vertisynth.vertical.oracle import VerticalOracle
+
+    asked = {}
+    real = VerticalOracle.measure_many
+
+    def spy(self, sets, pays, rng, sigma=None, bins=None):
+        if bins is not None and pays and getattr(pays[0], "mechanism", "") == "gaussian_cross_probe":
+            asked.update({tuple(s): set(b or ()) for s, b in zip(sets, bins)})
+        return real(self, sets, pays, rng, sigma, bins)
+
+    monkeypatch.setattr(VerticalOracle, "measure_many", spy)
+    data, part = _strong_cross_table(2000)
+    _fit(params, data, part)
+    return asked
+
+
+def test_the_probes_are_binned_on_both_sides_unless_whole_rows_are_asked_for(monkeypatch):
+    """Leaving one side of each probe unbinned (summed from that party's whole rows: no encryption pass of its
+    own) made the probes finer at the same σ per cell and privmrf's trust-none twin worse over the grid (median
+    1.06 -> 1.12, docs/vertical.md), and it was on for every run. It is now `probe_whole_rows`, off by default: on
+    the old code the default probes left a (6 values, probe_bins 4) unbinned."""
+    default = _probe_bins_asked({**FAST, "vertical": HE}, monkeypatch)
+    wide = {"a", "c"}   # 6 values each, over probe_bins = 4 (b and d fit their bins as they are)
+    assert default and all(b == wide & set(p) for p, b in default.items()), default
+    whole = _probe_bins_asked({**FAST, "vertical": {**HE, "probe_whole_rows": True}}, monkeypatch)
+    assert whole.keys() == default.keys() and any(b != wide & set(p) for p, b in whole.items()), whole
+
+
+def test_probe_whole_rows_on_a_twin_that_does_not_read_it_is_refused_in_one_line():
+    with pytest.raises(ConfigError, match="probe_whole_rows is read by privmrf") as exc:
+        make_plan(_cfg({"vertical": {**HE, "probe_whole_rows": True}}, syn="mst"))
+    assert "\n" not in str(exc.value).strip()

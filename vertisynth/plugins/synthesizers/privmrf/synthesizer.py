@@ -167,8 +167,9 @@ class PrivMRFSynthesizer(Synthesizer):
         return self.config.vertical
 
     def probes_whole_rows(self) -> bool:
-        """Its probes leave the whole rows' party's side unbinned (`_vertical_r_scores`): no encryption of their own."""
-        return True
+        """Whether its probes leave the whole rows' party's side unbinned (`_vertical_r_scores`; the vertical
+        table's `probe_whole_rows`, off by default): then they cost no encryption of their own."""
+        return self.config.vertical is not None and self.config.vertical.probe_whole_rows
 
     def plan_for(self, domain: Domain, rho: float, party: str | None = None,
                  owner: dict[str, str] | None = None, free: bool = False) -> list[Charge]:
@@ -318,7 +319,8 @@ class PrivMRFSynthesizer(Synthesizer):
             probes = [oracle.measure(p, None, rng) for p in self._cross]
         else:
             probes = measure_probes(oracle, self._cross, self._charges["cross_probe"], rng,
-                                    width_bins(self._domain, self.config.vertical.probe_bins), whole=True)
+                                    width_bins(self._domain, self.config.vertical.probe_bins),
+                                whole=self.probes_whole_rows())
         for p, m in zip(self._cross, probes):
             out[index[p]] = dependence(m) / 2
             self._probed[frozenset(p)] = (m, 0.0 if self._free else dependence_std(m) / 2)
