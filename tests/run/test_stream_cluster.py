@@ -174,7 +174,7 @@ def test_the_party_process_holds_no_rows_while_the_workers_encode(cluster):
             local = _digest(_job(dom).run_local(spill.replay()))
             # tracemalloc traces the whole process, the Dask comm of this process's scheduler and client too: on a
             # loaded machine a transient ~3.8 MB message read there (distributed's get_data_from_worker ->
-            # msgpack) lands in about one run in 25 at load 10, at either n (docs/lab/ci-speed-2026-11-30.md).
+            # msgpack) landed in 2 runs of 84 at load 10, at either n (docs/lab/ci-speed-2026-11-30.md).
             # Rows held here are there in every run, so the least of up to four runs is bounded: a run over the
             # bound is run again, and four spikes in a row have odds < 1e-3 even at one run in eight.
             bound = min(one_chunk, 1.5 * peaks[200_000] + 200_000) if peaks else one_chunk

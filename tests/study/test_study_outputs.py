@@ -1,5 +1,4 @@
 """Study outputs a newcomer reads: one repeat says n=1 (not '± 0.0000'), figure ticks are the grid's ε values."""
-import matplotlib.figure
 import pytest
 import pandas as pd
 
@@ -27,6 +26,8 @@ def test_one_repeat_is_n1_not_plus_minus_zero(tmp_path):
 
 
 def test_figure_ticks_are_the_grid_epsilons(tmp_path, monkeypatch):
+    import matplotlib.figure   # here, not at collection: ~0.4 CPU s in every xdist worker, one runs this test
+
     seen = []
     real = matplotlib.figure.Figure.savefig
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig",
