@@ -53,15 +53,21 @@ def test_workers_see_still_answers_on_a_healthy_cluster(client, spill):
     assert workers_see(client, attrs.evolve(piece, codes="/nonexistent/codes.bin"), wait=30) is False
 
 
-def test_encode_csv_on_dask_waits_a_bounded_time_for_each_span_and_cancels_the_rest(client, tmp_path, monkeypatch):
-    from vertisynth.plugins.encoders.chunked import encode_csv
+def _grr_on_bobs_csv(tmp_path, n, seed):
+    """A planned GRR encoder and bob's columns of a toy table written to a CSV: (encoder, ledger, view, path)."""
     from vertisynth.plugins.encoders.grr import GRREncoder
-    data, part = toy_data(700, seed=2)
+    data, part = toy_data(n, seed=seed)
     enc = GRREncoder()
     ledger = planned(enc, data, part, 1.0)
     view = part.views(data)["bob"]
     path = tmp_path / "bob.csv"
     view.to_frame().to_csv(path, index=False)
+    return enc, ledger, view, path
+
+
+def test_encode_csv_on_dask_waits_a_bounded_time_for_each_span_and_cancels_the_rest(client, tmp_path, monkeypatch):
+    from vertisynth.plugins.encoders.chunked import encode_csv
+    enc, ledger, view, path = _grr_on_bobs_csv(tmp_path, 700, seed=2)
     real = enc.chunk_job
     enc.chunk_job = lambda *a: attrs.evolve(real(*a), mapper=_blocked)   # every span's task blocks on its worker
     monkeypatch.setenv("VERTISYNTH_DASK_WAIT_S", "1")
@@ -125,18 +131,12 @@ def test_an_unreachable_scheduler_is_one_line_for_encode_csv_and_the_study(tmp_p
     from vertisynth.core import cluster
     from vertisynth.core.errors import ConfigError
     from vertisynth.plugins.encoders.chunked import encode_csv
-    from vertisynth.plugins.encoders.grr import GRREncoder
     from vertisynth.study.runner import _run_dask
     monkeypatch.setattr(cluster, "CONNECT_TIMEOUT", "1s")
     with socket.socket() as s:   # a loopback port nothing listens on
         s.bind(("127.0.0.1", 0))
         address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
-    data, part = toy_data(200, seed=3)
-    enc = GRREncoder()
-    ledger = planned(enc, data, part, 1.0)
-    view = part.views(data)["bob"]
-    path = tmp_path / "bob.csv"
-    view.to_frame().to_csv(path, index=False)
+    enc, ledger, view, path = _grr_on_bobs_csv(tmp_path, 200, seed=3)
     for call in (lambda: encode_csv(enc, "bob", path, view.domain, ledger, np.random.default_rng(4),
                                     chunk_rows=100, scheduler=address),
                  lambda: _run_dask([], str(tmp_path), None, address, None)):
