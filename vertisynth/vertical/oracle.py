@@ -181,6 +181,14 @@ def _bin_map(size: int, fine: np.ndarray | None, coarse: np.ndarray | None) -> n
     return out
 
 
+def _sub_marginal(cand: tuple[str, ...], keep: tuple[int, ...], e: np.ndarray, bins: Bins
+                  ) -> tuple[tuple[str, ...], np.ndarray, Bins]:
+    """The sub-marginal of `cand` on the positions `keep`: its attributes, `e` summed down to it, its bins."""
+    sub = tuple(cand[i] for i in keep)
+    e_sub = e.sum(axis=tuple(i for i in range(len(cand)) if i not in keep))
+    return sub, e_sub, {a: b for a, b in (bins or {}).items() if a in sub} or None
+
+
 class VerticalOracle:
     """Answers a synthesizer's `measure`/`select` from the parties' columns: routes, checks and pays for each query
     here (the server's side), and asks the parties through a `PartyLink` (link.py): in this process by default,
@@ -625,18 +633,14 @@ class VerticalOracle:
         if best is None:
             if len(cand) < 3:
                 return None
-            shape = tuple(int(np.asarray(bins[a]).max()) + 1 if bins and a in bins else self.domain.size(a)
-                          for a in cand)
-            e = np.asarray(estimate, float).reshape(shape)
+            e = self._binned(cand, bins, estimate)
             out = None
             for k in range(len(cand) - 1, 1, -1):
                 for keep in itertools.combinations(range(len(cand)), k):
-                    sub = tuple(cand[i] for i in keep)
+                    sub, e_sub, sub_bins = _sub_marginal(cand, keep, e, bins)
                     if len({self.owner[a] for a in sub}) < 2:
                         continue   # no role holds a within-party answer's exact counts here; the parties do
-                    sub_bins = {a: b for a, b in (bins or {}).items() if a in sub} or None
-                    s = self._noisy_score(sub, sub_bins, e.sum(axis=tuple(i for i in range(len(cand))
-                                                                          if i not in keep)))
+                    s = self._noisy_score(sub, sub_bins, e_sub)
                     if s is not None and (out is None or s > out):
                         out = s
             return out
@@ -754,6 +758,11 @@ class VerticalOracle:
         p = parties[top]
         return back[groups[p][self.link.em(p, eps_em, spend)]]
 
+    def _binned(self, cand: tuple[str, ...], bins: Bins, estimate: np.ndarray) -> np.ndarray:
+        """A candidate's flat estimate as an array of its shape on `bins` (an attribute without bins: its domain)."""
+        return np.asarray(estimate, float).reshape(tuple(int(np.asarray(bins[a]).max()) + 1 if bins and a in bins
+                                                         else self.domain.size(a) for a in cand))
+
     def _party_triple(self, cand: tuple[str, ...], bins: Bins, estimate: np.ndarray, weight: float,
                       offset: float) -> tuple[str, tuple[str, ...], np.ndarray, float, float, Bins] | None:
         """A triple over two parties that no answer holds, as an entry of the party P that holds two of its
@@ -767,13 +776,10 @@ class VerticalOracle:
         all (docs/vertical.md, "aim, fifth pass"). None when neither cross-party pair has an answer."""
         by = {p: [a for a in cand if self.owner[a] == p] for p in dict.fromkeys(self.owner[a] for a in cand)}
         p = next(q for q, held in by.items() if len(held) == 2)
-        e = np.asarray(estimate, float).reshape(tuple(int(np.asarray(bins[a]).max()) + 1 if bins and a in bins
-                                                      else self.domain.size(a) for a in cand))
+        e = self._binned(cand, bins, estimate)
         public, pair = [], None
         for keep in itertools.combinations(range(3), 2):
-            sub = tuple(cand[i] for i in keep)
-            e_sub = e.sum(axis=tuple(i for i in range(3) if i not in keep))
-            sub_bins = {a: b for a, b in (bins or {}).items() if a in sub} or None
+            sub, e_sub, sub_bins = _sub_marginal(cand, keep, e, bins)
             if all(self.owner[a] == p for a in sub):
                 pair = (sub, e_sub.ravel(), sub_bins)
                 continue

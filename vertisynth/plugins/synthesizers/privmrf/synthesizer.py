@@ -320,7 +320,7 @@ class PrivMRFSynthesizer(Synthesizer):
         else:
             probes = measure_probes(oracle, self._cross, self._charges["cross_probe"], rng,
                                     width_bins(self._domain, self.config.vertical.probe_bins),
-                                whole=self.probes_whole_rows())
+                                    whole=self.probes_whole_rows())
         for p, m in zip(self._cross, probes):
             out[index[p]] = dependence(m) / 2
             self._probed[frozenset(p)] = (m, 0.0 if self._free else dependence_std(m) / 2)
