@@ -114,3 +114,33 @@ def test_pool_refuses_answers_to_different_queries_in_one_line():
     with pytest.raises(ConfigError, match="one query on the same bins") as exc:
         oracle.pool([a, Measurement(("x00", "x11"), np.ones((2, 2)), 3.0)])
     assert "\n" not in str(exc.value)
+
+
+def _vertical_release(synth, data, ledger, rng):
+    """The twin's released model (its joint table), fitted on a VerticalOracle over the parties' views, he simulated
+    (tests/plugins/synthesizers/test_vertical_twins.py's audit, the same release)."""
+    from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
+
+    oracle = VerticalOracle(data.views, data.partition, HEEncoder(HEConfig(crypto="simulated")), ledger,
+                            party_streams(rng, data.partition.names), "he")
+    synth.fit_oracle(oracle, rng)
+    assert len(oracle.pooled) == 1   # the second stage ran (one of the two cross-party pairs, pooled)
+    return synth._model.marginal(synth._domain.attributes).values.ravel()
+
+
+@pytest.mark.slow
+@pytest.mark.audit_cost(25)
+def test_vertical_twin_audit_slow_two_stages(monkeypatch):
+    """The mst twin with its probes in two stages (forced on three binary attributes over two parties, a0 | a1 a2:
+    both probes, the re-probe of the one of more dependence, the pooled score, the parties' noisy best scores and
+    the two-sided answers) audited against the planned ρ on adversarial neighbours; looped real code."""
+    import vertisynth.vertical.probes as probes
+    from vertisynth.plugins.synthesizers.mst import MSTConfig, MSTSynthesizer
+    from vertisynth.testing.checks import Subject, check_privacy_audit
+
+    monkeypatch.setattr(probes, "REPROBE_PER_ATTRIBUTE", 0)
+    three = Domain(("a0", "a1", "a2"), (2, 2, 2))
+    params = {"iters": 50, "vertical": {"measure": "he", "trust": "none", "params": {"crypto": "simulated"}}}
+    check_privacy_audit(Subject("synthesizer", "mst (vertical, two-stage probes)", MSTSynthesizer, MSTConfig, params,
+                                domain=three, parties=(("a0",), ("a1", "a2")), measure=_vertical_release,
+                                audit_samples=2000, audit_pairs=1, audit_sequential=True))
