@@ -144,3 +144,21 @@ def test_vertical_twin_audit_slow_two_stages(monkeypatch):
     check_privacy_audit(Subject("synthesizer", "mst (vertical, two-stage probes)", MSTSynthesizer, MSTConfig, params,
                                 domain=three, parties=(("a0",), ("a1", "a2")), measure=_vertical_release,
                                 audit_samples=2000, audit_pairs=1, audit_sequential=True))
+
+
+def test_the_cost_before_any_row_prices_the_second_stage():
+    """`vertisynth validate --rows N` prices the twin's answers from its plan (vertical/cost.py): the second stage
+    is one more answer, on as many pairs as it plans, at its own σ."""
+    from vertisynth.vertical.cost import answers
+
+    real, partition = _wide(None)
+    sigma = lambda rho: math.sqrt(1 / (2 * rho))   # noqa: E731
+    got = {}
+    for trust in ("none", "server"):
+        comp = build_component(default_registry(), "synthesizer", "mst",
+                               {"vertical": {"measure": "he", "trust": trust, "params": {"crypto": "simulated"}}}, "mst")
+        planned = comp.instance.plan(PlanContext(real.domain, partition, Budget(0.4, 1e-9)))
+        got[trust] = answers(real.domain, partition, 4, planned, sigma)
+    (none, counted), (server, _) = got["none"], got["server"]
+    assert len(none) == len(server) + 1 and counted["probes"] == 600 + 150
+    assert len(none[1]["queries"]) == 150 and none[1]["sigma"] < none[0]["sigma"]
