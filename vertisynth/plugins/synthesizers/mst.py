@@ -13,7 +13,8 @@ measurement, where the paper samples rare values uniformly). Every question goes
 With `vertical = { measure = "he", trust = "none" }` the oracle is a vertical one (vertisynth/vertical) and the
 selection third is split: `probe` of it measures every cross-party pair once on the compressed domains (what the
 selection scores cross-party pairs by; estimation uses those of the chosen pairs), the rest pays the d−1 rounds
-(docs/vertical.md).
+(docs/vertical.md); under trust "none" with at least 8 cross-party pairs per attribute the probes take 0.8 of it,
+in two stages (vertical/probes.py, `reprobes`).
 """
 from __future__ import annotations
 

@@ -14,7 +14,8 @@ Every data access goes through a MarginalOracle (`fit_oracle`): central (`fit` j
 vertical: with `vertical = { measure = "he", trust = "none" }` the pipeline answers on a VerticalOracle
 (vertisynth/vertical). In "mst" mode the selection third is then split as mst's twin does: `probe` of it (0.6)
 measures every cross-party pair once on coarse bins (what the selection scores cross-party pairs by; the probes of
-the chosen pairs join estimation), the rest pays the d−1 rounds (docs/vertical.md). "workload" needs no selection:
+the chosen pairs join estimation), the rest pays the d−1 rounds (docs/vertical.md); under trust "none" with at
+least 8 cross-party pairs per attribute 0.8 of it, in two stages (vertical/probes.py, `reprobes`). "workload" needs no selection:
 its cross-party marginals are answered by the cross-party measure.
 
 On NLTCS (16 binary attributes driven by one latent factor) MST scores 3-way TVD ≈ 0.13-0.14 at every ε: that is
