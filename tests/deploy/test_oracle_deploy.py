@@ -98,6 +98,25 @@ def test_a_vertical_twin_across_processes_equals_the_one_process_run(tmp_path, s
             reader.open(name, (name.split("__")[0],), "server")
 
 
+@pytest.mark.slow   # CI's slow-flows step: the roles in threads, ~10 CPU s
+def test_two_stage_probes_across_the_exchange_equal_the_one_process_run(tmp_path, monkeypatch, request):
+    """mst's probes in two stages (trust none, many cross pairs per attribute: vertical/probes.py `reprobes`, forced
+    here on the small table): the second stage's pairs follow from the first's released answers, at the server; the
+    parties check them against the plan and answer them as one more cross-party stage. Over the exchange the
+    release equals the one-process run's, and the ledger holds both stages' charges, spent."""
+    from vertisynth.vertical import probes
+    monkeypatch.setattr(probes, "REPROBE_PER_ATTRIBUTE", 0)
+    _in_process(request, monkeypatch)
+    _setup(tmp_path, MST, small_keys=True)
+    res = parallel([_party(p) for p in PARTIES] + [_server()], tmp_path, timeout=300)
+    assert all(r[0] == 0 for r in res), res
+    simulate(load_config(tmp_path / "sim.toml"), SECRET).synthetic.to_csv(tmp_path / "sim.csv", index=False)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "out" / "synthetic.csv"), pd.read_csv(tmp_path / "sim.csv"))
+    ledger = json.loads((tmp_path / "out" / "ledger.json").read_text())
+    assert not ledger["planned_but_unspent"]
+    assert "gaussian_cross_reprobe" in json.dumps(ledger) and "gaussian_cross_probe" in json.dumps(ledger)
+
+
 # slow (CI's deploy step runs it): a second subprocess flow over the folder exchange, OU only in the crypto
 @pytest.mark.slow
 @pytest.mark.parametrize("trust", ["none", "server"])

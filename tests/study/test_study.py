@@ -115,6 +115,32 @@ def test_dask_path_gives_the_same_table_as_local(tmp_path):
     pd.testing.assert_frame_equal(local, remote)
 
 
+def test_dask_path_stops_with_one_line_when_the_cluster_has_no_worker(tmp_path, monkeypatch):
+    """A cluster with no worker (all lost, or scaled to zero) can finish no cell: the study used to wait on
+    `as_completed` forever. Now, after VERTISYNTH_DASK_WAIT_S seconds without a worker, one DataError names the
+    unfinished cells and the resume; a cell that runs longer than that on a live worker still finishes."""
+    import time
+    from vertisynth.core.errors import DataError
+    from vertisynth.study import runner
+    distributed = pytest.importorskip("dask.distributed")
+    monkeypatch.setenv("VERTISYNTH_DASK_WAIT_S", "1")
+    with distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster:
+        start = time.monotonic()
+        with pytest.raises(DataError, match=r"no worker for 1 s with 4 of 4 cells unfinished.*resumes") as got:
+            run_study(BASE, tmp_path / "none", scheduler=cluster.scheduler_address, progress=False)
+        assert "\n" not in str(got.value) and time.monotonic() - start < 30
+    real = runner.run_cell
+
+    def slow_cell(*args):   # longer than the wait, on a live worker: not an error
+        time.sleep(1.5)
+        return real(*args)
+    monkeypatch.setattr(runner, "run_cell", slow_cell)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                  dashboard_address=None) as cluster:
+        table = run_study(BASE, tmp_path / "slow", scheduler=cluster.scheduler_address, progress=False)
+    assert len(list((tmp_path / "slow" / "cells").glob("*.json"))) == 4 and set(table["epsilon"]) == {0.5, 2.0}
+
+
 def test_party_count_splits_the_attributes_into_contiguous_parties():
     cells = expand_grid(study(grid={"parties.count": [2, 5]}, repeats=1))
     for cell, k in zip(cells, (2, 5)):

@@ -28,8 +28,8 @@ from tqdm.auto import tqdm
 from vertisynth.run.config import parse_config
 from vertisynth.run.console import PlainProgress, is_terminal
 from vertisynth.run.pipeline import make_plan, run
-from vertisynth.core.cluster import dask_client
-from vertisynth.core.errors import ConfigError, PluginError, VertisynthWarning
+from vertisynth.core.cluster import DASK_WAIT_ENV, dask_client, dask_wait_s
+from vertisynth.core.errors import ConfigError, DataError, PluginError, VertisynthWarning
 from vertisynth.core.processes import process_alive
 from vertisynth.study.grid import Cell, apply_quick, dataset_label, expand_grid
 from vertisynth.study.outputs import write_outputs
@@ -137,16 +137,35 @@ def run_study(data: dict[str, Any], out_dir: str | Path, *, quick: bool = False,
 
 def _run_dask(todo: list[Cell], cache: str, data_dir: str | None, scheduler: str, bar: Any) -> None:
     try:
-        from dask.distributed import as_completed
+        from dask.distributed import wait
     except ImportError:
         raise ConfigError("study: a scheduler was given but dask.distributed is not installed "
                           "(pip install 'vertisynth[dask]')") from None
     client = dask_client(scheduler)   # an unreachable scheduler: one line, not a traceback from distributed
     with client:
         futures = [client.submit(run_cell, c, cache, data_dir, pure=False) for c in todo]
-        for fut in as_completed(futures):
-            fut.result()
-            bar.update(1)
+        # a cell may run for as long as its synthesizer needs, so the wait is not on a cell but on the cluster: with
+        # no worker left for dask_wait_s() seconds (lost, killed, scaled to zero) no cell can finish, and the study
+        # stops with one line instead of waiting forever; the finished cells are cached, a rerun resumes
+        pending, lone_since, bound = set(futures), None, dask_wait_s()
+        while pending:
+            try:
+                done, pending = wait(pending, timeout=min(5.0, bound), return_when="FIRST_COMPLETED")
+            except TimeoutError:   # distributed's TimeoutError is the builtin: nothing finished in this poll
+                done = set()
+            for fut in done:
+                fut.result()   # a cell's own error comes back as that error
+                bar.update(1)
+            if pending and not client.scheduler_info().get("workers"):
+                lone_since = lone_since if lone_since is not None else time.monotonic()
+                if time.monotonic() - lone_since >= bound:
+                    client.cancel(list(pending))
+                    raise DataError(f"study: the Dask cluster at {scheduler!r} has had no worker for "
+                                    f"{bound:g} s with {len(pending)} of {len(todo)} cells unfinished; the "
+                                    f"finished cells are cached, so rerunning the study resumes ({DASK_WAIT_ENV} "
+                                    "sets the wait)")
+            else:
+                lone_since = None
 
 
 class EditedCellWarning(VertisynthWarning):

@@ -2,7 +2,8 @@
 (`vertisynth validate --rows N`, issue 31).
 
 A twin's plan fixes its probes: every cross-party pair once, each attribute on at most `probe_bins` bins, one answer
-(the charges named `*cross_probe`). Its adaptive answers follow from the data (which marginal crosses parties, on
+(the charges named `*cross_probe`; under trust "none" with many pairs a second stage, `*cross_reprobe`, priced on
+the first pairs as another answer). Its adaptive answers follow from the data (which marginal crosses parties, on
 which bins), so they are priced on a stand-in built from public facts only:
 
 * the probes: each attribute on `probe_bins` equal-width bins, but for the twin that leaves the side of the party
@@ -30,7 +31,7 @@ from vertisynth.core.privacy import Charge
 
 from .probes import width_bins
 
-PROBE, MARGINAL = "cross_probe", "_marginal"
+PROBE, REPROBE, MARGINAL = "cross_probe", "cross_reprobe", "_marginal"
 
 
 def _domains(domain: Domain, owner: dict[str, str], attributes: Sequence[str],
@@ -58,6 +59,7 @@ def answers(domain: Domain, partition: VerticalPartition, probe_bins: int, plann
     attrs = [a for a in domain.attributes if a in owner]
     pairs = [(a, b) for a, b in itertools.combinations(attrs, 2) if owner[a] != owner[b]]
     probes = [c for c in planned if c.mechanism.endswith(PROBE)]
+    again = [c for c in planned if c.mechanism.endswith(REPROBE)]   # trust none, many pairs: a second stage
     margs = [c for c in planned if c.mechanism.endswith(MARGINAL)]
     out: list[dict[str, Any]] = []
     if probes and pairs:
@@ -65,6 +67,10 @@ def answers(domain: Domain, partition: VerticalPartition, probe_bins: int, plann
         probed = pairs[: len(probes)]
         out.append({"domains": _domains(domain, owner, [x for p in probed for x in p], bins),
                     "queries": [((a,), (b,)) for a, b in probed], "sigma": sigma_for_rho(probes[0].cost.rho)})
+        if again:   # which pairs follows from the first answers: priced on the first ones of the same bins
+            out.append({"domains": _domains(domain, owner, [x for p in probed[:len(again)] for x in p], bins),
+                        "queries": [((a,), (b,)) for a, b in probed[:len(again)]],
+                        "sigma": sigma_for_rho(again[0].cost.rho)})
     total = len(attrs) * (len(attrs) - 1) // 2
     adaptive = math.ceil(len(margs) * len(pairs) / total) if margs and pairs else 0
     if adaptive:
@@ -81,4 +87,4 @@ def answers(domain: Domain, partition: VerticalPartition, probe_bins: int, plann
         for left, right in tables[:adaptive]:
             out.append({"domains": _domains(domain, owner, left + right), "queries": [(left, right)],
                         "sigma": sigma})
-    return out, {"probes": len(probes), "adaptive": adaptive, "marginals": len(margs)}
+    return out, {"probes": len(probes) + len(again), "adaptive": adaptive, "marginals": len(margs)}

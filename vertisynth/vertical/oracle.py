@@ -245,7 +245,9 @@ class VerticalOracle:
         self.owner = {a: p.name for p in partition for a in p.attributes}
         self.domain: Domain = domain
         self.answered: list[Measurement] = []     # cross-party answers (public once released): select scores by them
-        self._best_cache: tuple[int, dict] = (0, {})   # (answers seen, candidate -> its least noisy answer)
+        # inverse-variance means of several released answers to one query (`pool`: post-processing), scored like one
+        self.pooled: list[Measurement] = []
+        self._best_cache: tuple[tuple[int, int], dict] = ((0, 0), {})   # (answers seen, candidate -> least noisy)
         # a measure that releases once (sealed sketches, GRR columns): every cross-party answer is post-processing
         # of that release, free; the release runs at the first cross-party question, its charges planned up front
         self.releases = isinstance(measure, ReleasesOnce)
@@ -597,13 +599,13 @@ class VerticalOracle:
         """The least noisy answer that holds `cand` on the same or coarser bins, summed down to `cand`: (table,
         its per-cell std, per attribute the map from the candidate's bins to the answer's); None if none does.
         Cached until the next answer (selection asks it for every cross-party candidate, every round)."""
-        if self._best_cache[0] != len(self.answered):
-            self._best_cache = (len(self.answered), {})
+        if self._best_cache[0] != (len(self.answered), len(self.pooled)):
+            self._best_cache = ((len(self.answered), len(self.pooled)), {})
         key = (cand, tuple(sorted((a, np.asarray(b).tobytes()) for a, b in (bins or {}).items())))
         if key in self._best_cache[1]:
             return self._best_cache[1][key]
         best = None
-        for m in self.answered:
+        for m in self.answered + self.pooled:
             if not set(cand) <= set(m.attributes):
                 continue
             maps = [_bin_map(self.domain.size(a), (bins or {}).get(a), (m.bins or {}).get(a)) for a in cand]
@@ -618,6 +620,23 @@ class VerticalOracle:
                 best = (y, std, maps)
         self._best_cache[1][key] = best
         return best
+
+    def pool(self, answers: Sequence[Measurement]) -> Measurement:
+        """The inverse-variance mean of released answers to one query on the same bins (independent noise): one
+        answer of variance 1 / Σ 1/σ_i², kept for selection's scores (`_best_answer`). Post-processing, free;
+        refused in one line for answers to different queries or bins, or with per-cell variances."""
+        a0 = answers[0] if answers else None
+        same = a0 is not None and all(
+            m.attributes == a0.attributes and m.values.shape == a0.values.shape and m.variance is None
+            and sorted(m.bins or {}) == sorted(a0.bins or {})
+            and all(np.array_equal(m.bins[a], a0.bins[a]) for a in (m.bins or {})) for m in answers)
+        if not same:
+            raise ConfigError("pool: needs released answers to one query on the same bins, each of one std")
+        w = np.array([1.0 / (m.std * m.std) for m in answers])
+        m = Measurement(a0.attributes, sum(wi * x.values for wi, x in zip(w, answers)) / w.sum(),
+                        float(1.0 / math.sqrt(w.sum())), a0.bins)
+        self.pooled.append(m)
+        return m
 
     def _noisy_score(self, cand: tuple[str, ...], bins: Bins, estimate: np.ndarray) -> float | None:
         """An estimate of ‖x − e‖₁ from the least noisy answer y that holds `cand` (on the same bins): per cell

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import math
+
 import numpy as np
 
 from vertisynth.core.domain import Domain
@@ -27,6 +29,19 @@ from .oracle import VerticalOracle, coarse_bins, release_score, residual_above_n
 PRIVMRF_RELEASE_Z = 10.0
 
 Bins = Mapping[str, np.ndarray]
+
+# trust "none": each side of a cross-party answer adds its full σ² (neither may know the other's noise), so a probe
+# releases twice trust server's variance at the same ρ. Where many cross-party pairs share the probes (at least
+# REPROBE_PER_ATTRIBUTE per attribute) each probe is so noisy that it ranks pairs badly (zoo wide ε 0.4, 15 per
+# attribute: Spearman 0.35-0.38 against the exact errors, 0.50-0.52 under trust server; small-domains, 4 per
+# attribute: 0.94). There the probes take REPROBE_PROBE of the selection third (not 0.6) and run in two stages:
+# REPROBE_SHARE of their ρ probes the contenders again, REPROBE_FRACTION of the pairs (each attribute's strongest
+# first), whose two answers are pooled: 2.5x a one-stage probe's ρ at 0.5 and 0.25, times 0.8/0.6 (docs/vertical.md,
+# "trust = none, the worst cells"). Elsewhere two stages lost (small-domains ε 0.4, 8 seeds: mean 1.41 -> 1.57)
+REPROBE_PER_ATTRIBUTE = 8
+REPROBE_PROBE = 0.8
+REPROBE_SHARE = 0.5
+REPROBE_FRACTION = 0.25
 
 
 def mass_bins(one: Sequence[Measurement], k: int, within: Bins | None = None) -> dict[str, np.ndarray]:
@@ -69,6 +84,38 @@ def measure_probes(oracle: MarginalOracle, pairs: Sequence[tuple[str, ...]], pay
             unbinned -= {a for a in p if party is None or oracle.owner[a] != party}
     wanted = [{a: bins[a] for a in p if a in bins and a not in unbinned} or None for p in pairs]
     return oracle.measure_many(pairs, pays, rng, sigma, wanted)
+
+
+def reprobes(pairs: int, attributes: int, trust: str | None) -> int:
+    """How many of `pairs` probed cross-party pairs of `attributes` attributes are probed again (0: one stage, as
+    under trust server): a plan decision from public counts and the trust, made before any data is read."""
+    if trust != "none" or pairs < 2 or pairs < REPROBE_PER_ATTRIBUTE * attributes:
+        return 0
+    return max(1, math.ceil(REPROBE_FRACTION * pairs))
+
+
+def measure_probes_twice(oracle: MarginalOracle, pairs: Sequence[tuple[str, ...]], pays: Sequence[Pay],
+                         again: Sequence[Pay], rng: np.random.Generator, bins: Bins) -> list[Measurement]:
+    """`measure_probes`, then len(again) pairs measured once more on the same bins: each attribute's pair whose first
+    answer shows the most dependence, then the others of most dependence (`dependence`, post-processing of released
+    answers: which pairs to ask again is public),
+    paid by `again` (planned charges). Both answers are returned (a chosen pair's join estimation); on a vertical
+    oracle a contender's two answers are pooled (`VerticalOracle.pool`, their inverse-variance mean), which
+    selection then scores it by (`_best_answer`: the least noisy answer)."""
+    first = measure_probes(oracle, pairs, pays, rng, bins)
+    if not again:
+        return first
+    order = np.argsort(-np.array([dependence(m) for m in first]), kind="stable").tolist()
+    # each attribute's strongest pair first (a spanning tree attaches every attribute, often by a weak pair whose
+    # first probe alone misleads: zoo small-domains x07), then the strongest of the rest
+    seen: set[str] = set()
+    cover = [i for i in order if not set(pairs[i]) <= seen and not seen.update(pairs[i])]
+    top = sorted((cover + [i for i in order if i not in set(cover)])[:len(again)])
+    second = measure_probes(oracle, [pairs[i] for i in top], again, rng, bins)
+    if isinstance(oracle, VerticalOracle):
+        for i, m in zip(top, second):
+            oracle.pool([first[i], m])
+    return first + second
 
 
 def _above_noise(r: np.ndarray, v: float) -> float:

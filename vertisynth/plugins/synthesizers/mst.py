@@ -13,7 +13,8 @@ measurement, where the paper samples rare values uniformly). Every question goes
 With `vertical = { measure = "he", trust = "none" }` the oracle is a vertical one (vertisynth/vertical) and the
 selection third is split: `probe` of it measures every cross-party pair once on the compressed domains (what the
 selection scores cross-party pairs by; estimation uses those of the chosen pairs), the rest pays the d−1 rounds
-(docs/vertical.md).
+(docs/vertical.md); under trust "none" with at least 8 cross-party pairs per attribute the probes take 0.8 of it,
+in two stages (vertical/probes.py, `reprobes`).
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from vertisynth.pgm import Measurement, estimate
 from vertisynth.pgm.estimation import bin_query
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle, ZCDPFilter
 from vertisynth.vertical import cross_pairs, owners, VerticalConfig
-from vertisynth.vertical.probes import mass_bins, measure_probes
+from vertisynth.vertical.probes import REPROBE_PROBE, REPROBE_SHARE, mass_bins, measure_probes_twice, reprobes
 
 STAGE = "synthesizer"
 PROBE = 0.6   # vertical: the share of the selection third that measures every cross-party pair once
@@ -86,12 +87,21 @@ class MSTSynthesizer(FittedGraphicalModel, Synthesizer):
         if self._free:
             self._cross = []
         probe = (PROBE if v.probe is None else v.probe) if self._cross else 0.0
+        # trust none: a share of the probes' ρ probes the contenders again (vertical/probes.py, `reprobes`)
+        again = reprobes(len(self._cross), d, v.trust if v is not None else None)
+        if again and v.probe is None:
+            probe = REPROBE_PROBE
+        first = probe * (1 - REPROBE_SHARE) if again else probe
         # kept: fit spends these very charges, in order
         self._charges = {
             "gaussian_1way": [Charge(STAGE, "gaussian_1way", ZCDP(rho / (3 * d))) for _ in range(d)],
-            **({"cross_probe": [Charge(STAGE, "gaussian_cross_probe", ZCDP(rho * probe / (3 * len(self._cross))),
+            **({"cross_probe": [Charge(STAGE, "gaussian_cross_probe", ZCDP(rho * first / (3 * len(self._cross))),
                                        note="every cross-party pair once, for the selection's scores")
                                 for _ in self._cross]} if self._cross else {}),
+            **({"cross_reprobe": [Charge(STAGE, "gaussian_cross_reprobe",
+                                         ZCDP(rho * (probe - first) / (3 * again)),
+                                         note="the cross-party pairs of most dependence at their first probe, again")
+                                  for _ in range(again)]} if again else {}),
             "exponential_select": [Charge(STAGE, "exponential_select", ZCDP(rho * (1 - probe) / (3 * (d - 1))))
                                    for _ in range(d - 1)],
             "gaussian_2way": ([Charge(STAGE, "gaussian_2way", ZCDP(rho / 3),
@@ -115,7 +125,8 @@ class MSTSynthesizer(FittedGraphicalModel, Synthesizer):
         bins = {m.attributes[0]: b for m in one if c.compress and (b := rare_bins(m)) is not None}
         # probes on at most probe_bins bins per attribute (a coarsening of the compressed domain)
         coarse = mass_bins(one, c.vertical.probe_bins, bins) if self._cross else {}
-        probes = measure_probes(oracle, self._cross, self._charges.get("cross_probe", []), rng, coarse)
+        probes = measure_probes_twice(oracle, self._cross, self._charges.get("cross_probe", []),
+                                      self._charges.get("cross_reprobe", []), rng, coarse)
         t1 = time.perf_counter()
         pairs = self.select(oracle, one, bins, rng)
         t2 = time.perf_counter()

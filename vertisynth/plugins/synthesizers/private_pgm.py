@@ -14,7 +14,8 @@ Every data access goes through a MarginalOracle (`fit_oracle`): central (`fit` j
 vertical: with `vertical = { measure = "he", trust = "none" }` the pipeline answers on a VerticalOracle
 (vertisynth/vertical). In "mst" mode the selection third is then split as mst's twin does: `probe` of it (0.6)
 measures every cross-party pair once on coarse bins (what the selection scores cross-party pairs by; the probes of
-the chosen pairs join estimation), the rest pays the d−1 rounds (docs/vertical.md). "workload" needs no selection:
+the chosen pairs join estimation), the rest pays the d−1 rounds (docs/vertical.md); under trust "none" with at
+least 8 cross-party pairs per attribute 0.8 of it, in two stages (vertical/probes.py, `reprobes`). "workload" needs no selection:
 its cross-party marginals are answered by the cross-party measure.
 
 On NLTCS (16 binary attributes driven by one latent factor) MST scores 3-way TVD ≈ 0.13-0.14 at every ε: that is
@@ -41,7 +42,7 @@ from vertisynth.pgm import Measurement, estimate
 from vertisynth.pgm.graph import build_junction_tree
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle, ZCDPFilter
 from vertisynth.vertical import cross_pairs, owners, VerticalConfig
-from vertisynth.vertical.probes import mass_bins, measure_probes
+from vertisynth.vertical.probes import REPROBE_PROBE, REPROBE_SHARE, mass_bins, measure_probes_twice, reprobes
 
 STAGE = "synthesizer"
 PROBE = 0.6   # vertical, mst mode: the share of the selection third that measures every cross-party pair once
@@ -87,15 +88,25 @@ class PrivatePGMSynthesizer(FittedGraphicalModel, Synthesizer, MeasuresMarginals
             if v is not None and not self._free:   # one filter split among the chosen pairs within one party
                 self._cross = cross_pairs(attrs_, owner)
             probe = (PROBE if v.probe is None else v.probe) if self._cross else 0.0
+            # trust none: a share of the probes' ρ probes the contenders again (vertical/probes.py, `reprobes`)
+            again = reprobes(len(self._cross), d, v.trust if v is not None else None)
+            if again and v.probe is None:
+                probe = REPROBE_PROBE
+            first = probe * (1 - REPROBE_SHARE) if again else probe
             self._rho1 = rho / (3 * d)
             self._rho_sel = rho * (1 - probe) / (3 * (d - 1))
             self._rho2 = rho / (3 * (d - 1))
             # kept: the mechanisms spend these very charges, in order
             self._charges = {"gaussian_1way": [Charge(STAGE, "gaussian_1way", ZCDP(self._rho1)) for _ in range(d)],
                              **({"cross_probe": [Charge(STAGE, "gaussian_cross_probe",
-                                                        ZCDP(rho * probe / (3 * len(self._cross))),
+                                                        ZCDP(rho * first / (3 * len(self._cross))),
                                                         note="every cross-party pair once, for the selection's "
                                                              "scores") for _ in self._cross]} if self._cross else {}),
+                             **({"cross_reprobe": [Charge(STAGE, "gaussian_cross_reprobe",
+                                                          ZCDP(rho * (probe - first) / (3 * again)),
+                                                          note="the cross-party pairs of most dependence at their "
+                                                               "first probe, again") for _ in range(again)]}
+                                if again else {}),
                              "exponential_select": [Charge(STAGE, "exponential_select", ZCDP(self._rho_sel))
                                                     for _ in range(d - 1)],
                              "gaussian_2way": ([Charge(STAGE, "gaussian_2way", ZCDP(rho / 3),
@@ -167,8 +178,9 @@ class PrivatePGMSynthesizer(FittedGraphicalModel, Synthesizer, MeasuresMarginals
             probes = []
             if self._cross:   # every cross-party pair once, on at most probe_bins bins per attribute (equal noisy
                 # 1-way mass: post-processing), so the selection can score them on released answers
-                probes = measure_probes(oracle, self._cross, self._charges["cross_probe"], rng,
-                                        mass_bins(meas, self.config.vertical.probe_bins))
+                probes = measure_probes_twice(oracle, self._cross, self._charges["cross_probe"],
+                                              self._charges.get("cross_reprobe", []), rng,
+                                              mass_bins(meas, self.config.vertical.probe_bins))
             t1 = time.perf_counter()
             pairs = self._select_tree(oracle, meas, rng)
             t2 = time.perf_counter()
