@@ -18,8 +18,9 @@ triple's true L1 error against the round's model, its three pairs' true errors, 
 the sum: its pair's exact error plus its cross pairs' released estimates), and whether each pair is already
 measured; and every cross-party pair the server scores (rows with an empty `pair_in`: its true error, `cross_released`
 its score off the released answers, `pair_in_measured` whether it is measured). `--set NAME=VALUE` sets a constant of
-vertisynth/vertical/oracle.py for the run (an ablation). Reads exact cross-party counts no role may read: a
-measurement of the design only (docs/vertical.md, "aim, sixth pass"). Only NLTCS and the zoo.
+vertisynth/vertical/oracle.py for the run (an ablation), `--set aim.NAME=VALUE` one of the aim plugin (e.g.
+aim.PROBE_FULL=1: every probe at σ_p, as before the seventh pass; `late_rank.py` summarises a trace). Reads exact
+cross-party counts no role may read: a measurement of the design only (docs/vertical.md, "aim, sixth pass"). Only NLTCS and the zoo.
 """
 from __future__ import annotations
 
@@ -58,15 +59,18 @@ def main() -> int:
     ap.add_argument("--trace", default=None, help="append the twin's per-round triple scores")
     ap.add_argument("--data-dir", default=os.environ.get("VERTISYNTH_DATA"))
     ap.add_argument("--set", action="append", default=[],
-                    help="NAME=VALUE: a constant of vertisynth.vertical.oracle for this run (an ablation)")
+                    help="NAME=VALUE: a constant of vertisynth.vertical.oracle for this run (an ablation); "
+                         "aim.NAME=VALUE: one of vertisynth.plugins.synthesizers.aim")
     ap.add_argument("--label", default="", help="a column naming this run's settings")
     args = ap.parse_args()
+    import vertisynth.plugins.synthesizers.aim as aim_module
     import vertisynth.vertical.oracle as vo
     for kv in args.set:
         k, _, v = kv.partition("=")
-        if not hasattr(vo, k):
-            raise SystemExit(f"--set: vertisynth.vertical.oracle has no {k}")
-        setattr(vo, k, eval(v) if getattr(vo, k) is None else type(getattr(vo, k))(eval(v)))
+        mod, k = (aim_module, k[4:]) if k.startswith("aim.") else (vo, k)
+        if not hasattr(mod, k):
+            raise SystemExit(f"--set: {mod.__name__} has no {k}")
+        setattr(mod, k, eval(v) if getattr(mod, k) is None else type(getattr(mod, k))(eval(v)))
 
     from vertisynth.core.interfaces import PlanContext
     from vertisynth.core.privacy import Budget, PrivacyLedger

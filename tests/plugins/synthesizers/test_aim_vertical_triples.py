@@ -59,6 +59,29 @@ def test_under_two_sided_noise_the_twin_keeps_to_pairs_across_parties():
     assert ledger.unspent() == [] and Counter(ledger.spent) == planned
 
 
+def test_under_trust_server_a_full_resolution_probe_is_paid_probe_full_times_a_coarse_one():
+    """docs/vertical.md "aim, seventh pass": under trust = "server" (default `probe`) a probe with no attribute
+    coarsened is measured at σ_p / √PROBE_FULL, drawn from the filter at PROBE_FULL times a coarse probe's ρ, which
+    keeps PROBE · ρ_rounds / K; under trust = "none" every probe is paid as before. b (8 values) is coarsened, so
+    the pairs with b are coarse probes, those with d (4 values) full ones."""
+    from vertisynth.plugins.synthesizers import aim
+    for trust, ratio in (("server", 3.0), ("none", 1.0)):   # 3.0: aim.PROBE_FULL (checked last)
+        syn, ledger, _ = _fit(trust)
+        probes = ledger.cross_party[:6]   # a, c, e (P0) x b, d (P1): measured before any round
+        assert sorted(tuple(sorted(q["attributes"])) for q in probes) == sorted(
+            tuple(sorted((x, y))) for x in "ace" for y in "bd")
+        coarse = [q["rho"] for q in probes if "b" in q["attributes"]]
+        full = [q["rho"] for q in probes if "d" in q["attributes"]]
+        assert all("binned" in q for q in probes if "b" in q["attributes"])
+        assert all("binned" not in q for q in probes if "d" in q["attributes"])
+        np.testing.assert_allclose(coarse, aim.PROBE * syn._charges["rounds"].cost.rho / 6, rtol=1e-9)
+        np.testing.assert_allclose(full, ratio * np.array(coarse), rtol=1e-9)
+        # the filter's draws are these very charges, in order
+        draws = [rho for what, rho in syn._filter_log if " across " in what][:6]
+        np.testing.assert_allclose(draws, [q["rho"] for q in probes], rtol=1e-9)
+    assert aim.PROBE_FULL == 3.0
+
+
 def _server_release(synth, data, ledger, rng):
     """The released model of aim's twin under trust = "server" (simulated crypto: the same released tables)."""
     oracle = VerticalOracle(data.views, data.partition, HEEncoder(HEConfig(crypto="simulated", trust="server")),

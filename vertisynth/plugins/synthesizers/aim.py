@@ -12,7 +12,8 @@ zCDP throughout, ρ from the plan. T = `rounds` (default 16·d), α = `alpha` (0
 The workload is every `degree`-way marginal (default 3) with weight 1, or the marginals listed in `workload`.
 Every question goes through a MarginalOracle. With `vertical = { measure = "he", trust = "none" }` the run's oracle
 is a vertical one (vertisynth/vertical): the same charges, and two deviations (docs/vertical.md): every cross-party
-pair of the candidates is measured once first (`probe` of the rounds' ρ; estimation uses a pair's once chosen), so the
+pair of the candidates is measured once first (`probe` of the rounds' ρ; estimation uses a pair's once chosen; under
+trust = "server" a pair measured at full resolution gets PROBE_FULL times a coarse one's ρ), so the
 selection can score cross-party candidates on released answers; a triple over two parties is a candidate under
 trust = "server" (scored at the party holding two of its attributes, with its cross-party pairs' released estimates),
 left out under two-sided noise; candidates over three parties or more are left out (no measure answers them).
@@ -40,6 +41,12 @@ from vertisynth.vertical.probes import mass_bins, measure_probes
 
 STAGE = "synthesizer"
 PROBE = 0.15   # vertical: the share of the rounds' ρ that measures every cross-party pair once
+# vertical, trust = "server", `probe` left at its default: a probe at its pair's full resolution (no attribute
+# coarsened) gets this many times a coarse probe's ρ (σ_p / √PROBE_FULL), coarse probes keep theirs (the share grows
+# by what the full ones add). Late in a run a pair's error is of the order of one probe's noise, and the probe is
+# what selection scores it by (docs/vertical.md, "aim, seventh pass"); a coarse probe's score is coarse whatever its
+# noise, and more ρ for every probe cost the larger-domain presets more than it gave
+PROBE_FULL = 3.0
 CELL_BYTES = 8  # the model-size cap counts float64 cells, as the paper's megabytes do
 
 
@@ -309,6 +316,7 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
         t0 = time.perf_counter()
         cands = candidates_of(self._workload)
         parties = lambda r: len({self._owner[a] for a in r})  # noqa: E731
+        server = False   # a cross-party answer carries the central variance σ² (trust = "server")
         if c.vertical is not None and getattr(self, "_free", False):
             # a release answers any marginal of two parties: cross-party triples too, up to RELEASE_CELLS cells
             # (each is estimated from the release once, for its score: post-processing, but not free of CPU)
@@ -319,10 +327,9 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
             # (trust server): VerticalOracle.select scores it at the party holding two of its attributes, and it is
             # measured across parties. Under two-sided noise (2σ² a cell) such triples made the twin worse
             # (docs/vertical.md, "aim, fifth pass"): left out there, as over three parties (no measure answers them)
-            central_noise = isinstance(oracle, VerticalOracle) and \
-                oracle.cross_measure.released_variance(1.0) <= 1.0 + 1e-9
+            server = isinstance(oracle, VerticalOracle) and oracle.cross_measure.released_variance(1.0) <= 1.0 + 1e-9
             cands = {r: w for r, w in cands.items() if parties(r) == 1 or len(r) == 2
-                     or (central_noise and parties(r) == 2)}
+                     or (server and parties(r) == 2)}
         names = list(cands)
         weight = np.array([cands[r] for r in names])
         cells = np.array([dom.project(r).size() for r in names], dtype=float)
@@ -336,8 +343,16 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
             # estimation when its pair is chosen (all of them at once would make the model's graph dense)
             share = c.vertical.probe if c.vertical.probe is not None else PROBE
             sigma_p = math.sqrt(len(probe) / (2 * share * filt.total))
-            pending = dict(zip(probe, measure_probes(oracle, probe, [filt] * len(probe), rng,
-                                                     mass_bins(meas, c.vertical.probe_bins), sigma_p)))
+            bins = mass_bins(meas, c.vertical.probe_bins)
+            # trust server, default share: the full-resolution probes at σ_p / √PROBE_FULL (their cost, the draws
+            # below, known before any is answered; the coarse ones as before)
+            full = [r for r in probe if not any(a in bins for a in r)] \
+                if server and c.vertical.probe is None and PROBE_FULL != 1 else []
+            coarse = [r for r in probe if r not in full]
+            for group, s_p in ((coarse, sigma_p), (full, sigma_p / math.sqrt(PROBE_FULL))):
+                if group:
+                    pending.update(zip(group, measure_probes(oracle, group, [filt] * len(group), rng, bins, s_p)))
+            pending = {r: pending[r] for r in probe}   # in the candidates' order, as before
         res = estimate(dom, meas, iters=c.iters, max_cells=limit_cells)
         rho_init = self._rho - filt.total
         sigma = self._sigma0
