@@ -345,7 +345,7 @@ def test_vertimrf_on_psu_close_to_psi(tmp_path):
     # n = 3,000 and 1.15x (was 8,000 and 1.5x: 11 CPU s, three quarters of it the protocols' curve arithmetic).
     # Config seeds 0-11 at 3,000 (the correct code): ratio 0.944-0.984; a broken fill (every filled cell code 0)
     # at seeds 0-5: 1.30-1.36, failing here; at 8,000 that fill gave 1.66 against the old 1.5 bound, correct code
-    # 0.93-0.98 (docs/lab/ci-speed-2026-11-30.md, tenth pass)
+    # 0.95-0.98 (docs/lab/ci-speed-2026-11-30.md, tenth pass)
     psu = _run_config(tmp_path, "psu", synth="vertimrf", n=3000)
     psi = _run_config(tmp_path, "psi", synth="vertimrf", n=3000)
     ratio = psu.metrics["tvd"]["tvd_3way"] / psi.metrics["tvd"]["tvd_3way"]
