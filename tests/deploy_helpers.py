@@ -86,8 +86,8 @@ def in_threads(argvs, cwd, timeout=180):
     through the exchange, without a process each (for the flows whose deployment kind another test already runs as
     processes; issue 33: "one end-to-end subprocess flow per deployment kind, the rest in process"). Relative paths
     resolve against `cwd`, as in `parallel`; each role's stdout and stderr are its own. (exit status, stdout,
-    stderr) per role, as `parallel` returns. In process, a test may lower the Paillier key floor
-    (paillier.MIN_KEY_BITS), which a forked role keeps."""
+    stderr) per role, as `parallel` returns. A test may lower the Paillier key floor (paillier.MIN_KEY_BITS) here;
+    a forked role keeps it too (forked_cli._key_floor), a cold one does not."""
     import io
     import os
     import threading

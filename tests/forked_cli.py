@@ -62,11 +62,23 @@ def _stop() -> None:
     forkserver._forkserver._stop()
 
 
+def _key_floor() -> int | None:
+    """The Paillier key floor in this (the test's) process, where a test may have lowered it (monkeypatch, e.g. to
+    512 bits): a forked command keeps it, as a role in a thread (deploy_helpers.in_threads) does. None where the he
+    encoder was never imported here (nothing lowered it)."""
+    paillier = sys.modules.get("vertisynth.plugins.encoders.he.paillier")
+    return None if paillier is None else paillier.MIN_KEY_BITS
+
+
 def _child(args: list[str], cwd: str, env: dict[str, str], out: str, err: str, append: bool = False,
-           script: str | None = None) -> None:
-    """Runs in the forked process: the caller's directory and environment, stdout/stderr to files, then the
-    command as `python -m vertisynth.cli` runs it, or `python SCRIPT ARGS` (SystemExit carries its status to the
-    exit code)."""
+           script: str | None = None, key_floor: int | None = None) -> None:
+    """Runs in the forked process: the caller's directory and environment, stdout/stderr to files, the caller's
+    Paillier key floor (`_key_floor`), then the command as `python -m vertisynth.cli` runs it, or `python SCRIPT
+    ARGS` (SystemExit carries its status to the exit code)."""
+    if key_floor is not None:
+        from vertisynth.plugins.encoders.he import paillier
+
+        paillier.MIN_KEY_BITS = key_floor
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
@@ -97,14 +109,15 @@ def _child(args: list[str], cwd: str, env: dict[str, str], out: str, err: str, a
         atexit._run_exitfuncs()   # a fresh interpreter runs these at exit; a multiprocessing child does not
 
 
-def _worker_child(args: list[str], cwd: str, env: dict[str, str], log: str, rc_file: str) -> None:
+def _worker_child(args: list[str], cwd: str, env: dict[str, str], log: str, rc_file: str,
+                  key_floor: int | None = None) -> None:
     """A flower bridge's worker (vertisynth/deploy/flower/worker.py) forked: a session of its own (the bridge's
     abort signals its group), output appended to the step's log, and the exit status written to RC_FILE
     atomically when the command ends."""
     os.setsid()
     rc = 1
     try:
-        _child(args, cwd, env, log, log, append=True)
+        _child(args, cwd, env, log, log, append=True, key_floor=key_floor)
         rc = 0
     except SystemExit as exc:
         rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -122,7 +135,8 @@ def start_bridge_step(bridge, step: str) -> None:
     assert cmd[:3] == head, cmd
     _context()
     proc = _Process(target=_worker_child, args=(cmd[3:], os.getcwd(), dict(os.environ),
-                                                str(bridge._file(step, "log")), str(bridge._file(step, "rc"))))
+                                                str(bridge._file(step, "log")), str(bridge._file(step, "rc")),
+                                                _key_floor()))
     proc.start()
     _started.append(proc)
     bridge._file(step, "pid").write_text(str(proc.pid))
@@ -172,7 +186,7 @@ class Forked:
         _context()
         self._proc = _Process(target=_child, args=(
             self.args, str(Path(cwd or os.getcwd()).resolve()), dict(os.environ if env is None else env),
-            self._out, self._err, stderr_to_stdout, None if script is None else str(script)))
+            self._out, self._err, stderr_to_stdout, None if script is None else str(script), _key_floor()))
         self._proc.start()
         self.pid = self._proc.pid
         self.returncode = None

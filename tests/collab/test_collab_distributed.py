@@ -1,10 +1,11 @@
 """The horizontal protocol as separate OS processes exchanging only files (vertisynth.collab.distributed):
 equal to the one-process simulation under the same seeds, servers see only shares, clear errors."""
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
-from deploy_helpers import cli, collab_census_job, popen
+from deploy_helpers import cli, collab_census_job, parallel, popen
 
 from vertisynth.core.courier import parse_slot
 from vertisynth.core.transport import FolderTransport
@@ -84,19 +85,17 @@ SECRET = "5e0b9d3c71a2f4e8c6b1d0a9e7f35c24"  # the tuning's candidate draws in a
 
 
 def _spawn(cfg, csvs, ex, out, seed=3, extra_custodian=()):
-    """Every role its own OS process; they meet only in the exchange folder."""
-    procs = [popen(["collab", "server", str(cfg), "--index", str(s), "--exchange", str(ex), "--seed", str(seed),
-                    "--timeout", "120", *_key(cfg, f"server{s}")])
-             for s in (0, 1)]
-    procs += [popen(["collab", "custodian", str(cfg), "--name", n, "--csv", str(p), "--exchange", str(ex),
-                     "--timeout", "120", "--seed", str(seed), *extra_custodian, *_key(cfg, n)])
-              for n, p in csvs.items()]
-    procs.append(popen(["collab", "publish", str(cfg), "--exchange", str(ex), "--out", str(out),
-                        "--timeout", "120", "--test-secret", SECRET, *_key(cfg, "publisher")]))
+    """Every role its own OS process (in a thread of this one under the `in_process` fixture); they meet only in
+    the exchange folder. The roles' stdout, in the order started."""
+    argvs = [["collab", "server", str(cfg), "--index", str(s), "--exchange", str(ex), "--seed", str(seed),
+              "--timeout", "120", *_key(cfg, f"server{s}")] for s in (0, 1)]
+    argvs += [["collab", "custodian", str(cfg), "--name", n, "--csv", str(p), "--exchange", str(ex),
+               "--timeout", "120", "--seed", str(seed), *extra_custodian, *_key(cfg, n)] for n, p in csvs.items()]
+    argvs.append(["collab", "publish", str(cfg), "--exchange", str(ex), "--out", str(out),
+                  "--timeout", "120", "--test-secret", SECRET, *_key(cfg, "publisher")])
     outs = []
-    for p in procs:
-        o, e = p.communicate(timeout=300)
-        assert p.returncode == 0, e
+    for code, o, e in parallel(argvs, Path(cfg).parent, timeout=300):
+        assert code == 0, e
         outs.append(o)
     return outs
 
@@ -235,7 +234,10 @@ grid = {{ iters = [10, 20] }}
     ("private_selection", 'expected_runs = 3.0\nthresholds = { A = 0.6 }'),
     ("paper", 'metric = "workload_error.l1_1way"\nthresholds = { A = 1.0, B = 2.0 }'),
 ])
-def test_tuning_as_separate_processes_equals_the_simulation(tmp_path, method, more):
+def test_tuning_as_separate_processes_equals_the_simulation(tmp_path, method, more, in_process):
+    # the roles in threads of this process (issue 33): collab's deployment kind runs as processes in
+    # test_separate_processes_publish_exactly_the_simulation (cold and forked) and test_collab_remote_exchange.py;
+    # what this test adds is the tuning's rounds over the same exchange
     import json
 
     cfg, csvs = _setup(tmp_path, extra=TUNED.format(method=method, more=more))

@@ -188,8 +188,11 @@ def test_three_parties_agree_one_group_key_and_bad_key_inputs(tmp_path):
 
 
 @pytest.mark.parametrize("fill", ["marginal", "sample"])
-def test_keyed_parties_align_then_synthesise_across_processes(tmp_path, fill):
+def test_keyed_parties_align_then_synthesise_across_processes(tmp_path, fill, in_process):
     """ID-keyed tables, nothing shared but files: `party align` (PSU) -> `party synth --csv <aligned>` -> server."""
+    # the roles in threads of this process (issue 33): `party align` runs as processes in test_psi_deploy.py (both
+    # protocols), the folder kind's flow in test_parties_and_server_as_separate_processes...; what this test adds is
+    # the fill's files and ledger read by the later steps
     import json
 
     import numpy as np

@@ -188,17 +188,23 @@ name = "census"
 params = { n = 120 }
 [synthesizer]
 use = "vertimrf"
-params = { encoder = "he", bins = 1000, iters = 20, local_params = { iters = 10, refine_iters = 5 }, encoder_params = { crypto = "real", cliques = 2, selection_pairs = 3, workers = 1, round_timeout = 120.0 } }
+params = { encoder = "he", bins = 1000, iters = 20, local_params = { iters = 10, refine_iters = 5 }, encoder_params = { crypto = "real", cliques = 2, selection_pairs = 3, workers = 1, key_bits = 512, round_timeout = 120.0 } }
 """
 
 
-def test_he_rounds_over_the_relay_with_the_server_as_a_local_participant(tmp_path, forked_bridges):
+def test_he_rounds_over_the_relay_with_the_server_as_a_local_participant(tmp_path, forked_bridges, monkeypatch):
     """Encoder "he": the server signs its clique queries mid-run; the relay drives it as its own worker beside the
     parties (bridge.ServerBridge) and the table it writes equals the simulation (crypto "simulated")."""
     pytest.importorskip("phe")
     pytest.importorskip("gmpy2")
     from vertisynth.deploy.flower.bridge import ServerBridge
     from vertisynth.deploy.flower.relay import keep_exchange
+    from vertisynth.plugins.encoders.he import paillier
+
+    # 512-bit test keys (key_bits in HE; the floor lowered here, which the forked bridges' steps keep): what the relay
+    # carries and the table do not depend on the key's size; the 2048-bit key pairs and encryptions were about half
+    # this test's CPU (docs/lab/ci-speed-2026-11-30.md); tests/deploy/test_he_deploy.py runs 2048 bits across processes
+    monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
 
     parties = ["registry", "employer"]
     text = with_roster(tmp_path, HE, [*parties, "server"])

@@ -72,7 +72,10 @@ def test_three_parties_equal_the_simulation_under_a_test_secret(tmp_path):
 
 
 @pytest.mark.parametrize("protocol", ["psi", "psu"])
-def test_keyed_parties_with_integer_labels_align_keys_synth(tmp_path, protocol):
+def test_keyed_parties_with_integer_labels_align_keys_synth(tmp_path, protocol, in_process):
+    # the roles in threads of this process (issue 33): `party align` with each protocol runs as processes in
+    # tests/deploy/test_psi_deploy.py, three parties as processes in the test above; what this one adds is integer
+    # identifiers and labels through align -> keys -> synth
     people = _people(500)
     rng = np.random.default_rng(9)
     held = {p: np.sort(rng.permutation(500)[:430]) for p in THREE_PARTIES}

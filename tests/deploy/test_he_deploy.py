@@ -28,8 +28,9 @@ THREE = '\n[[parties]]\nname = "a"\nattributes = ["age", "sex", "race", "birth_c
         '[[parties]]\nname = "c"\nattributes = ["workclass", "hours_per_week", "capital_gain", "income", "health_insurance"]\n'
 
 
-def _setup(tmp_path, parties, extra=""):
-    text = with_roster(tmp_path, CONFIG.replace("CRYPTO", "real") + extra, [*parties, "server"])
+def _setup(tmp_path, parties, extra="", key_bits=None):
+    config = CONFIG if key_bits is None else CONFIG.replace("workers = 1,", f"workers = 1, key_bits = {key_bits},")
+    text = with_roster(tmp_path, config.replace("CRYPTO", "real") + extra, [*parties, "server"])
     (tmp_path / "job.toml").write_text(text)
     (tmp_path / "sim.toml").write_text(text.replace('crypto = "real"', 'crypto = "simulated"'))
     hello_all(tmp_path, parties, secret=SECRET)
@@ -71,12 +72,18 @@ def test_two_parties_and_server_as_processes_equal_the_simulation(tmp_path):
     assert not ledger["planned_but_unspent"] and "not for production" in json.dumps(ledger)
 
 
-def test_tampered_ciphertexts_are_refused(tmp_path):
+def test_tampered_ciphertexts_are_refused(tmp_path, monkeypatch):
     """A byte of the encrypted rows flipped on the exchange: the summing party refuses them (the envelope's hash)."""
     import os
     import signal
+
+    from vertisynth.plugins.encoders.he import paillier
+
+    # 512-bit test keys (the floor lowered here, which the forked roles keep): the refusal is the envelope's hash,
+    # whatever the key; the 2048-bit flow is the test above
+    monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
     parties = ["registry", "employer"]
-    _setup(tmp_path, parties)
+    _setup(tmp_path, parties, key_bits=512)
     publish_key(tmp_path)   # the run key the parties seal their published tables to (no server runs here)
     argv = [["party", "job.toml", "--party", p, "--exchange", "shared", "--out", f"private_{p}", "-q"] for p in parties]
     from vertisynth.run.pipeline import make_plan

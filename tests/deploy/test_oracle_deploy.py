@@ -33,8 +33,8 @@ PARTIES = ["party1", "party2"]
 
 
 def _setup(tmp_path, synth=AIM, small_keys=False):
-    """`small_keys`: 512-bit Paillier keys, for roles run in this process (`_in_process` lowers the floor here only:
-    a forked role keeps 2048). What is encrypted, summed, decrypted and sealed, and so the release, does not depend on
+    """`small_keys`: 512-bit Paillier keys, for roles run in this process (`_in_process` lowers the floor here, which
+    a forked role would keep too: forked_cli._key_floor). What is encrypted, summed, decrypted and sealed, and so the release, does not depend on
     the key's size; the 2048-bit flow across processes is the aim twin's."""
     text = CONFIG.replace("SYNTH", synth[0]).replace("PARAMS", synth[1])
     if small_keys:

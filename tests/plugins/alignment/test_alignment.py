@@ -341,11 +341,15 @@ def test_positional_alignment_refuses_keyed_tables(tmp_path):
 
 
 def test_vertimrf_on_psu_close_to_psi(tmp_path):
-    """80% overlap: the union run's 3-way TVD (vs the overlapping people) within 1.5x of the PSI run's."""
-    psu = _run_config(tmp_path, "psu", synth="vertimrf", n=8000)
-    psi = _run_config(tmp_path, "psi", synth="vertimrf", n=8000)
+    """80% overlap: the union run's 3-way TVD (vs the overlapping people) within 1.15x of the PSI run's."""
+    # n = 3,000 and 1.15x (was 8,000 and 1.5x: 11 CPU s, three quarters of it the protocols' curve arithmetic).
+    # Config seeds 0-11 at 3,000 (the correct code): ratio 0.944-0.984; a broken fill (every filled cell code 0)
+    # at seeds 0-5: 1.30-1.36, failing here; at 8,000 that fill gave 1.66 against the old 1.5 bound, correct code
+    # 0.95-0.98 (docs/lab/ci-speed-2026-11-30.md, tenth pass)
+    psu = _run_config(tmp_path, "psu", synth="vertimrf", n=3000)
+    psi = _run_config(tmp_path, "psi", synth="vertimrf", n=3000)
     ratio = psu.metrics["tvd"]["tvd_3way"] / psi.metrics["tvd"]["tvd_3way"]
-    assert ratio <= 1.5, (psu.metrics, psi.metrics)
+    assert ratio <= 1.15, (psu.metrics, psi.metrics)
 
 
 def test_party_csv_dataset_runs_psi_with_unicode_ids(tmp_path):
