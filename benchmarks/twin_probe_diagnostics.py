@@ -39,39 +39,22 @@ def main() -> int:
     ap.add_argument("--data-dir", default=os.environ.get("VERTISYNTH_DATA"))
     args = ap.parse_args()
 
-    from vertisynth.core.interfaces import PlanContext
     from vertisynth.core.privacy import Budget, PrivacyLedger
     from vertisynth.core.registry import default_registry
     from vertisynth.pgm.oracle import CentralOracle
-    from vertisynth.run.config import parse_config
-    from vertisynth.run.pipeline import build_component, cross_party_measure, make_plan, run
-    from vertisynth.vertical import VerticalOracle, party_streams
+    from twin_setup import cell_table, planned_twin
 
     reg = default_registry()
-    name, _, preset = args.dataset.partition(":")
-    dparams = {"preset": preset} if name == "zoo" else {"data_dir": args.data_dir} if args.data_dir else {}
     budget = Budget(args.epsilon, args.delta)
     for seed in [int(s) for s in args.seeds.split(",")]:
-        cfg = parse_config({"seed": seed, "budget": {"epsilon": args.epsilon, "delta": args.delta},
-                            "dataset": {"name": name, "params": dparams},
-                            "synthesizer": {"use": "independent", "params": {}}, "evaluators": []})
-        real = run(cfg).real_codes
-        partition = make_plan(cfg).partition
+        real, partition = cell_table(args.dataset, args.epsilon, args.delta, seed, args.data_dir)
         for method in args.methods.split(","):
             for trust in args.trusts.split(","):
                 exact_sel = trust.endswith("+exact")   # the round's choice on exact scores (the ablation's)
                 trust = trust.removesuffix("+exact")
                 params = {"iters": 1000} if method == "mst" else {}
-                params["vertical"] = {"measure": "he", "trust": trust, "params": {"crypto": "simulated"}}
-                comp = build_component(reg, "synthesizer", method, params, method)
-                syn = comp.instance
-                ledger = PrivacyLedger(budget)
-                charges = syn.plan(PlanContext(real.domain, partition, budget))
-                ledger.plan(charges)
-                rng = np.random.default_rng(seed)
-                oracle = VerticalOracle(partition.views(real), partition,
-                                        cross_party_measure(reg, comp, partition).instance, ledger,
-                                        party_streams(rng, partition.names), "he")
+                syn, charges, ledger, oracle, rng = planned_twin(reg, method, params, trust, real, partition,
+                                                                 budget, seed)
                 exact = CentralOracle(real, PrivacyLedger(budget))
                 rounds = []
                 orig = oracle.select

@@ -39,46 +39,26 @@ def main() -> int:
     ap.add_argument("--data-dir", default=os.environ.get("VERTISYNTH_DATA"))
     args = ap.parse_args()
 
-    from vertisynth.core.interfaces import PlanContext
-    from vertisynth.core.privacy import Budget, PrivacyLedger
+    from vertisynth.core.privacy import Budget
     from vertisynth.core.registry import default_registry
     from vertisynth.pgm.oracle import CentralOracle
-    from vertisynth.run.config import parse_config
-    from vertisynth.run.pipeline import build_component, cross_party_measure, make_plan, run
-    from vertisynth.vertical import VerticalOracle, party_streams
+    from vertisynth.run.pipeline import build_component
+    from twin_setup import cell_table, planned_twin
 
     reg = default_registry()
-    name, _, preset = args.dataset.partition(":")
-    dparams = {"preset": preset} if name == "zoo" else {"data_dir": args.data_dir} if args.data_dir else {}
     budget = Budget(args.epsilon, args.delta)
     tvd = build_component(reg, "evaluator", "tvd", {"ways": [3], "marginals": args.marginals}, "tvd").instance
     ratios: dict[tuple[str, str], list[float]] = {}
     print(f"{'dataset':<19} {'ε':>4} {'seed':>4} {'method':<12} {'central':>8}  "
           + "  ".join(f"{'twin ' + t:>12} {'exact sel.':>10}" for t in args.trusts.split(",")))
     for seed in seeds_of(args.seeds):
-        cfg = parse_config({"seed": seed, "budget": {"epsilon": args.epsilon, "delta": args.delta},
-                            "dataset": {"name": name, "params": dparams},
-                            "synthesizer": {"use": "independent", "params": {}}, "evaluators": []})
-        real = run(cfg).real_codes
-        partition = make_plan(cfg).partition
+        real, partition = cell_table(args.dataset, args.epsilon, args.delta, seed, args.data_dir)
         for method in args.methods.split(","):
             def one(trust: str | None, exact: bool) -> float:
                 params = {"iters": 1000} if method in ("aim", "mst") else {}
-                if trust:
-                    params["vertical"] = {"measure": "he", "trust": trust, "params": {"crypto": "simulated"}}
-                comp = build_component(reg, "synthesizer", method, params, method)
-                syn = comp.instance
-                ledger = PrivacyLedger(budget)
-                ledger.plan(syn.plan(PlanContext(real.domain, partition, budget)))
-                rng = np.random.default_rng(seed)
-                if not trust:
-                    oracle = CentralOracle(real, ledger)
-                else:
-                    oracle = VerticalOracle(partition.views(real), partition,
-                                            cross_party_measure(reg, comp, partition).instance, ledger,
-                                            party_streams(rng, partition.names), "he")
-                    if exact:   # the diagnostic: the round's choice on exact scores, paid the same ρ
-                        oracle.select = CentralOracle(real, ledger).select
+                syn, _, ledger, oracle, rng = planned_twin(reg, method, params, trust, real, partition, budget, seed)
+                if trust and exact:   # the diagnostic: the round's choice on exact scores, paid the same ρ
+                    oracle.select = CentralOracle(real, ledger).select
                 syn.fit_oracle(oracle, rng)
                 sample = syn.sample(None, rng)
                 assert ledger.unspent() == []
