@@ -47,11 +47,6 @@ PROBE = 0.15   # vertical: the share of the rounds' ρ that measures every cross
 # what selection scores it by (docs/vertical.md, "aim, seventh pass"); a coarse probe's score is coarse whatever its
 # noise, and more ρ for every probe cost the larger-domain presets more than it gave
 PROBE_FULL = 3.0
-# screening knobs (docs/vertical.md, "aim, eighth pass"; main's behaviour at 0 / False): FULL_CELLS > 0 probes a
-# pair at full resolution (at PROBE_FULL) when its table has at most this many cells, whatever its attributes' sizes;
-# TIE_SIGMA0 caps every probe's σ at the rounds' first σ₀ (a probe no noisier than any round's answer)
-FULL_CELLS = 0
-TIE_SIGMA0 = False
 CELL_BYTES = 8  # the model-size cap counts float64 cells, as the paper's megabytes do
 
 
@@ -351,14 +346,12 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
             bins = mass_bins(meas, c.vertical.probe_bins)
             # trust server, default share: the full-resolution probes at σ_p / √PROBE_FULL (their cost, the draws
             # below, known before any is answered; the coarse ones as before)
-            full = [r for r in probe if not any(a in bins for a in r) or dom.project(r).size() <= FULL_CELLS] \
+            full = [r for r in probe if not any(a in bins for a in r)] \
                 if server and c.vertical.probe is None and PROBE_FULL != 1 else []
             coarse = [r for r in probe if r not in full]
-            tie = self._sigma0 if server and c.vertical.probe is None and TIE_SIGMA0 else math.inf
-            for group, s_p, b in ((coarse, sigma_p, bins), (full, sigma_p / math.sqrt(PROBE_FULL), {})):
+            for group, s_p in ((coarse, sigma_p), (full, sigma_p / math.sqrt(PROBE_FULL))):
                 if group:
-                    s_p = min(s_p, tie)
-                    pending.update(zip(group, measure_probes(oracle, group, [filt] * len(group), rng, b, s_p)))
+                    pending.update(zip(group, measure_probes(oracle, group, [filt] * len(group), rng, bins, s_p)))
             pending = {r: pending[r] for r in probe}   # in the candidates' order, as before
         res = estimate(dom, meas, iters=c.iters, max_cells=limit_cells)
         rho_init = self._rho - filt.total
