@@ -1,7 +1,7 @@
 """`vertisynth ...` as a separate OS process forked from a warm interpreter, for the cross-process tests.
 
 A fresh `python -m vertisynth.cli` spends 1-2 CPU s importing numpy, pandas and the engine before it does any
-work, and more on first use of opendp, scipy, Dask or a plugin; a party/server flow starts ten or more of them.
+work, and more on first use of scipy, Dask or a plugin; a party/server flow starts ten or more of them.
 Here each command still runs in a process of its own (its own memory, its own exit status, running at the same
 time as the others and meeting them only through the exchange), forked from a forkserver that imported those
 modules once per test session (PRELOAD, forked_warm.py): the same click command, the same code path, without
@@ -26,7 +26,7 @@ from pathlib import Path
 # Imported once by the forkserver (not by pytest): every command's heavy imports.
 PRELOAD = ["numpy", "pandas", "vertisynth.cli.main", "vertisynth.run.pipeline", "vertisynth.deploy.cli",
            "vertisynth.deploy.party", "vertisynth.deploy.server", "vertisynth.deploy.session",
-           "vertisynth.collab.cli", "forked_warm"]   # forked_warm: opendp, scipy, sklearn, Dask, every plugin
+           "vertisynth.collab.cli", "forked_warm"]   # forked_warm: scipy, sklearn, Dask, rbcl, every plugin
 PROG = "python -m vertisynth.cli"   # the name click prints in usage lines for `python -m vertisynth.cli`
 _ctx = None
 

@@ -56,11 +56,12 @@ def _imported(path, names):
 
 
 def test_the_forkserver_preloads_what_the_commands_would_import(tmp_path):
-    """Each forked command starts with opendp, scipy and the plugins already imported (forked_warm.py): Python
+    """Each forked command starts with scipy, Dask, rbcl and the plugins already imported (forked_warm.py): Python
     3.11's forkserver imports its preload before it takes the caller's sys.path, and they were silently missing."""
     import json
 
-    names = ["forked_warm", "opendp.prelude", "scipy.stats", "sklearn", "vertisynth.plugins.alignment.private_sets",
+    names = ["forked_warm", "scipy.stats", "sklearn", "rbcl", "distributed",
+             "vertisynth.plugins.alignment.private_sets",
              "vertisynth.plugins.synthesizers.vertimrf.synthesizer"]
     forked_cli._context()
     proc = forked_cli._Process(target=_imported, args=(str(tmp_path / "modules.json"), names))

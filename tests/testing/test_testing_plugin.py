@@ -31,10 +31,18 @@ def test_ci_profile_is_registered_and_derandomised():
 def test_option_sets_the_level_for_a_third_party_suite(tmp_path):
     (tmp_path / "conftest.py").write_text('pytest_plugins = ["vertisynth.testing.plugin"]\n')
     (tmp_path / "test_level.py").write_text(textwrap.dedent("""
+        import sys
+
         from vertisynth.testing.audit import default_level
 
         def test_level(audit_level):
             assert audit_level == default_level() == "standard"
+            # the plugin leaves the checks (the registry, scipy.stats) to the fixtures that use them: an xdist
+            # controller, which runs no test, loads it too (issue 33)
+            assert "vertisynth.testing.checks" not in sys.modules
+
+        def test_dataset_fixture(test_dataset):
+            assert test_dataset.n == 200
     """))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("VERTISYNTH_AUDIT", None)
@@ -42,7 +50,7 @@ def test_option_sets_the_level_for_a_third_party_suite(tmp_path):
                           "--vertisynth-audit=standard", str(tmp_path)],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "vertisynth privacy audit level: standard" in run.stdout  # the report header
+    assert "vertisynth privacy audit level: standard" in run.stdout and "2 passed" in run.stdout  # the header
 
 
 def test_option_rejects_unknown_levels(pytestconfig):

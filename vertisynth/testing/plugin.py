@@ -27,7 +27,9 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from .audit import AUDIT_LEVELS, audit, set_default_level
-from .checks import DEFAULT_DOMAIN, correlated_dataset
+
+# .checks (the registry, scipy.stats: ~0.8 CPU s) is imported by the two fixtures that use it, not here: a
+# pytest-xdist controller loads this plugin but runs no test (issue 33)
 
 CI_PROFILE = "vertisynth-ci"
 settings.register_profile(
@@ -104,9 +106,13 @@ def vs_rng() -> np.random.Generator:
 
 @pytest.fixture
 def test_domain():
+    from .checks import DEFAULT_DOMAIN
+
     return DEFAULT_DOMAIN
 
 
 @pytest.fixture
 def test_dataset(test_domain):
+    from .checks import correlated_dataset
+
     return correlated_dataset(test_domain, 200, seed=0)
