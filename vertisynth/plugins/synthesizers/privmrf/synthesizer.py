@@ -523,7 +523,7 @@ class PrivMRFSynthesizer(Synthesizer):
             self._cross_noise = sd / gaussian_sigma(self._rho_marg)
         # trust none: refinement reads each probe pooled with the marginals measured since (`_pooled_error`)
         self._pools = bool(self._cross and not self._free and isinstance(oracle, VerticalOracle)
-                           and getattr(oracle.cross_measure, "trust", None) == "none")
+                           and oracle.cross_measure.trust == "none")
         if self._cross:
             noisy_r = self._vertical_r_scores(oracle, rng)
         else:
