@@ -6,7 +6,8 @@ under trust = none, the worst cells"). Reads exact counts no role may read: a me
 
 Variants: none / server (the twin as it runs); exactR (the R-scores' `dependence` read off the exact binned table),
 exactref (refinement's `residual_l1` read off it: main's path; with the pooled reads, trust none scores by
-`_pooled_error` and this swap no longer applies), exactsel (both); probe=X (`vertical.probe` X). Prints twin /
+`_pooled_error` and this swap no longer applies), exactsel (both); probe=X (`vertical.probe` X); nullR (the probes' R-scores less their null mean,
+NULL_ABOVE_NOISE·√v' per cell). Prints twin /
 central, the central TVD from docs/lab/vertical_twins_privmrf_tree5b1504f.csv. Data from /work/shared/data or
 $VERTISYNTH_DATA."""
 import csv, os, sys, attrs
@@ -35,6 +36,13 @@ def run(ds, eps, seed, variant):
                 object.__setattr__(self, "config", attrs.evolve(self.config, vertical=attrs.evolve(self.config.vertical, probe=x)))
             return orig_plan(self, *a, **k)
         S.PrivMRFSynthesizer.plan_for = plan_for
+    if variant == "nullR":   # the probes' R-scores less their null mean (what a pair of no dependence reads)
+        from vertisynth.vertical.oracle import NULL_ABOVE_NOISE
+
+        def dep(m):
+            r, c = m.values.shape
+            return orig_dep(m) - NULL_ABOVE_NOISE * m.std * ((1 - 1 / r) * (1 - 1 / c)) ** 0.5 * r * c
+        S.dependence = dep
     if variant in ("exactsel", "exactR", "exactref"):
         real, _ = cell_table(ds, eps, 1e-9, seed, DATA)
         co = CentralOracle(real, PrivacyLedger(Budget(100.0, 1e-9)))
