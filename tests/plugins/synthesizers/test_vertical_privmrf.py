@@ -221,3 +221,47 @@ def test_probe_whole_rows_on_a_twin_that_does_not_read_it_is_refused_in_one_line
     with pytest.raises(ConfigError, match="probe_whole_rows is read by privmrf") as exc:
         make_plan(_cfg({"vertical": {**HE, "probe_whole_rows": True}}, syn="mst"))
     assert "\n" not in str(exc.value).strip()
+
+
+def test_under_trust_none_refinement_reads_each_probe_pooled_with_the_marginals_measured_since(monkeypatch):
+    """Trust none only: a probe (twice trust server's variance) is pooled cell by cell with the full-resolution
+    marginals that hold its pair before refinement scores its sets; trust server keeps the probe alone."""
+    from vertisynth.pgm.estimation import Measurement
+    from vertisynth.vertical.oracle import residual_above_noise
+    from vertisynth.vertical.probes import residual_l1
+    syn = make_plan(_cfg({**FAST, "vertical": HE})).synthesizer.instance
+    a, b = syn._cross[0]
+    c = next(x for x in syn._domain.attributes if x not in (a, b))
+    rng = np.random.default_rng(0)
+    x = rng.integers(50, 500, size=(syn._domain.size(a), syn._domain.size(b), syn._domain.size(c))).astype(float)
+    exact = x.sum(axis=2)
+    probe = Measurement((a, b), exact + rng.normal(0, 300.0, exact.shape), 300.0)
+    # a triple measured at std 20 (summed over c: each pair cell adds its |c| cells' variance), and one binned
+    # marginal, which is not pooled
+    triple = Measurement((b, c, a), np.transpose(x, (1, 2, 0)) + rng.normal(0, 20.0, (x.shape[1], x.shape[2], x.shape[0])), 20.0)
+    binned = Measurement((a, b), exact * 0, 1.0, {a: np.zeros(syn._domain.size(a), int)})
+    got = syn._pooled_error(probe, exact, [triple, binned])
+    w1, w2 = 1 / 300.0 ** 2, 1 / (20.0 ** 2 * x.shape[2])
+    pooled = (w1 * probe.values + w2 * np.transpose(triple.values.sum(axis=1), (1, 0))) / (w1 + w2)
+    assert got == pytest.approx(residual_above_noise(pooled - exact, np.full(exact.shape, 1 / (w1 + w2))))
+    # a model that fits the pair: alone, the probe's noise reads as error (its null mean); pooled, much less
+    alone, pool = [], []
+    for _ in range(40):
+        p = Measurement((a, b), exact + rng.normal(0, 300.0, exact.shape), 300.0)
+        t = Measurement(triple.attributes, np.transpose(x, (1, 2, 0)) + rng.normal(0, 20.0, triple.values.shape), 20.0)
+        alone.append(residual_l1(p, exact))
+        pool.append(syn._pooled_error(p, exact, [t]))
+    assert np.mean(pool) < 0.3 * np.mean(alone)
+    assert syn._pooled_error(probe, exact, [binned]) == pytest.approx(residual_l1(probe, exact))
+
+    calls = Counter()
+    real = PrivMRFSynthesizer._pooled_error
+
+    def counted(self, *args):
+        calls[self._owner is not None and syn.config.vertical.trust] += 1
+        return real(self, *args)
+
+    monkeypatch.setattr(PrivMRFSynthesizer, "_pooled_error", counted)
+    for vertical in (SERVER, HE):
+        run(_cfg({**FAST, "vertical": vertical}))
+        assert (sum(calls.values()) > 0) == (vertical is HE)

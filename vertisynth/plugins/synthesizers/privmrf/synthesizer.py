@@ -8,7 +8,8 @@ With `vertical = { measure = "he", trust = "none" }` every data access goes to a
 and two steps read no cross-party marginal (docs/vertical.md, "PrivMRF"): `probe` of the R-score budget and of
 each refinement round's measures every cross-party pair once on coarse bins (its R-score read off the released
 table), the rest pays the InDif vector of the pairs within one party and the parties' L1 vectors; refinement scores
-a cross-party candidate by the largest error of its cross-party pairs read off their probes (post-processing).
+a cross-party candidate by the largest error of its cross-party pairs read off their probes (post-processing;
+under trust none each probe pooled with the marginals measured since that hold its pair, `_pooled_error`).
 Candidates over three parties or more are left out (a cross-party measure answers two); the probes join the last
 estimation. With a measure that releases once (`dpfm`, `grr`) there are no probes: every cross-party pair, score and
 marginal is read off the release for free, and the plan's charges pay the within-party steps alone (docs/vertical.md,
@@ -39,6 +40,7 @@ from vertisynth.pgm.graph import min_fill_cliques
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle
 from vertisynth.pgm.scores import INDIF_SENSITIVITY, indif
 from vertisynth.vertical import owners, VerticalConfig, VerticalOracle
+from vertisynth.vertical.oracle import residual_above_noise
 from vertisynth.vertical.probes import dependence, dependence_std, measure_probes, residual_l1, width_bins
 
 STAGE = "synthesizer"
@@ -329,9 +331,11 @@ class PrivMRFSynthesizer(Synthesizer):
     def _crosses(self, s: tuple[str, ...]) -> bool:
         return bool(self._cross) and len({self._owner[a] for a in s}) > 1
 
-    def _cross_error(self, s: tuple[str, ...], model: GraphicalModel, pair: dict[frozenset[str], float]) -> float:
+    def _cross_error(self, s: tuple[str, ...], model: GraphicalModel, pair: dict[frozenset[str], float],
+                     meas: list | None = None) -> float:
         """A lower bound on ‖x_s − e_s‖₁ of a cross-party set from released answers: the largest error of its
-        cross-party pairs read off their probes (a marginal's L1 error is at least its sub-marginals')."""
+        cross-party pairs read off their probes (a marginal's L1 error is at least its sub-marginals'); with
+        `meas` (trust none, `_pools`), each probe pooled with the measured marginals that hold its pair."""
         best = 0.0
         for p in itertools.combinations(s, 2):
             key = frozenset(p)
@@ -339,13 +343,39 @@ class PrivMRFSynthesizer(Synthesizer):
                 continue
             if key not in pair:
                 m = self._probed[key][0]
-                pair[key] = residual_l1(m, model.marginal(m.attributes).values)
+                e = model.marginal(m.attributes).values
+                pair[key] = residual_l1(m, e) if meas is None else self._pooled_error(m, e, meas)
             best = max(best, pair[key])
         return best
 
+    def _pooled_error(self, m: Any, estimate: np.ndarray, meas: list) -> float:
+        """`residual_l1` of the probe `m` pooled, cell by cell by inverse variance, with every measured marginal at
+        full resolution that holds its pair (summed into the probe's bins: a cell's variance is the marginal's σ²
+        times the cells summed into it). Post-processing of released answers. Under trust none a probe's released
+        variance is twice trust server's, and a pair already measured (at ~10x a probe's ρ) kept its probe's noise
+        in refinement's scores, so its sets looked wrong to a model that fits it (docs/vertical.md, "privmrf under
+        trust = none, the worst cells")."""
+        attrs_ = m.attributes
+        w = np.full(m.values.shape, 1.0 / m.std ** 2)
+        num = w * m.values
+        for x in meas:
+            if x.bins or x.variance is not None or not set(attrs_) <= set(x.attributes):
+                continue
+            other = tuple(i for i, a in enumerate(x.attributes) if a not in attrs_)
+            t = x.values.sum(axis=other) if other else x.values
+            kept = [a for a in x.attributes if a in attrs_]
+            t = np.transpose(t, [kept.index(a) for a in attrs_])
+            k = math.prod(x.values.shape[i] for i in other)   # cells summed per full-resolution cell of the pair
+            cells = bin_query(np.ones(t.shape), attrs_, m.bins)
+            wx = 1.0 / (x.std ** 2 * k * cells)
+            num += wx * bin_query(t, attrs_, m.bins)
+            w = w + wx
+        r = num / w - bin_query(np.asarray(estimate, float), attrs_, m.bins)
+        return residual_above_noise(r, 1.0 / w)
+
     def _refine_errors(self, oracle: MarginalOracle, remaining: list[tuple[str, ...]], model: GraphicalModel,
                        bins: dict[tuple[str, ...], dict[str, np.ndarray]], charge: Charge | None,
-                       rng: np.random.Generator) -> np.ndarray:
+                       rng: np.random.Generator, meas: list | None = None) -> np.ndarray:
         """One refinement round's noisy ‖x_c − e_c‖₁: a cross-party set's from its pairs' probes (`_cross_error`:
         post-processing) plus Gaussian noise of the parties' σ, the others asked of the oracle as one Gaussian
         vector at their parties (the round's charge; spent unused when every candidate crosses parties; none planned
@@ -355,7 +385,7 @@ class PrivMRFSynthesizer(Synthesizer):
         pair: dict[frozenset[str], float] = {}
         for i, s in enumerate(remaining):
             if self._crosses(s):
-                out[i] = self._cross_error(s, model, pair)
+                out[i] = self._cross_error(s, model, pair, meas if self._pools else None)
         if own and charge is not None:
             mine = [remaining[i] for i in own]
             out[own] = oracle.l1_errors(mine, [bin_query(model.marginal(s).values, s, bins.get(s)) for s in mine],
@@ -492,6 +522,9 @@ class PrivMRFSynthesizer(Synthesizer):
             m = oracle.cross_measure
             sd = math.sqrt(m.released_variance(m.sigma_for_rho(self._rho_marg)))
             self._cross_noise = sd / gaussian_sigma(self._rho_marg)
+        # trust none: refinement reads each probe pooled with the marginals measured since (`_pooled_error`)
+        self._pools = bool(self._cross and not self._free and isinstance(oracle, VerticalOracle)
+                           and oracle.cross_measure.trust == "none")
         if self._cross:
             noisy_r = self._vertical_r_scores(oracle, rng)
         else:
@@ -556,7 +589,7 @@ class PrivMRFSynthesizer(Synthesizer):
                     ledger.spend(refine)
                 continue
             if self._cross:
-                noisy_err = self._refine_errors(oracle, remaining, res.model, bins, refine, rng)
+                noisy_err = self._refine_errors(oracle, remaining, res.model, bins, refine, rng, meas)
             else:
                 noisy_err = oracle.l1_errors(remaining, [bin_query(res.model.marginal(s).values, s, bins.get(s))
                                                          for s in remaining], refine, rng,
