@@ -307,7 +307,7 @@ def test_flower_collab_rounds_publish_the_simulation(tmp_path):
     assert set(net["parties"]) == set(roles)
 
 
-def test_the_serverapp_names_a_missing_server_key_before_any_step(tmp_path):
+def test_the_serverapp_names_a_missing_server_key_before_any_step(tmp_path, monkeypatch):
     """Encoder "he" and [collab] need a role beside the ServerApp that signs; without its key the run stops with
     one line in out/error.txt before any message goes to a node (the ServerApp called with a stand-in grid)."""
     import types
@@ -316,6 +316,9 @@ def test_the_serverapp_names_a_missing_server_key_before_any_step(tmp_path):
     from test_flower_relay import collab_setup
 
     from vertisynth.deploy.flower import serverapp
+    from vertisynth.plugins.encoders.he import paillier
+
+    monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)   # the relay test's HE config asks for 512-bit test keys
 
     class Grid:   # no node is ever asked: the run must stop before
         def get_node_ids(self):
