@@ -8,22 +8,32 @@ Variants: none / server (the twin as it runs); exactR (the R-scores' `dependence
 exactref (refinement's `residual_l1` read off it: main's path; with the pooled reads, trust none scores by
 `_pooled_error` and this swap no longer applies), exactsel (both); probe=X (`vertical.probe` X); nullR (the probes' R-scores less their null mean,
 NULL_ABOVE_NOISE·√v' per cell). Prints twin /
-central, the central TVD from docs/lab/vertical_twins_privmrf_tree5b1504f.csv. Data from /work/shared/data or
-$VERTISYNTH_DATA."""
-import csv, os, sys, attrs
-sys.path.insert(0, "benchmarks")
-import vertical_twins as vt
-from twin_setup import cell_table
-import vertisynth.plugins.synthesizers.privmrf.synthesizer as S
-from vertisynth.pgm.oracle import CentralOracle
-from vertisynth.pgm.estimation import Measurement
-from vertisynth.core.privacy import PrivacyLedger, Budget
+central, the central TVD from docs/lab/vertical_twins_privmrf_tree5b1504f.csv (run from the repository's root).
+NLTCS and Adult from $VERTISYNTH_DATA."""
+import argparse
+import csv
+import os
+import sys
 
-DATA = os.environ.get("VERTISYNTH_DATA", "/work/shared/data")
-central = {(r["dataset"], float(r["epsilon"]), int(r["seed"])): (float(r["central"]), float(r["cpu_central"]))
-           for r in csv.DictReader(open("docs/lab/vertical_twins_privmrf_tree5b1504f.csv"))
-           if r["method"] == "privmrf" and r["central"]}
-orig_plan, orig_dep, orig_res = S.PrivMRFSynthesizer.plan_for, S.dependence, S.residual_l1
+import attrs
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+DATA = os.environ.get("VERTISYNTH_DATA")
+
+
+def _setup():
+    global vt, cell_table, S, CentralOracle, Measurement, PrivacyLedger, Budget, central, orig_plan, orig_dep, orig_res
+    import vertical_twins as vt
+    from twin_setup import cell_table
+    import vertisynth.plugins.synthesizers.privmrf.synthesizer as S
+    from vertisynth.pgm.oracle import CentralOracle
+    from vertisynth.pgm.estimation import Measurement
+    from vertisynth.core.privacy import PrivacyLedger, Budget
+    central = {(r["dataset"], float(r["epsilon"]), int(r["seed"])): (float(r["central"]), float(r["cpu_central"]))
+               for r in csv.DictReader(open("docs/lab/vertical_twins_privmrf_tree5b1504f.csv"))
+               if r["method"] == "privmrf" and r["central"]}
+    orig_plan, orig_dep, orig_res = S.PrivMRFSynthesizer.plan_for, S.dependence, S.residual_l1
+
 
 def run(ds, eps, seed, variant):
     S.dependence, S.residual_l1 = orig_dep, orig_res
@@ -58,7 +68,12 @@ def run(ds, eps, seed, variant):
     return r["ratio"]
 
 if __name__ == "__main__":
-    cells = [(c.split("/")[0], float(c.split("/")[1]), int(c.split("/")[2])) for c in sys.argv[1].split(",")]
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("cells", help="DATASET/EPSILON/SEED,... e.g. zoo:small-domains/1.6/1,nltcs/0.4/1")
+    ap.add_argument("variants", help="comma-separated: none, server, exactR, exactref, exactsel, nullR, probe=X")
+    args = ap.parse_args()
+    _setup()
+    cells = [(c.split("/")[0], float(c.split("/")[1]), int(c.split("/")[2])) for c in args.cells.split(",")]
     for cell in cells:
-        out = [f"{v}={run(*cell, v)}" for v in sys.argv[2].split(",")]
+        out = [f"{v}={run(*cell, v)}" for v in args.variants.split(",")]
         print(*cell, *out, flush=True)
