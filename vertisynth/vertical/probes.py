@@ -94,6 +94,16 @@ def reprobes(pairs: int, attributes: int, trust: str | None) -> int:
     return max(1, math.ceil(REPROBE_FRACTION * pairs))
 
 
+def probe_shares(cross: int, attributes: int, vertical, default: float) -> tuple[float, float, int]:
+    """mst's and private_pgm's probe plan: (the probes' share of the selection third, the first stage's share, how
+    many pairs the second stage asks again: `reprobes`); `default` where `vertical.probe` is unset."""
+    probe = (default if vertical.probe is None else vertical.probe) if cross else 0.0
+    again = reprobes(cross, attributes, vertical.trust if vertical is not None else None)
+    if again and vertical.probe is None:
+        probe = REPROBE_PROBE
+    return probe, (probe * (1 - REPROBE_SHARE) if again else probe), again
+
+
 def measure_probes_twice(oracle: MarginalOracle, pairs: Sequence[tuple[str, ...]], pays: Sequence[Pay],
                          again: Sequence[Pay], rng: np.random.Generator, bins: Bins) -> list[Measurement]:
     """`measure_probes`, then len(again) pairs measured once more on the same bins: each attribute's pair whose first

@@ -34,7 +34,7 @@ from vertisynth.pgm import Measurement, estimate
 from vertisynth.pgm.estimation import bin_query
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle, ZCDPFilter
 from vertisynth.vertical import cross_pairs, owners, VerticalConfig
-from vertisynth.vertical.probes import REPROBE_PROBE, REPROBE_SHARE, mass_bins, measure_probes_twice, reprobes
+from vertisynth.vertical.probes import mass_bins, measure_probes_twice, probe_shares
 
 STAGE = "synthesizer"
 PROBE = 0.6   # vertical: the share of the selection third that measures every cross-party pair once
@@ -86,12 +86,8 @@ class MSTSynthesizer(FittedGraphicalModel, Synthesizer):
         self._free = bool(ctx.cross_release)
         if self._free:
             self._cross = []
-        probe = (PROBE if v.probe is None else v.probe) if self._cross else 0.0
         # trust none: a share of the probes' ρ probes the contenders again (vertical/probes.py, `reprobes`)
-        again = reprobes(len(self._cross), d, v.trust if v is not None else None)
-        if again and v.probe is None:
-            probe = REPROBE_PROBE
-        first = probe * (1 - REPROBE_SHARE) if again else probe
+        probe, first, again = probe_shares(len(self._cross), d, v, PROBE)
         # kept: fit spends these very charges, in order
         self._charges = {
             "gaussian_1way": [Charge(STAGE, "gaussian_1way", ZCDP(rho / (3 * d))) for _ in range(d)],

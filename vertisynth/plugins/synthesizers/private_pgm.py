@@ -42,7 +42,7 @@ from vertisynth.pgm import Measurement, estimate
 from vertisynth.pgm.graph import build_junction_tree
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle, ZCDPFilter
 from vertisynth.vertical import cross_pairs, owners, VerticalConfig
-from vertisynth.vertical.probes import REPROBE_PROBE, REPROBE_SHARE, mass_bins, measure_probes_twice, reprobes
+from vertisynth.vertical.probes import mass_bins, measure_probes_twice, probe_shares
 
 STAGE = "synthesizer"
 PROBE = 0.6   # vertical, mst mode: the share of the selection third that measures every cross-party pair once
@@ -87,12 +87,8 @@ class PrivatePGMSynthesizer(FittedGraphicalModel, Synthesizer, MeasuresMarginals
             self._free = bool(ctx.cross_release)   # cross-party pairs from a release: no probes, the 2-way third
             if v is not None and not self._free:   # one filter split among the chosen pairs within one party
                 self._cross = cross_pairs(attrs_, owner)
-            probe = (PROBE if v.probe is None else v.probe) if self._cross else 0.0
             # trust none: a share of the probes' ρ probes the contenders again (vertical/probes.py, `reprobes`)
-            again = reprobes(len(self._cross), d, v.trust if v is not None else None)
-            if again and v.probe is None:
-                probe = REPROBE_PROBE
-            first = probe * (1 - REPROBE_SHARE) if again else probe
+            probe, first, again = probe_shares(len(self._cross), d, v, PROBE)
             self._rho1 = rho / (3 * d)
             self._rho_sel = rho * (1 - probe) / (3 * (d - 1))
             self._rho2 = rho / (3 * (d - 1))
