@@ -34,12 +34,10 @@ from vertisynth.pgm import Measurement, estimate
 from vertisynth.pgm.estimation import bin_query
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle, ZCDPFilter
 from vertisynth.vertical import cross_pairs, owners, VerticalConfig
-from vertisynth.vertical.allocation import measure_split, released_factor, split_rho
 from vertisynth.vertical.probes import mass_bins, measure_probes_twice, probe_shares
 
 STAGE = "synthesizer"
 PROBE = 0.6   # vertical: the share of the selection third that measures every cross-party pair once
-SPLIT_BY_CELLS = False   # trust none's 2-way split: weigh each pair's error by its cells too (vertical/allocation.py)
 
 
 @attrs.frozen
@@ -90,9 +88,6 @@ class MSTSynthesizer(FittedGraphicalModel, Synthesizer):
             self._cross = []
         # trust none: a share of the probes' ρ probes the contenders again (vertical/probes.py, `reprobes`)
         probe, first, again = probe_shares(len(self._cross), d, v, PROBE)
-        # trust none: a cross-party answer is released with twice a within-party one's variance at its ρ, so the
-        # 2-way third is one filter split among the chosen pairs by that (vertical/allocation.py) once they are chosen
-        self._split = v is not None and v.trust == "none" and bool(self._cross)
         # kept: fit spends these very charges, in order
         self._charges = {
             "gaussian_1way": [Charge(STAGE, "gaussian_1way", ZCDP(rho / (3 * d))) for _ in range(d)],
@@ -108,10 +103,6 @@ class MSTSynthesizer(FittedGraphicalModel, Synthesizer):
             "gaussian_2way": ([Charge(STAGE, "gaussian_2way", ZCDP(rho / 3),
                                       note="the chosen pairs within one party, split evenly (a zCDP filter)")]
                               if self._free else
-                              [Charge(STAGE, "gaussian_2way", ZCDP(rho / 3),
-                                      note="the chosen pairs, ρ ∝ the cube root of each answer's released-variance "
-                                           "factor (a zCDP filter)")]
-                              if self._split else
                               [Charge(STAGE, "gaussian_2way", ZCDP(rho / (3 * (d - 1)))) for _ in range(d - 1)]),
         }
         return [c for group in self._charges.values() for c in group]
@@ -141,12 +132,6 @@ class MSTSynthesizer(FittedGraphicalModel, Synthesizer):
             inside = sum(not oracle.crosses(p) for p in pairs)
             two = oracle.measure_many(pairs, [filt] * len(pairs), rng, math.sqrt(max(inside, 1) / (2 * filt.total)),
                                       pair_bins)
-        elif self._split:   # ρ_i ∝ f_i^(1/3) from the chosen pairs and the measure alone, fixed before any is asked
-            filt = ZCDPFilter(self._charges["gaussian_2way"][0], oracle.ledger)
-            cells = ([math.prod(int(b[a].max()) + 1 if b and a in b else dom.size(a) for a in p)
-                      for p, b in zip(pairs, pair_bins)] if SPLIT_BY_CELLS else None)
-            self._split_rho = split_rho(filt.total, [released_factor(oracle, p) for p in pairs], cells)
-            two = measure_split(oracle, pairs, filt, self._split_rho, rng, pair_bins)
         else:
             two = oracle.measure_many(pairs, self._charges["gaussian_2way"], rng, None, pair_bins)
         # a probe joins estimation where its pair was chosen (all of them would make the model's graph dense)

@@ -42,12 +42,10 @@ from vertisynth.pgm import Measurement, estimate
 from vertisynth.pgm.graph import build_junction_tree
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle, ZCDPFilter
 from vertisynth.vertical import cross_pairs, owners, VerticalConfig
-from vertisynth.vertical.allocation import measure_split, released_factor, split_rho
 from vertisynth.vertical.probes import mass_bins, measure_probes_twice, probe_shares
 
 STAGE = "synthesizer"
 PROBE = 0.6   # vertical, mst mode: the share of the selection third that measures every cross-party pair once
-SPLIT_BY_CELLS = False   # trust none's 2-way split: weigh each pair's error by its cells too (vertical/allocation.py)
 
 
 @attrs.frozen
@@ -91,9 +89,6 @@ class PrivatePGMSynthesizer(FittedGraphicalModel, Synthesizer, MeasuresMarginals
                 self._cross = cross_pairs(attrs_, owner)
             # trust none: a share of the probes' ρ probes the contenders again (vertical/probes.py, `reprobes`)
             probe, first, again = probe_shares(len(self._cross), d, v, PROBE)
-            # trust none: a cross-party answer is released with twice a within-party one's variance at its ρ, so
-            # the 2-way third is one filter split among the chosen pairs by that (vertical/allocation.py)
-            self._split = v is not None and v.trust == "none" and bool(self._cross)
             self._rho1 = rho / (3 * d)
             self._rho_sel = rho * (1 - probe) / (3 * (d - 1))
             self._rho2 = rho / (3 * (d - 1))
@@ -113,10 +108,6 @@ class PrivatePGMSynthesizer(FittedGraphicalModel, Synthesizer, MeasuresMarginals
                              "gaussian_2way": ([Charge(STAGE, "gaussian_2way", ZCDP(rho / 3),
                                                        note="the chosen pairs within one party, split evenly (a "
                                                             "zCDP filter)")] if self._free else
-                                               [Charge(STAGE, "gaussian_2way", ZCDP(rho / 3),
-                                                       note="the chosen pairs, ρ ∝ the cube root of each answer's "
-                                                            "released-variance factor (a zCDP filter)")]
-                                               if self._split else
                                                [Charge(STAGE, "gaussian_2way", ZCDP(self._rho2))
                                                 for _ in range(d - 1)])}
         else:
@@ -193,11 +184,6 @@ class PrivatePGMSynthesizer(FittedGraphicalModel, Synthesizer, MeasuresMarginals
                 filt = ZCDPFilter(self._charges["gaussian_2way"][0], oracle.ledger)
                 sigma2 = math.sqrt(max(sum(not oracle.crosses(p) for p in pairs), 1) / (2 * filt.total))
                 meas += [oracle.measure(p, filt, rng, sigma2) for p in pairs]
-            elif getattr(self, "_split", False):   # ρ_i ∝ f_i^(1/3), from the chosen pairs and the measure alone
-                filt = ZCDPFilter(self._charges["gaussian_2way"][0], oracle.ledger)
-                cells = ([math.prod(self._domain.size(a) for a in p) for p in pairs] if SPLIT_BY_CELLS else None)
-                self._split_rho = split_rho(filt.total, [released_factor(oracle, p) for p in pairs], cells)
-                meas += measure_split(oracle, pairs, filt, self._split_rho, rng)
             else:
                 meas += [oracle.measure(p, ch, rng) for p, ch in zip(pairs, self._charges["gaussian_2way"])]
             # a probe joins estimation where its pair was chosen (all of them would make the model's graph dense)
