@@ -47,12 +47,6 @@ PROBE = 0.15   # vertical: the share of the rounds' ρ that measures every cross
 # what selection scores it by (docs/vertical.md, "aim, seventh pass"); a coarse probe's score is coarse whatever its
 # noise, and more ρ for every probe cost the larger-domain presets more than it gave
 PROBE_FULL = 3.0
-# vertical, trust = "server", `probe` left at its default: 0 keeps the split above (ρ per pair: coarse 1, full
-# PROBE_FULL); γ > 0 splits the same total ρ of the probes by their tables' cells, ρ_r ∝ c_r^γ (σ_r ∝ c_r^(−γ/2)):
-# γ = 1 makes every probe's score noise equal (its std ∝ σ √c), γ = 2 its expected L1 noise (∝ σ c); a ninth-pass
-# screen (docs/vertical.md, "aim, ninth pass")
-PROBE_SPLIT = 0.0
-PROBE_SPLIT_COARSE = False   # True: only the coarse probes' ρ is split by cells, the full ones keep PROBE_FULL
 CELL_BYTES = 8  # the model-size cap counts float64 cells, as the paper's megabytes do
 
 
@@ -279,25 +273,6 @@ class ModelSize:
         return total
 
 
-def probe_cells(domain: Domain, pair: tuple[str, ...], bins: dict[str, np.ndarray]) -> int:
-    """Cells of a probe's table: each attribute on its bins where it has some, else its domain."""
-    return int(np.prod([int(np.max(bins[a])) + 1 if a in bins else domain.size(a) for a in pair]))
-
-
-def probe_split(pairs: list[tuple[str, ...]], units: float, sigma_p: float, domain: Domain,
-                bins: dict[str, np.ndarray], gamma: float) -> list[tuple[list[tuple[str, ...]], float]]:
-    """The probes' total ρ, `units` coarse probes' worth at σ_p (1/(2σ_p²) each), split by the tables' cells:
-    ρ_r ∝ c_r^γ. Groups of pairs of one σ, in the pairs' order of first appearance; a plan decision from the
-    public domain and the bins (themselves from released 1-way answers), made before any probe is answered."""
-    cells = {r: probe_cells(domain, r, bins) for r in pairs}
-    total = units / (2 * sigma_p ** 2)
-    norm = sum(cells[r] ** gamma for r in pairs)
-    by: dict[int, list[tuple[str, ...]]] = {}
-    for r in pairs:
-        by.setdefault(cells[r], []).append(r)
-    return [(group, 1 / math.sqrt(2 * total * c ** gamma / norm)) for c, group in by.items()]
-
-
 # a vertical twin over a measure that releases once scores cross-party triples of at most this many cells
 RELEASE_CELLS = 512
 
@@ -374,12 +349,7 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
             full = [r for r in probe if not any(a in bins for a in r)] \
                 if server and c.vertical.probe is None and PROBE_FULL != 1 else []
             coarse = [r for r in probe if r not in full]
-            groups = [(coarse, sigma_p), (full, sigma_p / math.sqrt(PROBE_FULL))]
-            if server and c.vertical.probe is None and PROBE_SPLIT > 0:
-                groups = [*probe_split(coarse, len(coarse), sigma_p, dom, bins, PROBE_SPLIT), groups[1]] \
-                    if PROBE_SPLIT_COARSE else \
-                    probe_split(probe, len(coarse) + PROBE_FULL * len(full), sigma_p, dom, bins, PROBE_SPLIT)
-            for group, s_p in groups:
+            for group, s_p in ((coarse, sigma_p), (full, sigma_p / math.sqrt(PROBE_FULL))):
                 if group:
                     pending.update(zip(group, measure_probes(oracle, group, [filt] * len(group), rng, bins, s_p)))
             pending = {r: pending[r] for r in probe}   # in the candidates' order, as before
