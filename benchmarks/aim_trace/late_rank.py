@@ -1,13 +1,14 @@
 """How well the twin's DP scores rank candidates by their true error, early and late in a run (docs/vertical.md,
 "aim, seventh pass"), from a `triple_gap.py --trace` file.
 
-    python benchmarks/aim_trace/late_rank.py trace.csv
+    python benchmarks/aim_trace/late_rank.py trace.csv [COLUMN]
 
 Per (label, dataset, ε, seed): the Spearman rank correlation between score and true L1 error, averaged over the
 rounds of the run's first half ("early") and of its second ("late"), and the median score / true error, for
   pair    the cross-party pairs the server scores that no measurement holds yet (off their probe)
   triple  the two-party triples scored at a party (half the three pairs' sum)
-Rounds with fewer than four such candidates are skipped. A diagnostic of the design (the trace reads exact counts).
+COLUMN: the pairs' score column (default `cross_released`; `cross_pooled`: the tenth pass's score of the same
+answers on the same rounds, paired). Rounds with fewer than four such candidates are skipped. A diagnostic of the design (the trace reads exact counts).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import numpy as np
 from scipy.stats import spearmanr
 
 
-def summarise(rows: list[dict]) -> list[dict]:
+def summarise(rows: list[dict], column: str = "cross_released") -> list[dict]:
     runs = defaultdict(list)
     for r in rows:
         runs[(r["label"], r["dataset"], r["epsilon"], r["seed"])].append(r)
@@ -33,13 +34,13 @@ def summarise(rows: list[dict]) -> list[dict]:
             for r in rs:
                 if (r["pair_in"] == "") != (kind == "pair"):
                     continue
-                if kind == "pair" and (r["cross_released"] == "" or r["pair_in_measured"] != "0"):
+                if kind == "pair" and (r.get(column, "") == "" or r["pair_in_measured"] != "0"):
                     continue
                 by_round[int(r["round"])].append(r)
             for rd, xs in by_round.items():
                 if len(xs) < 4:
                     continue
-                est = np.array([float(x["cross_released" if kind == "pair" else "score_half"]) for x in xs])
+                est = np.array([float(x[column if kind == "pair" else "score_half"]) for x in xs])
                 true = np.array([float(x["true"]) for x in xs])
                 half = "early" if rd <= rounds / 2 else "late"
                 c = spearmanr(est, true).correlation
@@ -54,11 +55,11 @@ def summarise(rows: list[dict]) -> list[dict]:
 
 
 def main() -> int:
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 3) or sys.argv[1] in ("-h", "--help"):
         print(__doc__)
-        return 2
+        return 2 if len(sys.argv) not in (2, 3) else 0
     with open(sys.argv[1], newline="") as f:
-        rows = summarise(list(csv.DictReader(f)))
+        rows = summarise(list(csv.DictReader(f)), *sys.argv[2:])
     w = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]))
     w.writeheader()
     w.writerows(rows)

@@ -17,7 +17,8 @@ Per cell, the grid's settings (iters 1000, he, crypto simulated, 3-way TVD over 
 triple's true L1 error against the round's model, its three pairs' true errors, the score the party computes (half
 the sum: its pair's exact error plus its cross pairs' released estimates), and whether each pair is already
 measured; and every cross-party pair the server scores (rows with an empty `pair_in`: its true error, `cross_released`
-its score off the released answers, `pair_in_measured` whether it is measured). `--set NAME=VALUE` sets a constant of
+its score off the released answers, `cross_pooled` the tenth pass's score of the same answer, `pair_in_measured`
+whether it is measured). `--set NAME=VALUE` sets a constant of
 vertisynth/vertical/oracle.py for the run (an ablation), `--set aim.NAME=VALUE` one of the aim plugin (e.g.
 aim.PROBE_FULL=1: every probe at σ_p, as before the seventh pass; `late_rank.py` summarises a trace). Reads exact
 cross-party counts no role may read: a measurement of the design only (docs/vertical.md, "aim, sixth pass"). Only NLTCS and the zoo.
@@ -46,6 +47,23 @@ class Plain:
 
     def __setattr__(self, name, value):
         setattr(self._inner, name, value)
+
+
+def pooled_above_noise(r: np.ndarray, v: float) -> float:
+    """aim's tenth pass (docs/vertical.md; not kept, docs/lab/aim_tenth_pass.diff): E[‖x − e‖₁ | r] for a released
+    residual r = y − e (noise variance v a cell) under the prior x − e ~ N(0, τ²) a cell, τ² = max(mean r'² − v', 0)
+    over the double-centred cells: each cell's posterior is N(k r', k v'), k = τ²/(τ² + v') (the answer pooled with
+    the model's estimate by inverse variance), and E|d| = s √(2/π) exp(−m²/2s²) + |m| erf(|m|/(s√2))."""
+    from scipy.special import erf
+    if r.ndim == 2:
+        r = r - r.mean(axis=0, keepdims=True) - r.mean(axis=1, keepdims=True) + r.mean()
+        v *= (1 - 1 / r.shape[0]) * (1 - 1 / r.shape[1])
+    tau2 = max(float(np.mean(r * r)) - v, 0.0)
+    if tau2 <= 0.0:
+        return 0.0
+    k = tau2 / (tau2 + v)
+    m, s = np.abs(k * r), np.sqrt(k * v)
+    return float((s * np.sqrt(2 / np.pi) * np.exp(-m * m / (2 * s * s)) + m * erf(m / (s * np.sqrt(2)))).sum())
 
 
 def main() -> int:
@@ -134,6 +152,13 @@ def main() -> int:
                 real_select = oracle.select
                 rnd = [0]
 
+                def pooled(c, e):   # the tenth pass's score on the same state as `cross_released`: paired
+                    y, std, maps = inner._best_answer(c, None)
+                    ee = np.asarray(e, float).reshape(tuple(len(mp) for mp in maps))
+                    for axis, mp in enumerate(maps):
+                        ee = vo.bin_sum(ee, axis, mp)
+                    return pooled_above_noise(y - ee, std * std)
+
                 def traced(candidates, estimates, weights, offsets, epsilon, pay, rng_, bins=None):
                     rnd[0] += 1
                     measured = [set(m.attributes) for m in syn_meas()]
@@ -148,6 +173,7 @@ def main() -> int:
                                 "pair_in": "", "pair_in_measured": int(any(set(c) <= m for m in measured)),
                                 "cross1": "", "cross1_measured": "", "cross2": "", "cross2_measured": "",
                                 "cross_released": round(sc, 2) if sc is not None else "",
+                                "cross_pooled": round(pooled(c, e), 2) if sc is not None else "",
                                 "score_half": round(inner._pair_error(c, None, e), 2)
                                 if hasattr(inner, "_pair_error") and sc is not None else ""})
                             continue
@@ -174,7 +200,8 @@ def main() -> int:
                             "weight": float(w), "pair_in": round(s, 2), "pair_in_measured": int(pe[pair][1]),
                             "cross1": round(cross[0][1][0], 2), "cross1_measured": int(cross[0][1][1]),
                             "cross2": round(cross[1][1][0], 2), "cross2_measured": int(cross[1][1][1]),
-                            "cross_released": round(public, 2), "score_half": round((s + public) / 2, 2)})
+                            "cross_released": round(public, 2), "cross_pooled": "",
+                            "score_half": round((s + public) / 2, 2)})
                     return real_select(candidates, estimates, weights, offsets, epsilon, pay, rng_, bins)
                 oracle.select = traced
             if variant.endswith("no2p"):
