@@ -87,27 +87,6 @@ CENTRE_RELEASE_ANSWERS = False
 # error and its cross-party pairs' released estimates (`VerticalOracle._party_triple`); off: by its largest
 # cross-party pair's estimate alone, a lower bound (aim's fifth pass, docs/vertical.md)
 PARTY_SCORES_TRIPLES = True
-# screened, off (aim's tenth pass, docs/vertical.md): a cross pair's score off its answer as the posterior mean of
-# ‖x − e‖₁ with the model's estimate e as the prior (per cell x − e ~ N(0, τ²), τ² the pair's own excess of r² over
-# the noise), i.e. the answer pooled with e by inverse variance, plus the spread the pooled cell keeps
-POOL_MODEL = False
-
-
-def pooled_above_noise(r: np.ndarray, v: float) -> float:
-    """E[‖x − e‖₁ | r] for r = y − e = d + noise (variance v a cell) and the prior d ~ N(0, τ²) a cell, τ² =
-    max(mean r'² − v', 0) over the pair's double-centred cells (method of moments): the posterior of each cell is
-    N(m, s²), m = k r', s² = k v', k = τ²/(τ² + v') (the inverse-variance mean of the answer and the model), and
-    E|d| = s √(2/π) exp(−m²/2s²) + |m| (1 − 2Φ(−|m|/s)). 0 where the answer holds no excess over its noise."""
-    if r.ndim == 2:
-        r = r - r.mean(axis=0, keepdims=True) - r.mean(axis=1, keepdims=True) + r.mean()
-        v *= (1 - 1 / r.shape[0]) * (1 - 1 / r.shape[1])
-    tau2 = max(float(np.mean(r * r)) - v, 0.0)
-    if tau2 <= 0.0:
-        return 0.0
-    k = tau2 / (tau2 + v)
-    m, s = np.abs(k * r), math.sqrt(k * v)
-    from scipy.special import erf
-    return float((s * math.sqrt(2 / math.pi) * np.exp(-m * m / (2 * s * s)) + m * erf(m / (s * math.sqrt(2)))).sum())
 
 
 def release_score(r: np.ndarray, v: np.ndarray, z: float = 0.0, centred: np.ndarray | None = None,
@@ -688,8 +667,6 @@ class VerticalOracle:
         e = np.asarray(estimate, float).reshape(tuple(len(mp) for mp in maps))
         for axis, mp in enumerate(maps):   # the estimate on the answer's (coarser) bins
             e = bin_sum(e, axis, mp)
-        if POOL_MODEL and len(cand) == 2:
-            return pooled_above_noise(y - e, std * std)
         return residual_above_noise(y - e, std * std)
 
     def release_scores(self, candidates: Sequence[tuple[str, ...]], estimates: Sequence[np.ndarray],
