@@ -58,9 +58,24 @@ def run(scheduler_class):
 
 
 def test_no_module_is_split_over_two_workers():
-    where = run(whole_modules._scheduler_class())
+    where = run(whole_modules._scheduler_class(None))
     assert {m for m, workers in where.items() if len(workers) > 1} == set()
     assert {w for workers in where.values() for w in workers} == {"gw0", "gw1"}   # both workers still used
+
+
+def test_only_the_modules_kept_whole_are_kept_whole():
+    split = {m for m, workers in run(LoadScheduling).items() if len(workers) > 1}
+    keep = frozenset(sorted(split)[:2])
+    where = run(whole_modules._scheduler_class(keep))
+    assert not any(len(where[m]) > 1 for m in keep)
+    assert {m for m, workers in where.items() if len(workers) > 1} - keep   # the others are xdist's as before
+
+
+def test_the_modules_kept_whole_exist():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    assert all((root / m).is_file() for m in whole_modules.KEEP_WHOLE)
 
 
 def test_xdist_load_alone_splits_modules():
@@ -71,11 +86,13 @@ def test_xdist_load_alone_splits_modules():
 
 def test_the_count_extends_to_the_end_of_the_last_module_sent():
     collection = ["a.py::t0", "a.py::t1", "b.py::t0", "b.py::t1", "b.py::t2", "c.py::t0"]
-    assert whole_modules.whole_modules_count(collection, [0, 1, 2, 3, 4, 5], 3) == 5
-    assert whole_modules.whole_modules_count(collection, [0, 1, 2, 3, 4, 5], 2) == 2
-    assert whole_modules.whole_modules_count(collection, [3, 4, 5], 1) == 2
+    assert whole_modules.whole_modules_count(collection, [0, 1, 2, 3, 4, 5], 3, None) == 5
+    assert whole_modules.whole_modules_count(collection, [0, 1, 2, 3, 4, 5], 2, None) == 2
+    assert whole_modules.whole_modules_count(collection, [3, 4, 5], 1, None) == 2
     assert whole_modules.whole_modules_count(collection, [5], 4) == 1
     assert whole_modules.whole_modules_count(collection, [2, 3], 0) == 0
+    assert whole_modules.whole_modules_count(collection, [0, 1, 2, 3, 4, 5], 3, frozenset({"a.py"})) == 3
+    assert whole_modules.whole_modules_count(collection, [0, 1, 2, 3, 4, 5], 1, frozenset({"a.py"})) == 2
 
 
 def test_the_plugin_picks_the_scheduler_for_plain_load_only(pytestconfig):
