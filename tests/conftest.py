@@ -30,8 +30,9 @@ if all(os.environ[v] == "1" for v in _THREAD_VARIABLES):
     threadpool_limits(1)   # also the pools a plugin loaded before this file (the variables reach only later loads)
 
 # The DP conformance kit's fixtures, --vertisynth-audit option and Hypothesis CI profile; --cpu-durations=N;
-# --audit-cost (each privacy audit's sampling CPU, estimated from a few samples, instead of running it); spill_dir.
-pytest_plugins = ["vertisynth.testing.plugin", "cpu_durations", "audit_cost", "spill_helpers"]
+# --audit-cost (each privacy audit's sampling CPU, estimated from a few samples, instead of running it); spill_dir;
+# under `-n N`, each xdist worker is sent whole modules (a module's fixtures built once).
+pytest_plugins = ["vertisynth.testing.plugin", "cpu_durations", "audit_cost", "spill_helpers", "whole_modules"]
 
 from sshd_helpers import sftp_env, sshd  # noqa: E402,F401  (a real OpenSSH server for the sftp:// tests)
 
