@@ -157,7 +157,7 @@ class Summary:
     half: np.ndarray
 
     def __call__(self, outputs: np.ndarray) -> np.ndarray:
-        z = outputs.astype(float)
+        z = np.asarray(outputs, dtype=float)   # no copy of float outputs (10⁶ rows in phase 2)
         if self.kind == "linear":
             return z @ self.w
         return np.clip((z - self.mid) * self.w, -self.half, self.half).sum(axis=1)
@@ -189,7 +189,7 @@ class LearnedSummary:
 
     def __call__(self, features: np.ndarray) -> np.ndarray:
         with threadpool_limits(1):
-            return self.model.decision_function(features.astype(float))
+            return self.model.decision_function(np.asarray(features, dtype=float))
 
     def describe(self) -> str:
         return f"learned score ({self.kind} classifier log-odds)"
@@ -305,7 +305,8 @@ def _informative_columns(x1: np.ndarray, x2: np.ndarray) -> tuple[np.ndarray, bo
 
 
 def _prepare(x: np.ndarray, cols: np.ndarray, as_int: bool) -> np.ndarray:
-    x = x[:, cols]
+    # every column kept (cols is sorted, so then it is 0..w-1): the array itself, not a copy of 10⁶ rows
+    x = x if cols.size == x.shape[1] else x[:, cols]
     return np.round(x).astype(np.int64) if as_int and x.dtype.kind == "f" else x
 
 
@@ -632,27 +633,36 @@ class GaussianNoise:
     sensitivity: float = 1.0
 
 
-def _views(raw: Any, n: int, features: Callable[[Any], Any] | None, user_only: bool = False) -> dict[str, Any]:
+NUMERIC_VIEWS = ("builtin", "learned")
+
+
+def _views(raw: Any, n: int, features: Callable[[Any], Any] | None, user_only: bool = False,
+           need: Iterable[str] = NUMERIC_VIEWS) -> dict[str, Any]:
     """What events read: the "raw" outputs; "builtin" rows for the built-in events (the outputs
     themselves when numeric, as before feature maps existed, else their features); "learned" rows for
     the classifier (the features when given). `user_only`: outputs of any type are allowed when the caller's
-    events or summaries can read them."""
-    if features is None:
-        try:
-            rows = _as_2d(raw, n)
-        except DataError:
-            if not user_only:
-                raise
-            if len(raw) != n:
-                raise DataError(f"audit: the mechanism returned {len(raw)} outputs, expected {n}") from None
-            rows = np.zeros((len(raw), 0), np.int64)  # outputs of any type: only the caller's events read them
-        return {"raw": raw, "builtin": rows, "learned": rows}
-    feats = _features_of(raw, n, features)
+    events or summaries can read them. `need`: the numeric views wanted (phase 2 maps only those its chosen
+    events read: a feature map over 10⁶ outputs that no chosen event reads is work for nothing); the others
+    are None."""
+    if features is not None:
+        need = set(need)
+        feats = _features_of(raw, n, features) if "learned" in need else None
+        rows = None
+        if "builtin" in need:
+            try:
+                rows = _as_2d(raw, n)
+            except DataError:  # structured outputs: the built-in events read the features too
+                rows = feats if feats is not None else _features_of(raw, n, features)
+        return {"raw": raw, "builtin": rows, "learned": feats}
     try:
         rows = _as_2d(raw, n)
-    except DataError:  # structured outputs: the built-in events read the features too
-        rows = feats
-    return {"raw": raw, "builtin": rows, "learned": feats}
+    except DataError:
+        if not user_only:
+            raise
+        if len(raw) != n:
+            raise DataError(f"audit: the mechanism returned {len(raw)} outputs, expected {n}") from None
+        rows = np.zeros((len(raw), 0), np.int64)  # outputs of any type: only the caller's events read them
+    return {"raw": raw, "builtin": rows, "learned": rows}
 
 
 def _features_of(raw: Any, n: int, features: Callable[[Any], Any]) -> np.ndarray:
@@ -784,11 +794,12 @@ def audit(
         looks = _looks(n, sequential)
         k = np.zeros((len(claims), 2), np.int64)
         seen = 0
+        need = [view for view in NUMERIC_VIEWS if any(event.view == view for event, _ in chosen)]
         for look in looks:
             step, seen = look - seen, look
-            w1 = _views(mechanism.sample(pair.base, step, r_test1), step, features, has_user)
-            w2 = _views(mechanism.sample(pair.neighbour, step, r_test2), step, features, has_user)
-            for view in ("builtin", "learned"):
+            w1 = _views(mechanism.sample(pair.base, step, r_test1), step, features, has_user, need)
+            w2 = _views(mechanism.sample(pair.neighbour, step, r_test2), step, features, has_user, need)
+            for view in need:   # the views the chosen events read (a view read by none is not mapped)
                 if not w1[view].shape[1] == w2[view].shape[1] == shape[view][2]:
                     raise DataError(f"audit: phase-2 outputs have widths {w1[view].shape[1]} and "
                                     f"{w2[view].shape[1]}, phase 1 had {shape[view][2]} (a feature map must give "

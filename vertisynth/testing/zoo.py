@@ -184,7 +184,13 @@ class SparseVector:
             live = (np.cumsum(above, axis=1) - above < self.cutoff) if has_cutoff else np.ones_like(above)
             above &= live
             codes = np.where(live, above.astype(np.int64) * (TOP - BOTTOM) + BOTTOM, UNANSWERED)
-            return np.hstack([codes, np.where(above, noisy, 0.0)]) if outputs_value else codes
+            if not outputs_value:
+                return codes
+            # codes then values, written into one float array (hstack's result, without its temporaries)
+            out = np.zeros((n_samples, 2 * k))
+            out[:, :k] = codes
+            np.copyto(out[:, k:], noisy, where=above)
+            return out
         codes = np.full((n_samples, k), UNANSWERED, dtype=np.int64)
         values = np.zeros((n_samples, k))
         tops = np.zeros(n_samples, dtype=np.int64)
