@@ -161,3 +161,38 @@ def dependence_std(m: Measurement) -> float:
     r, c = m.values.shape
     v = m.std ** 2 * (1 - 1 / r) * (1 - 1 / c)
     return 0.61 * float(np.sqrt(v * r * c))
+
+
+# privmrf under trust "none" (its probes pay both its R-scores and its refinement rounds): PRIVMRF_REPROBE_SHARE of
+# the probes' ρ re-probes PRIVMRF_REPROBE_FRACTION of the cross-party pairs once, just before refinement, the pairs
+# refinement is about to compare (`privmrf_contenders`); each pair's two answers pooled by inverse variance
+# (docs/vertical.md, "privmrf under trust = none, second pass")
+PRIVMRF_REPROBE_SHARE = 0.5
+PRIVMRF_REPROBE_FRACTION = 0.25
+
+
+def privmrf_reprobes(pairs: int, trust: str | None) -> int:
+    """How many of privmrf's `pairs` probed cross-party pairs are probed again (0: one stage, as under trust
+    server): a plan decision from the public count of pairs and the trust, before any data is read."""
+    if trust != "none" or pairs < 2 or PRIVMRF_REPROBE_SHARE <= 0:
+        return 0
+    return max(1, math.ceil(PRIVMRF_REPROBE_FRACTION * pairs))
+
+
+def privmrf_contenders(pairs: Sequence[tuple[str, ...]], scores: Sequence[float], wanted: set, k: int) -> list[int]:
+    """Which `k` of `pairs` privmrf probes again (indices, in `pairs` order): the pairs some refinement candidate
+    holds (`wanted`) of the largest `scores` (their released probes' residuals from the model: post-processing),
+    then the others of the largest scores, so that every planned re-probe is asked."""
+    order = np.argsort(-np.asarray(scores, float), kind="stable").tolist()
+    first = [i for i in order if frozenset(pairs[i]) in wanted]
+    return sorted((first + [i for i in order if frozenset(pairs[i]) not in wanted])[:k])
+
+
+def pool_answers(oracle: MarginalOracle, answers: Sequence[Measurement]) -> Measurement:
+    """The inverse-variance mean of released answers to one query on the same bins (`VerticalOracle.pool`, which
+    keeps it for the oracle's scores; on any other oracle the same mean). Post-processing, free."""
+    if isinstance(oracle, VerticalOracle):
+        return oracle.pool(answers)
+    w = np.array([1.0 / (m.std * m.std) for m in answers])
+    return Measurement(answers[0].attributes, sum(wi * m.values for wi, m in zip(w, answers)) / w.sum(),
+                       float(1.0 / math.sqrt(w.sum())), answers[0].bins)

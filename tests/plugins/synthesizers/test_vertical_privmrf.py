@@ -50,7 +50,7 @@ def test_the_twin_spends_exactly_its_plan_and_the_ledger_names_the_cross_party_q
     assert sorted(tuple(q["attributes"]) for q in at_probe) == sorted(syn._cross)
 
 
-SCORES = ("gaussian_r_scores", "gaussian_refine_queries", "gaussian_cross_probe")
+SCORES = ("gaussian_r_scores", "gaussian_refine_queries", "gaussian_cross_probe", "gaussian_cross_reprobe")
 
 
 def test_the_probes_are_paid_from_the_scoring_budgets_and_central_privmrf_is_unchanged():
@@ -265,3 +265,53 @@ def test_under_trust_none_refinement_reads_each_probe_pooled_with_the_marginals_
     for vertical in (SERVER, HE):
         run(_cfg({**FAST, "vertical": vertical}))
         assert (sum(calls.values()) > 0) == (vertical is HE)
+
+
+def test_under_trust_none_a_second_stage_probes_refinement_s_contenders_again_and_pools_each():
+    """Trust none only (vertical/probes.py `privmrf_reprobes`, `privmrf_contenders`): half the probes' ρ asks a
+    quarter of the cross-party pairs again just before refinement, pairs that refinement's candidates hold, and
+    each pair's two answers are pooled by inverse variance; the ledger is the plan charge by charge. Trust server
+    plans one stage as before (docs/vertical.md, "privmrf under trust = none, second pass")."""
+    import itertools
+    import math
+
+    from vertisynth.vertical.oracle import VerticalOracle
+
+    plans = {t: make_plan(_cfg({**FAST, "vertical": v})) for t, v in (("none", HE), ("server", SERVER))}
+    syn = plans["none"].synthesizer.instance
+    mech = lambda plan, m: [c for c in plan.ledger.planned if c.mechanism == m]  # noqa: E731
+    probes, again = mech(plans["none"], "gaussian_cross_probe"), mech(plans["none"], "gaussian_cross_reprobe")
+    one = mech(plans["server"], "gaussian_cross_probe")
+    assert len(probes) == len(syn._cross) == 48 and len(again) == math.ceil(0.25 * 48)
+    assert not mech(plans["server"], "gaussian_cross_reprobe")
+    total = sum(c.cost.rho for c in one)   # the one-stage probes' ρ, split: half of it for the second stage
+    assert sum(c.cost.rho for c in probes + again) == pytest.approx(total, rel=1e-12)
+    assert sum(c.cost.rho for c in again) == pytest.approx(total / 2, rel=1e-12)
+
+    seen, asked = {}, []
+    real_reprobe, real_many = PrivMRFSynthesizer._reprobe, VerticalOracle.measure_many
+
+    def reprobe(self, oracle, weight, *args):
+        seen["wanted"] = {frozenset(p) for s in weight for p in itertools.combinations(s, 2)} & set(self._probed)
+        seen["first"] = {k: m.std for k, (m, _) in self._probed.items()}
+        seen["fit"] = self
+        return real_reprobe(self, oracle, weight, *args)
+
+    def many(self, sets, pays, *args):
+        if pays and getattr(pays[0], "mechanism", "") == "gaussian_cross_reprobe":
+            asked.extend(frozenset(s) for s in sets)
+        return real_many(self, sets, pays, *args)
+
+    mp = pytest.MonkeyPatch()
+    with mp.context() as m:
+        m.setattr(PrivMRFSynthesizer, "_reprobe", reprobe)
+        m.setattr(VerticalOracle, "measure_many", many)
+        res = run(_cfg({**FAST, "vertical": HE}))
+    fit = seen["fit"]
+    assert res.ledger.unspent() == [] and Counter(res.ledger.spent) == Counter(plans["none"].ledger.planned)
+    # the contenders: cross-party pairs that refinement's candidates hold (more of them than re-probes here)
+    assert len(seen["wanted"]) > len(again) and len(asked) == len(set(asked)) == len(again)
+    assert set(asked) <= seen["wanted"]
+    # each pair asked again now reads its two answers pooled: a smaller std than its first alone
+    pooled = {k for k, (m, _) in fit._probed.items() if m.std < seen["first"][k] * 0.99}
+    assert pooled == set(asked)

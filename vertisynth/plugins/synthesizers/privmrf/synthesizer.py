@@ -41,7 +41,9 @@ from vertisynth.pgm.oracle import CentralOracle, MarginalOracle
 from vertisynth.pgm.scores import INDIF_SENSITIVITY, indif
 from vertisynth.vertical import owners, VerticalConfig, VerticalOracle
 from vertisynth.vertical.oracle import residual_above_noise
-from vertisynth.vertical.probes import dependence, dependence_std, measure_probes, residual_l1, width_bins
+from vertisynth.vertical.probes import (dependence, dependence_std, measure_probes, privmrf_contenders,
+                                        pool_answers, privmrf_reprobes, residual_l1, width_bins,
+                                        PRIVMRF_REPROBE_SHARE)
 
 STAGE = "synthesizer"
 R_SENSITIVITY = INDIF_SENSITIVITY / 2
@@ -207,16 +209,25 @@ class PrivMRFSynthesizer(Synthesizer):
         moved = self._rho_ref_round * share if self._cross else 0.0
         self._rho_ref_round -= moved
         probed = [] if self._free else self._cross
-        probe_rho = (self._rho_r * share + moved * self._rounds) / len(probed) if probed else 0.0
+        total = self._rho_r * share + moved * self._rounds
+        # trust none: part of the probes' ρ asks the pairs refinement is about to compare again (a second stage,
+        # its count from public facts: `privmrf_reprobes`)
+        again = privmrf_reprobes(len(probed), v.trust if v is not None else None)
+        kept = 1 - PRIVMRF_REPROBE_SHARE if again else 1.0
+        probe_rho = total * kept / len(probed) if probed else 0.0
         probes = [Charge(STAGE, "gaussian_cross_probe", ZCDP(probe_rho), party,
                          note="every cross-party pair once, for its R-score and refinement's score")
                   for _ in probed]
+        reprobes = [Charge(STAGE, "gaussian_cross_reprobe", ZCDP(total * (1 - kept) / again), party,
+                           note="the cross-party pairs refinement is about to compare, once more")
+                    for _ in range(again)]
         # kept: fit_table spends these very charges
         self._charges = {
             "count": [Charge(STAGE, "gaussian_count", ZCDP(self._rho_count), party)],
             "r_scores": ([Charge(STAGE, "gaussian_r_scores", ZCDP(self._rho_r_within), party)]
                          if self._within and self._rho_r_within > 0 else []),
             "cross_probe": probes,
+            "cross_reprobe": reprobes,
             # none when every pair crosses parties (no candidate is asked of a party: the probes score them all)
             "refine": [Charge(STAGE, "gaussian_refine_queries", ZCDP(self._rho_ref_round), party)
                        for _ in range(self._rounds)] if self._rho_ref_round > 0 else [],
@@ -372,6 +383,25 @@ class PrivMRFSynthesizer(Synthesizer):
             w = w + wx
         r = num / w - bin_query(np.asarray(estimate, float), attrs_, m.bins)
         return residual_above_noise(r, 1.0 / w)
+
+    def _reprobe(self, oracle: MarginalOracle, weight: dict[tuple[str, ...], float], model: GraphicalModel,
+                 meas: list, rng: np.random.Generator) -> None:
+        """Trust none, before refinement: the planned second stage asks again the cross-party pairs that refinement
+        is about to compare (`privmrf_contenders`: those the candidates hold, of the largest residual from the initial
+        model read off their probes pooled with the marginals measured so far), on the first probes' bins, and
+        pools each pair's two answers (`VerticalOracle.pool`). Which pairs follows from released answers only."""
+        charges = self._charges["cross_reprobe"]
+        wanted = {frozenset(p) for s in weight for p in itertools.combinations(s, 2)} & set(self._probed)
+        scores = [self._pooled_error(self._probed[frozenset(p)][0],
+                                     model.marginal(self._probed[frozenset(p)][0].attributes).values, meas)
+                  for p in self._cross]
+        top = [self._cross[i] for i in privmrf_contenders(self._cross, scores, wanted, len(charges))]
+        # the first answers' bins (an attribute the first stage left unbinned stays so: `probe_whole_rows`)
+        bins = {a: b for p in top for a, b in (self._probed[frozenset(p)][0].bins or {}).items()}
+        second = measure_probes(oracle, top, charges, rng, bins)
+        for p, m in zip(top, second):
+            first, spread = self._probed[frozenset(p)]
+            self._probed[frozenset(p)] = (pool_answers(oracle, [first, m]), spread)
 
     def _refine_errors(self, oracle: MarginalOracle, remaining: list[tuple[str, ...]], model: GraphicalModel,
                        bins: dict[tuple[str, ...], dict[str, np.ndarray]], charge: Charge | None,
@@ -575,6 +605,8 @@ class PrivMRFSynthesizer(Synthesizer):
                        atol=fit_atol(meas))
         t2 = time.perf_counter()
         weight = {s: w for s, w in cands.items() if s not in initial}
+        if self._charges["cross_reprobe"]:
+            self._reprobe(oracle, weight, res.model, meas, rng)
         left = self._k_marg - paid[0]
         for r in range(self._rounds):
             per_round = math.ceil(left / (self._rounds - r)) if left > 0 else 0
