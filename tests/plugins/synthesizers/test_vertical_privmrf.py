@@ -170,19 +170,33 @@ def _vertical_release(synth, data, ledger, rng):
     return synth._model.marginal(synth._domain.attributes).values.ravel()
 
 
+def _vertical_release_two_stages(synth, data, ledger, rng):
+    """`_vertical_release`, checking that the trust-none second stage ran (one of the two cross-party pairs asked
+    again and pooled)."""
+    from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
+    from vertisynth.vertical import VerticalOracle, party_streams
+
+    oracle = VerticalOracle(data.views, data.partition, HEEncoder(HEConfig(crypto="simulated")), ledger,
+                            party_streams(rng, data.partition.names), "he")
+    synth.fit_oracle(oracle, rng)
+    assert len(oracle.pooled) == 1
+    return synth._model.marginal(synth._domain.attributes).values.ravel()
+
+
 @pytest.mark.slow
 @pytest.mark.audit_cost(28)
 def test_vertical_twin_privmrf_audit_slow():
-    """The twin's release on three binary attributes over two parties (a0 | a1 a2: the cross-party probes, the
-    within-party InDif vector, refinement's within-party L1 vector and probe scores, the two-sided cross-party
-    answers) audited against the planned ρ on adversarial neighbours; looped real code."""
+    """The twin's release on three binary attributes over two parties (a0 | a1 a2: the cross-party probes, under
+    trust none the second stage that asks one of them again and pools it, the within-party InDif vector,
+    refinement's within-party L1 vector and probe scores, the two-sided cross-party answers) audited against the
+    planned ρ on adversarial neighbours; looped real code."""
     from vertisynth.core.domain import Domain
     from vertisynth.testing.checks import Subject, check_privacy_audit
 
     three = Domain(("a0", "a1", "a2"), (2, 2, 2))
     check_privacy_audit(Subject("synthesizer", "privmrf (vertical)", PrivMRFSynthesizer, PrivMRFConfig,
                                 {"iters": 20, "refine_iters": 10, "vertical": HE}, domain=three,
-                                parties=(("a0",), ("a1", "a2")), measure=_vertical_release,
+                                parties=(("a0",), ("a1", "a2")), measure=_vertical_release_two_stages,
                                 audit_samples=2000, audit_pairs=1, audit_sequential=True))
 
 
@@ -287,6 +301,11 @@ def test_under_trust_none_a_second_stage_probes_refinement_s_contenders_again_an
     total = sum(c.cost.rho for c in one)   # the one-stage probes' ρ, split: half of it for the second stage
     assert sum(c.cost.rho for c in probes + again) == pytest.approx(total, rel=1e-12)
     assert sum(c.cost.rho for c in again) == pytest.approx(total / 2, rel=1e-12)
+    # `vertisynth validate --rows N` prices the second stage as one more answer (vertical/cost.py)
+    from vertisynth.vertical.cost import answers
+    priced = {t: answers(syn._domain, p.partition, 4, p.ledger.planned, lambda rho: math.sqrt(1 / (2 * rho)))[0]
+              for t, p in plans.items()}
+    assert len(priced["none"]) == len(priced["server"]) + 1 and len(priced["none"][1]["queries"]) == len(again)
 
     seen, asked = {}, []
     real_reprobe, real_many = PrivMRFSynthesizer._reprobe, VerticalOracle.measure_many
