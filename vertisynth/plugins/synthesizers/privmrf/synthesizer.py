@@ -394,9 +394,12 @@ class PrivMRFSynthesizer(Synthesizer):
         pools each pair's two answers (`VerticalOracle.pool`). Which pairs follows from released answers only."""
         charges = self._charges["cross_reprobe"]
         wanted = {frozenset(p) for s in weight for p in itertools.combinations(s, 2)} & set(self._probed)
+        # a pair's score is a model marginal (inference): only the contenders' unless too few to fill the stage
+        # (zoo wide: 600 cross-party pairs, ~35 s CPU for all); a pair left unscored ranks after every scored one
+        ask = (lambda p: frozenset(p) in wanted) if len(wanted) >= len(charges) else (lambda p: True)
         scores = [self._pooled_error(self._probed[frozenset(p)][0],
                                      model.marginal(self._probed[frozenset(p)][0].attributes).values, meas)
-                  for p in self._cross]
+                  if ask(p) else -math.inf for p in self._cross]
         top = [self._cross[i] for i in privmrf_contenders(self._cross, scores, wanted, len(charges))]
         # the first answers' bins (an attribute the first stage left unbinned stays so: `probe_whole_rows`)
         bins = {a: b for p in top for a, b in (self._probed[frozenset(p)][0].bins or {}).items()}
