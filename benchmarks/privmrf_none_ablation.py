@@ -8,7 +8,7 @@ Variants: none / server (the twin as it runs); exactR (the R-scores' `dependence
 exactref (refinement's `residual_l1` read off it: main's path; with the pooled reads, trust none scores by
 `_pooled_error` and this swap no longer applies), exactsel (both); probe=X (`vertical.probe` X); nullR (the probes' R-scores less their null mean,
 NULL_ABOVE_NOISE·√v' per cell); reprobe=S/F (the trust-none second stage, vertical/probes.py: share S of the probes' ρ
-re-probes F of the cross-party pairs; reprobe=0/0: one stage, main's twin). Prints twin / central, the central TVD
+re-probes F of the cross-party pairs; off by default, as reprobe=0/0: one stage). Prints twin / central, the central TVD
 from docs/lab/vertical_twins_privmrf_tree5b1504f.csv (run from the repository's root), or from a central run of the
 cell made once here where that file has none (seeds 2, 3).
 NLTCS and Adult from $VERTISYNTH_DATA."""
@@ -47,7 +47,7 @@ def run(ds, eps, seed, variant):
     share, frac = orig_reprobe
     if variant.startswith("reprobe="):
         share, frac = (float(x) for x in variant[8:].split("/"))
-    S.PRIVMRF_REPROBE_SHARE = P.PRIVMRF_REPROBE_SHARE = share
+    P.PRIVMRF_REPROBE_SHARE = share
     P.PRIVMRF_REPROBE_FRACTION = frac
     trust = "server" if variant == "server" else "none"
     if variant.startswith("probe="):

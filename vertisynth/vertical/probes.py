@@ -163,20 +163,23 @@ def dependence_std(m: Measurement) -> float:
     return 0.61 * float(np.sqrt(v * r * c))
 
 
-# privmrf under trust "none" (its probes pay both its R-scores and its refinement rounds): PRIVMRF_REPROBE_SHARE of
-# the probes' ρ re-probes PRIVMRF_REPROBE_FRACTION of the cross-party pairs once, just before refinement, the pairs
-# refinement is about to compare (`privmrf_contenders`); each pair's two answers pooled by inverse variance
-# (docs/vertical.md, "privmrf under trust = none, second pass")
-PRIVMRF_REPROBE_SHARE = 0.5
+# privmrf under trust "none" (its probes pay both its R-scores and its refinement rounds): a second stage where
+# PRIVMRF_REPROBE_SHARE of the probes' ρ re-probes PRIVMRF_REPROBE_FRACTION of the cross-party pairs just before
+# refinement, the pairs refinement is about to compare (`privmrf_contenders`), each pooled with its first answer.
+# Off (share 0): at 0.5 and 0.25 it lowered the grid's worst (1.29 -> 1.21) but raised its median and, on four seeds,
+# made NLTCS ε 0.4 seed 2 1.26 -> 1.36 (docs/vertical.md, "privmrf under trust = none, second pass"); kept for
+# measurement (benchmarks/privmrf_none_ablation.py `reprobe=S/F`)
+PRIVMRF_REPROBE_SHARE = 0.0
 PRIVMRF_REPROBE_FRACTION = 0.25
 
 
-def privmrf_reprobes(pairs: int, trust: str | None) -> int:
-    """How many of privmrf's `pairs` probed cross-party pairs are probed again (0: one stage, as under trust
-    server): a plan decision from the public count of pairs and the trust, before any data is read."""
+def privmrf_reprobes(pairs: int, trust: str | None) -> tuple[int, float]:
+    """How many of privmrf's `pairs` probed cross-party pairs are probed again, and the share of the probes' ρ
+    they take ((0, 0.0): one stage, as under trust server, and by default): a plan decision from the public count
+    of pairs and the trust, before any data is read."""
     if trust != "none" or pairs < 2 or PRIVMRF_REPROBE_SHARE <= 0:
-        return 0
-    return max(1, math.ceil(PRIVMRF_REPROBE_FRACTION * pairs))
+        return 0, 0.0
+    return max(1, math.ceil(PRIVMRF_REPROBE_FRACTION * pairs)), PRIVMRF_REPROBE_SHARE
 
 
 def privmrf_contenders(pairs: Sequence[tuple[str, ...]], scores: Sequence[float], wanted: set, k: int) -> list[int]:

@@ -170,33 +170,19 @@ def _vertical_release(synth, data, ledger, rng):
     return synth._model.marginal(synth._domain.attributes).values.ravel()
 
 
-def _vertical_release_two_stages(synth, data, ledger, rng):
-    """`_vertical_release`, checking that the trust-none second stage ran (one of the two cross-party pairs asked
-    again and pooled)."""
-    from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
-    from vertisynth.vertical import VerticalOracle, party_streams
-
-    oracle = VerticalOracle(data.views, data.partition, HEEncoder(HEConfig(crypto="simulated")), ledger,
-                            party_streams(rng, data.partition.names), "he")
-    synth.fit_oracle(oracle, rng)
-    assert len(oracle.pooled) == 1
-    return synth._model.marginal(synth._domain.attributes).values.ravel()
-
-
 @pytest.mark.slow
 @pytest.mark.audit_cost(28)
 def test_vertical_twin_privmrf_audit_slow():
-    """The twin's release on three binary attributes over two parties (a0 | a1 a2: the cross-party probes, under
-    trust none the second stage that asks one of them again and pools it, the within-party InDif vector,
-    refinement's within-party L1 vector and probe scores, the two-sided cross-party answers) audited against the
-    planned ρ on adversarial neighbours; looped real code."""
+    """The twin's release on three binary attributes over two parties (a0 | a1 a2: the cross-party probes, the
+    within-party InDif vector, refinement's within-party L1 vector and probe scores, the two-sided cross-party
+    answers) audited against the planned ρ on adversarial neighbours; looped real code."""
     from vertisynth.core.domain import Domain
     from vertisynth.testing.checks import Subject, check_privacy_audit
 
     three = Domain(("a0", "a1", "a2"), (2, 2, 2))
     check_privacy_audit(Subject("synthesizer", "privmrf (vertical)", PrivMRFSynthesizer, PrivMRFConfig,
                                 {"iters": 20, "refine_iters": 10, "vertical": HE}, domain=three,
-                                parties=(("a0",), ("a1", "a2")), measure=_vertical_release_two_stages,
+                                parties=(("a0",), ("a1", "a2")), measure=_vertical_release,
                                 audit_samples=2000, audit_pairs=1, audit_sequential=True))
 
 
@@ -281,16 +267,21 @@ def test_under_trust_none_refinement_reads_each_probe_pooled_with_the_marginals_
         assert (sum(calls.values()) > 0) == (vertical is HE)
 
 
-def test_under_trust_none_a_second_stage_probes_refinement_s_contenders_again_and_pools_each():
-    """Trust none only (vertical/probes.py `privmrf_reprobes`, `privmrf_contenders`): half the probes' ρ asks a
+def test_under_trust_none_a_second_stage_probes_refinement_s_contenders_again_and_pools_each(monkeypatch):
+    """The second stage (vertical/probes.py `privmrf_reprobes`, `privmrf_contenders`; off by default, not kept:
+    docs/vertical.md, "privmrf under trust = none, second pass"), switched on at half the probes' ρ: it asks a
     quarter of the cross-party pairs again just before refinement, pairs that refinement's candidates hold, and
-    each pair's two answers are pooled by inverse variance; the ledger is the plan charge by charge. Trust server
-    plans one stage as before (docs/vertical.md, "privmrf under trust = none, second pass")."""
+    pools each pair's two answers by inverse variance; the ledger is the plan charge by charge. Trust server, and
+    trust none by default, plan one stage."""
     import itertools
     import math
 
+    import vertisynth.vertical.probes as probes_mod
     from vertisynth.vertical.oracle import VerticalOracle
 
+    off = make_plan(_cfg({**FAST, "vertical": HE})).ledger.planned
+    assert not [c for c in off if c.mechanism == "gaussian_cross_reprobe"]
+    monkeypatch.setattr(probes_mod, "PRIVMRF_REPROBE_SHARE", 0.5)
     plans = {t: make_plan(_cfg({**FAST, "vertical": v})) for t, v in (("none", HE), ("server", SERVER))}
     syn = plans["none"].synthesizer.instance
     mech = lambda plan, m: [c for c in plan.ledger.planned if c.mechanism == m]  # noqa: E731
@@ -321,11 +312,9 @@ def test_under_trust_none_a_second_stage_probes_refinement_s_contenders_again_an
             asked.extend(frozenset(s) for s in sets)
         return real_many(self, sets, pays, *args)
 
-    mp = pytest.MonkeyPatch()
-    with mp.context() as m:
-        m.setattr(PrivMRFSynthesizer, "_reprobe", reprobe)
-        m.setattr(VerticalOracle, "measure_many", many)
-        res = run(_cfg({**FAST, "vertical": HE}))
+    monkeypatch.setattr(PrivMRFSynthesizer, "_reprobe", reprobe)
+    monkeypatch.setattr(VerticalOracle, "measure_many", many)
+    res = run(_cfg({**FAST, "vertical": HE}))
     fit = seen["fit"]
     assert res.ledger.unspent() == [] and Counter(res.ledger.spent) == Counter(plans["none"].ledger.planned)
     # the contenders: cross-party pairs that refinement's candidates hold (more of them than re-probes here)

@@ -9,9 +9,9 @@ and two steps read no cross-party marginal (docs/vertical.md, "PrivMRF"): `probe
 each refinement round's measures every cross-party pair once on coarse bins (its R-score read off the released
 table), the rest pays the InDif vector of the pairs within one party and the parties' L1 vectors; refinement scores
 a cross-party candidate by the largest error of its cross-party pairs read off their probes (post-processing;
-under trust none each probe pooled with the marginals measured since that hold its pair, `_pooled_error`; and
-half the probes' ρ re-asks a quarter of the pairs just before refinement, the pairs its candidates hold of the
-largest residual, each pooled with its first answer: `_reprobe`).
+under trust none each probe pooled with the marginals measured since that hold its pair, `_pooled_error`; a
+second stage where part of the probes' ρ re-asks a quarter of the pairs just before refinement, the pairs its candidates hold of the
+largest residual, each pooled with its first answer, `_reprobe`: off by default, not kept, docs/vertical.md).
 Candidates over three parties or more are left out (a cross-party measure answers two); the probes join the last
 estimation. With a measure that releases once (`dpfm`, `grr`) there are no probes: every cross-party pair, score and
 marginal is read off the release for free, and the plan's charges pay the within-party steps alone (docs/vertical.md,
@@ -44,8 +44,7 @@ from vertisynth.pgm.scores import INDIF_SENSITIVITY, indif
 from vertisynth.vertical import owners, VerticalConfig, VerticalOracle
 from vertisynth.vertical.oracle import residual_above_noise
 from vertisynth.vertical.probes import (dependence, dependence_std, measure_probes, privmrf_contenders,
-                                        pool_answers, privmrf_reprobes, residual_l1, width_bins,
-                                        PRIVMRF_REPROBE_SHARE)
+                                        pool_answers, privmrf_reprobes, residual_l1, width_bins)
 
 STAGE = "synthesizer"
 R_SENSITIVITY = INDIF_SENSITIVITY / 2
@@ -214,8 +213,8 @@ class PrivMRFSynthesizer(Synthesizer):
         total = self._rho_r * share + moved * self._rounds
         # trust none: part of the probes' ρ asks the pairs refinement is about to compare again (a second stage,
         # its count from public facts: `privmrf_reprobes`)
-        again = privmrf_reprobes(len(probed), v.trust if v is not None else None)
-        kept = 1 - PRIVMRF_REPROBE_SHARE if again else 1.0
+        again, moved_again = privmrf_reprobes(len(probed), v.trust if v is not None else None)
+        kept = 1 - moved_again
         probe_rho = total * kept / len(probed) if probed else 0.0
         probes = [Charge(STAGE, "gaussian_cross_probe", ZCDP(probe_rho), party,
                          note="every cross-party pair once, for its R-score and refinement's score")
