@@ -166,9 +166,9 @@ def dependence_std(m: Measurement) -> float:
 # privmrf under trust "none" (its probes pay both its R-scores and its refinement rounds): a second stage where
 # PRIVMRF_REPROBE_SHARE of the probes' ρ re-probes PRIVMRF_REPROBE_FRACTION of the cross-party pairs just before
 # refinement, the pairs refinement is about to compare (`privmrf_contenders`), each pooled with its first answer.
-# Off (share 0): at 0.5 and 0.25 it lowered the grid's worst (1.29 -> 1.21) but raised its median and, on four seeds,
-# made NLTCS ε 0.4 seed 2 1.26 -> 1.36 (docs/vertical.md, "privmrf under trust = none, second pass"); kept for
-# measurement (benchmarks/privmrf_none_ablation.py `reprobe=S/F`)
+# Off (share 0): at 0.5 and 0.25 it lowered small-domains ε 1.6 seed 1 (1.29 -> 1.21) but raised the grid's median
+# and made zoo wide ε 0.4 seed 1 1.21 -> 1.34, NLTCS ε 0.4 seed 2 1.26 -> 1.36 (docs/vertical.md, "privmrf under
+# trust = none, second pass"); kept for measurement (benchmarks/privmrf_none_ablation.py `reprobe=S/F`)
 PRIVMRF_REPROBE_SHARE = 0.0
 PRIVMRF_REPROBE_FRACTION = 0.25
 
