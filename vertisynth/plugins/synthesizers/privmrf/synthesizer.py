@@ -10,8 +10,9 @@ each refinement round's measures every cross-party pair once on coarse bins (its
 table), the rest pays the InDif vector of the pairs within one party and the parties' L1 vectors; refinement scores
 a cross-party candidate by the largest error of its cross-party pairs read off their probes (post-processing;
 under trust none each probe pooled with the marginals measured since that hold its pair, `_pooled_error`; a
-second stage where part of the probes' ρ re-asks a quarter of the pairs just before refinement, the pairs its candidates hold of the
-largest residual, each pooled with its first answer, `_reprobe`: off by default, not kept, docs/vertical.md).
+second stage where part of the probes' ρ re-asks a quarter of the pairs just before refinement, those its
+candidates hold of the largest residual, each pooled with its first answer, `_reprobe`: off by default, not kept,
+docs/vertical.md).
 Candidates over three parties or more are left out (a cross-party measure answers two); the probes join the last
 estimation. With a measure that releases once (`dpfm`, `grr`) there are no probes: every cross-party pair, score and
 marginal is read off the release for free, and the plan's charges pay the within-party steps alone (docs/vertical.md,
