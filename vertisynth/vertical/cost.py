@@ -69,8 +69,8 @@ def answers(domain: Domain, partition: VerticalPartition, probe_bins: int, plann
     probes = [c for c in planned if c.mechanism.endswith(PROBE)]
     again = [c for c in planned if c.mechanism.endswith(REPROBE)]   # trust none, many pairs: a second stage
     margs = [c for c in planned if c.mechanism.endswith(MARGINAL)]
-    chosen = [c for c in planned if c.mechanism.endswith(PAIR)]
-    vector = [c for c in planned if c.mechanism.endswith(PAIRS)]
+    chosen = [c for c in planned if c.mechanism.endswith(PAIR) and hasattr(c.cost, "rho")]
+    vector = [c for c in planned if c.mechanism.endswith(PAIRS) and hasattr(c.cost, "rho")]   # Laplace: no twin
     out: list[dict[str, Any]] = []
     if probes and pairs:
         bins = {a: b for a, b in width_bins(domain.project(attrs), probe_bins).items() if owner[a] != whole_party}
