@@ -268,8 +268,9 @@ class DPSynSynthesizer(Synthesizer, MeasuresMarginals):
         return noisy
 
     def measure_oracle(self, oracle: MarginalOracle, rng: np.random.Generator) -> np.ndarray:
-        """`measure` with every data access through `oracle`: the k chosen pairs measured one by one at the σ of the
-        joint vector (σ = √(k/(2ρ)) per cell, the same ρ-zCDP release), drawn from the planned charge as a filter."""
+        """`measure` with every data access through `oracle`: the k chosen pairs measured each at the σ of the joint
+        vector (σ = √(k/(2ρ)) per cell, the same ρ-zCDP release), drawn from the planned charge as a filter; on a
+        vertical oracle together (`_measure_by_sigma`: the cross-party ones one protocol stage)."""
         self._check_oracle()
         t0 = time.perf_counter()
         pairs = self._select(oracle, rng) if self._greedy else self._pairs
