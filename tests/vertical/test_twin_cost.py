@@ -68,7 +68,7 @@ def test_the_estimate_counts_the_ciphertexts_a_run_of_the_same_answers_makes(mon
     data, part, pairs, planned, enc = _two_parties_real_crypto(monkeypatch, scheme, bits)
     asked, counted = answers(data.domain, part, 2, planned, enc.sigma_for_rho)
     # 6 of the 10 pairs cross parties: 7 marginals -> ceil(4.2) = 5 stand-in answers after the one probe answer
-    assert counted == {"probes": 6, "adaptive": 5, "marginals": 7} and len(asked) == 6
+    assert counted == {"probes": 6, "adaptive": 5, "marginals": 7, "pairs": 0, "stages": 6} and len(asked) == 6
     parties = {p.name: data.domain.project(p.attributes) for p in part}
     want = enc.answers_cost(asked, data.n, parties)
     run = HEEncoder(HEConfig(crypto="real", key_bits=bits, workers=1, **(scheme or {})))

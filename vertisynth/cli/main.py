@@ -198,8 +198,9 @@ def validate(config: Path, data_dir: str | None, rows: int, memory: str | None) 
     if cost and twin:
         click.echo(f"Expected HE cost per party for {rows:,} rows, before any row is read: {twin['probes']} probes "
                    f"(planned) and {twin['adaptive']} adaptive cross-party answers (a stand-in: {twin['marginals']} "
-                   "planned marginals x the share of attribute pairs that cross parties; docs/vertical.md) "
-                   "(per row in brackets):")
+                   "planned marginals x the share of attribute pairs that cross parties; docs/vertical.md)"
+                   + (f", {twin['pairs']} chosen pairs' tables in one stage" if twin.get("pairs") else "")
+                   + f", {twin.get('stages', 0)} protocol stages (per row in brackets):")
     elif cost:
         click.echo(f"Expected cost per party for {rows:,} rows (the run's table split; clique tables not yet chosen are "
                    "estimated on a stand-in; per row in brackets):")

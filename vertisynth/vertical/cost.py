@@ -11,6 +11,12 @@ which bins), so they are priced on a stand-in built from public facts only:
 * how many: each planned marginal charge (`*_marginal`) taken to cross parties in the share of attribute pairs that
   cross (Adult, 2 parties of 8 and 7 attributes: 56 of 105 pairs; 27 marginals -> 15 answers; measured 11 and 14 on
   4,000-row runs);
+* in one stage: a plan whose every charge is a marginal's (private_pgm's workload) knows every marginal before any
+  answer, and the twin asks them together (`measure_many`): its cross-party ones are one answer of that many tables,
+  not one answer each;
+* the chosen pairs (`*_2way`: one charge a pair, mst and private_pgm; `*_2way_marginals`: one charge for k pairs,
+  dpsyn, each pair at ρ/k, k taken as every pair): asked together once chosen (`measure_many`), so one answer of
+  as many tables as the share of pairs that cross parties says, each one attribute against one (unbinned);
 * which: the first answer a table of the first party's smallest pair of attributes against one attribute of the
   second, so that the second party is priced for its encryption too (its one unbinned side encrypts), then one
   attribute against one, the cross-party pairs in turn from the median of their cells up (each answer one table,
@@ -32,6 +38,7 @@ from vertisynth.core.privacy import Charge
 from .probes import width_bins
 
 PROBE, REPROBE, MARGINAL = "cross_probe", "cross_reprobe", "_marginal"
+PAIR, PAIRS = "_2way", "_2way_marginals"   # the chosen pairs: one charge each; one charge for all of them
 
 
 def _domains(domain: Domain, owner: dict[str, str], attributes: Sequence[str],
@@ -49,7 +56,8 @@ def answers(domain: Domain, partition: VerticalPartition, probe_bins: int, plann
             absorbed: Callable[[str, tuple[str, ...], float], bool] | None = None
             ) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """The twin's probe answer and the adaptive stand-in (module docstring), from the plan's charges, the public
-    domain and the partition; and what was counted ({"probes", "adaptive", "marginals"}). `whole_party`: the party
+    domain and the partition; and what was counted ({"probes", "adaptive", "marginals", "pairs", "stages": the
+    answers, one a protocol stage}). `whole_party`: the party
     whose side the probes leave unbinned (the twin's probes sum that party's whole rows: `measure_probes(whole=
     True)`), None: both sides binned. `absorbed(party, side, σ)`: whether the measure sums that side from the
     party's whole rows (a joint block in their spare slots): the first answer's pair is then the smallest one that
@@ -61,6 +69,8 @@ def answers(domain: Domain, partition: VerticalPartition, probe_bins: int, plann
     probes = [c for c in planned if c.mechanism.endswith(PROBE)]
     again = [c for c in planned if c.mechanism.endswith(REPROBE)]   # trust none, many pairs: a second stage
     margs = [c for c in planned if c.mechanism.endswith(MARGINAL)]
+    chosen = [c for c in planned if c.mechanism.endswith(PAIR) and hasattr(c.cost, "rho")]
+    vector = [c for c in planned if c.mechanism.endswith(PAIRS) and hasattr(c.cost, "rho")]   # Laplace: no twin
     out: list[dict[str, Any]] = []
     if probes and pairs:
         bins = {a: b for a, b in width_bins(domain.project(attrs), probe_bins).items() if owner[a] != whole_party}
@@ -84,7 +94,22 @@ def answers(domain: Domain, partition: VerticalPartition, probe_bins: int, plann
         free = [b for b in duo if absorbed is None or not absorbed(first, b, sigma)]
         tables = [((free or duo)[0], (other[0],))] if duo else []
         tables += [((a,), (b,)) for a, b in itertools.islice(itertools.cycle(ordered), adaptive - len(tables))]
-        for left, right in tables[:adaptive]:
-            out.append({"domains": _domains(domain, owner, left + right), "queries": [(left, right)],
-                        "sigma": sigma})
-    return out, {"probes": len(probes) + len(again), "adaptive": adaptive, "marginals": len(margs)}
+        tables = tables[:adaptive]
+        if len(margs) == len(planned):   # nothing selects: every marginal known up front, asked in one stage
+            out.append({"domains": _domains(domain, owner, [x for t in tables for side in t for x in side]),
+                        "queries": tables, "sigma": sigma})
+        else:
+            for left, right in tables:
+                out.append({"domains": _domains(domain, owner, left + right), "queries": [(left, right)],
+                            "sigma": sigma})
+    # the chosen pairs, asked together: one stage, the share of them that crosses parties, one attribute a side
+    k = len(chosen) or (total if vector else 0)
+    cross = math.ceil(k * len(pairs) / total) if k and pairs else 0
+    if cross:
+        sigma = sigma_for_rho(chosen[0].cost.rho if chosen else vector[0].cost.rho / k)
+        ordered = sorted(pairs, key=lambda p: (domain.size(p[0]) * domain.size(p[1]), p))
+        picked = ordered[len(ordered) // 2:][:cross] + ordered[: max(cross - (len(ordered) - len(ordered) // 2), 0)]
+        out.append({"domains": _domains(domain, owner, [x for p in picked for x in p]),
+                    "queries": [((a,), (b,)) for a, b in picked], "sigma": sigma})
+    return out, {"probes": len(probes) + len(again), "adaptive": adaptive, "marginals": len(margs),
+                 "pairs": cross, "stages": len(out)}

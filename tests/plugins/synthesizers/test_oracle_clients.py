@@ -77,7 +77,7 @@ def test_fit_oracle_with_the_central_oracle_is_fit_on_the_same_stream(cls, cfg):
     # the charges the oracle spent are the plan, in full
     assert not ledger2.unspent() and sorted(map(repr, ledger2.spent)) == sorted(map(repr, charges2))
     assert [(c.mechanism, c.cost) for c in ledger.spent] == [(c.mechanism, c.cost) for c in ledger2.spent]
-    assert oracle.calls.get("measure", 0) >= 1
+    assert oracle.calls.get("measure", 0) + oracle.calls.get("measure_many", 0) >= 1   # one at a time or batched
     if cls is PrivMRFSynthesizer:   # the count and marginals, the R-scores, the refinement queries
         assert oracle.calls["indif"] == 1 and oracle.calls["l1_errors"] >= 1
 

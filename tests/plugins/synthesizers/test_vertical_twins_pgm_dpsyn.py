@@ -9,7 +9,7 @@ import pytest
 
 from vertisynth.core.errors import ConfigError
 from vertisynth.run.config import parse_config
-from vertisynth.run.pipeline import make_plan, run
+from vertisynth.run.pipeline import execute, make_plan, run
 
 HE = {"measure": "he", "trust": "none", "params": {"crypto": "simulated"}}
 SERVER = {"measure": "he", "trust": "server", "params": {"crypto": "simulated"}}
@@ -188,3 +188,43 @@ def test_vertical_twin_pgm_dpsyn_audit_slow(name, params):
     check_privacy_audit(Subject("synthesizer", f"{name} (vertical)", cls, config_cls, params, domain=three,
                                 parties=(("a0",), ("a1", "a2")), measure=_vertical_release,
                                 audit_samples=2000, audit_pairs=1, audit_sequential=True))
+
+
+
+# -- the chosen pairs in one protocol stage (issue 31, cost side) -------------------------------------------------
+ONE_STAGE = [("private_pgm", {"iters": 30}), ("private_pgm", {"iters": 30, "measurements": "workload"}),
+             ("dpsyn", {"rounds": 5}), ("dpsyn", {"rounds": 5, "selection": "greedy"})]
+
+
+@pytest.mark.parametrize("vertical", [HE, SERVER], ids=["none", "server"])
+@pytest.mark.parametrize("syn, params", ONE_STAGE)
+def test_the_twin_asks_its_chosen_cross_party_pairs_in_one_stage_and_spends_its_plan_in_order(
+        monkeypatch, syn, params, vertical):
+    """The marginals a twin asks independently of each other's answers (private_pgm's chosen pairs or its
+    workload, dpsyn's chosen pairs) go through one `measure_many`: their cross-party ones are one stage of the
+    measure (a party's rows encrypted once for all of them), not one stage each as before. The ledger is the
+    plan, charge for charge and in order, and each of those answers was paid its planned ρ (private_pgm: a
+    gaussian_2way / gaussian_marginal charge; dpsyn: ρ/k of its one measurement charge)."""
+    from vertisynth.vertical.link import InProcessLink
+
+    stages: list[list[tuple[str, ...]]] = []
+    cross = InProcessLink.cross
+
+    def counted(self, queries, sigma, spends):   # every stage of the cross-party measure, as asked
+        stages.append(sorted(tuple(sorted(q[0])) for q in queries))
+        return cross(self, queries, sigma, spends)
+    monkeypatch.setattr(InProcessLink, "cross", counted)
+    cfg = _cfg(syn, {**params, "vertical": vertical}, n=3000)
+    plan = make_plan(cfg)
+    planned = list(plan.ledger.planned)
+    res = execute(plan)
+    assert res.ledger.unspent() == [] and list(res.ledger.spent) == planned
+    if syn == "private_pgm":
+        rho = {c.mechanism: c.cost.rho for c in planned}[
+            "gaussian_marginal" if params.get("measurements") == "workload" else "gaussian_2way"]
+    else:
+        rho = plan.synthesizer.instance._measure_charge.cost.rho / len(plan.synthesizer.instance.selected)
+    last = sorted(tuple(sorted(q["attributes"])) for q in res.ledger.cross_party
+                  if abs(q["rho"] - rho) < 1e-9 * rho and not q.get("binned"))
+    assert len(last) >= 2   # this table puts several of them across parties
+    assert stages[-1] == last, [len(s) for s in stages]   # one stage, the last, holding them all

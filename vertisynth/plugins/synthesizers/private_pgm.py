@@ -167,10 +167,11 @@ class PrivatePGMSynthesizer(FittedGraphicalModel, Synthesizer, MeasuresMarginals
         attrs_ = self._domain.attributes
         if self.config.measurements == "workload":
             charge = dict(zip(self._paid, self._charges["gaussian_marginal"]))
-            meas = [oracle.measure(w, charge.get(w), rng) for w in self._workload]   # None: from the release
+            # independent of each other: one batch, its cross-party marginals one protocol stage (vertical)
+            meas = oracle.measure_many(self._workload, [charge.get(w) for w in self._workload], rng)   # None: release
             t1 = t2 = time.perf_counter()
         else:
-            meas = [oracle.measure((a,), ch, rng) for a, ch in zip(attrs_, self._charges["gaussian_1way"])]
+            meas = oracle.measure_many([(a,) for a in attrs_], self._charges["gaussian_1way"], rng)
             probes = []
             if self._cross:   # every cross-party pair once, on at most probe_bins bins per attribute (equal noisy
                 # 1-way mass: post-processing), so the selection can score them on released answers
@@ -183,9 +184,9 @@ class PrivatePGMSynthesizer(FittedGraphicalModel, Synthesizer, MeasuresMarginals
             if getattr(self, "_free", False):   # cross-party pairs from the release; the filter pays the rest evenly
                 filt = ZCDPFilter(self._charges["gaussian_2way"][0], oracle.ledger)
                 sigma2 = math.sqrt(max(sum(not oracle.crosses(p) for p in pairs), 1) / (2 * filt.total))
-                meas += [oracle.measure(p, filt, rng, sigma2) for p in pairs]
-            else:
-                meas += [oracle.measure(p, ch, rng) for p, ch in zip(pairs, self._charges["gaussian_2way"])]
+                meas += oracle.measure_many(pairs, [filt] * len(pairs), rng, sigma2)
+            else:   # the chosen pairs depend on no answer of each other: their cross-party ones in one stage
+                meas += oracle.measure_many(pairs, self._charges["gaussian_2way"], rng)
             # a probe joins estimation where its pair was chosen (all of them would make the model's graph dense)
             meas += [m for m in probes if m.attributes in pairs]
         self._timings = {"measure": time.perf_counter() - t2 + (t1 - t0), "select": t2 - t1}

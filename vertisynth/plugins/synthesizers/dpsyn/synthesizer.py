@@ -85,6 +85,20 @@ class DPSynConfig:
             raise ConfigError("dpsyn: rounds and consistency_rounds must be >= 1")
 
 
+def _measure_by_sigma(oracle: MarginalOracle, pairs: list[tuple[str, str]], sigmas: list[float], filt: ZCDPFilter,
+                      rng: np.random.Generator) -> list[Any]:
+    """The chosen pairs (independent of each other's answers) asked in one `measure_many` per σ, answers in the
+    pairs' order: on a vertical oracle the cross-party ones of one σ are one protocol stage (a party's rows
+    encrypted once for all of them), not one stage each. They are unbinned, so `_check_stage` (one table of a
+    party's columns per stage) never splits them: one stage per σ, and the cross-party pairs share one σ."""
+    out: list[Any] = [None] * len(pairs)
+    for s in dict.fromkeys(sigmas):
+        idx = [i for i, x in enumerate(sigmas) if x == s]
+        for i, m in zip(idx, oracle.measure_many([pairs[i] for i in idx], [filt] * len(idx), rng, s)):
+            out[i] = m
+    return out
+
+
 class _ScaledScores:
     """The direct path's InDif scores (Laplace noise, or θ records per person: sensitivity 5θ per pair), with the
     oracle's `indif` signature so `_select` has one body."""
@@ -254,8 +268,9 @@ class DPSynSynthesizer(Synthesizer, MeasuresMarginals):
         return noisy
 
     def measure_oracle(self, oracle: MarginalOracle, rng: np.random.Generator) -> np.ndarray:
-        """`measure` with every data access through `oracle`: the k chosen pairs measured one by one at the σ of the
-        joint vector (σ = √(k/(2ρ)) per cell, the same ρ-zCDP release), drawn from the planned charge as a filter."""
+        """`measure` with every data access through `oracle`: the k chosen pairs measured each at the σ of the joint
+        vector (σ = √(k/(2ρ)) per cell, the same ρ-zCDP release), drawn from the planned charge as a filter; on a
+        vertical oracle together (`_measure_by_sigma`: the cross-party ones one protocol stage)."""
         self._check_oracle()
         t0 = time.perf_counter()
         pairs = self._select(oracle, rng) if self._greedy else self._pairs
@@ -268,9 +283,12 @@ class DPSynSynthesizer(Synthesizer, MeasuresMarginals):
             k = max(sum(not oracle.crosses(p) for p in pairs), 1)
         sigma = math.sqrt(k / (2 * rho))
         filt = ZCDPFilter(self._measure_charge, oracle.ledger)
-        # a cross-party pair costs the same ρ/k; its σ is what the cross-party measure gives for it
-        meas = [oracle.measure(p, filt, rng, oracle.cross_measure.sigma_for_rho(rho / k)
-                               if vertical and not free and oracle.crosses(p) else sigma) for p in pairs]
+        if not vertical:   # the central path as it was: one draw per pair, in order
+            meas = [oracle.measure(p, filt, rng, sigma) for p in pairs]
+        else:   # a cross-party pair costs the same ρ/k; its σ is what the cross-party measure gives for it
+            sigmas = [oracle.cross_measure.sigma_for_rho(rho / k) if not free and oracle.crosses(p) else sigma
+                      for p in pairs]
+            meas = _measure_by_sigma(oracle, pairs, sigmas, filt, rng)
         self._exact_shapes = [self._domain.project(list(p)) for p in pairs]
         self._var = sigma * sigma
         self._vars = [m.std ** 2 for m in meas]   # a cross-party answer carries its own variance (2σ² under trust none)
