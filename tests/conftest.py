@@ -31,7 +31,7 @@ if all(os.environ[v] == "1" for v in _THREAD_VARIABLES):
 
 # The DP conformance kit's fixtures, --vertisynth-audit option and Hypothesis CI profile; --cpu-durations=N;
 # --audit-cost (each privacy audit's sampling CPU, estimated from a few samples, instead of running it); spill_dir;
-# under `-n N`, each xdist worker is sent whole modules (a module's fixtures built once).
+# under plain `-n N`, the modules of whole_modules.KEEP_WHOLE each kept on one worker (their fixtures built once).
 pytest_plugins = ["vertisynth.testing.plugin", "cpu_durations", "audit_cost", "spill_helpers", "whole_modules"]
 
 from sshd_helpers import sftp_env, sshd  # noqa: E402,F401  (a real OpenSSH server for the sftp:// tests)

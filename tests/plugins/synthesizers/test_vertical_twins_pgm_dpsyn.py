@@ -190,7 +190,6 @@ def test_vertical_twin_pgm_dpsyn_audit_slow(name, params):
                                 audit_samples=2000, audit_pairs=1, audit_sequential=True))
 
 
-
 # -- the chosen pairs in one protocol stage (issue 31, cost side) -------------------------------------------------
 ONE_STAGE = [("private_pgm", {"iters": 30}), ("private_pgm", {"iters": 30, "measurements": "workload"}),
              ("dpsyn", {"rounds": 5}), ("dpsyn", {"rounds": 5, "selection": "greedy"})]
