@@ -17,9 +17,10 @@ from vertisynth.vertical import VerticalConfig, VerticalOracle, party_streams
 from tests.synthetic_tables import correlated
 
 
-def _fit(trust):
+def _fit(trust, parties=(("a", "c", "e"), ("b", "d"))):
     data = correlated(6000)
-    part = VerticalPartition.from_lists([["a", "c", "e"], ["b", "d"]], ["P0", "P1"]).validate(data.domain)
+    data = data.project([a for a in data.domain.attributes if any(a in p for p in parties)])
+    part = VerticalPartition.from_lists([list(p) for p in parties], ["P0", "P1"]).validate(data.domain)
     syn = AIMSynthesizer(AIMConfig(iters=100, rounds=8, vertical=VerticalConfig(
         trust=trust, params={"crypto": "simulated"})))
     budget = Budget(2.0, 1e-6)
@@ -63,7 +64,8 @@ def test_under_trust_server_a_full_resolution_probe_is_paid_probe_full_times_a_c
     """docs/vertical.md "aim, seventh pass": under trust = "server" (default `probe`) a probe with no attribute
     coarsened is measured at σ_p / √PROBE_FULL, drawn from the filter at PROBE_FULL times a coarse probe's ρ, which
     keeps PROBE · ρ_rounds / K; under trust = "none" every probe is paid as before. b (8 values) is coarsened, so
-    the pairs with b are coarse probes, those with d (4 values) full ones."""
+    the pairs with b are coarse probes, those with d (4 values) full ones: under trust none the full ones get more
+    only where every probe is full (the next test)."""
     from vertisynth.plugins.synthesizers import aim
     for trust, ratio in (("server", 3.0), ("none", 1.0)):   # 3.0: aim.PROBE_FULL (checked last)
         syn, ledger, _ = _fit(trust)
@@ -80,6 +82,26 @@ def test_under_trust_server_a_full_resolution_probe_is_paid_probe_full_times_a_c
         draws = [rho for what, rho in syn._filter_log if " across " in what][:6]
         np.testing.assert_allclose(draws, [q["rho"] for q in probes], rtol=1e-9)
     assert aim.PROBE_FULL == 3.0
+
+
+def test_under_trust_none_the_probes_get_probe_full_none_where_every_probe_is_full_resolution():
+    """docs/vertical.md "aim under trust = none, eleventh pass": under trust = "none" (default `probe`), where no
+    probe coarsens an attribute (a, c, e | d: 3, 2, 2 against 4 values, probe_bins 4), each probe is drawn at
+    PROBE_FULL_NONE times PROBE · ρ_rounds / K (σ_p / √PROBE_FULL_NONE); the draws equal the ledger's entries. On
+    main every probe was paid PROBE · ρ_rounds / K under trust none (this test failed there); where some probe is
+    coarse they still are (the test above)."""
+    from vertisynth.plugins.synthesizers import aim
+    syn, ledger, planned = _fit("none", (("a", "c", "e"), ("d",)))
+    probes = ledger.cross_party[:3]
+    assert sorted(tuple(sorted(q["attributes"])) for q in probes) == [("a", "d"), ("c", "d"), ("d", "e")]
+    assert all("binned" not in q for q in probes)
+    np.testing.assert_allclose([q["rho"] for q in probes],   # 2.0: aim.PROBE_FULL_NONE (checked last)
+                               2.0 * aim.PROBE * syn._charges["rounds"].cost.rho / 3, rtol=1e-9)
+    draws = [rho for what, rho in syn._filter_log if " across " in what]
+    np.testing.assert_allclose(draws, [q["rho"] for q in ledger.cross_party], rtol=1e-9)
+    assert ledger.unspent() == [] and Counter(ledger.spent) == planned
+    assert sum(rho for _, rho in syn._filter_log) <= syn._charges["rounds"].cost.rho * (1 + 1e-9)
+    assert aim.PROBE_FULL_NONE == 2.0
 
 
 def _server_release(synth, data, ledger, rng):

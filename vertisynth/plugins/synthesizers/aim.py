@@ -13,7 +13,8 @@ The workload is every `degree`-way marginal (default 3) with weight 1, or the ma
 Every question goes through a MarginalOracle. With `vertical = { measure = "he", trust = "none" }` the run's oracle
 is a vertical one (vertisynth/vertical): the same charges, and two deviations (docs/vertical.md): every cross-party
 pair of the candidates is measured once first (`probe` of the rounds' ρ; estimation uses a pair's once chosen; under
-trust = "server" a pair measured at full resolution gets PROBE_FULL times a coarse one's ρ), so the
+trust = "server" a pair measured at full resolution gets PROBE_FULL times a coarse one's ρ, under trust = "none"
+PROBE_FULL_NONE times where every probe is at full resolution), so the
 selection can score cross-party candidates on released answers; a triple over two parties is a candidate under
 trust = "server" (scored at the party holding two of its attributes, with its cross-party pairs' released estimates),
 left out under two-sided noise; candidates over three parties or more are left out (no measure answers them).
@@ -47,6 +48,11 @@ PROBE = 0.15   # vertical: the share of the rounds' ρ that measures every cross
 # what selection scores it by (docs/vertical.md, "aim, seventh pass"); a coarse probe's score is coarse whatever its
 # noise, and more ρ for every probe cost the larger-domain presets more than it gave
 PROBE_FULL = 3.0
+# the same under trust = "none" (two-sided noise: each probe releases twice trust server's variance at its ρ), where
+# every probe is at full resolution (zoo small-domains, NLTCS: 0.8 of main's ratio on small-domains, 8 cells of 8).
+# Where only some are (mixed, strong, weak) the full ones' sharper scores lost ε 0.4 cells there, and ×3 lost NLTCS
+# (docs/vertical.md, "aim under trust = none, eleventh pass")
+PROBE_FULL_NONE = 2.0
 CELL_BYTES = 8  # the model-size cap counts float64 cells, as the paper's megabytes do
 
 
@@ -344,12 +350,16 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
             share = c.vertical.probe if c.vertical.probe is not None else PROBE
             sigma_p = math.sqrt(len(probe) / (2 * share * filt.total))
             bins = mass_bins(meas, c.vertical.probe_bins)
-            # trust server, default share: the full-resolution probes at σ_p / √PROBE_FULL (their cost, the draws
-            # below, known before any is answered; the coarse ones as before)
+            # default share: the full-resolution probes at σ_p / √PROBE_FULL (trust server; trust none: √PROBE_FULL_NONE
+            # where all are full), their cost, the draws below, known before any is answered (from the public domain,
+            # probe_bins and the released 1-ways' bins); the coarse ones as before
+            times = PROBE_FULL if server else PROBE_FULL_NONE
             full = [r for r in probe if not any(a in bins for a in r)] \
-                if server and c.vertical.probe is None and PROBE_FULL != 1 else []
+                if c.vertical.probe is None and times != 1 else []
+            if not server and len(full) < len(probe):
+                full = []   # trust none: only where every probe is full (PROBE_FULL_NONE)
             coarse = [r for r in probe if r not in full]
-            for group, s_p in ((coarse, sigma_p), (full, sigma_p / math.sqrt(PROBE_FULL))):
+            for group, s_p in ((coarse, sigma_p), (full, sigma_p / math.sqrt(times))):
                 if group:
                     pending.update(zip(group, measure_probes(oracle, group, [filt] * len(group), rng, bins, s_p)))
             pending = {r: pending[r] for r in probe}   # in the candidates' order, as before
