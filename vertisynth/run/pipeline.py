@@ -344,12 +344,15 @@ def twin_cost_estimate(plan: Plan, rows: int) -> tuple[dict[str, dict[str, float
     req = plan.synthesizer.instance.vertical_request()
     domain = plan.source.schema.preview_domain()
     # a twin whose probes leave the side of the whole rows' party unbinned (privmrf) is priced as it asks them
-    whole = measure.instance.whole_rows_party(plan.partition.names) \
-        if isinstance(plan.synthesizer.instance, ProbesWholeRows) and plan.synthesizer.instance.probes_whole_rows() \
-        and isinstance(measure.instance, SumsWholeRows) else None
+    keeps = measure.instance.whole_rows_party(plan.partition.names) \
+        if isinstance(measure.instance, SumsWholeRows) else None
+    whole = keeps if isinstance(plan.synthesizer.instance, ProbesWholeRows) \
+        and plan.synthesizer.instance.probes_whole_rows() else None
     parties = {p.name: domain.project(p.attributes) for p in plan.partition}
+    # every adaptive answer is summed from whole rows where its sides allow, probes unbinned or not (the link
+    # always hands the measure each party's whole view): the stand-in needs that to make the second party encrypt
     absorbed = (lambda p, side, sigma: measure.instance.in_whole_rows(parties[p], side, rows, sigma)) \
-        if whole is not None else None
+        if keeps is not None else None
     asked, counted = twin_answers(domain, plan.partition, req.probe_bins, plan.ledger.planned,
                                   measure.instance.sigma_for_rho, whole, absorbed)
     cost = measure.instance.answers_cost(asked, rows, parties)
