@@ -182,7 +182,8 @@ def test_validate_prints_a_twins_he_cost_per_party_and_the_server(tmp_path):
 def test_the_estimate_is_within_a_quarter_of_a_measured_runs_cpu(tmp_path):
     """A vertical privmrf run on a zoo table with real 2048-bit Paillier: the HE CPU each party spent (the
     measure's `Costs`, its pool workers included) against `validate`'s estimate for the same plan and rows, made
-    before the runs: each party's median of three runs within 25%. Three, not one: which party's answers are
+    before the runs: each party's median of three runs within 25% (of the figure with or without its one pass
+    where that follows the adaptive picks: validate prints both). Three, not one: which party's answers are
     encrypted follows privmrf's adaptive picks, which follow secure noise, and a key pair is a prime search of
     random length, so one run is one draw of what the estimate prices at its expectation (docs/he.md)."""
     from vertisynth.run.config import load_config
@@ -201,7 +202,11 @@ def test_the_estimate_is_within_a_quarter_of_a_measured_runs_cpu(tmp_path):
     got = {p: float(np.median([r.get(p, 0.0) for r in runs])) for p in est if p != "server"}
     print(f"\nHE CPU s: runs {runs}, medians {got}, estimated {est}")
     for p, v in got.items():
-        assert math.isclose(v, est[p]["cpu_s"], rel_tol=0.25), (p, runs, est)
+        # a party whose one pass follows the adaptive picks has two figures, both printed by validate (with the pass,
+        # the stand-in's case, and without it, `unasked`): its median is within 25% of one of them (hecost14: at
+        # 3,000 rows party2 encrypted in none of three runs, at 4,000 in two of three)
+        want = [est[p]["cpu_s"]] + ([est[p]["unasked"]["cpu_s"]] if est[p].get("unasked") else [])
+        assert any(math.isclose(v, w, rel_tol=0.25) for w in want), (p, runs, est)
 
 
 @pytest.mark.skipif(not paillier.short_available(), reason="scheme = 'ou' needs sf-heu")
