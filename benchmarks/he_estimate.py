@@ -117,6 +117,9 @@ def one_run(args, plan, twin: bool, n: int, before: dict) -> dict[str, float]:
                 f"key pair run {key_cpu.get(p, 0.0):.2f} s est {key_est:.2f} s; without it: run "
                 f"{ran - key_cpu.get(p, 0.0):.2f} s est {est['cpu_s'] - key_est:.2f} s "
                 f"({(est['cpu_s'] - key_est) / max(ran - key_cpu.get(p, 0.0), 1e-9):.2f}x)")
+        if est.get("unasked"):   # the estimate without the pass of its rows that the adaptive picks may not ask
+            un = est["unasked"]["cpu_s"]
+            line += f"; estimate without its rows' pass {un:.2f} s ({un / max(ran, 1e-9):.2f}x)"
         diff = {o: (ops.get(o, 0), want.get(o, 0)) for o in sorted(set(ops) | set(want)) if ops.get(o, 0) != want.get(o, 0)}
         line += "; ops run/est that differ: " + (", ".join(f"{o} {a:,}/{b:,}" for o, (a, b) in diff.items()) or "none")
         print(line, flush=True)

@@ -2,12 +2,14 @@
 row is read (vertisynth/vertical/cost.py: the planned probes and a stated stand-in for the adaptive answers,
 priced by `HEEncoder.answers_cost`). Where the queries are fixed, the ciphertexts are exactly those a run makes;
 the CPU is within 25% of a measured run at a small n (slow: real 2048-bit Paillier)."""
+import itertools
 import math
 
 import numpy as np
 import pytest
 
-from vertisynth.core.dataset import VerticalPartition
+from vertisynth.core.dataset import Dataset, VerticalPartition
+from vertisynth.core.domain import Domain
 from vertisynth.core.privacy import Budget, Charge, PrivacyLedger, ZCDP
 from vertisynth.plugins.encoders.he import paillier
 from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
@@ -75,8 +77,17 @@ def test_the_estimate_counts_the_ciphertexts_a_run_of_the_same_answers_makes(mon
     _replay(data, part, planned, asked, run)
     got = run.costs["oracle"].ciphertexts
     assert got == {p: want[p]["ciphertexts"] for p in got}, (got, want)
-    # each party encrypted its rows at most twice (its probe run, its whole rows), not once per answer
-    assert all(k < 2 * data.n + data.n for k in got.values())
+    # each party encrypted its rows at most twice (its probe run: one ciphertext per row; its whole rows: one pass of
+    # their plaintexts, two per row under OU where they carry every pair), not once per answer
+    from vertisynth.plugins.encoders.he import protocol
+    from vertisynth.plugins.encoders.he.noise import support_bound
+
+    t = support_bound(asked[-1]["sigma"])
+    for p, k in got.items():
+        size = lambda b, d=parties[p]: int(np.prod([d.size(a) for a in b]))  # noqa: E731
+        whole = protocol.usual_layout(enc.whole_queries(parties[p], data.n, t), size, data.n, t, enc.plan_bits(),
+                                      separate=True).plaintexts
+        assert k < data.n * (1 + whole) + data.n, (p, got, whole)
 
 
 @pytest.mark.parametrize("scheme, bits", SCHEME_CASES, ids=["paillier", "ou"])
@@ -162,7 +173,7 @@ def test_validate_prints_a_twins_he_cost_per_party_and_the_server(tmp_path):
     out = CliRunner().invoke(main, ["validate", str(cfg), "--rows", "45222"])
     assert out.exit_code == 0, out.output
     assert "Expected HE cost per party for 45,222 rows, before any row is read" in out.output
-    lines = [ln for ln in out.output.splitlines() if "ciphertexts" in ln]
+    lines = [ln for ln in out.output.splitlines() if "ciphertexts" in ln and not ln.strip().startswith("(")]
     assert len(lines) == 3 and lines[-1].split()[0] == "server", lines   # two parties and the server
     assert all(int(ln.split()[2].replace(",", "")) > 45222 for ln in lines[:2])   # each encrypts its rows
 
@@ -171,7 +182,8 @@ def test_validate_prints_a_twins_he_cost_per_party_and_the_server(tmp_path):
 def test_the_estimate_is_within_a_quarter_of_a_measured_runs_cpu(tmp_path):
     """A vertical privmrf run on a zoo table with real 2048-bit Paillier: the HE CPU each party spent (the
     measure's `Costs`, its pool workers included) against `validate`'s estimate for the same plan and rows, made
-    before the runs: each party's median of three runs within 25%. Three, not one: which party's answers are
+    before the runs: each party's median of three runs within 25% (of the figure with or without its one pass
+    where that follows the adaptive picks: validate prints both). Three, not one: which party's answers are
     encrypted follows privmrf's adaptive picks, which follow secure noise, and a key pair is a prime search of
     random length, so one run is one draw of what the estimate prices at its expectation (docs/he.md)."""
     from vertisynth.run.config import load_config
@@ -190,7 +202,11 @@ def test_the_estimate_is_within_a_quarter_of_a_measured_runs_cpu(tmp_path):
     got = {p: float(np.median([r.get(p, 0.0) for r in runs])) for p in est if p != "server"}
     print(f"\nHE CPU s: runs {runs}, medians {got}, estimated {est}")
     for p, v in got.items():
-        assert math.isclose(v, est[p]["cpu_s"], rel_tol=0.25), (p, runs, est)
+        # a party whose one pass follows the adaptive picks has two figures, both printed by validate (with the pass,
+        # the stand-in's case, and without it, `unasked`): its median is within 25% of one of them (hecost14: at
+        # 3,000 rows party2 encrypted in none of three runs, at 4,000 in two of three)
+        want = [est[p]["cpu_s"]] + ([est[p]["unasked"]["cpu_s"]] if est[p].get("unasked") else [])
+        assert any(math.isclose(v, w, rel_tol=0.25) for w in want), (p, runs, est)
 
 
 @pytest.mark.skipif(not paillier.short_available(), reason="scheme = 'ou' needs sf-heu")
@@ -219,3 +235,76 @@ def test_ou_estimate_prices_the_set_bits_the_runs_encryptions_take(monkeypatch):
     run = HEEncoder(HEConfig(crypto="real", key_bits=1024, workers=1, scheme="ou"))
     _replay(data, part, planned, asked, run)
     assert sum(ones) > 0 and priced == sum(ones), (priced, ones)
+
+
+def test_whole_rows_carry_every_pair_so_pair_answers_encrypt_the_rows_once(monkeypatch):
+    """Issues 31/33: a party's whole rows carry every pair of its attributes where that takes at most one plaintext
+    per row more (`WHOLE_PAIRS_EXTRA`), so answers whose side at that party is any pair of its attributes are all
+    summed from one pass of its rows, a count known before the run. The old rows carried only the pairs that fit
+    their spare slots (7 of 15 here): each answer on another pair encrypted a block pass of its own (NLTCS, a
+    4,000-row twin run: party1's rows encrypted 5 times)."""
+    from vertisynth.plugins.encoders.he import protocol
+    from vertisynth.plugins.encoders.he.noise import support_bound
+
+    monkeypatch.setattr(paillier, "MIN_KEY_BITS", 1024)
+    rng = np.random.default_rng(5)
+    names = [f"a{i}" for i in range(6)] + ["b0", "b1"]
+    codes = rng.integers(0, 2, (160, 8))
+    codes[:, 6] = codes[:, 0] ^ (rng.random(160) < 0.2)
+    data = Dataset(codes, Domain(names, [2] * 8))
+    part = VerticalPartition.from_lists([names[:6], names[6:]], ["P0", "P1"]).validate(data.domain)
+    duos = list(itertools.combinations(names[:6], 2))
+    planned = [Charge("s", "gaussian_marginal", ZCDP(0.5)) for _ in duos]
+    led = PrivacyLedger(Budget(1e6, 1e-9))
+    led.plan(planned)
+    run = HEEncoder(HEConfig(crypto="real", key_bits=1024, workers=1))
+    oracle = VerticalOracle(part.views(data), part, run, led, {p: np.random.default_rng(i) for i, p in
+                                                               enumerate(part.names)}, "he")
+    sigma = run.sigma_for_rho(0.5)
+    p0 = data.domain.project(names[:6])
+    whole = run.whole_blocks(p0, data.n, support_bound(sigma))
+    assert {frozenset(d) for d in duos} <= {frozenset(b) for b in whole}
+    size = lambda b: int(np.prod([p0.size(a) for a in b]))  # noqa: E731
+    lay = protocol.usual_layout([(b, ()) for b in whole], size, data.n, support_bound(sigma), run.plan_bits(),
+                                separate=True)
+    for duo, ch in zip(duos, planned):
+        oracle.measure(duo + ("b0",), ch, np.random.default_rng(0))
+    got = run.costs["oracle"].ciphertexts
+    assert got["P0"] == data.n * lay.plaintexts == 2 * data.n, got   # one pass of P0's rows, two per row
+    asked = [{"domains": {"P0": p0.project(d), "P1": data.domain.project(["b0"])}, "queries": [(d, ("b0",))],
+              "sigma": sigma} for d in duos]
+    want = run.answers_cost(asked, data.n, {p.name: data.domain.project(p.attributes) for p in part})
+    assert {p: want[p]["ciphertexts"] for p in got} == got
+
+
+def test_the_twins_estimate_prices_each_partys_encryption_as_its_answers_make_it(data_dir, monkeypatch):
+    """Issues 31/33: `validate`'s estimate for the privmrf twin on NLTCS (no `probe_whole_rows`) against the answers
+    the run asked (recorded, then priced by the same counting model, which the tests above show exact): each
+    party's ciphertexts within 25%. Before: the stand-in gave the second party no encryption of its whole rows
+    (48 against 4,090 ciphertexts at 4,000 rows: its `absorbed` rule was read only with unbinned probes), and
+    party1 encrypted a block pass for every pair its whole rows lacked (20,016 against 4,004)."""
+    from vertisynth.run.config import parse_config
+    from vertisynth.run.pipeline import execute, make_plan, twin_cost_estimate
+
+    raw = {"seed": 0, "budget": {"epsilon": 1.6, "delta": 1e-9},
+           "dataset": {"name": "nltcs", "params": {"data_dir": str(data_dir), "sample": 3000, "sample_seed": 1}},
+           "synthesizer": {"use": "privmrf", "params": {"vertical": {"measure": "he", "trust": "none",
+                                                                      "params": {"crypto": "simulated"}}}}}
+    plan = make_plan(parse_config(raw))
+    est, _ = twin_cost_estimate(plan, 3000)
+    asked, answer = [], HEEncoder.answer
+
+    def recorded(self, views, queries, sigma, noise, rngs, whole=None):
+        asked.append({"domains": {p: v.domain for p, v in views.items()}, "queries": list(queries), "sigma": sigma})
+        return answer(self, views, queries, sigma, noise, rngs, whole)
+
+    monkeypatch.setattr(HEEncoder, "answer", recorded)
+    execute(plan)
+    parties = {p.name: plan.source.schema.preview_domain().project(p.attributes) for p in plan.partition}
+    ran = HEEncoder(plan.measure.instance.config).answers_cost(asked, 3000, parties)
+    for p in parties:
+        assert ran[p]["ciphertexts"] >= 3000, (p, ran)   # both parties encrypt their rows in this run
+        assert math.isclose(est[p]["ciphertexts"], ran[p]["ciphertexts"], rel_tol=0.25), (p, est, ran)
+    # whether the second party encrypts follows the adaptive picks (a real run with secure noise on the zoo did not):
+    # the estimate also gives its figures without that pass, which validate prints beside them
+    assert est["party2"]["unasked"]["ciphertexts"] < 3000 and "unasked" not in est["party1"], est

@@ -210,6 +210,11 @@ def validate(config: Path, data_dir: str | None, rows: int, memory: str | None) 
                        f"({c['bytes'] / rows:,.0f} B)  CPU {c['cpu_s']:>9,.1f} s ({1e3 * c['cpu_s'] / rows:.2f} ms)"
                        + (f", of which key pair {c['key_s']:,.1f} s" if c.get("key_s") else "")
                        + (f"  [{c['note']}]" if c.get("note") else ""))
+            if c.get("unasked"):   # a twin: whether this party encrypts its rows follows the adaptive picks
+                click.echo(f"  {'':<12} (this includes one pass of its rows, which a run makes only where an "
+                           f"answer's other side is not in the other party's whole rows; the picks follow the data: "
+                           f"without it {c['unasked']['ciphertexts']:,.0f} ciphertexts, CPU "
+                           f"{c['unasked']['cpu_s']:,.1f} s)")
         if any(c.get("key_s") for c in cost.values()):
             click.echo("  (a key pair is priced at its expectation; it is a prime search of random length, and one "
                        "run's took 0.3-3.4x of that in 30 draws: at small n it dominates; docs/he.md)")

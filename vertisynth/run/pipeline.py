@@ -344,15 +344,27 @@ def twin_cost_estimate(plan: Plan, rows: int) -> tuple[dict[str, dict[str, float
     req = plan.synthesizer.instance.vertical_request()
     domain = plan.source.schema.preview_domain()
     # a twin whose probes leave the side of the whole rows' party unbinned (privmrf) is priced as it asks them
-    whole = measure.instance.whole_rows_party(plan.partition.names) \
-        if isinstance(plan.synthesizer.instance, ProbesWholeRows) and plan.synthesizer.instance.probes_whole_rows() \
-        and isinstance(measure.instance, SumsWholeRows) else None
+    keeps = measure.instance.whole_rows_party(plan.partition.names) \
+        if isinstance(measure.instance, SumsWholeRows) else None
+    whole = keeps if isinstance(plan.synthesizer.instance, ProbesWholeRows) \
+        and plan.synthesizer.instance.probes_whole_rows() else None
     parties = {p.name: domain.project(p.attributes) for p in plan.partition}
+    # every adaptive answer is summed from whole rows where its sides allow, probes unbinned or not (the link
+    # always hands the measure each party's whole view): the stand-in needs that to make the second party encrypt
     absorbed = (lambda p, side, sigma: measure.instance.in_whole_rows(parties[p], side, rows, sigma)) \
-        if whole is not None else None
+        if keeps is not None else None
     asked, counted = twin_answers(domain, plan.partition, req.probe_bins, plan.ledger.planned,
                                   measure.instance.sigma_for_rho, whole, absorbed)
     cost = measure.instance.answers_cost(asked, rows, parties)
+    if absorbed is not None:
+        # the stand-in's first answer has the second party encrypt its rows (the modal case); whether a run's answers
+        # do follows its adaptive picks, so the figures without that pass go beside it (validate prints both)
+        low = measure.instance.answers_cost(twin_answers(domain, plan.partition, req.probe_bins, plan.ledger.planned,
+                                                         measure.instance.sigma_for_rho, whole, None)[0],
+                                            rows, parties)
+        for p, c in cost.items():
+            if p in low and low[p]["ciphertexts"] < c["ciphertexts"] / 1.25:
+                c["unasked"] = {"ciphertexts": low[p]["ciphertexts"], "cpu_s": low[p]["cpu_s"]}
     # trust none: the server reads the published tables and holds no key (no ciphertext, no HE CPU)
     cost.setdefault("server", {"ciphertexts": 0.0, "bytes": 0.0, "cpu_s": 0.0, "note": "reads the published tables only"})
     return cost, counted

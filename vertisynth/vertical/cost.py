@@ -17,8 +17,9 @@ which bins), so they are priced on a stand-in built from public facts only:
 * the chosen pairs (`*_2way`: one charge a pair, mst and private_pgm; `*_2way_marginals`: one charge for k pairs,
   dpsyn, each pair at ρ/k, k taken as every pair): asked together once chosen (`measure_many`), so one answer of
   as many tables as the share of pairs that cross parties says, each one attribute against one (unbinned);
-* which: the first answer a table of the first party's smallest pair of attributes against one attribute of the
-  second, so that the second party is priced for its encryption too (its one unbinned side encrypts), then one
+* which: the first answer a table of the first party's smallest pair of attributes that its whole rows do not
+  carry (its smallest triple where they carry every pair) against one attribute of the second, so that the second
+  party is priced for its encryption too (its one unbinned side encrypts), then one
   attribute against one, the cross-party pairs in turn from the median of their cells up (each answer one table,
   unbinned: an attribute coarsened at the party makes an answer cheaper to sum, not dearer to encrypt).
 
@@ -92,6 +93,8 @@ def answers(domain: Domain, partition: VerticalPartition, probe_bins: int, plann
         ordered = ordered[len(ordered) // 2:] + ordered[: len(ordered) // 2]
         duo = sorted(itertools.combinations(mine, 2), key=lambda b: (domain.project(b).size(), b))
         free = [b for b in duo if absorbed is None or not absorbed(first, b, sigma)]
+        if duo and not free and len(mine) > 2:   # whole rows carry every pair: the smallest triple is not carried
+            free = [min(itertools.combinations(mine, 3), key=lambda b: (domain.project(b).size(), b))]
         tables = [((free or duo)[0], (other[0],))] if duo else []
         tables += [((a,), (b,)) for a, b in itertools.islice(itertools.cycle(ordered), adaptive - len(tables))]
         tables = tables[:adaptive]

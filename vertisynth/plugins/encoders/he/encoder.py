@@ -39,6 +39,10 @@ from .noise import GeneratorSource, SystemSource, support_bound
 
 STAGE = "encoder"
 STAND_IN_Z = 3.0   # VertiMRF's default z: the server measures a triple whose mean count is over z·σ
+# whole rows carry every pair of a party's attributes where that costs at most this many plaintexts per row more
+# than its attributes alone (NLTCS, Paillier: 1 -> 2): each answer with a pair side the rows lack made a block
+# pass of its own (NLTCS: 4 more passes of party1's rows, one ciphertext per row each, in a 4,000-row run)
+WHOLE_PAIRS_EXTRA = 1
 EXACT_SPLIT = 12   # tables of a pair of parties up to which `_assign` tries every split (2^12)
 MECHANISMS = {"selection": "he_selection", "cliques": "he_cliques"}
 
@@ -800,9 +804,11 @@ class HEEncoder(Encoder):
 
     def whole_blocks(self, domain: Domain, n: int, offset: int) -> list[tuple[str, ...]]:
         """The blocks of a party's whole rows for `domain` (all its attributes): every attribute unbinned, then
-        joint blocks of its attribute pairs, fewest cells first, while they fit the plaintexts' spare slots (free:
-        those ciphertexts are made anyway; an answer of a pair of this party's attributes against the other's is
-        then summed from the whole rows, not encrypted again). From public facts only (domain, n, σ's offset)."""
+        joint blocks of its attribute pairs: all of them where they take at most WHOLE_PAIRS_EXTRA plaintexts per
+        row more than the attributes alone, else, fewest cells first, those that fit the plaintexts' spare slots
+        (free: those ciphertexts are made anyway). An answer of a pair of this party's attributes against the
+        other's is then summed from the whole rows, not encrypted again. From public facts only (domain, n, σ's
+        offset), so a party's encryption for such answers is known before a run (issues 31/33)."""
         c = self.config
         cache = self.__dict__.setdefault("_whole_blocks", {})
         key = (tuple(domain.attributes), tuple(domain.shape), int(n), int(offset))
@@ -814,11 +820,15 @@ class HEEncoder(Encoder):
                                              separate=True).plaintexts
 
             out = [(a,) for a in domain.attributes]
+            pairs = sorted(itertools.combinations(domain.attributes, 2), key=lambda b: (size(b), b))
             room = plaintexts(out)
-            for pair in sorted(itertools.combinations(domain.attributes, 2), key=lambda b: (size(b), b)):
-                if plaintexts(out + [pair]) > room:
-                    break   # a pair of more cells fits no better
-                out.append(pair)
+            if pairs and plaintexts(out + pairs) <= room + WHOLE_PAIRS_EXTRA:
+                out += pairs   # every pair: no answer with a pair side at this party encrypts a block of its own
+            else:
+                for pair in pairs:
+                    if plaintexts(out + [pair]) > room:
+                        break   # a pair of more cells fits no better
+                    out.append(pair)
             cache[key] = out
         return list(cache[key])
 
