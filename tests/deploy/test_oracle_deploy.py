@@ -35,7 +35,7 @@ PARTIES = ["party1", "party2"]
 def _setup(tmp_path, synth=AIM, small_keys=False):
     """`small_keys`: 512-bit Paillier keys, for roles run in this process (`_in_process` lowers the floor here, which
     a forked role would keep too: forked_cli._key_floor). What is encrypted, summed, decrypted and sealed, and so the release, does not depend on
-    the key's size; the 2048-bit flow across processes is the aim twin's."""
+    the key's size; the 2048-bit flows across processes are the slow private_pgm and dpsyn twins'."""
     text = CONFIG.replace("SYNTH", synth[0]).replace("PARAMS", synth[1])
     if small_keys:
         text = text.replace("workers = 1,", "workers = 1, key_bits = 512,")
@@ -66,13 +66,20 @@ def _server(*extra):
 @pytest.mark.parametrize("synth", [AIM, MST, PRIVMRF, *[pytest.param(o, marks=pytest.mark.slow) for o in OTHERS]],
                          ids=["aim", "mst", "privmrf", *[o[0] for o in OTHERS]])
 def test_a_vertical_twin_across_processes_equals_the_one_process_run(tmp_path, synth, monkeypatch, request):
-    # aim's roles are separate OS processes at 2048 bits: the twin kind's end-to-end flow across processes in the
-    # default run (the slow private_pgm and dpsyn twins too, in CI's slow-flows step). mst and privmrf run the same
-    # commands with each role in a thread of this process (issue 33: one subprocess flow per deployment kind, the
-    # rest in process): what they add is their synthesizer's queries over the exchange
+    # aim's roles are separate OS processes: the twin kind's end-to-end flow across processes in the default run,
+    # on 512-bit test keys (a forked role keeps the lowered floor: forked_cli._key_floor; the release does not
+    # depend on the key's size). The slow private_pgm and dpsyn twins (CI's slow-flows step) run across processes
+    # at 2048 bits, as does test_he_deploy.py's default-run flow. mst and privmrf run the same commands with each
+    # role in a thread of this process (issue 33: one subprocess flow per deployment kind, the rest in process):
+    # what they add is their synthesizer's queries over the exchange
     threads = synth in (MST, PRIVMRF)
+    small = synth in (AIM, MST, PRIVMRF)
     _in_process(request, monkeypatch, threads)
-    _setup(tmp_path, synth, small_keys=threads)
+    if small and not threads:
+        from vertisynth.plugins.encoders.he import paillier
+
+        monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
+    _setup(tmp_path, synth, small_keys=small)
     res = parallel([_party(p) for p in PARTIES] + [_server()], tmp_path, timeout=300)
     assert all(r[0] == 0 for r in res), res
     deployed = pd.read_csv(tmp_path / "out" / "synthetic.csv")
@@ -172,7 +179,7 @@ def test_a_curious_relay_reads_no_query_of_a_vertical_twin(tmp_path, monkeypatch
     ciphertext is out of the question (2^-200 per position). Before the seal the queries, the he rows' layouts and
     the sums' groupings named them. The run still equals the one-process simulation. The roles run the same
     commands in threads of this process, on 512-bit keys: what the relay holds is the same envelopes, smaller
-    ciphertexts (the twin kind's flow across processes at 2048 bits is the aim twin's)."""
+    ciphertexts (the twin kind's flows across processes at 2048 bits: the slow private_pgm and dpsyn twins')."""
     import numpy as np
 
     from vertisynth.core.envelope import open_envelope
@@ -395,7 +402,8 @@ def test_trust_server_over_a_folder_exchange_equals_the_one_process_run(tmp_path
     key, sealed to S's run key; S returns the sums with both shares to the server, who decrypts count + both shares
     (variance σ²). Under the test secret the release equals the one-process run, and so does the ledger's list of
     cross-party tables with its trust assumption. The roles run the same commands in threads of this process, on
-    512-bit keys (the twin kind's flow across processes at 2048 bits is the aim twin's, trust = "none")."""
+    512-bit keys (the twin kind's flows across processes at 2048 bits: the slow private_pgm and dpsyn twins', trust
+    = "none")."""
     _in_process(request, monkeypatch)
     _setup(tmp_path, small_keys=True)
     for name in ("job.toml", "sim.toml"):

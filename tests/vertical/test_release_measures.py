@@ -1,6 +1,7 @@
 """Cross-party measures that release once (`ReleasesOnce`: dpfm's sealed DP FM sketches, grr's randomised columns):
 the release planned before the synthesizer and before any row is read, every cross-party marginal read off it for
 free with the estimator's per-cell variance, the twins spending exactly their plan, and the refusals in one line."""
+import json
 from collections import Counter
 
 import numpy as np
@@ -33,6 +34,18 @@ def _cfg(syn, params, eps=1.0, n=3000, seed=2):
                          "evaluators": [{"use": "tvd", "params": {"ways": [2], "marginals": 20}}]})
 
 
+_RUNS: dict[str, object] = {}
+
+
+def _run(syn, params):
+    """run(_cfg(syn, params)) once per worker: a run is a function of its config (seeded), and several tests read
+    the same one (aim's and privmrf's twins over dpfm and grr)."""
+    key = json.dumps([syn, params], sort_keys=True)
+    if key not in _RUNS:
+        _RUNS[key] = run(_cfg(syn, params))
+    return _RUNS[key]
+
+
 @pytest.mark.parametrize("vertical", [DPFM, GRR], ids=["dpfm", "grr"])
 @pytest.mark.parametrize("syn, params", TWINS)
 def test_each_twin_runs_on_a_release_and_spends_exactly_its_plan(syn, params, vertical):
@@ -43,7 +56,7 @@ def test_each_twin_runs_on_a_release_and_spends_exactly_its_plan(syn, params, ve
     # planned before the synthesizer's own charges, one per party (dpfm: + n̂) or per attribute (grr), none spent
     assert release and planned[:len(release)] == release and plan.ledger.spent == []
     assert not [c for c in planned if c.mechanism == "gaussian_cross_probe"]
-    res = run(cfg)
+    res = _run(syn, {**params, "vertical": vertical})
     assert res.ledger.unspent() == [] and Counter(res.ledger.spent) == Counter(planned)
     cross = res.ledger.cross_party
     assert cross and all(q["measure"] == vertical["measure"] and q["rho"] == 0.0 and q["from_release"]
@@ -165,7 +178,7 @@ def test_privmrf_over_a_release_plans_no_cross_party_charge_and_reads_cross_pair
     plan = make_plan(_cfg("privmrf", {"iters": 100, "refine_iters": 50, "vertical": DPFM}))
     own = [c for c in plan.ledger.planned if c.stage == "synthesizer"]
     assert own and not [c for c in own if c.mechanism == "gaussian_cross_probe"]
-    res = run(_cfg("privmrf", {"iters": 100, "refine_iters": 50, "vertical": DPFM}))
+    res = _run("privmrf", {"iters": 100, "refine_iters": 50, "vertical": DPFM})
     pairs = {frozenset(q["attributes"]) for q in res.ledger.cross_party if len(q["attributes"]) == 2}
     # every cross-party pair read off the release once for its R-score (free), none paid
     parts = plan.partition
@@ -270,9 +283,7 @@ def test_a_clear_release_signal_keeps_its_estimate_and_a_two_by_two_null_is_held
 def test_aim_reads_each_cross_party_candidate_off_a_release_once(vertical):
     """A release gives the same table every time: aim asking it again would learn nothing and (AIM's annealing)
     burn its budget; each cross-party marginal is read once."""
-    plan = make_plan(_cfg("aim", {"iters": 150, "rounds": 20, "vertical": vertical}))
-    from vertisynth.run.pipeline import execute
-    res = execute(plan)
+    res = _run("aim", {"iters": 150, "rounds": 20, "vertical": vertical})
     asked = [tuple(q["attributes"]) for q in res.ledger.cross_party]
     assert asked and len(asked) == len(set(asked))
 

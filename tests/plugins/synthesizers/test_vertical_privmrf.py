@@ -2,6 +2,7 @@
 cross-party R-scores read off probes paid from the R-score budget, refinement scoring cross-party pairs from
 released answers, spending exactly its plan, refusing a bad vertical table in one line, and better than
 independent columns."""
+import json
 from collections import Counter
 
 import numpy as np
@@ -27,6 +28,18 @@ def _cfg(params, syn="privmrf", eps=1.0, parties=None, preset="small-domains", n
     return parse_config(cfg)
 
 
+_RUNS: dict[str, object] = {}
+
+
+def _run(params, syn="privmrf"):
+    """run(_cfg(params, syn)) once per worker: a run is a function of its config (seeded); the plan test and the
+    quality test read the same twin run."""
+    key = json.dumps([syn, params], sort_keys=True)
+    if key not in _RUNS:
+        _RUNS[key] = run(_cfg(params, syn=syn))
+    return _RUNS[key]
+
+
 @pytest.mark.parametrize("vertical", [HE, SERVER], ids=["trust none", "trust server"])
 def test_the_twin_spends_exactly_its_plan_and_the_ledger_names_the_cross_party_queries(vertical):
     params = {**FAST, "vertical": vertical}
@@ -36,7 +49,7 @@ def test_the_twin_spends_exactly_its_plan_and_the_ledger_names_the_cross_party_q
     planned = Counter(plan.ledger.planned)
     probes = [c for c in plan.ledger.planned if c.mechanism == "gaussian_cross_probe"]
     assert len(probes) == len(syn._cross) > 0 and len(syn._within) + len(syn._cross) == len(syn._pairs)
-    res = run(_cfg(params))
+    res = _run(params)
     assert res.ledger.unspent() == [] and Counter(res.ledger.spent) == planned
     cross = res.ledger.cross_party
     trust = vertical["trust"]
@@ -102,8 +115,10 @@ def test_a_bad_vertical_table_is_refused_in_one_line_before_any_data(vertical, p
 
 
 def test_the_twin_beats_independent_columns_on_a_zoo_table():
-    ind = run(_cfg({}, syn="independent", n=8000)).metrics["tvd"]["tvd_3way"]
-    twin = run(_cfg({"vertical": HE}, n=8000)).metrics["tvd"]["tvd_3way"]
+    # the plan test's run (6,000 rows, FAST: seed 2, ratio 0.068; default iterations at 8,000 rows 0.054): far
+    # inside the bound either way
+    ind = _run({}, syn="independent").metrics["tvd"]["tvd_3way"]
+    twin = _run({**FAST, "vertical": HE}).metrics["tvd"]["tvd_3way"]
     assert twin < 0.6 * ind
 
 

@@ -1,5 +1,6 @@
 """Vertical twins of aim and mst: chosen by `params.vertical`, run by the pipeline on a VerticalOracle, spending
 exactly their plan, refusing a bad vertical table in one line, and better than independent columns."""
+import json
 from collections import Counter
 
 import numpy as np
@@ -24,13 +25,27 @@ def _cfg(syn, params, eps=1.0, parties=None, preset="small-domains", n=6000, see
     return parse_config(cfg)
 
 
-@pytest.mark.parametrize("syn, params", [("aim", {"iters": 200, "vertical": HE}),
-                                         ("mst", {"iters": 200, "vertical": HE})])
+_RUNS: dict[str, object] = {}
+
+
+def _run(syn, params):
+    """run(_cfg(syn, params)) once per worker: a run is a function of its config (seeded); the plan test and the
+    quality test read the same twin runs."""
+    key = json.dumps([syn, params], sort_keys=True)
+    if key not in _RUNS:
+        _RUNS[key] = run(_cfg(syn, params))
+    return _RUNS[key]
+
+
+TWINS = [("aim", {"iters": 200, "vertical": HE}), ("mst", {"iters": 200, "vertical": HE})]
+
+
+@pytest.mark.parametrize("syn, params", TWINS)
 def test_a_vertical_twin_spends_exactly_its_plan_and_the_ledger_names_the_cross_party_queries(syn, params):
     plan = make_plan(_cfg(syn, params))
     assert plan.measure is not None and plan.measure.spec.name == "he"
     planned = Counter(plan.ledger.planned)
-    res = run(_cfg(syn, params))
+    res = _run(syn, params)
     assert res.ledger.unspent() == [] and Counter(res.ledger.spent) == planned
     cross = res.ledger.cross_party
     assert cross and all(q["measure"] == "he" and q["trust"] == "none" and len(set(q["parties"])) == 2
@@ -68,9 +83,9 @@ def test_a_bad_vertical_table_is_refused_in_one_line_before_any_data(syn, vertic
 
 
 def test_vertical_aim_and_mst_beat_independent_columns_on_a_zoo_table():
-    scores = {s: run(_cfg(s, p, n=8000)).metrics["tvd"]["tvd_3way"]
-              for s, p in [("independent", {}), ("mst", {"iters": 300, "vertical": HE}),
-                           ("aim", {"iters": 300, "vertical": HE})]}
+    # the plan test's runs (6,000 rows, 200 iterations; seed 2: ratios 0.134 and 0.106, at 8,000 rows and 300
+    # iterations 0.082 and 0.088): far inside the bounds either way
+    scores = {s: _run(s, p).metrics["tvd"]["tvd_3way"] for s, p in [("independent", {}), *TWINS]}
     assert scores["mst"] < 0.7 * scores["independent"]
     assert scores["aim"] < 0.6 * scores["independent"]
 
