@@ -69,11 +69,11 @@ def test_unique_rows_is_numpys_row_unique(rows, cols, lo, hi, dtype):
 
 
 class _Item:
-    def __init__(self, cost):
-        self.cost = cost
+    def __init__(self, cost, mark="audit_cost"):
+        self.cost, self.mark = cost, mark
 
     def get_closest_marker(self, name):
-        return pytest.mark.audit_cost(self.cost).mark if name == "audit_cost" and self.cost is not None else None
+        return getattr(pytest.mark, name)(self.cost).mark if name == self.mark and self.cost is not None else None
 
 
 class _Config:
@@ -95,6 +95,10 @@ def test_longest_first_deals_the_ranked_tests_into_the_workers_blocks(config):
     from vertisynth.testing.plugin import pytest_collection_modifyitems
 
     items = [_Item(c) for c in (1, 9, None, 3, 7, 10, 2)]
+    pytest_collection_modifyitems(config, items)
+    assert [i.cost for i in items] == [10, 3, 2, 9, 7, 1, None]
+    # a test that is not an audit (CI's Flower runs) is ranked by run_cost alike
+    items = [_Item(c, "run_cost" if c in (9, 3) else "audit_cost") for c in (1, 9, None, 3, 7, 10, 2)]
     pytest_collection_modifyitems(config, items)
     assert [i.cost for i in items] == [10, 3, 2, 9, 7, 1, None]
 

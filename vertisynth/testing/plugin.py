@@ -12,7 +12,8 @@ It adds
     seed), `vs_rng` (a seeded numpy Generator), `test_domain`, `test_dataset` (the check test bed);
   * a Hypothesis profile "vertisynth-ci" (derandomised, no deadline, 200 examples, failure blobs
     printed): select it with `--hypothesis-profile=vertisynth-ci`;
-  * the marker `audit_cost(cpu_seconds)` and the option `--vertisynth-longest-first`: the selected tests
+  * the markers `audit_cost(cpu_seconds)` (`run_cost(seconds)` on a test that is not an audit) and the
+    option `--vertisynth-longest-first`: the selected tests
     run in order of their marked cost, longest first, dealt to the pytest-xdist workers (whose `--dist
     worksteal` hands out the collection in contiguous blocks) so that the blocks' marked costs stay even,
     so that a long audit never starts last and the workers end together.
@@ -64,10 +65,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     set_default_level(config.getoption("--vertisynth-audit"))
     config.addinivalue_line("markers", "audit_cost(cpu_seconds): a test's CPU seconds, for --vertisynth-longest-first")
+    # not audit_cost: `-k "audit"` (CI's audit step) matches marker names too, so a non-audit carrying it would
+    # run among the audits
+    config.addinivalue_line("markers", "run_cost(seconds): a test's seconds (not an audit), for --vertisynth-longest-first")
 
 
 def _cost(item: pytest.Item) -> float:
-    mark = item.get_closest_marker("audit_cost")
+    mark = item.get_closest_marker("audit_cost") or item.get_closest_marker("run_cost")
     return float(mark.args[0]) if mark and mark.args else 0.0
 
 
