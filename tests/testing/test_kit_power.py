@@ -116,6 +116,7 @@ def test_lee_clifton_at_0_2_is_beyond_1e5_samples():
 
 
 @pytest.mark.slow
+@pytest.mark.audit_cost(7)   # CPU s, measured alone (2026-12-02)
 def test_roth_at_0_2_is_beyond_1e5_samples():
     mech = SparseVector(0.2, 3, threshold=1.0)
     at_1e5, at_1e6 = _best_over_pairs(mech, 100_000), _best_over_pairs(mech, 1_000_000)

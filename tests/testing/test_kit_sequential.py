@@ -1,6 +1,8 @@
 """The audit kit's sequential phase 2 (`audit(sequential=True)`) and its row-unique shortcut: a loose claim stops
 early, an over-claim is still flagged on the full sample, the claim-tight case runs to the end, and the fast
 `_unique_rows` returns exactly numpy's rows and inverse (docs/testing.md "Sequential audits")."""
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -67,11 +69,11 @@ def test_unique_rows_is_numpys_row_unique(rows, cols, lo, hi, dtype):
 
 
 class _Item:
-    def __init__(self, cost):
-        self.cost = cost
+    def __init__(self, cost, mark="audit_cost"):
+        self.cost, self.mark = cost, mark
 
     def get_closest_marker(self, name):
-        return pytest.mark.audit_cost(self.cost).mark if name == "audit_cost" and self.cost is not None else None
+        return getattr(pytest.mark, name)(self.cost).mark if name == self.mark and self.cost is not None else None
 
 
 class _Config:
@@ -86,11 +88,56 @@ class _Config:
 
 @pytest.mark.parametrize("config", [_Config({"workercount": 2}), _Config(numprocesses=2)], ids=["worker", "controller"])
 def test_longest_first_deals_the_ranked_tests_into_the_workers_blocks(config):
-    """xdist hands worker w the w-th contiguous block of the collection: each block is longest first, the longest
-    tests alternate between the blocks, unmarked tests come last in their original order. A worker knows the worker
-    count from `workerinput` only (-n is not passed to it)."""
+    """xdist hands worker w the w-th contiguous block of the collection (with an odd count the last block is the
+    larger: test below): each block is longest first, each test goes to the block with the least marked cost that
+    has room, unmarked tests come last. A worker knows the worker count from `workerinput` only (-n is not passed
+    to it)."""
     from vertisynth.testing.plugin import pytest_collection_modifyitems
 
     items = [_Item(c) for c in (1, 9, None, 3, 7, 10, 2)]
     pytest_collection_modifyitems(config, items)
-    assert [i.cost for i in items] == [10, 7, 2, None, 9, 3, 1]
+    assert [i.cost for i in items] == [10, 3, 2, 9, 7, 1, None]
+    # a test that is not an audit (CI's Flower runs) is ranked by run_cost alike
+    items = [_Item(c, "run_cost" if c in (9, 3) else "audit_cost") for c in (1, 9, None, 3, 7, 10, 2)]
+    pytest_collection_modifyitems(config, items)
+    assert [i.cost for i in items] == [10, 3, 2, 9, 7, 1, None]
+
+
+class _Node:   # what xdist's scheduler reads and calls on a worker at the start
+    shutting_down = False
+
+    def __init__(self, name):
+        self.sent, self.gateway = [], SimpleNamespace(id=name)
+
+    def send_runtest_some(self, indices):
+        self.sent += indices
+
+
+@pytest.mark.parametrize("costs", [(110, 60, 40, 40, 35, 30, 10, 10, 1, None, None),      # an odd count
+                                   (110, 60, 58, 45, 34, 33, 31, 31, 30, 10, None, None)])  # an even one
+def test_longest_first_holds_under_xdists_own_worksteal_start(costs):
+    """The blocks that `--dist worksteal` (CI's audit step) really hands out: each worker starts with one of the
+    two longest tests and no unmarked test runs before a marked one on its worker. Before, the ranked tests were
+    dealt into blocks of ceil(n/2) and floor(n/2) while xdist hands out floor first: with an odd count the second
+    worker began with the last, unmarked test (test_kit_power's 10-80 s)."""
+    from xdist.scheduler.worksteal import WorkStealingScheduling
+
+    from vertisynth.testing.plugin import pytest_collection_modifyitems
+
+    items = [_Item(c) for c in costs]
+    pytest_collection_modifyitems(_Config({"workercount": 2}), items)
+    names = [f"t{n}" for n in range(len(items))]
+    sched = WorkStealingScheduling(type("C", (), {"getvalue": staticmethod(lambda name: ["2*popen"])})())
+    nodes = [_Node("gw0"), _Node("gw1")]
+    for node in nodes:
+        sched.add_node(node)
+    for node in nodes:
+        sched.add_node_collection(node, names)
+    sched.schedule()
+    starts = sorted(items[node.sent[0]].cost for node in nodes)
+    assert starts == [60, 110], starts
+    for node in nodes:
+        got = [items[i].cost for i in node.sent]
+        marked = [c for c in got if c is not None]
+        assert marked == sorted(marked, reverse=True) and got == marked + [None] * (len(got) - len(marked)), got
+    assert sorted(i for node in nodes for i in node.sent) == list(range(len(items)))

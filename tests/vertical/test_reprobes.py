@@ -139,7 +139,7 @@ def _vertical_release(synth, data, ledger, rng):
 
 
 @pytest.mark.slow
-@pytest.mark.audit_cost(25)
+@pytest.mark.audit_cost(29)
 def test_vertical_twin_audit_slow_two_stages(monkeypatch):
     """The mst twin with its probes in two stages (forced on three binary attributes over two parties, a0 | a1 a2:
     both probes, the re-probe of the one of more dependence, the pooled score, the parties' noisy best scores and

@@ -12,10 +12,11 @@ It adds
     seed), `vs_rng` (a seeded numpy Generator), `test_domain`, `test_dataset` (the check test bed);
   * a Hypothesis profile "vertisynth-ci" (derandomised, no deadline, 200 examples, failure blobs
     printed): select it with `--hypothesis-profile=vertisynth-ci`;
-  * the marker `audit_cost(cpu_seconds)` and the option `--vertisynth-longest-first`: the selected tests
-    run in order of their marked cost, longest first, dealt in turn to the pytest-xdist workers (whose
-    `--dist load`/`worksteal` hand out the collection in contiguous blocks), so that a long audit never
-    starts last and the workers end together.
+  * the markers `audit_cost(cpu_seconds)` (`run_cost(seconds)` on a test that is not an audit) and the
+    option `--vertisynth-longest-first`: the selected tests
+    run in order of their marked cost, longest first, dealt to the pytest-xdist workers (whose `--dist
+    worksteal` hands out the collection in contiguous blocks) so that the blocks' marked costs stay even,
+    so that a long audit never starts last and the workers end together.
 """
 from __future__ import annotations
 
@@ -64,10 +65,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     set_default_level(config.getoption("--vertisynth-audit"))
     config.addinivalue_line("markers", "audit_cost(cpu_seconds): a test's CPU seconds, for --vertisynth-longest-first")
+    # not audit_cost: `-k "audit"` (CI's audit step) matches marker names too, so a non-audit carrying it would
+    # run among the audits
+    config.addinivalue_line("markers", "run_cost(seconds): a test's seconds (not an audit), for --vertisynth-longest-first")
 
 
 def _cost(item: pytest.Item) -> float:
-    mark = item.get_closest_marker("audit_cost")
+    mark = item.get_closest_marker("audit_cost") or item.get_closest_marker("run_cost")
     return float(mark.args[0]) if mark and mark.args else 0.0
 
 
@@ -79,8 +83,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # an xdist worker collects on its own: it knows the worker count from workerinput, the controller from -n
     workers = getattr(config, "workerinput", {}).get("workercount") or config.getoption("numprocesses", None) or 1
     workers = workers if isinstance(workers, int) and workers > 1 else 1
-    # xdist gives worker w the w-th contiguous block: deal the ranked tests round-robin into those blocks
-    items[:] = [t for w in range(workers) for t in ranked[w::workers]]
+    items[:] = [t for block in _blocks(ranked, workers) for t in block]
+
+
+def _blocks(ranked: list[pytest.Item], workers: int) -> list[list[pytest.Item]]:
+    """The ranked tests dealt into the contiguous blocks xdist hands the workers at the start (`--dist worksteal`:
+    block w holds len(rest) // (workers - w) of the tests not yet handed out, so with an odd count the *last*
+    block is the larger), each test to the block with the least marked cost so far that has room: every block
+    longest first, the longest tests spread over the workers, unmarked tests last."""
+    sizes, rest = [], len(ranked)
+    for w in range(workers):
+        sizes.append(rest // (workers - w))
+        rest -= sizes[-1]
+    blocks: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    load = [0.0] * workers
+    for item in ranked:
+        w = min((w for w in range(workers) if len(blocks[w]) < sizes[w]), key=lambda w: (load[w], w))
+        blocks[w].append(item)
+        load[w] += _cost(item)
+    return blocks
 
 
 def pytest_report_header(config: pytest.Config) -> str:

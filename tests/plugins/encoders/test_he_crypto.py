@@ -190,7 +190,8 @@ def test_two_sided_noise_audit(scale, ok):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scale,ok", [(1.0, True), (0.25, False)])
+@pytest.mark.parametrize("scale,ok", [pytest.param(1.0, True, marks=pytest.mark.audit_cost(12)),   # CPU s, alone
+                                      pytest.param(0.25, False, marks=pytest.mark.audit_cost(14))])
 def test_two_sided_noise_secure_audit(scale, ok):
     """The same audit on the secure sampler (OpenDP over the OS CSPRNG, conditioned on |z| <= T): what E sees."""
     rho = 0.5

@@ -313,7 +313,10 @@ def test_simulate_is_the_count_plus_the_two_shares():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scale,secure,ok", [(1.0, False, True), (0.25, False, False), (1.0, True, True)])
+@pytest.mark.parametrize("scale,secure,ok", [   # audit_cost: CPU s, measured alone (2026-12-02)
+    pytest.param(1.0, False, True, marks=pytest.mark.audit_cost(2)),
+    pytest.param(0.25, False, False, marks=pytest.mark.audit_cost(1)),
+    pytest.param(1.0, True, True, marks=pytest.mark.audit_cost(21))])
 def test_server_trust_answer_audit(scale, secure, ok):
     """The answer as the server sees it, audited against its charge ρ = 1/(2σ²) + τ (σ = 1: τ = 0.072, shares of
     parameter 0.71, where τ matters); the planted bug (shares a quarter as wide) must be caught."""
