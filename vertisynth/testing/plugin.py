@@ -15,8 +15,8 @@ It adds
   * the markers `audit_cost(cpu_seconds)` (`run_cost(seconds)` on a test that is not an audit) and the
     option `--vertisynth-longest-first`: the selected tests
     run in order of their marked cost, longest first, dealt to the pytest-xdist workers (whose `--dist
-    worksteal` hands out the collection in contiguous blocks) so that the blocks' marked costs stay even,
-    so that a long audit never starts last and the workers end together.
+    worksteal` hands out the collection in contiguous blocks) so that the blocks' marked costs stay even:
+    a long audit never starts last and the workers end together.
 """
 from __future__ import annotations
 
