@@ -32,8 +32,7 @@ from pathlib import Path
 import numpy as np
 
 DATA = os.environ.get("VERTISYNTH_DATA") or next(
-    (str(p) for p in (Path(__file__).resolve().parents[2] / "shared" / "data", Path("/work/shared/data"))
-     if (p / "adult").is_dir()), "")
+    (str(p) for p in (Path(__file__).resolve().parents[2] / "shared" / "data",) if (p / "adult").is_dir()), "")
 
 
 def fit(path: Path) -> None:

@@ -47,8 +47,7 @@ from pathlib import Path
 import numpy as np
 
 DATA = os.environ.get("VERTISYNTH_DATA") or next(
-    (str(p) for p in (Path(__file__).resolve().parents[2] / "shared" / "data", Path("/work/shared/data"))
-     if (p / "adult").is_dir()), "")
+    (str(p) for p in (Path(__file__).resolve().parents[2] / "shared" / "data",) if (p / "adult").is_dir()), "")
 
 
 OLD_COMMIT = "41dc03a"  # the code before issue 21 (docs/scale.md: "before, anchor")

@@ -1,6 +1,7 @@
 """dpmm's AIM with each round's choice logged from outside (AIM.worst_approximated wrapped; none of its code
-copied), or dpmm's estimator (FactoredInference, cold, 1000 steps) on another run's measurements. Runs in the dpmm venv:
-    PY=/work/venv-peers-dpmm/bin/python
+copied), or dpmm's estimator (FactoredInference, cold, 1000 steps) on another run's measurements. Runs in the dpmm venv
+(made as in dpmm_loop.py), with PYTHONPATH at the tree:
+    PY=/tmp/aimvenv/bin/python
     $PY benchmarks/aim_trace/dpmm_trace.py aim TABLE.npz OUT.npz SEED T
     $PY benchmarks/aim_trace/dpmm_trace.py fit TABLE.npz OUT.npz SEED T OTHER_RUN.npz
 OUT holds the sample, the model's marginals on every triple, the measurements and the per-round log."""
