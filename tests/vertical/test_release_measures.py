@@ -1,13 +1,13 @@
 """Cross-party measures that release once (`ReleasesOnce`: dpfm's sealed DP FM sketches, grr's randomised columns):
 the release planned before the synthesizer and before any row is read, every cross-party marginal read off it for
 free with the estimator's per-cell variance, the twins spending exactly their plan, and the refusals in one line."""
-import json
 from collections import Counter
 
 import numpy as np
 import pytest
 
 from tests.synthetic_tables import correlated
+from seeded_runs import run_once
 from vertisynth.core.capabilities import CrossPartyMeasure, ReleasesOnce
 from vertisynth.core.dataset import VerticalPartition
 from vertisynth.core.errors import BudgetError, ConfigError
@@ -34,16 +34,10 @@ def _cfg(syn, params, eps=1.0, n=3000, seed=2):
                          "evaluators": [{"use": "tvd", "params": {"ways": [2], "marginals": 20}}]})
 
 
-_RUNS: dict[str, object] = {}
-
-
 def _run(syn, params):
     """run(_cfg(syn, params)) once per worker: a run is a function of its config (seeded), and several tests read
     the same one (aim's and privmrf's twins over dpfm and grr)."""
-    key = json.dumps([syn, params], sort_keys=True)
-    if key not in _RUNS:
-        _RUNS[key] = run(_cfg(syn, params))
-    return _RUNS[key]
+    return run_once([__name__, syn, params], lambda: _cfg(syn, params))
 
 
 @pytest.mark.parametrize("vertical", [DPFM, GRR], ids=["dpfm", "grr"])

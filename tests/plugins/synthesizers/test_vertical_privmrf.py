@@ -2,12 +2,12 @@
 cross-party R-scores read off probes paid from the R-score budget, refinement scoring cross-party pairs from
 released answers, spending exactly its plan, refusing a bad vertical table in one line, and better than
 independent columns."""
-import json
 from collections import Counter
 
 import numpy as np
 import pytest
 
+from seeded_runs import run_once
 from vertisynth.core.errors import ConfigError
 from vertisynth.plugins.synthesizers.privmrf import PrivMRFConfig, PrivMRFSynthesizer
 from vertisynth.run.config import parse_config
@@ -28,16 +28,10 @@ def _cfg(params, syn="privmrf", eps=1.0, parties=None, preset="small-domains", n
     return parse_config(cfg)
 
 
-_RUNS: dict[str, object] = {}
-
-
 def _run(params, syn="privmrf"):
     """run(_cfg(params, syn)) once per worker: a run is a function of its config (seeded); the plan test and the
     quality test read the same twin run."""
-    key = json.dumps([syn, params], sort_keys=True)
-    if key not in _RUNS:
-        _RUNS[key] = run(_cfg(params, syn=syn))
-    return _RUNS[key]
+    return run_once([__name__, syn, params], lambda: _cfg(params, syn=syn))
 
 
 @pytest.mark.parametrize("vertical", [HE, SERVER], ids=["trust none", "trust server"])

@@ -1,11 +1,11 @@
 """Vertical twins of aim and mst: chosen by `params.vertical`, run by the pipeline on a VerticalOracle, spending
 exactly their plan, refusing a bad vertical table in one line, and better than independent columns."""
-import json
 from collections import Counter
 
 import numpy as np
 import pytest
 
+from seeded_runs import run_once
 from vertisynth.core.errors import ConfigError
 from vertisynth.plugins.synthesizers.aim import AIMConfig, AIMSynthesizer
 from vertisynth.plugins.synthesizers.mst import MSTConfig, MSTSynthesizer
@@ -25,16 +25,10 @@ def _cfg(syn, params, eps=1.0, parties=None, preset="small-domains", n=6000, see
     return parse_config(cfg)
 
 
-_RUNS: dict[str, object] = {}
-
-
 def _run(syn, params):
     """run(_cfg(syn, params)) once per worker: a run is a function of its config (seeded); the plan test and the
     quality test read the same twin runs."""
-    key = json.dumps([syn, params], sort_keys=True)
-    if key not in _RUNS:
-        _RUNS[key] = run(_cfg(syn, params))
-    return _RUNS[key]
+    return run_once([__name__, syn, params], lambda: _cfg(syn, params))
 
 
 TWINS = [("aim", {"iters": 200, "vertical": HE}), ("mst", {"iters": 200, "vertical": HE})]

@@ -1,13 +1,13 @@
 """Vertical twins of private_pgm and dpsyn: chosen by `params.vertical`, run by the pipeline on a VerticalOracle,
 spending exactly their plan (the cross-party probes included), refusing a bad vertical table in one line, and
 better than independent columns."""
-import json
 from collections import Counter
 
 import numpy as np
 
 import pytest
 
+from seeded_runs import run_once
 from vertisynth.core.errors import ConfigError
 from vertisynth.run.config import parse_config
 from vertisynth.run.pipeline import execute, make_plan, run
@@ -29,16 +29,10 @@ def _cfg(syn, params, eps=1.0, parties=None, preset="small-domains", n=6000, see
     return parse_config(cfg)
 
 
-_RUNS: dict[str, object] = {}
-
-
 def _run(syn, params):
     """run(_cfg(syn, params)) once per worker: a run is a function of its config (seeded); the plan test and the
     quality test read the same twin run, the quality tests the same independent one."""
-    key = json.dumps([syn, params], sort_keys=True)
-    if key not in _RUNS:
-        _RUNS[key] = run(_cfg(syn, params))
-    return _RUNS[key]
+    return run_once([__name__, syn, params], lambda: _cfg(syn, params))
 
 
 @pytest.mark.parametrize("syn, params", TWINS)
