@@ -108,3 +108,58 @@ def test_the_warm_launcher_forks_one_process_per_launch_from_a_process_that_impo
     assert len({r["pid"] for r in ran}) == 2
     # both imported the app before they were forked: in the forkserver (one process, not either of them)
     assert len({r["imported_in"] for r in ran}) == 1 and ran[0]["imported_in"] not in {r["pid"] for r in ran}
+
+
+# a stand-in for a test process holding a Deployment: starts one process as Deployment._start does (a session of its
+# own, PARENT set to this pid), which arms the watchdog as loopback's __main__ does and starts a child of its own,
+# then prints both pids and waits to be killed
+HOLDER = """import os, subprocess, sys
+from vertisynth.deploy.flower import loopback
+arm = bool(int(sys.argv[1]))
+env = {**os.environ, **({loopback.PARENT: str(os.getpid())} if arm else {})}
+node = subprocess.Popen([sys.executable, "-c", '''import os, subprocess, sys, time
+from vertisynth.deploy.flower.loopback import PARENT, exit_with_parent
+armed = exit_with_parent(every=0.1)
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])   # inherits the environment
+print(armed, PARENT in os.environ, child.pid, flush=True)
+time.sleep(60)'''], env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+print(node.pid, node.stdout.readline().strip(), flush=True)
+import time; time.sleep(60)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:   # a zombie no one reaps (no init in a container) is gone too
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+def test_what_a_deployment_started_dies_with_the_process_that_started_it(tmp_path):
+    """A test killed from outside (CI's `timeout`) never runs Deployment.close: its SuperLink and SuperNodes, each in
+    a session of their own, used to poll each other for ever. Armed, the node's group goes with its parent, and
+    the variable does not reach the node's own children (Flower's SuperExec: a watchdog there would compare against
+    the wrong parent). Unarmed (the old behaviour), the node outlives the killed holder."""
+    import signal
+    import subprocess
+
+    for arm in (True, False):
+        holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(int(arm))], stdout=subprocess.PIPE, text=True)
+        node, armed, env_left, child = holder.stdout.readline().split()
+        node, child = int(node), int(child)
+        assert (armed, env_left) == (str(arm), "False")
+        holder.kill()
+        holder.wait(10)
+        deadline = time.monotonic() + (10 if arm else 1)   # armed: the watchdog polls every 0.1 s
+        while (_alive(node) or _alive(child) or not arm) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        try:
+            assert _alive(node) is not arm and _alive(child) is not arm
+        finally:
+            for pid in (node, child):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass

@@ -21,6 +21,7 @@ from vertisynth.core.errors import MessageError
 
 BIN = Path(sys.executable).parent
 MODULE = "vertisynth.deploy.flower.loopback"   # this file as `python -m` runs it (its __name__ is "__main__" there)
+PARENT = "VERTISYNTH_LOOPBACK_PARENT"   # the pid of the process whose Deployment started this one (exit_with_parent)
 
 
 def free_port() -> int:
@@ -62,8 +63,8 @@ class Deployment:
 
     def _start(self, name: str, cmd: list[str]) -> subprocess.Popen:
         log = open(self.root / f"{name}.log", "w")
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.root,
-                                start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**self.env, PARENT: str(os.getpid())},
+                                cwd=self.root, start_new_session=True)
         self.procs[name] = proc
         return proc
 
@@ -165,6 +166,26 @@ class Deployment:
                 os.killpg(int(pid_file.read_text()), signal.SIGKILL)
             except (ProcessLookupError, ValueError, PermissionError):
                 pass
+
+
+def exit_with_parent(every: float = 1.0) -> bool:
+    """In a process a Deployment started (PARENT names its pid; a session of its own, so a signal to the test's
+    group never reaches it): kill this process group once that parent is gone. A test process killed from outside
+    (CI's `timeout`, a SIGKILL) never runs `close`, and the SuperLink and SuperNodes it left would poll each other
+    for ever. The variable is taken out of the environment, so the processes this one starts (the SuperExec, the
+    apps) do not arm a watchdog of their own against the wrong parent. True when armed."""
+    parent = os.environ.pop(PARENT, "")
+    if not parent.isdigit() or os.getppid() != int(parent):
+        return False
+
+    def watch() -> None:
+        while os.getppid() == int(parent):   # reparented (to init or a subreaper) once the parent has exited
+            time.sleep(every)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    import threading
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+    return True
 
 
 def _supernode_polling_every(poll: float, warm: bool = False) -> None:
@@ -287,6 +308,7 @@ if __name__ == "__main__":
     #                                           superlink <flower-superlink arguments>
     #                                           superexec flwr-clientapp|flwr-serverapp <flower-superexec arguments>
     _what = sys.argv[1:2]
+    exit_with_parent()
     if _what == ["supernode"]:
         _poll, _warm = float(sys.argv[2]), sys.argv[3] == "warm"
         del sys.argv[1:4]
