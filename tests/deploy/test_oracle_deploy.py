@@ -135,7 +135,9 @@ def test_scheme_ou_across_processes_equals_the_one_process_run(tmp_path, trust):
     _setup(tmp_path, MST)
     for name in ("job.toml", "sim.toml"):
         text = (tmp_path / name).read_text().replace("workers = 1,", 'workers = 1, scheme = "ou",')
-        (tmp_path / name).write_text(text.replace('trust = "none"', f'trust = "{trust}"'))
+        # simulation noise, the config's: under trust server the server (which holds no test secret) draws its
+        # share from a stream seeded by what it decrypted only then
+        (tmp_path / name).write_text('noise = "simulation"\n' + text.replace('trust = "none"', f'trust = "{trust}"'))
     hello_all(tmp_path, PARTIES, exchange="ou", secret=SECRET)
     res = parallel([[*_party(p)[:5], "ou", *_party(p)[6:]] for p in PARTIES]
                    + [[*_server()[:3], "ou", *_server()[4:]]], tmp_path, timeout=300)
@@ -400,14 +402,17 @@ def test_trust_server_over_a_folder_exchange_equals_the_one_process_run(tmp_path
     """he with trust = "server" across machines: the server makes the run's Paillier key and sends its public half
     with each cross-party query (signed, sealed to each party); E sends S its rows and its noise share under that
     key, sealed to S's run key; S returns the sums with both shares to the server, who decrypts count + both shares
-    (variance σ²). Under the test secret the release equals the one-process run, and so does the ledger's list of
-    cross-party tables with its trust assumption. The roles run the same commands in threads of this process, on
-    512-bit keys (the twin kind's flows across processes at 2048 bits: the slow private_pgm and dpsyn twins', trust
-    = "none")."""
+    (variance σ²) and adds its own share (1.5σ²). Under the test secret and simulation noise (the config's: the
+    server holds no test secret, and draws its share from a stream seeded by what it decrypted) the release equals
+    the one-process run, and so does the ledger's list of cross-party tables with its trust assumption. mst, whose
+    tree's cross-party edges are measured and fitted (aim's probes here only steer a choice that came out the same
+    with other noise). The roles run the same commands in threads of this process, on 512-bit keys (the twin kind's
+    flows across processes at 2048 bits: the slow private_pgm and dpsyn twins', trust = "none")."""
     _in_process(request, monkeypatch)
-    _setup(tmp_path, small_keys=True)
+    _setup(tmp_path, synth=MST, small_keys=True)
     for name in ("job.toml", "sim.toml"):
-        (tmp_path / name).write_text((tmp_path / name).read_text().replace('trust = "none"', 'trust = "server"'))
+        text = (tmp_path / name).read_text().replace('trust = "none"', 'trust = "server"')
+        (tmp_path / name).write_text('noise = "simulation"\n' + text)
     hello_all(tmp_path, PARTIES, exchange="server_trust", secret=SECRET)
     res = parallel([[*_party(p)[:5], "server_trust", *_party(p)[6:]] for p in PARTIES]
                    + [[*_server()[:3], "server_trust", *_server()[4:]]], tmp_path, timeout=300)
@@ -486,7 +491,7 @@ def test_trust_server_the_curious_server_decrypts_counts_plus_both_shares_never_
         t.start()
     enc = HEEncoder(config)   # the server's: it makes and holds the run's Paillier key
     sess = Session(ids["server"], roster, transport, state("server"), 60.0, 0.01, run_key=key, sealed=True)
-    link = RemoteLink(sess, part, data.domain, enc, 60.0, 0.01)
+    link = RemoteLink(sess, part, data.domain, enc, 60.0, 0.01, server_noise="simulation")   # its share reproducible
     try:
         got = VerticalOracle.over(link, part, data.domain, enc, ledger(), "he").measure(
             ("a", "b"), charge, np.random.default_rng(0)).values
@@ -506,7 +511,13 @@ def test_trust_server_the_curious_server_decrypts_counts_plus_both_shares_never_
     exact = np.zeros((3, 8))
     np.add.at(exact, (data.column("a"), data.column("b")), 1)
     residual = got - exact if e == "P0" else (got - exact).T
-    np.testing.assert_array_equal(residual, z_e + z_s)   # count + both shares: variance σ², never σ²/2
+    # what the server decrypts: count + both shares (variance σ², never σ²/2); then it adds its own share (drawn,
+    # under simulation noise, from a stream seeded by what it decrypted: reproduced here)
+    key = protocol.key_of(oriented[0][0] + oriented[0][1])
+    decrypted = {key: ((exact if e == "P0" else exact.T) + z_e + z_s).astype(np.float64)}
+    z_srv = st.add_server_share(decrypted, sigma, st.server_source("simulation", decrypted))[key] - decrypted[key]
+    np.testing.assert_array_equal(residual, z_e + z_s + z_srv)
+    assert np.any(z_srv != 0)
     assert np.any(z_e != 0) and np.any(z_s != 0) and not np.array_equal(residual, z_e)
     # E's rows and E's share: sealed to S; the server's run key opens neither
     sealed = [n.removesuffix(".env") for n in sorted(p.name for p in (tmp_path / "ex").iterdir())

@@ -88,7 +88,7 @@ def test_a_cross_party_triple_is_scored_at_the_party_holding_two_of_its_attribut
     # chosen, it is measured through the cross-party measure like any two-party marginal, paid first
     m = o.measure(tri, filt, np.random.default_rng(0), 40.0)
     assert m.attributes == tri and led.cross_party[-1]["attributes"] == list(tri)
-    assert led.cross_party[-1]["trust"] == "server" and led.cross_party[-1]["released_variance"] == 1600.0
+    assert led.cross_party[-1]["trust"] == "server" and led.cross_party[-1]["released_variance"] == 2400.0   # 1.5σ²
     # answered, it is scored off its own answer like any cross-party candidate (no longer at the party)
     asked.clear()
     o.select([tri, ("c", "e")], [est[1], est[2]], [3.0, 2.0], [5.0, 1.0], 1.0, filt, np.random.default_rng(0))

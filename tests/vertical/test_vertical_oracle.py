@@ -213,9 +213,10 @@ def test_the_record_count_and_the_score_vectors_are_answered_at_the_parties():
     assert led.spent == before and "\n" not in str(e1.value) + str(e2.value)
 
 
-def test_trust_server_answers_at_the_central_variance_and_spends_its_distributed_noise_cost():
-    """trust = "server" through the oracle: the encoder dispatches to server_trust.py, the answer's variance is σ²
-    (not 2σ²), and the oracle spends ρ = 1/(2σ²) + τ (Kairouz–Liu–Steinke) per table, derived from the charge."""
+def test_trust_server_answers_at_three_shares_and_spends_its_distributed_noise_cost():
+    """trust = "server" through the oracle: the encoder dispatches to server_trust.py, the answer's variance is 1.5σ²
+    (three shares of σ²/2: any one role is left σ²; not trust none's 2σ²), and the oracle spends ρ = 1/(2σ²) + τ
+    (Kairouz–Liu–Steinke) per table, derived from the charge."""
     from vertisynth.plugins.encoders.he import server_trust
     data = correlated(3000)
     rho = server_trust.rho_per_table(1.0)   # σ = 1: τ = 0.072 is 14% of 1/(2σ²), so a charge without it is wrong
@@ -229,8 +230,9 @@ def test_trust_server_answers_at_the_central_variance_and_spends_its_distributed
     sigma = server_trust.sigma_for_rho(rho)
     assert server_trust.rho_per_table(sigma) == pytest.approx(rho, rel=1e-9)
     assert sigma == pytest.approx(1.0) and sigma > 1.05 * math.sqrt(1 / (2 * rho))   # τ: more noise than one Gaussian
-    assert m.std == pytest.approx(sigma) and led.spent == [ch]
-    assert led.cross_party[0]["trust"] == "server" and led.cross_party[0]["released_variance"] == pytest.approx(sigma**2)
+    assert m.std == pytest.approx(math.sqrt(1.5) * sigma) and led.spent == [ch]
+    assert led.cross_party[0]["trust"] == "server"
+    assert led.cross_party[0]["released_variance"] == pytest.approx(1.5 * sigma**2)
     resid = m.values - data.counts(("a", "b")).values
     assert abs(resid.mean()) < 5 * sigma / math.sqrt(resid.size) + 1e-9
     # a charge sized for one Gaussian (no τ) is not what a trust = server table costs: refused, nothing spent

@@ -405,9 +405,11 @@ class AnswersInRounds(CrossPartyMeasure, Protocol):
         reads it off `whole`)."""
 
     def read_answers(self, messages: Sequence[Message], queries: Sequence[Query], sigma: float,
-                     domains: Mapping[str, Any]) -> list[tuple[tuple[str, ...], np.ndarray, float]]:
+                     domains: Mapping[str, Any], noise: str = "secure"
+                     ) -> list[tuple[tuple[str, ...], np.ndarray, float]]:
         """The server's reading of the parties' published messages of one stage: `answer`'s result, each message
-        checked to hold only tables asked for (refused in one line otherwise)."""
+        checked to hold only tables asked for (refused in one line otherwise); `noise`: the server's own (what it
+        draws, where the measure has it add noise of its own)."""
 
 
 @runtime_checkable

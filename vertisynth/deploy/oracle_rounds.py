@@ -51,6 +51,7 @@ from vertisynth.core.messages import Message
 from vertisynth.core.privacy import PrivacyLedger
 from vertisynth.core.progress import step
 from vertisynth.pgm.scores import INDIF_SENSITIVITY
+from vertisynth.run.config import noise_for
 from vertisynth.vertical import VerticalOracle
 from vertisynth.vertical.link import PartyBudget, PartySide, Spend, coarse_domain
 
@@ -115,12 +116,13 @@ def _pack(messages: Sequence[Message]) -> dict[str, np.ndarray]:
 class RemoteLink:
     """The parties on their machines: each call is one query envelope and the asked parties' sealed answers."""
 
-    noise = "simulation"   # the parties' noise, reported in their ledgers at the end (the server draws none)
+    noise = "simulation"   # the parties' noise, reported in their ledgers at the end
 
     def __init__(self, sess: Session, partition: VerticalPartition, domain: Domain,
                  measure: AnswersInRounds | ReleasesAtParties, timeout: float, poll: float = 0.05,
-                 ledger: PrivacyLedger | None = None) -> None:
+                 ledger: PrivacyLedger | None = None, server_noise: str = "secure") -> None:
         self.sess, self.partition, self.domain, self.measure_impl = sess, partition, domain, measure
+        self.server_noise = server_noise   # what the server draws where a measure has it add noise of its own
         self.ledger = ledger   # the run's: a release's charges are paid on it (every other query is paid by the oracle)
         self.owner = {a: p.name for p in partition for a in p.attributes}
         self.timeout, self.poll = timeout, poll
@@ -218,7 +220,7 @@ class RemoteLink:
             if m.party not in parties:
                 raise MessageError(f"a table of {m.party!r} in the answers of {parties}; refused")
         plain, domains = _stage_of(queries, self.owner, self.domain)
-        return self.measure_impl.read_answers(messages, plain, sigma, domains)
+        return self.measure_impl.read_answers(messages, plain, sigma, domains, self.server_noise)
 
     def best(self, party, candidates, estimates, weights, offsets, bins, rho, sensitivity, sigma, spend):
         arrays = {"weights": np.asarray(weights, float), "offsets": np.asarray(offsets, float)}
@@ -553,7 +555,9 @@ def serve_oracle(plan: Any, synth: Any, sess: Session, domain: Domain, rng: np.r
     measure = plan.measure.instance   # an AnswersInRounds or ReleasesAtParties, checked by plans.vertical_plan
     sess.sealed = True   # every query sealed to its party's run key (session.py): a relay reads no marginal asked
     wait = min(timeout, measure.round_timeout()) if isinstance(measure, AnswersInRounds) else timeout
-    link = RemoteLink(sess, plan.partition, domain, measure, wait, ledger=plan.ledger)
+    # the server's own noise (he trust = "server" adds a share after decrypting): the config's, else secure
+    link = RemoteLink(sess, plan.partition, domain, measure, wait, ledger=plan.ledger,
+                      server_noise=noise_for(plan.config, cross_machine=True))
     oracle = VerticalOracle.over(link, plan.partition, domain, measure, plan.ledger, plan.measure.spec.name,
                                  synth.vertical_request().group_share)
     try:

@@ -146,8 +146,8 @@ def test_a_vertical_twin_runs_on_secure_noise(cls, config_cls, params):
 
 @pytest.mark.parametrize("syn", ["aim", "mst"])
 def test_a_trust_server_twin_runs_at_its_plan_and_says_whom_it_trusts(syn):
-    """trust = "server": the same twin, cross-party answers at the central variance σ², each table paid at
-    1/(2σ²) + τ (the distributed discrete Gaussian), the ledger naming the trust assumption."""
+    """trust = "server": the same twin, cross-party answers at 1.5σ² (three shares: any one role is left σ²), each
+    table paid at 1/(2σ²) + τ (the distributed discrete Gaussian), the ledger naming the trust assumption."""
     params = {"iters": 200, "vertical": {"measure": "he", "trust": "server", "params": {"crypto": "simulated"}}}
     planned = Counter(make_plan(_cfg(syn, params)).ledger.planned)
     res = run(_cfg(syn, params))

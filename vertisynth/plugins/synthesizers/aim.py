@@ -322,18 +322,19 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
         t0 = time.perf_counter()
         cands = candidates_of(self._workload)
         parties = lambda r: len({self._owner[a] for a in r})  # noqa: E731
-        server = False   # a cross-party answer carries the central variance σ² (trust = "server")
+        server = False   # a cross-party answer carries less than two-sided noise's 2σ² (trust = "server": 1.5σ²)
         if c.vertical is not None and getattr(self, "_free", False):
             # a release answers any marginal of two parties: cross-party triples too, up to RELEASE_CELLS cells
             # (each is estimated from the release once, for its score: post-processing, but not free of CPU)
             cands = {r: w for r, w in cands.items() if parties(r) == 1 or len(r) == 2
                      or (parties(r) == 2 and dom.project(r).size() <= RELEASE_CELLS)}
         elif c.vertical is not None:
-            # a triple over two parties is a candidate where a cross-party answer carries the central variance
-            # (trust server): VerticalOracle.select scores it at the party holding two of its attributes, and it is
-            # measured across parties. Under two-sided noise (2σ² a cell) such triples made the twin worse
-            # (docs/vertical.md, "aim, fifth pass"): left out there, as over three parties (no measure answers them)
-            server = isinstance(oracle, VerticalOracle) and oracle.cross_measure.released_variance(1.0) <= 1.0 + 1e-9
+            # a triple over two parties is a candidate where a cross-party answer carries less than two-sided
+            # noise (trust server, 1.5σ²: three shares): VerticalOracle.select scores it at the party holding two of
+            # its attributes, and it is measured across parties. Under two-sided noise (2σ² a cell) such triples made
+            # the twin worse (docs/vertical.md, "aim, fifth pass"): left out there, as over three parties (no measure
+            # answers them)
+            server = isinstance(oracle, VerticalOracle) and oracle.cross_measure.released_variance(1.0) < 2.0 - 1e-9
             cands = {r: w for r, w in cands.items() if parties(r) == 1 or len(r) == 2
                      or (server and parties(r) == 2)}
         names = list(cands)

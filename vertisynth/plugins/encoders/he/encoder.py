@@ -1039,12 +1039,14 @@ class HEEncoder(Encoder):
         return PartyStage(self, me, view, stage, runs, seeded_or_system(base, self.ORACLE_STAGE, secure))
 
     def read_answers(self, messages: Sequence[Message], queries: Sequence[tuple[tuple[str, ...], tuple[str, ...]]],
-                     sigma: float, domains: Mapping[str, Domain]) -> list[tuple[tuple[str, ...], np.ndarray, float]]:
+                     sigma: float, domains: Mapping[str, Domain], noise: str = "secure"
+                     ) -> list[tuple[tuple[str, ...], np.ndarray, float]]:
         """The tables the encrypting parties published for one stage, each message holding only tables asked for
-        (trust = "server": the summing parties' sums, decrypted with the server's key)."""
+        (trust = "server": the summing parties' sums, decrypted with the server's key, plus the server's own share
+        drawn under `noise`)."""
         if self.config.trust == "server":
             return server_trust.read_server_sums(self.config, self.server_trust.server_key()[1], messages, queries,
-                                                 sigma, domains)
+                                                 sigma, domains, noise)
         dom = None
         for d in domains.values():
             dom = d if dom is None else dom.merge(d)

@@ -1,5 +1,6 @@
-"""`trust = "server"`: cross-party marginals counted exactly under the server's Paillier key, the noise split between
-the two parties so that it sums to the central variance σ² (issue 31). docs/he.md, "Trust = server".
+"""`trust = "server"`: cross-party marginals counted exactly under the server's Paillier key, the noise in three shares
+of σ²/2, one per role, so that the two shares any one role does not know sum to the central variance σ² (issue 31).
+docs/he.md, "Trust = server".
 
 A query is (SA, SB) as in protocol.py: SA from the encrypting party E, SB from the summing party S. Rounds, each a
 `Message`:
@@ -11,10 +12,18 @@ A query is (SA, SB) as in protocol.py: SA from the encrypting party E, SB from t
                     read E's rows and E's share).
   2. S → server     `ServerSums`: protocol.py's round 2 (homomorphic sums by S's values, S's share under encryption,
                     fresh masks outside the declared slots, re-randomised) with E's encrypted share multiplied in.
-  3. at the server  decrypt, unpack, remove the offset 2T: count + E's share + S's share, variance σ².
+  3. at the server  decrypt, unpack, remove the offset 2T, add its own share: count + the three shares, variance
+                    1.5σ².
 
 Why E's share goes to S encrypted and not to the server: the server must see only the sum of the two shares (it
 holds the key; a share it saw alone it would subtract, leaving σ²/2), and S, without the key, reads nothing of it.
+
+Why the server adds a share of its own: the release (and every model and synthetic table fitted on it) reaches the
+parties, and each party knows its own share. With the parties' two shares alone (the design until 2026-11-28) S
+subtracted its share from what it was given and kept count + E's share: variance σ²/2, twice the ρ the ledger said
+against S (and E likewise). With the server's share every role, alone, is left two shares it does not know (σ²);
+the released variance is 1.5σ², the least any split gives when all three roles read the release (each pair of
+shares must sum to σ²).
 
 Noise: each party draws N_Z(0, σ²/2) (OpenDP over the OS CSPRNG under secure noise, a seeded table under simulation
 noise: `noise.py`), conditioned on |z| <= T = support_bound(σ/√2) since both are added inside packed slots (offset T
@@ -23,10 +32,12 @@ privacy is Kairouz, Liu and Steinke, "The Distributed Discrete Gaussian Mechanis
 Aggregation" (ICML 2021), Proposition 14: for m shares of parameter s >= 1/2 and a change Δ, the Rényi divergence of
 order α is at most α·‖Δ‖²/(2 m s²) + τ·d, τ = 10·Σ_{k=1}^{m−1} exp(−2π² s² k/(k+1)). Its d is the coordinates
 that change (the bound sums one-dimensional ones, and an unchanged coordinate adds 0); one person changes one cell of
-a count table, so each table is ρ = 1/(2σ²) + τ zCDP (`rho_per_table`), charged against the server.
+a count table, so each table is ρ = 1/(2σ²) + τ zCDP (`rho_per_table`) against any one role, m = 2: the two
+shares it does not know (the server's own is added after decryption, unbounded: `server_share`).
 
 Trust: DP as charged holds while the server colludes with no party. With S it decrypts E's rows; with E it removes
-E's share (σ²/2 left). E and S each see only ciphertexts under a key they lack (E: nothing at all).
+E's share and its own (σ²/2 left). During the rounds E and S see only ciphertexts under a key they lack (E: nothing
+at all); afterwards, the release, with one share of their own in it.
 """
 from __future__ import annotations
 
@@ -49,35 +60,39 @@ from .packing import Layout
 
 TRUST = "server"
 SERVER = "server"
-PARTIES = 2          # noise shares per cell: E's and S's
+PARTIES = 2          # noise shares per cell inside the packed sums: E's and S's (the layout's offset 2T)
+SHARES = 3           # with the server's, added after decryption: each role alone knows one, so two it does not
+UNKNOWN = SHARES - 1   # the shares (of σ²/2 each) any one role does not know: they sum to the central σ²
 MIN_SHARE_SIGMA = 0.5   # Kairouz et al.'s Proposition 14 holds for shares of parameter >= 1/2
 TRUST_NOTE = ("trust = server: the server holds the run's Paillier key and decrypts only noisy sums; the guarantee "
               "holds while the server colludes with no party (with the summing party it would decrypt the encrypting "
-              "party's rows; with the encrypting party it would remove that party's share, leaving variance σ²/2)")
+              "party's rows; with the encrypting party it would remove that party's share and its own, leaving "
+              "variance σ²/2); three shares of σ²/2 (encrypting party, summing party, server), so each role alone, "
+              "which reads the release and knows its own share, is left variance σ²")
 
 Query = protocol.Query
 
 
 # -- the noise and its privacy --------------------------------------------------------------------------
 def share_sigma(sigma: float) -> float:
-    """Each party's share: N_Z(0, σ²/2), so the two sum to the central variance σ²."""
-    s = sigma / math.sqrt(PARTIES)
+    """Each role's share: N_Z(0, σ²/2), so the two any one role does not know sum to the central variance σ²."""
+    s = sigma / math.sqrt(UNKNOWN)
     if not s >= MIN_SHARE_SIGMA:
-        raise ConfigError(f"he: trust = 'server' needs σ >= {MIN_SHARE_SIGMA * math.sqrt(PARTIES):.3g} per count "
+        raise ConfigError(f"he: trust = 'server' needs σ >= {MIN_SHARE_SIGMA * math.sqrt(UNKNOWN):.3g} per count "
                           f"(shares of at least {MIN_SHARE_SIGMA}), got σ = {sigma:.4g}; spend less per table")
     return s
 
 
 def tau(sigma: float) -> float:
-    """Kairouz, Liu, Steinke (ICML 2021), Proposition 14: the zCDP a sum of `PARTIES` discrete Gaussian shares
+    """Kairouz, Liu, Steinke (ICML 2021), Proposition 14: the zCDP a sum of `UNKNOWN` discrete Gaussian shares
     (of parameter σ/√2 each) costs beyond one discrete Gaussian of variance σ², per changed cell."""
     s2 = share_sigma(sigma) ** 2
-    return 10.0 * sum(math.exp(-2 * math.pi**2 * s2 * k / (k + 1)) for k in range(1, PARTIES))
+    return 10.0 * sum(math.exp(-2 * math.pi**2 * s2 * k / (k + 1)) for k in range(1, UNKNOWN))
 
 
 def rho_per_table(sigma: float) -> float:
-    """The zCDP cost of one count table released with total noise σ² against the server (it sees the least noise):
-    1/(2σ²) for one count changed by one person, plus τ for the noise being a sum of shares."""
+    """The zCDP cost of one count table against any one role (left with the two shares it does not know, σ² in
+    all): 1/(2σ²) for one count changed by one person, plus τ for the noise being a sum of shares."""
     return 1.0 / (2.0 * sigma**2) + tau(sigma)
 
 
@@ -85,7 +100,7 @@ def sigma_for_rho(rho: float) -> float:
     """The least σ (to 1e-12 relative) whose `rho_per_table` is at most `rho`: bisection, as it decreases in σ."""
     if not rho > 0:
         raise ConfigError(f"he: a table's zCDP ρ must be positive, got {rho}")
-    lo = max(1.0 / math.sqrt(2.0 * rho), MIN_SHARE_SIGMA * math.sqrt(PARTIES))   # τ >= 0: never below this
+    lo = max(1.0 / math.sqrt(2.0 * rho), MIN_SHARE_SIGMA * math.sqrt(UNKNOWN))   # τ >= 0: never below this
     if rho_per_table(lo) <= rho:
         return lo
     hi = 2.0 * lo
@@ -98,20 +113,22 @@ def sigma_for_rho(rho: float) -> float:
 
 
 def released_variance(sigma: float) -> float:
-    """The per-cell variance the server estimates with: the central σ² (the two shares' sum)."""
-    return float(sigma) ** 2
+    """The per-cell variance the server estimates with: the three shares' sum, 1.5σ²."""
+    share_sigma(sigma)   # refuses a σ the analysis does not cover
+    return SHARES / UNKNOWN * float(sigma) ** 2   # each share σ²/2 (exact in floats: 1.5σ²)
 
 
 def offset(sigma: float) -> int:
-    """The layout's noise offset: both shares, each within ±T and shifted by +T."""
+    """The layout's noise offset: the parties' two shares, each within ±T and shifted by +T."""
     return PARTIES * support_bound(share_sigma(sigma))
 
 
 def charge_note(sigma: float, tables: int) -> str:
     """What the ledger's charge for `tables` tables at σ says (ρ with τ, the trust assumption)."""
     t = tau(sigma)
-    return (f"{tables} cross-party tables, distributed discrete Gaussian: two shares σ/√2 = {share_sigma(sigma):.4g} "
-            f"summing to σ = {sigma:.4g} (released variance σ² = {sigma**2:.4g}); ρ = {tables} x (1/(2σ²) + τ) = "
+    return (f"{tables} cross-party tables, distributed discrete Gaussian: three shares σ/√2 = "
+            f"{share_sigma(sigma):.4g}, any two summing to σ = {sigma:.4g} (released variance 1.5σ² = "
+            f"{released_variance(sigma):.4g}); ρ = {tables} x (1/(2σ²) + τ) = "
             f"{tables * rho_per_table(sigma):.6g}, τ = {t:.3g} (Kairouz, Liu, Steinke, ICML 2021, Prop. 14); shares "
             f"conditioned on |z| <= {support_bound(share_sigma(sigma))} (TV < 1e-31 per draw, within δ); {TRUST_NOTE}")
 
@@ -119,6 +136,33 @@ def charge_note(sigma: float, tables: int) -> str:
 def noise_share(shape: tuple[int, ...], sigma: float, source: Any) -> np.ndarray:
     """One party's share for `shape` cells at total σ (bounded: it is added inside a packed slot)."""
     return discrete_gaussian(shape, share_sigma(sigma), source, bounded=True)
+
+
+def server_share(shape: tuple[int, ...], sigma: float, source: Any) -> np.ndarray:
+    """The server's share, added to the decrypted counts (outside any slot, so not bounded; a seeded source bounds
+    every draw: noise.py)."""
+    return discrete_gaussian(shape, share_sigma(sigma), source, bounded=False)
+
+
+def server_source(noise: str, tables: Mapping[str, np.ndarray]) -> UniformSource:
+    """Where the server draws its share: the OS CSPRNG, or under simulation noise (not for production: every output
+    says so) a stream seeded from the decrypted tables, so that a deployment and the one-process run draw the same
+    share without the server holding a test secret. Such a share is a function of what the server decrypted, which
+    a party could search for on a small table: private only under secure noise."""
+    if noise == "secure":
+        return SystemSource()
+    if noise != "simulation":
+        raise ConfigError(f"he: noise must be 'secure' or 'simulation', got {noise!r}")
+    h = hashlib.sha256(b"vertisynth/he-server-share/v1")
+    for k in sorted(tables):
+        h.update(k.encode() + b"\0" + np.ascontiguousarray(tables[k], np.float64).tobytes())
+    return GeneratorSource(np.random.default_rng(int.from_bytes(h.digest()[:16], "big")))
+
+
+def add_server_share(tables: Mapping[str, np.ndarray], sigma: float, source: UniformSource | None
+                     ) -> dict[str, np.ndarray]:
+    """The decrypted tables plus the server's share (in the tables' key order: the draw order)."""
+    return {k: tables[k] + server_share(np.shape(tables[k]), sigma, source) for k in sorted(tables)}
 
 
 # -- messages -----------------------------------------------------------------------------------------------
@@ -276,9 +320,11 @@ def _blocks_ok(lay: Layout, queries: Sequence[Query]) -> bool:
 
 def decrypt(private_key, sums: ServerSums, queries: Sequence[Query], sigma: float, stage: str,
             size: Callable[[tuple[str, ...]], int] | None = None, rows: int | None = None,
-            slot_bits: int | None = None, crypto: str = "real") -> protocol.NoisyCounts:
+            slot_bits: int | None = None, crypto: str = "real", noise: str = "secure",
+            source: UniformSource | None = None) -> protocol.NoisyCounts:
     """Round 3 at the server: the sums must be under its key, for the row count it knows and in the planned layout
-    (the same check S made: `protocol.check_layout`); decrypt, unpack, remove 2T. The variance is σ²."""
+    (the same check S made: `protocol.check_layout`); decrypt, unpack, remove 2T, add the server's share (from
+    `source`, else `server_source(noise, ...)`). The variance is 1.5σ²."""
     queries = protocol.unique(queries)
     if sums.modulus.lower() != paillier.key_text(private_key.public_key).lower():
         raise MessageError(f"he: the sums of {sums.party!r} are under a key other than this server's; refusing to decrypt")
@@ -290,6 +336,7 @@ def decrypt(private_key, sums: ServerSums, queries: Sequence[Query], sigma: floa
     got = protocol.open_sums(private_key, lay, protocol.EncryptedSums(sums.party, SERVER, sums.groupings, sums.sums),
                              queries, offset(sigma))
     tables = {protocol.key_of(q[0] + q[1]): got[q].astype(np.float64) for q in queries}
+    tables = add_server_share(tables, sigma, source if source is not None else server_source(noise, tables))
     return protocol.NoisyCounts(SERVER, sums.party, stage, crypto, sums.encrypting, released_variance(sigma),
                                 tables).validate()
 
@@ -297,9 +344,11 @@ def decrypt(private_key, sums: ServerSums, queries: Sequence[Query], sigma: floa
 def run_real(enc_party: str, sum_party: str, enc_view: Dataset, sum_view: Dataset, queries: Sequence[Query],
              sigma: float, enc_source: UniformSource, sum_source: UniformSource, server: tuple[ServerKey, Any],
              stage: str, costs: protocol.Costs | None = None, workers: int = 0, chunk: int = 2048,
-             slot_bits: int | None = None, transcript: list | None = None) -> protocol.NoisyCounts:
+             slot_bits: int | None = None, transcript: list | None = None, noise: str = "secure",
+             srv_source: UniformSource | None = None) -> protocol.NoisyCounts:
     """The rounds in one process; `server` is (its announcement, its private key); `transcript` collects every
-    message as (sender, recipient, message): what each role received."""
+    message as (sender, recipient, message): what each role received; `noise`, `srv_source`: the server's share
+    (`decrypt`)."""
     key_msg, private_key = server
     costs = costs if costs is not None else protocol.Costs()
     log = transcript if transcript is not None else []
@@ -320,15 +369,18 @@ def run_real(enc_party: str, sum_party: str, enc_view: Dataset, sum_view: Datase
                 sum(int(np.prod(a.shape[:2])) for a in m2.sums.values()))
     log.append((sum_party, SERVER, m2))
     c0 = protocol.mark()
-    out = decrypt(private_key, m2, queries, sigma, stage, size, enc_view.n, slot_bits)
+    out = decrypt(private_key, m2, queries, sigma, stage, size, enc_view.n, slot_bits, noise=noise,
+                  source=srv_source)
     costs.since(SERVER, c0)
     return out
 
 
 def simulate(enc_party: str, sum_party: str, enc_view: Dataset, sum_view: Dataset, queries: Sequence[Query],
-             sigma: float, enc_source: UniformSource, sum_source: UniformSource, stage: str) -> protocol.NoisyCounts:
+             sigma: float, enc_source: UniformSource, sum_source: UniformSource, stage: str, noise: str = "secure",
+             srv_source: UniformSource | None = None) -> protocol.NoisyCounts:
     """The same released tables in plaintext: exact counts + E's share + S's share, drawn from the same sources in
-    the same order as `run_real` (E's shares in query order, then S's in query order)."""
+    the same order as `run_real` (E's shares in query order, then S's in query order), + the server's share as
+    `decrypt` adds it."""
     queries = protocol.unique(queries)
     exact, shape = {}, {}
     for q in queries:
@@ -338,6 +390,7 @@ def simulate(enc_party: str, sum_party: str, enc_view: Dataset, sum_view: Datase
     z_e = {q: noise_share(shape[q], sigma, enc_source) for q in queries}
     z_s = {q: noise_share(shape[q], sigma, sum_source) for q in queries}
     tables = {protocol.key_of(q[0] + q[1]): (exact[q] + z_e[q] + z_s[q]).astype(np.float64) for q in queries}
+    tables = add_server_share(tables, sigma, srv_source if srv_source is not None else server_source(noise, tables))
     return protocol.NoisyCounts(SERVER, sum_party, stage, "simulated", enc_party, released_variance(sigma),
                                 tables).validate()
 
@@ -361,7 +414,7 @@ class ServerTrust:
         self.transcript: list = []
         self.encrypting: list[tuple[str, str]] = []   # (E, S) per run, in order
         self._server: tuple[ServerKey, Any] | None = None
-        self.test_sources: Mapping[str, Any] | None = None   # tests only: fixed noise sources per party
+        self.test_sources: Mapping[str, Any] | None = None   # tests only: fixed noise sources per party (and "server")
 
     def released_variance(self, sigma: float) -> float:
         return released_variance(sigma)
@@ -379,7 +432,7 @@ class ServerTrust:
 
     def answer(self, views: Mapping[str, Dataset], queries: Sequence[Query], sigma: float, noise: str,
                rngs: Mapping[str, np.random.Generator]) -> list[tuple[tuple[str, ...], np.ndarray, float]]:
-        """(attributes, noisy counts on left + right attributes, σ²) per query, in order."""
+        """(attributes, noisy counts on left + right attributes, 1.5σ²: the released variance) per query, in order."""
         if noise not in ("secure", "simulation"):
             raise ConfigError(f"he: noise must be 'secure' or 'simulation', got {noise!r}")
         share_sigma(sigma)   # refuses a σ whose shares the analysis does not cover, before any work
@@ -404,13 +457,15 @@ class ServerTrust:
                 src_e, src_s = SystemSource(), SystemSource()
             else:
                 src_e, src_s = seeded_source(bases[enc], (p, q), "enc"), seeded_source(bases[summ], (p, q), "sum")
+            src_srv = (self.test_sources or {}).get(SERVER)
             if c.crypto == "simulated":
                 c0 = protocol.cpu_now()
-                msg = simulate(enc, summ, views[enc], views[summ], part, sigma, src_e, src_s, "answer")
+                msg = simulate(enc, summ, views[enc], views[summ], part, sigma, src_e, src_s, "answer", noise, src_srv)
                 self.costs.add(enc, protocol.cpu_now() - c0)
             else:
                 msg = run_real(enc, summ, views[enc], views[summ], part, sigma, src_e, src_s, self.server_key(),
-                               "answer", self.costs, c.workers, c.chunk_rows, c.slot_bits, self.transcript)
+                               "answer", self.costs, c.workers, c.chunk_rows, c.slot_bits, self.transcript, noise,
+                               src_srv)
             got.update(msg.tables)
         return assemble(queries, got, size, sigma)
 
@@ -455,7 +510,7 @@ class ServerTrust:
                       setup=_pool(workers, rows, c.chunk_rows) + _pool(workers, back))
                 _book(out[summ], op, load=rows + back, mul=k["adds"] + 2 * back, noise=back, draw=cells,
                       setup=_pool(workers, back))
-                _book(out[SERVER], op, load=back, dec=back)
+                _book(out[SERVER], op, load=back, dec=back, draw=cells)
         if c.crypto == "simulated":
             for v in out.values():
                 v["note"] = "crypto = simulated: no ciphertexts are made; figures are what real crypto would send"
@@ -494,7 +549,8 @@ def orient(config: Any, p: str, q: str, qs: list[Query], size, n: int, sigma: fl
 
 def assemble(queries: Sequence[Query], got: Mapping[str, np.ndarray], size, sigma: float
              ) -> list[tuple[tuple[str, ...], np.ndarray, float]]:
-    """(left + right attributes, table with axes in that order, σ²) per query, from the decrypted tables by key."""
+    """(left + right attributes, table with axes in that order, the released variance) per query, from the
+    decrypted tables by key."""
     out = []
     for left, right in queries:
         left, right = tuple(left), tuple(right)
@@ -610,9 +666,11 @@ def party_stage(config: Any, me: str, view: Dataset, domains: Mapping[str, Any],
 
 
 def read_server_sums(config: Any, private_key: Any, messages: Sequence[Message], queries: Sequence[Query],
-                     sigma: float, domains: Mapping[str, Any]) -> list[tuple[tuple[str, ...], np.ndarray, float]]:
+                     sigma: float, domains: Mapping[str, Any], noise: str = "secure"
+                     ) -> list[tuple[tuple[str, ...], np.ndarray, float]]:
     """The server's reading of one answer: exactly one `ServerSums` per pair of parties, from that pair's S, of E's
-    rows, in the planned layout (`decrypt` checks it); decrypted: count + both shares, variance σ²."""
+    rows, in the planned layout (`decrypt` checks it); decrypted: count + both shares + the server's own (drawn
+    under the server's `noise`), variance 1.5σ²."""
     owner = {a: p for p, d in domains.items() for a in d.attributes}
     size = lambda b: int(np.prod([domains[owner[a]].size(a) for a in b]))  # noqa: E731
     pairs = by_pairs(queries, owner)
@@ -635,5 +693,5 @@ def read_server_sums(config: Any, private_key: Any, messages: Sequence[Message],
         if (m.encrypting, m.party) != (enc, summ):
             raise MessageError(f"he: {m.party!r} summed {m.encrypting!r}'s rows, the plan has {summ!r} sum "
                                f"{enc!r}'s; refused")
-        got.update(decrypt(private_key, m, part, sigma, "answer", size, None, config.slot_bits).tables)
+        got.update(decrypt(private_key, m, part, sigma, "answer", size, None, config.slot_bits, noise=noise).tables)
     return assemble(queries, got, size, sigma)
