@@ -8,8 +8,8 @@
 
 For every synthesizer × dataset × ε × seed: the central run (CentralOracle on the joined table) and the vertical
 twin under each of `--trusts` (VerticalOracle over the dataset's default party split, cross-party marginals through
-the `he` measure: trust "none", two-sided noise, 2σ² per answer; "server", a non-colluding key holder, σ² per
-answer at 1/(2σ²) + τ) on the same data and ρ, all scored by the project's `tvd` evaluator (3-way, `--marginals`
+the `he` measure: trust "none", two-sided noise, 2σ² per answer; "server", a non-colluding key holder, 1.5σ²
+per answer at 1/(2σ²) + τ: three shares) on the same data and ρ, all scored by the project's `tvd` evaluator (3-way, `--marginals`
 random marginals, the same marginals for every run of a cell). The central run is made once per cell and shared by
 the trusts. Printed: both TVDs, twin / central, the twin's CPU seconds per party (its own steps plus its side of
 the protocol) and for the server (selection bookkeeping and estimation: the rest of the fit), and the bytes each
