@@ -60,7 +60,7 @@ def answers(domain: Domain, partition: VerticalPartition, probe_bins: int, plann
             ) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """The twin's probe answer and the adaptive stand-in (module docstring), from the plan's charges, the public
     domain and the partition; and what was counted ({"probes", "adaptive", "marginals", "pairs", "stages": the
-    answers, one a protocol stage; "filtered": the stages of `probe_stages`}). `whole_party`: the party
+    answers, one a protocol stage; "filtered": the stages of `probe_stages`, where there are some}). `whole_party`: the party
     whose side the probes leave unbinned (the twin's probes sum that party's whole rows: `measure_probes(whole=
     True)`), None: both sides binned. `absorbed(party, side, σ)`: whether the measure sums that side from the
     party's whole rows (a joint block in their spare slots): the first answer's pair is then the smallest one that
@@ -122,6 +122,7 @@ def answers(domain: Domain, partition: VerticalPartition, probe_bins: int, plann
         picked = ordered[len(ordered) // 2:][:cross] + ordered[: max(cross - (len(ordered) - len(ordered) // 2), 0)]
         out.append({"domains": _domains(domain, owner, [x for p in picked for x in p]),
                     "queries": [((a,), (b,)) for a, b in picked], "sigma": sigma, "adaptive": True})
+    counted = {"filtered": len(probe_stages)} if probe_stages else {}
     return out, {"probes": len(probes) + len(again) + sum(len(p) for p, _ in probe_stages), "adaptive": adaptive,
-                 "marginals": len(margs), "filtered": len(probe_stages),
+                 "marginals": len(margs), **counted,
                  "pairs": cross, "stages": len(out)}
