@@ -1087,11 +1087,12 @@ _OP_COSTS: dict[tuple, dict[str, float]] = {}
 
 
 # A key pair's expected CPU in reference exponentiations (`KeyReference` at the same key size), per kind of key: the
-# mean over 24 draws each at 2048 bits of each draw's key CPU over the reference level `_op_costs` read around it
-# (benchmarks/he_key_ratio.py, 2026-11-28, load 6-8: 128, 3,547, 3,287; docs/he.md "The key price from a reference
-# spread over the pricing"). A property of the libraries' prime searches (phe/gmpy2, HEU), not of the machine:
-# both are CPU of the same kind. OU's draws have a heavy tail (1.35-8.10 s there): its ratio is known to ~13%.
-KEY_RATIO = {"full": 130.0, "short": 3550.0, "ou": 3300.0}
+# mean over draws at 2048 bits of each draw's key CPU over the reference level `_op_costs` read around it
+# (benchmarks/he_key_ratio.py, 2026-11-28: 24 draws a kind at load 6-8, full 128, short 3,547, OU 3,287; 8 more of
+# short and OU at load 7-11, 3,666 and 5,724; pooled: 130, 3,550, 3,900; docs/he.md "The key price from a
+# reference spread over the pricing"). A property of the libraries' prime searches (phe/gmpy2, HEU), not of the
+# machine: both are CPU of the same kind. OU's draws have a heavy tail (1.35-9.80 s): its ratio is known to ~15%.
+KEY_RATIO = {"full": 130.0, "short": 3550.0, "ou": 3900.0}
 
 
 class KeyReference:
