@@ -120,6 +120,10 @@ def one_run(args, plan, twin: bool, n: int, before: dict) -> dict[str, float]:
         if est.get("unasked"):   # the estimate without the pass of its rows that the adaptive picks may not ask
             un = est["unasked"]["cpu_s"]
             line += f"; estimate without its rows' pass {un:.2f} s ({un / max(ran, 1e-9):.2f}x)"
+        if est.get("as_encrypter"):   # trust = "server": the party as E, and as S, of every adaptive answer
+            hi, lo = est["as_encrypter"]["cpu_s"], est["as_summer"]["cpu_s"]
+            line += (f"; as E of every adaptive answer {hi:.2f} s ({hi / max(ran, 1e-9):.2f}x), as S {lo:.2f} s "
+                     f"({lo / max(ran, 1e-9):.2f}x): the run {'inside' if lo <= ran <= hi else 'outside'}")
         diff = {o: (ops.get(o, 0), want.get(o, 0)) for o in sorted(set(ops) | set(want)) if ops.get(o, 0) != want.get(o, 0)}
         line += "; ops run/est that differ: " + (", ".join(f"{o} {a:,}/{b:,}" for o, (a, b) in diff.items()) or "none")
         print(line, flush=True)

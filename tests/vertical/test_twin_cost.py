@@ -308,3 +308,80 @@ def test_the_twins_estimate_prices_each_partys_encryption_as_its_answers_make_it
     # whether the second party encrypts follows the adaptive picks (a real run with secure noise on the zoo did not):
     # the estimate also gives its figures without that pass, which validate prints beside them
     assert est["party2"]["unasked"]["ciphertexts"] < 3000 and "unasked" not in est["party1"], est
+
+
+@pytest.mark.parametrize("dataset, trust", [("nltcs", "none"), ("nltcs", "server"), ("adult", "server")])
+def test_aims_probe_stages_are_priced_as_its_run_asks_them(data_dir, monkeypatch, dataset, trust):
+    """hecost15 (issues 31/33): aim draws its probes from its rounds' filter, not from planned charges, so
+    `validate` priced no answer for aim at all (0 probes, 0 stages). Its probe stages follow from its plan
+    (`PlansProbeStages`: the cross-party candidate pairs, the rounds' ρ, probe_bins against the domain): the
+    estimate's probe answers are the run's first answers, the same pairs at the same σ, each side on at most the
+    run's bins, priced within 25% (NLTCS: every probe at full resolution, σ_p/√PROBE_FULL(_NONE); Adult: binned,
+    σ_p)."""
+    from vertisynth.run.config import parse_config
+    from vertisynth.run.pipeline import execute, make_plan, twin_cost_estimate
+
+    params = {"data_dir": str(data_dir), "sample": 1500, "sample_seed": 1}
+    raw = {"seed": 0, "budget": {"epsilon": 1.0, "delta": 1e-9}, "dataset": {"name": dataset, "params": params},
+           "synthesizer": {"use": "aim", "params": {"rounds": 40, "vertical": {
+               "measure": "he", "trust": trust, "params": {"crypto": "simulated"}}}}}
+    plan = make_plan(parse_config(raw))
+    staged = plan.synthesizer.instance.probe_stages(trust == "server")
+    est, counted = twin_cost_estimate(plan, 1500)
+    assert staged and counted["probes"] == sum(len(p) for p, _ in staged) > 0, counted
+    asked, answer = [], HEEncoder.answer
+
+    class Probed(Exception):
+        pass
+
+    def recorded(self, views, queries, sigma, noise, rngs, whole=None):
+        if len(asked) == len(staged):
+            raise Probed   # the probe stages asked: the rounds after them are not what this test checks
+        asked.append({"domains": {p: v.domain for p, v in views.items()}, "queries": list(queries), "sigma": sigma})
+        return answer(self, views, queries, sigma, noise, rngs, whole)
+
+    monkeypatch.setattr(HEEncoder, "answer", recorded)
+    with pytest.raises(Probed):
+        execute(plan)
+    from vertisynth.vertical.cost import answers as twin_answers
+    mine = twin_answers(plan.source.schema.preview_domain(), plan.partition,
+                        plan.synthesizer.instance.vertical_request().probe_bins, plan.ledger.planned,
+                        plan.measure.instance.sigma_for_rho, probe_stages=staged)[0][:len(staged)]
+    ran = asked[:len(staged)]
+    for e, r in zip(mine, ran):
+        assert math.isclose(e["sigma"], r["sigma"], rel_tol=1e-9), (e["sigma"], r["sigma"])
+        pairs = lambda a: {frozenset(tuple(x) + tuple(y)) for x, y in a["queries"]}  # noqa: E731
+        assert pairs(e) == pairs(r)
+        sizes = lambda a: {x: d.size(x) for d in a["domains"].values() for x in d.attributes}  # noqa: E731
+        # each attribute on at most probe_bins bins: the run's bins of equal noisy mass may be fewer (Adult's
+        # capital-gain, mostly 0: 2 of 4), so the estimate's tables bound the run's
+        assert set(sizes(e)) == set(sizes(r)) and all(sizes(r)[x] <= n for x, n in sizes(e).items()), (sizes(e),
+                                                                                                        sizes(r))
+    enc = HEEncoder(plan.measure.instance.config)
+    est_ct, ran_ct = enc.answers_cost(mine, 1500), enc.answers_cost(ran, 1500)
+    for p in ran_ct:
+        assert ran_ct[p]["ciphertexts"] <= est_ct[p]["ciphertexts"] <= 1.25 * ran_ct[p]["ciphertexts"], (est_ct, ran_ct)
+
+
+def test_under_trust_server_validate_gives_each_partys_figures_as_encrypter_and_as_summer(tmp_path):
+    """hecost15 (issues 31/33): under trust = "server" `orient` picks E per answer from its tables, public once the
+    tables are, but the adaptive answers' tables follow the data, so the stand-in's single pick was far off for the
+    party it did not pick (NLTCS party2 0.15x, the zoo 0.47x). The estimate now carries each party's figures as E of
+    every adaptive answer and as S of every one, which bracket the stand-in's, and `validate` prints them."""
+    from click.testing import CliRunner
+
+    from vertisynth.cli.main import main
+    from vertisynth.run.config import load_config
+    from vertisynth.run.pipeline import make_plan, twin_cost_estimate
+
+    cfg = tmp_path / "twin.toml"
+    cfg.write_text('seed = 1\nbudget = { epsilon = 1.0, delta = 1e-5 }\n[dataset]\nname = "zoo"\n'
+                   'params = { preset = "small-split", n = 300 }\n[synthesizer]\nuse = "privmrf"\n'
+                   'params = { vertical = { measure = "he", trust = "server", params = { crypto = "simulated" } } }\n')
+    est, _ = twin_cost_estimate(make_plan(load_config(cfg)), 4000)
+    for p in ("party1", "party2"):
+        hi, lo = est[p]["as_encrypter"]["ciphertexts"], est[p]["as_summer"]["ciphertexts"]
+        assert lo <= est[p]["ciphertexts"] <= hi and hi > lo + 4000, (p, est[p])   # E pays n a row per answer
+    out = CliRunner().invoke(main, ["validate", str(cfg), "--rows", "4000"])
+    assert out.exit_code == 0, out.output
+    assert out.output.count("as E of every one") == 2, out.output

@@ -200,6 +200,8 @@ def validate(config: Path, data_dir: str | None, rows: int, memory: str | None) 
                    f"(planned) and {twin['adaptive']} adaptive cross-party answers (a stand-in: {twin['marginals']} "
                    "planned marginals x the share of attribute pairs that cross parties; docs/vertical.md)"
                    + (f", {twin['pairs']} chosen pairs' tables in one stage" if twin.get("pairs") else "")
+                   + ("; its rounds after the probes are not priced: which, and whether they cross parties, follows "
+                      "the data (aim; docs/he.md)" if twin.get("filtered") else "")
                    + f", {twin.get('stages', 0)} protocol stages (per row in brackets):")
     elif cost:
         click.echo(f"Expected cost per party for {rows:,} rows (the run's table split; clique tables not yet chosen are "
@@ -215,6 +217,11 @@ def validate(config: Path, data_dir: str | None, rows: int, memory: str | None) 
                            f"answer's other side is not in the other party's whole rows; the picks follow the data: "
                            f"without it {c['unasked']['ciphertexts']:,.0f} ciphertexts, CPU "
                            f"{c['unasked']['cpu_s']:,.1f} s)")
+            if c.get("as_encrypter"):   # trust = "server": orient picks E per answer from tables that follow the data
+                click.echo(f"  {'':<12} (trust = \"server\": which party encrypts an adaptive answer follows its "
+                           f"tables, which follow the data: as E of every one {c['as_encrypter']['ciphertexts']:,.0f} "
+                           f"ciphertexts, CPU {c['as_encrypter']['cpu_s']:,.1f} s; as S of every one "
+                           f"{c['as_summer']['ciphertexts']:,.0f}, CPU {c['as_summer']['cpu_s']:,.1f} s)")
         if any(c.get("key_s") for c in cost.values()):
             click.echo("  (a key pair is priced at its expectation; it is a prime search of random length, and one "
                        "run's took 0.3-3.4x of that in 30 draws: at small n it dominates; docs/he.md)")

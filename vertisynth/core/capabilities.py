@@ -434,6 +434,16 @@ class ProbesWholeRows(Protocol):
 
 
 @runtime_checkable
+class PlansProbeStages(Protocol):
+    """A vertical twin whose probes are drawn from a filter, not planned as charges (aim): the probe stages it will
+    ask, from its plan alone, so that `vertisynth validate` prices them: [(pairs, σ)] per stage, σ the cross-party
+    measure's noise std, each attribute of more than `probe_bins` values asked on at most that many bins.
+    `central`: a cross-party answer carries the central variance (trust "server")."""
+
+    def probe_stages(self, central: bool) -> list[tuple[list[tuple[str, ...]], float]]: ...
+
+
+@runtime_checkable
 class CostEstimate(Protocol):
     """A component that can say before a run what it will cost each party (`vertisynth validate` prints it):
     {party: {"ciphertexts": ..., "bytes": ..., "cpu_s": ...}} for `n` rows."""

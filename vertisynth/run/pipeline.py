@@ -19,7 +19,7 @@ import numpy as np
 
 from vertisynth.core.capabilities import (AlignsRows, ChoosesSampling, CrossPartyMeasure, EstimatesMemory,
                                           EvaluatesCounts, FitsOnOracle, HasGraphicalModel, NamesEncoder,
-                                          PartyServerSplit, PricesAnswers, ProbesWholeRows,
+                                          PartyServerSplit, PlansProbeStages, PricesAnswers, ProbesWholeRows,
                                           ReleasesOnce, ReportsReferencePoints, StepsInChunks, SumsWholeRows,
                                           wants_raw_values)
 from vertisynth.core.chunks import ChunkedCounts
@@ -353,14 +353,17 @@ def twin_cost_estimate(plan: Plan, rows: int) -> tuple[dict[str, dict[str, float
     # always hands the measure each party's whole view): the stand-in needs that to make the second party encrypt
     absorbed = (lambda p, side, sigma: measure.instance.in_whole_rows(parties[p], side, rows, sigma)) \
         if keeps is not None else None
+    # a twin whose probes come from a filter, not the plan (aim): its probe stages, from its plan
+    staged = plan.synthesizer.instance.probe_stages(measure.instance.released_variance(1.0) <= 1.0 + 1e-9) \
+        if isinstance(plan.synthesizer.instance, PlansProbeStages) else []
     asked, counted = twin_answers(domain, plan.partition, req.probe_bins, plan.ledger.planned,
-                                  measure.instance.sigma_for_rho, whole, absorbed)
+                                  measure.instance.sigma_for_rho, whole, absorbed, staged)
     cost = measure.instance.answers_cost(asked, rows, parties)
     if absorbed is not None:
         # the stand-in's first answer has the second party encrypt its rows (the modal case); whether a run's answers
         # do follows its adaptive picks, so the figures without that pass go beside it (validate prints both)
         low = measure.instance.answers_cost(twin_answers(domain, plan.partition, req.probe_bins, plan.ledger.planned,
-                                                         measure.instance.sigma_for_rho, whole, None)[0],
+                                                         measure.instance.sigma_for_rho, whole, None, staged)[0],
                                             rows, parties)
         for p, c in cost.items():
             if p in low and low[p]["ciphertexts"] < c["ciphertexts"] / 1.25:

@@ -23,7 +23,8 @@ which bins), so they are priced on a stand-in built from public facts only:
   attribute against one, the cross-party pairs in turn from the median of their cells up (each answer one table,
   unbinned: an attribute coarsened at the party makes an answer cheaper to sum, not dearer to encrypt).
 
-`answers(...)` returns them in the form `answers_cost` of a measure takes ({"domains", "queries", "sigma"}).
+`answers(...)` returns them in the form `answers_cost` of a measure takes ({"domains", "queries", "sigma"}; the
+stand-in's answers marked "adaptive": True, their tables follow the data).
 """
 from __future__ import annotations
 
@@ -54,16 +55,19 @@ def _domains(domain: Domain, owner: dict[str, str], attributes: Sequence[str],
 
 def answers(domain: Domain, partition: VerticalPartition, probe_bins: int, planned: Sequence[Charge],
             sigma_for_rho: Any, whole_party: str | None = None,
-            absorbed: Callable[[str, tuple[str, ...], float], bool] | None = None
+            absorbed: Callable[[str, tuple[str, ...], float], bool] | None = None,
+            probe_stages: Sequence[tuple[Sequence[tuple[str, ...]], float]] = ()
             ) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """The twin's probe answer and the adaptive stand-in (module docstring), from the plan's charges, the public
     domain and the partition; and what was counted ({"probes", "adaptive", "marginals", "pairs", "stages": the
-    answers, one a protocol stage}). `whole_party`: the party
+    answers, one a protocol stage; "filtered": the stages of `probe_stages`, where there are some}). `whole_party`: the party
     whose side the probes leave unbinned (the twin's probes sum that party's whole rows: `measure_probes(whole=
     True)`), None: both sides binned. `absorbed(party, side, σ)`: whether the measure sums that side from the
     party's whole rows (a joint block in their spare slots): the first answer's pair is then the smallest one that
     is not, so that it makes the second party encrypt as the runs do (issue 31: on the zoo and NLTCS the smallest
-    pairs are joint blocks, and the stand-in priced no encryption for the second party)."""
+    pairs are joint blocks, and the stand-in priced no encryption for the second party). `probe_stages`: a twin's
+    probes drawn from a filter, not planned (aim: `PlansProbeStages`), (pairs, σ) a stage, each attribute of more
+    than `probe_bins` values on that many bins, as the run asks them (its bins of equal noisy mass: as many)."""
     owner = {a: p.name for p in partition for a in p.attributes}
     attrs = [a for a in domain.attributes if a in owner]
     pairs = [(a, b) for a, b in itertools.combinations(attrs, 2) if owner[a] != owner[b]]
@@ -73,6 +77,10 @@ def answers(domain: Domain, partition: VerticalPartition, probe_bins: int, plann
     chosen = [c for c in planned if c.mechanism.endswith(PAIR) and hasattr(c.cost, "rho")]
     vector = [c for c in planned if c.mechanism.endswith(PAIRS) and hasattr(c.cost, "rho")]   # Laplace: no twin
     out: list[dict[str, Any]] = []
+    for staged, sigma in probe_stages:   # a twin's probes drawn from a filter (aim): its stages, from its plan
+        bins = width_bins(domain.project(attrs), probe_bins)
+        out.append({"domains": _domains(domain, owner, [x for p in staged for x in p], bins),
+                    "queries": [((a,), (b,)) for a, b in staged], "sigma": float(sigma)})
     if probes and pairs:
         bins = {a: b for a, b in width_bins(domain.project(attrs), probe_bins).items() if owner[a] != whole_party}
         probed = pairs[: len(probes)]
@@ -100,11 +108,11 @@ def answers(domain: Domain, partition: VerticalPartition, probe_bins: int, plann
         tables = tables[:adaptive]
         if len(margs) == len(planned):   # nothing selects: every marginal known up front, asked in one stage
             out.append({"domains": _domains(domain, owner, [x for t in tables for side in t for x in side]),
-                        "queries": tables, "sigma": sigma})
+                        "queries": tables, "sigma": sigma, "adaptive": True})
         else:
             for left, right in tables:
                 out.append({"domains": _domains(domain, owner, left + right), "queries": [(left, right)],
-                            "sigma": sigma})
+                            "sigma": sigma, "adaptive": True})
     # the chosen pairs, asked together: one stage, the share of them that crosses parties, one attribute a side
     k = len(chosen) or (total if vector else 0)
     cross = math.ceil(k * len(pairs) / total) if k and pairs else 0
@@ -113,6 +121,8 @@ def answers(domain: Domain, partition: VerticalPartition, probe_bins: int, plann
         ordered = sorted(pairs, key=lambda p: (domain.size(p[0]) * domain.size(p[1]), p))
         picked = ordered[len(ordered) // 2:][:cross] + ordered[: max(cross - (len(ordered) - len(ordered) // 2), 0)]
         out.append({"domains": _domains(domain, owner, [x for p in picked for x in p]),
-                    "queries": [((a,), (b,)) for a, b in picked], "sigma": sigma})
-    return out, {"probes": len(probes) + len(again), "adaptive": adaptive, "marginals": len(margs),
+                    "queries": [((a,), (b,)) for a, b in picked], "sigma": sigma, "adaptive": True})
+    counted = {"filtered": len(probe_stages)} if probe_stages else {}
+    return out, {"probes": len(probes) + len(again) + sum(len(p) for p, _ in probe_stages), "adaptive": adaptive,
+                 "marginals": len(margs), **counted,
                  "pairs": cross, "stages": len(out)}

@@ -315,6 +315,27 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
     def vertical_request(self) -> VerticalConfig | None:
         return self.config.vertical
 
+    def probe_stages(self, central: bool) -> list[tuple[list[tuple[str, ...]], float]]:
+        """The probe stages `fit_oracle` asks on a vertical oracle, (pairs, σ) each, from the plan alone (what
+        selects them there: the candidates, the rounds' ρ, probe_bins against the domain), so that `vertisynth
+        validate` prices them (hecost15; the rounds after them follow the data). `central`: trust "server"."""
+        c = self.config
+        if c.vertical is None or getattr(self, "_free", False):
+            return []
+        probe = [r for r in candidates_of(self._workload) if len(r) == 2
+                 and len({self._owner[a] for a in r}) == 2]
+        if not probe:
+            return []
+        sigma_p = math.sqrt(len(probe) / (2 * (c.vertical.probe if c.vertical.probe is not None else PROBE)
+                                         * self._charges["rounds"].cost.rho))
+        times = PROBE_FULL if central else PROBE_FULL_NONE
+        binned = {a for a in self._domain.attributes if self._domain.size(a) > c.vertical.probe_bins}
+        full = [r for r in probe if not set(r) & binned] if c.vertical.probe is None and times != 1 else []
+        if not central and len(full) < len(probe):
+            full = []
+        coarse = [r for r in probe if r not in full]
+        return [(g, s) for g, s in ((coarse, sigma_p), (full, sigma_p / math.sqrt(times))) if g]
+
     def fit_oracle(self, oracle: MarginalOracle, rng: np.random.Generator) -> None:
         """AIM's rounds, every data access through `oracle` (which holds the ledger)."""
         c = self.config

@@ -1088,36 +1088,51 @@ def _book(out: dict, op: Mapping[str, float] | None, **done: int) -> None:
 _OP_COSTS: dict[tuple, dict[str, float]] = {}
 
 
-# A key pair's expected CPU in reference exponentiations (`_key_reference` at the same key size), per kind of key:
-# the mean key CPU of 30 draws each at 2048 bits (2026-11-27, load 5-12) over the reference's unloaded level there
-# (0.487 ms: the 5th percentile of the 90 references timed beside the draws; docs/lab/he_cost_model_costest7.md).
-# A property of the libraries' prime searches (phe/gmpy2, HEU), not of the machine: both are CPU of the same kind.
-# At 3072 bits a few draws each gave ratios within the 2048-bit draws' spread: no trend with the key size.
-KEY_RATIO = {"full": 140.0, "short": 4200.0, "ou": 5300.0}
+# A key pair's expected CPU in reference exponentiations (`KeyReference` at the same key size), per kind of key: the
+# mean over draws at 2048 bits of each draw's key CPU over the reference level `_op_costs` read around it
+# (benchmarks/he_key_ratio.py, 2026-11-28: 24 draws a kind at load 6-8, full 128, short 3,547, OU 3,287; 8 more of
+# short and OU at load 7-11, 3,666 and 5,724; pooled: 130, 3,550, 3,900; docs/he.md "The key price from a
+# reference spread over the pricing"). A property of the libraries' prime searches (phe/gmpy2, HEU), not of the
+# machine: both are CPU of the same kind. OU's draws have a heavy tail (1.35-9.80 s): its ratio is known to ~15%.
+KEY_RATIO = {"full": 130.0, "short": 3550.0, "ou": 3900.0}
 
 
-def _key_reference(bits: int) -> float:
-    """CPU seconds of one reference modular exponentiation (gmpy2, a bits/2-bit odd modulus and exponent: a
-    Miller-Rabin round on a candidate prime of a `bits`-bit Paillier key) at this machine's unloaded level: the
-    least of 10 batches of 8, 50 ms apart (about 0.5 s of wall time, 40 ms of CPU at 2048 bits). On the shared
-    machine a short timing runs up to 1.8x slower for seconds at a time under load while a key pair's seconds of
-    search average over it (the runs' key pairs at load 12-23 took what those at load 5-12 took), so the price is
-    scaled from the unloaded level, not from whatever phase one short timing hits."""
-    import gmpy2
+class KeyReference:
+    """The CPU of one reference modular exponentiation (gmpy2, a bits/2-bit odd modulus and exponent: a
+    Miller-Rabin round on a candidate prime of a `bits`-bit key), the unit a key pair's price is counted in.
 
-    half = max(bits // 2, 64)
-    r = random.Random(half)   # fixed operands: the price of the work, not of its inputs
-    mod = gmpy2.mpz(r.getrandbits(half) | (1 << (half - 1)) | 1)
-    base, exp = gmpy2.mpz(r.getrandbits(half - 1)), gmpy2.mpz(r.getrandbits(half) | (1 << (half - 1)))
-    cpu, out = time.thread_time, []
-    for i in range(10):
-        if i:
-            time.sleep(0.05)   # spread over time: a slow phase of the machine passes
-        c0 = cpu()
-        for _ in range(8):
-            gmpy2.powmod(base, exp, mod)
-        out.append((cpu() - c0) / 8)
-    return float(min(out))
+    Timed as the median of small batches taken at several points (`take`) spread over the seconds the other prices
+    take to time, not as one short timing: on the shared machine the CPU runs at about half speed in phases of
+    seconds (0.5 against 1.0 ms a reference at 2048 bits, load 2-4), and a key pair's search of seconds averages
+    over them, while a timing of 0.5 s read one phase (its least batch priced OU keys at 3.4-6.0 s against draws
+    of 1.8-6.3 s, mean 3.2)."""
+
+    BATCH = 4
+
+    def __init__(self, bits: int) -> None:
+        import gmpy2
+
+        half = max(bits // 2, 64)
+        r = random.Random(half)   # fixed operands: the price of the work, not of its inputs
+        self._mod = gmpy2.mpz(r.getrandbits(half) | (1 << (half - 1)) | 1)
+        self._base = gmpy2.mpz(r.getrandbits(half - 1))
+        self._exp = gmpy2.mpz(r.getrandbits(half) | (1 << (half - 1)))
+        self._powmod = gmpy2.powmod
+        self.batches: list[float] = []
+
+    def take(self, batches: int = 2) -> None:
+        """Time `batches` batches of BATCH exponentiations (CPU of this thread per exponentiation)."""
+        cpu = time.thread_time
+        for _ in range(batches):
+            c0 = cpu()
+            for _ in range(self.BATCH):
+                self._powmod(self._base, self._exp, self._mod)
+            self.batches.append((cpu() - c0) / self.BATCH)
+
+    def level(self) -> float:
+        if not self.batches:
+            self.take()
+        return float(np.median(self.batches))
 
 
 SPREAD = 16   # set bits of the plaintexts OU's per-bit encryption price is timed on (a row's blocks per ciphertext: 1-10)
@@ -1126,9 +1141,9 @@ SPREAD = 16   # set bits of the plaintexts OU's per-bit encryption price is time
 def _op_costs(bits: int, randomness: str = "full", sigma: float | None = None) -> dict[str, float]:
     """CPU seconds of each operation the protocol's parties pay, timed once per process on this machine through
     the functions a run calls (one key pair and a few seconds at 2048 bits): "key" a key pair (its expectation:
-    KEY_RATIO reference exponentiations, no key drawn for it); "enc" one row ciphertext through
-    `encrypt_many` in this process (HEU's fixed-base table already built, as in a pool worker after its first
-    chunk) plus its serialisation, of an empty plaintext under OU; "enc_bit" what each set bit of the plaintext
+    KEY_RATIO reference exponentiations, `KeyReference` timed around the others; no key drawn for it); "enc" one
+    row ciphertext through `encrypt_many` in this process (HEU's fixed-base table already built, as in a pool
+    worker after its first chunk) plus its serialisation, of an empty plaintext under OU; "enc_bit" what each set bit of the plaintext
     adds to it (OU's G^m; 0 for Paillier); "setup" one pool process's encryptor (HEU: the fixed-base table); "load"
     reading one ciphertext (`from_bytes`); "mul" one homomorphic addition; "dec" one decryption; "share" one of E's
     noise shares under trust = "server" (timed on dense plaintexts); "noise" one of S's full-randomness
@@ -1140,11 +1155,13 @@ def _op_costs(bits: int, randomness: str = "full", sigma: float | None = None) -
     if key not in _OP_COSTS:
         paillier.require()
         cpu = time.process_time
-        pk, sk = paillier.keypair(bits, randomness)   # the one key the other prices are timed with
         # a key pair is a prime search of random length (2048-bit OU: 0.9-8.8 CPU s): priced at its expectation,
-        # KEY_RATIO reference exponentiations at this key size (the search's own unit of work) timed here, never by
-        # drawing more keys
-        t_key = KEY_RATIO[randomness] * _key_reference(bits)
+        # KEY_RATIO reference exponentiations at this key size (the search's own unit of work), never by drawing
+        # more keys; the reference is timed in batches around the key drawn here and between the other timings
+        ref = KeyReference(bits)
+        ref.take()
+        pk, sk = paillier.keypair(bits, randomness)   # the one key the other prices are timed with
+        ref.take()
         # packed plaintexts stay below 2^(per·w) < N/2 (HEU encrypts a larger m as m - N, a slower path); OU's
         # below its public bound
         ou = isinstance(pk, paillier.OUPublicKey)
@@ -1156,7 +1173,9 @@ def _op_costs(bits: int, randomness: str = "full", sigma: float | None = None) -
         def batch(part):   # CPU per ciphertext of one batch: the median of five resists a burst of load
             c0 = cpu()
             out = paillier.to_bytes(pk, np.array(paillier.encrypt_many(pk, part, workers=1), dtype=object))
-            return (cpu() - c0) / len(part), out
+            took = (cpu() - c0) / len(part)
+            ref.take(1)
+            return took, out
 
         def set_bits(k: int) -> list[int]:
             # one-hot-like plaintexts: k set bits, one in each k-th of the bits (a layout's blocks sit in distinct
@@ -1191,6 +1210,7 @@ def _op_costs(bits: int, randomness: str = "full", sigma: float | None = None) -
         for _ in range(10):
             paillier.from_bytes(pk, raw)
         t_load = (cpu() - c0) / (10 * len(cts))
+        ref.take()
         x = paillier.gmpy2.mpz(cts[0])
         mpz = [paillier.gmpy2.mpz(v) for v in cts]
         nsq = paillier.gmpy2.mpz(paillier.ct_modulus(pk))
@@ -1198,10 +1218,12 @@ def _op_costs(bits: int, randomness: str = "full", sigma: float | None = None) -
         for v in mpz * 20:
             x = (x * v) % nsq
         t_mul = (cpu() - c0) / (20 * len(mpz))
+        ref.take()
         c0 = cpu()
         for v in cts[:16]:
             sk.raw_decrypt(v)
         t_dec = (cpu() - c0) / 16
+        ref.take()
         full = paillier.rerandomiser(pk)   # S's noise encryptions: full randomness (`sum_and_noise`)
         noise = []
         for i in range(0, 40, 10):
@@ -1209,6 +1231,8 @@ def _op_costs(bits: int, randomness: str = "full", sigma: float | None = None) -
             paillier.encrypt_many(full, plains[i:i + 10], workers=1)
             noise.append((cpu() - c0) / 10)
         t_noise = float(np.median(noise))
+        ref.take()
+        t_key = KEY_RATIO[randomness] * ref.level()
         _OP_COSTS[key] = {"key": t_key, "enc": t_enc, "enc_bit": t_bit, "share": t_share, "setup": t_setup,
                           "load": t_load, "mul": t_mul, "dec": t_dec, "noise": t_noise}
     out = dict(_OP_COSTS[key])

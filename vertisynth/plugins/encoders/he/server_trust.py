@@ -476,7 +476,23 @@ class ServerTrust:
         of parties `orient`'s E, the unshared layout at offset 2T, E's noise shares (one ciphertext per returned
         sum, op "share"), S's sums with E's share and its own multiplied in, the server's decryptions and its
         one key pair. `answers` as `HEEncoder.answers_cost` takes them; `prices(σ)`: the timed per-operation
-        prices (None: counts only). Reads only public facts."""
+        prices (None: counts only). Reads only public facts.
+
+        `orient` picks E per answer from its tables, which for an answer marked "adaptive" (the stand-in's: which
+        tables a run asks follows the data) are not known before the run: each party then also carries the figures
+        it would pay as E of every such answer of its pairs ("as_encrypter") and as S of every one ("as_summer"),
+        which `validate` prints beside its line (the probes keep `orient`'s own pick: their tables are planned)."""
+        out = self._answers_cost(answers, n, prices)
+        if any(a.get("adaptive") for a in answers):
+            for p in [p for p in out if p != SERVER]:
+                for name, as_enc in (("as_encrypter", True), ("as_summer", False)):
+                    got = self._answers_cost(answers, n, prices, (p, as_enc))[p]
+                    out[p][name] = {"ciphertexts": got["ciphertexts"], "cpu_s": got["cpu_s"]}
+        return out
+
+    def _answers_cost(self, answers: Sequence[Mapping[str, Any]], n: int, prices: Callable[[float], Any],
+                      force: tuple[str, bool] | None = None) -> dict[str, dict[str, Any]]:
+        """`answers_cost`; `force` = (party, as E): the adaptive answers of that party's pairs oriented so."""
         from .encoder import _book, _pool   # the estimate's bookkeeping, shared with trust none
 
         c = self.config
@@ -497,6 +513,8 @@ class ServerTrust:
             queries = [(tuple(a), tuple(b)) for a, b in ans["queries"]]
             for (p, q), qs in by_pairs(queries, owner).items():
                 enc, summ, part = orient(c, p, q, protocol.unique(qs), size, n, sigma)
+                if force is not None and ans.get("adaptive") and force[0] in (p, q) and (enc == force[0]) != force[1]:
+                    enc, summ, part = summ, enc, [(b, a) for a, b in part]
                 blocks, groups = protocol.block_groups(part)
                 lay = Layout.build(blocks, [size(b) for b in blocks], n, t, bits, groups, c.slot_bits, False)
                 k = protocol.stage_counts(part, size, n, t, bits, c.slot_bits, reuse=lay)
