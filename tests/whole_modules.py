@@ -13,8 +13,15 @@ from __future__ import annotations
 import pytest
 
 
-# modules whose module-scoped fixture costs seconds of CPU (measured split vs whole: docs/lab/ci-speed-2026-11-30.md)
-KEEP_WHOLE = frozenset({"tests/run/test_stream_cluster.py", "tests/run/test_model_release.py"})
+# modules whose module-scoped fixture, or whose runs several tests read (seeded_runs.run_once) or per-process price
+# timings (the he encoder's `_op_costs`), cost seconds of CPU on each worker that runs one of its tests (measured split
+# vs whole: docs/lab/ci-speed-2026-11-30.md, twelfth and fourteenth passes)
+KEEP_WHOLE = frozenset({"tests/run/test_stream_cluster.py", "tests/run/test_model_release.py",
+                        "tests/vertical/test_release_measures.py",
+                        "tests/plugins/synthesizers/test_vertical_twins.py",
+                        "tests/plugins/synthesizers/test_vertical_twins_pgm_dpsyn.py",
+                        "tests/plugins/synthesizers/test_vertical_privmrf.py",
+                        "tests/plugins/encoders/test_he_vertimrf.py"})
 
 
 def module_of(nodeid: str) -> str:

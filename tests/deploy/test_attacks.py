@@ -1,5 +1,6 @@
 """The attack suite: every cross-machine message is authenticated and bound to its run; each attack below is
-refused with one clear line (exit 2), by real separate processes exchanging files on this machine."""
+refused with one clear line (exit 2), by the roles' commands exchanging files on this machine (in threads of the test
+process: the folder flow as separate processes is test_deploy's)."""
 import shutil
 import time
 
@@ -56,6 +57,19 @@ def _csvs(tmp_path, n_h=300, n_i=300):
 def _synth(tmp_path, p, exchange="shared", ok=True):
     return cli("party", "synth", "job.toml", "--party", p, "--csv", f"{p}.csv", "--exchange", exchange,
                "--out", f"private_{p}", cwd=tmp_path, ok=ok)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _roles_in_threads():
+    """Every role in a thread of this process (deploy_helpers.in_threads: the same commands over the same exchange
+    folder): what these tests check is each command's refusal of a tampered, replayed or mismatched message, which
+    the command's code does whether its process is its own; the folder deployment kind keeps its flow as separate
+    processes (tests/deploy/test_deploy.py, cold) and its forked flows (test_deploy, test_one_front, test_flows)."""
+    import deploy_helpers
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(deploy_helpers, "THREADS", True)
+        yield
 
 
 @pytest.fixture(scope="module")

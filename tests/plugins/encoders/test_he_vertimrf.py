@@ -80,10 +80,27 @@ def test_three_parties_simulated():
 
 SCHEMES = [("paillier", 512), pytest.param("ou", 1024, marks=pytest.mark.skipif(not paillier.short_available(),
                                                                              reason="scheme = 'ou' needs sf-heu"))]
+_OU_KEYS: dict[int, tuple] = {}
+
+
+@pytest.fixture
+def reused_ou_keys(monkeypatch):
+    """One OU key pair per size and worker, handed to every party and to the price timing: HEU's OU key generation
+    (a prime search, drawn again when p is short) costs 0.5-2.5 CPU s a 1024-bit key, several per test, while these
+    tests compare real with simulated tables or count ciphertexts and operations, none of which depends on whose
+    fresh key it is. `paillier.keypair` still runs its checks and counts each key; only the search is reused."""
+    real = paillier._ou_keypair
+
+    def ou_keypair(bits, tries=8):
+        if bits not in _OU_KEYS:
+            _OU_KEYS[bits] = real(bits, tries)
+        return _OU_KEYS[bits]
+
+    monkeypatch.setattr(paillier, "_ou_keypair", ou_keypair)
 
 
 @pytest.mark.parametrize("scheme, bits", SCHEMES)
-def test_real_equals_simulated_under_fixed_noise(monkeypatch, scheme, bits):
+def test_real_equals_simulated_under_fixed_noise(monkeypatch, reused_ou_keys, scheme, bits):
     monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
     data = _data(n=300, seed=2)
     parts = [["a", "c", "e"], ["b", "d", "f"]]
@@ -185,7 +202,7 @@ def test_tables_of_a_pair_are_split_between_the_sides_when_that_is_cheaper(monke
 
 
 @pytest.mark.parametrize("scheme, bits", SCHEMES)
-def test_cost_estimate_counts_the_ciphertexts_a_real_run_makes(monkeypatch, scheme, bits):
+def test_cost_estimate_counts_the_ciphertexts_a_real_run_makes(monkeypatch, reused_ou_keys, scheme, bits):
     """The estimate goes through the run's table split and layouts: on the queries a real (small-key) run measured,
     every party's counted ciphertexts (rows encrypted, sums returned) equal the estimate's, stage by stage."""
     from vertisynth.plugins.encoders.he.encoder import HEConfig, HEEncoder
@@ -216,7 +233,8 @@ def test_cost_estimate_counts_the_ciphertexts_a_real_run_makes(monkeypatch, sche
 
 @pytest.mark.parametrize("scheme, bits", SCHEMES)
 @pytest.mark.parametrize("workers", [1, 2])
-def test_cost_estimate_counts_every_operation_a_real_run_performs(monkeypatch, scheme, bits, workers):
+def test_cost_estimate_counts_every_operation_a_real_run_performs(monkeypatch, reused_ou_keys, scheme, bits,
+                                                                  workers):
     """The CPU estimate is (operations) x (their timed prices): on the queries a real (small-key) run measured,
     every party's operations as `Costs.ops` counts them where they are done (paillier.py, noise.py: key pairs, row
     encryptions and their plaintexts' set bits, pool processes, ciphertexts read, folded into sums, decrypted, S's
