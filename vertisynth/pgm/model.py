@@ -77,7 +77,7 @@ class GraphicalModel:
         self.total = float(total)
         self._order = self._schedule["order"]
         self._beliefs: list[np.ndarray] | None = None
-        self._cond_cache: dict[tuple[int, int], np.ndarray] = {}
+        self._cond_cache: dict[tuple, np.ndarray] = {}
         self._part_cache: dict[tuple[str, ...], np.ndarray] = {}
 
     @staticmethod
@@ -289,7 +289,6 @@ class GraphicalModel:
         """Probability table on attrs_ (all inside one tree component, axes in that order) by elimination on a
         subtree."""
         cl = self.tree.cliques
-        beliefs = self.clique_probs()
         order = [(n, p) for n, p in self._tree_order(next(iter(comp))) if n in comp]
         parent = dict(order)
         # the cliques needed: for each attribute its smallest clique, plus the tree paths joining them
@@ -319,19 +318,24 @@ class GraphicalModel:
         want = set(attrs_)
         later = [set().union(*(cl[j] for j in visit[i + 1:])) for i in range(len(visit))]
         axes = [a for a in cl[top] if a in want or a in later[0]]
-        arr = sum_out(beliefs[top], self._drop_axes(cl[top], axes))
+        arr = self._summed(top, None, tuple(axes))
         for i, k in enumerate(visit[1:], start=1):
-            cond = self._conditional(k, par_in_sub[k])
-            out = [a for a in dict.fromkeys(axes + list(cl[k])) if a in want or a in later[i]]
-            ids = {a: j for j, a in enumerate(dict.fromkeys(axes + list(cl[k])))}
+            # clique k's conditional summed first over what neither the table so far, the query nor a later clique
+            # holds (the same sum, done on the conditional alone and shared by every query that needs it): in the
+            # two-operand einsum such an axis is an implicit sum, which ruled out BLAS and ran the C loop over the
+            # product of every axis of both tables (Adult's late rounds: a triple's attributes x a whole clique)
+            kept_k = tuple(a for a in cl[k] if a in axes or a in want or a in later[i])
+            cond = self._summed(k, par_in_sub[k], kept_k)
+            out = [a for a in dict.fromkeys(axes + list(kept_k)) if a in want or a in later[i]]
+            ids = {a: j for j, a in enumerate(dict.fromkeys(axes + list(kept_k)))}
             if len(ids) > 52:   # numpy's einsum names at most 52 axes
                 return self._eliminate(sub, top, par_in_sub, attrs_)
             # a large contraction goes to BLAS (optimize=True: tensordot); a small one straight to numpy's C loop,
             # where finding the path cost ~10x the sum (zoo wide: ~10^5 small contractions a round)
             dims = dict(zip(axes, arr.shape))
-            dims.update(zip(cl[k], cond.shape))
+            dims.update(zip(kept_k, cond.shape))
             big = math.prod(dims.values()) > EINSUM_DIRECT_CELLS
-            arr = np.einsum(arr, [ids[a] for a in axes], cond, [ids[a] for a in cl[k]], [ids[a] for a in out],
+            arr = np.einsum(arr, [ids[a] for a in axes], cond, [ids[a] for a in kept_k], [ids[a] for a in out],
                             optimize=big)
             axes = out
         return np.transpose(arr, [axes.index(a) for a in attrs_])
@@ -346,6 +350,17 @@ class GraphicalModel:
             ps = sum_out(b, self._drop_axes(c, sep)).reshape([b.shape[i] if a in sep else 1 for i, a in enumerate(c)])
             cache[(k, parent)] = np.divide(b, ps, out=np.zeros_like(b), where=ps != 0)
         return cache[(k, parent)]
+
+    def _summed(self, k: int, parent: int | None, keep: tuple[str, ...]) -> np.ndarray:
+        """Clique k's belief (parent None) or conditional on its separator with `parent`, summed onto `keep` (in
+        the clique's order); kept with the beliefs: AIM's candidates in a round ask the same few sums again and
+        again (every triple with an attribute in a clique far off sums that clique the same way)."""
+        cache = self._cond_cache
+        key = (k, parent, keep)
+        if key not in cache:
+            table = self.clique_probs()[k] if parent is None else self._conditional(k, parent)
+            cache[key] = sum_out(table, self._drop_axes(self.tree.cliques[k], keep))
+        return cache[key]
 
     def _eliminate(self, sub: set[int], top: int, par_in_sub: dict, attrs_: list[str]) -> np.ndarray:
         """The same table by multiplying Factors along the subtree (any number of attributes)."""
