@@ -32,7 +32,8 @@ SAMPLE_BLOCK_ROWS = 131_072
 HYPERGEOMETRIC_MAX = 10**9
 # a marginal's elimination step over at most this many cells (all axes of both tables) skips einsum's path search
 EINSUM_DIRECT_CELLS = 1 << 15
-# the cells of the messages a model keeps for its marginals (float64: 128 MB); past it they are recomputed
+# the cells of the messages and summed tables a model keeps for its marginals (float64: 128 MB); past it they are
+# recomputed
 MESSAGE_CACHE_CELLS = 1 << 24
 # sub-domains of a marginal's answers, per domain (a few domains at a time): id -> (domain, attrs -> sub-domain)
 _SUB_DOMAINS: dict[int, tuple[Domain, dict[tuple[str, ...], Domain]]] = {}
@@ -384,10 +385,15 @@ class GraphicalModel:
         again (every triple with an attribute in a clique far off sums that clique the same way)."""
         cache = self._cond_cache
         key = (k, parent, keep)
-        if key not in cache:
-            table = self.clique_probs()[k] if parent is None else self._conditional(k, parent)
-            cache[key] = sum_out(table, self._drop_axes(self.tree.cliques[k], keep))
-        return cache[key]
+        if key in cache:
+            return cache[key]
+        table = self.clique_probs()[k] if parent is None else self._conditional(k, parent)
+        drop = self._drop_axes(self.tree.cliques[k], keep)
+        out = sum_out(table, drop)
+        if drop and self._msg_cells + out.size <= MESSAGE_CACHE_CELLS:   # the kept sums share the messages' budget
+            self._msg_cells += out.size
+            cache[key] = out
+        return out
 
     def _eliminate(self, sub: set[int], top: int, par_in_sub: dict, attrs_: list[str]) -> np.ndarray:
         """The same table by multiplying Factors along the subtree (any number of attributes)."""
