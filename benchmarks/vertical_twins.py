@@ -141,6 +141,8 @@ def run_cell(spec: dict) -> list[dict]:
     central = spec.get("central")
     for mode in (["central"] if central is None else []) + [f"twin:{t}" for t in spec["trusts"]]:
         params = {"iters": iters} if iters is not None else {}
+        if method == "aim" and spec.get("aim_fit_tolerance") is not None:
+            params["fit_tolerance"] = spec["aim_fit_tolerance"]
         trust = mode.partition(":")[2]
         if trust and once:
             params["vertical"] = {"measure": measure_name, "trust": trust,
@@ -348,6 +350,8 @@ def main() -> int:
     ap.add_argument("--trusts", "--trust", default="none", help="comma-separated: none, server")
     ap.add_argument("--iters", type=int, default=None,
                     help="mirror-descent steps per fit (central and twin; default aim, mst 1000, others their own)")
+    ap.add_argument("--aim-fit-tolerance", type=float, default=None,
+                    help="aim's fit_tolerance (central and twin; default: aim's own); use a CSV of its own")
     ap.add_argument("--data-dir", default=os.environ.get("VERTISYNTH_DATA"))
     ap.add_argument("--csv", default=None, help="append rows here; skip the rows already in it")
     ap.add_argument("--cell-cpu", type=float, default=None,
@@ -398,7 +402,8 @@ def main() -> int:
                     spec = {"dataset": ds, "epsilon": eps, "seed": seed, "method": method, "trusts": todo,
                             "delta": args.delta, "marginals": args.marginals, "crypto": args.crypto,
                             "iters": args.iters, "data_dir": args.data_dir, "central": None,
-                            "measure": args.measure, "release": args.release}
+                            "measure": args.measure, "release": args.release,
+                            "aim_fit_tolerance": args.aim_fit_tolerance}
                     # the central run of this cell already in the CSV (any measure's): the twins compare to it
                     prior = [r for k, r in done.items() if k[:4] == (ds, eps, seed, method) and r["central"]]
                     prior += [r for k, r in earlier.items() if k[:4] == (ds, eps, seed, method) and r["central"]]

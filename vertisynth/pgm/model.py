@@ -32,6 +32,9 @@ SAMPLE_BLOCK_ROWS = 131_072
 HYPERGEOMETRIC_MAX = 10**9
 # a marginal's elimination step over at most this many cells (all axes of both tables) skips einsum's path search
 EINSUM_DIRECT_CELLS = 1 << 15
+# the cells of the messages and summed tables a model keeps for its marginals (float64: 128 MB); past it they are
+# recomputed
+MESSAGE_CACHE_CELLS = 1 << 24
 # sub-domains of a marginal's answers, per domain (a few domains at a time): id -> (domain, attrs -> sub-domain)
 _SUB_DOMAINS: dict[int, tuple[Domain, dict[tuple[str, ...], Domain]]] = {}
 
@@ -58,6 +61,10 @@ def sum_out(a: np.ndarray, drop: tuple[int, ...]) -> np.ndarray:
     return flat.sum(axis=1).reshape(shape)
 
 
+class _TooManyAxes(Exception):
+    """A marginal's contraction would name more axes than einsum can (52): eliminate with Factors instead."""
+
+
 class GraphicalModel:
     """A distribution p(x) ∝ Π_C exp(θ_C[x_C]) over a junction tree's cliques, scaled to `total` records."""
 
@@ -77,7 +84,8 @@ class GraphicalModel:
         self.total = float(total)
         self._order = self._schedule["order"]
         self._beliefs: list[np.ndarray] | None = None
-        self._cond_cache: dict[tuple[int, int], np.ndarray] = {}
+        self._cond_cache: dict[tuple, object] = {}
+        self._msg_cells = 0
         self._part_cache: dict[tuple[str, ...], np.ndarray] = {}
 
     @staticmethod
@@ -110,6 +118,7 @@ class GraphicalModel:
         self.theta = [np.asarray(t, float) for t in log_potentials]
         self._beliefs = None
         self._cond_cache = {}
+        self._msg_cells = 0
         self._part_cache = {}
 
     def calibrate(self) -> list[np.ndarray]:
@@ -288,53 +297,76 @@ class GraphicalModel:
     def _component_marginal(self, comp: set[int], attrs_: list[str]) -> np.ndarray:
         """Probability table on attrs_ (all inside one tree component, axes in that order) by elimination on a
         subtree."""
-        cl = self.tree.cliques
-        beliefs = self.clique_probs()
-        order = [(n, p) for n, p in self._tree_order(next(iter(comp))) if n in comp]
-        parent = dict(order)
         # the cliques needed: for each attribute its smallest clique, plus the tree paths joining them
         smallest = self._lookups()["smallest"]
-        needed = {smallest[a] for a in attrs_}
-
-        def path_to_root(k: int) -> list[int]:
-            out = [k]
-            while parent[out[-1]] is not None:
-                out.append(parent[out[-1]])
-            return out
-
-        paths = [path_to_root(k) for k in needed]
-        common = set(paths[0]).intersection(*map(set, paths[1:]))
-        top = next(k for k in paths[0] if k in common)  # lowest common ancestor
-        sub = set()
-        for p in paths:
-            for k in p:
+        needed = sorted({smallest[a] for a in attrs_})
+        cl = self.tree.cliques
+        # the top: the needed clique holding the most cells of the query, so the attributes elsewhere come to it
+        # in messages (shared across queries, below) and the largest part of the query never travels
+        top = max(needed, key=lambda k: math.prod(self.domain.size(a) for a in attrs_ if a in cl[k]))
+        away = [a for a in attrs_ if a not in cl[top]]
+        parent = dict(self._tree_order(top))
+        sub = {top}
+        for a in away:
+            k = smallest[a]
+            while k not in sub:
                 sub.add(k)
-                if k == top:
-                    break
-        # eliminate along the subtree from its top: multiply by each clique's conditional p_k / p_sep (0 where a
-        # separator has no mass) and sum out every attribute no later clique and no query needs, two arrays at a
-        # time with einsum (no Factor bookkeeping: AIM asks for hundreds of these per round)
+                k = parent[k]
+        # eliminate towards the top: each clique of the subtree below it sends its parent a message over the
+        # queried attributes on its side of the edge and the separator (its conditional p_k / p_sep, 0 where a
+        # separator has no mass, times its children's messages, every other attribute summed out), and the top's
+        # belief takes them in. A message depends on the edge and the queried attributes behind it alone, so it is
+        # kept per model: AIM's candidates that share an attribute far off share its message along the path (a
+        # top-down pass carried each candidate's other attributes down that whole path)
         par_in_sub = {n: p for n, p in self._tree_order(top) if n in sub}
-        visit = [n for n, _ in self._tree_order(top) if n in sub]
-        want = set(attrs_)
-        later = [set().union(*(cl[j] for j in visit[i + 1:])) for i in range(len(visit))]
-        axes = [a for a in cl[top] if a in want or a in later[0]]
-        arr = sum_out(beliefs[top], self._drop_axes(cl[top], axes))
-        for i, k in enumerate(visit[1:], start=1):
-            cond = self._conditional(k, par_in_sub[k])
-            out = [a for a in dict.fromkeys(axes + list(cl[k])) if a in want or a in later[i]]
-            ids = {a: j for j, a in enumerate(dict.fromkeys(axes + list(cl[k])))}
+        kids: dict[int, list[int]] = {k: [] for k in sub}
+        for n, p in par_in_sub.items():
+            if p is not None:
+                kids[p].append(n)
+        below: dict[int, set[str]] = {}   # the queried attributes whose smallest clique is on k's side
+
+        def behind(k: int) -> set[str]:
+            if k not in below:
+                below[k] = {a for a in away if smallest[a] == k}.union(*(behind(j) for j in kids[k]))
+            return below[k]
+
+        try:
+            axes, arr = self._gather(top, None, set(attrs_), kids, behind)
+        except _TooManyAxes:
+            return self._eliminate(sub, top, par_in_sub, attrs_)
+        return np.transpose(arr, [axes.index(a) for a in attrs_])
+
+    def _gather(self, k: int, parent: int | None, keep: set[str], kids: dict, behind) -> tuple[list[str], np.ndarray]:
+        """Clique k's table (its belief at the top, else its conditional on the separator with `parent`) times its
+        subtree children's messages, summed onto `keep` (the queried attributes behind k, and the separator);
+        below the top each such message is kept per model under (k, parent, queried attributes behind k)."""
+        cl = self.tree.cliques
+        key = ("msg", k, parent, tuple(sorted(keep)))
+        if parent is not None and key in self._cond_cache:
+            return self._cond_cache[key]
+        seps = [set(self.tree.separator(j, k)) for j in kids[k]]
+        # the clique's own table summed first onto what the output and its children's messages need
+        axes = [a for a in cl[k] if a in keep or any(a in s for s in seps)]
+        arr = self._summed(k, parent, tuple(axes))
+        for i, j in enumerate(kids[k]):
+            j_axes, msg = self._gather(j, k, behind(j) | seps[i], kids, behind)
+            rest = set().union(*seps[i + 1:])
+            ids = {a: n for n, a in enumerate(dict.fromkeys(axes + j_axes))}
             if len(ids) > 52:   # numpy's einsum names at most 52 axes
-                return self._eliminate(sub, top, par_in_sub, attrs_)
+                raise _TooManyAxes
+            out = [a for a in ids if a in keep or a in rest]
             # a large contraction goes to BLAS (optimize=True: tensordot); a small one straight to numpy's C loop,
             # where finding the path cost ~10x the sum (zoo wide: ~10^5 small contractions a round)
             dims = dict(zip(axes, arr.shape))
-            dims.update(zip(cl[k], cond.shape))
+            dims.update(zip(j_axes, msg.shape))
             big = math.prod(dims.values()) > EINSUM_DIRECT_CELLS
-            arr = np.einsum(arr, [ids[a] for a in axes], cond, [ids[a] for a in cl[k]], [ids[a] for a in out],
+            arr = np.einsum(arr, [ids[a] for a in axes], msg, [ids[a] for a in j_axes], [ids[a] for a in out],
                             optimize=big)
             axes = out
-        return np.transpose(arr, [axes.index(a) for a in attrs_])
+        if parent is not None and self._msg_cells + arr.size <= MESSAGE_CACHE_CELLS:
+            self._msg_cells += arr.size
+            self._cond_cache[key] = (axes, arr)
+        return axes, arr
 
     def _conditional(self, k: int, parent: int) -> np.ndarray:
         """Clique k's belief divided by its separator with `parent` (cached with the beliefs)."""
@@ -346,6 +378,22 @@ class GraphicalModel:
             ps = sum_out(b, self._drop_axes(c, sep)).reshape([b.shape[i] if a in sep else 1 for i, a in enumerate(c)])
             cache[(k, parent)] = np.divide(b, ps, out=np.zeros_like(b), where=ps != 0)
         return cache[(k, parent)]
+
+    def _summed(self, k: int, parent: int | None, keep: tuple[str, ...]) -> np.ndarray:
+        """Clique k's belief (parent None) or conditional on its separator with `parent`, summed onto `keep` (in
+        the clique's order); kept with the beliefs: AIM's candidates in a round ask the same few sums again and
+        again (every triple with an attribute in a clique far off sums that clique the same way)."""
+        cache = self._cond_cache
+        key = (k, parent, keep)
+        if key in cache:
+            return cache[key]
+        table = self.clique_probs()[k] if parent is None else self._conditional(k, parent)
+        drop = self._drop_axes(self.tree.cliques[k], keep)
+        out = sum_out(table, drop)
+        if drop and self._msg_cells + out.size <= MESSAGE_CACHE_CELLS:   # the kept sums share the messages' budget
+            self._msg_cells += out.size
+            cache[key] = out
+        return out
 
     def _eliminate(self, sub: set[int], top: int, par_in_sub: dict, attrs_: list[str]) -> np.ndarray:
         """The same table by multiplying Factors along the subtree (any number of attributes)."""
