@@ -106,6 +106,31 @@ def test_a_second_run_into_a_locked_folder_refuses_naming_the_first(tmp_path):
         pass
 
 
+def test_the_lock_file_appears_with_its_holder_in_it(tmp_path, monkeypatch):
+    """The lock file was created empty (O_EXCL) and then written, so a second run starting in between read nothing
+    and refused without naming the first (test_two_real_processes_into_one_folder failed so at load). Now it is
+    written beside the name and hard-linked into place: the moment the name exists, it holds its holder; and no
+    temporary file is left."""
+    import json
+    import os
+    from vertisynth.core.outfiles import LOCK_FILE, FolderLock
+
+    seen = []
+    link = os.link
+
+    def linked(src, dst, *a, **k):
+        link(src, dst, *a, **k)
+        seen.append(json.loads(open(dst).read()))   # what a second run would read the instant the name exists
+    monkeypatch.setattr(os, "link", linked)
+    with FolderLock(tmp_path):
+        assert seen and seen[0]["pid"] == os.getpid()
+        assert sorted(p.name for p in tmp_path.iterdir()) == [LOCK_FILE]
+        with pytest.raises(Exception, match=f"pid {os.getpid()}"):   # a second run, refused, leaves nothing either
+            with FolderLock(tmp_path):
+                pass
+        assert sorted(p.name for p in tmp_path.iterdir()) == [LOCK_FILE]
+
+
 def _spawn(args, cwd):
     """`vertisynth ARGS` in an OS process of its own (forked from the warm forkserver), stderr into stdout."""
     import forked_cli

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import datetime
+import errno
 import json
 import os
 import secrets
@@ -150,7 +151,7 @@ class FolderLock:
               "start": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
         for _ in range(3):
             try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                self._create(me)
             except FileExistsError:
                 holder = self._holder()
                 if holder is not None and self._stale(holder):
@@ -160,11 +161,29 @@ class FolderLock:
                 raise ConfigError(self._busy(holder)) from None
             except OSError as exc:
                 raise _os_error(self.path, exc, "lock the output folder with") from None
-            with os.fdopen(fd, "w") as fh:
-                json.dump(me, fh)
             self._held = True
             return self
         raise ConfigError(self._busy(self._holder()))
+
+    def _create(self, me: dict[str, Any]) -> None:
+        """The lock file, created whole: written beside it, then hard-linked into place (a link fails where the
+        name exists, as O_EXCL does), so a second run never reads it empty and can always name its holder. Where
+        the file system has no hard links: O_EXCL, then the content (a reader may then see it being written)."""
+        tmp = temp_name(self.path)
+        tmp.write_text(json.dumps(me))
+        try:
+            os.link(tmp, self.path)
+            return
+        except (PermissionError, NotImplementedError):   # FileExistsError propagates: the lock is held
+            pass
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV):
+                raise
+        finally:
+            tmp.unlink(missing_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(me, fh)
 
     def _holder(self) -> dict[str, Any] | None:
         try:
