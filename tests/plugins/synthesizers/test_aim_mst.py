@@ -189,6 +189,21 @@ def test_marginal_small_elimination_steps_skip_einsums_path_search(monkeypatch):
     assert paths == []
 
 
+def _count_einsum(monkeypatch) -> list[int]:
+    """np.einsum's two-operand calls counted by the cells of the product space each contraction walks (the list
+    returned grows as they run)."""
+    work: list[int] = []
+    real = np.einsum
+
+    def counted(a, sa, b, sb, so, **k):
+        dims = dict(zip(sa, np.shape(a)))
+        dims.update(zip(sb, np.shape(b)))
+        work.append(math.prod(dims.values()))
+        return real(a, sa, b, sb, so, **k)
+    monkeypatch.setattr(np, "einsum", counted)
+    return work
+
+
 def test_marginal_sums_a_clique_conditional_before_the_contraction(monkeypatch):
     # an attribute of a clique on the path that neither the query nor a later clique holds is summed out of that
     # clique's conditional first (once per model, shared by the queries): in the two-operand einsum it was an
@@ -197,15 +212,7 @@ def test_marginal_sums_a_clique_conditional_before_the_contraction(monkeypatch):
     dom = Domain([f"x{i}" for i in range(8)], [5] * 8)
     tree = build_junction_tree(dom, [("x0", "x1"), ("x1", "x2", "x3", "x4", "x5"), ("x5", "x6"), ("x7",)])
     gm = GraphicalModel(tree, [rng.normal(size=dom.project(c).shape) for c in tree.cliques], 50.0)
-    work = []
-    real = np.einsum
-
-    def counted(a, sa, b, sb, so, **k):   # the cells of the product space the contraction walks
-        dims = dict(zip(sa, np.shape(a)))
-        dims.update(zip(sb, np.shape(b)))
-        work.append(math.prod(dims.values()))
-        return real(a, sa, b, sb, so, **k)
-    monkeypatch.setattr(np, "einsum", counted)
+    work = _count_einsum(monkeypatch)
     queries = [("x0", "x6"), ("x6", "x0", "x7"), ("x0", "x2", "x6")]
     for q in queries:
         comp = next(c for c in gm._components() if any(q[0] in tree.cliques[k] for k in c))
@@ -233,15 +240,8 @@ def test_marginals_share_the_messages_of_a_far_attribute_and_equal_factor_elimin
     gm = GraphicalModel(tree, pots, 50.0)
     queries = [(a, b, "x9") for a, b in itertools.combinations(["x0", "x1", "x2", "x3"], 2)]
     queries += [("x9", "x1"), ("x5", "x0", "x9"), ("x8", "x2")]
-    work = []
     real = np.einsum
-
-    def counted(a, sa, b, sb, so, **k):   # the cells of the product space each contraction walks
-        dims = dict(zip(sa, np.shape(a)))
-        dims.update(zip(sb, np.shape(b)))
-        work.append(math.prod(dims.values()))
-        return real(a, sa, b, sb, so, **k)
-    monkeypatch.setattr(np, "einsum", counted)
+    work = _count_einsum(monkeypatch)
     got = {q: gm.marginal(q).values for q in queries}
     monkeypatch.setattr(np, "einsum", real)
     comp = gm._components()[0]
