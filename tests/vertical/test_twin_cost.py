@@ -326,6 +326,8 @@ def test_aims_probe_stages_are_priced_as_its_run_asks_them(data_dir, monkeypatch
            "synthesizer": {"use": "aim", "params": {"rounds": 40, "vertical": {
                "measure": "he", "trust": trust, "params": {"crypto": "simulated"}}}}}
     plan = make_plan(parse_config(raw))
+    from vertisynth.core.capabilities import below_two_sided
+    assert below_two_sided(plan.measure.instance) is (trust == "server")   # what validate and the fit decide by
     staged = plan.synthesizer.instance.probe_stages(trust == "server")
     est, counted = twin_cost_estimate(plan, 1500)
     assert staged and counted["probes"] == sum(len(p) for p, _ in staged) > 0, counted

@@ -281,6 +281,13 @@ class CrossPartyMeasure(Protocol):
         `whole`: every party's columns, all of them, uncoarsened (a measure may encrypt them once for the run)."""
 
 
+
+def below_two_sided(measure: CrossPartyMeasure) -> bool:
+    """Whether a cross-party answer carries less than two-sided noise's 2σ² per cell at a given σ (he trust
+    "server": three shares, 1.5σ²; trust "none": 2σ²). aim's twin plans its probes and candidates by it, and
+    `vertisynth validate` prices aim's probe stages by the same test, so the two cannot drift apart."""
+    return measure.released_variance(1.0) < 2.0 - 1e-9
+
 @runtime_checkable
 class SumsWholeRows(Protocol):
     """A cross-party measure that encrypts a party's whole rows once per run and sums every later table whose side
@@ -438,7 +445,7 @@ class PlansProbeStages(Protocol):
     """A vertical twin whose probes are drawn from a filter, not planned as charges (aim): the probe stages it will
     ask, from its plan alone, so that `vertisynth validate` prices them: [(pairs, σ)] per stage, σ the cross-party
     measure's noise std, each attribute of more than `probe_bins` values asked on at most that many bins.
-    `central`: a cross-party answer carries the central variance (trust "server")."""
+    `central`: a cross-party answer carries less than two-sided noise (`below_two_sided`: trust "server")."""
 
     def probe_stages(self, central: bool) -> list[tuple[list[tuple[str, ...]], float]]: ...
 

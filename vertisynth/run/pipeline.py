@@ -21,7 +21,7 @@ from vertisynth.core.capabilities import (AlignsRows, ChoosesSampling, CrossPart
                                           EvaluatesCounts, FitsOnOracle, HasGraphicalModel, NamesEncoder,
                                           PartyServerSplit, PlansProbeStages, PricesAnswers, ProbesWholeRows,
                                           ReleasesOnce, ReportsReferencePoints, StepsInChunks, SumsWholeRows,
-                                          wants_raw_values)
+                                          below_two_sided, wants_raw_values)
 from vertisynth.core.chunks import ChunkedCounts
 from vertisynth.core.dataset import Dataset, VerticalPartition
 from vertisynth.core.encoding import ID_LIST_MIN, TableCodec, TableSchema, identifier_list_error
@@ -354,7 +354,7 @@ def twin_cost_estimate(plan: Plan, rows: int) -> tuple[dict[str, dict[str, float
     absorbed = (lambda p, side, sigma: measure.instance.in_whole_rows(parties[p], side, rows, sigma)) \
         if keeps is not None else None
     # a twin whose probes come from a filter, not the plan (aim): its probe stages, from its plan
-    staged = plan.synthesizer.instance.probe_stages(measure.instance.released_variance(1.0) <= 1.0 + 1e-9) \
+    staged = plan.synthesizer.instance.probe_stages(below_two_sided(measure.instance)) \
         if isinstance(plan.synthesizer.instance, PlansProbeStages) else []
     asked, counted = twin_answers(domain, plan.partition, req.probe_bins, plan.ledger.planned,
                                   measure.instance.sigma_for_rho, whole, absorbed, staged)

@@ -28,6 +28,7 @@ import time
 import attrs
 import numpy as np
 
+from vertisynth.core.capabilities import below_two_sided
 from vertisynth.core.domain import Domain
 from vertisynth.core.errors import ConfigError
 from vertisynth.core.interfaces import PlanContext, Synthesizer, VerticalData
@@ -318,7 +319,8 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
     def probe_stages(self, central: bool) -> list[tuple[list[tuple[str, ...]], float]]:
         """The probe stages `fit_oracle` asks on a vertical oracle, (pairs, σ) each, from the plan alone (what
         selects them there: the candidates, the rounds' ρ, probe_bins against the domain), so that `vertisynth
-        validate` prices them (hecost15; the rounds after them follow the data). `central`: trust "server"."""
+        validate` prices them (hecost15; the rounds after them follow the data). `central`: `below_two_sided` of the
+        measure (trust "server")."""
         c = self.config
         if c.vertical is None or getattr(self, "_free", False):
             return []
@@ -355,7 +357,7 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
             # its attributes, and it is measured across parties. Under two-sided noise (2σ² a cell) such triples made
             # the twin worse (docs/vertical.md, "aim, fifth pass"): left out there, as over three parties (no measure
             # answers them)
-            server = isinstance(oracle, VerticalOracle) and oracle.cross_measure.released_variance(1.0) < 2.0 - 1e-9
+            server = isinstance(oracle, VerticalOracle) and below_two_sided(oracle.cross_measure)
             cands = {r: w for r, w in cands.items() if parties(r) == 1 or len(r) == 2
                      or (server and parties(r) == 2)}
         names = list(cands)
