@@ -465,6 +465,12 @@ def test_aim_bad_params_get_one_line_errors():
     assert "zzz" in str(exc.value) and "\n" not in str(exc.value)
     with pytest.raises(DomainError, match="repeats"):
         _fit(AIMSynthesizer, AIMConfig(workload=[["a", "a"]]), data)
+    # fewer rounds than alpha·d: the first one-ways alone took more than ρ, and the plan said only "rho must be a
+    # positive finite number, got -0.0087" (zoo small-domains with rounds = 10)
+    d = len(data.domain)
+    with pytest.raises(ConfigError, match=rf"aim: rounds = {d - 1} is too few for {d} attributes") as exc:
+        _fit(AIMSynthesizer, AIMConfig(rounds=d - 1), data)
+    assert "\n" not in str(exc.value) and f"16·d = {16 * d}" in str(exc.value)
 
 
 # -- MST ----------------------------------------------------------------------------------------------------

@@ -302,6 +302,11 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
         self._workload = workload_of(dom, self.config.degree, self.config.workload)
         self._rho = ctx.rho
         self._T = self.config.rounds or 16 * d
+        if d * self.config.alpha >= self._T:   # the d one-ways at σ0 (ρ α/T each) would take all of ρ, or more
+            raise ConfigError(f"aim: rounds = {self._T} is too few for {d} attributes: the first one-way "
+                              f"measurements alone take d·alpha/rounds = {d * self.config.alpha / self._T:.0%} of the "
+                              f"budget; set rounds above alpha·d = {d * self.config.alpha:.3g} (AIM's default is 16·d "
+                              f"= {16 * d}) or lower alpha")
         self._sigma0 = math.sqrt(self._T / (2 * self.config.alpha * self._rho))
         rho1 = 1.0 / (2 * self._sigma0 ** 2)
         # kept: fit spends these very charges (the rounds draw the last one down as a zCDP filter)
