@@ -333,13 +333,22 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
                  and len({self._owner[a] for a in r}) == 2]
         if not probe:
             return []
-        sigma_p = math.sqrt(len(probe) / (2 * (c.vertical.probe if c.vertical.probe is not None else PROBE)
-                                         * self._charges["rounds"].cost.rho))
-        times = PROBE_FULL if central else PROBE_FULL_NONE
         binned = {a for a in self._domain.attributes if self._domain.size(a) > c.vertical.probe_bins}
+        return self._probe_groups(probe, binned, central, self._charges["rounds"].cost.rho)
+
+    def _probe_groups(self, probe: list[tuple[str, ...]], binned: set[str], central: bool, rho_rounds: float
+                      ) -> list[tuple[list[tuple[str, ...]], float]]:
+        """The probes in their stages, (pairs, σ) each, coarse first: σ_p from the probe share of the rounds' ρ;
+        with the default share the full-resolution ones (no attribute in `binned`) at σ_p / √PROBE_FULL where
+        `central` (trust server), at σ_p / √PROBE_FULL_NONE under trust none only where every probe is full.
+        `fit_oracle` asks these and `probe_stages` prices them: one rule for both."""
+        c = self.config
+        share = c.vertical.probe if c.vertical.probe is not None else PROBE
+        sigma_p = math.sqrt(len(probe) / (2 * share * rho_rounds))
+        times = PROBE_FULL if central else PROBE_FULL_NONE
         full = [r for r in probe if not set(r) & binned] if c.vertical.probe is None and times != 1 else []
         if not central and len(full) < len(probe):
-            full = []
+            full = []   # trust none: only where every probe is full (PROBE_FULL_NONE)
         coarse = [r for r in probe if r not in full]
         return [(g, s) for g, s in ((coarse, sigma_p), (full, sigma_p / math.sqrt(times))) if g]
 
@@ -376,21 +385,11 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
         pending: dict[tuple[str, ...], object] = {}
         if probe:   # every cross-party pair once, from the filter: what selection scores them by; a probe joins
             # estimation when its pair is chosen (all of them at once would make the model's graph dense)
-            share = c.vertical.probe if c.vertical.probe is not None else PROBE
-            sigma_p = math.sqrt(len(probe) / (2 * share * filt.total))
             bins = mass_bins(meas, c.vertical.probe_bins)
-            # default share: the full-resolution probes at σ_p / √PROBE_FULL (trust server; trust none: √PROBE_FULL_NONE
-            # where all are full), their cost, the draws below, known before any is answered (from the public domain,
-            # probe_bins and the released 1-ways' bins); the coarse ones as before
-            times = PROBE_FULL if server else PROBE_FULL_NONE
-            full = [r for r in probe if not any(a in bins for a in r)] \
-                if c.vertical.probe is None and times != 1 else []
-            if not server and len(full) < len(probe):
-                full = []   # trust none: only where every probe is full (PROBE_FULL_NONE)
-            coarse = [r for r in probe if r not in full]
-            for group, s_p in ((coarse, sigma_p), (full, sigma_p / math.sqrt(times))):
-                if group:
-                    pending.update(zip(group, measure_probes(oracle, group, [filt] * len(group), rng, bins, s_p)))
+            # the stages and their σ known before any is answered (from the public domain, probe_bins and the
+            # released 1-ways' bins): the draws below
+            for group, s_p in self._probe_groups(probe, set(bins), server, filt.total):
+                pending.update(zip(group, measure_probes(oracle, group, [filt] * len(group), rng, bins, s_p)))
             pending = {r: pending[r] for r in probe}   # in the candidates' order, as before
         res = estimate(dom, meas, iters=c.iters, max_cells=limit_cells)
         rho_init = self._rho - filt.total
