@@ -26,23 +26,28 @@ use = "SYNTH"
 params = { PARAMS vertical = { measure = "he", trust = "none", params = { crypto = "CRYPTO", workers = 1, round_timeout = 60.0 } } }
 """
 AIM = ("aim", "iters = 40, rounds = 10, degree = 2,")
+# aim's equality case runs on the hospital-insurer scenario: on small-split at 160 rows aim chose no cross-party pair,
+# so its release did not depend on a single cross-party answer and the equality said nothing about them
+# (test_the_aim_case_releases_what_its_cross_party_answers_say keeps it so)
+AIM_PRESET = "hospital-insurer"
 MST = ("mst", "iters = 40,")
 PRIVMRF = ("privmrf", "iters = 20, refine_iters = 5,")
 OTHERS = [("private_pgm", ""), ("dpsyn", "")]
 PARTIES = ["party1", "party2"]
+PARTIES_OF = {"small-split": PARTIES, AIM_PRESET: ["hospital", "insurer"]}
 
 
-def _setup(tmp_path, synth=AIM, small_keys=False):
+def _setup(tmp_path, synth=AIM, small_keys=False, preset="small-split"):
     """`small_keys`: 512-bit Paillier keys, for roles run in this process (`_in_process` lowers the floor here, which
     a forked role would keep too: forked_cli._key_floor). What is encrypted, summed, decrypted and sealed, and so the release, does not depend on
     the key's size; the 2048-bit flows across processes are the slow private_pgm and dpsyn twins'."""
-    text = CONFIG.replace("SYNTH", synth[0]).replace("PARAMS", synth[1])
+    text = CONFIG.replace("SYNTH", synth[0]).replace("PARAMS", synth[1]).replace("small-split", preset)
     if small_keys:
         text = text.replace("workers = 1,", "workers = 1, key_bits = 512,")
-    text = with_roster(tmp_path, text.replace("CRYPTO", "real"), [*PARTIES, "server"])
+    text = with_roster(tmp_path, text.replace("CRYPTO", "real"), [*PARTIES_OF[preset], "server"])
     (tmp_path / "job.toml").write_text(text)
     (tmp_path / "sim.toml").write_text(text.replace('crypto = "real"', 'crypto = "simulated"'))
-    hello_all(tmp_path, PARTIES, secret=SECRET)
+    hello_all(tmp_path, PARTIES_OF[preset], secret=SECRET)
 
 
 def _in_process(request, monkeypatch, yes=True):
@@ -79,8 +84,9 @@ def test_a_vertical_twin_across_processes_equals_the_one_process_run(tmp_path, s
         from vertisynth.plugins.encoders.he import paillier
 
         monkeypatch.setattr(paillier, "MIN_KEY_BITS", 512)
-    _setup(tmp_path, synth, small_keys=small)
-    res = parallel([_party(p) for p in PARTIES] + [_server()], tmp_path, timeout=300)
+    preset = AIM_PRESET if synth is AIM else "small-split"
+    _setup(tmp_path, synth, small_keys=small, preset=preset)
+    res = parallel([_party(p) for p in PARTIES_OF[preset]] + [_server()], tmp_path, timeout=300)
     assert all(r[0] == 0 for r in res), res
     deployed = pd.read_csv(tmp_path / "out" / "synthetic.csv")
     simulate(load_config(tmp_path / "sim.toml"), SECRET).synthetic.to_csv(tmp_path / "sim.csv", index=False)
@@ -97,12 +103,39 @@ def test_a_vertical_twin_across_processes_equals_the_one_process_run(tmp_path, s
     from vertisynth.deploy.session import RunState, Session, roster_of
     from vertisynth.deploy.transport import transport_for
     config = load_config(tmp_path / "job.toml")
-    state = RunState.load(tmp_path / "private_party2", "party2")
+    last = PARTIES_OF[preset][-1]
+    state = RunState.load(tmp_path / f"private_{last}", last)
     reader = Session(None, roster_of(config), transport_for(tmp_path / "shared"), state)
     answers = [n.removesuffix(".env") for n in names if n.startswith("oracle-answer-")]
     for name in answers:
         with pytest.raises(MessageError, match="only the server opens it"):
             reader.open(name, (name.split("__")[0],), "server")
+
+
+def test_the_aim_case_releases_what_its_cross_party_answers_say(tmp_path, monkeypatch):
+    """The aim equality case above proves something about the cross-party rounds only if its release reads their
+    answers: in one process, every cross-party answer with 50 added to its first cell must change the synthetic
+    table (not to every cell: a uniform shift can vanish where an answer is made consistent with known margins)."""
+    import attrs
+    import numpy as np
+
+    from vertisynth.vertical import oracle
+
+    _setup(tmp_path, AIM, preset=AIM_PRESET)
+    before = simulate(load_config(tmp_path / "sim.toml"), SECRET).synthetic
+    answer = oracle.VerticalOracle._answer
+
+    def moved(self, *args):
+        out = []
+        for m in answer(self, *args):
+            values = np.array(m.values, float)
+            values.flat[0] += 50.0
+            out.append(attrs.evolve(m, values=values))
+        return out
+    monkeypatch.setattr(oracle.VerticalOracle, "_answer", moved)
+    after = simulate(load_config(tmp_path / "sim.toml"), SECRET)
+    assert after.ledger.cross_party   # answers were asked
+    assert not before.equals(after.synthetic)
 
 
 @pytest.mark.slow   # CI's slow-flows step: the roles in threads, ~10 CPU s
