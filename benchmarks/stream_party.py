@@ -222,7 +222,7 @@ def _digest(messages) -> str:
 
 
 def one(n: int, chunk_rows: int, tmp: Path, dask_workers: int, t: int = 0, keep_trim: bool = False,
-        separate: bool = False) -> dict:
+        separate: bool = False, plan_workers: int = 0) -> dict:
     """One mode at n rows: in-process (dask_workers 0, the parties one after the other) or both parties at
     once on a cluster of `dask_workers` workers (`party_phase(..., threads=True)`, as `party_steps` runs them
     when a scheduler is configured)."""
@@ -251,6 +251,9 @@ def one(n: int, chunk_rows: int, tmp: Path, dask_workers: int, t: int = 0, keep_
             client = Client(LocalCluster(n_workers=dask_workers, threads_per_worker=1, dashboard_address=None))
         from vertisynth.core.cluster import dask_client
         dask_client(client)   # set up once (thread pools), before the clock starts
+        if plan_workers:   # cut the tasks as for that many workers (the same tasks, on the workers there are)
+            import vertisynth.core.cluster as cluster_mod
+            cluster_mod._workers = lambda _client: plan_workers
     clock = _EncodeClock()
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     idle = 0.0
@@ -289,7 +292,7 @@ def one(n: int, chunk_rows: int, tmp: Path, dask_workers: int, t: int = 0, keep_
            "encode_cpu_s": clock.cpu, "encode_wall_s": clock.wall, "digest": _digest(messages),
            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "rss_before_mb": rss0,
            "per_party": per_party, "load_before": load0, "load_after": os.getloadavg(),
-           "chunks": sum(-(-n // chunk_rows) for _ in plan.partition)}
+           "chunks": sum(-(-n // chunk_rows) for _ in plan.partition), "plan_workers": plan_workers}
     for p, chunks in streams.items():
         spans = chunks.spans
         counting = spans[:-1] if client is None else spans   # in-process the last pass is the encoding
@@ -536,6 +539,8 @@ def main() -> int:
                          "so the party process's peak RSS is its own")
     ap.add_argument("--project-rows", type=int, default=1_000_000,
                     help="rows per party of the Amdahl projection (the issue's 1M rows per party)")
+    ap.add_argument("--plan-workers", type=int, default=0,
+                    help="cut the tasks as for this many workers (e.g. 14's tasks on 2 workers: their CPU per task)")
     ap.add_argument("--summary", default=None, metavar="JSONL",
                     help="print the runs of a file of `--one` results (one JSON a line): timelines, efficiency")
     ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
@@ -550,7 +555,7 @@ def main() -> int:
         setup(a.setup, a.chunk_rows, tmp)
         return 0
     if a.one is not None:
-        print(json.dumps(one(a.one, a.chunk_rows, tmp, a.mode, a.t, a.keep_trim, a.separate)))
+        print(json.dumps(one(a.one, a.chunk_rows, tmp, a.mode, a.t, a.keep_trim, a.separate, a.plan_workers)))
         return 0
     workers = [a.dask] if a.dask is not None else [int(w) for w in a.workers.split(",") if w.strip() and int(w)]
     base = None
