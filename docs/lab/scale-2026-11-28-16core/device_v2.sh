@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # issue 33 scale-out, after the guided task sizes (scale16): the streamed party phase at 3M rows per party on 14 and
-# 2 workers (then 1M, then an in-process anchor at 300k, as the time left allows): each run's timeline (layout,
+# 2 workers, an in-process anchor at 300k, then 1M on 14 and 2 as the time left allows: each run's timeline (layout,
 # passes, the workers' task stream: idle at the start, between tasks, in the tail), the parallel efficiency, the
 # per-row CPU against in-process, the messages' digest (summary.txt). The whole script stays within LIMIT s (265)
 # of wall: every step's timeout is cut to what is left, and a step that would not fit is skipped (steps.txt).
@@ -29,8 +29,8 @@ one() { echo "$SP --one $1 --mode $2 --separate --tmp $3 2>>$OUT/run_$1_$2.err |
 step setup_big 30 60 "$SP --setup $N3 --tmp /tmp/sp3" \
   && { step w14_big 25 60 "$(one $N3 14 /tmp/sp3)"; step w2_big 100 140 "$(one $N3 2 /tmp/sp3)"; }
 timeout 30 python3 benchmarks/stream_party.py --summary $OUT/runs.jsonl > $OUT/summary.txt 2>&1
+step setup_local 4 15 "$SP --setup $N0 --tmp /tmp/sp03" && step local 20 40 "$(one $N0 0 /tmp/sp03)"
 step setup_1m 10 30 "$SP --setup $N1 --tmp /tmp/sp1" \
   && { step w14_1m 15 40 "$(one $N1 14 /tmp/sp1)"; step w2_1m 40 70 "$(one $N1 2 /tmp/sp1)"; }
-step setup_local 4 15 "$SP --setup $N0 --tmp /tmp/sp03" && step local 20 40 "$(one $N0 0 /tmp/sp03)"
 timeout 30 python3 benchmarks/stream_party.py --summary $OUT/runs.jsonl 2>&1 | tee $OUT/summary.txt
 echo "total $(( $(date +%s) - T0 ))s"
