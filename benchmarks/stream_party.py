@@ -29,7 +29,15 @@ count in `--workers` (both parties' chunk work at once on a Dask cluster of that
   party's encoding from its first spilled chunk on: T(W) = max(P / W, the party process's own CPU) + the
   first chunk's read + one task), the party process's own CPU summed over the parties (one process, as
   here) or the slower party's (a process per party); a projection, not a 14-worker measurement;
-- the messages' digest of each mode against the in-process one (the quality check: the same bits).
+- the messages' digest of each mode against the in-process one (the quality check: the same bits);
+- each cluster run's timeline (seconds from the party phase's start): per party its CSV's byte layout (here,
+  before any span task), its first pass's end, its counting passes' end, the waits for the encoding; from Dask's
+  task stream each kind of task's count and seconds, the workers' first task and last end, and their idle
+  worker-seconds at the start, between tasks and in the tail; and the measured parallel efficiency of each
+  worker count against the fewest (T(w0) w0 / (T(w) w), same rows).
+
+`--summary FILE` prints the same for a file of `--one` lines (what a script on a lent machine collects);
+`--plan-workers W` cuts the tasks as for W workers on the workers there are (W's task count, paired on 2 cores).
 
 Every pass's end is logged to stderr (party, pass, CPU and wall so far), so a run that does not finish still
 shows its cost. `--t` sets DPFM's repetitions (default: the encoder's default).
