@@ -145,6 +145,12 @@ def _task_cpu(client) -> float:
                  + sum(v["cpu_s"] for v in client.run(span_task_cpu).values()))
 
 
+def _span_cpu(client) -> float:
+    """The workers' code_span tasks' own thread CPU seconds so far (the first pass's share of `_task_cpu`)."""
+    from vertisynth.run.stream import span_task_cpu
+    return float(sum(v["cpu_s"] for v in client.run(span_task_cpu).values()))
+
+
 def _worker_cpu(client) -> float:
     """The summed process CPU seconds of the cluster's workers."""
     def cpu():
@@ -271,6 +277,7 @@ def one(n: int, chunk_rows: int, tmp: Path, dask_workers: int, t: int = 0, keep_
         idle = (_worker_cpu(client) - i0) / (time.perf_counter() - w0) / dask_workers
     wcpu0 = _worker_cpu(client) if client is not None else 0.0
     tasks0 = _task_cpu(client) if client is not None else 0.0
+    spans0 = _span_cpu(client) if client is not None else 0.0
     load0 = os.getloadavg()
     cpu, wall = time.process_time(), time.perf_counter()
     streams, codecs = {}, {}
@@ -320,6 +327,7 @@ def one(n: int, chunk_rows: int, tmp: Path, dask_workers: int, t: int = 0, keep_
         out["worker_cpu_s"] = _worker_cpu(client) - wcpu0
         out["idle_worker_cpu_per_s"] = idle
         out["task_cpu_s"] = _task_cpu(client) - tasks0
+        out["span_task_cpu_s"] = _span_cpu(client) - spans0   # of it, the first pass's code_span tasks
         client.close()
         if separate:
             out["cluster"] = _stop_cluster()
@@ -439,7 +447,9 @@ def summarise(lines: list[str]) -> int:
             same = "" if n not in digests else f" (in-process: {'same' if digests[n] == r['digest'] else 'DIFFERENT'})"
             print(f"n = {n:,} per party, {r['workers']} workers: wall {r['wall_s']:.2f} s; party process CPU "
                   f"{r['cpu_s']:.2f} s (merging the encoding's results {r['encode_cpu_s']:.2f}); workers CPU "
-                  f"{r['worker_cpu_s']:.1f} s, tasks' own threads {r['task_cpu_s']:.1f} s{ratios}; digest "
+                  f"{r['worker_cpu_s']:.1f} s, tasks' own threads {r['task_cpu_s']:.1f} s"
+                  + (f" (first pass {r['span_task_cpu_s']:.1f})" if "span_task_cpu_s" in r else "")
+                  + f"{ratios}; digest "
                   f"{r['digest']}{same}; load {r['load_before'][0]:.1f} -> {r['load_after'][0]:.1f}")
             print(_timeline_text(r))
         if len(mine) > 1:
