@@ -5,6 +5,9 @@
 # per-row CPU against in-process, the messages' digest (summary.txt). The whole script stays within LIMIT s (265)
 # of wall: every step's timeout is cut to what is left, and a step that would not fit is skipped (steps.txt).
 # Sizes: N3, N1, N0 (rows per party) override 3M, 1M, 300k (a small local try: N3=60000 N1=30000 N0=20000 NOPIP=1).
+# Wheels in .whl/ (Python 3.12, manylinux x86_64), beyond the device image: dask==2026.8.0 distributed==2026.8.0
+# tblib==3.2.2 zict==3.0.0 locket==1.0.0 tornado==6.6.1 cattrs==26.2.1 cryptography==50.0.2, and a vertisynth wheel
+# of this tree (`pip wheel --no-deps .`: its entry points register the plugins; the code itself comes from $PWD).
 set -o pipefail
 T0=$(date +%s); END=$((T0 + ${LIMIT:-265}))
 N3=${N3:-3000000}; N1=${N1:-1000000}; N0=${N0:-300000}; OUT=${OUT:-/tmp/device_v2_out}; mkdir -p $OUT
