@@ -29,7 +29,15 @@ count in `--workers` (both parties' chunk work at once on a Dask cluster of that
   party's encoding from its first spilled chunk on: T(W) = max(P / W, the party process's own CPU) + the
   first chunk's read + one task), the party process's own CPU summed over the parties (one process, as
   here) or the slower party's (a process per party); a projection, not a 14-worker measurement;
-- the messages' digest of each mode against the in-process one (the quality check: the same bits).
+- the messages' digest of each mode against the in-process one (the quality check: the same bits);
+- each cluster run's timeline (seconds from the party phase's start): per party its CSV's byte layout (here,
+  before any span task), its first pass's end, its counting passes' end, the waits for the encoding; from Dask's
+  task stream each kind of task's count and seconds, the workers' first task and last end, and their idle
+  worker-seconds at the start, between tasks and in the tail; and the measured parallel efficiency of each
+  worker count against the fewest (T(w0) w0 / (T(w) w), same rows).
+
+`--summary FILE` prints the same for a file of `--one` lines (what a script on a lent machine collects);
+`--plan-workers W` cuts the tasks as for W workers on the workers there are (W's task count, paired on 2 cores).
 
 Every pass's end is logged to stderr (party, pass, CPU and wall so far), so a run that does not finish still
 shows its cost. `--t` sets DPFM's repetitions (default: the encoder's default).
@@ -63,6 +71,7 @@ class _Logged:
 
     def __init__(self, chunks, party: str, t0: tuple[float, float]):
         self.chunks, self.party, self.t0, self.passes = chunks, party, t0, 0
+        self.layout: tuple[float, float] | None = None   # (wall start, wall end) of the first pass's layout
         self.spans: list[tuple[float, float, float, float]] = []   # (cpu start, cpu end, wall start, wall end)
 
     def __call__(self):
@@ -82,7 +91,10 @@ class _Logged:
         self._log(f"end, {i + 1} chunks")
 
     def counted_spans(self, client, plan):   # the first pass on the workers (byte spans of the CSV)
-        got = self.chunks.counted_spans(client, plan)
+        w = time.perf_counter()
+        got = self.chunks.counted_spans(client, plan)   # the byte layout, here, before any span task is queued
+        if self.layout is None:   # later passes ask too (and get None: the rows are spilled)
+            self.layout = (w, time.perf_counter())
         return None if got is None else self._pass(got)
 
     def slices(self, rows: int):   # the workers read the spilled rows themselves
@@ -107,6 +119,7 @@ class _EncodeClock:
     def __init__(self):
         from vertisynth.plugins.encoders.chunked import ChunkJob
         self.cpu = self.wall = 0.0
+        self.calls: list[tuple[float, float]] = []   # (wall start, wall end) of each call
         for name in ("run_local", "run_cluster"):
             inner = getattr(ChunkJob, name)
             setattr(ChunkJob, name, self._timed(inner))
@@ -119,6 +132,7 @@ class _EncodeClock:
             finally:
                 self.cpu += time.process_time() - c
                 self.wall += time.perf_counter() - w
+                self.calls.append((w, time.perf_counter()))
         return run
 
 
@@ -129,6 +143,12 @@ def _task_cpu(client) -> float:
     from vertisynth.run.stream import span_task_cpu
     return float(sum(v["cpu_s"] for v in client.run(task_cpu).values())
                  + sum(v["cpu_s"] for v in client.run(span_task_cpu).values()))
+
+
+def _span_cpu(client) -> float:
+    """The workers' code_span tasks' own thread CPU seconds so far (the first pass's share of `_task_cpu`)."""
+    from vertisynth.run.stream import span_task_cpu
+    return float(sum(v["cpu_s"] for v in client.run(span_task_cpu).values()))
 
 
 def _worker_cpu(client) -> float:
@@ -216,7 +236,7 @@ def _digest(messages) -> str:
 
 
 def one(n: int, chunk_rows: int, tmp: Path, dask_workers: int, t: int = 0, keep_trim: bool = False,
-        separate: bool = False) -> dict:
+        separate: bool = False, plan_workers: int = 0) -> dict:
     """One mode at n rows: in-process (dask_workers 0, the parties one after the other) or both parties at
     once on a cluster of `dask_workers` workers (`party_phase(..., threads=True)`, as `party_steps` runs them
     when a scheduler is configured)."""
@@ -245,6 +265,9 @@ def one(n: int, chunk_rows: int, tmp: Path, dask_workers: int, t: int = 0, keep_
             client = Client(LocalCluster(n_workers=dask_workers, threads_per_worker=1, dashboard_address=None))
         from vertisynth.core.cluster import dask_client
         dask_client(client)   # set up once (thread pools), before the clock starts
+        if plan_workers:   # cut the tasks as for that many workers (the same tasks, on the workers there are)
+            import vertisynth.core.cluster as cluster_mod
+            cluster_mod._workers = lambda _client: plan_workers
     clock = _EncodeClock()
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     idle = 0.0
@@ -254,6 +277,7 @@ def one(n: int, chunk_rows: int, tmp: Path, dask_workers: int, t: int = 0, keep_
         idle = (_worker_cpu(client) - i0) / (time.perf_counter() - w0) / dask_workers
     wcpu0 = _worker_cpu(client) if client is not None else 0.0
     tasks0 = _task_cpu(client) if client is not None else 0.0
+    spans0 = _span_cpu(client) if client is not None else 0.0
     load0 = os.getloadavg()
     cpu, wall = time.process_time(), time.perf_counter()
     streams, codecs = {}, {}
@@ -269,12 +293,21 @@ def one(n: int, chunk_rows: int, tmp: Path, dask_workers: int, t: int = 0, keep_
         if client is None:   # one thread: the process CPU is this party's
             per_party[p] = {"cpu_s": time.process_time() - c0, "encode_cpu_s": clock.cpu - e0}
         return out
-    messages = party_phase(step, plan.partition.names, plan.ledger, threads=client is not None)
+    epoch = time.time() - (time.perf_counter() - wall)   # the workers' task stream is in time.time()
+    if client is not None:
+        from distributed import get_task_stream
+        with get_task_stream(client) as stream:
+            messages = party_phase(step, plan.partition.names, plan.ledger, threads=True)
+        tasks = stream.data
+    else:
+        messages = party_phase(step, plan.partition.names, plan.ledger, threads=False)
+        tasks = []
+    end = time.perf_counter() - wall
     out = {"n": n, "workers": dask_workers, "cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall,
            "encode_cpu_s": clock.cpu, "encode_wall_s": clock.wall, "digest": _digest(messages),
            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "rss_before_mb": rss0,
            "per_party": per_party, "load_before": load0, "load_after": os.getloadavg(),
-           "chunks": sum(-(-n // chunk_rows) for _ in plan.partition)}
+           "chunks": sum(-(-n // chunk_rows) for _ in plan.partition), "plan_workers": plan_workers}
     for p, chunks in streams.items():
         spans = chunks.spans
         counting = spans[:-1] if client is None else spans   # in-process the last pass is the encoding
@@ -289,14 +322,139 @@ def one(n: int, chunk_rows: int, tmp: Path, dask_workers: int, t: int = 0, keep_
             pp["fit_and_rest_cpu_s"] = pp["serial_cpu_s"] - out["passes"][p]["first_pass_cpu_s"] \
                 - out["passes"][p]["counting_cpu_s"]
         chunks.close()
+    out["timeline"] = _timeline(streams, clock, wall, end, tasks, epoch, dask_workers)
     if client is not None:
         out["worker_cpu_s"] = _worker_cpu(client) - wcpu0
         out["idle_worker_cpu_per_s"] = idle
         out["task_cpu_s"] = _task_cpu(client) - tasks0
+        out["span_task_cpu_s"] = _span_cpu(client) - spans0   # of it, the first pass's code_span tasks
         client.close()
         if separate:
             out["cluster"] = _stop_cluster()
     return out
+
+
+def _timeline(streams: dict, clock: _EncodeClock, wall0: float, end: float, tasks: list, epoch: float,
+              workers: int) -> dict:
+    """What ran when, in seconds from the party phase's start: per party, the first pass's byte layout (in this
+    process, before its span tasks are queued), the first pass's end (its spans all coded), the counting passes'
+    end, and the wait for the encoding's result (`run_cluster`); on the workers (Dask's task stream), each
+    kind of task's count, seconds and rows, the first task's start and the last one's end, and the workers'
+    idle seconds: before their first task (the start), between tasks, after their last one (the last wave and
+    what this process does after it)."""
+    r = lambda x: round(x - wall0, 3)   # noqa: E731
+    parties = {}
+    for p, chunks in streams.items():
+        sp = chunks.spans
+        parties[p] = {"layout": [r(x) for x in chunks.layout] if chunks.layout else None,
+                      "first_pass_end": r(sp[0][3]) if sp else None,
+                      "counting_end": r(sp[-1][3]) if sp else None}
+    waits = sorted(clock.calls)   # one run_cluster / run_local call per party (which is whose: not recorded)
+    out = {"phase_s": round(end, 3), "parties": parties, "encode_calls": [[r(a), r(b)] for a, b in waits]}
+    if not tasks:
+        return out
+    kinds: dict[str, dict] = {}
+    per_worker: dict[str, list[tuple[float, float]]] = {}
+    for t in tasks:
+        spans = [(d["start"] - epoch, d["stop"] - epoch) for d in t.get("startstops", ()) if d.get("action") == "compute"]
+        if not spans:
+            continue
+        kind = str(t.get("key", "?")).split("-")[0]
+        k = kinds.setdefault(kind, {"n": 0, "s": 0.0, "max_s": 0.0})
+        k["n"] += 1
+        k["s"] += sum(b - a for a, b in spans)
+        k["max_s"] = max(k["max_s"], max(b - a for a, b in spans))
+        per_worker.setdefault(str(t.get("worker")), []).extend(spans)
+    busy = sum(b - a for v in per_worker.values() for a, b in v)
+    first = min(a for v in per_worker.values() for a, _ in v)
+    last = max(b for v in per_worker.values() for _, b in v)
+    lasts = sorted(max(b for _, b in v) for v in per_worker.values())
+    idle_start = sum(min(a for a, _ in v) for v in per_worker.values()) + (workers - len(per_worker)) * end
+    idle_tail = sum(end - max(b for _, b in v) for v in per_worker.values())
+    out.update({"tasks": {k: {"n": v["n"], "s": round(v["s"], 3), "max_s": round(v["max_s"], 3)}
+                          for k, v in kinds.items()},
+                "first_task_start": round(first, 3), "last_task_end": round(last, 3),
+                "workers_last_end_spread": round(lasts[-1] - lasts[0], 3),
+                "busy_s": round(busy, 3), "idle_s": round(workers * end - busy, 3),
+                "idle_start_s": round(idle_start, 3), "idle_tail_s": round(idle_tail, 3),
+                "idle_between_s": round(workers * end - busy - idle_start - idle_tail, 3)})
+    return out
+
+
+def _timeline_text(r: dict) -> str:
+    """One run's timeline (`_timeline`) in a few lines."""
+    tl = r.get("timeline")
+    if not tl:
+        return ""
+    lines = [f"      timeline ({r['workers']} workers, s from the phase's start; phase {tl['phase_s']:.2f} s):"]
+    for p, v in tl["parties"].items():
+        lay = f"layout {v['layout'][0]:.2f}-{v['layout'][1]:.2f}, " if v.get("layout") else ""
+        lines.append(f"        {p}: {lay}first pass ends {v['first_pass_end']}, counting passes end {v['counting_end']}")
+    if tl.get("encode_calls"):
+        lines.append("        the parties' waits for their encoding: " + ", ".join(f"{a:.2f}-{b:.2f}" for a, b in tl["encode_calls"]))
+    if "tasks" in tl:
+        w = r["workers"]
+        lines.append("        tasks: " + ", ".join(f"{k} {v['n']} ({v['s']:.1f} s, {v['s'] / v['n']:.3f} s each, longest "
+                                                   f"{v['max_s']:.2f})" for k, v in tl["tasks"].items()))
+        lines.append(f"        workers: first task at {tl['first_task_start']:.2f}, last ends {tl['last_task_end']:.2f} "
+                     f"(the workers' last ends spread {tl['workers_last_end_spread']:.2f} s); busy {tl['busy_s']:.1f} "
+                     f"of {w} x {tl['phase_s']:.2f} s = {tl['busy_s'] / (w * tl['phase_s']):.1%}; idle "
+                     f"{tl['idle_s']:.2f} worker-s = start {tl['idle_start_s']:.2f} + between {tl['idle_between_s']:.2f}"
+                     f" + tail {tl['idle_tail_s']:.2f}")
+    return "\n".join(lines)
+
+
+def _efficiency_text(runs: list[dict]) -> str:
+    """The measured parallel efficiency of each worker count against the fewest: T(w0) w0 / (T(w) w)."""
+    runs = sorted(runs, key=lambda r: r["workers"])
+    if len(runs) < 2:
+        return "  parallel efficiency: needs two worker counts"
+    base = runs[0]
+    return "\n".join(
+        f"  measured parallel efficiency, {r['workers']} against {base['workers']} workers (same rows): wall "
+        f"{base['wall_s']:.2f} -> {r['wall_s']:.2f} s, speed-up x{base['wall_s'] / r['wall_s']:.2f}, "
+        f"efficiency {base['wall_s'] * base['workers'] / (r['wall_s'] * r['workers']):.1%}; workers' CPU "
+        f"{base['worker_cpu_s']:.1f} -> {r['worker_cpu_s']:.1f} s (x{r['worker_cpu_s'] / base['worker_cpu_s']:.3f}), "
+        f"the tasks' own threads {base['task_cpu_s']:.1f} -> {r['task_cpu_s']:.1f} s "
+        f"(x{r['task_cpu_s'] / base['task_cpu_s']:.3f}); same messages: "
+        f"{'yes' if r['digest'] == base['digest'] else 'NO'}" for r in runs[1:])
+
+
+def summarise(lines: list[str]) -> int:
+    """`--summary FILE`: the lines of `--one` runs (JSON), per n: each run, its timeline, the measured parallel
+    efficiency, and the workers' per-row CPU against an in-process run's (of the same n, else of another n:
+    the chunk work is linear in rows, so per row it compares across n)."""
+    runs = [json.loads(x) for x in lines if x.strip().startswith("{")]
+    local = {r["n"]: r for r in runs if not r["workers"]}
+    digests = {r["n"]: r["digest"] for r in runs if not r["workers"]}
+    for n in sorted({r["n"] for r in runs}):
+        mine = sorted((r for r in runs if r["n"] == n and r["workers"]), key=lambda r: r["workers"])
+        anchor = local.get(n) or (next(iter(local.values())) if local else None)
+        per_row = None
+        if anchor is not None:
+            first = sum(v["first_pass_cpu_s"] for v in anchor["passes"].values())
+            per_row = (anchor["encode_cpu_s"] + first) / (anchor["n"] * len(anchor["passes"])) * 1e6
+            print(f"n = {anchor['n']:,} per party in-process: wall {anchor['wall_s']:.2f} s, CPU {anchor['cpu_s']:.2f} s, "
+                  f"chunk work {per_row:.2f} µs per row, digest {anchor['digest']}" + ("" if anchor["n"] == n else
+                                                                                     f" (the anchor for n = {n:,})"))
+        for r in mine:
+            rows = n * len(r["passes"])
+            idle = r["idle_worker_cpu_per_s"] * r["workers"] * r["wall_s"]
+            ratios = "" if per_row is None else (
+                f"; per-row CPU against in-process x{r['worker_cpu_s'] / rows * 1e6 / per_row:.3f} in all, "
+                f"x{(r['worker_cpu_s'] - idle) / rows * 1e6 / per_row:.3f} without idle workers' share, "
+                f"x{r['task_cpu_s'] / rows * 1e6 / per_row:.3f} in the tasks' own threads")
+            same = "" if n not in digests else f" (in-process: {'same' if digests[n] == r['digest'] else 'DIFFERENT'})"
+            print(f"n = {n:,} per party, {r['workers']} workers: wall {r['wall_s']:.2f} s; party process CPU "
+                  f"{r['cpu_s']:.2f} s (merging the encoding's results {r['encode_cpu_s']:.2f}); workers CPU "
+                  f"{r['worker_cpu_s']:.1f} s, tasks' own threads {r['task_cpu_s']:.1f} s"
+                  + (f" (first pass {r['span_task_cpu_s']:.1f})" if "span_task_cpu_s" in r else "")
+                  + f"{ratios}; digest "
+                  f"{r['digest']}{same}; load {r['load_before'][0]:.1f} -> {r['load_after'][0]:.1f}")
+            print(_timeline_text(r))
+        if len(mine) > 1:
+            print(_efficiency_text(mine))
+    return 0
 
 
 def _report(n: int, runs: list[dict], parties: int, project: int, chunk_rows: int) -> dict:
@@ -339,6 +497,8 @@ def _report(n: int, runs: list[dict], parties: int, project: int, chunk_rows: in
         print("      party process per party (first pass: its share, submitting and merging / counting passes): "
               + ", ".join(f"{p} {v['first_pass_cpu_s']:.2f} (wall {v['first_pass_wall_s']:.2f}) / "
                           f"{v['counting_cpu_s']:.2f} s" for p, v in r["passes"].items()))
+        print(_timeline_text(r))
+    print(_efficiency_text([r for r in runs if r["workers"]]))
     r = ratio or 1.0
     summary = {"n": n, "per_row_us_in_process": per_row_local, "worker_ratio": ratio, "serial_cpu_s": serial}
     for at in sorted({n, project}):
@@ -376,7 +536,7 @@ def _report(n: int, runs: list[dict], parties: int, project: int, chunk_rows: in
             summary[f"{at}: {label}"] = {"T2": t2, "T14": t14, "speedup": t2 / t14, "efficiency": eff}
             print(f"    {label}: T(2) {t2:.1f} s, T(14) {t14:.1f} s, speed-up x{t2 / t14:.2f}, parallel efficiency "
                   f"{eff:.0%} at 14 against 2 workers")
-        print(f"    serial CPU per party (first pass / counting passes / fits): " + ", ".join(
+        print("    serial CPU per party (first pass / counting passes / fits): " + ", ".join(
             f"{p} {first[p]:.2f} / {counting[p]:.2f} / {fits[p]:.2f} s" for p in serial))
     return summary
 
@@ -397,17 +557,23 @@ def main() -> int:
                          "so the party process's peak RSS is its own")
     ap.add_argument("--project-rows", type=int, default=1_000_000,
                     help="rows per party of the Amdahl projection (the issue's 1M rows per party)")
+    ap.add_argument("--plan-workers", type=int, default=0,
+                    help="cut the tasks as for this many workers (e.g. 14's tasks on 2 workers: their CPU per task)")
+    ap.add_argument("--summary", default=None, metavar="JSONL",
+                    help="print the runs of a file of `--one` results (one JSON a line): timelines, efficiency")
     ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--mode", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--setup", type=int, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.summary is not None:
+        return summarise(Path(a.summary).read_text().splitlines())
     tmp = Path(a.tmp or tempfile.mkdtemp())
     tmp.mkdir(parents=True, exist_ok=True)
     if a.setup is not None:
         setup(a.setup, a.chunk_rows, tmp)
         return 0
     if a.one is not None:
-        print(json.dumps(one(a.one, a.chunk_rows, tmp, a.mode, a.t, a.keep_trim, a.separate)))
+        print(json.dumps(one(a.one, a.chunk_rows, tmp, a.mode, a.t, a.keep_trim, a.separate, a.plan_workers)))
         return 0
     workers = [a.dask] if a.dask is not None else [int(w) for w in a.workers.split(",") if w.strip() and int(w)]
     base = None

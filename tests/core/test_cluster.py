@@ -31,3 +31,33 @@ def test_workers_with_the_nannys_malloc_trim_are_named_once_and_unset_ones_are_n
         with warnings.catch_warnings():
             warnings.simplefilter("error", VertisynthWarning)
             dask_client(cluster.scheduler_address).close()
+
+
+@pytest.mark.parametrize("n, workers", [(3_000_000, 14), (1_000_000, 14), (3_000_000, 2), (300_000, 2)])
+def test_the_guided_task_plan_covers_every_row_once_large_first_and_fills_the_last_wave(n, workers):
+    """The early map's cut of a first pass on the workers (spans of n / 4W rows, never across a 100k chunk,
+    told one at a time): every row once, in order; the first tasks whole spans; the last wave (one task a
+    worker) of about MIN_TASK_ROWS rows, so it ends nearly together; and at 3M rows on 14 workers about a
+    third of the tasks of the old fixed cut (at most 10k rows each: 330 a party, each with its fixed cost)."""
+    from vertisynth.core.chunks import TaskSizes
+    from vertisynth.core.cluster import MIN_TASK_ROWS
+    chunk_rows = 100_000
+    span = min(chunk_rows, max(-(-n // (4 * workers)), MIN_TASK_ROWS))
+    plan = TaskSizes(workers, chunk_rows, MIN_TASK_ROWS)
+    regions = [(s, min(s + span, c + chunk_rows, n)) for c in range(0, n, chunk_rows)
+               for s in range(c, min(c + chunk_rows, n), span)]
+    left, tasks = n, []
+    for a, b in regions:
+        tasks += plan.cuts(a, b, left)
+        left -= b - a
+    assert [a for a, _ in tasks] == [0] + [b for _, b in tasks[:-1]] and tasks[-1][1] == n
+    sizes = [b - a for a, b in tasks]
+    assert sizes[0] == span
+    assert all(MIN_TASK_ROWS // 2 <= s <= MIN_TASK_ROWS for s in sizes[-workers:]), sizes[-workers:]
+    if workers == 14 and n == 3_000_000:
+        old = max(MIN_TASK_ROWS, chunk_rows // workers)
+        assert len(tasks) <= 120 and 2.5 * len(tasks) < sum(-(-(b - a) // old) for a, b in regions) == 330
+    # without the rows known (a first pass in the party process): the old fixed cut
+    assert TaskSizes(workers, chunk_rows, MIN_TASK_ROWS).cuts(0, 25_000) == \
+        [(s, min(s + max(MIN_TASK_ROWS, chunk_rows // workers), 25_000))
+         for s in range(0, 25_000, max(MIN_TASK_ROWS, chunk_rows // workers))]

@@ -296,6 +296,40 @@ def test_the_encoding_starts_while_the_first_pass_spills_the_rows(tmp_path, clus
         assert not early._thread.is_alive()
 
 
+def test_the_early_maps_tasks_are_large_first_and_small_in_the_last_wave(tmp_path, cluster, monkeypatch, spill_dir):
+    """A first pass on the workers knows its rows (its layout), so the early map cuts them guided: each task
+    1/(2W) of the rows still to come, at most a span: the first tasks whole spans (a task's fixed cost paid
+    less often), the last wave (one task a worker) MIN_TASK_ROWS rows or fewer, so it ends nearly together.
+    Every row once; the message the local run's, bit for bit."""
+    from vertisynth.core.chunks import ChunkedCounts
+    from vertisynth.core.cluster import MIN_TASK_ROWS, EarlyMap
+    from vertisynth.core.encoding import TableSchema
+    from vertisynth.run.stream import coded_chunks
+    n, chunk_rows = 200_000, 50_000
+    rng = np.random.default_rng(5)
+    pd.DataFrame({"a": rng.integers(0, 3, n), "b": rng.integers(0, 5, n)}).to_csv(tmp_path / "t.csv", index=False)
+    codec = TableSchema.from_config({"a": {"kind": "categorical", "categories": [0, 1, 2]},
+                                     "b": {"kind": "categorical", "categories": [0, 1, 2, 3, 4]}}).fit(
+        pd.DataFrame({"a": [], "b": []}), None, np.random.default_rng(0))
+    dom = codec.domain
+    cut = []
+    submit = EarlyMap._submit
+    monkeypatch.setattr(EarlyMap, "_submit", lambda self, client, piece: (cut.append((piece.start, piece.stop)),
+                                                                          submit(self, client, piece))[1])
+    with distributed.Client(cluster) as client:
+        chunks = coded_chunks(tmp_path / "t.csv", codec, chunk_rows)
+        early = EarlyMap(client, chunks, dom, *job_encoder(dom).early_mapper("alice", dom), chunk_rows)
+        ChunkedCounts(chunks, dom, first_pass=client).prefetch_pairs()   # the first pass, on the workers
+        got = _job(dom).run_cluster(chunks, client, chunk_rows, early=early)
+    assert _digest(got) == _digest(_job(dom).run_local(chunks()))
+    assert sorted(cut)[0][0] == 0 and all(a[1] == b[0] for a, b in zip(sorted(cut), sorted(cut)[1:]))
+    assert sorted(cut)[-1][1] == n
+    sizes = [b - a for a, b in cut]
+    assert sizes[0] > 2 * MIN_TASK_ROWS   # a span, ~n / 8: four a worker, two workers (the old cut: spans to the end)
+    assert max(sizes[-2:]) <= MIN_TASK_ROWS, sizes
+    chunks.close()
+
+
 def test_id_keyed_parties_at_once_on_a_cluster_equal_the_local_run(tmp_path, cluster):
     """PSU-aligned party files: each party's aligned stream is replayed from its own spill (with the aligned
     positions as ids), which the workers read once its first pass is complete."""

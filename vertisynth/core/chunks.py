@@ -149,15 +149,50 @@ class MappedSlice:
         return self.inner.stop
 
 
-def spill_slices(codes: str, ids: str | None, dtype: Any, domain: Domain, n: int, rows: int,
-                 first: int = 0) -> list[SpillSlice]:
-    """The spill's rows first..n-1 cut into slices of at most `rows` rows."""
+@attrs.frozen
+class TaskSizes:
+    """How a map over `workers` worker threads cuts a party's rows into tasks. Where the rows the map will get
+    are known (`remaining`: those not handed out yet), guided: each task takes 1/(2 x workers) of them, at most
+    `most` and at least `least` rows, so the first tasks are large (a task's fixed cost, its sketch arrays and
+    its result's transfer and merge, is paid a few times, not once per `least` rows) and the last wave is of
+    small tasks that end nearly together. Where they are not known, `most // workers` rows (at least `least`)."""
+
+    workers: int
+    most: int
+    least: int
+
+    def rows(self, remaining: int | None) -> int:
+        if remaining is None:
+            return max(self.least, self.most // max(self.workers, 1))
+        return max(self.least, min(self.most, -(-int(remaining) // (2 * max(self.workers, 1)))))
+
+    def cuts(self, first: int, stop: int, remaining: int | None = None) -> list[tuple[int, int]]:
+        """(start, stop) of the tasks over rows first..stop-1, of which `remaining` (these included) were not
+        handed out before; a guided cut leaves no piece below `least // 2` rows (a small rest is shared with the
+        piece before it, half each)."""
+        out, s = [], first
+        while s < stop:
+            e = min(s + self.rows(remaining), stop)
+            if remaining is not None:
+                if 0 < stop - e < self.least // 2:
+                    e = s + (stop - s + 1) // 2
+                remaining -= e - s
+            out.append((s, e))
+            s = e
+        return out
+
+
+def spill_slices(codes: str, ids: str | None, dtype: Any, domain: Domain, n: int, rows: int | TaskSizes,
+                 first: int = 0, remaining: int | None = None) -> list[SpillSlice]:
+    """The spill's rows first..n-1 cut into slices of at most `rows` rows, or as `rows` (a `TaskSizes`) cuts them
+    with `remaining` rows (these included) still to hand out."""
     size = n * len(domain) * np.dtype(dtype).itemsize
-    return [SpillSlice(str(codes), None if ids is None else str(ids), np.dtype(dtype).str, domain, s,
-                       min(s + rows, n), size) for s in range(first, n, max(int(rows), 1))]
+    sizes = rows if isinstance(rows, TaskSizes) else TaskSizes(1, max(int(rows), 1), 1)
+    return [SpillSlice(str(codes), None if ids is None else str(ids), np.dtype(dtype).str, domain, s, e, size)
+            for s, e in sizes.cuts(first, n, remaining if isinstance(rows, TaskSizes) else None)]
 
 
-def live_slices(chunks: Chunks, rows: int) -> Iterator | None:
+def live_slices(chunks: Chunks, rows: int | TaskSizes) -> Iterator | None:
     """The stream's slices of at most `rows` rows as its next first pass spills them (an iterator that waits
     for each; it ends with the pass, or raises `DataError` if the pass is abandoned), or its slices now if it
     is spilled already; None if it cannot describe itself so."""
@@ -185,7 +220,7 @@ class mapped:
         inner = chunk_slices(self.chunks, rows)
         return None if inner is None else [MappedSlice(s, self.fn) for s in inner]
 
-    def live_slices(self, rows: int) -> Iterator | None:
+    def live_slices(self, rows: int | TaskSizes) -> Iterator | None:
         inner = live_slices(self.chunks, rows)
         return None if inner is None else (MappedSlice(s, self.fn) for s in inner)
 
@@ -207,7 +242,7 @@ class counted:
     def slices(self, rows: int) -> list | None:
         return chunk_slices(self.chunks, rows)
 
-    def live_slices(self, rows: int) -> Iterator | None:
+    def live_slices(self, rows: int | TaskSizes) -> Iterator | None:
         return live_slices(self.chunks, rows)
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .chunks import Chunks, chunk_slices, live_slices
+from .chunks import Chunks, TaskSizes, chunk_slices, live_slices
 from .dataset import Dataset
 from .domain import Domain
 from .errors import ConfigError, DataError, VertisynthError, VertisynthWarning
@@ -241,8 +241,9 @@ class EarlyMap:
         self._queued: dict[str, tuple[Any, Any]] = {}   # key -> (future, its slice): the tasks not merged yet
         self._lock = threading.Lock()
         self._news, self._waiting = time.monotonic(), "the workers' check of the spilled rows"
-        workers = _workers(client)
-        pieces = live_slices(chunks, max(MIN_TASK_ROWS, chunk_rows // workers))
+        # guided where the rows are known (a first pass on the workers, a spill): large tasks first, a last wave
+        # of MIN_TASK_ROWS ones (docs/scale.md, "Guided task sizes")
+        pieces = live_slices(chunks, TaskSizes(_workers(client), chunk_rows, MIN_TASK_ROWS))
         if pieces is None:
             parts = task_slices(client, chunks, chunk_rows, self.wait)
             if parts is None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from vertisynth.core.chunks import adoptable, hand_over, spill_slices
+from vertisynth.core.chunks import TaskSizes, adoptable, hand_over, spill_slices
 from vertisynth.core.cluster import DASK_WAIT_ENV, dask_wait_s, run_on_workers
 from vertisynth.core.dataset import Dataset
 from vertisynth.core.domain import Domain
@@ -272,14 +272,15 @@ class CodeSpill:
         codes, axes = self._codes, list(axes)
         return (np.asarray(codes[at:at + k, axes]) for at, k in self.parts)
 
-    def slices(self, rows: int) -> list | None:
-        """The finished spill as `SpillSlice`s of at most `rows` rows (a path and a row range each: a Dask worker
-        that sees the file reads them itself); None before `finish` or once closed."""
+    def slices(self, rows: int | TaskSizes) -> list | None:
+        """The finished spill as `SpillSlice`s of at most `rows` rows, or cut as `rows` (a `TaskSizes`) cuts all
+        of them (a path and a row range each: a Dask worker that sees the file reads them itself); None before
+        `finish` or once closed."""
         if self._codes is None or self._folder is None:
             return None
         folder = self._folder
         return spill_slices(folder / "codes.bin", folder / "ids.bin" if self._ids is not None else None, self.dtype,
-                            self.domain, self.n, rows)
+                            self.domain, self.n, rows, remaining=self.n)
 
     def gather(self, rows: np.ndarray) -> np.ndarray:
         """The int64 codes of the spill's rows `rows`, in that order (the file's pages left to the page cache)."""
@@ -328,11 +329,16 @@ def csv_span_layout(path: Path, chunk_rows: int, span_rows: int) -> tuple[list[s
             if header_end < 0 and nl.size:
                 header_end = base + int(nl[0])
             data_from = max(header_end + 1 - base, 0) if header_end >= 0 else len(buf)
-            if data_from < len(buf) and (buf[data_from:] == 34).any():
+            # bytes.find / count (memchr) instead of a compare over the block: this scan runs here while the
+            # workers wait for the first span (docs/scale.md, "Guided task sizes")
+            if data_from < len(buf) and block.find(b'"', data_from) >= 0:
                 return None
-            cr_before = np.where(nl > 0, buf[np.maximum(nl - 1, 0)] == 13, prev == 13)
-            crs += int((buf == 13).sum())
-            crlfs += int(cr_before.sum())
+            if prev == 13 or block.find(b"\r") >= 0:
+                cr_before = np.where(nl > 0, buf[np.maximum(nl - 1, 0)] == 13, prev == 13)
+                crs += block.count(b"\r")
+                crlfs += int(cr_before.sum())
+            else:   # no carriage return near: no line ends in CRLF
+                cr_before = np.zeros(nl.size, dtype=bool)
             gaps = np.diff(np.concatenate([[last_nl], base + nl])) if nl.size else np.zeros(0, np.int64)
             if last_nl < 0 and gaps.size:
                 gaps = gaps[1:]
@@ -455,6 +461,7 @@ class coded_chunks:
         self._spilled: CodeSpill | None = None   # once a pass has completed
         self._watchers: list[Callable] = []      # told of each chunk the next first pass spills
         self._pid, self._token = os.getpid(), adoptable(self)   # a forked party process hands its spill back
+        self._expected: int | None = None   # the rows of a first pass on the workers, known from its layout
 
     def _spilled_now(self, spill: CodeSpill) -> None:
         """The first pass's spill, complete; in a forked process (a party's), handed to the parent as well."""
@@ -469,10 +476,11 @@ class coded_chunks:
         else:   # this process has its own: the child's goes
             shutil.rmtree(state["folder"], ignore_errors=True)
 
-    def live_slices(self, rows: int) -> Iterator | None:
-        """The spilled codes as slices of at most `rows` rows, each as soon as the next first pass has written
-        it (an iterator that waits: a Dask worker can start on the rows while the pass goes on); the slices now
-        if a pass has completed."""
+    def live_slices(self, rows: int | TaskSizes) -> Iterator | None:
+        """The spilled codes as slices of at most `rows` rows (or cut as a `TaskSizes` cuts them: guided where the
+        pass's rows are known, a first pass on the workers), each as soon as the next first pass has written it
+        (an iterator that waits: a Dask worker can start on the rows while the pass goes on); the slices now if
+        a pass has completed."""
         if not self.spill:
             return None
         if self._spilled is not None:
@@ -483,7 +491,7 @@ class coded_chunks:
         wait = dask_wait_s()
 
         def gen() -> Iterator:
-            told = False
+            told, handed = False, 0
             while True:
                 quiet = time.monotonic() + wait
                 while True:   # bounded: a first pass that stops telling (a lost watcher) is an error, not a hang
@@ -504,7 +512,9 @@ class coded_chunks:
                     raise DataError(f"{str(self.path)!r}: its first pass was abandoned before the rows were spilled")
                 if k == 0:
                     return
-                yield from spill_slices(path, None, dtype, domain, first + k, rows, first)
+                left = None if self._expected is None else self._expected - handed
+                handed += k
+                yield from spill_slices(path, None, dtype, domain, first + k, rows, first, left)
         return gen()
 
     def __call__(self) -> Iterator[tuple[np.ndarray, Dataset]]:
@@ -552,6 +562,7 @@ class coded_chunks:
             return None
         out.watch(self._watchers)
         self._watchers = []
+        self._expected = n   # the early map cuts its tasks knowing how many rows are still to come
         return self._spans_pass(client, out, names, columns, spans, plan)
 
     def _labels(self) -> frozenset[str]:
