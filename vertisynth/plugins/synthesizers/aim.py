@@ -36,6 +36,7 @@ from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
 
 from vertisynth.plugins.synthesizers.fitted import FittedGraphicalModel
 from vertisynth.pgm import estimate
+from vertisynth.pgm.estimation import bin_query
 from vertisynth.pgm.graph import min_fill_cliques
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle, ZCDPFilter
 from vertisynth.vertical import owners, VerticalConfig, VerticalOracle
@@ -280,6 +281,30 @@ class ModelSize:
         return total
 
 
+def last_probes(dom: Domain, model, meas: list, pending: dict, limit_cells: float) -> list[tuple[str, ...]]:
+    """The pending probes (paid, never chosen by a round) that the last fit takes: those whose released table is
+    further from the model's marginal (on the probe's bins) than its noise alone would put it, ‖y − e‖₁ above
+    √(2/π) σ_p |y| (the offset of AIM's score, at the probe's released σ_p), strongest first (by that excess in
+    units of σ_p), each while the model stays under `limit_cells`. Post-processing of released answers: nothing
+    is charged. Central AIM has no probes; without this the twin's release ignored most of what it paid for
+    (docs/vertical.md, "aim, twelfth pass")."""
+    excess = {}
+    for q, m in pending.items():
+        e = bin_query(np.asarray(model.marginal(q).values, float), q, m.bins)
+        gap = float(np.abs(m.values - e).sum()) - math.sqrt(2 / math.pi) * m.std * m.values.size
+        if gap > 0:
+            excess[q] = gap / m.std
+    taken: list[tuple[str, ...]] = []
+    cliques = [tuple(m.attributes) for m in meas]
+    graph = ModelSize(dom, cliques)
+    for q in sorted(excess, key=lambda q: -excess[q]):
+        if graph.cells(q) <= limit_cells:
+            taken.append(q)
+            cliques.append(q)
+            graph = ModelSize(dom, cliques, graph.cache)
+    return taken
+
+
 # a vertical twin over a measure that releases once scores cross-party triples of at most this many cells
 RELEASE_CELLS = 512
 
@@ -463,6 +488,8 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
                 meas.append(pending.pop(r))
             fits = [q for q in pending if res.model.tree.clique_for(q) is not None]
             meas += [pending.pop(q) for q in fits]   # probes inside the model's cliques: information at no new clique
+            if last and pending:   # the probes' answers are paid for: the last fit keeps those that carry signal
+                meas += [pending.pop(q) for q in last_probes(dom, res.model, meas, pending, limit_cells)]
             atol = c.fit_tolerance * sum(q.values.size for q in meas) if c.fit_tolerance > 0 and not last else None
             res = estimate(dom, meas, iters=c.iters, max_cells=float("inf"), phi0=res.phi, step=res.step, atol=atol)
             t_fit += time.perf_counter() - tf
