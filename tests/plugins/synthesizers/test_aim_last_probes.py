@@ -29,16 +29,16 @@ def _model():
 
 def test_a_pending_probe_with_signal_joins_the_last_fit_and_one_without_does_not():
     dom, meas, model = _model()
-    flat = Measurement(("x", "z"), model.marginal(("x", "z")).values + 0.5, 2.0)    # within its noise
+    flat = Measurement(("x", "z"), model.marginal(("x", "z")).values + np.array([[1.0, -1, 0], [-1, 1, 0]] * 2), 2.0)
     strong = Measurement(("x", "y"), np.diag([250.0] * 4), 2.0)                   # x = y: far from independence
     taken = last_probes(dom, model, meas, {("x", "z"): flat, ("x", "y"): strong}, float("inf"))
-    assert taken == [("x", "y")]
+    assert taken == [("x", "y")]   # x-z differs from the model by less than its noise: it would add more error
 
 
 def test_the_last_probes_are_taken_strongest_first_while_the_model_stays_under_the_cap():
     dom, meas, model = _model()
     strong = Measurement(("x", "y"), np.diag([250.0] * 4), 2.0)
-    weaker = Measurement(("y", "z"), model.marginal(("y", "z")).values + np.array([[40.0, -40, 0]] * 4), 2.0)
+    weaker = Measurement(("y", "z"), model.marginal(("y", "z")).values + np.array([[40.0, -40, 0], [-40, 40, 0]] * 2), 2.0)
     pending = {("y", "z"): weaker, ("x", "y"): strong}
     assert last_probes(dom, model, meas, pending, float("inf")) == [("x", "y"), ("y", "z")]
     # room for x-y (16 + 3 cells) but not for y-z on top of it (16 + 12)

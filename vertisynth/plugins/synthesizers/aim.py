@@ -36,11 +36,10 @@ from vertisynth.core.privacy import Charge, PrivacyLedger, ZCDP
 
 from vertisynth.plugins.synthesizers.fitted import FittedGraphicalModel
 from vertisynth.pgm import estimate
-from vertisynth.pgm.estimation import bin_query
 from vertisynth.pgm.graph import min_fill_cliques
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle, ZCDPFilter
 from vertisynth.vertical import owners, VerticalConfig, VerticalOracle
-from vertisynth.vertical.probes import mass_bins, measure_probes
+from vertisynth.vertical.probes import mass_bins, measure_probes, residual_l1
 
 STAGE = "synthesizer"
 PROBE = 0.15   # vertical: the share of the rounds' ρ that measures every cross-party pair once
@@ -282,16 +281,15 @@ class ModelSize:
 
 
 def last_probes(dom: Domain, model, meas: list, pending: dict, limit_cells: float) -> list[tuple[str, ...]]:
-    """The pending probes (paid, never chosen by a round) that the last fit takes: those whose released table is
-    further from the model's marginal (on the probe's bins) than its noise alone would put it, ‖y − e‖₁ above
-    √(2/π) σ_p |y| (the offset of AIM's score, at the probe's released σ_p), strongest first (by that excess in
-    units of σ_p), each while the model stays under `limit_cells`. Post-processing of released answers: nothing
-    is charged. Central AIM has no probes; without this the twin's release ignored most of what it paid for
-    (docs/vertical.md, "aim, twelfth pass")."""
+    """The pending probes (paid, never chosen by a round) that the last fit takes: those AIM's own rule would measure
+    at the probe's released σ_p, the model's error on the pair, estimated from the probe (`residual_l1`, as
+    selection scores it), above √(2/π) σ_p |y| (the offset of AIM's score: the error that measuring at σ_p leaves),
+    strongest first (by that excess in units of σ_p), each while the model stays under `limit_cells`.
+    Post-processing of released answers: nothing is charged. Central AIM has no probes; without this the twin's
+    release ignored most of what it paid for (docs/vertical.md, "aim, twelfth pass")."""
     excess = {}
     for q, m in pending.items():
-        e = bin_query(np.asarray(model.marginal(q).values, float), q, m.bins)
-        gap = float(np.abs(m.values - e).sum()) - math.sqrt(2 / math.pi) * m.std * m.values.size
+        gap = residual_l1(m, model.marginal(q).values) - math.sqrt(2 / math.pi) * m.std * m.values.size
         if gap > 0:
             excess[q] = gap / m.std
     taken: list[tuple[str, ...]] = []
