@@ -16,7 +16,11 @@ SECRET = "9f1c2b7a4e6d8c0b5a3f1e2d7c9b8a60"   # an explicit test secret (128 bit
 
 
 def popen(args, cwd=None, env=None):
-    """Start `vertisynth ARGS` in a process of its own (Popen-like: communicate, returncode, kill)."""
+    """Start `vertisynth ARGS` in a process of its own (Popen-like: communicate, returncode, kill); under THREADS in
+    a thread of this process (`InThread`)."""
+    if THREADS:
+        assert env is None, "a role in a thread runs in this process's environment"
+        return InThread(args, cwd)
     if COLD:
         return subprocess.Popen([sys.executable, "-m", "vertisynth.cli", *args], cwd=cwd, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -52,6 +56,36 @@ def parallel(argvs, cwd, timeout=180):
             p.kill()
             outs.append(p.communicate())
     return [(p.returncode, o, e) for p, (o, e) in zip(procs, outs)]
+
+
+class InThread:
+    """`popen`'s form under THREADS: the role runs through `in_threads` in a thread started here, while the test
+    goes on (files a message the role waits for...); `communicate` waits for it. A thread cannot be killed: `kill`
+    leaves the role to its own `--timeout` (give it one), and a test that must stop a waiting role early forks it."""
+
+    def __init__(self, args, cwd=None, timeout=180):
+        import os
+        import threading
+
+        self.args, self.returncode, self._result = list(args), None, []
+        self._thread = threading.Thread(target=lambda: self._result.append(
+            in_threads([self.args], cwd or os.getcwd(), timeout)[0]), daemon=True)
+        self._thread.start()
+
+    def poll(self):
+        if not self._thread.is_alive() and self._result:
+            self.returncode = self._result[0][0]
+        return self.returncode
+
+    def communicate(self, timeout=None):
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        self.returncode, out, err = self._result[0] if self._result else (1, "", "the role's thread failed")
+        return out, err
+
+    def kill(self):
+        pass
 
 
 class _PerThread:
