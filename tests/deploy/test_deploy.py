@@ -53,7 +53,9 @@ def test_parties_and_server_as_separate_processes_equal_the_simulation(tmp_path,
     assert "Privacy ledger" in html and "no figure: no real rows here" in html and "summary.md" in res.stdout
 
 
-def test_server_refuses_missing_parties(tmp_path):
+def test_server_refuses_missing_parties(tmp_path, in_process):
+    # the roles in threads (issue 33): the folder kind's flow across processes is the test above (cold); what this
+    # one checks is the server's one line naming the party that sent nothing
     (tmp_path / "job.toml").write_text(with_roster(tmp_path, CONFIG.replace('encoder_params', 'encoder = "grr", encoder_params').replace("{ t = 200 }", "{}"), ["registry", "employer"]))
     hello_all(tmp_path, ["registry", "employer"])
     publish_key(tmp_path)
