@@ -401,8 +401,10 @@ params = {{ ways = [2] }}
 
 
 @pytest.mark.parametrize("protocol", ["psi", "psu"])
-def test_party_align_across_processes(tmp_path, protocol):
-    """Two `vertisynth party align` processes exchange only message files and agree with set operations."""
+def test_party_align_across_processes(tmp_path, protocol, in_process):
+    """Two `vertisynth party align` roles exchange only message files and agree with set operations."""
+    # the roles in threads (issue 33): `party align` as OS processes, both protocols, is
+    # tests/deploy/test_psi_deploy.py's flow (align, then synthesise); this one checks the positions against set operations
     import pandas as pd
 
     a = [f"id{i}" for i in range(0, 60)]
