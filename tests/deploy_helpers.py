@@ -115,6 +115,9 @@ class _PerThread:
         return True
 
 
+_IN_THREADS = False
+
+
 def in_threads(argvs, cwd, timeout=180):
     """`parallel`'s roles in this process, a thread each: the same click commands and code path, meeting only
     through the exchange, without a process each (for the flows whose deployment kind another test already runs as
@@ -132,6 +135,10 @@ def in_threads(argvs, cwd, timeout=180):
 
     from vertisynth.cli.main import main
 
+    global _IN_THREADS
+    # one group of roles at a time: this swaps the process's cwd and streams (an InThread role and a second group
+    # overlapping would restore each other's)
+    assert not _IN_THREADS, "in_threads: another group of roles is still running in this process"
     results = [None] * len(argvs)
     out, err = _PerThread(sys.stdout), _PerThread(sys.stderr)
 
@@ -152,9 +159,10 @@ def in_threads(argvs, cwd, timeout=180):
         results[i] = (code, out.buffers[me].getvalue(), err.buffers[me].getvalue())
 
     old = os.getcwd(), sys.stdout, sys.stderr
-    os.chdir(cwd)
-    sys.stdout, sys.stderr = out, err
+    _IN_THREADS = True
     try:
+        os.chdir(cwd)
+        sys.stdout, sys.stderr = out, err
         threads = [threading.Thread(target=role, args=(i, a), daemon=True) for i, a in enumerate(argvs)]
         for t in threads:
             t.start()
@@ -164,6 +172,7 @@ def in_threads(argvs, cwd, timeout=180):
     finally:
         os.chdir(old[0])
         sys.stdout, sys.stderr = old[1], old[2]
+        _IN_THREADS = False
     return [r if r is not None else (1, "", f"still running after {timeout} s") for r in results]
 
 
