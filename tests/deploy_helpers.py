@@ -16,7 +16,11 @@ SECRET = "9f1c2b7a4e6d8c0b5a3f1e2d7c9b8a60"   # an explicit test secret (128 bit
 
 
 def popen(args, cwd=None, env=None):
-    """Start `vertisynth ARGS` in a process of its own (Popen-like: communicate, returncode, kill)."""
+    """Start `vertisynth ARGS` in a process of its own (Popen-like: communicate, returncode, kill); under THREADS in
+    a thread of this process (`InThread`)."""
+    if THREADS:
+        assert env is None, "a role in a thread runs in this process's environment"
+        return InThread(args, cwd)
     if COLD:
         return subprocess.Popen([sys.executable, "-m", "vertisynth.cli", *args], cwd=cwd, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -54,6 +58,36 @@ def parallel(argvs, cwd, timeout=180):
     return [(p.returncode, o, e) for p, (o, e) in zip(procs, outs)]
 
 
+class InThread:
+    """`popen`'s form under THREADS: the role runs through `in_threads` in a thread started here, while the test
+    goes on (files a message the role waits for...); `communicate` waits for it. A thread cannot be killed: `kill`
+    leaves the role to its own `--timeout` (give it one), and a test that must stop a waiting role early forks it."""
+
+    def __init__(self, args, cwd=None, timeout=180):
+        import os
+        import threading
+
+        self.args, self.returncode, self._result = list(args), None, []
+        self._thread = threading.Thread(target=lambda: self._result.append(
+            in_threads([self.args], cwd or os.getcwd(), timeout)[0]), daemon=True)
+        self._thread.start()
+
+    def poll(self):
+        if not self._thread.is_alive() and self._result:
+            self.returncode = self._result[0][0]
+        return self.returncode
+
+    def communicate(self, timeout=None):
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        self.returncode, out, err = self._result[0] if self._result else (1, "", "the role's thread failed")
+        return out, err
+
+    def kill(self):
+        pass
+
+
 class _PerThread:
     """sys.stdout / sys.stderr while `in_threads` runs: what a role's thread writes goes to that role's buffer, the
     rest to the stream it replaced."""
@@ -81,6 +115,9 @@ class _PerThread:
         return True
 
 
+_IN_THREADS = False
+
+
 def in_threads(argvs, cwd, timeout=180):
     """`parallel`'s roles in this process, a thread each: the same click commands and code path, meeting only
     through the exchange, without a process each (for the flows whose deployment kind another test already runs as
@@ -98,6 +135,10 @@ def in_threads(argvs, cwd, timeout=180):
 
     from vertisynth.cli.main import main
 
+    global _IN_THREADS
+    # one group of roles at a time: this swaps the process's cwd and streams (an InThread role and a second group
+    # overlapping would restore each other's)
+    assert not _IN_THREADS, "in_threads: another group of roles is still running in this process"
     results = [None] * len(argvs)
     out, err = _PerThread(sys.stdout), _PerThread(sys.stderr)
 
@@ -118,9 +159,10 @@ def in_threads(argvs, cwd, timeout=180):
         results[i] = (code, out.buffers[me].getvalue(), err.buffers[me].getvalue())
 
     old = os.getcwd(), sys.stdout, sys.stderr
-    os.chdir(cwd)
-    sys.stdout, sys.stderr = out, err
+    _IN_THREADS = True
     try:
+        os.chdir(cwd)
+        sys.stdout, sys.stderr = out, err
         threads = [threading.Thread(target=role, args=(i, a), daemon=True) for i, a in enumerate(argvs)]
         for t in threads:
             t.start()
@@ -130,6 +172,7 @@ def in_threads(argvs, cwd, timeout=180):
     finally:
         os.chdir(old[0])
         sys.stdout, sys.stderr = old[1], old[2]
+        _IN_THREADS = False
     return [r if r is not None else (1, "", f"still running after {timeout} s") for r in results]
 
 

@@ -153,7 +153,8 @@ def test_separate_processes_publish_exactly_the_simulation(tmp_path, preprocessi
             assert _header(exchange, n, cfg).kind.startswith("sealed:")
 
 
-def test_roles_refuse_unknown_names_and_what_they_do_not_cover(tmp_path):
+def test_roles_refuse_unknown_names_and_what_they_do_not_cover(tmp_path, in_process):
+    # the command's refusal in a thread (issue 33): what is checked is its line and exit status
     cfg, csvs = _setup(tmp_path)
     with pytest.raises(DataError, match="unknown custodian 'C'; the config's custodians are \\['A', 'B'\\]"):
         run_custodian(_plan(cfg), "C", csvs["A"], tmp_path / "ex")
@@ -285,7 +286,8 @@ def test_tuning_as_separate_processes_equals_the_simulation(tmp_path, method, mo
         assert "not sound" in rep["privacy"]["tuning_accounting"]
 
 
-def test_tuning_errors_missing_votes_and_thresholds_out_of_range(tmp_path):
+def test_tuning_errors_missing_votes_and_thresholds_out_of_range(tmp_path, in_process):
+    # the command's refusal in a thread (issue 33): what is checked is its line and exit status
     from vertisynth.collab.distributed import FollowerIO, PublisherFiles, PublisherIO, Vote, vote_slot
     from vertisynth.collab.tuning import Selection
 

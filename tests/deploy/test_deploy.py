@@ -53,7 +53,9 @@ def test_parties_and_server_as_separate_processes_equal_the_simulation(tmp_path,
     assert "Privacy ledger" in html and "no figure: no real rows here" in html and "summary.md" in res.stdout
 
 
-def test_server_refuses_missing_parties(tmp_path):
+def test_server_refuses_missing_parties(tmp_path, in_process):
+    # the roles in threads (issue 33): the folder kind's flow across processes is the test above (cold); what this
+    # one checks is the server's one line naming the party that sent nothing
     (tmp_path / "job.toml").write_text(with_roster(tmp_path, CONFIG.replace('encoder_params', 'encoder = "grr", encoder_params').replace("{ t = 200 }", "{}"), ["registry", "employer"]))
     hello_all(tmp_path, ["registry", "employer"])
     publish_key(tmp_path)
@@ -101,7 +103,9 @@ def _own_csvs(tmp_path, n=1500):
     pd.DataFrame({"c": labels[c], "d": labels[rng.integers(0, 2, n)]}).to_csv(tmp_path / "insurer.csv", index=False)
 
 
-def test_parties_agree_keys_through_files_and_run_on_their_own_csvs(tmp_path):
+def test_parties_agree_keys_through_files_and_run_on_their_own_csvs(tmp_path, in_process):
+    # the roles in threads (issue 33): the folder kind's flow across processes is the cold test above; this one checks
+    # the key round's files and the cross-party dependence the agreed keys keep
     import json
 
     (tmp_path / "job.toml").write_text(with_roster(tmp_path, KEYED, ["hospital", "insurer"]))

@@ -47,7 +47,9 @@ def _people(n=600, seed=4):
     return pd.DataFrame({"a": a, "b": rng.integers(1, 3, n), "c": np.where(rng.random(n) < 0.8, a, rng.integers(1, 4, n))})
 
 
-def test_three_parties_equal_the_simulation_under_a_test_secret(tmp_path):
+def test_three_parties_equal_the_simulation_under_a_test_secret(tmp_path, in_process):
+    # the roles in threads (issue 33): the folder kind's flow across processes is test_deploy.py's (cold); this one
+    # checks three parties' one group key and the table against the simulation
     full = _people()
     full.to_csv(tmp_path / "full.csv", index=False)
     for p, col in COLS.items():

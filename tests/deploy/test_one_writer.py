@@ -40,7 +40,8 @@ def _manifest(out):
     return set(json.loads((out / OUTPUTS_MANIFEST).read_text()))
 
 
-def test_the_deploy_server_writes_and_records_its_release_as_every_run_does(tmp_path):
+def test_the_deploy_server_writes_and_records_its_release_as_every_run_does(tmp_path, in_process):
+    # the roles in threads (issue 33): what is checked is the server's release folder and its record
     (tmp_path / "job.toml").write_text(with_roster(tmp_path, CONFIG, ["registry", "employer"]))
     hello_all(tmp_path, ["registry", "employer"], secret=SECRET)
     keys_all(tmp_path, ["registry", "employer"])
