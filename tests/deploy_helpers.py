@@ -118,6 +118,18 @@ class _PerThread:
 _IN_THREADS = False
 
 
+def _serialised(parse, lock):
+    """`ast.parse` behind one lock: CPython 3.11's AST constructor keeps its recursion depth per interpreter, not per
+    thread, so two threads parsing at once can fail with `SystemError: AST constructor recursion depth mismatch`
+    (cpython gh-106905; seen here once, a collab role's thread dying in test_one_writer). Roles in threads parse
+    when a traceback is formatted (3.11's error carets) or a lazily imported module is rewritten by pytest."""
+    def locked(*args, **kwargs):
+        with lock:
+            return parse(*args, **kwargs)
+    locked.__wrapped__ = parse
+    return locked
+
+
 def in_threads(argvs, cwd, timeout=180):
     """`parallel`'s roles in this process, a thread each: the same click commands and code path, meeting only
     through the exchange, without a process each (for the flows whose deployment kind another test already runs as
@@ -125,6 +137,7 @@ def in_threads(argvs, cwd, timeout=180):
     resolve against `cwd`, as in `parallel`; each role's stdout and stderr are its own. (exit status, stdout,
     stderr) per role, as `parallel` returns. A test may lower the Paillier key floor (paillier.MIN_KEY_BITS) here;
     a forked role keeps it too (forked_cli._key_floor), a cold one does not."""
+    import ast
     import io
     import os
     import threading
@@ -158,11 +171,12 @@ def in_threads(argvs, cwd, timeout=180):
             code = 1
         results[i] = (code, out.buffers[me].getvalue(), err.buffers[me].getvalue())
 
-    old = os.getcwd(), sys.stdout, sys.stderr
+    old = os.getcwd(), sys.stdout, sys.stderr, ast.parse
     _IN_THREADS = True
     try:
         os.chdir(cwd)
         sys.stdout, sys.stderr = out, err
+        ast.parse = _serialised(old[3], threading.RLock())
         threads = [threading.Thread(target=role, args=(i, a), daemon=True) for i, a in enumerate(argvs)]
         for t in threads:
             t.start()
@@ -171,7 +185,7 @@ def in_threads(argvs, cwd, timeout=180):
             t.join(max(0.0, deadline - time.monotonic()))
     finally:
         os.chdir(old[0])
-        sys.stdout, sys.stderr = old[1], old[2]
+        sys.stdout, sys.stderr, ast.parse = old[1], old[2], old[3]
         _IN_THREADS = False
     return [r if r is not None else (1, "", f"still running after {timeout} s") for r in results]
 
