@@ -115,6 +115,27 @@ class _PerThread:
         return True
 
 
+
+def move_one_cell_of_every_answer(monkeypatch, by=50.0):
+    """Every cross-party answer of a vertical oracle with `by` added to its first cell (in this process), so a test can
+    show a twin's release reads its answers. One cell, not all: a uniform shift can vanish where an answer is made
+    consistent with known margins (privmrf's)."""
+    import attrs
+    import numpy as np
+
+    from vertisynth.vertical import oracle
+
+    answer = oracle.VerticalOracle._answer
+
+    def moved(self, *args):
+        out = []
+        for m in answer(self, *args):
+            values = np.array(m.values, float)
+            values.flat[0] += by
+            out.append(attrs.evolve(m, values=values))
+        return out
+    monkeypatch.setattr(oracle.VerticalOracle, "_answer", moved)
+
 _IN_THREADS = False
 
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
-from deploy_helpers import SECRET, with_roster
+from deploy_helpers import SECRET, move_one_cell_of_every_answer, with_roster
 
 from vertisynth.deploy.simulate import simulate
 from vertisynth.run.config import load_config
@@ -438,26 +438,13 @@ def test_the_flower_twins_releases_read_their_cross_party_answers(tmp_path, monk
     """The equality above says something about the he rounds only if the twin's release reads their answers: in one
     process (no deployment), every cross-party answer with 50 added to one cell must change the synthetic table (one
     cell, not all: a uniform shift can vanish where an answer is made consistent with known margins)."""
-    import attrs
-
-    from vertisynth.vertical import oracle
-
     split = SPLITS[2]
     _people(n=200).to_csv(tmp_path / "full.csv", index=False)
     _job(tmp_path, split, with_roster(tmp_path, "", [*split, "server"]), TWIN.format(use=use, params=TWINS[use]))
     sim = tmp_path / "sim.toml"
     sim.write_text((tmp_path / "job.toml").read_text().replace('crypto = "real"', 'crypto = "simulated"'))
     before = simulate(load_config(sim), SECRET).synthetic
-    answer = oracle.VerticalOracle._answer
-
-    def moved(self, *args):
-        out = []
-        for m in answer(self, *args):
-            values = np.array(m.values, float)
-            values.flat[0] += 50.0
-            out.append(attrs.evolve(m, values=values))
-        return out
-    monkeypatch.setattr(oracle.VerticalOracle, "_answer", moved)
+    move_one_cell_of_every_answer(monkeypatch)
     after = simulate(load_config(sim), SECRET)
     assert after.ledger.cross_party and not before.equals(after.synthetic)
 

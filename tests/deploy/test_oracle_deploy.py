@@ -8,7 +8,8 @@ import json
 import pandas as pd
 import pytest
 import forked_cli
-from deploy_helpers import SECRET, SERVER_KEY, cli, hello_all, parallel, popen, relay_reads, with_roster
+from deploy_helpers import (SECRET, SERVER_KEY, cli, hello_all, move_one_cell_of_every_answer, parallel, popen,
+                            relay_reads, with_roster)
 
 from vertisynth.deploy.simulate import simulate
 from vertisynth.run.config import load_config
@@ -115,25 +116,10 @@ def test_a_vertical_twin_across_processes_equals_the_one_process_run(tmp_path, s
 
 def test_the_aim_case_releases_what_its_cross_party_answers_say(tmp_path, monkeypatch):
     """The aim equality case above proves something about the cross-party rounds only if its release reads their
-    answers: in one process, every cross-party answer with 50 added to its first cell must change the synthetic
-    table (not to every cell: a uniform shift can vanish where an answer is made consistent with known margins)."""
-    import attrs
-    import numpy as np
-
-    from vertisynth.vertical import oracle
-
+    answers: in one process, every cross-party answer with one cell moved must change the synthetic table."""
     _setup(tmp_path, AIM, preset=AIM_PRESET)
     before = simulate(load_config(tmp_path / "sim.toml"), SECRET).synthetic
-    answer = oracle.VerticalOracle._answer
-
-    def moved(self, *args):
-        out = []
-        for m in answer(self, *args):
-            values = np.array(m.values, float)
-            values.flat[0] += 50.0
-            out.append(attrs.evolve(m, values=values))
-        return out
-    monkeypatch.setattr(oracle.VerticalOracle, "_answer", moved)
+    move_one_cell_of_every_answer(monkeypatch)
     after = simulate(load_config(tmp_path / "sim.toml"), SECRET)
     assert after.ledger.cross_party   # answers were asked
     assert not before.equals(after.synthetic)
