@@ -281,12 +281,12 @@ class CrossPartyMeasure(Protocol):
         `whole`: every party's columns, all of them, uncoarsened (a measure may encrypt them once for the run)."""
 
 
-
 def below_two_sided(measure: CrossPartyMeasure) -> bool:
     """Whether a cross-party answer carries less than two-sided noise's 2σ² per cell at a given σ (he trust
     "server": three shares, 1.5σ²; trust "none": 2σ²). aim's twin plans its probes and candidates by it, and
     `vertisynth validate` prices aim's probe stages by the same test, so the two cannot drift apart."""
     return measure.released_variance(1.0) < 2.0 - 1e-9
+
 
 @runtime_checkable
 class SumsWholeRows(Protocol):
