@@ -214,8 +214,8 @@ def _wire_is_envelopes_and_the_run_key(out, split):
     assert [n for n in sent if n.split("__")[1] == "server"] == ["key__server__to__all__server.env"], sent
 
 
-# CI runs this file on four xdist workers (`-n 4`, longest first): each worker starts this deployment once, at its
-# first run on it, and the five runs on it spread over the workers with the others
+# CI runs this file on two xdist workers (`-n 2`, longest first, beside the audit step): each worker starts this
+# deployment once, at its first run on it, and the five runs on it spread over the workers with the others
 @pytest.fixture(scope="module")
 def two_parties(tmp_path_factory):
     """One deployment (SuperLink + the hospital's and the insurer's SuperNodes) for several runs in turn, as an
