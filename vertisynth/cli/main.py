@@ -221,7 +221,8 @@ def validate(config: Path, data_dir: str | None, rows: int, memory: str | None) 
                 b = c["blocks"]
                 click.echo(f"  {'':<12} (kept blocks: an adaptive answer whose sides neither party's whole rows hold "
                            f"(a pair or triple of each, a binned side) has its encrypting party encrypt that side once "
-                           f"more, {b['pass_ciphertexts']:,.0f} ciphertexts a pass of its smallest ({', '.join(b['block'])}); "
+                           f"more, {b['pass_ciphertexts']:,.0f} ciphertexts and {b['pass_cpu_s']:,.1f} CPU s a pass of "
+                           f"its smallest ({', '.join(b['block'])}); "
                            f"which answers do follows the picks: with one such pass per adaptive answer ({b['passes']}) "
                            f"up to {b['ciphertexts']:,.0f} ciphertexts, CPU {b['cpu_s']:,.1f} s)")
             if c.get("key_band"):   # one key draw per party and run: how many runs this figure holds within 25%

@@ -378,6 +378,7 @@ def twin_cost_estimate(plan: Plan, rows: int) -> tuple[dict[str, dict[str, float
             if one and counted.get("adaptive"):
                 k = counted["adaptive"]
                 c["blocks"] = {"passes": k, "block": list(one["block"]), "pass_ciphertexts": one["ciphertexts"],
+                               "pass_cpu_s": one["cpu_s"],
                                "ciphertexts": c["ciphertexts"] + k * one["ciphertexts"],
                                "cpu_s": c["cpu_s"] + k * one["cpu_s"] + (0.0 if c.get("key_s") else one["key_s"])}
     # trust none: the server reads the published tables and holds no key (no ciphertext, no HE CPU)
