@@ -841,7 +841,8 @@ class HEEncoder(Encoder):
         """What one more pass of a party's rows costs it as E (`domain`: its whole public domain): an answer none
         of whose sides is a block of either party's whole rows (a pair or triple of each party's attributes that
         its rows lack, or a binned side) goes to `_assign`, and its E encrypts its side as kept blocks, one pass of
-        n rows (NLTCS under OU, a 4,000-row run: party1's rows 9 times, 36,016 ciphertexts). Which answers do that
+        n rows (NLTCS under OU, 4,000-row runs: 6-7 such passes of party1's, 32,024-36,016 ciphertexts against the
+        estimate's 8,004). Which answers do that
         follows privmrf's picks (the data), so an estimate gives these passes as a range, priced here on the
         party's smallest such block (fewest cells; a larger side may take more plaintexts a row): {"block",
         "ciphertexts", "cpu_s", "ops"} of one pass, E's new ciphertexts only (S's sums of it are a few cells), and
