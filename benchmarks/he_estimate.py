@@ -34,6 +34,9 @@ def main() -> None:
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--repeat", type=int, default=1, help="runs of the same plan (fresh keys, fresh secure noise): "
                     "each printed, then each party's median run CPU against the one estimate")
+    ap.add_argument("--answers", action="store_true", help="record a twin's answers and print each one that made a "
+                    "party encrypt a pass of its rows (its tables, the party, the ciphertexts: the count model on "
+                    "what the run asked)")
     args = ap.parse_args()
     with open(args.config, "rb") as f:
         raw = tomllib.load(f)
@@ -82,11 +85,20 @@ def one_run(args, plan, twin: bool, n: int, before: dict) -> dict[str, float]:
         return out
 
     paillier.keypair = timed_keypair
+    asked, answer = [], he_encoder.HEEncoder.answer
+
+    def recorded(self, views, queries, sigma, *a, **k):   # the run's answers, as `answers_cost` takes them
+        asked.append({"domains": {p: v.domain for p, v in views.items()}, "queries": list(queries), "sigma": sigma})
+        return answer(self, views, queries, sigma, *a, **k)
+
+    if args.answers and twin:
+        he_encoder.HEEncoder.answer = recorded
     c0 = protocol.cpu_now()
     try:
         execute(plan)
     finally:
         paillier.keypair = make
+        he_encoder.HEEncoder.answer = answer
     cpu = protocol.cpu_now() - c0
     enc = plan.measure.instance if twin else plan.synthesizer.instance._encoder
     costs = list(enc.server_trust.costs for _ in [0]) if enc.config.trust == "server" else list(enc.costs.values())
@@ -120,6 +132,16 @@ def one_run(args, plan, twin: bool, n: int, before: dict) -> dict[str, float]:
         if est.get("unasked"):   # the estimate without the pass of its rows that the adaptive picks may not ask
             un = est["unasked"]["cpu_s"]
             line += f"; estimate without its rows' pass {un:.2f} s ({un / max(ran, 1e-9):.2f}x)"
+        if est.get("blocks"):   # one more pass of its smallest block its whole rows lack per adaptive answer
+            hi = est["blocks"]["cpu_s"]
+            line += (f"; with a kept-block pass per adaptive answer {hi:.2f} s ({hi / max(ran, 1e-9):.2f}x), "
+                     f"{est['blocks']['ciphertexts']:,.0f} ciphertexts: the run "
+                     f"{'inside' if 0.95 * est.get('unasked', est)['ciphertexts'] <= sum(k.ciphertexts.get(p, 0) for k in costs) <= est['blocks']['ciphertexts'] else 'outside'} (ciphertexts, from 0.95x the lower figure)")
+        if est.get("key_band"):
+            kb = est["key_band"]
+            line += (f"; within 25% for a key draw in {kb['low_s']:.2f}-{kb['high_s']:.2f} s "
+                     f"({100 * kb['runs']:.0f}% of the measured draws): this run's "
+                     f"{'inside' if kb['low_s'] <= key_cpu.get(p, 0.0) <= kb['high_s'] else 'outside'}")
         if est.get("as_encrypter"):   # trust = "server": the party as E, and as S, of every adaptive answer
             hi, lo = est["as_encrypter"]["cpu_s"], est["as_summer"]["cpu_s"]
             line += (f"; as E of every adaptive answer {hi:.2f} s ({hi / max(ran, 1e-9):.2f}x), as S {lo:.2f} s "
@@ -128,6 +150,21 @@ def one_run(args, plan, twin: bool, n: int, before: dict) -> dict[str, float]:
         line += "; ops run/est that differ: " + (", ".join(f"{o} {a:,}/{b:,}" for o, (a, b) in diff.items()) or "none")
         print(line, flush=True)
         out[p] = ran
+    if asked:   # which answers made a party encrypt a pass of its rows (the count model, simulated: no prices)
+        import attrs
+        count = he_encoder.HEEncoder(attrs.evolve(c, crypto="simulated"))
+        parties_dom = {p.name: plan.source.schema.preview_domain().project(p.attributes) for p in plan.partition}
+        prev: dict[str, float] = {}
+        for i in range(len(asked)):
+            now = {p: v["ciphertexts"] for p, v in count.answers_cost(asked[: i + 1], n, parties_dom).items()}
+            for p, v in now.items():
+                if v - prev.get(p, 0.0) >= n / 2:
+                    q = asked[i]["queries"]
+                    print(f"  answer {i}: {p} encrypts {v - prev.get(p, 0.0):,.0f} ciphertexts for "
+                          f"{q if len(q) <= 2 else f'{len(q)} tables'} (domains "
+                          f"{ {x: dict(zip(d.attributes, d.shape)) for x, d in asked[i]['domains'].items()} if len(q) <= 2 else '-'})",
+                          flush=True)
+            prev = now
     return out
 
 

@@ -217,6 +217,19 @@ def validate(config: Path, data_dir: str | None, rows: int, memory: str | None) 
                            f"answer's other side is not in the other party's whole rows; the picks follow the data: "
                            f"without it {c['unasked']['ciphertexts']:,.0f} ciphertexts, CPU "
                            f"{c['unasked']['cpu_s']:,.1f} s)")
+            if c.get("blocks"):   # a twin: answers whose sides no whole rows hold make their E encrypt that side again
+                b = c["blocks"]
+                click.echo(f"  {'':<12} (kept blocks: an adaptive answer whose sides neither party's whole rows hold "
+                           f"(a pair or triple of each, a binned side) has its encrypting party encrypt that side once "
+                           f"more, {b['pass_ciphertexts']:,.0f} ciphertexts and {b['pass_cpu_s']:,.1f} CPU s a pass of "
+                           f"its smallest ({', '.join(b['block'])}); "
+                           f"which answers do follows the picks: with one such pass per adaptive answer ({b['passes']}) "
+                           f"up to {b['ciphertexts']:,.0f} ciphertexts, CPU {b['cpu_s']:,.1f} s)")
+            if c.get("key_band"):   # one key draw per party and run: how many runs this figure holds within 25%
+                k = c["key_band"]
+                click.echo(f"  {'':<12} (its key pair is one draw a run: this figure is within 25% of a run whose "
+                           f"draw lies in {k['low_s']:,.1f}-{k['high_s']:,.1f} s, as {100 * k['runs']:.0f}% of the "
+                           "measured draws did, the other prices exact)")
             if c.get("as_encrypter"):   # trust = "server": orient picks E per answer from tables that follow the data
                 click.echo(f"  {'':<12} (trust = \"server\": which party encrypts an adaptive answer follows its "
                            f"tables, which follow the data: as E of every one {c['as_encrypter']['ciphertexts']:,.0f} "

@@ -303,6 +303,11 @@ class SumsWholeRows(Protocol):
         is summed from that party's whole rows at `n` rows and noise σ (a block of them: one attribute, or a joint
         pair in the rows' spare slots): what an estimate before a run needs to know which side encrypts."""
 
+    def block_pass(self, domain: Any, n: int, sigma: float) -> dict[str, Any] | None:
+        """What one more pass of a party's rows (whole public domain `domain`) costs it as the encrypting side of
+        an answer that no whole rows sum (a side its rows lack: which answers do follows the data), priced on its
+        smallest such block: {"block", "ciphertexts", "cpu_s"}; None where its rows lack none."""
+
 
 @runtime_checkable
 class ReleasesOnce(Protocol):

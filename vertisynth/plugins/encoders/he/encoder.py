@@ -837,6 +837,33 @@ class HEEncoder(Encoder):
         party's whole rows at `n` rows and σ (`SumsWholeRows`; the twin's estimate picks its stand-in with it)."""
         return frozenset(side) in {frozenset(b) for b in self.whole_blocks(domain, n, support_bound(sigma))}
 
+    def block_pass(self, domain: Domain, n: int, sigma: float) -> dict[str, Any] | None:
+        """What one more pass of a party's rows costs it as E (`domain`: its whole public domain): an answer none
+        of whose sides is a block of either party's whole rows (a pair or triple of each party's attributes that
+        its rows lack, or a binned side) goes to `_assign`, and its E encrypts its side as kept blocks, one pass of
+        n rows (NLTCS under OU, 4,000-row runs: 6-7 such passes of party1's, 32,024-36,016 ciphertexts against the
+        estimate's 8,004). Which answers do that
+        follows privmrf's picks (the data), so an estimate gives these passes as a range, priced here on the
+        party's smallest such block (fewest cells; a larger side may take more plaintexts a row): {"block",
+        "ciphertexts", "cpu_s", "ops"} of one pass, E's new ciphertexts only (S's sums of it are a few cells), and
+        "key_s" the key pair's price; None where the rows lack no pair or triple."""
+        c = self.config
+        t = support_bound(sigma)
+        whole = {frozenset(b) for b in self.whole_blocks(domain, n, t)}
+        size = lambda b: int(np.prod([domain.size(a) for a in b]))  # noqa: E731
+        lacked = [b for k in (2, 3) for b in itertools.combinations(domain.attributes, k) if frozenset(b) not in whole]
+        if not lacked:
+            return None
+        block = min(lacked, key=lambda b: (size(b), len(b), b))
+        lay = protocol.blocks_layout([(block, ())], size, n, t, self.plan_bits(), c.slot_bits)
+        rows = n * lay.plaintexts
+        self.randomness = getattr(self, "randomness", None) or paillier.resolve(c.randomness, c.scheme,
+                                                                                 strict=c.crypto == "real")
+        op = _op_costs(c.key_bits, self.randomness, sigma) if c.crypto == "real" else None
+        out = {"ciphertexts": float(rows), "cpu_s": 0.0}
+        _book(out, op, enc=rows, enc_bit=n, setup=_pool(c.workers or (os.cpu_count() or 1), rows, c.chunk_rows))
+        return {"block": block, **out, "key_s": op["key"] if op else 0.0}   # key_s: its key pair, where it had none
+
     def whole_queries(self, domain: Domain, n: int, offset: int) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
         """The blocks of E's whole rows as queries (`whole_blocks`, each its own group): what the layout of E's
         whole rows is built and checked from."""
@@ -893,8 +920,8 @@ class HEEncoder(Encoder):
         self.randomness = getattr(self, "randomness", None) or paillier.resolve(c.randomness, c.scheme,
                                                                                  strict=c.crypto == "real")
         if c.trust == "server":   # no rows kept: every answer encrypts afresh, the server decrypts (server_trust.py)
-            return self.server_trust.answers_cost(answers, n, lambda sigma: _op_costs(
-                c.key_bits, self.randomness, sigma) if c.crypto == "real" else None)
+            return _key_bands(self.server_trust.answers_cost(answers, n, lambda sigma: _op_costs(
+                c.key_bits, self.randomness, sigma) if c.crypto == "real" else None), self.randomness)
         ct_bytes = paillier.plan_ct_bytes(c.key_bits, c.scheme)
         workers = c.workers or (os.cpu_count() or 1)
         out: dict[str, dict[str, float]] = {}
@@ -949,7 +976,7 @@ class HEEncoder(Encoder):
         if c.crypto == "simulated":
             for v in out.values():
                 v["note"] = "crypto = simulated: no ciphertexts are made; figures are what real crypto would send"
-        return out
+        return _key_bands(out, self.randomness)
 
     def _price(self, out: dict, op: Mapping[str, float] | None, enc: str, summ: str, n: int, new: int, lay: Any,
                k: Mapping[str, int], cells: int, keyed: set, workers: int, ct_bytes: int, ones: int = 0,
@@ -1095,6 +1122,41 @@ _OP_COSTS: dict[tuple, dict[str, float]] = {}
 # reference spread over the pricing"). A property of the libraries' prime searches (phe/gmpy2, HEU), not of the
 # machine: both are CPU of the same kind. OU's draws have a heavy tail (1.35-9.80 s): its ratio is known to ~15%.
 KEY_RATIO = {"full": 130.0, "short": 3550.0, "ou": 3900.0}
+
+# One key draw over the mean, per kind: the same draws (hecost15's 24 + 8 at 2048 bits, each key's CPU over the
+# reference level read around it, over their mean; docs/lab/he_cost_model_hecost15.md), sorted. At 3,000-4,000 rows
+# a key pair is 20-50% of a party's HE CPU and a run draws one, so this spread, not the prices, decides how many
+# single runs an estimate at the mean can hold within 25% (`key_band`; docs/he.md "The kept blocks and the second
+# pass priced").
+KEY_SPREAD = {
+    "full": (0.21, 0.22, 0.23, 0.32, 0.4, 0.55, 0.6, 0.63, 0.68, 0.69, 0.72, 0.75, 0.75, 0.82, 1.02, 1.13, 1.32,
+             1.42, 1.42, 1.46, 1.67, 1.97, 2.47, 2.58),
+    "short": (0.53, 0.57, 0.64, 0.65, 0.68, 0.73, 0.74, 0.74, 0.76, 0.76, 0.84, 0.86, 0.88, 0.88, 0.9, 0.91, 0.92,
+              0.95, 0.96, 0.98, 1.02, 1.02, 1.13, 1.16, 1.18, 1.41, 1.43, 1.43, 1.5, 1.52, 1.62, 1.72),
+    "ou": (0.39, 0.39, 0.4, 0.41, 0.46, 0.48, 0.48, 0.49, 0.59, 0.61, 0.63, 0.63, 0.63, 0.67, 0.7, 0.7, 0.7, 0.75,
+           0.79, 0.79, 0.83, 0.84, 0.87, 0.89, 1.1, 1.11, 1.31, 1.62, 1.76, 2.61, 3.15, 4.2),
+}
+
+
+def key_band(kind: str, share: float, band: float = 0.25) -> tuple[float, float, float]:
+    """For a party whose estimate is `share` key pair (priced at its mean) and the rest priced exactly: the key
+    draws, as multiples of the mean, that keep estimate / run within 1 ± `band` (lo, hi), and the fraction of
+    KEY_SPREAD[kind]'s measured draws inside them."""
+    lo_run, hi_run = 1 / (1 + band), 1 / (1 - band)   # run / estimate, for estimate / run in [1 - band, 1 + band]
+    if share <= 0:
+        return 0.0, math.inf, 1.0
+    lo, hi = max((lo_run - 1 + share) / share, 0.0), (hi_run - 1 + share) / share
+    draws = KEY_SPREAD[kind]
+    return lo, hi, sum(lo <= x <= hi for x in draws) / len(draws)
+
+
+def _key_bands(out: dict[str, dict[str, Any]], kind: str | None) -> dict[str, dict[str, Any]]:
+    """Each party's `key_band` under its estimate (`validate` prints it beside the key pair's share)."""
+    for v in out.values():
+        if v.get("key_s") and v.get("cpu_s") and kind in KEY_SPREAD:
+            lo, hi, frac = key_band(kind, v["key_s"] / v["cpu_s"])
+            v["key_band"] = {"low_s": lo * v["key_s"], "high_s": hi * v["key_s"], "runs": frac}
+    return out
 
 
 class KeyReference:
