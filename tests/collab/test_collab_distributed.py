@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from deploy_helpers import cli, collab_census_job, parallel, popen
+from deploy_helpers import cli, collab_census_job, parallel
 
 from vertisynth.core.courier import parse_slot
 from vertisynth.core.transport import FolderTransport
@@ -106,23 +106,21 @@ def _plan(cfg):
 
 @pytest.mark.parametrize("preprocessing", ["combined", "local"])
 def test_separate_processes_publish_exactly_the_simulation(tmp_path, preprocessing, request):
-    if preprocessing == "combined":   # collab's end-to-end flow from cold `python -m vertisynth.cli` starts
-        request.getfixturevalue("cold_start")
+    # collab's end-to-end flow from cold `python -m vertisynth.cli` starts; the local preprocessing's roles in threads
+    # of this process over the same exchange (issue 33: one process flow per deployment kind)
+    request.getfixturevalue("cold_start" if preprocessing == "combined" else "in_process")
     cfg, csvs = _setup(tmp_path, preprocessing)
     sim = run(load_config(cfg), tmp_path / "sim")
     ex = tmp_path / "exchange"
-    # every role its own OS process; they meet only in the exchange folder
-    procs = [popen(["collab", "server", str(cfg), "--index", str(s), "--exchange", str(ex), "--seed", "3",
-                    "--timeout", "120", *_key(cfg, f"server{s}")])
-             for s in (0, 1)]
-    procs += [popen(["collab", "custodian", str(cfg), "--name", n, "--csv", str(p), "--exchange", str(ex),
-                     "--timeout", "120", *_key(cfg, n)])
-              for n, p in csvs.items()]
-    procs.append(popen(["collab", "publish", str(cfg), "--exchange", str(ex), "--out", str(tmp_path / "dist"),
-                        "--timeout", "120", *_key(cfg, "publisher")]))
-    for p in procs:
-        out, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err
+    # every role on its own; they meet only in the exchange folder
+    argvs = [["collab", "server", str(cfg), "--index", str(s), "--exchange", str(ex), "--seed", "3",
+              "--timeout", "120", *_key(cfg, f"server{s}")] for s in (0, 1)]
+    argvs += [["collab", "custodian", str(cfg), "--name", n, "--csv", str(p), "--exchange", str(ex),
+               "--timeout", "120", *_key(cfg, n)] for n, p in csvs.items()]
+    argvs.append(["collab", "publish", str(cfg), "--exchange", str(ex), "--out", str(tmp_path / "dist"),
+                  "--timeout", "120", *_key(cfg, "publisher")])
+    for code, out, err in parallel(argvs, tmp_path, timeout=300):
+        assert code == 0, err
     assert "published" in out
     assert (tmp_path / "dist" / "synthetic.csv").read_bytes() == (tmp_path / "sim" / "synthetic.csv").read_bytes()
     import json

@@ -11,6 +11,8 @@ from vertisynth.core.errors import ConfigError, DataError
 from vertisynth.run.config import parse_config
 from vertisynth.run.pipeline import run
 
+from seeded_runs import run_once
+
 SCHEMA = {"a": {"kind": "categorical", "categories": ["x", "y", "z"]},
           "b": {"kind": "numeric", "bounds": [0.0, 9.0], "bins": 9, "binning": "equal_width"},
           "c": {"kind": "categorical", "categories": ["0", "1"]},
@@ -71,8 +73,12 @@ def _same(streamed, whole):
     ("psu", "marginal", 1, 1), ("psu", "marginal", 64, 2), ("psu", "marginal", 1000, 1),
     ("psu", "sample", 1, 1), ("psu", "sample", 64, 1), ("psu", "sample", 1000, 2)])
 def test_a_streamed_aligned_run_equals_the_in_memory_run(tmp_path, protocol, fill, chunk_rows, processes):
-    paths = _files(tmp_path)
-    whole = run(_config(paths, False, protocol, fill, chunk_rows))
+    # 150 people (were 300; issue 33): each party's file still spans 1-row chunks, two chunks of 64 and one of 1000.
+    # One in-memory run per protocol and fill, at the default chunk (the same files: _files is seeded), against
+    # which each chunking and process count is streamed (an in-memory run does not depend on chunk_rows; the nine
+    # cases ran nine)
+    paths = _files(tmp_path, n=150)
+    whole = run_once([__name__, 150, protocol, fill], lambda: _config(paths, False, protocol, fill))
     streamed = run(_config(paths, True, protocol, fill, chunk_rows, processes))
     _same(streamed, whole)
     info = streamed.report["alignment"]["info"]
