@@ -18,6 +18,8 @@ PROBE_FULL_NONE times where every probe is at full resolution), so the
 selection can score cross-party candidates on released answers; a triple over two parties is a candidate under
 trust = "server" (scored at the party holding two of its attributes, with its cross-party pairs' released estimates),
 left out under two-sided noise; candidates over three parties or more are left out (no measure answers them).
+Under trust = "none" the last fit also takes the probes no round chose whose released table shows the model's error
+above the probe's own (`last_probes`: post-processing, nothing charged).
 """
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ from vertisynth.pgm import estimate
 from vertisynth.pgm.graph import min_fill_cliques
 from vertisynth.pgm.oracle import CentralOracle, MarginalOracle, ZCDPFilter
 from vertisynth.vertical import owners, VerticalConfig, VerticalOracle
-from vertisynth.vertical.probes import mass_bins, measure_probes
+from vertisynth.vertical.probes import mass_bins, measure_probes, residual_l1
 
 STAGE = "synthesizer"
 PROBE = 0.15   # vertical: the share of the rounds' ρ that measures every cross-party pair once
@@ -280,6 +282,30 @@ class ModelSize:
         return total
 
 
+def last_probes(dom: Domain, model, meas: list, pending: dict, limit_cells: float) -> list[tuple[str, ...]]:
+    """The pending probes (paid, never chosen by a round) that the last fit takes: those AIM's own rule would measure
+    at the probe's released σ_p, the model's error on the pair, estimated from the probe (`residual_l1`, as
+    selection scores it), above √(2/π) σ_p |y| (the offset of AIM's score: the error that measuring at σ_p leaves),
+    strongest first (by that excess in units of σ_p), each while the model stays under `limit_cells`.
+    Post-processing of released answers: nothing is charged. Central AIM has no probes; without this the twin's
+    release ignored most of what it paid for (docs/vertical.md, "aim, twelfth pass"; kept for trust none on held-out
+    data: "aim, thirteenth pass")."""
+    excess = {}
+    for q, m in pending.items():
+        gap = residual_l1(m, model.marginal(q).values) - math.sqrt(2 / math.pi) * m.std * m.values.size
+        if gap > 0:
+            excess[q] = gap / m.std
+    taken: list[tuple[str, ...]] = []
+    cliques = [tuple(m.attributes) for m in meas]
+    graph = ModelSize(dom, cliques)
+    for q in sorted(excess, key=lambda q: -excess[q]):
+        if graph.cells(q) <= limit_cells:
+            taken.append(q)
+            cliques.append(q)
+            graph = ModelSize(dom, cliques, graph.cache)
+    return taken
+
+
 # a vertical twin over a measure that releases once scores cross-party triples of at most this many cells
 RELEASE_CELLS = 512
 
@@ -463,6 +489,10 @@ class AIMSynthesizer(FittedGraphicalModel, Synthesizer):
                 meas.append(pending.pop(r))
             fits = [q for q in pending if res.model.tree.clique_for(q) is not None]
             meas += [pending.pop(q) for q in fits]   # probes inside the model's cliques: information at no new clique
+            # the probes' answers are paid for: the last fit keeps those that carry signal, under trust none (under
+            # trust server no direction: docs/vertical.md, "aim, twelfth pass" and "thirteenth pass")
+            if last and pending and not server:
+                meas += [pending.pop(q) for q in last_probes(dom, res.model, meas, pending, limit_cells)]
             atol = c.fit_tolerance * sum(q.values.size for q in meas) if c.fit_tolerance > 0 and not last else None
             res = estimate(dom, meas, iters=c.iters, max_cells=float("inf"), phi0=res.phi, step=res.step, atol=atol)
             t_fit += time.perf_counter() - tf
