@@ -277,21 +277,19 @@ def test_whole_rows_carry_every_pair_so_pair_answers_encrypt_the_rows_once(monke
     assert {p: want[p]["ciphertexts"] for p in got} == got
 
 
-def test_the_twins_estimate_prices_each_partys_encryption_as_its_answers_make_it(data_dir, monkeypatch):
-    """Issues 31/33: `validate`'s estimate for the privmrf twin on NLTCS (no `probe_whole_rows`) against the answers
-    the run asked (recorded, then priced by the same counting model, which the tests above show exact): each
-    party's ciphertexts within 25%. Before: the stand-in gave the second party no encryption of its whole rows
-    (48 against 4,090 ciphertexts at 4,000 rows: its `absorbed` rule was read only with unbinned probes), and
-    party1 encrypted a block pass for every pair its whole rows lacked (20,016 against 4,004)."""
+def _nltcs_twin_estimated_and_run(data_dir, monkeypatch, rows: int, he_params: dict):
+    """The privmrf twin on an NLTCS sample of `rows` (measure he, trust none, `he_params`): `validate`'s estimate
+    (and its counts), then the run, whose answers are recorded and priced by the same counting model (which the
+    tests above show exact). Returns (estimate, counted, priced run, each party's domain)."""
     from vertisynth.run.config import parse_config
     from vertisynth.run.pipeline import execute, make_plan, twin_cost_estimate
 
     raw = {"seed": 0, "budget": {"epsilon": 1.6, "delta": 1e-9},
-           "dataset": {"name": "nltcs", "params": {"data_dir": str(data_dir), "sample": 3000, "sample_seed": 1}},
+           "dataset": {"name": "nltcs", "params": {"data_dir": str(data_dir), "sample": rows, "sample_seed": 1}},
            "synthesizer": {"use": "privmrf", "params": {"vertical": {"measure": "he", "trust": "none",
-                                                                      "params": {"crypto": "simulated"}}}}}
+                                                                      "params": he_params}}}}
     plan = make_plan(parse_config(raw))
-    est, _ = twin_cost_estimate(plan, 3000)
+    est, counted = twin_cost_estimate(plan, rows)
     asked, answer = [], HEEncoder.answer
 
     def recorded(self, views, queries, sigma, noise, rngs, whole=None):
@@ -301,7 +299,16 @@ def test_the_twins_estimate_prices_each_partys_encryption_as_its_answers_make_it
     monkeypatch.setattr(HEEncoder, "answer", recorded)
     execute(plan)
     parties = {p.name: plan.source.schema.preview_domain().project(p.attributes) for p in plan.partition}
-    ran = HEEncoder(plan.measure.instance.config).answers_cost(asked, 3000, parties)
+    return est, counted, HEEncoder(plan.measure.instance.config).answers_cost(asked, rows, parties), parties
+
+
+def test_the_twins_estimate_prices_each_partys_encryption_as_its_answers_make_it(data_dir, monkeypatch):
+    """Issues 31/33: `validate`'s estimate for the privmrf twin on NLTCS (no `probe_whole_rows`) against the answers
+    the run asked (recorded, then priced by the same counting model, which the tests above show exact): each
+    party's ciphertexts within 25%. Before: the stand-in gave the second party no encryption of its whole rows
+    (48 against 4,090 ciphertexts at 4,000 rows: its `absorbed` rule was read only with unbinned probes), and
+    party1 encrypted a block pass for every pair its whole rows lacked (20,016 against 4,004)."""
+    est, _, ran, parties = _nltcs_twin_estimated_and_run(data_dir, monkeypatch, 3000, {"crypto": "simulated"})
     for p in parties:
         assert ran[p]["ciphertexts"] >= 3000, (p, ran)   # both parties encrypt their rows in this run
         assert math.isclose(est[p]["ciphertexts"], ran[p]["ciphertexts"], rel_tol=0.25), (p, est, ran)
@@ -422,26 +429,9 @@ def test_the_twins_estimate_gives_the_kept_block_passes_its_picks_may_ask_as_a_r
     tests above show exact). Before: no such figure, and the run's party1 above the estimate by more than 25%."""
     if not paillier.short_available():
         pytest.skip("scheme = 'ou' needs sf-heu")
-    from vertisynth.run.config import parse_config
-    from vertisynth.run.pipeline import execute, make_plan, twin_cost_estimate
-
     rows = 4000   # at 2,000 rows narrower slots let the whole rows carry more pairs: no pass asked
-    raw = {"seed": 0, "budget": {"epsilon": 1.6, "delta": 1e-9},
-           "dataset": {"name": "nltcs", "params": {"data_dir": str(data_dir), "sample": rows, "sample_seed": 1}},
-           "synthesizer": {"use": "privmrf", "params": {"vertical": {"measure": "he", "trust": "none", "params": {
-               "crypto": "simulated", "scheme": "ou"}}}}}
-    plan = make_plan(parse_config(raw))
-    est, counted = twin_cost_estimate(plan, rows)
-    asked, answer = [], HEEncoder.answer
-
-    def recorded(self, views, queries, sigma, noise, rngs, whole=None):
-        asked.append({"domains": {p: v.domain for p, v in views.items()}, "queries": list(queries), "sigma": sigma})
-        return answer(self, views, queries, sigma, noise, rngs, whole)
-
-    monkeypatch.setattr(HEEncoder, "answer", recorded)
-    execute(plan)
-    parties = {p.name: plan.source.schema.preview_domain().project(p.attributes) for p in plan.partition}
-    ran = HEEncoder(plan.measure.instance.config).answers_cost(asked, rows, parties)
+    est, counted, ran, parties = _nltcs_twin_estimated_and_run(data_dir, monkeypatch, rows,
+                                                               {"crypto": "simulated", "scheme": "ou"})
     assert ran["party1"]["ciphertexts"] > 1.25 * est["party1"]["ciphertexts"], (ran, est)   # the point misses
     for p in parties:
         b = est[p]["blocks"]
